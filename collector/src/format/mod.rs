@@ -1,0 +1,27 @@
+//! The trace file: a header, then length-framed postcard records in zstd-compressed chunks.
+//!
+//! ```text
+//! file   := magic "VRAMTRC\0" | u32 format version | u32 header length | header | u32 crc32(header)
+//!           chunk*
+//! chunk  := u32 compressed length | u32 raw length | u32 record count | u32 crc32(compressed)
+//!           | zstd frame of: record*
+//! record := varint length | varint tag | postcard payload      (length covers tag + payload)
+//! ```
+//!
+//! All integers in the fixed parts are little-endian. A chunk is written whole or not at all, so a
+//! file cut off at any byte reads back up to its last complete chunk. A record whose tag this reader
+//! does not know, or whose payload uses a variant it does not know, is skipped by its length, so
+//! traces from newer writers stay readable.
+
+mod error;
+mod header;
+mod reader;
+mod record;
+mod varint;
+mod writer;
+
+pub use error::TraceError;
+pub use header::{Header, FORMAT_VERSION, MAGIC};
+pub use reader::{Ending, TraceReader};
+pub use record::{End, Lookup, Module, Record, Segment, StackDef, Stats};
+pub use writer::TraceWriter;

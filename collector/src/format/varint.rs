@@ -1,0 +1,38 @@
+//! LEB128 unsigned varints for record framing.
+
+/// Appends `v` as an unsigned LEB128 varint.
+pub fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a varint from the front of `buf`: the value and the bytes it took, or `None` when the
+/// buffer ends inside it or it is longer than ten bytes.
+pub fn get(buf: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &b) in buf.iter().enumerate().take(10) {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        for v in [0, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+            let mut b = Vec::new();
+            put(&mut b, v);
+            assert_eq!(get(&b), Some((v, b.len())));
+            assert_eq!(get(&b[..b.len() - 1]), None);
+        }
+    }
+}

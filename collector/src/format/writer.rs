@@ -1,0 +1,121 @@
+//! Writes a trace: header first, then records gathered into compressed chunks.
+
+use std::io::Write;
+
+use super::error::TraceError;
+use super::header::{Header, FORMAT_VERSION, MAGIC};
+use super::record::Record;
+use super::varint;
+
+/// Raw bytes gathered before a chunk is compressed and written.
+const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
+
+/// Streams records into a trace. Records go into an in-memory chunk that is compressed and
+/// written when it is full or when [`TraceWriter::flush_chunk`] is called; a chunk on disk is
+/// always complete, so a crash loses at most the chunk being gathered.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    chunk: Vec<u8>,
+    chunk_records: u32,
+    scratch: Vec<u8>,
+    chunk_limit: usize,
+    level: i32,
+    bytes_written: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the file header and returns a writer for the records.
+    pub fn new(mut out: W, header: &Header) -> Result<Self, TraceError> {
+        let head = postcard::to_stdvec(header)?;
+        let mut prefix = Vec::with_capacity(head.len() + 20);
+        prefix.extend_from_slice(&MAGIC);
+        prefix.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        prefix.extend_from_slice(&(head.len() as u32).to_le_bytes());
+        prefix.extend_from_slice(&head);
+        prefix.extend_from_slice(&crc32fast::hash(&head).to_le_bytes());
+        out.write_all(&prefix).map_err(TraceError::Write)?;
+        out.flush().map_err(TraceError::Write)?;
+        Ok(TraceWriter {
+            out,
+            chunk: Vec::with_capacity(DEFAULT_CHUNK_BYTES + 4096),
+            chunk_records: 0,
+            scratch: Vec::with_capacity(256),
+            chunk_limit: DEFAULT_CHUNK_BYTES,
+            level: 1,
+            bytes_written: prefix.len() as u64,
+        })
+    }
+
+    /// Sets the raw size at which a chunk is written out (smaller: less lost on a crash).
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_limit = bytes.max(64);
+        self
+    }
+
+    /// Sets the zstd level (1 is fast, 19 is small).
+    pub fn with_level(mut self, level: i32) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// Appends one record, writing a chunk out when enough has gathered.
+    pub fn write(&mut self, record: &Record) -> Result<(), TraceError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        varint::put(&mut scratch, record.tag());
+        let scratch = record.encode_payload(scratch)?;
+        varint::put(&mut self.chunk, scratch.len() as u64);
+        self.chunk.extend_from_slice(&scratch);
+        self.scratch = scratch;
+        self.chunk_records += 1;
+        if self.chunk.len() >= self.chunk_limit {
+            self.flush_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Compresses and writes what has gathered, then flushes the output.
+    pub fn flush_chunk(&mut self) -> Result<(), TraceError> {
+        if self.chunk.is_empty() {
+            return self.out.flush().map_err(TraceError::Write);
+        }
+        let packed = zstd::bulk::compress(&self.chunk, self.level).map_err(TraceError::Write)?;
+        let mut head = [0u8; 16];
+        head[0..4].copy_from_slice(&(packed.len() as u32).to_le_bytes());
+        head[4..8].copy_from_slice(&(self.chunk.len() as u32).to_le_bytes());
+        head[8..12].copy_from_slice(&self.chunk_records.to_le_bytes());
+        head[12..16].copy_from_slice(&crc32fast::hash(&packed).to_le_bytes());
+        // One write call for the whole chunk keeps a torn chunk at the end of the file rare; the
+        // reader handles it either way.
+        let mut whole = Vec::with_capacity(16 + packed.len());
+        whole.extend_from_slice(&head);
+        whole.extend_from_slice(&packed);
+        self.out.write_all(&whole).map_err(TraceError::Write)?;
+        self.out.flush().map_err(TraceError::Write)?;
+        self.bytes_written += whole.len() as u64;
+        self.chunk.clear();
+        self.chunk_records = 0;
+        Ok(())
+    }
+
+    /// Bytes written to the output so far (chunks not yet flushed excluded).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Records gathered but not yet written.
+    pub fn pending_records(&self) -> u32 {
+        self.chunk_records
+    }
+
+    /// Writes what is left and returns the output.
+    pub fn finish(mut self) -> Result<W, TraceError> {
+        self.flush_chunk()?;
+        Ok(self.out)
+    }
+
+    /// The output, for callers that need to sync it.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+}

@@ -1,0 +1,198 @@
+//! Trace format: round trips, a file cut off at every byte, damage, and foreign files.
+
+use vramtrace_collector::event::{Api, Event, MemKind, Op};
+use vramtrace_collector::format::{
+    End, Ending, Header, Module, Record, Segment, StackDef, Stats, TraceError, TraceReader,
+    TraceWriter,
+};
+
+fn header() -> Header {
+    Header {
+        tool_version: "test".into(),
+        pid: 42,
+        ppid: 1,
+        host: "h".into(),
+        command_line: vec!["prog".into(), "--x".into()],
+        pointer_size: 8,
+        ..Header::default()
+    }
+}
+
+fn event(seq: u64) -> Event {
+    Event {
+        seq,
+        time_ns: 1000 + seq,
+        thread: 7,
+        api: Api::CudaMalloc,
+        inner: Some(Api::CuMemAlloc),
+        outer: None,
+        result: 0,
+        device: 0,
+        context: 0xc0,
+        caller: 0x401000 + seq,
+        stack: 0,
+        nccl_scope: 0,
+        op: Op::Alloc {
+            kind: MemKind::Device,
+            ptr: 0x7000_0000_0000 + seq * 512,
+            size: 512,
+            stream: 0,
+            pool: 0,
+            flags: 0,
+            pitch: 0,
+        },
+    }
+}
+
+fn sample_records(n: u64) -> Vec<Record> {
+    let mut v = vec![
+        Record::Module(Module {
+            id: 1,
+            path: "/bin/prog".into(),
+            base: 0x400000,
+            segments: vec![Segment {
+                start: 0x400000,
+                len: 0x1000,
+                executable: true,
+            }],
+            build_id: vec![1, 2, 3],
+        }),
+        Record::Stack(StackDef {
+            id: 1,
+            frames: vec![1, 2, 3],
+        }),
+    ];
+    v.extend((0..n).map(|i| Record::Event(event(i))));
+    v.push(Record::End(End {
+        time_ns: 5,
+        stats: Stats {
+            events: n,
+            ..Stats::default()
+        },
+        reason: "exit".into(),
+    }));
+    v
+}
+
+/// Writes records with small chunks so a trace has many chunk boundaries.
+fn write(records: &[Record], chunk: usize) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &header())
+        .unwrap()
+        .with_chunk_bytes(chunk);
+    for r in records {
+        w.write(r).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+#[test]
+fn round_trip_is_exact_and_complete() {
+    let records = sample_records(1000);
+    let bytes = write(&records, 4096);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    assert_eq!(r.header(), &header());
+    let back: Vec<Record> = r.by_ref().collect();
+    assert_eq!(back, records);
+    assert_eq!(r.ending(), Some(&Ending::Complete));
+    assert!(r.chunks() > 5, "small chunks give many chunks");
+    assert_eq!(r.skipped(), 0);
+}
+
+#[test]
+fn a_file_cut_at_any_byte_opens_or_fails_cleanly() {
+    let records = sample_records(300);
+    let bytes = write(&records, 1024);
+    let header_len = {
+        let r = TraceReader::new(&bytes[..]).unwrap();
+        r.offset() as usize
+    };
+    let mut last_count = 0;
+    for cut in 0..bytes.len() {
+        let part = &bytes[..cut];
+        match TraceReader::new(part) {
+            Err(TraceError::TruncatedHeader { have, .. }) => {
+                assert!(cut < header_len, "cut {cut}");
+                assert!(have <= cut as u64);
+            }
+            Err(e) => panic!("cut at {cut}: unexpected error {e}"),
+            Ok(mut r) => {
+                let got: Vec<Record> = r.by_ref().collect();
+                // Everything read is a prefix of what was written.
+                assert_eq!(&records[..got.len()], &got[..], "cut {cut}");
+                assert!(got.len() >= last_count, "more bytes never read fewer records");
+                last_count = got.len();
+                match r.ending().unwrap() {
+                    Ending::Complete => panic!("a cut file is never complete (cut {cut})"),
+                    Ending::NoEndRecord { offset } => assert_eq!(*offset, cut as u64),
+                    Ending::Truncated { offset, .. } => assert!(*offset < cut as u64),
+                    Ending::Corrupt { .. } => panic!("a cut is not damage (cut {cut})"),
+                }
+            }
+        }
+    }
+    assert!(last_count > 250, "most records survive a cut near the end");
+}
+
+#[test]
+fn damage_in_a_chunk_stops_there() {
+    let records = sample_records(200);
+    let mut bytes = write(&records, 1024);
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    let got: Vec<Record> = r.by_ref().collect();
+    assert!(!got.is_empty() && got.len() < records.len());
+    assert_eq!(&records[..got.len()], &got[..]);
+    assert!(matches!(r.ending(), Some(Ending::Corrupt { .. })));
+}
+
+#[test]
+fn foreign_and_wrong_version_files_are_rejected() {
+    assert!(matches!(
+        TraceReader::new(&b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\0\0\0"[..]),
+        Err(TraceError::NotATrace)
+    ));
+    assert!(matches!(
+        TraceReader::new(&b"hello"[..]),
+        Err(TraceError::NotATrace)
+    ));
+    assert!(matches!(
+        TraceReader::new(&b""[..]),
+        Err(TraceError::TruncatedHeader { have: 0, .. })
+    ));
+    let mut bytes = write(&sample_records(1), 1024);
+    bytes[8] = 99;
+    let err = TraceReader::new(&bytes[..]).err().unwrap();
+    assert!(matches!(
+        err,
+        TraceError::UnsupportedVersion { found: 99, .. }
+    ));
+    assert_eq!(
+        err.to_string(),
+        "trace format version 99 is not supported (this vramtrace reads version 1)"
+    );
+}
+
+#[test]
+fn unknown_record_kinds_are_skipped_by_length() {
+    // Build a chunk by hand holding: an unknown tag 99, then a known event.
+    let mut raw = Vec::new();
+    let unknown = [99u8, 1, 2, 3];
+    raw.push(unknown.len() as u8);
+    raw.extend_from_slice(&unknown);
+    let mut ev = vec![1u8];
+    ev.extend(postcard::to_stdvec(&event(5)).unwrap());
+    raw.push(ev.len() as u8);
+    raw.extend_from_slice(&ev);
+    let mut bytes = write(&[], 1024);
+    let packed = zstd::bulk::compress(&raw, 1).unwrap();
+    bytes.extend_from_slice(&(packed.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&2u32.to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&packed).to_le_bytes());
+    bytes.extend_from_slice(&packed);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    let got: Vec<Record> = r.by_ref().collect();
+    assert_eq!(got, vec![Record::Event(event(5))]);
+    assert_eq!(r.skipped(), 1);
+}
