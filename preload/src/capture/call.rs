@@ -1,0 +1,263 @@
+//! One intercepted call, from entry to event: decides whether it is traced, merged into the
+//! runtime call above it, or passed through; takes its sequence number at the point that keeps
+//! causal order; and turns what happened into an [`Event`] for the collector.
+//!
+//! The real function is always called exactly once by the hook itself, between
+//! [`Call::begin`] and [`Call::end`]; nothing here can stop or repeat it, and a panic in the
+//! tracing part is caught, counted, and forgotten.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+
+use vramtrace_collector::event::{Api, Event, Layer, Op};
+
+use super::thread::{tid, RuntimeScope, THREAD};
+use super::{clock, context, stack};
+use crate::session::{self, Captured, Session, HOOK_PANICS};
+
+/// Where a call takes its sequence number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Makes something (allocation, mapping, handle): numbered after the real call returns, so
+    /// it sorts after every free that made its address available.
+    Create,
+    /// Releases something: numbered before the real call, so it sorts before any allocation that
+    /// reuses what it released.
+    Destroy,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Off,
+    Merged,
+    Traced,
+}
+
+/// An intercepted call in progress.
+pub struct Call {
+    session: Option<&'static Session>,
+    api: Api,
+    caller: usize,
+    order: Order,
+    mode: Mode,
+    seq: u64,
+    outer: Option<Api>,
+    saved_runtime: Option<RuntimeScope>,
+    saved_scope: u64,
+    scope: u64,
+}
+
+/// Whether a driver call made inside a runtime call is that runtime call's own work (and so one
+/// event, not two).
+fn merges(runtime: Api, driver: Api) -> bool {
+    use Api::*;
+    matches!(
+        (runtime, driver),
+        (CudaMalloc, CuMemAlloc)
+            | (CudaFree, CuMemFree)
+            | (CudaMallocAsync, CuMemAllocAsync | CuMemAllocAsyncPtsz)
+            | (CudaFreeAsync, CuMemFreeAsync | CuMemFreeAsyncPtsz)
+            | (
+                CudaMallocFromPoolAsync,
+                CuMemAllocFromPoolAsync | CuMemAllocFromPoolAsyncPtsz
+            )
+            | (CudaMallocManaged, CuMemAllocManaged)
+            | (CudaMallocHost, CuMemAllocHost | CuMemHostAlloc)
+            | (CudaHostAlloc, CuMemHostAlloc)
+            | (CudaFreeHost, CuMemFreeHost)
+            | (CudaHostRegister, CuMemHostRegister | CuMemHostRegisterV1)
+            | (CudaHostUnregister, CuMemHostUnregister)
+            | (CudaMallocPitch | CudaMalloc3D, CuMemAllocPitch)
+            | (CudaMallocArray, CuArrayCreate)
+            | (CudaMalloc3DArray, CuArray3DCreate)
+            | (CudaFreeArray, CuArrayDestroy)
+            | (CudaMemPoolCreate, CuMemPoolCreate)
+            | (CudaMemPoolDestroy, CuMemPoolDestroy)
+            | (CudaMemPoolTrimTo, CuMemPoolTrimTo)
+            | (
+                CudaDeviceReset,
+                CuDevicePrimaryCtxReset | CuDevicePrimaryCtxResetV1
+            )
+    )
+}
+
+fn layer_on(api: Api, s: &Session) -> bool {
+    let c = &s.config.capture;
+    match api.layer() {
+        Layer::Runtime => c.runtime,
+        Layer::Driver => c.driver,
+        Layer::Nccl => c.nccl,
+        Layer::Tracer => true,
+    }
+}
+
+/// Host-memory calls, which `VRAMTRACE_CAPTURE` can switch off separately.
+fn is_host(api: Api) -> bool {
+    use Api::*;
+    matches!(
+        api,
+        CudaMallocHost
+            | CudaHostAlloc
+            | CudaFreeHost
+            | CudaHostRegister
+            | CudaHostUnregister
+            | CuMemHostAlloc
+            | CuMemAllocHost
+            | CuMemFreeHost
+            | CuMemHostRegister
+            | CuMemHostRegisterV1
+            | CuMemHostUnregister
+    )
+}
+
+fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            HOOK_PANICS.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+impl Call {
+    const OFF: Call = Call {
+        session: None,
+        api: Api::CudaMalloc,
+        caller: 0,
+        order: Order::Create,
+        mode: Mode::Off,
+        seq: 0,
+        outer: None,
+        saved_runtime: None,
+        saved_scope: 0,
+        scope: 0,
+    };
+
+    /// Starts tracing a call to `api` made from return address `caller`.
+    #[inline]
+    pub fn begin(api: Api, caller: usize, order: Order) -> Call {
+        guarded(|| Call::begin_inner(api, caller, order)).unwrap_or(Call::OFF)
+    }
+
+    #[inline]
+    fn begin_inner(api: Api, caller: usize, order: Order) -> Call {
+        let Some(session) = session::current() else {
+            return Call::OFF;
+        };
+        if !layer_on(api, session) || (!session.config.capture.host && is_host(api)) {
+            return Call::OFF;
+        }
+        let mut call = Call {
+            session: Some(session),
+            api,
+            caller,
+            order,
+            ..Call::OFF
+        };
+        call.mode = THREAD.with(|t| {
+            if t.tracer.get() || t.busy.get() {
+                return Mode::Off;
+            }
+            match api.layer() {
+                Layer::Runtime => {
+                    call.saved_runtime = t.runtime.replace(Some(RuntimeScope { api, merged: None }));
+                    Mode::Traced
+                }
+                Layer::Driver => {
+                    if let Some(mut scope) = t.runtime.get() {
+                        if scope.merged.is_none() && merges(scope.api, api) {
+                            scope.merged = Some(api);
+                            t.runtime.set(Some(scope));
+                            return Mode::Merged;
+                        }
+                        call.outer = Some(scope.api);
+                    }
+                    Mode::Traced
+                }
+                Layer::Nccl => {
+                    call.scope = session.next_scope();
+                    call.saved_scope = t.nccl_scope.replace(call.scope);
+                    // A runtime call inside NCCL (its own static runtime is invisible, but a
+                    // dynamic one is not) must not swallow NCCL's driver calls.
+                    call.saved_runtime = t.runtime.replace(None);
+                    Mode::Traced
+                }
+                Layer::Tracer => Mode::Traced,
+            }
+        });
+        if call.mode == Mode::Traced && order == Order::Destroy {
+            call.seq = session.next_seq();
+        }
+        call
+    }
+
+    /// Finishes the call: `result` is what the real function returned, `op` reads the
+    /// arguments and out-parameters (only called for traced calls).
+    #[inline]
+    pub fn end(self, result: i32, op: impl FnOnce() -> Op) {
+        if self.mode != Mode::Traced {
+            return;
+        }
+        guarded(|| self.end_inner(result, op));
+    }
+
+    fn end_inner(mut self, result: i32, op: impl FnOnce() -> Op) {
+        let Some(session) = self.session else { return };
+        let layer = self.api.layer();
+        let inner = THREAD.with(|t| {
+            let mut inner = None;
+            match layer {
+                Layer::Runtime => {
+                    inner = t.runtime.replace(self.saved_runtime).and_then(|s| s.merged);
+                }
+                Layer::Nccl => {
+                    t.nccl_scope.set(self.saved_scope);
+                    t.runtime.set(self.saved_runtime);
+                }
+                _ => {}
+            }
+            t.busy.set(true);
+            inner
+        });
+        let built = guarded(|| {
+            if self.order == Order::Create {
+                self.seq = session.next_seq();
+            }
+            let op = op();
+            let (device, context) = if self.order == Order::Create {
+                context::current()
+            } else {
+                (-1, 0)
+            };
+            let nccl_scope = if layer == Layer::Nccl {
+                self.scope
+            } else {
+                THREAD.with(|t| t.nccl_scope.get())
+            };
+            let event = Event {
+                seq: self.seq,
+                time_ns: clock::now_ns(),
+                thread: tid(),
+                api: self.api,
+                inner,
+                outer: self.outer,
+                result,
+                device,
+                context,
+                caller: self.caller as u64,
+                stack: 0,
+                nccl_scope,
+                op,
+            };
+            let frames = stack::capture(session.config.stack_depth, self.caller as u64);
+            session.send(Captured { event, frames });
+        });
+        if built.is_none() && self.seq != 0 {
+            // The event is lost; tell the collector not to wait for its number.
+            session.dropped_seqs.push(self.seq);
+            session.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        THREAD.with(|t| t.busy.set(false));
+    }
+}

@@ -1,0 +1,52 @@
+//! The device and context current on the calling thread, asked of the real driver directly
+//! (`cuCtxGetDevice`, `cuCtxGetCurrent`; neither is hooked, neither allocates).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::resolve::driver;
+
+type GetDevice = unsafe extern "C" fn(*mut i32) -> i32;
+type GetCurrent = unsafe extern "C" fn(*mut u64) -> i32;
+
+static GET_DEVICE: AtomicUsize = AtomicUsize::new(0);
+static GET_CURRENT: AtomicUsize = AtomicUsize::new(0);
+
+fn resolve() -> (usize, usize) {
+    let d = GET_DEVICE.load(Ordering::Acquire);
+    let c = GET_CURRENT.load(Ordering::Acquire);
+    if d != 0 && c != 0 {
+        return (d, c);
+    }
+    if !driver::known() {
+        return (0, 0);
+    }
+    let d = driver::export(c"cuCtxGetDevice").unwrap_or(0);
+    let c = driver::export(c"cuCtxGetCurrent").unwrap_or(0);
+    GET_DEVICE.store(d, Ordering::Release);
+    GET_CURRENT.store(c, Ordering::Release);
+    (d, c)
+}
+
+/// `(device, context)` current on this thread; `(-1, 0)` when unknown.
+pub fn current() -> (i32, u64) {
+    let (d, c) = resolve();
+    let mut dev = -1i32;
+    let mut ctx = 0u64;
+    if d != 0 {
+        // SAFETY: `d` is the driver's cuCtxGetDevice(CUdevice*), which writes one int.
+        let f: GetDevice = unsafe { std::mem::transmute::<usize, GetDevice>(d) };
+        // SAFETY: as above.
+        if unsafe { f(&mut dev) } != 0 {
+            dev = -1;
+        }
+    }
+    if c != 0 {
+        // SAFETY: `c` is the driver's cuCtxGetCurrent(CUcontext*), which writes one pointer.
+        let f: GetCurrent = unsafe { std::mem::transmute::<usize, GetCurrent>(c) };
+        // SAFETY: as above.
+        if unsafe { f(&mut ctx) } != 0 {
+            ctx = 0;
+        }
+    }
+    (dev, ctx)
+}

@@ -1,0 +1,10 @@
+//! Turning an intercepted call into an event: per-thread state, the call discipline, the clock,
+//! the current device and context, and native stacks.
+
+pub mod call;
+pub mod clock;
+pub mod context;
+pub mod stack;
+pub mod thread;
+
+pub use call::{Call, Order};

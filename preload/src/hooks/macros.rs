@@ -1,0 +1,159 @@
+//! The `hooks!` macro: exported symbol, resolver copies and registry entry for each hook.
+
+/// Defines hooks. For each:
+/// `fn name(args) -> ret, caller in "reg", missing CODE => handler;`
+/// where `reg` is the first integer argument register not used by the function's own
+/// register-passed arguments (x86-64 SysV: rdi, rsi, rdx, rcx, r8, r9; structs larger than 16
+/// bytes passed by value travel on the stack and take no register). The trampolines put the
+/// return address of the original call there and jump to the handler's wrapper, so the original
+/// stack is untouched and the handler returns straight to the program.
+macro_rules! hooks {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty,
+            caller in $reg:literal, missing $missing:expr => $handler:path;
+    )*) => {
+        $(
+            $(#[$doc])*
+            #[allow(non_snake_case)]
+            pub mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+
+                /// The real function's type.
+                pub type Real = unsafe extern "C" fn($($ty),*) -> $ret;
+
+                pub static SLOTS: $crate::resolve::Slots = $crate::resolve::Slots::new();
+
+                const CNAME: &core::ffi::CStr =
+                    match core::ffi::CStr::from_bytes_with_nul(
+                        concat!(stringify!($name), "\0").as_bytes(),
+                    ) {
+                        Ok(c) => c,
+                        Err(_) => panic!("hook name"),
+                    };
+
+                /// Copy `K` of the hook (`LINK` is the exported symbol).
+                ///
+                /// # Safety
+                /// Called only from the trampolines, with the program's arguments.
+                pub unsafe extern "C" fn imp<const K: usize>($($arg: $ty,)* caller: usize) -> $ret {
+                    match SLOTS.real::<K>(CNAME) {
+                        Some(real) => {
+                            // SAFETY: a slot only ever holds a function of this hook's exact
+                            // signature (resolved by its exact exported name or ABI version).
+                            let real: Real = unsafe { core::mem::transmute::<usize, Real>(real) };
+                            // SAFETY: the program's own arguments, passed on unchanged.
+                            unsafe { $handler(real, caller, $($arg),*) }
+                        }
+                        None => $crate::hooks::missing_real(stringify!($name), $missing),
+                    }
+                }
+
+                /// The exported hook.
+                ///
+                /// # Safety
+                /// Has the real function's contract.
+                #[unsafe(naked)]
+                #[unsafe(no_mangle)]
+                pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                    core::arch::naked_asm!(
+                        concat!("mov ", $reg, ", [rsp]"),
+                        "jmp {imp}",
+                        imp = sym imp::<{ $crate::resolve::LINK }>,
+                    )
+                }
+
+                hooks!(@copy copy0, 0, $reg, ($($arg: $ty),*) -> $ret);
+                hooks!(@copy copy1, 1, $reg, ($($arg: $ty),*) -> $ret);
+                hooks!(@copy copy2, 2, $reg, ($($arg: $ty),*) -> $ret);
+                hooks!(@copy copy3, 3, $reg, ($($arg: $ty),*) -> $ret);
+
+                pub static ENTRY: $crate::closure::registry::HookEntry =
+                    $crate::closure::registry::HookEntry::new(
+                        stringify!($name),
+                        &SLOTS,
+                        $name as *const (),
+                        [
+                            copy0 as *const (),
+                            copy1 as *const (),
+                            copy2 as *const (),
+                            copy3 as *const (),
+                        ],
+                    );
+            }
+        )*
+
+        /// This file's hooks, for the resolvers.
+        pub static ENTRIES: &[&$crate::closure::registry::HookEntry] = &[$(&$name::ENTRY),*];
+    };
+
+    (@copy $copy:ident, $k:literal, $reg:literal, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        /// A resolver copy of the hook.
+        ///
+        /// # Safety
+        /// Has the real function's contract.
+        #[unsafe(naked)]
+        unsafe extern "C" fn $copy($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(
+                concat!("mov ", $reg, ", [rsp]"),
+                "jmp {imp}",
+                imp = sym imp::<$k>,
+            )
+        }
+    };
+}
+
+/// A handler for an allocation that returns its pointer through the first argument and takes the
+/// size as the second: `(ptr_out, size, extra...)`.
+macro_rules! alloc_handler {
+    ($fn:ident, $api:ident, $kind:ident, $pty:ty, ($($extra:ident : $ety:ty),*),
+        stream = $stream:expr, flags = $flags:expr) => {
+        unsafe fn $fn(
+            real: unsafe extern "C" fn(*mut $pty, usize $(, $ety)*) -> i32,
+            caller: usize,
+            out_ptr: *mut $pty,
+            size: usize,
+            $($extra: $ety),*
+        ) -> i32 {
+            let call = $crate::capture::Call::begin(
+                vramtrace_collector::event::Api::$api,
+                caller,
+                $crate::capture::Order::Create,
+            );
+            // SAFETY: the program's own arguments.
+            let r = unsafe { real(out_ptr, size $(, $extra)*) };
+            call.end(r, || vramtrace_collector::event::Op::Alloc {
+                kind: vramtrace_collector::event::MemKind::$kind,
+                // SAFETY: written by the real call when it succeeded.
+                ptr: unsafe { $crate::hooks::out(out_ptr, r) },
+                size: size as u64,
+                stream: $stream,
+                pool: 0,
+                flags: $flags,
+                pitch: 0,
+            });
+            r
+        }
+    };
+}
+
+/// A handler for a call that releases what its single argument names.
+macro_rules! release_handler {
+    ($fn:ident, $api:ident, $ty:ty, |$arg:ident| $op:expr) => {
+        unsafe fn $fn(real: unsafe extern "C" fn($ty) -> i32, caller: usize, $arg: $ty) -> i32 {
+            let call = $crate::capture::Call::begin(
+                vramtrace_collector::event::Api::$api,
+                caller,
+                $crate::capture::Order::Destroy,
+            );
+            // SAFETY: the program's own argument.
+            let r = unsafe { real($arg) };
+            call.end(r, || $op);
+            r
+        }
+    };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("libvramtrace's hook trampolines are written for x86-64 only so far");

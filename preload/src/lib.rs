@@ -1,0 +1,44 @@
+//! `libvramtrace.so`: the library injected with `LD_PRELOAD` that sees every GPU memory operation
+//! of a process.
+//!
+//! It hooks the CUDA runtime, the CUDA driver (including virtual memory and every way a library
+//! obtains driver function pointers) and NCCL; each hook calls the real function exactly as asked,
+//! turns what happened into an event and hands it over a bounded channel to a collector thread that
+//! writes the trace. Analysis lives in `vramtrace-collector` and the tools, not here.
+//!
+//! Layout:
+//! - [`hooks`]: one handler per intercepted entry point, by library;
+//! - [`closure`]: the resolvers (`dlsym`, `cuGetProcAddress`, ...) that hand out wrappers;
+//! - [`resolve`]: finding real functions, also in local scopes;
+//! - [`capture`]: per-thread state, event building, stacks;
+//! - [`session`]: settings, the collector thread, the trace file, fork/exit/signals.
+
+#[macro_use]
+#[path = "hooks/macros.rs"]
+mod macros;
+
+pub mod capture;
+pub mod closure;
+pub mod ffi;
+pub mod hooks;
+pub mod resolve;
+pub mod session;
+
+/// Library constructor: finds glibc's `dlsym`, reads the settings, installs the fork and signal
+/// handlers. Starting the trace waits for the first event.
+extern "C" fn on_load() {
+    let _ = std::panic::catch_unwind(session::lifecycle::install);
+}
+
+/// Library destructor (at exit): writes what is buffered and the end record.
+extern "C" fn on_unload() {
+    let _ = std::panic::catch_unwind(session::lifecycle::finish_at_exit);
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ON_LOAD: extern "C" fn() = on_load;
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static ON_UNLOAD: extern "C" fn() = on_unload;

@@ -1,0 +1,323 @@
+//! `VRAMTRACE_*` settings. A bad value is one warning on stderr and the default, never a crash.
+
+use std::time::Duration;
+
+/// Which layers produce events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capture {
+    pub runtime: bool,
+    pub driver: bool,
+    pub nccl: bool,
+    /// Page-locked host memory (pinned allocations and registrations).
+    pub host: bool,
+}
+
+/// The tracer's settings for this process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Pass everything through untouched: no events, no wrapped pointers.
+    pub disabled: bool,
+    /// Output path pattern (`%p` pid, `%r` rank, `%h` host, `%t` start time in seconds).
+    pub output: String,
+    /// Native frames captured per event; 0 turns stack capture off.
+    pub stack_depth: usize,
+    pub capture: Capture,
+    /// Capacity of the channel between hooks and the collector, in events.
+    pub buffer_events: usize,
+    /// Longest time between chunk writes.
+    pub flush_interval: Duration,
+    /// How long a hook waits for room in a full channel before dropping its event.
+    pub full_wait: Duration,
+    /// How long the collector waits for an event that is missing from the sequence.
+    pub reorder_wait: Duration,
+    /// No messages on stderr.
+    pub quiet: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            disabled: false,
+            output: String::new(),
+            stack_depth: 32,
+            capture: Capture {
+                runtime: true,
+                driver: true,
+                nccl: true,
+                host: true,
+            },
+            buffer_events: 1 << 16,
+            flush_interval: Duration::from_millis(200),
+            full_wait: Duration::from_millis(50),
+            reorder_wait: Duration::from_millis(1000),
+            quiet: false,
+        }
+    }
+}
+
+/// Every setting the tracer reads, for `--help` texts and the trace header.
+pub const SETTINGS: &[&str] = &[
+    "VRAMTRACE_DISABLE",
+    "VRAMTRACE_OUTPUT",
+    "VRAMTRACE_STACK_DEPTH",
+    "VRAMTRACE_CAPTURE",
+    "VRAMTRACE_BUFFER_EVENTS",
+    "VRAMTRACE_FLUSH_MS",
+    "VRAMTRACE_FULL_WAIT_MS",
+    "VRAMTRACE_REORDER_WAIT_MS",
+    "VRAMTRACE_QUIET",
+];
+
+fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => {
+            warnings.push(format!(
+                "{name}='{v}' is not a boolean (use 1 or 0); using the default"
+            ));
+            None
+        }
+    }
+}
+
+fn parse_range(
+    name: &str,
+    v: &str,
+    lo: u64,
+    hi: u64,
+    default: u64,
+    warnings: &mut Vec<String>,
+) -> u64 {
+    match v.trim().parse::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => n,
+        _ => {
+            warnings.push(format!(
+                "{name}='{v}' is not a number from {lo} to {hi}; using {default}"
+            ));
+            default
+        }
+    }
+}
+
+fn parse_capture(v: &str, warnings: &mut Vec<String>) -> Capture {
+    let mut c = Capture {
+        runtime: false,
+        driver: false,
+        nccl: false,
+        host: false,
+    };
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part {
+            "all" => {
+                return Config::default().capture;
+            }
+            "runtime" => c.runtime = true,
+            "driver" => c.driver = true,
+            "nccl" => c.nccl = true,
+            "host" => c.host = true,
+            other => {
+                warnings.push(format!(
+                    "VRAMTRACE_CAPTURE has an unknown layer '{other}' (known: runtime, driver, nccl, host, all); capturing everything"
+                ));
+                return Config::default().capture;
+            }
+        }
+    }
+    if !(c.runtime || c.driver || c.nccl) {
+        warnings.push(format!(
+            "VRAMTRACE_CAPTURE='{v}' names no layer; capturing everything"
+        ));
+        return Config::default().capture;
+    }
+    c
+}
+
+impl Config {
+    /// Reads the settings through `get` (the environment, or a map in tests); returns the
+    /// configuration and one warning per bad value.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut c = Config::default();
+        let mut w = Vec::new();
+        if let Some(v) = get("VRAMTRACE_DISABLE") {
+            c.disabled = parse_bool("VRAMTRACE_DISABLE", &v, &mut w).unwrap_or(false);
+        }
+        if let Some(v) = get("VRAMTRACE_QUIET") {
+            c.quiet = parse_bool("VRAMTRACE_QUIET", &v, &mut w).unwrap_or(false);
+        }
+        let rank_known = get("RANK").is_some() || get("LOCAL_RANK").is_some();
+        c.output = match get("VRAMTRACE_OUTPUT") {
+            Some(v) if !v.trim().is_empty() => v,
+            Some(_) => {
+                w.push("VRAMTRACE_OUTPUT is empty; using the default name".into());
+                default_output(rank_known)
+            }
+            None => default_output(rank_known),
+        };
+        if let Some(v) = get("VRAMTRACE_STACK_DEPTH") {
+            c.stack_depth = parse_range("VRAMTRACE_STACK_DEPTH", &v, 0, 256, 32, &mut w) as usize;
+        }
+        if let Some(v) = get("VRAMTRACE_CAPTURE") {
+            c.capture = parse_capture(&v, &mut w);
+        }
+        if let Some(v) = get("VRAMTRACE_BUFFER_EVENTS") {
+            c.buffer_events = parse_range(
+                "VRAMTRACE_BUFFER_EVENTS",
+                &v,
+                1024,
+                1 << 24,
+                1 << 16,
+                &mut w,
+            ) as usize;
+        }
+        if let Some(v) = get("VRAMTRACE_FLUSH_MS") {
+            c.flush_interval = Duration::from_millis(parse_range(
+                "VRAMTRACE_FLUSH_MS",
+                &v,
+                1,
+                60_000,
+                200,
+                &mut w,
+            ));
+        }
+        if let Some(v) = get("VRAMTRACE_FULL_WAIT_MS") {
+            c.full_wait = Duration::from_millis(parse_range(
+                "VRAMTRACE_FULL_WAIT_MS",
+                &v,
+                0,
+                10_000,
+                50,
+                &mut w,
+            ));
+        }
+        if let Some(v) = get("VRAMTRACE_REORDER_WAIT_MS") {
+            c.reorder_wait = Duration::from_millis(parse_range(
+                "VRAMTRACE_REORDER_WAIT_MS",
+                &v,
+                0,
+                60_000,
+                1000,
+                &mut w,
+            ));
+        }
+        (c, w)
+    }
+
+    /// Reads the settings from the process environment.
+    pub fn from_env() -> (Config, Vec<String>) {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The settings in effect, for the trace header.
+    pub fn describe(&self) -> Vec<(String, String)> {
+        let c = &self.capture;
+        let mut layers = Vec::new();
+        for (on, name) in [
+            (c.runtime, "runtime"),
+            (c.driver, "driver"),
+            (c.nccl, "nccl"),
+            (c.host, "host"),
+        ] {
+            if on {
+                layers.push(name);
+            }
+        }
+        vec![
+            ("VRAMTRACE_OUTPUT".into(), self.output.clone()),
+            (
+                "VRAMTRACE_STACK_DEPTH".into(),
+                self.stack_depth.to_string(),
+            ),
+            ("VRAMTRACE_CAPTURE".into(), layers.join(",")),
+            (
+                "VRAMTRACE_BUFFER_EVENTS".into(),
+                self.buffer_events.to_string(),
+            ),
+            (
+                "VRAMTRACE_FLUSH_MS".into(),
+                self.flush_interval.as_millis().to_string(),
+            ),
+            (
+                "VRAMTRACE_FULL_WAIT_MS".into(),
+                self.full_wait.as_millis().to_string(),
+            ),
+            (
+                "VRAMTRACE_REORDER_WAIT_MS".into(),
+                self.reorder_wait.as_millis().to_string(),
+            ),
+        ]
+    }
+}
+
+fn default_output(rank_known: bool) -> String {
+    if rank_known {
+        "vramtrace-rank%r-%p.vtrace".into()
+    } else {
+        "vramtrace-%p.vtrace".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_without_settings() {
+        let (c, w) = cfg(&[]);
+        assert!(w.is_empty());
+        assert_eq!(c.output, "vramtrace-%p.vtrace");
+        assert_eq!(c.stack_depth, 32);
+        assert!(c.capture.runtime && c.capture.driver && c.capture.nccl && c.capture.host);
+    }
+
+    #[test]
+    fn rank_changes_the_default_name() {
+        let (c, _) = cfg(&[("RANK", "3")]);
+        assert_eq!(c.output, "vramtrace-rank%r-%p.vtrace");
+    }
+
+    #[test]
+    fn bad_values_warn_once_each_and_keep_defaults() {
+        let (c, w) = cfg(&[
+            ("VRAMTRACE_STACK_DEPTH", "lots"),
+            ("VRAMTRACE_BUFFER_EVENTS", "12"),
+            ("VRAMTRACE_CAPTURE", "runtime,gpu"),
+            ("VRAMTRACE_DISABLE", "maybe"),
+            ("VRAMTRACE_FLUSH_MS", "-5"),
+        ]);
+        assert_eq!(w.len(), 5, "{w:?}");
+        assert_eq!(
+            w[1],
+            "VRAMTRACE_STACK_DEPTH='lots' is not a number from 0 to 256; using 32"
+        );
+        assert_eq!(c.stack_depth, 32);
+        assert_eq!(c.buffer_events, 1 << 16);
+        assert_eq!(c.capture, Config::default().capture);
+        assert!(!c.disabled);
+        assert_eq!(c.flush_interval, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn good_values_are_taken() {
+        let (c, w) = cfg(&[
+            ("VRAMTRACE_STACK_DEPTH", "0"),
+            ("VRAMTRACE_CAPTURE", "driver, nccl"),
+            ("VRAMTRACE_OUTPUT", "/tmp/x-%p.vtrace"),
+            ("VRAMTRACE_DISABLE", "1"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.stack_depth, 0);
+        assert!(!c.capture.runtime && c.capture.driver && c.capture.nccl && !c.capture.host);
+        assert_eq!(c.output, "/tmp/x-%p.vtrace");
+        assert!(c.disabled);
+    }
+}

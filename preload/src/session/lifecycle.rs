@@ -1,0 +1,162 @@
+//! Process lifecycle: the library constructor, the exit flush, fork, and fatal signals.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::{config, mark_ended, reset_after_fork, running};
+
+static PROCESS_START: OnceLock<SystemTime> = OnceLock::new();
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// When this process (image) started being traced.
+pub fn process_start() -> SystemTime {
+    *PROCESS_START.get_or_init(SystemTime::now)
+}
+
+/// One line on stderr, written with a single `write(2)` (no locks, usable anywhere).
+pub fn warn(msg: &str) {
+    let line = format!("vramtrace: warning: {msg}\n");
+    // SAFETY: writes our own buffer to fd 2.
+    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
+}
+
+/// Signals whose default action ends the process; their handler flushes the trace first.
+const FATAL: [libc::c_int; 7] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGABRT,
+    libc::SIGTERM,
+    libc::SIGINT,
+];
+
+/// The handlers that were installed before ours, to chain to.
+static mut PREVIOUS: [libc::sigaction; 7] = [const {
+    // SAFETY: an all-zero sigaction is SIG_DFL with no flags.
+    unsafe { std::mem::zeroed() }
+}; 7];
+static SIGNAL_WAIT_NS: AtomicU64 = AtomicU64::new(3_000_000_000);
+
+/// Runs once per process image, from the library constructor.
+pub fn install() {
+    if INSTALLED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    process_start();
+    crate::resolve::dl::init();
+    let cfg = config();
+    if cfg.disabled {
+        return;
+    }
+    // SAFETY: registers plain functions that only touch atomics and thread-locals.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    install_signal_handlers();
+}
+
+extern "C" fn after_fork_in_child() {
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() } as u32;
+    crate::capture::thread::reset_after_fork();
+    reset_after_fork(parent);
+}
+
+fn install_signal_handlers() {
+    for (i, &sig) in FATAL.iter().enumerate() {
+        // SAFETY: a zeroed sigaction is valid; we fill handler, mask and flags before use.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = on_fatal_signal as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        // SAFETY: sa_mask is ours to initialise.
+        unsafe { libc::sigemptyset(&mut act.sa_mask) };
+        // SAFETY: installs a handler; PREVIOUS[i] receives the old action (written only here, at
+        // constructor time, before any signal can arrive through our handler).
+        unsafe {
+            let prev = std::ptr::addr_of_mut!(PREVIOUS[i]);
+            if libc::sigaction(sig, &act, prev) != 0 {
+                continue;
+            }
+            // Leave a program's deliberate "ignore" alone.
+            if (*prev).sa_sigaction == libc::SIG_IGN {
+                libc::sigaction(sig, prev, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+fn sleep_briefly() {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    // SAFETY: nanosleep is async-signal-safe.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
+/// Asks the collector to write out everything and waits up to `limit` for it.
+fn flush_and_wait(finish_reason: u32, limit: Duration) -> bool {
+    let Some(s) = running() else { return true };
+    if s.control.collector_tid.load(Ordering::Acquire) == crate::capture::thread::tid() {
+        return false;
+    }
+    let gen = s.control.flush_request.fetch_add(1, Ordering::AcqRel) + 1;
+    if finish_reason != 0 {
+        s.control.finish.store(finish_reason, Ordering::Release);
+    }
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let done = if finish_reason != 0 {
+            s.control.finished.load(Ordering::Acquire) != 0
+        } else {
+            s.control.flushed.load(Ordering::Acquire) >= gen
+        };
+        if done {
+            return true;
+        }
+        sleep_briefly();
+    }
+    false
+}
+
+extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    let Some(i) = FATAL.iter().position(|&s| s == sig) else {
+        return;
+    };
+    // SAFETY: PREVIOUS is written once at install time, before this handler can run.
+    let prev = unsafe { std::ptr::addr_of!(PREVIOUS[i]).read() };
+    let handler = prev.sa_sigaction;
+    let wait = Duration::from_nanos(SIGNAL_WAIT_NS.load(Ordering::Relaxed));
+    if handler == libc::SIG_DFL {
+        // The process is about to die: finish the trace, then let the default action happen.
+        flush_and_wait(1000 + sig as u32, wait);
+        mark_ended();
+        // SAFETY: restores the previous (default) action and re-raises; the signal is blocked
+        // while we run, so it is delivered with the default action when we return.
+        unsafe {
+            libc::sigaction(sig, &prev, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+        return;
+    }
+    // Someone else handles it and the process may live on: flush, then chain.
+    flush_and_wait(0, wait);
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed with SA_SIGINFO, so it takes three arguments.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(handler) };
+        f(sig, info, uctx);
+    } else {
+        // SAFETY: a plain handler takes the signal number.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+        f(sig);
+    }
+}
+
+/// Runs from the library destructor at exit: writes everything and the end record.
+pub fn finish_at_exit() {
+    if !flush_and_wait(1, Duration::from_secs(10)) {
+        warn("the collector did not finish writing within 10 s at exit; the trace may lack its end");
+    }
+    mark_ended();
+}

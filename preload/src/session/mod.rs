@@ -1,0 +1,220 @@
+//! One tracing session per process: its settings, the channel from hooks to the collector
+//! thread, the sequence counter, and the lifecycle (lazy start on the first event, restart in a
+//! forked child, flush at exit and on fatal signals).
+//!
+//! A session starts only when the first event arrives, so processes that never touch CUDA (the
+//! shell and tools a training script starts) leave no trace file behind.
+
+pub mod collector;
+pub mod config;
+pub mod lifecycle;
+pub mod modules;
+pub mod output;
+
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_queue::SegQueue;
+use vramtrace_collector::event::Event;
+use vramtrace_collector::format::Lookup;
+
+pub use config::Config;
+
+/// An event as a hook hands it over: the stack still raw, interned by the collector.
+pub struct Captured {
+    pub event: Event,
+    pub frames: Option<Box<[u64]>>,
+}
+
+const IDLE: u8 = 0;
+const STARTING: u8 = 1;
+const RUNNING: u8 = 2;
+const ENDED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(IDLE);
+static SESSION: AtomicPtr<Session> = AtomicPtr::new(std::ptr::null_mut());
+static CONFIG: OnceLock<Config> = OnceLock::new();
+/// Warnings found while reading the settings, written into the first trace.
+static CONFIG_WARNINGS: OnceLock<Vec<String>> = OnceLock::new();
+/// Set in a forked child: the pid it was forked from.
+static FORKED_FROM: AtomicU32 = AtomicU32::new(0);
+
+/// Process-wide counters that exist before any session does.
+pub static HOOK_PANICS: AtomicU64 = AtomicU64::new(0);
+pub static MISSING_REAL: AtomicU64 = AtomicU64::new(0);
+
+/// The settings, read once (first from the library constructor, while the process has one
+/// thread, so a fork can never catch the read half done).
+pub fn config() -> &'static Config {
+    CONFIG.get_or_init(|| {
+        let (c, warnings) = Config::from_env();
+        if !c.quiet {
+            for w in &warnings {
+                lifecycle::warn(w);
+            }
+        }
+        let _ = CONFIG_WARNINGS.set(warnings);
+        c
+    })
+}
+
+/// Control flags between the process and its collector thread.
+#[derive(Default)]
+pub struct Control {
+    /// Bumped to ask the collector to write out everything it holds now.
+    pub flush_request: AtomicU64,
+    /// The last flush request the collector completed.
+    pub flushed: AtomicU64,
+    /// Nonzero: finish the trace with this reason (1 = exit, else a signal number + 1000).
+    pub finish: AtomicU32,
+    /// The collector has written its end record and exited.
+    pub finished: AtomicU8,
+    /// Kernel thread id of the collector (hooks called on it are never traced).
+    pub collector_tid: AtomicU32,
+}
+
+/// The live session of this process.
+pub struct Session {
+    pub config: &'static Config,
+    tx: Sender<Captured>,
+    seq: AtomicU64,
+    scope: AtomicU64,
+    pub dropped: AtomicU64,
+    pub after_end: AtomicU64,
+    /// Sequence numbers of dropped events, so the collector does not wait for them.
+    pub dropped_seqs: SegQueue<u64>,
+    /// Driver entry points handed out unwrapped, to be written as `Lookup` records.
+    pub lookups: SegQueue<Lookup>,
+    pub control: Control,
+    pub forked_from: Option<u32>,
+}
+
+impl Session {
+    /// The next sequence number (starts at 1).
+    #[inline]
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A fresh NCCL call scope id (starts at 1).
+    #[inline]
+    pub fn next_scope(&self) -> u64 {
+        self.scope.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Hands an event to the collector. Waits at most `full_wait` for room; an event that still
+    /// does not fit is counted as dropped, never lost silently.
+    #[inline]
+    pub fn send(&self, c: Captured) {
+        match self.tx.try_send(c) {
+            Ok(()) => {}
+            Err(TrySendError::Full(c)) => self.send_slow(c),
+            Err(TrySendError::Disconnected(_)) => {
+                self.after_end.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[cold]
+    fn send_slow(&self, c: Captured) {
+        let seq = c.event.seq;
+        if self.config.full_wait > Duration::ZERO {
+            match self.tx.send_timeout(c, self.config.full_wait) {
+                Ok(()) => return,
+                Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => {
+                    self.after_end.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(crossbeam_channel::SendTimeoutError::Timeout(_)) => {}
+            }
+        }
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        self.dropped_seqs.push(seq);
+    }
+}
+
+/// The running session, starting it on first use; `None` when tracing is off or over.
+#[inline]
+pub fn current() -> Option<&'static Session> {
+    if STATE.load(Ordering::Acquire) == RUNNING {
+        // SAFETY: SESSION is set before STATE becomes RUNNING and sessions are never freed.
+        return unsafe { SESSION.load(Ordering::Acquire).as_ref() };
+    }
+    start_slow()
+}
+
+#[cold]
+fn start_slow() -> Option<&'static Session> {
+    let config = config();
+    if config.disabled {
+        return None;
+    }
+    loop {
+        match STATE.compare_exchange(IDLE, STARTING, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(RUNNING) => {
+                // SAFETY: as in `current`.
+                return unsafe { SESSION.load(Ordering::Acquire).as_ref() };
+            }
+            Err(ENDED) => return None,
+            Err(_) => std::thread::yield_now(),
+        }
+    }
+    let forked_from = match FORKED_FROM.load(Ordering::Relaxed) {
+        0 => None,
+        p => Some(p),
+    };
+    let (tx, rx) = crossbeam_channel::bounded(config.buffer_events);
+    let session: &'static Session = Box::leak(Box::new(Session {
+        config,
+        tx,
+        seq: AtomicU64::new(0),
+        scope: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+        after_end: AtomicU64::new(0),
+        dropped_seqs: SegQueue::new(),
+        lookups: SegQueue::new(),
+        control: Control::default(),
+        forked_from,
+    }));
+    let warnings = CONFIG_WARNINGS.get().cloned().unwrap_or_default();
+    match collector::spawn(session, rx, warnings) {
+        Ok(()) => {
+            SESSION.store(session as *const Session as *mut Session, Ordering::Release);
+            STATE.store(RUNNING, Ordering::Release);
+            Some(session)
+        }
+        Err(e) => {
+            lifecycle::warn(&format!(
+                "could not start the collector thread ({e}); tracing is off for this process"
+            ));
+            STATE.store(ENDED, Ordering::Release);
+            None
+        }
+    }
+}
+
+/// The running session without starting one.
+pub fn running() -> Option<&'static Session> {
+    if STATE.load(Ordering::Acquire) == RUNNING {
+        // SAFETY: as in `current`.
+        unsafe { SESSION.load(Ordering::Acquire).as_ref() }
+    } else {
+        None
+    }
+}
+
+/// Marks the session over: later events pass through untraced.
+pub(crate) fn mark_ended() {
+    STATE.store(ENDED, Ordering::Release);
+}
+
+/// In a forked child: forget the parent's session (its collector thread does not exist here) so
+/// the child's first event starts its own trace.
+pub(crate) fn reset_after_fork(parent: u32) {
+    FORKED_FROM.store(parent, Ordering::Relaxed);
+    SESSION.store(std::ptr::null_mut(), Ordering::Release);
+    STATE.store(IDLE, Ordering::Release);
+}
