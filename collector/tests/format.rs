@@ -119,7 +119,10 @@ fn a_file_cut_at_any_byte_opens_or_fails_cleanly() {
                 let got: Vec<Record> = r.by_ref().collect();
                 // Everything read is a prefix of what was written.
                 assert_eq!(&records[..got.len()], &got[..], "cut {cut}");
-                assert!(got.len() >= last_count, "more bytes never read fewer records");
+                assert!(
+                    got.len() >= last_count,
+                    "more bytes never read fewer records"
+                );
                 last_count = got.len();
                 match r.ending().unwrap() {
                     Ending::Complete => panic!("a cut file is never complete (cut {cut})"),

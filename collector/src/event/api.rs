@@ -23,8 +23,11 @@ macro_rules! apis {
             }
 
             /// Which library layer the function belongs to.
+            #[inline]
             pub const fn layer(self) -> Layer {
-                match self { $(Api::$variant => Layer::$layer,)* }
+                // A table, not a match: this is on the path of every intercepted call.
+                const LAYERS: &[Layer] = &[$(Layer::$layer,)*];
+                LAYERS[self as usize]
             }
         }
     };
@@ -150,6 +153,10 @@ mod tests {
         for a in Api::ALL {
             assert_eq!(Api::from_name(a.name()), Some(*a));
         }
-        assert_eq!(Api::from_name("cuMemAlloc"), None, "the v1 ABI is not cuMemAlloc_v2");
+        assert_eq!(
+            Api::from_name("cuMemAlloc"),
+            None,
+            "the v1 ABI is not cuMemAlloc_v2"
+        );
     }
 }

@@ -126,19 +126,38 @@ pub enum Op {
     /// Undoing a `HostRegister`.
     HostUnregister { ptr: u64 },
     /// A virtual address range reservation (`cuMemAddressReserve`).
-    Reserve { ptr: u64, size: u64, alignment: u64, hint: u64 },
+    Reserve {
+        ptr: u64,
+        size: u64,
+        alignment: u64,
+        hint: u64,
+    },
     /// Freeing a reservation (`cuMemAddressFree`).
     ReserveFree { ptr: u64, size: u64 },
     /// A physical allocation handle (`cuMemCreate`).
-    Create { handle: u64, size: u64, device: i32, handle_types: u32 },
+    Create {
+        handle: u64,
+        size: u64,
+        device: i32,
+        handle_types: u32,
+    },
     /// Dropping a reference to a physical handle (`cuMemRelease`).
     Release { handle: u64 },
     /// Taking a new reference to the handle mapped at `ptr` (`cuMemRetainAllocationHandle`).
     Retain { handle: u64, ptr: u64 },
     /// A handle imported from a shareable OS handle (`cuMemImportFromShareableHandle`).
-    Import { handle: u64, shareable: u64, handle_type: u32 },
+    Import {
+        handle: u64,
+        shareable: u64,
+        handle_type: u32,
+    },
     /// Mapping `handle[offset..offset+size]` at `ptr` (`cuMemMap`).
-    Map { ptr: u64, size: u64, offset: u64, handle: u64 },
+    Map {
+        ptr: u64,
+        size: u64,
+        offset: u64,
+        handle: u64,
+    },
     /// Unmapping `[ptr, ptr+size)` (`cuMemUnmap`).
     Unmap { ptr: u64, size: u64 },
     /// A memory pool created (`cuMemPoolCreate`); `device` from its location.
@@ -192,11 +211,22 @@ pub enum Op {
     /// `ncclMemFree`.
     NcclMemFree { ptr: u64 },
     /// A buffer registered with a communicator.
-    Register { comm: u64, ptr: u64, size: u64, handle: u64 },
+    Register {
+        comm: u64,
+        ptr: u64,
+        size: u64,
+        handle: u64,
+    },
     /// A registration dropped.
     Deregister { comm: u64, handle: u64 },
     /// A symmetric window registered with a communicator.
-    WindowRegister { comm: u64, ptr: u64, size: u64, window: u64, flags: i32 },
+    WindowRegister {
+        comm: u64,
+        ptr: u64,
+        size: u64,
+        window: u64,
+        flags: i32,
+    },
     /// A window dropped.
     WindowDeregister { comm: u64, window: u64 },
     /// The program marked the start of a training step (`vramtrace_mark_step`).

@@ -22,7 +22,9 @@ pub struct Module {
 impl Module {
     /// Whether the runtime address lies in one of the module's segments.
     pub fn contains(&self, addr: u64) -> bool {
-        self.segments.iter().any(|s| addr >= s.start && addr - s.start < s.len)
+        self.segments
+            .iter()
+            .any(|s| addr >= s.start && addr - s.start < s.len)
     }
 
     /// The file name without directories (`libnccl.so.2`).

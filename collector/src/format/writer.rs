@@ -4,8 +4,9 @@ use std::io::Write;
 
 use super::error::TraceError;
 use super::header::{Header, FORMAT_VERSION, MAGIC};
-use super::record::Record;
+use super::record::{Record, TAG_EVENT};
 use super::varint;
+use crate::event::Event;
 
 /// Raw bytes gathered before a chunk is compressed and written.
 const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
@@ -19,7 +20,8 @@ pub struct TraceWriter<W: Write> {
     chunk_records: u32,
     scratch: Vec<u8>,
     chunk_limit: usize,
-    level: i32,
+    compressor: zstd::bulk::Compressor<'static>,
+    packed: Vec<u8>,
     bytes_written: u64,
 }
 
@@ -41,7 +43,8 @@ impl<W: Write> TraceWriter<W> {
             chunk_records: 0,
             scratch: Vec::with_capacity(256),
             chunk_limit: DEFAULT_CHUNK_BYTES,
-            level: 1,
+            compressor: zstd::bulk::Compressor::new(1).map_err(TraceError::Write)?,
+            packed: Vec::new(),
             bytes_written: prefix.len() as u64,
         })
     }
@@ -53,13 +56,20 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Sets the zstd level (1 is fast, 19 is small).
-    pub fn with_level(mut self, level: i32) -> Self {
-        self.level = level;
-        self
+    pub fn with_level(mut self, level: i32) -> Result<Self, TraceError> {
+        self.compressor = zstd::bulk::Compressor::new(level).map_err(TraceError::Write)?;
+        Ok(self)
     }
 
     /// Appends one record, writing a chunk out when enough has gathered.
     pub fn write(&mut self, record: &Record) -> Result<(), TraceError> {
+        match record {
+            Record::Event(e) => self.write_event(e),
+            other => self.write_other(other),
+        }
+    }
+
+    fn write_other(&mut self, record: &Record) -> Result<(), TraceError> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         varint::put(&mut scratch, record.tag());
@@ -67,6 +77,30 @@ impl<W: Write> TraceWriter<W> {
         varint::put(&mut self.chunk, scratch.len() as u64);
         self.chunk.extend_from_slice(&scratch);
         self.scratch = scratch;
+        self.record_done()
+    }
+
+    /// Appends one event record (the hot path of the tracer's collector): encoded into a stack
+    /// buffer in one pass, then copied once.
+    pub fn write_event(&mut self, event: &Event) -> Result<(), TraceError> {
+        let mut buf = [0u8; 256];
+        buf[0] = TAG_EVENT as u8;
+        match postcard::to_slice(event, &mut buf[1..]) {
+            Ok(body) => {
+                let len = body.len() + 1;
+                varint::put(&mut self.chunk, len as u64);
+                self.chunk.extend_from_slice(&buf[..len]);
+            }
+            // An event with long lists (ncclCommInitAll of many devices): the general path.
+            Err(postcard::Error::SerializeBufferFull) => {
+                return self.write_other(&Record::Event(event.clone()));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.record_done()
+    }
+
+    fn record_done(&mut self) -> Result<(), TraceError> {
         self.chunk_records += 1;
         if self.chunk.len() >= self.chunk_limit {
             self.flush_chunk()?;
@@ -79,20 +113,26 @@ impl<W: Write> TraceWriter<W> {
         if self.chunk.is_empty() {
             return self.out.flush().map_err(TraceError::Write);
         }
-        let packed = zstd::bulk::compress(&self.chunk, self.level).map_err(TraceError::Write)?;
-        let mut head = [0u8; 16];
-        head[0..4].copy_from_slice(&(packed.len() as u32).to_le_bytes());
-        head[4..8].copy_from_slice(&(self.chunk.len() as u32).to_le_bytes());
-        head[8..12].copy_from_slice(&self.chunk_records.to_le_bytes());
-        head[12..16].copy_from_slice(&crc32fast::hash(&packed).to_le_bytes());
-        // One write call for the whole chunk keeps a torn chunk at the end of the file rare; the
-        // reader handles it either way.
-        let mut whole = Vec::with_capacity(16 + packed.len());
-        whole.extend_from_slice(&head);
-        whole.extend_from_slice(&packed);
+        // The chunk header goes in front of the compressed bytes so the whole chunk is one
+        // write: a torn chunk at the end of the file stays rare (the reader handles it anyway).
+        let bound = zstd::zstd_safe::compress_bound(self.chunk.len());
+        let mut whole = std::mem::take(&mut self.packed);
+        whole.clear();
+        whole.resize(16 + bound, 0);
+        let n = self
+            .compressor
+            .compress_to_buffer(&self.chunk, &mut whole[16..])
+            .map_err(TraceError::Write)?;
+        whole.truncate(16 + n);
+        whole[0..4].copy_from_slice(&(n as u32).to_le_bytes());
+        whole[4..8].copy_from_slice(&(self.chunk.len() as u32).to_le_bytes());
+        whole[8..12].copy_from_slice(&self.chunk_records.to_le_bytes());
+        let crc = crc32fast::hash(&whole[16..]);
+        whole[12..16].copy_from_slice(&crc.to_le_bytes());
         self.out.write_all(&whole).map_err(TraceError::Write)?;
         self.out.flush().map_err(TraceError::Write)?;
         self.bytes_written += whole.len() as u64;
+        self.packed = whole;
         self.chunk.clear();
         self.chunk_records = 0;
         Ok(())

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use vramtrace_collector::event::{Api, Event, Layer, Op};
 
-use super::thread::{tid, RuntimeScope, THREAD};
+use super::thread::{RuntimeScope, ThreadState, THREAD};
 use super::{clock, context, stack};
 use crate::session::{self, Captured, Session, HOOK_PANICS};
 
@@ -31,11 +31,16 @@ enum Mode {
     Off,
     Merged,
     Traced,
+    /// Traced, but its event could not be queued (counted as dropped).
+    Dropped,
 }
 
 /// An intercepted call in progress.
 pub struct Call {
     session: Option<&'static Session>,
+    /// This thread's state, looked up once per call (a thread-local access in a shared object
+    /// is a function call).
+    thread: *const ThreadState,
     api: Api,
     caller: usize,
     order: Order,
@@ -123,6 +128,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
 impl Call {
     const OFF: Call = Call {
         session: None,
+        thread: std::ptr::null(),
         api: Api::CudaMalloc,
         caller: 0,
         order: Order::Create,
@@ -156,12 +162,14 @@ impl Call {
             ..Call::OFF
         };
         call.mode = THREAD.with(|t| {
+            call.thread = t as *const ThreadState;
             if t.tracer.get() || t.busy.get() {
                 return Mode::Off;
             }
             match api.layer() {
                 Layer::Runtime => {
-                    call.saved_runtime = t.runtime.replace(Some(RuntimeScope { api, merged: None }));
+                    call.saved_runtime =
+                        t.runtime.replace(Some(RuntimeScope { api, merged: None }));
                     Mode::Traced
                 }
                 Layer::Driver => {
@@ -187,7 +195,14 @@ impl Call {
             }
         });
         if call.mode == Mode::Traced && order == Order::Destroy {
-            call.seq = session.next_seq();
+            // Numbered and claimed before the real call: the collector then waits for this event
+            // (the slot is WRITING) however long the real call takes.
+            let seq = session.next_seq();
+            if session.claim(seq) {
+                call.seq = seq;
+            } else {
+                call.mode = Mode::Dropped;
+            }
         }
         call
     }
@@ -196,7 +211,7 @@ impl Call {
     /// arguments and out-parameters (only called for traced calls).
     #[inline]
     pub fn end(self, result: i32, op: impl FnOnce() -> Op) {
-        if self.mode != Mode::Traced {
+        if self.mode != Mode::Traced && self.mode != Mode::Dropped {
             return;
         }
         guarded(|| self.end_inner(result, op));
@@ -204,60 +219,71 @@ impl Call {
 
     fn end_inner(mut self, result: i32, op: impl FnOnce() -> Op) {
         let Some(session) = self.session else { return };
+        // SAFETY: set in `begin` from this thread's thread-local, which lives as long as the
+        // thread; a Call never leaves the thread that made it (it holds a raw pointer: !Send).
+        let t = unsafe { &*self.thread };
         let layer = self.api.layer();
-        let inner = THREAD.with(|t| {
-            let mut inner = None;
-            match layer {
-                Layer::Runtime => {
-                    inner = t.runtime.replace(self.saved_runtime).and_then(|s| s.merged);
-                }
-                Layer::Nccl => {
-                    t.nccl_scope.set(self.saved_scope);
-                    t.runtime.set(self.saved_runtime);
-                }
-                _ => {}
+        let mut inner = None;
+        match layer {
+            Layer::Runtime => {
+                inner = t.runtime.replace(self.saved_runtime).and_then(|s| s.merged);
             }
-            t.busy.set(true);
-            inner
-        });
+            Layer::Nccl => {
+                t.nccl_scope.set(self.saved_scope);
+                t.runtime.set(self.saved_runtime);
+            }
+            _ => {}
+        }
+        if self.mode == Mode::Dropped {
+            return;
+        }
+        t.busy.set(true);
+        let (thread, tls_scope) = (t.tid(), t.nccl_scope.get());
         let built = guarded(|| {
-            if self.order == Order::Create {
-                self.seq = session.next_seq();
-            }
+            let time = clock::now();
             let op = op();
             let (device, context) = if self.order == Order::Create {
                 context::current()
             } else {
                 (-1, 0)
             };
+            let frames = stack::capture(session.config.stack_depth, self.caller as u64);
+            if self.order == Order::Create {
+                // Numbered now, after the real call, and claimed at once.
+                self.seq = session.next_seq();
+                if !session.claim(self.seq) {
+                    return;
+                }
+            }
+            let (seq, api, outer, caller) = (self.seq, self.api, self.outer, self.caller as u64);
             let nccl_scope = if layer == Layer::Nccl {
                 self.scope
             } else {
-                THREAD.with(|t| t.nccl_scope.get())
+                tls_scope
             };
-            let event = Event {
-                seq: self.seq,
-                time_ns: clock::now_ns(),
-                thread: tid(),
-                api: self.api,
-                inner,
-                outer: self.outer,
-                result,
-                device,
-                context,
-                caller: self.caller as u64,
-                stack: 0,
-                nccl_scope,
-                op,
-            };
-            let frames = stack::capture(session.config.stack_depth, self.caller as u64);
-            session.send(Captured { event, frames });
+            session.fill_with(seq, || Captured {
+                event: Event {
+                    seq,
+                    time_ns: time,
+                    thread,
+                    api,
+                    inner,
+                    outer,
+                    result,
+                    device,
+                    context,
+                    caller,
+                    stack: 0,
+                    nccl_scope,
+                    op,
+                },
+                frames,
+            });
         });
-        if built.is_none() && self.seq != 0 {
-            // The event is lost; tell the collector not to wait for its number.
-            session.dropped_seqs.push(self.seq);
-            session.dropped.fetch_add(1, Ordering::Relaxed);
+        if built.is_none() && self.order == Order::Destroy {
+            // The claimed slot gets no event; tell the collector not to wait for it.
+            session.abandon(self.seq);
         }
-        THREAD.with(|t| t.busy.set(false));
+        t.busy.set(false);
     }
 }

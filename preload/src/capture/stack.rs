@@ -13,6 +13,9 @@ pub fn capture(depth: usize, caller: u64) -> Option<Box<[u64]>> {
     unsafe {
         backtrace::trace_unsynchronized(|frame| {
             let ip = frame.ip() as u64;
+            if ip == 0 {
+                return false;
+            }
             if !started {
                 if ip == caller {
                     started = true;

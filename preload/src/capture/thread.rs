@@ -39,19 +39,25 @@ thread_local! {
     };
 }
 
-/// The kernel thread id of the calling thread.
-#[inline]
-pub fn tid() -> u32 {
-    THREAD.with(|t| {
-        let v = t.tid.get();
+impl ThreadState {
+    /// The kernel thread id of this thread.
+    #[inline]
+    pub fn tid(&self) -> u32 {
+        let v = self.tid.get();
         if v != 0 {
             return v;
         }
         // SAFETY: gettid has no preconditions.
         let v = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-        t.tid.set(v);
+        self.tid.set(v);
         v
-    })
+    }
+}
+
+/// The kernel thread id of the calling thread.
+#[inline]
+pub fn tid() -> u32 {
+    THREAD.with(|t| t.tid())
 }
 
 /// Marks the calling thread as the tracer's own.

@@ -49,8 +49,9 @@ fn caller_scope_lookup(caller: usize, name: *const c_char) -> Option<usize> {
     if found == 0 || map.is_null() {
         return None;
     }
-    // A glibc link_map is a valid dlsym handle: it searches the object and its dependencies.
-    dl::real_dlsym(map, name)
+    // SAFETY: a glibc link_map is a valid dlsym handle (it searches the object and its
+    // dependencies); `name` is the caller's NUL-terminated name.
+    unsafe { dl::real_dlsym(map, name) }
 }
 
 /// Replaces a found driver/runtime/NCCL function by its wrapper.
@@ -69,12 +70,18 @@ fn wrap_found(name: *const c_char, found: usize) -> usize {
 }
 
 /// The slow path of `dlsym`: a look-up of a wrapped function (or glibc not found yet).
-unsafe extern "C" fn dlsym_slow(handle: *mut c_void, name: *const c_char, caller: usize) -> *mut c_void {
+unsafe extern "C" fn dlsym_slow(
+    handle: *mut c_void,
+    name: *const c_char,
+    caller: usize,
+) -> *mut c_void {
     let r = std::panic::catch_unwind(|| {
+        // SAFETY: the caller's own dlsym arguments.
+        let found = unsafe { dl::real_dlsym(handle, name) };
         let found = if handle.is_null() {
-            dl::real_dlsym(handle, name).or_else(|| caller_scope_lookup(caller, name))
+            found.or_else(|| caller_scope_lookup(caller, name))
         } else {
-            dl::real_dlsym(handle, name)
+            found
         };
         found.map_or(0, |f| wrap_found(name, f))
     });
@@ -88,7 +95,8 @@ unsafe extern "C" fn dlvsym_slow(
     _caller: usize,
 ) -> *mut c_void {
     let r = std::panic::catch_unwind(|| {
-        dl::real_dlvsym(handle, name, version).map_or(0, |f| wrap_found(name, f))
+        // SAFETY: the caller's own dlvsym arguments.
+        unsafe { dl::real_dlvsym(handle, name, version) }.map_or(0, |f| wrap_found(name, f))
     });
     r.unwrap_or(0) as *mut c_void
 }

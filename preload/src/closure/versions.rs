@@ -42,7 +42,10 @@ const VERSIONED: &[(&str, &[(u32, &str)])] = &[
             (0, "cuCtxCreate"),
         ],
     ),
-    ("cuCtxDestroy", &[(4000, "cuCtxDestroy_v2"), (0, "cuCtxDestroy")]),
+    (
+        "cuCtxDestroy",
+        &[(4000, "cuCtxDestroy_v2"), (0, "cuCtxDestroy")],
+    ),
     (
         "cuDevicePrimaryCtxRelease",
         &[
@@ -111,8 +114,14 @@ mod tests {
         assert_eq!(by_rule("cuMemAlloc", Some(13000), 0), Some("cuMemAlloc_v2"));
         assert_eq!(by_rule("cuMemAlloc", Some(3010), 0), Some("cuMemAlloc"));
         assert_eq!(by_rule("cuMemAlloc", None, 0), Some("cuMemAlloc_v2"));
-        assert_eq!(by_rule("cuCtxCreate", Some(12000), 0), Some("cuCtxCreate_v3"));
-        assert_eq!(by_rule("cuCtxCreate", Some(13000), 0), Some("cuCtxCreate_v4"));
+        assert_eq!(
+            by_rule("cuCtxCreate", Some(12000), 0),
+            Some("cuCtxCreate_v3")
+        );
+        assert_eq!(
+            by_rule("cuCtxCreate", Some(13000), 0),
+            Some("cuCtxCreate_v4")
+        );
         assert_eq!(
             by_rule("cuGetProcAddress", Some(11080), 0),
             Some("cuGetProcAddress")
@@ -121,7 +130,10 @@ mod tests {
             by_rule("cuMemAllocAsync", Some(13000), PER_THREAD_DEFAULT_STREAM),
             Some("cuMemAllocAsync_ptsz")
         );
-        assert_eq!(by_rule("cuMemAllocAsync", Some(13000), 0), Some("cuMemAllocAsync"));
+        assert_eq!(
+            by_rule("cuMemAllocAsync", Some(13000), 0),
+            Some("cuMemAllocAsync")
+        );
         assert_eq!(by_rule("cuMemCreate", Some(13000), 0), None);
         assert_eq!(variants("cuMemFree"), vec!["cuMemFree_v2", "cuMemFree"]);
     }

@@ -11,7 +11,15 @@ use crate::capture::{Call, Order};
 type DevPtr = u64;
 type Ptr = *mut c_void;
 
-alloc_handler!(mem_alloc, CuMemAlloc, Device, DevPtr, (), stream = 0, flags = 0);
+alloc_handler!(
+    mem_alloc,
+    CuMemAlloc,
+    Device,
+    DevPtr,
+    (),
+    stream = 0,
+    flags = 0
+);
 alloc_handler!(mem_alloc_managed, CuMemAllocManaged, Managed, DevPtr, (flags: u32),
     stream = 0, flags = flags);
 alloc_handler!(mem_alloc_async, CuMemAllocAsync, Async, DevPtr, (stream: Ptr),
@@ -20,12 +28,25 @@ alloc_handler!(mem_alloc_async_ptsz, CuMemAllocAsyncPtsz, Async, DevPtr, (stream
     stream = stream as u64, flags = 0);
 alloc_handler!(mem_host_alloc, CuMemHostAlloc, HostPinned, Ptr, (flags: u32),
     stream = 0, flags = flags);
-alloc_handler!(mem_alloc_host, CuMemAllocHost, HostPinned, Ptr, (), stream = 0, flags = 0);
+alloc_handler!(
+    mem_alloc_host,
+    CuMemAllocHost,
+    HostPinned,
+    Ptr,
+    (),
+    stream = 0,
+    flags = 0
+);
 
-release_handler!(mem_free, CuMemFree, DevPtr, |ptr| Op::Free { ptr, stream: 0 });
-release_handler!(mem_free_host, CuMemFreeHost, Ptr, |ptr| Op::FreeHost { ptr: ptr as u64 });
-release_handler!(mem_host_unregister, CuMemHostUnregister, Ptr, |ptr| Op::HostUnregister {
+release_handler!(mem_free, CuMemFree, DevPtr, |ptr| Op::Free {
+    ptr,
+    stream: 0
+});
+release_handler!(mem_free_host, CuMemFreeHost, Ptr, |ptr| Op::FreeHost {
     ptr: ptr as u64
+});
+release_handler!(mem_host_unregister, CuMemHostUnregister, Ptr, |ptr| {
+    Op::HostUnregister { ptr: ptr as u64 }
 });
 
 /// `cuMemAllocFromPoolAsync` and its per-thread-stream variant.

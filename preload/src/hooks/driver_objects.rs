@@ -34,8 +34,8 @@ unsafe fn mem_pool_create(
     r
 }
 
-release_handler!(mem_pool_destroy, CuMemPoolDestroy, Ptr, |pool| Op::PoolDestroy {
-    pool: pool as u64
+release_handler!(mem_pool_destroy, CuMemPoolDestroy, Ptr, |pool| {
+    Op::PoolDestroy { pool: pool as u64 }
 });
 
 unsafe fn mem_pool_trim_to(
@@ -79,8 +79,8 @@ macro_rules! ipc_open_handler {
 ipc_open_handler!(ipc_open_mem_handle, CuIpcOpenMemHandle);
 ipc_open_handler!(ipc_open_mem_handle_v1, CuIpcOpenMemHandleV1);
 
-release_handler!(ipc_close_mem_handle, CuIpcCloseMemHandle, DevPtr, |ptr| Op::IpcClose {
-    ptr
+release_handler!(ipc_close_mem_handle, CuIpcCloseMemHandle, DevPtr, |ptr| {
+    Op::IpcClose { ptr }
 });
 
 unsafe fn array_create(
@@ -141,8 +141,10 @@ unsafe fn array_3d_create(
     r
 }
 
-release_handler!(array_destroy, CuArrayDestroy, Ptr, |array| Op::ArrayDestroy {
-    array: array as u64
+release_handler!(array_destroy, CuArrayDestroy, Ptr, |array| {
+    Op::ArrayDestroy {
+        array: array as u64,
+    }
 });
 
 unsafe fn ctx_create_v2(
@@ -208,18 +210,27 @@ unsafe fn ctx_create_v4(
 release_handler!(ctx_destroy, CuCtxDestroy, Ptr, |ctx| Op::CtxDestroy {
     ctx: ctx as u64
 });
-release_handler!(primary_ctx_release, CuDevicePrimaryCtxRelease, i32, |device| {
-    Op::PrimaryCtxRelease { device }
-});
-release_handler!(primary_ctx_release_v1, CuDevicePrimaryCtxReleaseV1, i32, |device| {
-    Op::PrimaryCtxRelease { device }
-});
+release_handler!(
+    primary_ctx_release,
+    CuDevicePrimaryCtxRelease,
+    i32,
+    |device| { Op::PrimaryCtxRelease { device } }
+);
+release_handler!(
+    primary_ctx_release_v1,
+    CuDevicePrimaryCtxReleaseV1,
+    i32,
+    |device| { Op::PrimaryCtxRelease { device } }
+);
 release_handler!(primary_ctx_reset, CuDevicePrimaryCtxReset, i32, |device| {
     Op::PrimaryCtxReset { device }
 });
-release_handler!(primary_ctx_reset_v1, CuDevicePrimaryCtxResetV1, i32, |device| {
-    Op::PrimaryCtxReset { device }
-});
+release_handler!(
+    primary_ctx_reset_v1,
+    CuDevicePrimaryCtxResetV1,
+    i32,
+    |device| { Op::PrimaryCtxReset { device } }
+);
 
 hooks! {
     fn cuMemPoolCreate(pool: *mut Ptr, props: *const MemPoolProps) -> i32,

@@ -41,7 +41,9 @@ unsafe fn mem_create(
     r
 }
 
-release_handler!(mem_release, CuMemRelease, Handle, |handle| Op::Release { handle });
+release_handler!(mem_release, CuMemRelease, Handle, |handle| Op::Release {
+    handle
+});
 
 unsafe fn mem_retain_allocation_handle(
     real: unsafe extern "C" fn(*mut Handle, *mut c_void) -> i32,

@@ -157,7 +157,9 @@ unsafe fn mem_alloc_labelled(
     r
 }
 
-release_handler!(mem_free, NcclMemFree, Ptr, |ptr| Op::NcclMemFree { ptr: ptr as u64 });
+release_handler!(mem_free, NcclMemFree, Ptr, |ptr| Op::NcclMemFree {
+    ptr: ptr as u64
+});
 
 unsafe fn comm_register(
     real: unsafe extern "C" fn(Ptr, Ptr, usize, *mut Ptr) -> i32,

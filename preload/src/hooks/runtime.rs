@@ -12,7 +12,15 @@ use crate::ffi::{ChannelFormatDesc, Extent, MemPoolProps, PitchedPtr};
 type Ptr = *mut c_void;
 
 alloc_handler!(malloc, CudaMalloc, Device, Ptr, (), stream = 0, flags = 0);
-alloc_handler!(malloc_host, CudaMallocHost, HostPinned, Ptr, (), stream = 0, flags = 0);
+alloc_handler!(
+    malloc_host,
+    CudaMallocHost,
+    HostPinned,
+    Ptr,
+    (),
+    stream = 0,
+    flags = 0
+);
 alloc_handler!(malloc_managed, CudaMallocManaged, Managed, Ptr, (flags: u32), stream = 0, flags = flags);
 alloc_handler!(host_alloc, CudaHostAlloc, HostPinned, Ptr, (flags: u32), stream = 0, flags = flags);
 alloc_handler!(malloc_async, CudaMallocAsync, Async, Ptr, (stream: Ptr), stream = stream as u64, flags = 0);
@@ -79,15 +87,17 @@ release_handler!(free, CudaFree, Ptr, |ptr| Op::Free {
     ptr: ptr as u64,
     stream: 0
 });
-release_handler!(free_host, CudaFreeHost, Ptr, |ptr| Op::FreeHost { ptr: ptr as u64 });
-release_handler!(host_unregister, CudaHostUnregister, Ptr, |ptr| Op::HostUnregister {
+release_handler!(free_host, CudaFreeHost, Ptr, |ptr| Op::FreeHost {
     ptr: ptr as u64
+});
+release_handler!(host_unregister, CudaHostUnregister, Ptr, |ptr| {
+    Op::HostUnregister { ptr: ptr as u64 }
 });
 release_handler!(free_array, CudaFreeArray, Ptr, |array| Op::ArrayDestroy {
     array: array as u64
 });
-release_handler!(mem_pool_destroy, CudaMemPoolDestroy, Ptr, |pool| Op::PoolDestroy {
-    pool: pool as u64
+release_handler!(mem_pool_destroy, CudaMemPoolDestroy, Ptr, |pool| {
+    Op::PoolDestroy { pool: pool as u64 }
 });
 
 unsafe fn malloc_pitch(

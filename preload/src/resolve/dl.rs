@@ -35,7 +35,10 @@ pub fn init() {
 }
 
 /// glibc's `dlsym`, called from the tracer: `RTLD_NEXT` means "after the tracer".
-pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> Option<usize> {
+///
+/// # Safety
+/// `handle` must be a handle `dlsym` accepts and `name` a NUL-terminated string.
+pub unsafe fn real_dlsym(handle: *mut c_void, name: *const c_char) -> Option<usize> {
     init();
     let f = REAL_DLSYM.load(Ordering::Acquire);
     if f == 0 {
@@ -49,7 +52,10 @@ pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> Option<usize> {
 }
 
 /// glibc's `dlvsym`.
-pub fn real_dlvsym(
+///
+/// # Safety
+/// `handle` must be a handle `dlvsym` accepts, `name` and `version` NUL-terminated strings.
+pub unsafe fn real_dlvsym(
     handle: *mut c_void,
     name: *const c_char,
     version: *const c_char,
@@ -69,7 +75,8 @@ pub fn real_dlvsym(
 /// Finds the definition the program would have reached without the tracer: the next one after
 /// the tracer in the global scope, else one in any loaded object (local scopes included).
 pub fn find_real(name: &CStr) -> Option<usize> {
-    real_dlsym(libc::RTLD_NEXT, name.as_ptr())
+    // SAFETY: RTLD_NEXT and a NUL-terminated name.
+    unsafe { real_dlsym(libc::RTLD_NEXT, name.as_ptr()) }
         .filter(|&p| !super::loaded::is_ours(p))
         .or_else(|| super::loaded::find_in_loaded(name, None))
 }

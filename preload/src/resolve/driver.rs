@@ -47,7 +47,8 @@ pub fn export(name: &CStr) -> Option<usize> {
     if h == 0 {
         return None;
     }
-    dl::real_dlsym(h as *mut c_void, name.as_ptr())
+    // SAFETY: a handle we keep open for the life of the process and a NUL-terminated name.
+    unsafe { dl::real_dlsym(h as *mut c_void, name.as_ptr()) }
 }
 
 /// Whether the driver library has been located.

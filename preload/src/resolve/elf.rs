@@ -41,8 +41,9 @@ struct Search<'a> {
 }
 
 fn gnu_hash(name: &[u8]) -> u32 {
-    name.iter()
-        .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(u32::from(c)))
+    name.iter().fold(5381u32, |h, &c| {
+        h.wrapping_mul(33).wrapping_add(u32::from(c))
+    })
 }
 
 fn sysv_hash(name: &[u8]) -> u32 {
@@ -233,7 +234,7 @@ mod tests {
     #[test]
     fn finds_libc_functions_without_dlsym() {
         let getpid = lookup("libc.so", "getpid").expect("getpid in libc");
-        assert_eq!(getpid, libc::getpid as usize);
+        assert_eq!(getpid, libc::getpid as *const () as usize);
         assert!(lookup("libc.so", "dlsym").is_some());
         assert!(lookup("libc.so", "no_such_symbol_xyz").is_none());
         assert!(lookup("libnothing.so", "getpid").is_none());

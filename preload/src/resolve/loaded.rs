@@ -123,7 +123,8 @@ pub fn find_in_loaded(symbol: &CStr, file_prefix: Option<&str>) -> Option<usize>
         if handle.is_null() {
             continue;
         }
-        let found = dl::real_dlsym(handle, symbol.as_ptr());
+        // SAFETY: a live handle and a NUL-terminated name.
+        let found = unsafe { dl::real_dlsym(handle, symbol.as_ptr()) };
         // SAFETY: balances the dlopen above.
         unsafe { libc::dlclose(handle) };
         if let Some(f) = found {

@@ -1,44 +1,22 @@
 //! The collector thread: receives events from the hooks, puts them back in causal (sequence)
 //! order, names new modules, interns stacks, and writes the trace in chunks.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
 use vramtrace_collector::format::{End, Header, Record, StackDef, Stats, TraceWriter};
 
 use super::lifecycle::{self, warn};
 use super::modules::ModuleTracker;
 use super::output::{self, Naming};
+use super::ring::Take;
 use super::{Captured, Session, HOOK_PANICS, MISSING_REAL};
+use crate::capture::clock::{self, Calibration};
 
-/// How often the loop wakes up to look at flush and stop requests.
-const POLL: Duration = Duration::from_millis(5);
-/// Events held back waiting for a missing sequence number before it is given up on regardless of
-/// time (bounds memory when one thread stalls).
-const MAX_HELD: usize = 1 << 20;
-
-struct Held(Captured);
-
-impl PartialEq for Held {
-    fn eq(&self, o: &Self) -> bool {
-        self.0.event.seq == o.0.event.seq
-    }
-}
-impl Eq for Held {}
-impl PartialOrd for Held {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Held {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.event.seq.cmp(&o.0.event.seq)
-    }
-}
+/// How long the loop sleeps when the channel is empty.
+const POLL: Duration = Duration::from_millis(2);
 
 /// Where records go: the trace file, or nowhere once writing failed (the program runs on).
 struct Sink {
@@ -49,22 +27,33 @@ struct Sink {
 }
 
 impl Sink {
+    fn write_event(&mut self, e: &vramtrace_collector::event::Event) {
+        match self.writer.as_mut() {
+            Some(w) => {
+                if let Err(err) = w.write_event(e) {
+                    self.fail(&err);
+                    self.lost += 1;
+                } else {
+                    self.events += 1;
+                }
+            }
+            None => self.lost += 1,
+        }
+    }
+
+    fn fail(&mut self, e: &dyn std::fmt::Display) {
+        warn(&format!(
+            "writing {} failed ({e}); tracing stops, the program continues",
+            self.path
+        ));
+        self.writer = None;
+    }
+
+    /// Writes a record that is not an event (modules, stacks, stats, diagnostics).
     fn write(&mut self, r: &Record) {
-        let is_event = matches!(r, Record::Event(_));
         if let Some(w) = self.writer.as_mut() {
             if let Err(e) = w.write(r) {
-                warn(&format!(
-                    "writing {} failed ({e}); tracing stops, the program continues",
-                    self.path
-                ));
-                self.writer = None;
-            }
-        }
-        if is_event {
-            if self.writer.is_some() {
-                self.events += 1;
-            } else {
-                self.lost += 1;
+                self.fail(&e);
             }
         }
     }
@@ -72,11 +61,7 @@ impl Sink {
     fn flush(&mut self) {
         if let Some(w) = self.writer.as_mut() {
             if let Err(e) = w.flush_chunk() {
-                warn(&format!(
-                    "writing {} failed ({e}); tracing stops, the program continues",
-                    self.path
-                ));
-                self.writer = None;
+                self.fail(&e);
             }
         }
     }
@@ -87,22 +72,12 @@ struct Collector {
     sink: Sink,
     modules: ModuleTracker,
     stacks: HashMap<Box<[u64]>, u32>,
-    held: BinaryHeap<Reverse<Held>>,
     next_seq: u64,
     gap_since: Option<Instant>,
     dropped_seqs: BTreeSet<u64>,
-    late: u64,
     last_stats: Stats,
-}
-
-fn now_mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    /// Event times arrive as raw clock readings (TSC ticks where invariant).
+    calibration: Calibration,
 }
 
 fn env_i32(name: &str) -> Option<i32> {
@@ -160,7 +135,7 @@ fn open_sink(session: &Session) -> Sink {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0),
-        start_mono_ns: now_mono_ns(),
+        start_mono_ns: clock::monotonic_ns(),
         pointer_size: std::mem::size_of::<usize>() as u8,
         settings: session.config.describe(),
     };
@@ -195,7 +170,7 @@ impl Collector {
     fn stats(&self) -> Stats {
         Stats {
             dropped: self.session.dropped.load(Ordering::Relaxed),
-            late: self.late,
+            late: self.session.late.load(Ordering::Relaxed),
             hook_panics: HOOK_PANICS.load(Ordering::Relaxed),
             missing_real: MISSING_REAL.load(Ordering::Relaxed),
             events: self.sink.events,
@@ -210,10 +185,12 @@ impl Collector {
 
     fn write_event(&mut self, c: Captured) {
         let Captured { mut event, frames } = c;
-        let unknown = !self.modules.knows(event.caller)
+        event.time_ns = self.calibration.to_ns(event.time_ns);
+        let modules = &mut self.modules;
+        let unknown = !modules.knows(event.caller)
             || frames
                 .as_deref()
-                .is_some_and(|f| f.iter().any(|&a| !self.modules.knows(a)));
+                .is_some_and(|f| f.iter().any(|&a| !modules.knows(a)));
         if unknown {
             self.write_modules();
         }
@@ -232,50 +209,63 @@ impl Collector {
             };
             event.stack = id;
         }
+        self.sink.write_event(&event);
+    }
+
+    fn write_lookups(&mut self) {
         while let Some(l) = self.session.lookups.pop() {
             self.sink.write(&Record::Lookup(l));
         }
-        self.sink.write(&Record::Event(event));
     }
 
-    /// Writes every held event that is next in sequence; with `drain`, everything held.
-    fn release(&mut self, drain: bool, reorder_wait: Duration) {
-        while let Some(s) = self.session.dropped_seqs.pop() {
-            self.dropped_seqs.insert(s);
-        }
+    /// Writes every event that is next in sequence. Gives up on a number nobody claimed when
+    /// its hook dropped it, when it has been missing for `reorder_wait`, or with `drain` (exit,
+    /// fatal signal), when it also stops waiting for hooks still writing. Returns how many events
+    /// were written.
+    fn consume(&mut self, drain: bool, reorder_wait: Duration) -> usize {
+        let ring = &self.session.ring;
+        let mut written = 0;
         loop {
-            let Some(Reverse(top)) = self.held.peek() else {
-                self.gap_since = None;
-                return;
-            };
-            let seq = top.0.event.seq;
-            if seq <= self.next_seq {
-                if seq < self.next_seq {
-                    self.late += 1;
-                } else {
+            match ring.take(self.next_seq) {
+                Take::Ready(c) => {
+                    self.next_seq += 1;
+                    self.gap_since = None;
+                    self.write_event(c);
+                    written += 1;
+                    if written >= 1 << 16 && !drain {
+                        return written;
+                    }
+                    continue;
+                }
+                Take::Unclaimed if self.next_seq <= self.session.last_seq() => {
+                    while let Some(s) = self.session.dropped_seqs.pop() {
+                        if s >= self.next_seq {
+                            self.dropped_seqs.insert(s);
+                        }
+                    }
+                    let give_up = self.dropped_seqs.remove(&self.next_seq)
+                        || drain
+                        || self.gap_since.is_some_and(|t| t.elapsed() >= reorder_wait);
+                    if give_up {
+                        if ring.skip(self.next_seq) {
+                            self.next_seq += 1;
+                            self.gap_since = None;
+                        }
+                        continue;
+                    }
+                    self.gap_since.get_or_insert_with(Instant::now);
+                    return written;
+                }
+                Take::Writing | Take::Behind if drain => {
+                    // Exit or a fatal signal: a hook still inside its real call will not be
+                    // waited for.
+                    if self.next_seq > self.session.last_seq() {
+                        return written;
+                    }
                     self.next_seq += 1;
                 }
-                let Reverse(Held(c)) = self.held.pop().expect("peeked");
-                self.gap_since = None;
-                self.write_event(c);
-                continue;
+                _ => return written,
             }
-            if self.dropped_seqs.remove(&self.next_seq) {
-                self.next_seq += 1;
-                continue;
-            }
-            let give_up = drain
-                || self.held.len() > MAX_HELD
-                || self.gap_since.is_some_and(|t| t.elapsed() >= reorder_wait);
-            if give_up {
-                self.next_seq = seq;
-                self.dropped_seqs = self.dropped_seqs.split_off(&seq);
-                continue;
-            }
-            if self.gap_since.is_none() {
-                self.gap_since = Some(Instant::now());
-            }
-            return;
         }
     }
 
@@ -287,29 +277,19 @@ impl Collector {
         }
     }
 
-    fn run(mut self, rx: Receiver<Captured>) {
+    fn run(mut self) {
         let control = &self.session.control;
         let reorder_wait = self.session.config.reorder_wait;
         let flush_every = self.session.config.flush_interval;
         let mut last_flush = Instant::now();
         loop {
-            match rx.recv_timeout(POLL) {
-                Ok(c) => self.held.push(Reverse(Held(c))),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-            for c in rx.try_iter().take(1 << 14) {
-                self.held.push(Reverse(Held(c)));
-            }
+            // Never block in the channel: a blocked receiver makes every send wake it (a futex
+            // call on the hook's path). Poll, and sleep briefly when there is nothing to do.
             let flush_gen = control.flush_request.load(Ordering::Acquire);
             let flush_now = flush_gen != control.flushed.load(Ordering::Acquire);
             let finish = control.finish.load(Ordering::Acquire);
-            if finish != 0 || flush_now {
-                for c in rx.try_iter() {
-                    self.held.push(Reverse(Held(c)));
-                }
-            }
-            self.release(finish != 0 || flush_now, reorder_wait);
+            let got = self.consume(finish != 0 || flush_now, reorder_wait);
+            self.write_lookups();
             if finish != 0 {
                 self.end(finish);
                 return;
@@ -317,8 +297,12 @@ impl Collector {
             if flush_now || last_flush.elapsed() >= flush_every {
                 self.write_stats_if_changed();
                 self.sink.flush();
+                self.calibration.refine();
                 last_flush = Instant::now();
                 control.flushed.store(flush_gen, Ordering::Release);
+            }
+            if got == 0 {
+                std::thread::sleep(POLL);
             }
         }
     }
@@ -332,7 +316,7 @@ impl Collector {
         let stats = self.stats();
         self.sink.write(&Record::Stats(stats.clone()));
         self.sink.write(&Record::End(End {
-            time_ns: now_mono_ns(),
+            time_ns: clock::monotonic_ns(),
             stats,
             reason,
         }));
@@ -345,19 +329,16 @@ impl Collector {
             ));
         }
         let control = &self.session.control;
-        control
-            .flushed
-            .store(control.flush_request.load(Ordering::Acquire), Ordering::Release);
+        control.flushed.store(
+            control.flush_request.load(Ordering::Acquire),
+            Ordering::Release,
+        );
         control.finished.store(1, Ordering::Release);
     }
 }
 
 /// Starts the collector thread for `session`.
-pub fn spawn(
-    session: &'static Session,
-    rx: Receiver<Captured>,
-    warnings: Vec<String>,
-) -> std::io::Result<()> {
+pub fn spawn(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("vramtrace".into())
         .spawn(move || {
@@ -372,19 +353,18 @@ pub fn spawn(
                 sink: open_sink(session),
                 modules: ModuleTracker::default(),
                 stacks: HashMap::new(),
-                held: BinaryHeap::new(),
                 next_seq: 1,
                 gap_since: None,
                 dropped_seqs: BTreeSet::new(),
-                late: 0,
                 last_stats: Stats::default(),
+                calibration: Calibration::measure(Duration::from_millis(2)),
             };
             for w in warnings {
                 c.sink.write(&Record::Warning(w));
             }
             c.write_modules();
             c.sink.flush();
-            c.run(rx);
+            c.run();
         })
         .map(|_| ())
 }

@@ -224,10 +224,7 @@ impl Config {
         }
         vec![
             ("VRAMTRACE_OUTPUT".into(), self.output.clone()),
-            (
-                "VRAMTRACE_STACK_DEPTH".into(),
-                self.stack_depth.to_string(),
-            ),
+            ("VRAMTRACE_STACK_DEPTH".into(), self.stack_depth.to_string()),
             ("VRAMTRACE_CAPTURE".into(), layers.join(",")),
             (
                 "VRAMTRACE_BUFFER_EVENTS".into(),

@@ -119,7 +119,11 @@ fn flush_and_wait(finish_reason: u32, limit: Duration) -> bool {
     false
 }
 
-extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+extern "C" fn on_fatal_signal(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    uctx: *mut libc::c_void,
+) {
     let Some(i) = FATAL.iter().position(|&s| s == sig) else {
         return;
     };
@@ -156,7 +160,9 @@ extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uctx
 /// Runs from the library destructor at exit: writes everything and the end record.
 pub fn finish_at_exit() {
     if !flush_and_wait(1, Duration::from_secs(10)) {
-        warn("the collector did not finish writing within 10 s at exit; the trace may lack its end");
+        warn(
+            "the collector did not finish writing within 10 s at exit; the trace may lack its end",
+        );
     }
     mark_ended();
 }

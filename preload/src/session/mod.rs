@@ -10,12 +10,11 @@ pub mod config;
 pub mod lifecycle;
 pub mod modules;
 pub mod output;
+pub mod ring;
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
-use crossbeam_channel::{Sender, TrySendError};
 use crossbeam_queue::SegQueue;
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::Lookup;
@@ -78,10 +77,13 @@ pub struct Control {
 /// The live session of this process.
 pub struct Session {
     pub config: &'static Config,
-    tx: Sender<Captured>,
+    /// The bounded lock-free ring from hooks to the collector, indexed by sequence number.
+    pub ring: ring::Ring<Captured>,
     seq: AtomicU64,
     scope: AtomicU64,
     pub dropped: AtomicU64,
+    /// Events whose hook finished after the collector had given up waiting for them.
+    pub late: AtomicU64,
     pub after_end: AtomicU64,
     /// Sequence numbers of dropped events, so the collector does not wait for them.
     pub dropped_seqs: SegQueue<u64>,
@@ -104,34 +106,59 @@ impl Session {
         self.scope.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Hands an event to the collector. Waits at most `full_wait` for room; an event that still
-    /// does not fit is counted as dropped, never lost silently.
-    #[inline]
-    pub fn send(&self, c: Captured) {
-        match self.tx.try_send(c) {
-            Ok(()) => {}
-            Err(TrySendError::Full(c)) => self.send_slow(c),
-            Err(TrySendError::Disconnected(_)) => {
-                self.after_end.fetch_add(1, Ordering::Relaxed);
+    /// The sequence number handed out last.
+    pub fn last_seq(&self) -> u64 {
+        self.seq.load(Ordering::Acquire)
+    }
+
+    /// Claims the ring slot of `seq` ahead of the event (a release, numbered before its real
+    /// call). `false` when it could not (counted).
+    pub fn claim(&self, seq: u64) -> bool {
+        match self.ring.claim(seq, self.config.full_wait) {
+            Ok(()) => true,
+            Err(r) => {
+                self.refused(seq, r);
+                false
             }
         }
     }
 
+    /// Builds the event of a claimed `seq` into its slot and hands it to the collector.
+    #[inline]
+    pub fn fill_with(&self, seq: u64, build: impl FnOnce() -> Captured) {
+        self.ring.fill_with(seq, build);
+    }
+
+    /// Gives a claimed `seq` back without an event.
+    pub fn abandon(&self, seq: u64) {
+        self.ring.abandon(seq);
+        self.refused(seq, ring::Refused::Full);
+    }
+
+    /// Hands an event to the collector. Waits at most `full_wait` for room; an event that still
+    /// does not fit is counted as dropped, never lost silently.
+    #[inline]
+    pub fn publish(&self, seq: u64, c: Captured) {
+        if let Err((r, _)) = self.ring.publish(seq, c, self.config.full_wait) {
+            self.refused(seq, r);
+        }
+    }
+
     #[cold]
-    fn send_slow(&self, c: Captured) {
-        let seq = c.event.seq;
-        if self.config.full_wait > Duration::ZERO {
-            match self.tx.send_timeout(c, self.config.full_wait) {
-                Ok(()) => return,
-                Err(crossbeam_channel::SendTimeoutError::Disconnected(_)) => {
+    fn refused(&self, seq: u64, r: ring::Refused) {
+        match r {
+            ring::Refused::Full => {
+                if self.control.finished.load(Ordering::Acquire) != 0 {
                     self.after_end.fetch_add(1, Ordering::Relaxed);
-                    return;
+                } else {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(crossbeam_channel::SendTimeoutError::Timeout(_)) => {}
+                self.dropped_seqs.push(seq);
+            }
+            ring::Refused::Late => {
+                self.late.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.dropped.fetch_add(1, Ordering::Relaxed);
-        self.dropped_seqs.push(seq);
     }
 }
 
@@ -166,13 +193,13 @@ fn start_slow() -> Option<&'static Session> {
         0 => None,
         p => Some(p),
     };
-    let (tx, rx) = crossbeam_channel::bounded(config.buffer_events);
     let session: &'static Session = Box::leak(Box::new(Session {
         config,
-        tx,
+        ring: ring::Ring::new(config.buffer_events),
         seq: AtomicU64::new(0),
         scope: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
+        late: AtomicU64::new(0),
         after_end: AtomicU64::new(0),
         dropped_seqs: SegQueue::new(),
         lookups: SegQueue::new(),
@@ -180,7 +207,7 @@ fn start_slow() -> Option<&'static Session> {
         forked_from,
     }));
     let warnings = CONFIG_WARNINGS.get().cloned().unwrap_or_default();
-    match collector::spawn(session, rx, warnings) {
+    match collector::spawn(session, warnings) {
         Ok(()) => {
             SESSION.store(session as *const Session as *mut Session, Ordering::Release);
             STATE.store(RUNNING, Ordering::Release);

@@ -108,12 +108,27 @@ pub struct ModuleTracker {
     map: ModuleMap,
     seen: HashMap<(String, u64), u32>,
     next_id: u32,
+    /// The segment of the last address looked up (call sites repeat).
+    last: (u64, u64),
 }
 
 impl ModuleTracker {
     /// Whether some written module holds `addr`.
-    pub fn knows(&self, addr: u64) -> bool {
-        addr == 0 || self.map.find(addr).is_some()
+    pub fn knows(&mut self, addr: u64) -> bool {
+        if addr == 0 || (addr >= self.last.0 && addr < self.last.1) {
+            return true;
+        }
+        let Some(m) = self.map.find(addr) else {
+            return false;
+        };
+        if let Some(s) = m
+            .segments
+            .iter()
+            .find(|s| addr >= s.start && addr - s.start < s.len)
+        {
+            self.last = (s.start, s.start + s.len);
+        }
+        true
     }
 
     /// Re-reads the loaded objects; returns those not written before, with ids assigned.
@@ -147,11 +162,11 @@ mod tests {
             .find(|m| m.file_name().starts_with("libc.so"))
             .expect("libc loaded");
         assert!(!libc.segments.is_empty());
-        assert!(libc.contains(libc::getpid as usize as u64));
+        assert!(libc.contains(libc::getpid as *const () as usize as u64));
         let mut t = ModuleTracker::default();
         let first = t.refresh();
         assert_eq!(first.len(), mods.len());
         assert!(t.refresh().is_empty(), "nothing new the second time");
-        assert!(t.knows(libc::getpid as usize as u64));
+        assert!(t.knows(libc::getpid as *const () as usize as u64));
     }
 }

@@ -75,11 +75,7 @@ fn create_new(path: &str) -> io::Result<File> {
 pub fn create(pattern: &str, n: &Naming, process_start: SystemTime) -> io::Result<(String, File)> {
     let path = expand(pattern, n);
     let path = if path.ends_with('/') || std::path::Path::new(&path).is_dir() {
-        format!(
-            "{}/vramtrace-{}.vtrace",
-            path.trim_end_matches('/'),
-            n.pid
-        )
+        format!("{}/vramtrace-{}.vtrace", path.trim_end_matches('/'), n.pid)
     } else {
         path
     };
@@ -157,6 +153,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pattern = format!("{}/", dir.path().display());
         let (p, _) = create(&pattern, &naming(), SystemTime::now()).unwrap();
-        assert_eq!(p, dir.path().join("vramtrace-77.vtrace").display().to_string());
+        assert_eq!(
+            p,
+            dir.path().join("vramtrace-77.vtrace").display().to_string()
+        );
     }
 }

@@ -1,0 +1,133 @@
+//! Calls that failed: what was asked, and how much was live on that device at that instant.
+//!
+//! An out-of-memory failure is only understood next to what held the memory, so each failure
+//! keeps the live device bytes when it happened. The list is bounded: the first
+//! [`MAX_FIRST_FAILURES`] and the last [`MAX_RECENT_FAILURES`] are kept (a run that ends in an OOM
+//! after thousands of harmless failures still shows that OOM), the rest are counted.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::Serialize;
+
+use super::objects::{api_name, Origin};
+use crate::event::{Api, Event, Layer, Op};
+
+/// Failures kept from the start of the trace.
+pub const MAX_FIRST_FAILURES: usize = 1000;
+/// Failures kept from the end of the trace, once the first are full.
+pub const MAX_RECENT_FAILURES: usize = 100;
+
+/// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` share the value 2.
+const CUDA_OUT_OF_MEMORY: i32 = 2;
+
+/// One failed call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    #[serde(serialize_with = "api_name")]
+    pub api: Api,
+    /// The raw return code.
+    pub result: i32,
+    /// Whether the code means "out of memory".
+    pub out_of_memory: bool,
+    /// Bytes the call asked for (0 for calls that ask for none).
+    pub request_bytes: u64,
+    /// Device the request was for.
+    pub device: i32,
+    /// Device memory live on that device when the call failed.
+    pub live_device_bytes: u64,
+    pub seq: u64,
+    pub time_ns: u64,
+    pub origin: Origin,
+}
+
+impl Failure {
+    /// Builds the failure record of a failed `event`.
+    pub(crate) fn new(
+        event: &Event,
+        origin: Origin,
+        live_device_bytes: impl Fn(i32) -> u64,
+    ) -> Self {
+        let device = match event.op {
+            Op::Create { device, .. } => device,
+            _ => event.device,
+        };
+        let out_of_memory = event.result == CUDA_OUT_OF_MEMORY
+            && matches!(event.api.layer(), Layer::Runtime | Layer::Driver);
+        Failure {
+            api: event.api,
+            result: event.result,
+            out_of_memory,
+            request_bytes: requested_bytes(&event.op),
+            device,
+            live_device_bytes: live_device_bytes(device),
+            seq: event.seq,
+            time_ns: event.time_ns,
+            origin,
+        }
+    }
+}
+
+/// Bytes an operation asks for.
+fn requested_bytes(op: &Op) -> u64 {
+    match *op {
+        Op::Alloc { size, .. }
+        | Op::HostRegister { size, .. }
+        | Op::Reserve { size, .. }
+        | Op::Create { size, .. }
+        | Op::Map { size, .. }
+        | Op::NcclMemAlloc { size, .. }
+        | Op::Register { size, .. }
+        | Op::WindowRegister { size, .. } => size,
+        Op::ArrayCreate { bytes, .. } => bytes,
+        _ => 0,
+    }
+}
+
+/// The failures of a trace.
+#[derive(Clone, Debug, Default)]
+pub struct Failures {
+    first: Vec<Failure>,
+    recent: VecDeque<Failure>,
+    by_api: BTreeMap<Api, u64>,
+    total: u64,
+}
+
+impl Failures {
+    pub(crate) fn record(&mut self, failure: Failure) {
+        self.total += 1;
+        *self.by_api.entry(failure.api).or_default() += 1;
+        if self.first.len() < MAX_FIRST_FAILURES {
+            self.first.push(failure);
+        } else {
+            if self.recent.len() == MAX_RECENT_FAILURES {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(failure);
+        }
+    }
+
+    /// The failures kept, in trace order (the first ones, then the most recent ones).
+    pub fn iter(&self) -> impl Iterator<Item = &Failure> {
+        self.first.iter().chain(self.recent.iter())
+    }
+
+    /// All failed calls.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Failed calls not kept in detail (between the first and the recent ones).
+    pub fn omitted(&self) -> u64 {
+        self.total - (self.first.len() + self.recent.len()) as u64
+    }
+
+    /// Failed calls of one entry point.
+    pub fn count(&self, api: Api) -> u64 {
+        self.by_api.get(&api).copied().unwrap_or(0)
+    }
+
+    /// Failed calls per entry point, for those that failed.
+    pub fn by_api(&self) -> impl Iterator<Item = (Api, u64)> + '_ {
+        self.by_api.iter().map(|(&a, &n)| (a, n))
+    }
+}

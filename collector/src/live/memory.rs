@@ -1,0 +1,272 @@
+//! Pointer allocations, pinned and registered host memory, arrays, IPC mappings and pools.
+
+use std::collections::BTreeMap;
+
+use super::objects::{Allocation, Array, Flag, Flags, HostRegistration, IpcMapping, Origin, Pool};
+use super::table::{Freed, Inserted, PointerTable};
+use super::{AnomalyKind, LiveState, ObjectRef, Store};
+use crate::event::{Event, MemKind};
+
+/// The plain (non-VMM) memory objects.
+#[derive(Debug, Default)]
+pub(super) struct MemoryTables {
+    /// Device-side pointer allocations of every kind: a free may name any of them
+    /// (`cuMemFreeAsync` frees `cudaMalloc` memory and the other way round).
+    pub(super) device: PointerTable,
+    /// Pinned host allocations, freed only by the host frees.
+    pub(super) host: PointerTable,
+    pub(super) host_registrations: BTreeMap<u64, HostRegistration>,
+    pub(super) arrays: BTreeMap<u64, Array>,
+    pub(super) ipc: BTreeMap<u64, IpcMapping>,
+}
+
+impl LiveState {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_alloc(
+        &mut self,
+        e: &Event,
+        origin: Origin,
+        kind: MemKind,
+        ptr: u64,
+        size: u64,
+        stream: u64,
+        pool: u64,
+        pitch: u64,
+    ) -> Option<ObjectRef> {
+        // A zero-byte request succeeds with a null pointer: nothing was allocated.
+        if ptr == 0 {
+            return None;
+        }
+        let on_device = kind.on_device();
+        let (device, seq) = (origin.device, origin.seq);
+        let alloc = Allocation {
+            ptr,
+            size,
+            kind,
+            pool,
+            stream,
+            pitch,
+            flags: Flags::default(),
+            origin,
+        };
+        let table = if on_device {
+            &mut self.memory.device
+        } else {
+            &mut self.memory.host
+        };
+        match table.insert(alloc) {
+            Inserted::Live { displaced } => {
+                if on_device {
+                    self.add_device_bytes(device, size);
+                }
+                if let Some(old) = displaced {
+                    if on_device {
+                        self.sub_device_bytes(old.origin.device, old.size);
+                    }
+                    self.anomaly(e, AnomalyKind::AddressReused, ptr, Some(old.origin.seq));
+                }
+            }
+            Inserted::SetAside { live_seq } => {
+                // Recorded against the live occupant's reuse, like the in-order case, so the
+                // late free that resolves it can take it back.
+                self.anomalies.record(super::Anomaly {
+                    kind: AnomalyKind::AddressReused,
+                    seq: live_seq,
+                    api: e.api,
+                    thread: e.thread,
+                    address: ptr,
+                    related_seq: Some(seq),
+                });
+            }
+            Inserted::AlreadyFreed { free_seq } => {
+                self.anomalies.retract(AnomalyKind::UnknownFree, |a| {
+                    a.seq == free_seq && a.address == ptr
+                });
+                return None;
+            }
+        }
+        let store = if on_device {
+            Store::Device
+        } else {
+            Store::Host
+        };
+        Some(ObjectRef {
+            store,
+            key: ptr,
+            seq,
+        })
+    }
+
+    pub(super) fn on_free(&mut self, e: &Event, ptr: u64, host: bool) -> Option<ObjectRef> {
+        // cudaFree(0) is the idiom for "initialise the context"; it frees nothing.
+        if ptr == 0 {
+            return None;
+        }
+        let table = if host {
+            &mut self.memory.host
+        } else {
+            &mut self.memory.device
+        };
+        match table.free(ptr, e.seq) {
+            Freed::Live(a) => {
+                if a.kind.on_device() {
+                    self.sub_device_bytes(a.origin.device, a.size);
+                }
+            }
+            Freed::SetAside(a) => {
+                self.anomalies.retract(AnomalyKind::AddressReused, |x| {
+                    x.address == ptr && x.related_seq == Some(a.origin.seq)
+                });
+            }
+            Freed::TornDown => {}
+            Freed::Unknown => self.anomaly(e, AnomalyKind::UnknownFree, ptr, None),
+        }
+        None
+    }
+
+    pub(super) fn on_failed_free(&mut self, e: &Event, ptr: u64, host: bool) {
+        let table = if host {
+            &self.memory.host
+        } else {
+            &self.memory.device
+        };
+        // A failed free of a live pointer (the wrong free for its kind) is only a failure.
+        if ptr == 0 || table.live.contains_key(&ptr) {
+            return;
+        }
+        match table.freed_at(ptr) {
+            Some(earlier) => self.anomaly(e, AnomalyKind::DoubleFree, ptr, Some(earlier)),
+            None => self.anomaly(e, AnomalyKind::InvalidFree, ptr, None),
+        }
+    }
+
+    pub(super) fn on_host_register(
+        &mut self,
+        origin: Origin,
+        ptr: u64,
+        size: u64,
+        register_flags: u32,
+    ) -> Option<ObjectRef> {
+        let seq = origin.seq;
+        self.memory.host_registrations.insert(
+            ptr,
+            HostRegistration {
+                ptr,
+                size,
+                register_flags,
+                flags: Flags::default(),
+                origin,
+            },
+        );
+        Some(ObjectRef {
+            store: Store::HostRegistration,
+            key: ptr,
+            seq,
+        })
+    }
+
+    pub(super) fn on_host_unregister(&mut self, e: &Event, ptr: u64) -> Option<ObjectRef> {
+        if self.memory.host_registrations.remove(&ptr).is_none() {
+            self.anomaly(e, AnomalyKind::UnknownHostRegistration, ptr, None);
+        }
+        None
+    }
+
+    pub(super) fn on_array_create(
+        &mut self,
+        e: &Event,
+        origin: Origin,
+        array: u64,
+        bytes: u64,
+    ) -> Option<ObjectRef> {
+        let (device, seq) = (origin.device, origin.seq);
+        let new = Array {
+            array,
+            bytes,
+            flags: Flags::default(),
+            origin,
+        };
+        if let Some(old) = self.memory.arrays.insert(array, new) {
+            self.sub_device_bytes(old.origin.device, old.bytes);
+            self.anomaly(e, AnomalyKind::AddressReused, array, Some(old.origin.seq));
+        }
+        self.add_device_bytes(device, bytes);
+        Some(ObjectRef {
+            store: Store::Array,
+            key: array,
+            seq,
+        })
+    }
+
+    pub(super) fn on_array_destroy(&mut self, e: &Event, array: u64) -> Option<ObjectRef> {
+        match self.memory.arrays.remove(&array) {
+            Some(a) => self.sub_device_bytes(a.origin.device, a.bytes),
+            None => self.anomaly(e, AnomalyKind::UnknownArray, array, None),
+        }
+        None
+    }
+
+    pub(super) fn on_ipc_open(&mut self, origin: Origin, ptr: u64) -> Option<ObjectRef> {
+        let seq = origin.seq;
+        let mapping = IpcMapping {
+            ptr,
+            flags: Flags::default(),
+            origin,
+        };
+        self.memory.ipc.insert(ptr, mapping);
+        Some(ObjectRef {
+            store: Store::Ipc,
+            key: ptr,
+            seq,
+        })
+    }
+
+    pub(super) fn on_ipc_close(&mut self, e: &Event, ptr: u64) -> Option<ObjectRef> {
+        if self.memory.ipc.remove(&ptr).is_none() {
+            self.anomaly(e, AnomalyKind::UnknownIpc, ptr, None);
+        }
+        None
+    }
+
+    pub(super) fn on_pool_create(
+        &mut self,
+        origin: Origin,
+        pool: u64,
+        device: i32,
+    ) -> Option<ObjectRef> {
+        self.pools.insert(
+            pool,
+            Pool {
+                pool,
+                device,
+                trims: 0,
+                origin,
+            },
+        );
+        None
+    }
+
+    /// The pool goes; allocations still live from it stay live (the driver frees them only when
+    /// the stream work completes, and a program that never frees them leaks them), flagged.
+    pub(super) fn on_pool_destroy(&mut self, e: &Event, pool: u64) -> Option<ObjectRef> {
+        if self.pools.remove(&pool).is_none() {
+            self.anomaly(e, AnomalyKind::UnknownPool, pool, None);
+        }
+        if pool != 0 {
+            for a in self.memory.device.live.values_mut() {
+                if a.pool == pool {
+                    a.flags.insert(Flag::PoolDestroyed);
+                }
+            }
+        }
+        None
+    }
+
+    pub(super) fn on_pool_trim(&mut self, pool: u64) -> Option<ObjectRef> {
+        self.pool_trims += 1;
+        if let Some(p) = self.pools.get_mut(&pool) {
+            p.trims += 1;
+        }
+        None
+    }
+}

@@ -1,0 +1,10 @@
+//! The live-allocation state: each semantic of each operation, with exact numbers, and property
+//! tests over random valid event sequences.
+
+mod attribution;
+mod memory;
+mod nccl;
+mod props;
+mod support;
+mod teardown;
+mod vmm;

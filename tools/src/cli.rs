@@ -1,0 +1,118 @@
+//! The command line: subcommands, their flags, and the help text with examples.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Finds GPU memory leaks: records every CUDA, driver and NCCL memory call of a program and
+/// reports what is still live.
+#[derive(Debug, Parser)]
+#[command(name = "vramtrace", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Report what a trace holds live at its end, and what went wrong on the way.
+    #[command(after_help = REPORT_EXAMPLES)]
+    Report(ReportArgs),
+    /// Run a program under the tracer and summarise the traces it wrote.
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+}
+
+const REPORT_EXAMPLES: &str = "\
+EXAMPLES:
+    Report the live set at the end of a run, largest call sites first:
+        vramtrace report vramtrace-4242.vtrace
+
+    Rank owner modules (libnccl, libcublas, your extension) instead of call sites:
+        vramtrace report --by module vramtrace-4242.vtrace
+
+    Machine-readable output (schema in docs/report-json.md), exact bytes:
+        vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json";
+
+const RUN_EXAMPLES: &str = "\
+EXAMPLES:
+    Trace a training script; one trace per process lands in the current directory:
+        vramtrace run -- python train.py --epochs 1
+
+    Choose where traces go (%p becomes the process id) and capture deeper stacks:
+        vramtrace run -o /tmp/traces/job-%p.vtrace --stack-depth 32 -- torchrun train.py
+
+    Use a tracer library from elsewhere, and skip the summary:
+        vramtrace run --lib ./target/release/libvramtrace.so --no-summary -- ./app";
+
+/// How the report ranks live memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RankBy {
+    /// Call sites: stack, else caller address.
+    Site,
+    /// Owner modules: the first module outside the CUDA libraries.
+    Module,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The trace file to read.
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Print one JSON document instead of tables (schema: docs/report-json.md).
+    #[arg(long)]
+    pub json: bool,
+    /// What the ranking table groups live memory by.
+    #[arg(long, value_enum, default_value_t = RankBy::Site, value_name = "site|module")]
+    pub by: RankBy,
+    /// How many call sites, modules and orphans to list.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Where traces go; %p is replaced with the process id of each traced process.
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Native stack frames to capture per call (VRAMTRACE_STACK_DEPTH).
+    #[arg(long, value_name = "N")]
+    pub stack_depth: Option<u32>,
+    /// Do not summarise the traces after the program exits.
+    #[arg(long)]
+    pub no_summary: bool,
+    /// The tracer library to preload (default: VRAMTRACE_LIB, else libvramtrace.so beside this
+    /// program or in ../lib/).
+    #[arg(long, value_name = "PATH")]
+    pub lib: Option<PathBuf>,
+    /// The program to run and its arguments.
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_everything_after_the_command() {
+        let cli = Cli::parse_from(["vramtrace", "run", "-o", "x", "--", "python", "-m", "t"]);
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.output, Some(PathBuf::from("x")));
+        assert_eq!(args.command, ["python", "-m", "t"]);
+    }
+}

@@ -1,0 +1,44 @@
+//! `vramtrace`: run a program under the GPU memory tracer, and report what its traces hold.
+//!
+//! Exit codes: 0 when all went well; for `run`, the traced program's own exit code (128 + the
+//! signal that killed it); 2 for an error of vramtrace's own (a bad flag, an unreadable trace),
+//! reported as one `error: …` line on stderr.
+
+mod cli;
+mod load;
+mod report;
+mod run;
+mod units;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+/// The exit code of an error of vramtrace's own (clap uses it for bad flags too).
+const ERROR_EXIT: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Report(args) => report::run(args).map(|()| 0),
+        Command::Run(args) => run::run(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(ERROR_EXIT)
+        }
+    }
+}
+
+/// `vramtrace report … | head` closes the pipe early; that is not an error.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

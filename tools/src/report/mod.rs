@@ -1,0 +1,318 @@
+//! `vramtrace report`: what a trace holds live at its end, as tables or one JSON document.
+//!
+//! [`Report`] gathers every number once; the tables ([`text`]) and the JSON document (the
+//! serialized `Report`, schema in `docs/report-json.md`) are two renderings of it, so they never
+//! disagree.
+
+mod text;
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use serde::{Serialize, Serializer};
+use vramtrace_collector::format::{Ending, Lookup};
+use vramtrace_collector::live::{
+    Anomaly, AnomalyKind, ApiCount, CallSite, Communicator, Failure, LiveObject, Summary, Teardown,
+};
+
+use crate::cli::ReportArgs;
+use crate::load::{load, LoadedTrace};
+
+/// Version of the JSON document's shape; bumped on any incompatible change.
+pub const SCHEMA: &str = "vramtrace-report/1";
+
+fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:#x}"))
+}
+
+/// Runs `vramtrace report`.
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let trace = load(&args.trace)?;
+    let report = Report::new(&trace, args.top);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)
+            .map_err(std::io::Error::from)
+            .context("writing the report")?;
+        writeln!(out).context("writing the report")?;
+    } else {
+        text::render(&mut out, &report, args.by).context("writing the report")?;
+    }
+    Ok(())
+}
+
+/// Everything a report says.
+#[derive(Serialize)]
+pub struct Report<'a> {
+    pub schema: &'static str,
+    pub trace: TraceFacts<'a>,
+    pub reading: Reading,
+    pub tracer: TracerCounters,
+    pub events: EventCounts,
+    pub live: Summary,
+    /// The largest call sites (at most `--top`).
+    pub call_sites: Vec<CallSite>,
+    /// Call sites in all.
+    pub call_sites_total: usize,
+    /// The largest orphans (at most `--top`).
+    pub orphans: Vec<LiveObject<'a>>,
+    pub orphans_total: usize,
+    pub communicators: Vec<&'a Communicator>,
+    pub failures: FailureList<'a>,
+    pub anomalies: AnomalyList<'a>,
+    pub calls: Vec<ApiCount>,
+    pub teardown: Teardown,
+    pub lookups: Notes<'a, Lookup>,
+    pub warnings: Notes<'a, String>,
+    pub modules: Vec<ModuleFacts<'a>>,
+    #[serde(skip)]
+    pub top: usize,
+    #[serde(skip)]
+    pub state: &'a vramtrace_collector::live::LiveState,
+}
+
+#[derive(Serialize)]
+pub struct TraceFacts<'a> {
+    pub path: String,
+    pub pid: u32,
+    pub ppid: u32,
+    pub forked_from: Option<u32>,
+    pub host: &'a str,
+    pub rank: Option<i32>,
+    pub local_rank: Option<i32>,
+    pub world_size: Option<i32>,
+    pub command_line: &'a [String],
+    pub tool_version: &'a str,
+    pub start_unix_ns: u64,
+    pub pointer_size: u8,
+    pub settings: Vec<Setting<'a>>,
+}
+
+#[derive(Serialize)]
+pub struct Setting<'a> {
+    pub name: &'a str,
+    pub value: &'a str,
+}
+
+#[derive(Serialize)]
+pub struct Reading {
+    pub complete: bool,
+    pub ending: EndingFacts,
+    /// Why the traced process stopped (`exit`, `signal 11`), from the end record.
+    pub end_reason: Option<String>,
+    pub records: u64,
+    pub chunks: u64,
+    pub skipped_records: u64,
+    pub bytes_read: u64,
+}
+
+#[derive(Serialize)]
+pub struct EndingFacts {
+    /// `complete`, `no-end-record`, `truncated` or `corrupt`.
+    pub kind: &'static str,
+    pub description: String,
+    /// Byte offset where reading stopped (null when complete).
+    pub offset: Option<u64>,
+}
+
+impl EndingFacts {
+    fn new(ending: &Ending) -> Self {
+        let (kind, offset) = match *ending {
+            Ending::Complete => ("complete", None),
+            Ending::NoEndRecord { offset } => ("no-end-record", Some(offset)),
+            Ending::Truncated { offset, .. } => ("truncated", Some(offset)),
+            Ending::Corrupt { offset, .. } => ("corrupt", Some(offset)),
+        };
+        EndingFacts {
+            kind,
+            description: ending.describe(),
+            offset,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct TracerCounters {
+    /// Whether the trace holds the tracer's counters at all (a trace cut off early may not).
+    pub recorded: bool,
+    pub dropped: u64,
+    pub late: u64,
+    pub hook_panics: u64,
+    pub missing_real: u64,
+    pub events_written: u64,
+}
+
+#[derive(Serialize)]
+pub struct EventCounts {
+    pub applied: u64,
+    pub last_seq: u64,
+    pub steps: u64,
+    pub pool_trims: u64,
+    pub primary_context_releases: u64,
+}
+
+#[derive(Serialize)]
+pub struct FailureList<'a> {
+    pub total: u64,
+    /// Failures not kept in detail.
+    pub omitted: u64,
+    /// Out-of-memory failures among those kept.
+    pub out_of_memory: usize,
+    pub by_api: Vec<ApiTally>,
+    /// Kept failures, out-of-memory ones first, each group in trace order.
+    pub list: Vec<&'a Failure>,
+}
+
+#[derive(Serialize)]
+pub struct ApiTally {
+    pub api: &'static str,
+    pub count: u64,
+}
+
+#[derive(Serialize)]
+pub struct AnomalyList<'a> {
+    pub total: u64,
+    pub omitted: u64,
+    pub by_kind: Vec<KindTally>,
+    pub list: &'a [Anomaly],
+}
+
+#[derive(Serialize)]
+pub struct KindTally {
+    pub kind: AnomalyKind,
+    pub count: u64,
+}
+
+#[derive(Serialize)]
+pub struct Notes<'a, T: Serialize> {
+    pub total: u64,
+    pub list: &'a [T],
+}
+
+#[derive(Serialize)]
+pub struct ModuleFacts<'a> {
+    pub id: u32,
+    pub path: &'a str,
+    #[serde(serialize_with = "hex")]
+    pub base: u64,
+    /// GNU build id as lowercase hex, empty when absent.
+    pub build_id: String,
+}
+
+impl<'a> Report<'a> {
+    /// Gathers the report of a loaded trace; lists are cut to `top` entries.
+    pub fn new(trace: &'a LoadedTrace, top: usize) -> Self {
+        let state = &trace.state;
+        let header = &trace.header;
+        let stats = state.stats();
+        let mut call_sites = state.by_call_site();
+        let call_sites_total = call_sites.len();
+        call_sites.truncate(top);
+        let mut orphans: Vec<LiveObject<'a>> = state.orphans().collect();
+        let orphans_total = orphans.len();
+        orphans.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.origin.seq.cmp(&b.origin.seq)));
+        orphans.truncate(top);
+        let mut failures: Vec<&Failure> = state.failures().iter().collect();
+        failures.sort_by_key(|f| !f.out_of_memory);
+        let anomalies = state.anomalies();
+        Report {
+            schema: SCHEMA,
+            trace: TraceFacts {
+                path: trace.path.display().to_string(),
+                pid: header.pid,
+                ppid: header.ppid,
+                forked_from: header.forked_from,
+                host: &header.host,
+                rank: header.rank,
+                local_rank: header.local_rank,
+                world_size: header.world_size,
+                command_line: &header.command_line,
+                tool_version: &header.tool_version,
+                start_unix_ns: header.start_unix_ns,
+                pointer_size: header.pointer_size,
+                settings: header
+                    .settings
+                    .iter()
+                    .map(|(name, value)| Setting { name, value })
+                    .collect(),
+            },
+            reading: Reading {
+                complete: trace.ending.is_complete(),
+                ending: EndingFacts::new(&trace.ending),
+                end_reason: state.end().map(|e| e.reason.clone()),
+                records: trace.records,
+                chunks: trace.chunks,
+                skipped_records: trace.skipped,
+                bytes_read: trace.bytes_read,
+            },
+            tracer: TracerCounters {
+                recorded: stats.is_some(),
+                dropped: stats.map_or(0, |s| s.dropped),
+                late: stats.map_or(0, |s| s.late),
+                hook_panics: stats.map_or(0, |s| s.hook_panics),
+                missing_real: stats.map_or(0, |s| s.missing_real),
+                events_written: stats.map_or(0, |s| s.events),
+            },
+            events: EventCounts {
+                applied: state.events(),
+                last_seq: state.last_seq(),
+                steps: state.steps(),
+                pool_trims: state.pool_trims(),
+                primary_context_releases: state.primary_context_releases(),
+            },
+            live: state.summary(),
+            call_sites,
+            call_sites_total,
+            orphans,
+            orphans_total,
+            communicators: state.communicators().collect(),
+            failures: FailureList {
+                total: state.failures().total(),
+                omitted: state.failures().omitted(),
+                out_of_memory: failures.iter().filter(|f| f.out_of_memory).count(),
+                by_api: state
+                    .failures()
+                    .by_api()
+                    .map(|(api, count)| ApiTally {
+                        api: api.name(),
+                        count,
+                    })
+                    .collect(),
+                list: failures,
+            },
+            anomalies: AnomalyList {
+                total: anomalies.total(),
+                omitted: anomalies.omitted(),
+                by_kind: anomalies
+                    .counts()
+                    .map(|(kind, count)| KindTally { kind, count })
+                    .collect(),
+                list: anomalies.details(),
+            },
+            calls: state.calls(),
+            teardown: state.teardown(),
+            lookups: Notes {
+                total: state.lookups_total(),
+                list: state.lookups(),
+            },
+            warnings: Notes {
+                total: state.warnings_total(),
+                list: state.warnings(),
+            },
+            modules: state
+                .modules()
+                .modules()
+                .iter()
+                .map(|m| ModuleFacts {
+                    id: m.id,
+                    path: &m.path,
+                    base: m.base,
+                    build_id: m.build_id.iter().map(|b| format!("{b:02x}")).collect(),
+                })
+                .collect(),
+            top,
+            state,
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! The report as terminal tables: facts about the trace first (including whether anything was
+//! lost), then what is live, then what went wrong.
+
+use std::io::{self, Write};
+
+use comfy_table::{CellAlignment, ContentArrangement, LineStyle, Table, TableStyle};
+use vramtrace_collector::live::{CommState, Flags};
+
+use super::Report;
+use crate::cli::RankBy;
+use crate::units::bytes;
+
+/// Lines under the header only: quiet enough to read many tables in a row.
+const STYLE: TableStyle =
+    TableStyle::new().header_separator(LineStyle::none().fill('─').junction('─'));
+
+/// A table with `headers`, the columns listed in `right` aligned right (numbers).
+fn table(headers: &[&str], right: &[usize]) -> Table {
+    let mut t = Table::new();
+    t.load_style(STYLE)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(headers.to_vec());
+    for &i in right {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+fn emit(out: &mut impl Write, title: &str, t: &Table) -> io::Result<()> {
+    writeln!(out, "\n{title}")?;
+    writeln!(out, "{t}")
+}
+
+fn or_unknown(name: Option<&str>) -> &str {
+    name.unwrap_or("(unknown)")
+}
+
+fn flag_list(flags: Flags) -> String {
+    flags
+        .iter()
+        .map(|f| f.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `1 object`, `2 objects`.
+fn counted(count: u64, noun: &str) -> String {
+    let s = if count == 1 { "" } else { "s" };
+    format!("{count} {noun}{s}")
+}
+
+fn objects_and_bytes(count: u64, n: u64) -> String {
+    format!("{} in {}", bytes(n), counted(count, "object"))
+}
+
+/// Writes the whole report.
+pub fn render(out: &mut impl Write, r: &Report<'_>, by: RankBy) -> io::Result<()> {
+    facts(out, r)?;
+    live(out, r)?;
+    ranking(out, r, by)?;
+    orphans(out, r)?;
+    failures(out, r)?;
+    anomalies(out, r)?;
+    tracer_notes(out, r)
+}
+
+fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
+    let t = &r.trace;
+    writeln!(out, "vramtrace report: {}", t.path)?;
+    let mut process = format!("pid {} (parent {})", t.pid, t.ppid);
+    if let Some(parent) = t.forked_from {
+        process += &format!(", forked from {parent}");
+    }
+    process += &format!(", host {}", t.host);
+    match (t.rank, t.world_size) {
+        (Some(rank), Some(world)) => process += &format!(", rank {rank} of {world}"),
+        (Some(rank), None) => process += &format!(", rank {rank}"),
+        _ => {}
+    }
+    if let Some(local) = t.local_rank {
+        process += &format!(" (local rank {local})");
+    }
+    writeln!(out, "  process   {process}")?;
+    writeln!(out, "  command   {}", t.command_line.join(" "))?;
+    writeln!(out, "  tracer    vramtrace {}", t.tool_version)?;
+    let reading = &r.reading;
+    let mut ending = reading.ending.description.clone();
+    if let Some(reason) = &reading.end_reason {
+        ending += &format!(" (the process ended: {reason})");
+    }
+    writeln!(out, "  trace     {ending}")?;
+    writeln!(
+        out,
+        "  records   {} read in {} chunks ({} bytes); {} skipped (kinds this version does not know)",
+        reading.records, reading.chunks, reading.bytes_read, reading.skipped_records
+    )?;
+    let tracer = &r.tracer;
+    let dropped = if !tracer.recorded {
+        "unknown: the trace holds no tracer counters (it stops before the first stats record)"
+            .to_string()
+    } else if tracer.dropped == 0 {
+        "0 events (nothing was lost)".to_string()
+    } else {
+        format!(
+            "{} events LOST (the tracer's channel was full): the live set below may be wrong",
+            tracer.dropped
+        )
+    };
+    writeln!(out, "  dropped   {dropped}")?;
+    if tracer.hook_panics > 0 || tracer.missing_real > 0 {
+        writeln!(
+            out,
+            "  problems  {} hook panics, {} hooks without their real function",
+            tracer.hook_panics, tracer.missing_real
+        )?;
+    }
+    let e = &r.events;
+    writeln!(
+        out,
+        "  events    {} applied (last seq {}), {} late, {} steps marked",
+        e.applied, e.last_seq, tracer.late, e.steps
+    )
+}
+
+fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
+    let s = &r.live;
+    writeln!(out, "\nLIVE AT THE END")?;
+    writeln!(
+        out,
+        "  device memory  {}",
+        objects_and_bytes(s.device_memory.count, s.device_memory.bytes)
+    )?;
+    writeln!(
+        out,
+        "  orphaned       {}",
+        objects_and_bytes(s.orphaned.count, s.orphaned.bytes)
+    )?;
+    writeln!(
+        out,
+        "  host memory    {}",
+        objects_and_bytes(s.host_memory.count, s.host_memory.bytes)
+    )?;
+    writeln!(
+        out,
+        "  reserved VA    {}",
+        objects_and_bytes(s.reserved_va.count, s.reserved_va.bytes)
+    )?;
+    let td = &r.teardown;
+    let torn = td.by_context_destroy.count + td.by_device_reset.count;
+    if torn > 0 {
+        writeln!(
+            out,
+            "  freed by teardown (not leaks): {} by context destroy, {} by device reset",
+            objects_and_bytes(td.by_context_destroy.count, td.by_context_destroy.bytes),
+            objects_and_bytes(td.by_device_reset.count, td.by_device_reset.bytes)
+        )?;
+    }
+    if !s.by_device.is_empty() {
+        let mut t = table(&["device", "objects", "bytes"], &[0, 1, 2]);
+        for d in &s.by_device {
+            t.add_row(vec![
+                d.device.to_string(),
+                d.count.to_string(),
+                bytes(d.bytes),
+            ]);
+        }
+        emit(out, "By device", &t)?;
+    }
+    if !s.by_category.is_empty() {
+        let mut t = table(&["category", "objects", "bytes", "counts as"], &[1, 2]);
+        for c in &s.by_category {
+            let counts = match c.accounting {
+                vramtrace_collector::live::Accounting::Device => "device memory",
+                vramtrace_collector::live::Accounting::Host => "host memory",
+                vramtrace_collector::live::Accounting::VirtualAddress => "address space",
+                vramtrace_collector::live::Accounting::None => "counted elsewhere",
+            };
+            t.add_row(vec![
+                c.category.name().to_string(),
+                c.count.to_string(),
+                bytes(c.bytes),
+                counts.to_string(),
+            ]);
+        }
+        emit(out, "By category", &t)?;
+    }
+    if !s.by_communicator.is_empty() {
+        let headers = [
+            "communicator",
+            "state",
+            "rank",
+            "device",
+            "objects",
+            "bytes",
+            "registrations",
+            "windows",
+        ];
+        let mut t = table(&headers, &[2, 3, 4, 5, 6, 7]);
+        for c in &s.by_communicator {
+            let rank = match (c.rank, c.nranks) {
+                (Some(r), Some(n)) => format!("{r}/{n}"),
+                _ => "-".to_string(),
+            };
+            t.add_row(vec![
+                format!("{:#x}", c.comm),
+                c.state.map_or("unknown", CommState::name).to_string(),
+                rank,
+                c.device.map_or("-".to_string(), |d| d.to_string()),
+                c.count.to_string(),
+                bytes(c.bytes),
+                c.registrations.to_string(),
+                c.windows.to_string(),
+            ]);
+        }
+        emit(out, "By communicator", &t)?;
+        if s.without_communicator.count > 0 {
+            writeln!(
+                out,
+                "  not attributed to a communicator: {}",
+                objects_and_bytes(s.without_communicator.count, s.without_communicator.bytes)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy) -> io::Result<()> {
+    match by {
+        RankBy::Module => {
+            let modules = &r.live.by_module;
+            if modules.is_empty() {
+                return Ok(());
+            }
+            let mut t = table(&["owner module", "objects", "bytes"], &[1, 2]);
+            for m in modules.iter().take(r.top) {
+                t.add_row(vec![
+                    or_unknown(m.name.as_deref()).to_string(),
+                    m.count.to_string(),
+                    bytes(m.bytes),
+                ]);
+            }
+            let shown = modules.len().min(r.top);
+            let title = format!(
+                "Top owner modules by device memory ({shown} of {})",
+                modules.len()
+            );
+            emit(out, &title, &t)
+        }
+        RankBy::Site => {
+            if r.call_sites.is_empty() {
+                return Ok(());
+            }
+            let headers = [
+                "#",
+                "bytes",
+                "host",
+                "objects",
+                "api",
+                "owner module",
+                "site",
+                "stack",
+                "seq",
+            ];
+            let mut t = table(&headers, &[0, 1, 2, 3, 7]);
+            for (i, s) in r.call_sites.iter().enumerate() {
+                let seqs = if s.first_seq == s.last_seq {
+                    s.first_seq.to_string()
+                } else {
+                    format!("{}..{}", s.first_seq, s.last_seq)
+                };
+                t.add_row(vec![
+                    (i + 1).to_string(),
+                    bytes(s.bytes),
+                    bytes(s.host_bytes),
+                    s.count.to_string(),
+                    s.api.name().to_string(),
+                    or_unknown(s.module_name.as_deref()).to_string(),
+                    s.location.to_string(),
+                    s.stack.to_string(),
+                    seqs,
+                ]);
+            }
+            let title = format!(
+                "Top call sites by device memory ({} of {})",
+                r.call_sites.len(),
+                r.call_sites_total
+            );
+            emit(out, &title, &t)
+        }
+    }
+}
+
+fn orphans(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
+    if r.orphans.is_empty() {
+        return Ok(());
+    }
+    let headers = [
+        "category",
+        "address",
+        "bytes",
+        "device",
+        "why",
+        "communicator",
+        "site",
+        "seq",
+    ];
+    let mut t = table(&headers, &[2, 3, 7]);
+    for o in &r.orphans {
+        t.add_row(vec![
+            o.category.name().to_string(),
+            format!("{:#x}", o.address),
+            bytes(o.bytes),
+            o.device.to_string(),
+            flag_list(o.flags),
+            o.origin
+                .communicator
+                .map_or("-".to_string(), |c| format!("{c:#x}")),
+            r.state.locate(o.origin.caller).to_string(),
+            o.origin.seq.to_string(),
+        ]);
+    }
+    let title = format!(
+        "Orphans: live, but their owner is gone ({} of {})",
+        r.orphans.len(),
+        r.orphans_total
+    );
+    emit(out, &title, &t)
+}
+
+fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
+    let f = &r.failures;
+    if f.total == 0 {
+        return writeln!(out, "\nFailures: none");
+    }
+    let headers = [
+        "api",
+        "code",
+        "out of memory",
+        "request",
+        "device",
+        "live on device then",
+        "seq",
+        "site",
+    ];
+    let mut t = table(&headers, &[1, 3, 4, 5, 6]);
+    for x in f.list.iter().take(r.top.max(f.out_of_memory)) {
+        t.add_row(vec![
+            x.api.name().to_string(),
+            x.result.to_string(),
+            if x.out_of_memory { "yes" } else { "no" }.to_string(),
+            bytes(x.request_bytes),
+            x.device.to_string(),
+            bytes(x.live_device_bytes),
+            x.seq.to_string(),
+            r.state.locate(x.origin.caller).to_string(),
+        ]);
+    }
+    let title = format!(
+        "Failures: {} ({} out of memory), out-of-memory first",
+        f.total, f.out_of_memory
+    );
+    emit(out, &title, &t)?;
+    if f.omitted > 0 {
+        writeln!(
+            out,
+            "  {} more failures were counted but not kept",
+            f.omitted
+        )?;
+    }
+    Ok(())
+}
+
+fn anomalies(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
+    let a = &r.anomalies;
+    if a.total == 0 {
+        return writeln!(out, "\nAnomalies: none");
+    }
+    let mut t = table(&["kind", "count"], &[1]);
+    for k in &a.by_kind {
+        t.add_row(vec![k.kind.name().to_string(), k.count.to_string()]);
+    }
+    emit(out, &format!("Anomalies: {}", a.total), &t)?;
+    let mut t = table(
+        &["kind", "seq", "api", "thread", "address", "related seq"],
+        &[1, 3, 5],
+    );
+    for x in a.list.iter().take(r.top) {
+        t.add_row(vec![
+            x.kind.name().to_string(),
+            x.seq.to_string(),
+            x.api.name().to_string(),
+            x.thread.to_string(),
+            format!("{:#x}", x.address),
+            x.related_seq.map_or("-".to_string(), |s| s.to_string()),
+        ]);
+    }
+    let shown = a.list.len().min(r.top);
+    emit(
+        out,
+        &format!("Anomalies in detail ({shown} of {})", a.total),
+        &t,
+    )
+}
+
+fn tracer_notes(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
+    if r.lookups.total > 0 {
+        let mut t = table(&["symbol", "via", "cuda version", "why untraced"], &[2]);
+        for l in r.lookups.list {
+            t.add_row(vec![
+                l.symbol.clone(),
+                l.via.clone(),
+                l.cuda_version.to_string(),
+                l.reason.clone(),
+            ]);
+        }
+        let title = format!(
+            "Unwrapped lookups: {} handed out untraced (calls through them are not in the trace)",
+            counted(r.lookups.total, "driver entry point")
+        );
+        emit(out, &title, &t)?;
+    }
+    if r.warnings.total > 0 {
+        writeln!(out, "\nTracer warnings: {}", r.warnings.total)?;
+        for w in r.warnings.list {
+            writeln!(out, "  - {w}")?;
+        }
+    }
+    Ok(())
+}

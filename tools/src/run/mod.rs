@@ -1,0 +1,170 @@
+//! `vramtrace run`: starts a program with the tracer preloaded, passes signals on, exits as the
+//! program did, then summarises the traces it wrote.
+
+mod signals;
+mod traces;
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use self::traces::OutputPattern;
+use crate::cli::RunArgs;
+use crate::load::lower_first;
+
+/// The tracer's file name.
+const LIB_NAME: &str = "libvramtrace.so";
+/// Where traces go by default; the tracer replaces `%p` with the pid.
+const DEFAULT_OUTPUT: &str = "vramtrace-%p.vtrace";
+
+/// Runs `vramtrace run`; returns the exit code to leave with.
+pub fn run(args: &RunArgs) -> Result<u8> {
+    let lib = find_library(args.lib.as_deref())?;
+    let output = output_path(args.output.as_deref())?;
+    let pattern = OutputPattern::new(&output);
+    let before = pattern.snapshot();
+
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| anyhow!("no command to run"))?;
+    let mut command = Command::new(program);
+    command
+        .args(rest)
+        .env("LD_PRELOAD", preload_value(&lib))
+        .env("VRAMTRACE_OUTPUT", &output);
+    if let Some(depth) = args.stack_depth {
+        command.env("VRAMTRACE_STACK_DEPTH", depth.to_string());
+    }
+
+    signals::catch();
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            signals::release();
+            bail!(
+                "cannot run {}: {}",
+                program.to_string_lossy(),
+                lower_first(e.to_string())
+            );
+        }
+    };
+    signals::forward_to(child.id());
+    wait_for_exit(child.id());
+    // Stop forwarding before the child is reaped, so its pid cannot be reused under us.
+    signals::release();
+    let status = child.wait().context("waiting for the program")?;
+
+    if !args.no_summary {
+        let written = pattern.written_since(&before);
+        let mut err = std::io::stderr().lock();
+        traces::summarize(&mut err, &written).context("writing the summary")?;
+    }
+    Ok(exit_code(status))
+}
+
+/// Blocks until the child has exited, without reaping it.
+fn wait_for_exit(pid: u32) {
+    loop {
+        // SAFETY: a zeroed siginfo_t is valid for waitid to fill; pid is our own child.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
+/// The child's exit code, or 128 + the signal that killed it (as shells report it).
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(sig)) => (128 + sig) as u8,
+        (None, None) => 1,
+    }
+}
+
+/// `LD_PRELOAD` with the tracer first, keeping whatever was preloaded already.
+fn preload_value(lib: &Path) -> OsString {
+    let mut value = OsString::from(lib);
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        value.push(":");
+        value.push(existing);
+    }
+    value
+}
+
+/// The tracer library: `--lib`, else `VRAMTRACE_LIB`, else beside this program, else in
+/// `../lib/` from it.
+fn find_library(flag: Option<&Path>) -> Result<PathBuf> {
+    let explicit = flag
+        .map(|p| ("--lib", p.to_path_buf()))
+        .or_else(|| std::env::var_os("VRAMTRACE_LIB").map(|v| ("VRAMTRACE_LIB", v.into())));
+    if let Some((from, path)) = explicit {
+        if !path.is_file() {
+            bail!("{from} {}: no such file", path.display());
+        }
+        return canonical(&path);
+    }
+    let exe = std::env::current_exe().context("finding the vramtrace program")?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [dir.join(LIB_NAME), dir.join("../lib").join(LIB_NAME)];
+    match candidates.iter().find(|p| p.is_file()) {
+        Some(found) => canonical(found),
+        None => bail!(
+            "cannot find {LIB_NAME} (looked in {} and {}); pass --lib PATH or set VRAMTRACE_LIB",
+            dir.display(),
+            dir.join("../lib").display()
+        ),
+    }
+}
+
+/// The library's real path, so LD_PRELOAD holds no `..` or relative part: the traced program
+/// may change directory before it execs something.
+fn canonical(path: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// An absolute form of `path`: the traced program may change directory before loading it.
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// The absolute output pattern; its directory must exist.
+fn output_path(flag: Option<&Path>) -> Result<PathBuf> {
+    let given = flag.unwrap_or(Path::new(DEFAULT_OUTPUT));
+    if given.as_os_str().is_empty() || given.file_name().is_none() {
+        bail!("-o {}: not a file path", given.display());
+    }
+    let path = absolute(given)?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    if !dir.is_dir() {
+        bail!(
+            "-o {}: directory {} does not exist",
+            given.display(),
+            dir.display()
+        );
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_shell() {
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+}

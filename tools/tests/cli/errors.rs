@@ -1,0 +1,133 @@
+//! Bad input gives one clear error line and exit code 2, never a panic.
+
+use crate::support::*;
+
+/// Runs `vramtrace report PATH` and returns its stderr, checking it failed with exit code 2 and
+/// printed nothing on stdout.
+fn report_error(path: &std::path::Path) -> String {
+    let out = vramtrace()
+        .arg("report")
+        .arg(path)
+        .assert()
+        .code(2)
+        .stdout("")
+        .get_output()
+        .stderr
+        .clone();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn a_random_file_is_not_a_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.vtrace");
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&path, noise).unwrap();
+    assert_eq!(
+        report_error(&path),
+        format!(
+            "error: {}: not a vramtrace trace (it does not start with the trace signature)\n",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn a_wrong_version_names_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_workload(dir.path(), "new.vtrace");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&path, bytes).unwrap();
+    assert_eq!(
+        report_error(&path),
+        format!(
+            "error: {}: trace format version 99 is not supported (this vramtrace reads version 1)\n",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn missing_empty_and_directory_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.vtrace");
+    assert_eq!(
+        report_error(&missing),
+        format!(
+            "error: {}: no such file or directory (os error 2)\n",
+            missing.display()
+        )
+    );
+    let empty = dir.path().join("empty.vtrace");
+    std::fs::write(&empty, b"").unwrap();
+    assert_eq!(
+        report_error(&empty),
+        format!(
+            "error: {}: the trace is cut off inside its header (0 of 16 bytes)\n",
+            empty.display()
+        )
+    );
+    assert_eq!(
+        report_error(dir.path()),
+        format!(
+            "error: {}: is a directory, not a trace\n",
+            dir.path().display()
+        )
+    );
+}
+
+#[test]
+fn a_header_cut_short_or_damaged_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_workload(dir.path(), "t.vtrace");
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [3usize, 12, 20, 40] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let err = report_error(&path);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!("error: {}: ", path.display())),
+            "{err}"
+        );
+    }
+    let mut damaged = bytes.clone();
+    damaged[20] ^= 0xff;
+    std::fs::write(&path, damaged).unwrap();
+    assert_eq!(
+        report_error(&path),
+        format!(
+            "error: {}: the trace header is damaged: checksum mismatch\n",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn bad_flags_exit_2() {
+    vramtrace()
+        .args(["report", "--by", "colour", "x"])
+        .assert()
+        .code(2);
+    vramtrace().args(["report"]).assert().code(2);
+    vramtrace().args(["run"]).assert().code(2);
+    vramtrace().args(["frobnicate"]).assert().code(2);
+}
+
+#[test]
+fn every_subcommand_has_examples_in_its_help() {
+    for sub in ["report", "run"] {
+        let out = vramtrace()
+            .args([sub, "--help"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let help = String::from_utf8(out).unwrap();
+        assert!(help.contains("EXAMPLES:"), "{sub}: {help}");
+        assert!(help.contains(&format!("vramtrace {sub} ")), "{sub}: {help}");
+    }
+}

@@ -1,0 +1,269 @@
+//! `vramtrace report` on the known workload: exact numbers in JSON, key lines in the tables.
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn report_json(path: &std::path::Path, extra: &[&str]) -> Value {
+    let out = vramtrace()
+        .arg("report")
+        .arg("--json")
+        .args(extra)
+        .arg(path)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).expect("one JSON document")
+}
+
+fn report_text(path: &std::path::Path, extra: &[&str]) -> String {
+    let out = vramtrace()
+        .arg("report")
+        .args(extra)
+        .arg(path)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn json_has_the_exact_live_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_workload(dir.path(), "run.vtrace");
+    let r = report_json(&path, &[]);
+    assert_eq!(r["schema"], "vramtrace-report/1");
+    assert_eq!(r["trace"]["pid"], 4242);
+    assert_eq!(r["trace"]["host"], "gpu-node-7");
+    assert_eq!(r["trace"]["rank"], 3);
+    assert_eq!(
+        r["trace"]["command_line"],
+        json!(["python", "train.py", "--epochs", "1"])
+    );
+    assert_eq!(r["reading"]["complete"], true);
+    assert_eq!(r["reading"]["ending"]["kind"], "complete");
+    assert_eq!(r["reading"]["end_reason"], "exit");
+    assert_eq!(r["reading"]["records"], 21);
+    assert_eq!(r["reading"]["skipped_records"], 0);
+    assert_eq!(r["tracer"]["recorded"], true);
+    assert_eq!(r["tracer"]["dropped"], 0);
+    assert_eq!(r["events"]["applied"], 12);
+
+    let live = &r["live"];
+    assert_eq!(live["device_memory"], json!({"count": 4, "bytes": 4718592}));
+    assert_eq!(live["orphaned"], json!({"count": 1, "bytes": 2097152}));
+    assert_eq!(
+        live["by_device"],
+        json!([{"device": 0, "count": 4, "bytes": 4718592}])
+    );
+    let modules: Vec<(&str, u64)> = live["by_module"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["bytes"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        modules,
+        [
+            ("libtorch_cuda.so", 2097152),
+            ("libnccl.so.2", 2097152),
+            ("python3.12", 524288)
+        ]
+    );
+    let comm = &live["by_communicator"][0];
+    assert_eq!(comm["comm"], "0xc0");
+    assert_eq!(comm["state"], "destroyed");
+    assert_eq!(
+        (comm["count"].as_u64(), comm["bytes"].as_u64()),
+        (Some(1), Some(2097152))
+    );
+
+    let sites: Vec<(&str, u64, u64)> = r["call_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["site"].as_str().unwrap(),
+                s["count"].as_u64().unwrap(),
+                s["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sites,
+        [
+            ("libtorch_cuda.so+0x1234", 2, 2097152),
+            ("libnccl.so.2+0x500", 1, 2097152),
+            ("python3.12+0x30", 1, 524288)
+        ]
+    );
+    assert_eq!(r["call_sites"][0]["stack"], 1);
+    assert_eq!(r["call_sites"][0]["first_seq"], 1);
+    assert_eq!(r["call_sites"][0]["last_seq"], 2);
+
+    let orphan = &r["orphans"][0];
+    assert_eq!(orphan["address"], "0x700000400000");
+    assert_eq!(orphan["bytes"], 2097152);
+    assert_eq!(orphan["flags"], json!(["communicator-gone"]));
+    assert_eq!(orphan["origin"]["communicator"], "0xc0");
+
+    let f = &r["failures"];
+    assert_eq!(
+        (f["total"].as_u64(), f["out_of_memory"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let oom = &f["list"][0];
+    assert_eq!(oom["api"], "cudaMalloc");
+    assert_eq!(oom["out_of_memory"], true);
+    assert_eq!(oom["request_bytes"], 8589934592u64);
+    assert_eq!(oom["live_device_bytes"], 2621440);
+    assert_eq!(oom["device"], 0);
+
+    let a = &r["anomalies"];
+    assert_eq!(a["total"], 1);
+    assert_eq!(a["by_kind"], json!([{"kind": "double-free", "count": 1}]));
+    assert_eq!(a["list"][0]["address"], "0x700000200000");
+    assert_eq!(a["list"][0]["related_seq"], 4);
+
+    assert_eq!(r["lookups"]["total"], 1);
+    assert_eq!(r["lookups"]["list"][0]["symbol"], "cuMemAlloc");
+    assert_eq!(r["warnings"]["total"], 1);
+    let malloc = r["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["api"] == "cudaMalloc")
+        .unwrap();
+    assert_eq!(
+        (malloc["calls"].as_u64(), malloc["failed"].as_u64()),
+        (Some(7), Some(1))
+    );
+    assert_eq!(r["modules"][1]["path"], "/usr/lib/libtorch_cuda.so");
+    assert_eq!(r["modules"][1]["build_id"], "abcd");
+}
+
+#[test]
+fn top_limits_the_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_workload(dir.path(), "run.vtrace");
+    let r = report_json(&path, &["--top", "1"]);
+    assert_eq!(r["call_sites"].as_array().unwrap().len(), 1);
+    assert_eq!(r["call_sites_total"], 3);
+}
+
+#[test]
+fn the_tables_say_what_is_live_and_what_went_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_workload(dir.path(), "run.vtrace");
+    let text = report_text(&path, &[]);
+    // The path and the compressed size vary with the machine and the zstd build.
+    let text: Vec<String> = text
+        .replace(&path.display().to_string(), "[TRACE]")
+        .lines()
+        .map(|l| match (l.find("chunks ("), l.find(" bytes)")) {
+            (Some(a), Some(b)) if a < b => format!("{}chunks (N{}", &l[..a], &l[b..]),
+            _ => l.to_string(),
+        })
+        .collect();
+    insta::assert_snapshot!("report_text", text.join("\n"));
+}
+
+#[test]
+fn module_ranking() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_workload(dir.path(), "run.vtrace");
+    let text = report_text(&path, &["--by", "module", "--top", "2"]);
+    assert!(
+        text.contains("Top owner modules by device memory (2 of 3)"),
+        "{text}"
+    );
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Top owner modules"))
+        .skip(3)
+        .take(2)
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "libtorch_cuda.so         2   2.0 MiB",
+            "libnccl.so.2             1   2.0 MiB"
+        ]
+    );
+    assert!(!text.contains("Top call sites"));
+}
+
+#[test]
+fn a_truncated_trace_reports_how_far_it_got_and_the_live_set_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, boundary) = write_workload(dir.path(), "cut.vtrace");
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(boundary + 10).unwrap();
+    drop(file);
+
+    let r = report_json(&path, &[]);
+    assert_eq!(r["reading"]["complete"], false);
+    assert_eq!(r["reading"]["ending"]["kind"], "truncated");
+    assert_eq!(r["reading"]["ending"]["offset"], boundary);
+    assert_eq!(r["reading"]["records"], FIRST_CHUNK);
+    assert_eq!(r["reading"]["end_reason"], Value::Null);
+    assert_eq!(r["tracer"]["recorded"], false);
+    assert_eq!(
+        r["live"]["device_memory"],
+        json!({"count": 3, "bytes": 2621440})
+    );
+
+    let text = report_text(&path, &[]);
+    let want_ending =
+        format!("  trace     truncated: cut off inside the chunk at byte {boundary} (10 of ");
+    assert!(text.contains(&want_ending), "{text}");
+    assert!(
+        text.contains("  dropped   unknown: the trace holds no tracer counters"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  device memory  2.5 MiB in 3 objects"),
+        "{text}"
+    );
+
+    // Cut exactly between chunks: whole chunks, no end record.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(boundary).unwrap();
+    drop(file);
+    let r = report_json(&path, &[]);
+    assert_eq!(r["reading"]["ending"]["kind"], "no-end-record");
+    assert_eq!(r["live"]["device_memory"]["bytes"], 2621440);
+}
+
+#[test]
+fn every_top_level_field_is_documented() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/report-json.md"
+    ))
+    .unwrap();
+    let top_level: Vec<&str> = doc
+        .split("## Top level")
+        .nth(1)
+        .unwrap()
+        .split("\n## ")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = write_workload(dir.path(), "run.vtrace");
+    let r = report_json(&path, &[]);
+    let mut keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut documented = top_level.clone();
+    keys.sort_unstable();
+    documented.sort_unstable();
+    assert_eq!(keys, documented);
+}

@@ -1,0 +1,260 @@
+//! `vramtrace run`: the environment the program gets, exit codes, signals, and the summary of the
+//! traces it wrote. The program here is a shell script that plays the tracer's part by copying a
+//! known trace to the output path, so no GPU and no tracer library are needed.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+struct Setup {
+    dir: tempfile::TempDir,
+    lib: PathBuf,
+    sample: PathBuf,
+    out: PathBuf,
+}
+
+/// A stand-in tracer library (the loader ignores it), a known trace, and an output directory.
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("libvramtrace.so");
+    std::fs::write(&lib, b"").unwrap();
+    std::fs::create_dir(dir.path().join("in")).unwrap();
+    let (sample, _) = write_workload(&dir.path().join("in"), "sample.vtrace");
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let lib = std::fs::canonicalize(lib).unwrap();
+    Setup {
+        dir,
+        lib,
+        sample,
+        out,
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_program_gets_the_tracer_and_its_settings() {
+    let s = setup();
+    // A trace from an earlier run is not this run's.
+    std::fs::copy(&s.sample, s.out.join("t-1.vtrace")).unwrap();
+    let pattern = s.out.join("t-%p.vtrace");
+    let script = r#"echo "$LD_PRELOAD"; echo "$VRAMTRACE_OUTPUT"; echo "$VRAMTRACE_STACK_DEPTH"
+cp "$1" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; exit 3"#;
+    let assert = vramtrace()
+        .env_remove("LD_PRELOAD")
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("-o")
+        .arg(&pattern)
+        .args(["--stack-depth", "24", "--", "sh", "-c", script, "sh"])
+        .arg(&s.sample)
+        .assert()
+        .code(3);
+    let out = assert.get_output();
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            s.lib.display().to_string(),
+            pattern.display().to_string(),
+            "24".to_string()
+        ]
+    );
+    let stderr = text(&out.stderr);
+    let head = stderr
+        .lines()
+        .find(|l| l.starts_with("vramtrace: "))
+        .unwrap_or_else(|| panic!("no summary in: {stderr}"));
+    let prefix = format!("vramtrace: {}/t-", s.out.display());
+    assert!(head.starts_with(&prefix), "{head}");
+    assert!(
+        head.ends_with(".vtrace: pid 4242, 12 events, 0 dropped, complete"),
+        "{head}"
+    );
+    assert!(!stderr.contains("t-1.vtrace"), "{stderr}");
+    assert!(
+        stderr.contains("  live device memory at the end: 4.5 MiB in 4 objects"),
+        "{stderr}"
+    );
+    let sites: Vec<&str> = stderr.lines().filter(|l| l.starts_with("    ")).collect();
+    assert_eq!(sites.len(), 3, "{stderr}");
+    assert!(sites[0].contains("2.0 MiB") && sites[0].contains("libtorch_cuda.so+0x1234"));
+    assert!(
+        stderr.contains("  1 orphaned objects: see `vramtrace report`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_existing_preload_is_kept_after_the_tracer() {
+    let s = setup();
+    vramtrace()
+        .env("VRAMTRACE_LIB", &s.lib)
+        .env("LD_PRELOAD", "/nonexistent/other.so")
+        .current_dir(&s.out)
+        .args(["run", "--no-summary", "--", "sh", "-c"])
+        .arg(r#"echo "$LD_PRELOAD"; echo "$VRAMTRACE_OUTPUT"; echo "${VRAMTRACE_STACK_DEPTH-unset}""#)
+        .assert()
+        .success()
+        .stdout(format!(
+            "{}:/nonexistent/other.so\n{}/vramtrace-%p.vtrace\nunset\n",
+            s.lib.display(),
+            std::fs::canonicalize(&s.out).unwrap().display()
+        ));
+}
+
+#[test]
+fn a_run_without_traces_says_so() {
+    let s = setup();
+    let assert = vramtrace()
+        .env_remove("LD_PRELOAD")
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("-o")
+        .arg(s.out.join("x-%p.vtrace"))
+        .args(["--", "true"])
+        .assert()
+        .success();
+    let stderr = text(&assert.get_output().stderr);
+    assert!(
+        stderr.contains("vramtrace: no trace was written"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_program_killed_by_a_signal_exits_128_plus_it() {
+    let s = setup();
+    vramtrace()
+        .env_remove("LD_PRELOAD")
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .args(["--no-summary", "--", "sh", "-c", "kill -TERM $$"])
+        .assert()
+        .code(143);
+}
+
+#[test]
+fn sigterm_is_forwarded_to_the_program() {
+    let s = setup();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+        .env_remove("LD_PRELOAD")
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .args(["--no-summary", "--", "sh", "-c"])
+        .arg("trap 'exit 42' TERM; echo ready; sleep 5 & wait")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    // SAFETY: signalling the vramtrace process this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(4),
+            "vramtrace did not forward SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        status.code(),
+        Some(42),
+        "the program's own exit code, after its trap ran"
+    );
+}
+
+/// A copy of the binary in `root/bin`, where no tracer library sits beside it.
+fn installed_copy(root: &Path) -> PathBuf {
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let exe = bin.join("vramtrace");
+    std::fs::copy(env!("CARGO_BIN_EXE_vramtrace"), &exe).unwrap();
+    exe
+}
+
+#[test]
+fn the_library_is_found_in_lib_beside_bin() {
+    let s = setup();
+    let root = s.dir.path().join("prefix");
+    let exe = installed_copy(&root);
+    let run = |exe: &Path| {
+        let mut c = assert_cmd::Command::new(exe);
+        c.env_remove("VRAMTRACE_LIB")
+            .env_remove("LD_PRELOAD")
+            .args([
+                "run",
+                "--no-summary",
+                "--",
+                "sh",
+                "-c",
+                "echo \"$LD_PRELOAD\"",
+            ]);
+        c
+    };
+    let bin = root.join("bin");
+    run(&exe).assert().code(2).stderr(format!(
+        "error: cannot find libvramtrace.so (looked in {} and {}/../lib); pass --lib PATH or set VRAMTRACE_LIB\n",
+        bin.display(),
+        bin.display()
+    ));
+    std::fs::create_dir(root.join("lib")).unwrap();
+    std::fs::write(root.join("lib/libvramtrace.so"), b"").unwrap();
+    let want = std::fs::canonicalize(root.join("lib/libvramtrace.so")).unwrap();
+    run(&exe)
+        .assert()
+        .success()
+        .stdout(format!("{}\n", want.display()));
+}
+
+#[test]
+fn bad_run_requests_are_one_line_errors() {
+    let s = setup();
+    vramtrace()
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .args(["--", "no-such-program-xyz"])
+        .assert()
+        .code(2)
+        .stderr("error: cannot run no-such-program-xyz: no such file or directory (os error 2)\n");
+    vramtrace()
+        .args(["run", "--lib", "/nonexistent/libvramtrace.so", "--", "true"])
+        .assert()
+        .code(2)
+        .stderr("error: --lib /nonexistent/libvramtrace.so: no such file\n");
+    let missing = s.dir.path().join("nowhere/t-%p.vtrace");
+    vramtrace()
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("-o")
+        .arg(&missing)
+        .args(["--", "true"])
+        .assert()
+        .code(2)
+        .stderr(format!(
+            "error: -o {}: directory {} does not exist\n",
+            missing.display(),
+            s.dir.path().join("nowhere").display()
+        ));
+}

@@ -1,0 +1,211 @@
+//! Traces with known contents, written with the collector's `TraceWriter`, and a way to run the
+//! `vramtrace` binary on them.
+
+use std::path::{Path, PathBuf};
+
+use vramtrace_collector::event::{Api, CommEnd, Event, MemKind, Op};
+use vramtrace_collector::format::{
+    End, Header, Lookup, Module, Record, Segment, StackDef, Stats, TraceWriter,
+};
+
+pub const TORCH: u64 = 0x7f00_0000_0000;
+pub const CUDART: u64 = 0x7f10_0000_0000;
+pub const NCCL: u64 = 0x7f20_0000_0000;
+pub const APP: u64 = 0x40_0000;
+
+pub const MIB: u64 = 1 << 20;
+
+/// The `vramtrace` binary under test.
+pub fn vramtrace() -> assert_cmd::Command {
+    assert_cmd::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+}
+
+pub fn header() -> Header {
+    Header {
+        tool_version: "0.1.0".into(),
+        pid: 4242,
+        ppid: 1,
+        host: "gpu-node-7".into(),
+        rank: Some(3),
+        local_rank: Some(1),
+        world_size: Some(8),
+        command_line: vec![
+            "python".into(),
+            "train.py".into(),
+            "--epochs".into(),
+            "1".into(),
+        ],
+        pointer_size: 8,
+        ..Header::default()
+    }
+}
+
+fn module(id: u32, path: &str, start: u64) -> Record {
+    Record::Module(Module {
+        id,
+        path: path.into(),
+        base: start,
+        segments: vec![Segment {
+            start,
+            len: 0x10_0000,
+            executable: true,
+        }],
+        build_id: vec![0xab, 0xcd],
+    })
+}
+
+/// Builds events with increasing sequence numbers.
+struct Events {
+    seq: u64,
+}
+
+impl Events {
+    fn event(&mut self, api: Api, op: Op, caller: u64) -> Event {
+        self.seq += 1;
+        Event {
+            seq: self.seq,
+            time_ns: self.seq * 1_000,
+            thread: 11,
+            api,
+            inner: None,
+            outer: None,
+            result: 0,
+            device: 0,
+            context: 0xc7,
+            caller,
+            stack: 0,
+            nccl_scope: 0,
+            op,
+        }
+    }
+
+    fn malloc(&mut self, ptr: u64, size: u64, caller: u64) -> Event {
+        let op = Op::Alloc {
+            kind: MemKind::Device,
+            ptr,
+            size,
+            stream: 0,
+            pool: 0,
+            flags: 0,
+            pitch: 0,
+        };
+        self.event(Api::CudaMalloc, op, caller)
+    }
+
+    fn free(&mut self, ptr: u64, caller: u64) -> Event {
+        self.event(Api::CudaFree, Op::Free { ptr, stream: 0 }, caller)
+    }
+}
+
+/// The known workload, as records. The first `FIRST_CHUNK` records are the setup and the three
+/// application leaks (one at a stack site, twice, and one at a caller site), plus a freed
+/// temporary: 2.5 MiB live. Then an out-of-memory failure, a double free, a communicator whose
+/// init made two buffers and whose destroy freed one, an unwrapped lookup, a warning, stats and
+/// the end record: 4.5 MiB live in 4 objects at the end.
+pub fn workload() -> Vec<Record> {
+    let mut e = Events { seq: 0 };
+    let mut r = vec![
+        module(1, "/usr/bin/python3.12", APP),
+        module(2, "/usr/lib/libtorch_cuda.so", TORCH),
+        module(3, "/usr/local/cuda/lib64/libcudart.so.13", CUDART),
+        module(4, "/usr/lib/libnccl.so.2", NCCL),
+        Record::Stack(StackDef {
+            id: 1,
+            frames: vec![TORCH + 0x1234, APP + 0x10],
+        }),
+    ];
+    for ptr in [0x7000_0000_0000, 0x7000_0010_0000] {
+        let mut leak = e.malloc(ptr, MIB, TORCH + 0x1234);
+        leak.stack = 1;
+        r.push(Record::Event(leak));
+    }
+    r.push(Record::Event(e.malloc(0x7000_0020_0000, 4096, APP + 0x20)));
+    r.push(Record::Event(e.free(0x7000_0020_0000, APP + 0x24)));
+    r.push(Record::Event(e.malloc(
+        0x7000_0030_0000,
+        MIB / 2,
+        APP + 0x30,
+    )));
+    assert_eq!(r.len(), FIRST_CHUNK);
+
+    let mut oom = e.malloc(0, 8 << 30, TORCH + 0x1234);
+    oom.result = 2;
+    r.push(Record::Event(oom));
+    let mut double = e.free(0x7000_0020_0000, APP + 0x40);
+    double.result = 1;
+    r.push(Record::Event(double));
+
+    for (ptr, size) in [(0x7000_0040_0000, 2 * MIB), (0x7000_0060_0000, MIB)] {
+        let mut buffer = e.malloc(ptr, size, NCCL + 0x500);
+        buffer.nccl_scope = 77;
+        r.push(Record::Event(buffer));
+    }
+    let init = Op::CommInit {
+        comm: 0xc0,
+        nranks: 8,
+        rank: 3,
+        parent: 0,
+        color: 0,
+        key: 0,
+    };
+    let mut init = e.event(Api::NcclCommInitRank, init, APP + 0x50);
+    init.nccl_scope = 77;
+    r.push(Record::Event(init));
+    let mut free = e.free(0x7000_0060_0000, NCCL + 0x600);
+    free.nccl_scope = 78;
+    r.push(Record::Event(free));
+    let destroy = Op::CommEnd {
+        comm: 0xc0,
+        how: CommEnd::Destroy,
+    };
+    let mut destroy = e.event(Api::NcclCommDestroy, destroy, APP + 0x60);
+    destroy.nccl_scope = 78;
+    r.push(Record::Event(destroy));
+
+    r.push(Record::Lookup(Lookup {
+        via: "cuGetProcAddress_v2".into(),
+        symbol: "cuMemAlloc".into(),
+        cuda_version: 11020,
+        flags: 0,
+        reason: "ABI version not wrapped".into(),
+    }));
+    r.push(Record::Warning(
+        "VRAMTRACE_STACK_DEPTH=abc is not a number; using 16".into(),
+    ));
+    let stats = Stats {
+        dropped: 0,
+        late: 0,
+        hook_panics: 0,
+        missing_real: 0,
+        events: e.seq,
+    };
+    r.push(Record::Stats(stats.clone()));
+    r.push(Record::End(End {
+        time_ns: 99_000,
+        stats,
+        reason: "exit".into(),
+    }));
+    r
+}
+
+/// Records in the first chunk of [`write_workload`]'s file.
+pub const FIRST_CHUNK: usize = 10;
+
+/// Writes the workload with a chunk boundary after [`FIRST_CHUNK`] records; returns the path
+/// and the byte offset where the second chunk starts.
+pub fn write_workload(dir: &Path, name: &str) -> (PathBuf, u64) {
+    let path = dir.join(name);
+    let file = std::fs::File::create(&path).unwrap();
+    let mut w = TraceWriter::new(file, &header()).unwrap();
+    let records = workload();
+    let mut boundary = 0;
+    for (i, record) in records.iter().enumerate() {
+        w.write(record).unwrap();
+        if i + 1 == FIRST_CHUNK {
+            w.flush_chunk().unwrap();
+            boundary = w.bytes_written();
+        }
+    }
+    w.finish().unwrap();
+    (path, boundary)
+}
