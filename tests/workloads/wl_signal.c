@@ -1,0 +1,38 @@
+/*
+ * wl_signal.c -- allocates three buffers and then dies from a signal: argv[1] is `segv`
+ * (raise(SIGSEGV)), `abort` (abort()) or `term` (kill(getpid(), SIGTERM)).
+ *
+ * Mimics: a training process that crashes or is killed; a tracer must still have recorded what
+ * was live.  Ground truth (device 0): cudaMalloc 1048576 -> 0x700000000000, 2097152 ->
+ * 0x700000100000, 3145728 -> 0x700000300000, all live when the process dies (6291456 B); the
+ * process ends by the named signal (exit status 128 + signal in a shell).  No argument or an
+ * unknown one: usage message, exit 2.
+ */
+#include "cuda_standin.h"
+#include "wl_common.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(int argc, char **argv)
+{
+    const char *how = argc > 1 ? argv[1] : "";
+    if (strcmp(how, "segv") && strcmp(how, "abort") && strcmp(how, "term")) {
+        fprintf(stderr, "usage: wl_signal segv|abort|term\n");
+        return 2;
+    }
+    for (int i = 1; i <= 3; i++) {
+        void *p = NULL;
+        CALL(0, cudaMalloc(&p, (size_t)i << 20), "cudaMalloc(%d) = %d ptr=0x%llx", i << 20, RC, P(p));
+    }
+    out("raising %s", how);
+    if (!strcmp(how, "segv"))
+        raise(SIGSEGV);
+    else if (!strcmp(how, "abort"))
+        abort();
+    else
+        kill(getpid(), SIGTERM);
+    pause(); /* SIGTERM is delivered at once; never reached */
+    return 3;
+}

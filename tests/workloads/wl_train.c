@@ -1,0 +1,89 @@
+/*
+ * wl_train.c -- the bundled example: a training loop with a slow leak.
+ *
+ * Mimics: a PyTorch training script.  It loads the framework stand-in with
+ * dlopen(libtorch_standin.so, RTLD_NOW | RTLD_LOCAL) (as Python does), initialises a one-rank
+ * NCCL process group, registers a 4 MiB buffer with NCCL, then runs 20 steps.  Each step:
+ * calls vramtrace_mark_step() if the tracer is preloaded (looked up with
+ * dlsym(RTLD_DEFAULT, "vramtrace_mark_step"), called as void(void)), prints the step number,
+ * allocates three activations from the caching allocator (2 MiB, 512 KiB, 1 MiB; freed within
+ * the step), all-reduces, runs a cuBLAS gemm (the first one allocates the 4 MiB workspace of
+ * libcublas), and appends a 1 MiB tensor (cudaMallocAsync) to a history list that is never
+ * freed.  After the loop: destroys the process group, frees the registered buffer WITHOUT
+ * deregistering it, and shuts the framework down (cuBLAS handle destroyed, cache emptied).
+ * Ground truth (device 0):
+ *   LEAK 1: 20 x cudaMallocAsync(1048576) by libtorch_standin.so, one per step, never freed
+ *           (+1 MiB per step; 20971520 B at exit).
+ *   LEAK 2: NCCL registration of the 4 MiB buffer (cudaMallocAsync 4194304, freed with
+ *           cudaFreeAsync after the loop) never deregistered; no device memory.
+ *   Not leaks: 2 caching segments (cudaMalloc 2 MiB each, step 1, freed at shutdown), the cuBLAS
+ *   workspace (cuMemAlloc_v2 4 MiB via dlsym, step 1, freed at shutdown), all NCCL memory (freed
+ *   by ncclCommDestroy).  cudaMemGetInfo used at exit = 25165824 (the 20 MiB history + the freed
+ *   4 MiB block still cached by the default pool).
+ */
+#include "fw_standin.h"
+#include "wl_common.h"
+
+#include <dlfcn.h>
+
+#define MiB (1024ull * 1024ull)
+#define STEPS 20
+#define FN(type, p) ((type)(uintptr_t)(p))
+
+static void *fw;
+
+static void *sym(const char *name)
+{
+    void *p = dlsym(fw, name);
+    if (!p) {
+        out("dlsym(%s) = NULL", name);
+        exit(1);
+    }
+    return p;
+}
+
+int main(void)
+{
+    fw = dlopen("libtorch_standin.so", RTLD_NOW | RTLD_LOCAL);
+    if (!fw) {
+        out("dlopen(libtorch_standin.so) failed: %s", dlerror());
+        return 1;
+    }
+    void (*mark)(void) = FN(void (*)(void), dlsym(RTLD_DEFAULT, "vramtrace_mark_step"));
+    fw_alloc_fn alloc = FN(fw_alloc_fn, sym("fw_alloc"));
+    fw_free_fn ffree = FN(fw_free_fn, sym("fw_free"));
+    fw_all_reduce_fn all_reduce = FN(fw_all_reduce_fn, sym("fw_all_reduce"));
+    fw_matmul_fn matmul = FN(fw_matmul_fn, sym("fw_matmul"));
+    typedef ncclResult_t (*reg_fn)(ncclComm_t, void *, size_t, void **);
+    typedef cudaError_t (*meminfo_fn)(size_t *, size_t *);
+
+    CALL(0, FN(fw_void_fn, sym("fw_init_process_group"))(), "init_process_group = %d", RC);
+    ncclComm_t comm = FN(fw_comm_fn, sym("fw_process_group_comm"))();
+    void *regbuf = alloc(4 * MiB, FW_MODE_ASYNC), *reg = NULL;
+    out("registered buffer = 0x%llx", P(regbuf));
+    CALL(0, FN(reg_fn, sym("ncclCommRegister"))(comm, regbuf, 4 * MiB, &reg),
+         "ncclCommRegister(4 MiB) = %d", RC);
+
+    void *history[STEPS];
+    for (int step = 0; step < STEPS; step++) {
+        if (mark)
+            mark();
+        out("step %d", step + 1);
+        void *a1 = alloc(2 * MiB, FW_MODE_CACHING);
+        void *a2 = alloc(512 * 1024, FW_MODE_CACHING);
+        void *a3 = alloc(1 * MiB, FW_MODE_CACHING);
+        EXPECT(a1 && a2 && a3, 1);
+        EXPECT(all_reduce(a1, 4096), 0);
+        EXPECT(matmul(512, 512, 512), 0);
+        EXPECT(ffree(a3) | ffree(a2) | ffree(a1), 0);
+        history[step] = alloc(1 * MiB, FW_MODE_ASYNC);
+        out("  history[%d] = 0x%llx", step, P(history[step]));
+    }
+    CALL(0, FN(fw_void_fn, sym("fw_destroy_process_group"))(), "destroy_process_group = %d", RC);
+    CALL(0, ffree(regbuf), "free registered buffer = %d (registration kept)", RC);
+    CALL(0, FN(fw_void_fn, sym("fw_shutdown"))(), "framework shutdown = %d", RC);
+    size_t f = 0, t = 0;
+    CALL(0, FN(meminfo_fn, sym("cudaMemGetInfo"))(&f, &t), "cudaMemGetInfo = %d used=%zu", RC, t - f);
+    EXPECT(t - f, 24 * MiB);
+    return wl_finish();
+}
