@@ -31,6 +31,7 @@ fn event(seq: u64) -> Event {
         context: 0xc0,
         caller: 0x401000 + seq,
         stack: 0,
+        py_stack: 0,
         nccl_scope: 0,
         op: Op::Alloc {
             kind: MemKind::Device,

@@ -125,6 +125,9 @@ apis! {
     NcclCommWindowDeregister => "ncclCommWindowDeregister", Nccl;
 
     TracerMarkStep => "vramtrace_mark_step", Tracer;
+    NvtxRangePush => "nvtxRangePush", Tracer;
+    NvtxRangePop => "nvtxRangePop", Tracer;
+    NvtxMark => "nvtxMark", Tracer;
 }
 
 impl Api {

@@ -40,6 +40,9 @@ pub struct Event {
     pub caller: u64,
     /// Interned native stack (see `format::Record::Stack`), 0 when none.
     pub stack: StackId,
+    /// Interned Python stack (see `format::Record::PyStack`), 0 when none (no Python, or the
+    /// calling thread did not hold the GIL).
+    pub py_stack: StackId,
     /// Nonzero when the call ran inside an NCCL API call on this thread: the id of that call
     /// (matched with the NCCL event carrying the same scope, which names the communicator).
     pub nccl_scope: u64,
@@ -229,6 +232,13 @@ pub enum Op {
     },
     /// A window dropped.
     WindowDeregister { comm: u64, window: u64 },
-    /// The program marked the start of a training step (`vramtrace_mark_step`).
+    /// The program marked the start of a training step (`vramtrace_mark_step`, or an NVTX range
+    /// named by `VRAMTRACE_STEP_RANGE`).
     MarkStep { step: u64 },
+    /// An NVTX range pushed on the calling thread (`nvtxRangePushA`, `torch.cuda.nvtx.range_push`).
+    RangePush { name: String },
+    /// The innermost NVTX range of the calling thread popped.
+    RangePop,
+    /// An NVTX mark (`nvtxMarkA`) or an NVTX start/end range (`nvtxRangeStartA`, `nvtxRangeEnd`).
+    Mark { name: String },
 }

@@ -23,5 +23,7 @@ mod writer;
 pub use error::TraceError;
 pub use header::{Header, FORMAT_VERSION, MAGIC};
 pub use reader::{Ending, TraceReader};
-pub use record::{End, Lookup, Module, Record, Segment, StackDef, Stats};
+pub use record::{
+    End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,
+};
 pub use writer::TraceWriter;

@@ -48,6 +48,32 @@ pub struct StackDef {
     pub frames: Vec<u64>,
 }
 
+/// A Python code object (a function), named once: Python stacks refer to it by id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PyCode {
+    pub id: u32,
+    /// `co_filename`.
+    pub file: String,
+    /// `co_qualname` where the interpreter has it (3.11+), else `co_name`.
+    pub function: String,
+    /// `co_firstlineno`.
+    pub first_line: u32,
+}
+
+/// One Python frame: a code object and the line executing in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PyFrame {
+    pub code: u32,
+    pub line: u32,
+}
+
+/// An interned Python stack, innermost frame first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PyStackDef {
+    pub id: u32,
+    pub frames: Vec<PyFrame>,
+}
+
 /// Counters the tracer keeps about itself, written periodically and at the end. Each is a running
 /// total, so the last one read is the one that counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +122,8 @@ pub enum Record {
     /// A problem of the tracer's own (bad setting, failed write) that users should see.
     Warning(String),
     End(End),
+    PyCode(PyCode),
+    PyStack(PyStackDef),
 }
 
 pub(crate) const TAG_EVENT: u64 = 1;
@@ -105,6 +133,8 @@ pub(crate) const TAG_STATS: u64 = 4;
 pub(crate) const TAG_LOOKUP: u64 = 5;
 pub(crate) const TAG_WARNING: u64 = 6;
 pub(crate) const TAG_END: u64 = 7;
+pub(crate) const TAG_PY_CODE: u64 = 8;
+pub(crate) const TAG_PY_STACK: u64 = 9;
 
 impl Record {
     pub(crate) fn tag(&self) -> u64 {
@@ -116,6 +146,8 @@ impl Record {
             Record::Lookup(_) => TAG_LOOKUP,
             Record::Warning(_) => TAG_WARNING,
             Record::End(_) => TAG_END,
+            Record::PyCode(_) => TAG_PY_CODE,
+            Record::PyStack(_) => TAG_PY_STACK,
         }
     }
 
@@ -129,6 +161,8 @@ impl Record {
             Record::Lookup(v) => postcard::to_extend(v, out),
             Record::Warning(v) => postcard::to_extend(v, out),
             Record::End(v) => postcard::to_extend(v, out),
+            Record::PyCode(v) => postcard::to_extend(v, out),
+            Record::PyStack(v) => postcard::to_extend(v, out),
         }
     }
 
@@ -146,6 +180,8 @@ impl Record {
             TAG_LOOKUP => Record::Lookup(de(payload)?),
             TAG_WARNING => Record::Warning(de(payload)?),
             TAG_END => Record::End(de(payload)?),
+            TAG_PY_CODE => Record::PyCode(de(payload)?),
+            TAG_PY_STACK => Record::PyStack(de(payload)?),
             _ => return None,
         })
     }

@@ -151,6 +151,8 @@ impl LiveState {
                 self.notes.stats = Some(end.stats.clone());
                 self.notes.end = Some(end.clone());
             }
+            // Names for Python stacks: used by symbolization, not by the live state.
+            Record::PyCode(_) | Record::PyStack(_) => {}
         }
     }
 
@@ -227,6 +229,7 @@ impl LiveState {
                 self.steps += 1;
                 None
             }
+            Op::RangePush { .. } | Op::RangePop | Op::Mark { .. } => None,
             Op::CommInit { .. }
             | Op::CommInitAll { .. }
             | Op::CommEnd { .. }
@@ -475,6 +478,7 @@ mod tests {
             context: 0,
             caller,
             stack: 0,
+            py_stack: 0,
             nccl_scope: scope,
             op,
         })

@@ -88,6 +88,7 @@ impl Trace {
             context: self.context,
             caller: self.caller,
             stack: self.stack,
+            py_stack: 0,
             nccl_scope: self.scope,
             op,
         }

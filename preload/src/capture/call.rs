@@ -274,6 +274,7 @@ impl Call {
                     context,
                     caller,
                     stack: 0,
+                    py_stack: 0,
                     nccl_scope,
                     op,
                 },

@@ -12,7 +12,7 @@ use libc::{c_char, c_void};
 
 use super::registry;
 use crate::resolve::dl::{self, REAL_DLSYM, REAL_DLVSYM};
-use crate::resolve::loaded;
+use crate::resolve::{elf, loaded};
 
 /// `dladdr1` request for the object's `link_map` (glibc's `<dlfcn.h>`).
 const RTLD_DL_LINKMAP: libc::c_int = 2;
@@ -54,6 +54,21 @@ fn caller_scope_lookup(caller: usize, name: *const c_char) -> Option<usize> {
     unsafe { dl::real_dlsym(map, name) }
 }
 
+/// `dlsym(RTLD_DEFAULT, name)` as the program would see it without the tracer. glibc would find
+/// the tracer's own exported hook (the preloaded object comes right after the executable); that
+/// would tell a program probing for, say, NCCL that it is loaded when it is not. So: the
+/// executable's own definition, then the definitions after the tracer in the global scope, then
+/// the caller's local scope.
+fn default_scope_lookup(caller: usize, name: *const c_char) -> Option<usize> {
+    // SAFETY: dlsym's contract: a NUL-terminated name.
+    let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+    elf::lookup_executable(bytes)
+        // SAFETY: RTLD_NEXT from the tracer: the global scope after it.
+        .or_else(|| unsafe { dl::real_dlsym(libc::RTLD_NEXT, name) })
+        .filter(|&f| !loaded::is_ours(f))
+        .or_else(|| caller_scope_lookup(caller, name))
+}
+
 /// Replaces a found driver/runtime/NCCL function by its wrapper.
 fn wrap_found(name: *const c_char, found: usize) -> usize {
     if loaded::is_ours(found) {
@@ -76,12 +91,11 @@ unsafe extern "C" fn dlsym_slow(
     caller: usize,
 ) -> *mut c_void {
     let r = std::panic::catch_unwind(|| {
-        // SAFETY: the caller's own dlsym arguments.
-        let found = unsafe { dl::real_dlsym(handle, name) };
         let found = if handle.is_null() {
-            found.or_else(|| caller_scope_lookup(caller, name))
+            default_scope_lookup(caller, name)
         } else {
-            found
+            // SAFETY: the caller's own dlsym arguments.
+            unsafe { dl::real_dlsym(handle, name) }
         };
         found.map_or(0, |f| wrap_found(name, f))
     });

@@ -35,7 +35,8 @@ struct Sym {
 }
 
 struct Search<'a> {
-    file_prefix: &'a [u8],
+    /// `None`: the executable (the first object, which has no name).
+    file_prefix: Option<&'a [u8]>,
     symbol: &'a [u8],
     found: usize,
 }
@@ -194,32 +195,58 @@ impl Tables {
 unsafe extern "C" fn visit(info: *mut dl_phdr_info, _size: size_t, data: *mut c_void) -> c_int {
     // SAFETY: dl_iterate_phdr passes a valid info and our own Search.
     let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
-    if info.dlpi_name.is_null() {
-        return 0;
-    }
-    // SAFETY: dlpi_name is a NUL-terminated path.
-    let path = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
-    let file = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
-    if !file.starts_with(search.file_prefix) {
-        return 0;
-    }
-    // SAFETY: the object is loaded for the duration of the callback.
-    if let Some(tables) = unsafe { Tables::read(info) } {
-        // SAFETY: as above.
-        if let Some(addr) = unsafe { tables.lookup(search.symbol) } {
-            search.found = addr;
+    let path: &[u8] = if info.dlpi_name.is_null() {
+        b""
+    } else {
+        // SAFETY: dlpi_name is a NUL-terminated path.
+        unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes()
+    };
+    match search.file_prefix {
+        None => {
+            // The executable comes first; stop after it either way.
+            if let Some(addr) = unsafe_lookup(info, search.symbol) {
+                search.found = addr;
+            }
             return 1;
         }
+        Some(prefix) => {
+            let file = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+            if !file.starts_with(prefix) {
+                return 0;
+            }
+        }
     }
-    0
+    match unsafe_lookup(info, search.symbol) {
+        Some(addr) => {
+            search.found = addr;
+            1
+        }
+        None => 0,
+    }
+}
+
+fn unsafe_lookup(info: &dl_phdr_info, symbol: &[u8]) -> Option<usize> {
+    // SAFETY: called from the dl_iterate_phdr callback: the object is loaded meanwhile.
+    let tables = unsafe { Tables::read(info) }?;
+    // SAFETY: as above.
+    unsafe { tables.lookup(symbol) }
 }
 
 /// Finds the default-version definition of `symbol` in the first loaded object whose file name
 /// starts with `file_prefix` (`"libc.so"`), without calling `dlsym`.
 pub fn lookup(file_prefix: &str, symbol: &str) -> Option<usize> {
+    search(Some(file_prefix.as_bytes()), symbol.as_bytes())
+}
+
+/// The executable's own exported definition of `symbol`, if it has one.
+pub fn lookup_executable(symbol: &[u8]) -> Option<usize> {
+    search(None, symbol)
+}
+
+fn search(file_prefix: Option<&[u8]>, symbol: &[u8]) -> Option<usize> {
     let mut search = Search {
-        file_prefix: file_prefix.as_bytes(),
-        symbol: symbol.as_bytes(),
+        file_prefix,
+        symbol,
         found: 0,
     };
     // SAFETY: `visit` only reads the loader's tables while dl_iterate_phdr holds them stable.
@@ -238,5 +265,7 @@ mod tests {
         assert!(lookup("libc.so", "dlsym").is_some());
         assert!(lookup("libc.so", "no_such_symbol_xyz").is_none());
         assert!(lookup("libnothing.so", "getpid").is_none());
+        // The test executable exports nothing by that name.
+        assert!(lookup_executable(b"getpid").is_none());
     }
 }

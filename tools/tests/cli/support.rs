@@ -74,6 +74,7 @@ impl Events {
             context: 0xc7,
             caller,
             stack: 0,
+            py_stack: 0,
             nccl_scope: 0,
             op,
         }
