@@ -128,6 +128,7 @@ apis! {
     NvtxRangePush => "nvtxRangePush", Tracer;
     NvtxRangePop => "nvtxRangePop", Tracer;
     NvtxMark => "nvtxMark", Tracer;
+    TracerMemInfo => "cuMemGetInfo_v2", Tracer;
 }
 
 impl Api {

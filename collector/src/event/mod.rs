@@ -43,6 +43,9 @@ pub struct Event {
     /// Interned Python stack (see `format::Record::PyStack`), 0 when none (no Python, or the
     /// calling thread did not hold the GIL).
     pub py_stack: StackId,
+    /// The Python stack is not this thread's own (it runs no Python, like PyTorch's autograd
+    /// threads) but the last one captured on any thread before this call.
+    pub py_inferred: bool,
     /// Nonzero when the call ran inside an NCCL API call on this thread: the id of that call
     /// (matched with the NCCL event carrying the same scope, which names the communicator).
     pub nccl_scope: u64,
@@ -241,4 +244,7 @@ pub enum Op {
     RangePop,
     /// An NVTX mark (`nvtxMarkA`) or an NVTX start/end range (`nvtxRangeStartA`, `nvtxRangeEnd`).
     Mark { name: String },
+    /// The driver's own view of the event's device, sampled by the tracer (`cuMemGetInfo`): bytes
+    /// free and total on the device, all processes included.
+    DeviceMemory { free: u64, total: u64 },
 }

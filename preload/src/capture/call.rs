@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use vramtrace_collector::event::{Api, Event, Layer, Op};
 
 use super::thread::{RuntimeScope, ThreadState, THREAD};
-use super::{clock, context, stack};
+use super::{clock, context, meminfo, python, stack};
 use crate::session::{self, Captured, Session, HOOK_PANICS};
 
 /// Where a call takes its sequence number.
@@ -248,6 +248,16 @@ impl Call {
                 (-1, 0)
             };
             let frames = stack::capture(session.config.stack_depth, self.caller as u64);
+            // Python frames name the line that asked for memory: allocations only.
+            let py = if self.order == Order::Create && layer != Layer::Tracer {
+                python::capture(session.config.python_depth)
+            } else {
+                None
+            };
+            let (py_frames, py_inferred) = match py {
+                Some((f, inferred)) => (Some(f), inferred),
+                None => (None, false),
+            };
             if self.order == Order::Create {
                 // Numbered now, after the real call, and claimed at once.
                 self.seq = session.next_seq();
@@ -275,11 +285,44 @@ impl Call {
                     caller,
                     stack: 0,
                     py_stack: 0,
+                    py_inferred,
                     nccl_scope,
                     op,
                 },
                 frames,
+                py_frames,
             });
+            if self.order == Order::Create && result == 0 {
+                if let Some((free, total)) =
+                    meminfo::sample_due(device, session.config.meminfo_interval)
+                {
+                    let seq = session.next_seq();
+                    if session.claim(seq) {
+                        let time = clock::now();
+                        session.fill_with(seq, || Captured {
+                            event: Event {
+                                seq,
+                                time_ns: time,
+                                thread,
+                                api: Api::TracerMemInfo,
+                                inner: None,
+                                outer: None,
+                                result: 0,
+                                device,
+                                context,
+                                caller,
+                                stack: 0,
+                                py_stack: 0,
+                                py_inferred: false,
+                                nccl_scope: 0,
+                                op: Op::DeviceMemory { free, total },
+                            },
+                            frames: None,
+                            py_frames: None,
+                        });
+                    }
+                }
+            }
         });
         if built.is_none() && self.order == Order::Destroy {
             // The claimed slot gets no event; tell the collector not to wait for it.

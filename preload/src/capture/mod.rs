@@ -4,6 +4,9 @@
 pub mod call;
 pub mod clock;
 pub mod context;
+pub mod meminfo;
+pub mod python;
+pub mod spin;
 pub mod stack;
 pub mod thread;
 

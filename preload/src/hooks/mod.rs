@@ -9,6 +9,7 @@ pub mod driver_memory;
 pub mod driver_objects;
 pub mod driver_vmm;
 pub mod nccl;
+pub mod nvtx;
 pub mod runtime;
 pub mod tracer_api;
 

@@ -6,7 +6,9 @@ use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use vramtrace_collector::format::{End, Header, Record, StackDef, Stats, TraceWriter};
+use vramtrace_collector::format::{
+    End, Header, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
+};
 
 use super::lifecycle::{self, warn};
 use super::modules::ModuleTracker;
@@ -72,6 +74,8 @@ struct Collector {
     sink: Sink,
     modules: ModuleTracker,
     stacks: HashMap<Box<[u64]>, u32>,
+    py_stacks: HashMap<std::sync::Arc<[PyFrame]>, u32>,
+    py_codes_written: std::collections::HashSet<u32>,
     next_seq: u64,
     gap_since: Option<Instant>,
     dropped_seqs: BTreeSet<u64>,
@@ -184,7 +188,14 @@ impl Collector {
     }
 
     fn write_event(&mut self, c: Captured) {
-        let Captured { mut event, frames } = c;
+        let Captured {
+            mut event,
+            frames,
+            py_frames,
+        } = c;
+        if let Some(py) = py_frames {
+            event.py_stack = self.intern_python(py);
+        }
         event.time_ns = self.calibration.to_ns(event.time_ns);
         let modules = &mut self.modules;
         let unknown = !modules.knows(event.caller)
@@ -210,6 +221,28 @@ impl Collector {
             event.stack = id;
         }
         self.sink.write_event(&event);
+    }
+
+    /// The id of a Python stack, writing it (and the names of code objects it is the first to
+    /// use) on first sight.
+    fn intern_python(&mut self, frames: std::sync::Arc<[PyFrame]>) -> u32 {
+        if let Some(&id) = self.py_stacks.get(&frames) {
+            return id;
+        }
+        for f in frames.iter() {
+            if self.py_codes_written.insert(f.code) {
+                if let Some(code) = crate::capture::python::code(f.code) {
+                    self.sink.write(&Record::PyCode(code));
+                }
+            }
+        }
+        let id = self.py_stacks.len() as u32 + 1;
+        self.sink.write(&Record::PyStack(PyStackDef {
+            id,
+            frames: frames.to_vec(),
+        }));
+        self.py_stacks.insert(frames, id);
+        id
     }
 
     fn write_lookups(&mut self) {
@@ -353,6 +386,8 @@ pub fn spawn(session: &'static Session, warnings: Vec<String>) -> std::io::Resul
                 sink: open_sink(session),
                 modules: ModuleTracker::default(),
                 stacks: HashMap::new(),
+                py_stacks: HashMap::new(),
+                py_codes_written: std::collections::HashSet::new(),
                 next_seq: 1,
                 gap_since: None,
                 dropped_seqs: BTreeSet::new(),

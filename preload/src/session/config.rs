@@ -21,6 +21,13 @@ pub struct Config {
     pub output: String,
     /// Native frames captured per event; 0 turns stack capture off.
     pub stack_depth: usize,
+    /// Python frames captured per allocation when the calling thread holds the GIL; 0: none.
+    pub python_depth: usize,
+    /// The NVTX range whose push marks the start of a training step.
+    pub step_range: Option<String>,
+    /// How often a hook may ask the driver for the device's used memory (`cuMemGetInfo`); zero
+    /// turns device accounting off.
+    pub meminfo_interval: Duration,
     pub capture: Capture,
     /// Capacity of the channel between hooks and the collector, in events.
     pub buffer_events: usize,
@@ -40,6 +47,9 @@ impl Default for Config {
             disabled: false,
             output: String::new(),
             stack_depth: 32,
+            python_depth: 32,
+            step_range: None,
+            meminfo_interval: Duration::from_millis(500),
             capture: Capture {
                 runtime: true,
                 driver: true,
@@ -60,6 +70,9 @@ pub const SETTINGS: &[&str] = &[
     "VRAMTRACE_DISABLE",
     "VRAMTRACE_OUTPUT",
     "VRAMTRACE_STACK_DEPTH",
+    "VRAMTRACE_PYTHON_DEPTH",
+    "VRAMTRACE_STEP_RANGE",
+    "VRAMTRACE_MEMINFO_MS",
     "VRAMTRACE_CAPTURE",
     "VRAMTRACE_BUFFER_EVENTS",
     "VRAMTRACE_FLUSH_MS",
@@ -156,6 +169,27 @@ impl Config {
         };
         if let Some(v) = get("VRAMTRACE_STACK_DEPTH") {
             c.stack_depth = parse_range("VRAMTRACE_STACK_DEPTH", &v, 0, 256, 32, &mut w) as usize;
+        }
+        if let Some(v) = get("VRAMTRACE_PYTHON_DEPTH") {
+            c.python_depth = parse_range("VRAMTRACE_PYTHON_DEPTH", &v, 0, 256, 32, &mut w) as usize;
+        }
+        if let Some(v) = get("VRAMTRACE_STEP_RANGE") {
+            let v = v.trim();
+            if v.is_empty() {
+                w.push("VRAMTRACE_STEP_RANGE is empty; steps come from vramtrace_mark_step() only".into());
+            } else {
+                c.step_range = Some(v.to_string());
+            }
+        }
+        if let Some(v) = get("VRAMTRACE_MEMINFO_MS") {
+            c.meminfo_interval = Duration::from_millis(parse_range(
+                "VRAMTRACE_MEMINFO_MS",
+                &v,
+                0,
+                3_600_000,
+                500,
+                &mut w,
+            ));
         }
         if let Some(v) = get("VRAMTRACE_CAPTURE") {
             c.capture = parse_capture(&v, &mut w);

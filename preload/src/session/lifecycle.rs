@@ -51,11 +51,26 @@ pub fn install() {
         return;
     }
     // SAFETY: registers plain functions that only touch atomics and thread-locals.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    unsafe {
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_in_parent),
+            Some(after_fork_in_child),
+        )
+    };
     install_signal_handlers();
 }
 
+extern "C" fn before_fork() {
+    crate::capture::python::before_fork();
+}
+
+extern "C" fn after_fork_in_parent() {
+    crate::capture::python::after_fork();
+}
+
 extern "C" fn after_fork_in_child() {
+    crate::capture::python::after_fork();
     // SAFETY: getppid has no preconditions.
     let parent = unsafe { libc::getppid() } as u32;
     crate::capture::thread::reset_after_fork();

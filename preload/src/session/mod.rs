@@ -13,18 +13,20 @@ pub mod output;
 pub mod ring;
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crossbeam_queue::SegQueue;
 use vramtrace_collector::event::Event;
-use vramtrace_collector::format::Lookup;
+use vramtrace_collector::format::{Lookup, PyFrame};
 
 pub use config::Config;
 
-/// An event as a hook hands it over: the stack still raw, interned by the collector.
+/// An event as a hook hands it over: the stacks still raw, interned by the collector.
 pub struct Captured {
     pub event: Event,
     pub frames: Option<Box<[u64]>>,
+    /// Python frames (code id, line), shared with the "last stack" kept for other threads.
+    pub py_frames: Option<Arc<[PyFrame]>>,
 }
 
 const IDLE: u8 = 0;

@@ -1,0 +1,280 @@
+//! Python stacks: when the thread making a CUDA call holds the GIL, the Python frames it is
+//! running (file, function, line), read through the CPython C API found at run time — the tracer
+//! never links libpython and works without Python at all.
+//!
+//! Rules that keep the traced program's behaviour unchanged: the GIL is never taken (a thread that
+//! does not hold it gets no Python frames); a pending Python exception is saved and restored around
+//! the walk; the garbage collector is paused during the walk, because Python 3.11 materialises frame
+//! objects on demand and an allocation there could otherwise run arbitrary finalizers inside a CUDA
+//! call. Code objects are named once (file, qualified name, first line) and referred to by id; the
+//! tracer keeps a reference to each so an id never names two different functions.
+//!
+//! A thread without Python frames (PyTorch's autograd threads) gets the last Python stack captured
+//! on any thread, flagged as inferred.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+use std::sync::{Arc, OnceLock};
+
+use vramtrace_collector::format::{PyCode, PyFrame};
+
+use super::spin::SpinLock;
+use crate::resolve::dl;
+
+type Obj = *mut c_void;
+
+/// The CPython functions the walk uses.
+struct PyApi {
+    is_initialized: unsafe extern "C" fn() -> c_int,
+    is_finalizing: Option<unsafe extern "C" fn() -> c_int>,
+    gil_check: unsafe extern "C" fn() -> c_int,
+    this_thread_state: unsafe extern "C" fn() -> Obj,
+    thread_state_frame: unsafe extern "C" fn(Obj) -> Obj,
+    frame_back: unsafe extern "C" fn(Obj) -> Obj,
+    frame_code: unsafe extern "C" fn(Obj) -> Obj,
+    frame_line: unsafe extern "C" fn(Obj) -> c_int,
+    inc_ref: unsafe extern "C" fn(Obj),
+    dec_ref: unsafe extern "C" fn(Obj),
+    get_attr: unsafe extern "C" fn(Obj, *const c_char) -> Obj,
+    utf8: unsafe extern "C" fn(Obj) -> *const c_char,
+    as_long: unsafe extern "C" fn(Obj) -> c_long,
+    err_fetch: unsafe extern "C" fn(*mut Obj, *mut Obj, *mut Obj),
+    err_restore: unsafe extern "C" fn(Obj, Obj, Obj),
+    err_clear: unsafe extern "C" fn(),
+    gc_disable: Option<unsafe extern "C" fn() -> c_int>,
+    gc_enable: Option<unsafe extern "C" fn() -> c_int>,
+}
+
+fn sym(name: &CStr) -> Option<usize> {
+    // SAFETY: RTLD_DEFAULT and a NUL-terminated name; python3 exports its C API from the
+    // executable (or libpython when loaded globally).
+    unsafe { dl::real_dlsym(std::ptr::null_mut(), name.as_ptr()) }
+}
+
+macro_rules! need {
+    ($name:literal) => {
+        // SAFETY: the CPython function of that name has this signature in every 3.9+ release.
+        unsafe { std::mem::transmute::<usize, _>(sym($name)?) }
+    };
+}
+
+macro_rules! maybe {
+    ($name:literal) => {
+        // SAFETY: as above, for functions some versions lack.
+        sym($name).map(|p| unsafe { std::mem::transmute::<usize, _>(p) })
+    };
+}
+
+impl PyApi {
+    fn find() -> Option<PyApi> {
+        Some(PyApi {
+            is_initialized: need!(c"Py_IsInitialized"),
+            is_finalizing: maybe!(c"Py_IsFinalizing").or(maybe!(c"_Py_IsFinalizing")),
+            gil_check: need!(c"PyGILState_Check"),
+            this_thread_state: need!(c"PyGILState_GetThisThreadState"),
+            thread_state_frame: need!(c"PyThreadState_GetFrame"),
+            frame_back: need!(c"PyFrame_GetBack"),
+            frame_code: need!(c"PyFrame_GetCode"),
+            frame_line: need!(c"PyFrame_GetLineNumber"),
+            inc_ref: need!(c"Py_IncRef"),
+            dec_ref: need!(c"Py_DecRef"),
+            get_attr: need!(c"PyObject_GetAttrString"),
+            utf8: need!(c"PyUnicode_AsUTF8"),
+            as_long: need!(c"PyLong_AsLong"),
+            err_fetch: need!(c"PyErr_Fetch"),
+            err_restore: need!(c"PyErr_Restore"),
+            err_clear: need!(c"PyErr_Clear"),
+            gc_disable: maybe!(c"PyGC_Disable"),
+            gc_enable: maybe!(c"PyGC_Enable"),
+        })
+    }
+}
+
+static API: OnceLock<Option<PyApi>> = OnceLock::new();
+
+/// Code objects seen so far: pointer → id, and each id's names.
+struct Codes {
+    ids: Option<HashMap<usize, u32>>,
+    defs: Vec<PyCode>,
+}
+
+static CODES: SpinLock<Codes> = SpinLock::new(Codes {
+    ids: None,
+    defs: Vec::new(),
+});
+
+/// The last stack captured on any thread, for threads that run no Python themselves.
+static LAST: SpinLock<Option<Arc<[PyFrame]>>> = SpinLock::new(None);
+
+/// `pthread_atfork` prepare: no thread may be inside the tables while the process forks.
+pub fn before_fork() {
+    CODES.acquire();
+    LAST.acquire();
+}
+
+/// `pthread_atfork` parent and child: the tables are usable again.
+pub fn after_fork() {
+    LAST.release();
+    CODES.release();
+}
+
+/// The name of code id `id`, for the collector.
+pub fn code(id: u32) -> Option<PyCode> {
+    CODES.lock().defs.get((id as usize).checked_sub(1)?).cloned()
+}
+
+/// Reads a string attribute of a code object.
+///
+/// # Safety
+/// GIL held, `code` a live code object.
+unsafe fn str_attr(api: &PyApi, code: Obj, name: &CStr) -> String {
+    // SAFETY: the caller holds the GIL; getattr returns a new reference or NULL (error set).
+    let v = unsafe { (api.get_attr)(code, name.as_ptr()) };
+    if v.is_null() {
+        // SAFETY: clears the AttributeError we caused.
+        unsafe { (api.err_clear)() };
+        return String::new();
+    }
+    // SAFETY: `v` is a live object; AsUTF8 returns a buffer owned by it, or NULL.
+    let s = unsafe { (api.utf8)(v) };
+    let out = if s.is_null() {
+        // SAFETY: as above.
+        unsafe { (api.err_clear)() };
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated UTF-8 buffer valid while `v` lives.
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    };
+    // SAFETY: drops the reference getattr gave us.
+    unsafe { (api.dec_ref)(v) };
+    out
+}
+
+/// The id of a code object, naming it on first sight.
+///
+/// # Safety
+/// GIL held, `code` a live code object.
+unsafe fn intern(api: &PyApi, code: Obj) -> u32 {
+    let known = CODES
+        .lock()
+        .ids
+        .as_ref()
+        .and_then(|ids| ids.get(&(code as usize)).copied());
+    if let Some(id) = known {
+        return id;
+    }
+    // SAFETY: GIL held (caller); these only read attributes of the code object.
+    let (file, qualname, name) = unsafe {
+        (
+            str_attr(api, code, c"co_filename"),
+            str_attr(api, code, c"co_qualname"),
+            str_attr(api, code, c"co_name"),
+        )
+    };
+    // SAFETY: as above.
+    let first_line = unsafe {
+        let v = (api.get_attr)(code, c"co_firstlineno".as_ptr());
+        if v.is_null() {
+            (api.err_clear)();
+            0
+        } else {
+            let n = (api.as_long)(v);
+            (api.dec_ref)(v);
+            n.max(0) as u32
+        }
+    };
+    let mut c = CODES.lock();
+    if let Some(&id) = c.ids.as_ref().and_then(|ids| ids.get(&(code as usize))) {
+        return id;
+    }
+    // Keep the code object alive: its address must never name another function.
+    // SAFETY: GIL held, live object.
+    unsafe { (api.inc_ref)(code) };
+    let id = c.defs.len() as u32 + 1;
+    c.defs.push(PyCode {
+        id,
+        file,
+        function: if qualname.is_empty() { name } else { qualname },
+        first_line,
+    });
+    c.ids.get_or_insert_with(HashMap::new).insert(code as usize, id);
+    id
+}
+
+/// The Python stack of the calling thread, innermost first, at most `depth` frames, and whether
+/// it was inferred (taken from the last stack seen on another thread). `None` without Python.
+pub fn capture(depth: usize) -> Option<(Arc<[PyFrame]>, bool)> {
+    if depth == 0 {
+        return None;
+    }
+    let api = API.get_or_init(PyApi::find).as_ref()?;
+    // SAFETY: these three may be called from any thread at any time.
+    let ready = unsafe {
+        (api.is_initialized)() != 0
+            && api.is_finalizing.is_none_or(|f| f() == 0)
+            && (api.gil_check)() != 0
+    };
+    let own = if ready {
+        // SAFETY: the thread holds the GIL (checked above).
+        unsafe { walk(api, depth) }
+    } else {
+        None
+    };
+    match own {
+        Some(frames) => {
+            *LAST.lock() = Some(frames.clone());
+            Some((frames, false))
+        }
+        None => LAST.lock().clone().map(|f| (f, true)),
+    }
+}
+
+/// # Safety
+/// The calling thread holds the GIL.
+unsafe fn walk(api: &PyApi, depth: usize) -> Option<Arc<[PyFrame]>> {
+    // SAFETY: GIL held; returns this thread's state or NULL.
+    let tstate = unsafe { (api.this_thread_state)() };
+    if tstate.is_null() {
+        return None;
+    }
+    let (mut t, mut v, mut tb): (Obj, Obj, Obj) =
+        (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: GIL held. The pending exception (if any) is set aside and put back unchanged, and
+    // the collector is paused so no finalizer runs inside the CUDA call.
+    let gc_was_on = unsafe {
+        (api.err_fetch)(&mut t, &mut v, &mut tb);
+        api.gc_disable.map(|f| f() == 1).unwrap_or(false)
+    };
+    let mut frames = Vec::with_capacity(depth.min(64));
+    // SAFETY: GIL held; each call returns a new reference (or NULL) that we release.
+    unsafe {
+        let mut frame = (api.thread_state_frame)(tstate);
+        while !frame.is_null() && frames.len() < depth {
+            let code = (api.frame_code)(frame);
+            let line = (api.frame_line)(frame);
+            if !code.is_null() {
+                let id = intern(api, code);
+                (api.dec_ref)(code);
+                if id != 0 {
+                    frames.push(PyFrame {
+                        code: id,
+                        line: line.max(0) as u32,
+                    });
+                }
+            }
+            let back = (api.frame_back)(frame);
+            (api.dec_ref)(frame);
+            frame = back;
+        }
+        if !frame.is_null() {
+            (api.dec_ref)(frame);
+        }
+        if gc_was_on {
+            if let Some(f) = api.gc_enable {
+                f();
+            }
+        }
+        (api.err_restore)(t, v, tb);
+    }
+    (!frames.is_empty()).then(|| frames.into())
+}
