@@ -1,0 +1,21 @@
+"""A single-rank NCCL process group: all-reduces of a few sizes, then destroy_process_group.
+Run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALLOC so NCCL prints its own allocations."""
+import os
+
+import torch
+import torch.distributed as dist
+from common import out
+
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+os.environ.setdefault("MASTER_PORT", "29531")
+dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
+total = 0.0
+for n in (1 << 10, 1 << 16, 1 << 22):
+    t = torch.ones(n, device="cuda") * 3
+    dist.all_reduce(t)
+    total += t.sum().item()
+torch.cuda.synchronize()
+out("allreduce", total=f"{total:.1f}")
+dist.destroy_process_group()
+torch.cuda.synchronize()
+out("end", reserved=torch.cuda.memory_reserved())
