@@ -30,14 +30,15 @@ export PYTHONUNBUFFERED=1
 } > "$WORK/facts.txt" 2>&1
 
 # scenario name → environment and command line
-declare -A ENVS CMDS
+# ENVS: both runs; TENVS: the traced run only (what `vramtrace run` would set).
+declare -A ENVS TENVS CMDS
 ENVS[default]=""
 CMDS[default]="python3 $SC/alloc_steps.py"
 ENVS[expandable]="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 CMDS[expandable]="python3 $SC/alloc_steps.py"
 ENVS[async]="PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
 CMDS[async]="python3 $SC/alloc_steps.py"
-ENVS[nccl]="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALLOC"
+ENVS[nccl]="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALLOC NCCL_DEBUG_FILE=$WORK/nccl-debug.%p.log"
 CMDS[nccl]="python3 $SC/nccl_pg.py"
 ENVS[cublas]=""
 CMDS[cublas]="python3 $SC/cublas.py"
@@ -49,7 +50,8 @@ ENVS[jax]="XLA_PYTHON_CLIENT_PREALLOCATE=false"
 CMDS[jax]="python3 $SC/jax_arrays.py"
 ENVS[oom]=""
 CMDS[oom]="python3 $SC/oom.py"
-ENVS[pyleak]=""
+ENVS[pyleak]="PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
+TENVS[pyleak]="NVTX_INJECTION64_PATH=$LIB VRAMTRACE_STEP_RANGE=step"
 CMDS[pyleak]="python3 $SC/py_leak.py"
 ENVS[train]=""
 CMDS[train]="python3 $SC/train.py 30"
@@ -70,7 +72,7 @@ for s in "${SCENARIOS[@]}"; do
     env ${ENVS[$s]} $cmd > "$WORK/$s.plain.out" 2> "$WORK/$s.plain.err"
     rc_plain=$?
     t1=$(date +%s%N)
-    env ${ENVS[$s]} VRAMTRACE_OUTPUT="$WORK/$s-%p.vtrace" LD_PRELOAD="$LIB" \
+    env ${ENVS[$s]} ${TENVS[$s]:-} VRAMTRACE_OUTPUT="$WORK/$s-%p.vtrace" LD_PRELOAD="$LIB" \
         $cmd > "$WORK/$s.traced.out" 2> "$WORK/$s.traced.err"
     rc_traced=$?
     t2=$(date +%s%N)

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use vramtrace_collector::event::{Api, Event, Layer, Op};
 
-use super::thread::{RuntimeScope, ThreadState, THREAD};
+use super::thread::{self, RuntimeScope, ThreadState};
 use super::{clock, context, meminfo, python, stack};
 use crate::session::{self, Captured, Session, HOOK_PANICS};
 
@@ -83,6 +83,23 @@ fn merges(runtime: Api, driver: Api) -> bool {
                 CudaDeviceReset,
                 CuDevicePrimaryCtxReset | CuDevicePrimaryCtxResetV1
             )
+    )
+}
+
+/// Calls after which a context handle may name another device.
+fn changes_contexts(api: Api) -> bool {
+    use Api::*;
+    matches!(
+        api,
+        CuCtxCreateV2
+            | CuCtxCreateV3
+            | CuCtxCreateV4
+            | CuCtxDestroy
+            | CuDevicePrimaryCtxRelease
+            | CuDevicePrimaryCtxReleaseV1
+            | CuDevicePrimaryCtxReset
+            | CuDevicePrimaryCtxResetV1
+            | CudaDeviceReset
     )
 }
 
@@ -161,39 +178,39 @@ impl Call {
             order,
             ..Call::OFF
         };
-        call.mode = THREAD.with(|t| {
-            call.thread = t as *const ThreadState;
-            if t.tracer.get() || t.busy.get() {
-                return Mode::Off;
-            }
+        let t = thread::current();
+        call.thread = t as *const ThreadState;
+        call.mode = if t.is_tracer() || t.is_busy() {
+            Mode::Off
+        } else {
             match api.layer() {
                 Layer::Runtime => {
                     call.saved_runtime =
-                        t.runtime.replace(Some(RuntimeScope { api, merged: None }));
+                        t.replace_runtime(Some(RuntimeScope { api, merged: None }));
                     Mode::Traced
                 }
-                Layer::Driver => {
-                    if let Some(mut scope) = t.runtime.get() {
-                        if scope.merged.is_none() && merges(scope.api, api) {
-                            scope.merged = Some(api);
-                            t.runtime.set(Some(scope));
-                            return Mode::Merged;
-                        }
-                        call.outer = Some(scope.api);
+                Layer::Driver => match t.runtime() {
+                    Some(mut scope) if scope.merged.is_none() && merges(scope.api, api) => {
+                        scope.merged = Some(api);
+                        t.set_runtime(Some(scope));
+                        Mode::Merged
                     }
-                    Mode::Traced
-                }
+                    scope => {
+                        call.outer = scope.map(|s| s.api);
+                        Mode::Traced
+                    }
+                },
                 Layer::Nccl => {
                     call.scope = session.next_scope();
-                    call.saved_scope = t.nccl_scope.replace(call.scope);
+                    call.saved_scope = t.replace_nccl_scope(call.scope);
                     // A runtime call inside NCCL (its own static runtime is invisible, but a
                     // dynamic one is not) must not swallow NCCL's driver calls.
-                    call.saved_runtime = t.runtime.replace(None);
+                    call.saved_runtime = t.replace_runtime(None);
                     Mode::Traced
                 }
                 Layer::Tracer => Mode::Traced,
             }
-        });
+        };
         if call.mode == Mode::Traced && order == Order::Destroy {
             // Numbered and claimed before the real call: the collector then waits for this event
             // (the slot is WRITING) however long the real call takes.
@@ -214,6 +231,9 @@ impl Call {
         if self.mode != Mode::Traced && self.mode != Mode::Dropped {
             return;
         }
+        if changes_contexts(self.api) {
+            context::invalidate();
+        }
         guarded(|| self.end_inner(result, op));
     }
 
@@ -226,19 +246,19 @@ impl Call {
         let mut inner = None;
         match layer {
             Layer::Runtime => {
-                inner = t.runtime.replace(self.saved_runtime).and_then(|s| s.merged);
+                inner = t.replace_runtime(self.saved_runtime).and_then(|s| s.merged);
             }
             Layer::Nccl => {
-                t.nccl_scope.set(self.saved_scope);
-                t.runtime.set(self.saved_runtime);
+                t.replace_nccl_scope(self.saved_scope);
+                t.set_runtime(self.saved_runtime);
             }
             _ => {}
         }
         if self.mode == Mode::Dropped {
             return;
         }
-        t.busy.set(true);
-        let (thread, tls_scope) = (t.tid(), t.nccl_scope.get());
+        t.set_busy(true);
+        let (thread, tls_scope) = (t.tid(), t.nccl_scope());
         let built = guarded(|| {
             let time = clock::now();
             let op = op();
@@ -293,9 +313,11 @@ impl Call {
                 py_frames,
             });
             if self.order == Order::Create && result == 0 {
-                if let Some((free, total)) =
-                    meminfo::sample_due(device, session.config.meminfo_interval)
-                {
+                if let Some((free, total)) = meminfo::sample_due(
+                    device,
+                    session.config.meminfo_interval,
+                    api == Api::TracerMarkStep,
+                ) {
                     let seq = session.next_seq();
                     if session.claim(seq) {
                         let time = clock::now();
@@ -328,6 +350,6 @@ impl Call {
             // The claimed slot gets no event; tell the collector not to wait for it.
             session.abandon(self.seq);
         }
-        t.busy.set(false);
+        t.set_busy(false);
     }
 }

@@ -2,7 +2,7 @@
 //! no system call, no vDSO page) and the collector turns ticks into `CLOCK_MONOTONIC`
 //! nanoseconds; elsewhere hooks read `CLOCK_MONOTONIC` directly.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 const UNKNOWN: u8 = 0;
 const TSC: u8 = 1;
@@ -61,6 +61,20 @@ pub fn now() -> u64 {
     monotonic_ns()
 }
 
+/// Raw clock units per nanosecond × 2^32, once the collector has measured the TSC rate (0 until
+/// then); 2^32 exactly when the raw clock is nanoseconds.
+static RAW_PER_NS_Q32: AtomicU64 = AtomicU64::new(0);
+
+/// `d` in raw clock units, when known.
+#[inline]
+pub fn raw_span(d: std::time::Duration) -> Option<u64> {
+    let q = RAW_PER_NS_Q32.load(Ordering::Relaxed);
+    if q == 0 {
+        return None;
+    }
+    Some(((d.as_nanos() as u128 * q as u128) >> 32) as u64)
+}
+
 /// Turns raw event times into monotonic nanoseconds, from pairs of (ticks, ns) read together.
 #[derive(Clone, Copy, Debug)]
 pub struct Calibration {
@@ -102,6 +116,18 @@ impl Calibration {
         let (r, n) = (now(), monotonic_ns());
         if r > self.base_raw && n > self.base_ns {
             self.ns_per_tick = (n - self.base_ns) as f64 / (r - self.base_raw) as f64;
+        }
+    }
+
+    /// Publishes the measured rate for [`raw_span`].
+    pub fn publish(&self) {
+        let per_ns = if self.tsc {
+            1.0 / self.ns_per_tick
+        } else {
+            1.0
+        };
+        if per_ns.is_finite() && per_ns > 0.0 {
+            RAW_PER_NS_Q32.store((per_ns * 4_294_967_296.0) as u64, Ordering::Relaxed);
         }
     }
 

@@ -1,8 +1,9 @@
 //! The device and context current on the calling thread, asked of the real driver directly
 //! (`cuCtxGetDevice`, `cuCtxGetCurrent`; neither is hooked, neither allocates).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use super::thread;
 use crate::resolve::driver;
 
 type GetDevice = unsafe extern "C" fn(*mut i32) -> i32;
@@ -27,11 +28,38 @@ fn resolve() -> (usize, usize) {
     (d, c)
 }
 
+/// Bumped whenever a context is created, destroyed or reset anywhere: a cached (context, device)
+/// pair is trusted only within one generation, since a destroyed context's handle can come back
+/// naming a context on another device.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// A context was created, destroyed or reset: forget every thread's cached device.
+pub fn invalidate() {
+    GENERATION.fetch_add(1, Ordering::Release);
+}
+
 /// `(device, context)` current on this thread; `(-1, 0)` when unknown.
 pub fn current() -> (i32, u64) {
     let (d, c) = resolve();
-    let mut dev = -1i32;
     let mut ctx = 0u64;
+    if c != 0 {
+        // SAFETY: `c` is the driver's cuCtxGetCurrent(CUcontext*), which writes one pointer.
+        let f: GetCurrent = unsafe { std::mem::transmute::<usize, GetCurrent>(c) };
+        // SAFETY: as above.
+        if unsafe { f(&mut ctx) } != 0 {
+            ctx = 0;
+        }
+    }
+    // A context never changes device: while the same one stays current (and none was destroyed
+    // anywhere since), one driver call per event is enough.
+    let generation = GENERATION.load(Ordering::Acquire);
+    let t = thread::current();
+    if ctx != 0 {
+        if let Some(dev) = t.cached_context(ctx, generation) {
+            return (dev, ctx);
+        }
+    }
+    let mut dev = -1i32;
     if d != 0 {
         // SAFETY: `d` is the driver's cuCtxGetDevice(CUdevice*), which writes one int.
         let f: GetDevice = unsafe { std::mem::transmute::<usize, GetDevice>(d) };
@@ -40,13 +68,8 @@ pub fn current() -> (i32, u64) {
             dev = -1;
         }
     }
-    if c != 0 {
-        // SAFETY: `c` is the driver's cuCtxGetCurrent(CUcontext*), which writes one pointer.
-        let f: GetCurrent = unsafe { std::mem::transmute::<usize, GetCurrent>(c) };
-        // SAFETY: as above.
-        if unsafe { f(&mut ctx) } != 0 {
-            ctx = 0;
-        }
+    if ctx != 0 && dev >= 0 {
+        t.cache_context(ctx, dev, generation);
     }
     (dev, ctx)
 }

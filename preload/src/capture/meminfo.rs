@@ -12,23 +12,29 @@ use crate::resolve::driver;
 
 const MAX_DEVICES: usize = 64;
 
-/// Monotonic time of the last sample per device (0: never).
+/// Raw clock time of the last sample per device (0: never).
 static LAST: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 static GET_INFO: AtomicUsize = AtomicUsize::new(0);
 
 type GetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
 
-/// `(free, total)` of `device` when a sample is due, else `None`. The first allocation seen on a
-/// device always samples (the context baseline).
-pub fn sample_due(device: i32, interval: Duration) -> Option<(u64, u64)> {
+/// `(free, total)` of `device` when a sample is due (or `force`d: step marks always sample), else
+/// `None`. The first allocation seen on a device always samples (the context baseline).
+pub fn sample_due(device: i32, interval: Duration, force: bool) -> Option<(u64, u64)> {
     if interval.is_zero() || device < 0 || device as usize >= MAX_DEVICES {
         return None;
     }
     let slot = &LAST[device as usize];
-    let now = clock::monotonic_ns().max(1);
+    // The raw event clock (a TSC read) keeps this check off the vDSO; until its rate is known
+    // (the first milliseconds of a session) every allocation samples.
+    let now = clock::now().max(1);
     let last = slot.load(Ordering::Relaxed);
-    if last != 0 && now.saturating_sub(last) < interval.as_nanos() as u64 {
-        return None;
+    if !force && last != 0 {
+        if let Some(span) = clock::raw_span(interval) {
+            if now.saturating_sub(last) < span {
+                return None;
+            }
+        }
     }
     // One thread samples; the others carry on.
     if slot

@@ -1,8 +1,10 @@
 //! Per-thread state of the hooks: the re-entrancy guard, the runtime call in progress (so the
 //! driver call beneath it merges into one event), the NCCL call in progress, and the thread id.
 //!
-//! Everything is const-initialised and has no destructor, so it can be used at any point of a
-//! thread's life, including while the thread is being torn down.
+//! It lives in initial-exec TLS defined in `tls.c` (one `%fs`-relative load per access, instead of
+//! a `__tls_get_addr` call): eight zero-initialised words, given their meaning here, so it is valid
+//! from the first instruction of every thread and has no destructor (usable while a thread is torn
+//! down).
 
 use std::cell::Cell;
 
@@ -16,27 +18,62 @@ pub struct RuntimeScope {
     pub merged: Option<Api>,
 }
 
-pub struct ThreadState {
-    /// This thread belongs to the tracer: its calls are never traced.
-    pub tracer: Cell<bool>,
-    /// Tracer code is running on this thread (building or sending an event).
-    pub busy: Cell<bool>,
-    pub runtime: Cell<Option<RuntimeScope>>,
-    /// The NCCL call in progress on this thread (0 when none).
-    pub nccl_scope: Cell<u64>,
-    tid: Cell<u32>,
+impl RuntimeScope {
+    /// Packed as `(api + 1) | (merged + 1) << 16`; 0 is "none".
+    fn pack(s: Option<RuntimeScope>) -> u32 {
+        match s {
+            None => 0,
+            Some(s) => (s.api as u32 + 1) | (s.merged.map_or(0, |m| m as u32 + 1) << 16),
+        }
+    }
+
+    fn unpack(v: u32) -> Option<RuntimeScope> {
+        let api = Api::ALL
+            .get((v & 0xffff).checked_sub(1)? as usize)
+            .copied()?;
+        let merged = (v >> 16)
+            .checked_sub(1)
+            .and_then(|m| Api::ALL.get(m as usize).copied());
+        Some(RuntimeScope { api, merged })
+    }
 }
 
-thread_local! {
-    pub static THREAD: ThreadState = const {
-        ThreadState {
-            tracer: Cell::new(false),
-            busy: Cell::new(false),
-            runtime: Cell::new(None),
-            nccl_scope: Cell::new(0),
-            tid: Cell::new(0),
-        }
-    };
+/// The state, laid over the eight TLS words of `tls.c`.
+#[repr(C)]
+pub struct ThreadState {
+    /// This thread belongs to the tracer: its calls are never traced.
+    tracer: Cell<u8>,
+    /// Tracer code is running on this thread (building or sending an event).
+    busy: Cell<u8>,
+    _pad: [u8; 2],
+    tid: Cell<u32>,
+    runtime: Cell<u32>,
+    _pad2: u32,
+    /// The NCCL call in progress on this thread (0 when none).
+    nccl_scope: Cell<u64>,
+    /// The last context this thread asked about (see `context`), its device + 1 (0: none), and
+    /// the context generation then.
+    last_ctx: Cell<u64>,
+    last_dev: Cell<u64>,
+    last_gen: Cell<u64>,
+    _spare: [u64; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<ThreadState>() == 64);
+
+unsafe extern "C" {
+    /// Address of the calling thread's TLS words (`tls.c`).
+    fn vramtrace_thread_words() -> *mut [u64; 8];
+}
+
+/// The calling thread's state.
+#[inline]
+pub fn current() -> &'static ThreadState {
+    // SAFETY: the words are this thread's initial-exec TLS, zero-initialised, 16-byte aligned and
+    // 64 bytes long, which is ThreadState's size; every field is valid when zero. The reference
+    // must not leave the thread: callers only keep it within the hook call that took it (`Call`
+    // is !Send), and the memory lives as long as the thread.
+    unsafe { &*(vramtrace_thread_words() as *const ThreadState) }
 }
 
 impl ThreadState {
@@ -52,24 +89,89 @@ impl ThreadState {
         self.tid.set(v);
         v
     }
+
+    pub fn is_tracer(&self) -> bool {
+        self.tracer.get() != 0
+    }
+
+    pub fn is_busy(&self) -> bool {
+        self.busy.get() != 0
+    }
+
+    pub fn set_busy(&self, busy: bool) {
+        self.busy.set(busy as u8);
+    }
+
+    pub fn runtime(&self) -> Option<RuntimeScope> {
+        RuntimeScope::unpack(self.runtime.get())
+    }
+
+    pub fn set_runtime(&self, s: Option<RuntimeScope>) {
+        self.runtime.set(RuntimeScope::pack(s));
+    }
+
+    /// Sets the runtime call in progress, returning the previous one.
+    pub fn replace_runtime(&self, s: Option<RuntimeScope>) -> Option<RuntimeScope> {
+        RuntimeScope::unpack(self.runtime.replace(RuntimeScope::pack(s)))
+    }
+
+    pub fn nccl_scope(&self) -> u64 {
+        self.nccl_scope.get()
+    }
+
+    /// The cached `(context, device)` if it was cached in generation `generation`.
+    pub fn cached_context(&self, ctx: u64, generation: u64) -> Option<i32> {
+        (self.last_ctx.get() == ctx && self.last_gen.get() == generation && self.last_dev.get() != 0)
+            .then(|| self.last_dev.get() as i32 - 1)
+    }
+
+    pub fn cache_context(&self, ctx: u64, device: i32, generation: u64) {
+        self.last_ctx.set(ctx);
+        self.last_dev.set(device as u64 + 1);
+        self.last_gen.set(generation);
+    }
+
+    /// Sets the NCCL call in progress, returning the previous one.
+    pub fn replace_nccl_scope(&self, scope: u64) -> u64 {
+        self.nccl_scope.replace(scope)
+    }
 }
 
 /// The kernel thread id of the calling thread.
 #[inline]
 pub fn tid() -> u32 {
-    THREAD.with(|t| t.tid())
+    current().tid()
 }
 
 /// Marks the calling thread as the tracer's own.
 pub fn mark_tracer_thread() {
-    THREAD.with(|t| t.tracer.set(true));
+    current().tracer.set(1);
 }
 
 /// In a forked child, the one thread that survives has a new id and no call in progress that the
 /// child's trace could see the start of.
 pub fn reset_after_fork() {
-    THREAD.with(|t| {
-        t.tid.set(0);
-        t.busy.set(false);
-    });
+    let t = current();
+    t.tid.set(0);
+    t.busy.set(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_scope_packs_and_unpacks() {
+        let t = current();
+        assert_eq!(t.runtime(), None);
+        let s = RuntimeScope {
+            api: Api::CudaMalloc,
+            merged: Some(Api::CuMemAlloc),
+        };
+        assert_eq!(t.replace_runtime(Some(s)), None);
+        assert_eq!(t.runtime(), Some(s));
+        assert_eq!(t.replace_runtime(None), Some(s));
+        let other = std::thread::spawn(|| current().runtime()).join().unwrap();
+        assert_eq!(other, None, "each thread has its own state");
+    }
 }

@@ -331,6 +331,7 @@ impl Collector {
                 self.write_stats_if_changed();
                 self.sink.flush();
                 self.calibration.refine();
+                self.calibration.publish();
                 last_flush = Instant::now();
                 control.flushed.store(flush_gen, Ordering::Release);
             }
@@ -394,6 +395,7 @@ pub fn spawn(session: &'static Session, warnings: Vec<String>) -> std::io::Resul
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
             };
+            c.calibration.publish();
             for w in warnings {
                 c.sink.write(&Record::Warning(w));
             }

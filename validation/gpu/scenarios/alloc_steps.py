@@ -1,6 +1,10 @@
 """PyTorch allocations over six steps with a planted leak of 3 MiB per step; prints the caching
 allocator's own numbers (reserved, allocated) at every step. Run under the default allocator,
-expandable segments and the cudaMallocAsync backend (PYTORCH_CUDA_ALLOC_CONF)."""
+expandable segments and the cudaMallocAsync backend (PYTORCH_CUDA_ALLOC_CONF).
+
+A step mark follows every printed line (and the synchronize before it), so the live set the trace
+holds at step mark k+1 can be compared with what PyTorch printed at step k; the mark after the
+last line is the end of the run."""
 import torch
 from common import mark_step, out
 
@@ -21,4 +25,7 @@ for step in range(6):
         allocated=torch.cuda.memory_allocated(),
         checksum=f"{c.item():.2f}",
     )
+mark_step()
+torch.cuda.synchronize()
 out("end", reserved=torch.cuda.memory_reserved(), allocated=torch.cuda.memory_allocated())
+mark_step()

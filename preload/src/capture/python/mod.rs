@@ -1,16 +1,26 @@
-//! Python stacks: when the thread making a CUDA call holds the GIL, the Python frames it is
-//! running (file, function, line), read through the CPython C API found at run time — the tracer
-//! never links libpython and works without Python at all.
+//! Python stacks: the Python frames (file, function, line) of the thread making a CUDA call,
+//! found at run time — the tracer never links libpython and works without Python at all.
 //!
-//! Rules that keep the traced program's behaviour unchanged: the GIL is never taken (a thread that
-//! does not hold it gets no Python frames); a pending Python exception is saved and restored around
-//! the walk; the garbage collector is paused during the walk, because Python 3.11 materialises frame
-//! objects on demand and an allocation there could otherwise run arbitrary finalizers inside a CUDA
-//! call. Code objects are named once (file, qualified name, first line) and referred to by id; the
-//! tracer keeps a reference to each so an id never names two different functions.
+//! Two ways in, by whether the calling thread holds the GIL:
+//! - it does (a `ctypes.PyDLL` call, a C extension that keeps the GIL): through the CPython C API.
+//!   A pending Python exception is saved and restored around the walk; the garbage collector is
+//!   paused during it, because Python 3.11 materialises frame objects on demand and an allocation
+//!   there could otherwise run arbitrary finalizers inside a CUDA call. Code objects named this way
+//!   are kept alive (one reference each), so their address never names another function;
+//! - it does not (PyTorch releases the GIL before its allocator runs, so does `ctypes.CDLL`):
+//!   by reading the thread's own parked frame chain from memory ([`raw`], with the per-version
+//!   layouts of [`layout`] and the line table decoder of [`linetable`]). The GIL is never taken
+//!   and no profiler is installed: both would change the program.
 //!
-//! A thread without Python frames (PyTorch's autograd threads) gets the last Python stack captured
-//! on any thread, flagged as inferred.
+//! Code objects are named once (file, qualified name, first line) and referred to by id; equal
+//! names share an id whichever way they were found.
+//!
+//! A thread without Python frames (PyTorch's autograd threads, a library's own C threads) gets
+//! the last Python stack captured on any thread, flagged as inferred.
+
+mod layout;
+mod linetable;
+mod raw;
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
@@ -92,15 +102,43 @@ impl PyApi {
 
 static API: OnceLock<Option<PyApi>> = OnceLock::new();
 
-/// Code objects seen so far: pointer → id, and each id's names.
+/// Code objects seen so far and each id's names.
 struct Codes {
+    /// Code objects named through the C API (and kept alive): pointer → id.
     ids: Option<HashMap<usize, u32>>,
+    /// (file, function, first line) → id.
+    by_name: Option<HashMap<(String, String, u32), u32>>,
+    /// Index `id - 1`: the names of code id `id`.
     defs: Vec<PyCode>,
+    /// The raw walk's fingerprints and call sites.
+    raw: raw::RawNames,
+}
+
+impl Codes {
+    /// The id of a function by its names, giving it one on first sight.
+    fn define(&mut self, file: String, function: String, first_line: u32) -> u32 {
+        let by_name = self.by_name.get_or_insert_with(HashMap::new);
+        let key = (file, function, first_line);
+        if let Some(&id) = by_name.get(&key) {
+            return id;
+        }
+        let id = self.defs.len() as u32 + 1;
+        self.defs.push(PyCode {
+            id,
+            file: key.0.clone(),
+            function: key.1.clone(),
+            first_line,
+        });
+        by_name.insert(key, id);
+        id
+    }
 }
 
 static CODES: SpinLock<Codes> = SpinLock::new(Codes {
     ids: None,
+    by_name: None,
     defs: Vec::new(),
+    raw: raw::RawNames::new(),
 });
 
 /// The last stack captured on any thread, for threads that run no Python themselves.
@@ -120,7 +158,11 @@ pub fn after_fork() {
 
 /// The name of code id `id`, for the collector.
 pub fn code(id: u32) -> Option<PyCode> {
-    CODES.lock().defs.get((id as usize).checked_sub(1)?).cloned()
+    CODES
+        .lock()
+        .defs
+        .get((id as usize).checked_sub(1)?)
+        .cloned()
 }
 
 /// Reads a string attribute of a code object.
@@ -190,14 +232,11 @@ unsafe fn intern(api: &PyApi, code: Obj) -> u32 {
     // Keep the code object alive: its address must never name another function.
     // SAFETY: GIL held, live object.
     unsafe { (api.inc_ref)(code) };
-    let id = c.defs.len() as u32 + 1;
-    c.defs.push(PyCode {
-        id,
-        file,
-        function: if qualname.is_empty() { name } else { qualname },
-        first_line,
-    });
-    c.ids.get_or_insert_with(HashMap::new).insert(code as usize, id);
+    let function = if qualname.is_empty() { name } else { qualname };
+    let id = c.define(file, function, first_line);
+    c.ids
+        .get_or_insert_with(HashMap::new)
+        .insert(code as usize, id);
     id
 }
 
@@ -207,16 +246,20 @@ pub fn capture(depth: usize) -> Option<(Arc<[PyFrame]>, bool)> {
     if depth == 0 {
         return None;
     }
+    // No CPython in the process: nothing to capture, and nothing to infer from.
     let api = API.get_or_init(PyApi::find).as_ref()?;
     // SAFETY: these three may be called from any thread at any time.
-    let ready = unsafe {
-        (api.is_initialized)() != 0
-            && api.is_finalizing.is_none_or(|f| f() == 0)
-            && (api.gil_check)() != 0
+    let (ready, gil) = unsafe {
+        let ready = (api.is_initialized)() != 0 && api.is_finalizing.is_none_or(|f| f() == 0);
+        (ready, ready && (api.gil_check)() != 0)
     };
-    let own = if ready {
+    let own = if gil {
         // SAFETY: the thread holds the GIL (checked above).
         unsafe { walk(api, depth) }
+    } else if ready {
+        // SAFETY: the interpreter is running (checked above) and this thread, inside a hook
+        // called from C, is not running Python: its frames are parked.
+        unsafe { raw::capture(depth) }
     } else {
         None
     };
@@ -237,8 +280,11 @@ unsafe fn walk(api: &PyApi, depth: usize) -> Option<Arc<[PyFrame]>> {
     if tstate.is_null() {
         return None;
     }
-    let (mut t, mut v, mut tb): (Obj, Obj, Obj) =
-        (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    let (mut t, mut v, mut tb): (Obj, Obj, Obj) = (
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+        std::ptr::null_mut(),
+    );
     // SAFETY: GIL held. The pending exception (if any) is set aside and put back unchanged, and
     // the collector is paused so no finalizer runs inside the CUDA call.
     let gc_was_on = unsafe {

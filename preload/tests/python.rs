@@ -1,0 +1,451 @@
+//! Python stacks under the tracer, end to end: a Python program calls `cudaMalloc` of a minimal
+//! CUDA runtime stand-in (built here with `cc`) through `ctypes.CDLL`, which releases the GIL
+//! like PyTorch does, and through `ctypes.PyDLL`, which keeps it; the trace must name the exact
+//! Python frames (file, qualified name, line), innermost first, on both paths, for nested calls,
+//! a method, a generator, non-ASCII names, a `threading.Thread`, and mark the stack of a C
+//! thread that runs no Python as inferred. The program's output must not change under the
+//! tracer.
+//!
+//! Runs with `python3` (required) and with every other CPython 3.11–3.13 found under pyenv or
+//! `/usr/bin`; a 3.10 found there checks that an interpreter without a known layout gets no raw
+//! walking. The tracer is the `libvramtrace.so` cargo built next to this test.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use vramtrace_collector::event::{Event, Op};
+use vramtrace_collector::format::{PyCode, PyFrame, Record, TraceReader};
+
+/// The stand-in: `cudaMalloc`/`cudaFree` on the host heap, and a C thread that allocates.
+const STANDIN_C: &str = r#"
+#include <pthread.h>
+#include <stdlib.h>
+int cudaMalloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+int cudaFree(void *p) { free(p); return 0; }
+static void *c_worker(void *arg) { void *p = 0; cudaMalloc(&p, (size_t)arg); return p; }
+int spawn_c_thread_alloc(size_t n) {
+    pthread_t t;
+    void *p = 0;
+    if (pthread_create(&t, 0, c_worker, (void *)n)) return -1;
+    pthread_join(t, &p);
+    free(p);
+    return p ? 0 : 1;
+}
+"#;
+
+/// The program. `# @name` marks the line a frame must name; each allocation has its own size.
+const SCRIPT: &str = r#"import ctypes
+import sys
+import threading
+
+released = ctypes.CDLL(sys.argv[1])
+held = ctypes.PyDLL(sys.argv[1])
+for dll in (released, held):
+    dll.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    dll.cudaMalloc.restype = ctypes.c_int
+released.spawn_c_thread_alloc.argtypes = [ctypes.c_size_t]
+kept = []
+
+
+def alloc(dll, size):
+    p = ctypes.c_void_p()
+    rc = dll.cudaMalloc(ctypes.byref(p), size)  # @alloc
+    kept.append(p)
+    return rc
+
+
+def inner(dll, size):
+    return alloc(dll, size)  # @inner
+
+
+def outer(dll, size):
+    return inner(dll, size)  # @outer
+
+
+class Model:
+    def forward(self, dll, size):
+        return outer(dll, size)  # @forward
+
+
+def steps(dll, base):
+    for i in range(2):
+        yield alloc(dll, base + i)  # @steps
+
+
+def größe(dll, size):
+    return alloc(dll, size)  # @latin1
+
+
+def 分配(dll, size):
+    return alloc(dll, size)  # @ucs2
+
+
+def worker(size):
+    alloc(released, size)  # @worker
+
+
+def main():
+    print("released", alloc(released, 1001))  # @main_released
+    print("held", alloc(held, 1002))  # @main_held
+    print("nested released", Model().forward(released, 1003))  # @main_nested_released
+    print("nested held", Model().forward(held, 1004))  # @main_nested_held
+    print("generator released", list(steps(released, 1005)))  # @main_gen_released
+    print("generator held", list(steps(held, 1007)))  # @main_gen_held
+    print("names", größe(released, 1009), 分配(released, 1010), 分配(held, 1011))  # @main_names
+    t = threading.Thread(target=worker, args=(1012,))
+    t.start()
+    t.join()
+    print("thread joined")
+    alloc(held, 1013)  # @main_before_c
+    print("c thread", released.spawn_c_thread_alloc(1014))
+    print("allocations", len(kept))
+
+
+main()  # @module
+"#;
+
+/// The line of `# @marker` in the script.
+fn line(marker: &str) -> u32 {
+    let tag = format!("# @{marker}");
+    SCRIPT
+        .lines()
+        .position(|l| l.ends_with(&tag))
+        .unwrap_or_else(|| panic!("no {tag} in the script")) as u32
+        + 1
+}
+
+/// Where the test keeps what it builds and runs: the stand-in library and the script.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    library: PathBuf,
+    script: PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let source = dir.path().join("standin.c");
+        std::fs::write(&source, STANDIN_C).unwrap();
+        let library = dir.path().join("libcudart_standin.so");
+        let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+            .args(["-shared", "-fPIC", "-O1", "-pthread", "-o"])
+            .arg(&library)
+            .arg(&source)
+            .output()
+            .expect("a C compiler (cc)");
+        assert!(out.status.success(), "cc: {}", text(&out.stderr));
+        let script = dir.path().join("alloc_sites.py");
+        std::fs::write(&script, SCRIPT).unwrap();
+        Fixture {
+            _dir: dir,
+            library,
+            script,
+        }
+    })
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `libvramtrace.so` next to this test (`target/<profile>/deps/python-<hash>` → `target/<profile>`).
+fn tracer() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("libvramtrace.so");
+    assert!(lib.is_file(), "{} is missing", lib.display());
+    lib
+}
+
+/// The interpreter behind a command name (pyenv's `python3` is a shell script).
+fn resolve(python: &str) -> Option<PathBuf> {
+    let out = Command::new(python)
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let path = PathBuf::from(text(&out.stdout).trim());
+    (out.status.success() && path.is_file()).then_some(path)
+}
+
+/// `(major, minor)` of an interpreter.
+fn version(python: &Path) -> (u32, u32) {
+    let out = Command::new(python)
+        .args(["-c", "import sys; print(*sys.version_info[:2])"])
+        .output()
+        .unwrap();
+    let v: Vec<u32> = text(&out.stdout)
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    (v[0], v[1])
+}
+
+/// `python3`, then the other CPythons of minor version `minors` on this machine.
+fn interpreters(minors: &[u32]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut candidates: Vec<PathBuf> = resolve("python3").into_iter().collect();
+    let pyenv = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")));
+    if let Some(Ok(dir)) = pyenv.map(|p| std::fs::read_dir(p.join("versions"))) {
+        let mut v: Vec<PathBuf> = dir
+            .flatten()
+            .map(|e| e.path().join("bin/python3"))
+            .collect();
+        v.sort();
+        candidates.extend(v);
+    }
+    candidates.extend(
+        minors
+            .iter()
+            .map(|m| PathBuf::from(format!("/usr/bin/python3.{m}"))),
+    );
+    for c in candidates {
+        let Ok(real) = c.canonicalize() else { continue };
+        if found.contains(&real) || !real.is_file() {
+            continue;
+        }
+        let (major, minor) = version(&real);
+        if major == 3 && minors.contains(&minor) {
+            found.push(real);
+        }
+    }
+    found
+}
+
+/// What a traced run wrote, with names resolved.
+struct Trace {
+    events: Vec<Event>,
+    codes: HashMap<u32, PyCode>,
+    stacks: HashMap<u32, Vec<PyFrame>>,
+}
+
+/// A Python frame as a user reads it.
+type Named = (String, String, u32);
+
+impl Trace {
+    fn read(dir: &Path) -> Trace {
+        let files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "vtrace"))
+            .collect();
+        assert_eq!(files.len(), 1, "one trace expected: {files:?}");
+        let mut t = Trace {
+            events: Vec::new(),
+            codes: HashMap::new(),
+            stacks: HashMap::new(),
+        };
+        for r in TraceReader::open(&files[0]).expect("a readable trace") {
+            match r {
+                Record::Event(e) => t.events.push(e),
+                Record::PyCode(c) => {
+                    t.codes.insert(c.id, c);
+                }
+                Record::PyStack(s) => {
+                    t.stacks.insert(s.id, s.frames);
+                }
+                _ => {}
+            }
+        }
+        t
+    }
+
+    /// The one allocation of `size` bytes.
+    fn alloc(&self, size: u64) -> &Event {
+        let found: Vec<&Event> = self
+            .events
+            .iter()
+            .filter(|e| matches!(e.op, Op::Alloc { size: s, .. } if s == size))
+            .collect();
+        assert_eq!(found.len(), 1, "allocations of {size} bytes");
+        found[0]
+    }
+
+    /// The Python frames of an event, innermost first.
+    fn frames(&self, e: &Event) -> Vec<Named> {
+        if e.py_stack == 0 {
+            return Vec::new();
+        }
+        self.stacks[&e.py_stack]
+            .iter()
+            .map(|f| {
+                let c = &self.codes[&f.code];
+                (c.file.clone(), c.function.clone(), f.line)
+            })
+            .collect()
+    }
+}
+
+/// Runs the script with `python` without and with the tracer; checks the output is the same.
+fn run_both(python: &Path, dir: &Path, env: &[(&str, &str)]) -> (Trace, Output) {
+    let f = fixture();
+    let command = || {
+        let mut c = Command::new(python);
+        c.arg(&f.script).arg(&f.library).env_remove("LD_PRELOAD");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("VRAMTRACE_") {
+                c.env_remove(k);
+            }
+        }
+        c
+    };
+    let plain = command().output().unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let mut traced = command();
+    traced
+        .env("LD_PRELOAD", tracer())
+        .env("VRAMTRACE_OUTPUT", dir.join("t-%p.vtrace"))
+        .envs(env.iter().copied());
+    let traced = traced.output().unwrap();
+    assert_eq!(
+        text(&plain.stdout),
+        text(&traced.stdout),
+        "{}: output differs under the tracer; stderr:\n{}",
+        python.display(),
+        text(&traced.stderr)
+    );
+    assert!(traced.status.success());
+    (Trace::read(dir), plain)
+}
+
+/// The expected frames: `(function, line marker)` innermost first, all in the script.
+fn expect(frames: &[(&str, &str)]) -> Vec<Named> {
+    let file = fixture().script.display().to_string();
+    frames
+        .iter()
+        .map(|&(f, m)| (file.clone(), f.to_string(), line(m)))
+        .collect()
+}
+
+fn check_interpreter(python: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, plain) = run_both(python, dir.path(), &[]);
+    assert!(text(&plain.stdout).contains("allocations 13"));
+    let who = python.display();
+    let own = |size: u64, want: &[(&str, &str)]| {
+        let e = trace.alloc(size);
+        assert!(!e.py_inferred, "{who}: {size} bytes: stack inferred");
+        assert_eq!(trace.frames(e), expect(want), "{who}: {size} bytes");
+    };
+    for (size, main_line) in [(1001, "main_released"), (1002, "main_held")] {
+        own(
+            size,
+            &[
+                ("alloc", "alloc"),
+                ("main", main_line),
+                ("<module>", "module"),
+            ],
+        );
+    }
+    for (size, main_line) in [(1003, "main_nested_released"), (1004, "main_nested_held")] {
+        own(
+            size,
+            &[
+                ("alloc", "alloc"),
+                ("inner", "inner"),
+                ("outer", "outer"),
+                ("Model.forward", "forward"),
+                ("main", main_line),
+                ("<module>", "module"),
+            ],
+        );
+    }
+    for (base, main_line) in [(1005, "main_gen_released"), (1007, "main_gen_held")] {
+        for size in [base, base + 1] {
+            own(
+                size,
+                &[
+                    ("alloc", "alloc"),
+                    ("steps", "steps"),
+                    ("main", main_line),
+                    ("<module>", "module"),
+                ],
+            );
+        }
+    }
+    own(
+        1009,
+        &[
+            ("alloc", "alloc"),
+            ("größe", "latin1"),
+            ("main", "main_names"),
+            ("<module>", "module"),
+        ],
+    );
+    for size in [1010, 1011] {
+        own(
+            size,
+            &[
+                ("alloc", "alloc"),
+                ("分配", "ucs2"),
+                ("main", "main_names"),
+                ("<module>", "module"),
+            ],
+        );
+    }
+
+    // A Python thread: its own frames, down to the threading module's bootstrap.
+    let e = trace.alloc(1012);
+    assert!(!e.py_inferred, "{who}: thread stack inferred");
+    let frames = trace.frames(e);
+    assert_eq!(
+        frames[..2],
+        expect(&[("alloc", "alloc"), ("worker", "worker")])[..],
+        "{who}"
+    );
+    assert!(frames.len() > 2, "{who}: {frames:?}");
+    assert!(
+        frames[2..]
+            .iter()
+            .all(|(file, _, _)| file.ends_with("threading.py")),
+        "{who}: {frames:?}"
+    );
+    assert!(
+        frames.iter().any(|(_, f, _)| f == "Thread.run"),
+        "{who}: {frames:?}"
+    );
+
+    // A C thread runs no Python: it gets the last stack seen, marked inferred.
+    let before = trace.alloc(1013);
+    let c = trace.alloc(1014);
+    assert!(
+        c.py_inferred,
+        "{who}: the C thread's stack is not marked inferred"
+    );
+    assert_ne!(c.thread, before.thread);
+    assert_eq!(c.py_stack, before.py_stack, "{who}");
+}
+
+#[test]
+fn frames_are_exact_with_and_without_the_gil() {
+    let pythons = interpreters(&[11, 12, 13]);
+    assert!(!pythons.is_empty(), "python3 (3.11–3.13) is needed");
+    for python in &pythons {
+        eprintln!("checking {}", python.display());
+        check_interpreter(python);
+    }
+}
+
+#[test]
+fn interpreters_without_a_known_layout_are_not_read_raw() {
+    for python in interpreters(&[9, 10]) {
+        eprintln!("checking {}", python.display());
+        let dir = tempfile::tempdir().unwrap();
+        let (trace, _) = run_both(&python, dir.path(), &[]);
+        // Through the C API, with the GIL: its own frames.
+        let held = trace.alloc(1002);
+        assert!(!held.py_inferred);
+        assert_eq!(trace.frames(held)[0].1, "alloc");
+        // Without the GIL: nothing of its own, only the last stack seen elsewhere.
+        assert!(trace.alloc(1001).py_stack == 0 || trace.alloc(1001).py_inferred);
+        assert!(trace.alloc(1003).py_inferred);
+    }
+}
