@@ -5,10 +5,15 @@
 //! [`format::TraceReader`] and rebuild what was live with [`live::LiveState`]). Both go through the
 //! same code, so "what is live" has one definition.
 
+pub mod analysis;
 pub mod event;
+pub mod fasthash;
 pub mod format;
 pub mod live;
 pub mod modules;
+pub mod python;
+#[cfg(feature = "symbols")]
+pub mod symbols;
 
 pub use event::{Api, Event, MemKind, Op};
 pub use format::{Header, Record, TraceError, TraceReader, TraceWriter};

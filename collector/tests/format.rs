@@ -32,6 +32,7 @@ fn event(seq: u64) -> Event {
         caller: 0x401000 + seq,
         stack: 0,
         py_stack: 0,
+        py_inferred: false,
         nccl_scope: 0,
         op: Op::Alloc {
             kind: MemKind::Device,

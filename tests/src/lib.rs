@@ -14,6 +14,9 @@
 //! assert!(out.status.success());
 //! ```
 
+pub mod trace;
+pub mod traced;
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Command;

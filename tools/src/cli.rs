@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use vramtrace_collector::symbols::Granularity;
 
 /// Finds GPU memory leaks: records every CUDA, driver and NCCL memory call of a program and
 /// reports what is still live.
@@ -19,6 +20,10 @@ pub enum Command {
     /// Report what a trace holds live at its end, and what went wrong on the way.
     #[command(after_help = REPORT_EXAMPLES)]
     Report(ReportArgs),
+    /// Replay a trace to a moment (a step, an event, a time, the peak, an out-of-memory failure)
+    /// and report what was live then.
+    #[command(after_help = crate::replay::EXAMPLES)]
+    Replay(crate::replay::ReplayArgs),
     /// Run a program under the tracer and summarise the traces it wrote.
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
@@ -31,6 +36,10 @@ EXAMPLES:
 
     Rank owner modules (libnccl, libcublas, your extension) instead of call sites:
         vramtrace report --by module vramtrace-4242.vtrace
+
+    Rank the Python lines that allocated, with every frame of their stacks, symbols for a
+    trace from another machine taken from a directory of the same builds:
+        VRAMTRACE_SYMBOL_PATH=/srv/builds/2024-06 vramtrace report --by python --full-stacks run.vtrace
 
     Machine-readable output (schema in docs/report-json.md), exact bytes:
         vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json";
@@ -49,10 +58,29 @@ EXAMPLES:
 /// How the report ranks live memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RankBy {
-    /// Call sites: stack, else caller address.
-    Site,
+    /// The innermost Python line (file:line function); calls without a Python stack by function.
+    Python,
+    /// The native function that asked: the first frame outside the CUDA libraries.
+    Function,
+    /// That frame's source file and line.
+    Line,
     /// Owner modules: the first module outside the CUDA libraries.
     Module,
+    /// Call sites: stack, else caller address.
+    Site,
+}
+
+impl RankBy {
+    /// The collector's name for the same grouping.
+    pub fn granularity(self) -> Granularity {
+        match self {
+            RankBy::Python => Granularity::Python,
+            RankBy::Function => Granularity::Function,
+            RankBy::Line => Granularity::Line,
+            RankBy::Module => Granularity::Module,
+            RankBy::Site => Granularity::Site,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -63,12 +91,24 @@ pub struct ReportArgs {
     /// Print one JSON document instead of tables (schema: docs/report-json.md).
     #[arg(long)]
     pub json: bool,
-    /// What the ranking table groups live memory by.
-    #[arg(long, value_enum, default_value_t = RankBy::Site, value_name = "site|module")]
+    /// What the ranking table groups live memory by. Symbols come from the binaries the trace
+    /// names (checked by build id), /usr/lib/debug, and the directories in VRAMTRACE_SYMBOL_PATH.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = RankBy::Site,
+        value_name = "python|function|line|module|site"
+    )]
     pub by: RankBy,
+    /// Print every frame of the call-site stacks; by default runs of frames inside the CUDA
+    /// libraries and the tracer are collapsed into one line.
+    #[arg(long)]
+    pub full_stacks: bool,
     /// How many call sites, modules and orphans to list.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    #[command(flatten)]
+    pub analysis: crate::report::findings::AnalysisArgs,
 }
 
 #[derive(Debug, Args)]

@@ -1,10 +1,22 @@
-//! Reading a trace file into the live-allocation state, with the facts about how reading went.
+//! Reading a trace file into the live-allocation state, with the facts about how reading went:
+//! whole, up to a point (for `replay`), and twice when the steps of a trace without step marks
+//! must first be found in its repeating allocations.
+//!
+//! Reading streams: memory follows what is live, not the length of the trace. A progress bar on
+//! stderr follows the bytes read when stderr is a terminal.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
-use vramtrace_collector::format::{Ending, Header, TraceError, TraceReader};
-use vramtrace_collector::live::LiveState;
+use indicatif::{ProgressBar, ProgressStyle};
+use vramtrace_collector::analysis::GrowthConfig;
+use vramtrace_collector::event::Event;
+use vramtrace_collector::format::{Ending, Header, Record, TraceError, TraceReader};
+use vramtrace_collector::live::{LiveState, StepSource};
+
+/// Records between progress bar updates.
+const PROGRESS_EVERY: u64 = 1 << 16;
 
 /// A trace read to its end (or as far as it could be read).
 pub struct LoadedTrace {
@@ -20,6 +32,65 @@ pub struct LoadedTrace {
     /// Bytes of the file that were read.
     pub bytes_read: u64,
     pub state: LiveState,
+    /// Passes over the file: 2 when the steps were found in a first one.
+    pub passes: u32,
+    /// Settings of the growth analysis.
+    pub growth: GrowthConfig,
+    /// Set when reading stopped before the end: where.
+    pub stopped: Option<String>,
+}
+
+/// Whether to go on reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Apply,
+    Stop,
+}
+
+/// A progress bar over the bytes of a file, shown only when stderr is a terminal.
+pub struct Progress {
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    /// A bar for reading `path`, labelled `message`.
+    pub fn new(path: &Path, message: &str) -> Self {
+        let len = std::fs::metadata(path).map_or(0, |m| m.len());
+        let shown = std::io::stderr().is_terminal() && len > 0;
+        let bar = shown.then(|| {
+            let style = ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+            let bar = ProgressBar::new(len).with_style(style);
+            bar.set_message(message.to_string());
+            bar
+        });
+        Progress { bar }
+    }
+
+    /// A new pass over the file.
+    pub fn restart(&self, message: &str) {
+        if let Some(b) = &self.bar {
+            b.set_position(0);
+            b.set_message(message.to_string());
+        }
+    }
+
+    fn set(&self, offset: u64) {
+        if let Some(b) = &self.bar {
+            b.set_position(offset);
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
 }
 
 /// Lowercases the first letter of an OS message ("No such file" → "no such file") so every
@@ -47,14 +118,54 @@ fn open_error(path: &Path, err: TraceError) -> anyhow::Error {
 
 /// Reads every record of the trace at `path` into a fresh [`LiveState`].
 pub fn load(path: &Path) -> Result<LoadedTrace> {
+    let progress = Progress::new(path, "reading");
+    read(path, StepSource::Marks, &progress, |_, _| Flow::Apply)
+}
+
+/// Reads the trace at `path` for analysis: when it has no step marks but a repeating
+/// allocation, a second pass takes that allocation as the step boundary.
+pub fn load_analyzed(path: &Path, growth: GrowthConfig) -> Result<LoadedTrace> {
+    let progress = Progress::new(path, "reading");
+    let first = read(path, StepSource::Marks, &progress, |_, _| Flow::Apply)?;
+    let trace = match first.state.step_pattern() {
+        Some(pattern) if first.state.marks() == 0 => {
+            progress.restart("pass 2 (steps from the repeating allocation)");
+            let mut second = read(path, pattern.source(), &progress, |_, _| Flow::Apply)?;
+            second.passes = 2;
+            second
+        }
+        _ => first,
+    };
+    Ok(LoadedTrace { growth, ..trace })
+}
+
+/// Reads the trace at `path` with steps from `source`, asking `visit` before each event whether
+/// to apply it; reading stops at the first it refuses.
+pub fn read(
+    path: &Path,
+    source: StepSource,
+    progress: &Progress,
+    mut visit: impl FnMut(&LiveState, &Event) -> Flow,
+) -> Result<LoadedTrace> {
     if path.is_dir() {
         return Err(anyhow!("{}: is a directory, not a trace", path.display()));
     }
     let mut reader = TraceReader::open(path).map_err(|e| open_error(path, e))?;
-    let mut state = LiveState::new();
-    for record in reader.by_ref() {
+    let mut state = LiveState::with_step_source(source);
+    let mut stopped = false;
+    while let Some(record) = reader.next_record() {
+        if let Record::Event(e) = &record {
+            if visit(&state, e) == Flow::Stop {
+                stopped = true;
+                break;
+            }
+        }
         state.apply(&record);
+        if reader.records() % PROGRESS_EVERY == 0 {
+            progress.set(reader.offset());
+        }
     }
+    progress.set(reader.offset());
     let ending = reader.ending().cloned().unwrap_or(Ending::NoEndRecord {
         offset: reader.offset(),
     });
@@ -67,6 +178,9 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
         skipped: reader.skipped(),
         bytes_read: reader.offset(),
         state,
+        passes: 1,
+        growth: GrowthConfig::default(),
+        stopped: stopped.then(String::new),
     })
 }
 

@@ -6,6 +6,7 @@
 
 mod cli;
 mod load;
+mod replay;
 mod report;
 mod run;
 mod units;
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Report(args) => report::run(args).map(|()| 0),
         Command::Run(args) => run::run(args),
+        Command::Replay(args) => replay::run(args).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),

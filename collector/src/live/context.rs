@@ -44,6 +44,10 @@ impl LiveState {
             o.device == device && !created.contains(&o.context)
         });
         self.teardown.by_device_reset.add_totals(freed);
+        // What outlives the primary context (VMM objects made in it) has lost its context.
+        flag_survivors(self, |o| {
+            o.device == device && !created.contains(&o.context)
+        });
         None
     }
 
@@ -56,9 +60,7 @@ impl LiveState {
             .collect();
         for a in gone {
             freed.add(a.size);
-            if a.kind.on_device() {
-                self.sub_device_bytes(a.origin.device, a.size);
-            }
+            self.discharge_allocation(&a);
         }
         let arrays: Vec<u64> = self
             .memory
@@ -70,7 +72,7 @@ impl LiveState {
         for id in arrays {
             if let Some(a) = self.memory.arrays.remove(&id) {
                 freed.add(a.bytes);
-                self.sub_device_bytes(a.origin.device, a.bytes);
+                self.discharge_array(&a);
             }
         }
         freed

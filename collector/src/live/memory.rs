@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::ledger::{Holder, PoolKey};
 use super::objects::{Allocation, Array, Flag, Flags, HostRegistration, IpcMapping, Origin, Pool};
 use super::table::{Freed, Inserted, PointerTable};
 use super::{AnomalyKind, LiveState, ObjectRef, Store};
@@ -20,7 +21,25 @@ pub(super) struct MemoryTables {
     pub(super) ipc: BTreeMap<u64, IpcMapping>,
 }
 
+/// Where an allocation's bytes count, and the pool it came from.
+fn holder_of(a: &Allocation) -> (Holder, Option<PoolKey>) {
+    let device = a.origin.device;
+    let holder = if a.kind.on_device() {
+        Holder::Device { device }
+    } else {
+        Holder::Host
+    };
+    let pool = (a.kind == MemKind::Async).then_some((a.pool, device));
+    (holder, pool)
+}
+
 impl LiveState {
+    /// Counts a pointer allocation as gone.
+    pub(super) fn discharge_allocation(&mut self, a: &Allocation) {
+        let (holder, pool) = holder_of(a);
+        self.discharge(&a.origin, holder, pool, a.size);
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_alloc(
         &mut self,
@@ -38,7 +57,10 @@ impl LiveState {
             return None;
         }
         let on_device = kind.on_device();
-        let (device, seq) = (origin.device, origin.seq);
+        let seq = origin.seq;
+        if on_device {
+            self.detector.observe(origin.site, size, seq);
+        }
         let alloc = Allocation {
             ptr,
             size,
@@ -54,15 +76,13 @@ impl LiveState {
         } else {
             &mut self.memory.host
         };
+        let (holder, pool) = holder_of(&alloc);
+        let site = alloc.origin.site;
         match table.insert(alloc) {
             Inserted::Live { displaced } => {
-                if on_device {
-                    self.add_device_bytes(device, size);
-                }
+                self.charge_site(site, holder, pool, size);
                 if let Some(old) = displaced {
-                    if on_device {
-                        self.sub_device_bytes(old.origin.device, old.size);
-                    }
+                    self.discharge_allocation(&old);
                     self.anomaly(e, AnomalyKind::AddressReused, ptr, Some(old.origin.seq));
                 }
             }
@@ -108,11 +128,7 @@ impl LiveState {
             &mut self.memory.device
         };
         match table.free(ptr, e.seq) {
-            Freed::Live(a) => {
-                if a.kind.on_device() {
-                    self.sub_device_bytes(a.origin.device, a.size);
-                }
-            }
+            Freed::Live(a) => self.discharge_allocation(&a),
             Freed::SetAside(a) => {
                 self.anomalies.retract(AnomalyKind::AddressReused, |x| {
                     x.address == ptr && x.related_seq == Some(a.origin.seq)
@@ -148,7 +164,8 @@ impl LiveState {
         register_flags: u32,
     ) -> Option<ObjectRef> {
         let seq = origin.seq;
-        self.memory.host_registrations.insert(
+        self.charge(&origin, Holder::Host, None, size);
+        let old = self.memory.host_registrations.insert(
             ptr,
             HostRegistration {
                 ptr,
@@ -158,6 +175,9 @@ impl LiveState {
                 origin,
             },
         );
+        if let Some(old) = old {
+            self.discharge(&old.origin, Holder::Host, None, old.size);
+        }
         Some(ObjectRef {
             store: Store::HostRegistration,
             key: ptr,
@@ -166,8 +186,9 @@ impl LiveState {
     }
 
     pub(super) fn on_host_unregister(&mut self, e: &Event, ptr: u64) -> Option<ObjectRef> {
-        if self.memory.host_registrations.remove(&ptr).is_none() {
-            self.anomaly(e, AnomalyKind::UnknownHostRegistration, ptr, None);
+        match self.memory.host_registrations.remove(&ptr) {
+            Some(r) => self.discharge(&r.origin, Holder::Host, None, r.size),
+            None => self.anomaly(e, AnomalyKind::UnknownHostRegistration, ptr, None),
         }
         None
     }
@@ -179,7 +200,11 @@ impl LiveState {
         array: u64,
         bytes: u64,
     ) -> Option<ObjectRef> {
-        let (device, seq) = (origin.device, origin.seq);
+        let seq = origin.seq;
+        let holder = Holder::Device {
+            device: origin.device,
+        };
+        self.charge(&origin, holder, None, bytes);
         let new = Array {
             array,
             bytes,
@@ -187,10 +212,9 @@ impl LiveState {
             origin,
         };
         if let Some(old) = self.memory.arrays.insert(array, new) {
-            self.sub_device_bytes(old.origin.device, old.bytes);
+            self.discharge_array(&old);
             self.anomaly(e, AnomalyKind::AddressReused, array, Some(old.origin.seq));
         }
-        self.add_device_bytes(device, bytes);
         Some(ObjectRef {
             store: Store::Array,
             key: array,
@@ -200,10 +224,18 @@ impl LiveState {
 
     pub(super) fn on_array_destroy(&mut self, e: &Event, array: u64) -> Option<ObjectRef> {
         match self.memory.arrays.remove(&array) {
-            Some(a) => self.sub_device_bytes(a.origin.device, a.bytes),
+            Some(a) => self.discharge_array(&a),
             None => self.anomaly(e, AnomalyKind::UnknownArray, array, None),
         }
         None
+    }
+
+    /// Counts an array as gone.
+    pub(super) fn discharge_array(&mut self, a: &Array) {
+        let holder = Holder::Device {
+            device: a.origin.device,
+        };
+        self.discharge(&a.origin, holder, None, a.bytes);
     }
 
     pub(super) fn on_ipc_open(&mut self, origin: Origin, ptr: u64) -> Option<ObjectRef> {
@@ -262,11 +294,18 @@ impl LiveState {
         None
     }
 
-    pub(super) fn on_pool_trim(&mut self, pool: u64) -> Option<ObjectRef> {
+    /// A trim of a pool the program did not create is of a device's default pool (whose handle
+    /// comes from `cudaDeviceGetDefaultMemPool`, untraced).
+    pub(super) fn on_pool_trim(&mut self, e: &Event, pool: u64, keep: u64) -> Option<ObjectRef> {
         self.pool_trims += 1;
-        if let Some(p) = self.pools.get_mut(&pool) {
-            p.trims += 1;
-        }
+        let key = match self.pools.get_mut(&pool) {
+            Some(p) => {
+                p.trims += 1;
+                (pool, p.device)
+            }
+            None => (0, e.device),
+        };
+        self.ledger.trim_pool(key, keep);
         None
     }
 }

@@ -12,12 +12,19 @@
 
 mod anomaly;
 mod context;
+mod device_memory;
 mod failure;
+mod ledger;
 mod listing;
 mod memory;
 mod nccl;
 mod objects;
+mod oom;
 mod origin;
+mod query;
+mod series;
+mod sites;
+mod steps;
 mod summary;
 mod table;
 mod vmm;
@@ -26,14 +33,24 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use self::ledger::{Charge, Ledger};
+use self::sites::SiteTable;
+use self::steps::StepDetector;
+
 pub use anomaly::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
+pub use device_memory::DeviceAccount;
 pub use failure::{Failure, Failures, MAX_FIRST_FAILURES, MAX_RECENT_FAILURES};
+pub use ledger::{Holder, PeakPoint, PoolUse};
 pub use objects::{
     Accounting, Allocation, Array, Category, CommState, Communicator, Context, Flag, Flags,
     HostRegistration, IpcMapping, LiveObject, Mapping, NcclBuffer, Origin, PhysicalHandle, Pool,
     Registration, Reservation, Window,
 };
+pub use oom::{OomLog, OomSnapshot, RecentSeries, SiteHolding, MAX_FIRST_OOMS, MAX_RECENT_OOMS};
 pub use origin::{CodeLocation, Owner, OwnerResolver};
+pub use query::{HolderState, SampleAxis};
+pub use sites::{SiteId, SiteKey};
+pub use steps::{StepPattern, StepSource};
 pub use summary::{
     CallSite, CategoryTotals, CommunicatorTotals, DeviceTotals, ModuleTotals, Summary, Totals,
 };
@@ -41,10 +58,12 @@ pub use summary::{
 use self::memory::MemoryTables;
 use self::nccl::NcclTables;
 use self::objects::{api_name, Tracked};
+pub(crate) use self::objects::{hex, hex_opt};
 use self::vmm::VmmTables;
 use crate::event::{Api, Event, Layer, Op};
 use crate::format::{End, Lookup, Record, Stats};
 use crate::modules::ModuleMap;
+use crate::python::PythonStacks;
 
 /// Lookups and warnings kept in detail; the rest are counted.
 pub const MAX_TRACER_NOTES: usize = 1000;
@@ -103,13 +122,20 @@ struct ObjectRef {
 #[derive(Debug, Default)]
 pub struct LiveState {
     owners: OwnerResolver,
+    python: PythonStacks,
     memory: MemoryTables,
     vmm: VmmTables,
     nccl: NcclTables,
     contexts: BTreeMap<u64, Context>,
     pools: BTreeMap<u64, Pool>,
-    /// Device memory live per device, kept current so a failure can say what was live then.
-    device_bytes: BTreeMap<i32, u64>,
+    /// Call sites: every object's origin names one.
+    sites: SiteTable,
+    /// Live bytes per site, holder and pool, with peaks and sampled series, kept current so a
+    /// failure can say what was live then.
+    ledger: Ledger,
+    ooms: OomLog,
+    step_source: StepSource,
+    detector: StepDetector,
     anomalies: Anomalies,
     failures: Failures,
     calls: BTreeMap<Api, u64>,
@@ -117,15 +143,26 @@ pub struct LiveState {
     events: u64,
     last_seq: u64,
     steps: u64,
+    marks: u64,
     pool_trims: u64,
     primary_releases: u64,
     notes: TracerNotes,
+    /// Driver-reported used memory per device against the traced live bytes.
+    devices: BTreeMap<i32, DeviceAccount>,
 }
 
 impl LiveState {
-    /// An empty state.
+    /// An empty state; steps come from the program's step marks.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty state whose steps come from `source` (see [`LiveState::step_pattern`]).
+    pub fn with_step_source(source: StepSource) -> Self {
+        LiveState {
+            step_source: source,
+            ..Self::default()
+        }
     }
 
     /// Applies one record; records must come in file order.
@@ -151,8 +188,8 @@ impl LiveState {
                 self.notes.stats = Some(end.stats.clone());
                 self.notes.end = Some(end.clone());
             }
-            // Names for Python stacks: used by symbolization, not by the live state.
-            Record::PyCode(_) | Record::PyStack(_) => {}
+            Record::PyCode(c) => self.python.add_code(c),
+            Record::PyStack(s) => self.python.add_stack(s),
         }
     }
 
@@ -160,8 +197,36 @@ impl LiveState {
         self.events += 1;
         self.last_seq = self.last_seq.max(e.seq);
         *self.calls.entry(e.api).or_default() += 1;
+        if let StepSource::Allocation { site, bytes } = self.step_source {
+            if let Op::Alloc {
+                kind, ptr, size, ..
+            } = e.op
+            {
+                let starts_step = e.ok()
+                    && ptr != 0
+                    && kind.on_device()
+                    && size == bytes
+                    && SiteKey::of(e.caller, e.stack) == site;
+                if starts_step {
+                    self.step_boundary();
+                }
+            }
+        }
+        self.ledger.begin_event(e.seq, e.time_ns, self.steps);
+        self.apply_event_body(e);
+        self.ledger.end_event();
+    }
+
+    /// A step begins: series take their samples.
+    fn step_boundary(&mut self) {
+        self.ledger.step_boundary(self.steps);
+        self.steps += 1;
+    }
+
+    fn apply_event_body(&mut self, e: &Event) {
         let owner = self.owners.owner(e.caller, e.stack);
-        let origin = Origin::new(e, owner.module, self.steps);
+        let site = self.sites.intern(e.caller, e.stack);
+        let origin = Origin::new(e, owner.module, self.steps, site);
         let nccl_call = e.api.layer() == Layer::Nccl;
         if !e.ok() {
             self.on_failure(e, origin);
@@ -192,7 +257,7 @@ impl LiveState {
             &Op::IpcClose { ptr } => self.on_ipc_close(e, ptr),
             &Op::PoolCreate { pool, device } => self.on_pool_create(origin, pool, device),
             &Op::PoolDestroy { pool } => self.on_pool_destroy(e, pool),
-            &Op::PoolTrim { pool, .. } => self.on_pool_trim(pool),
+            &Op::PoolTrim { pool, keep } => self.on_pool_trim(e, pool, keep),
             &Op::Reserve {
                 ptr,
                 size,
@@ -226,10 +291,18 @@ impl LiveState {
                 self.on_device_reset(e, device)
             }
             &Op::MarkStep { .. } => {
-                self.steps += 1;
+                self.marks += 1;
+                self.detector.marked();
+                if self.step_source == StepSource::Marks {
+                    self.step_boundary();
+                }
                 None
             }
             Op::RangePush { .. } | Op::RangePop | Op::Mark { .. } => None,
+            &Op::DeviceMemory { free, total } => {
+                self.on_device_memory(e, free, total);
+                None
+            }
             Op::CommInit { .. }
             | Op::CommInitAll { .. }
             | Op::CommEnd { .. }
@@ -257,8 +330,14 @@ impl LiveState {
             Op::FreeHost { ptr } => self.on_failed_free(e, ptr, true),
             _ => {}
         }
-        let bytes = &self.device_bytes;
-        let failure = Failure::new(e, origin, |d| bytes.get(&d).copied().unwrap_or(0));
+        let ledger = &self.ledger;
+        let failure = Failure::new(e, origin, |d| {
+            ledger.holder_totals(Holder::Device { device: d }).0
+        });
+        if failure.out_of_memory {
+            let snapshot = self.oom_snapshot(failure.clone());
+            self.ooms.record(snapshot);
+        }
         self.failures.record(failure);
     }
 
@@ -280,14 +359,25 @@ impl LiveState {
         }
     }
 
-    fn add_device_bytes(&mut self, device: i32, bytes: u64) {
-        *self.device_bytes.entry(device).or_default() += bytes;
+    /// Counts `bytes` of an object made at `origin`'s site as live on `holder`.
+    fn charge(&mut self, origin: &Origin, holder: Holder, pool: Option<(u64, i32)>, bytes: u64) {
+        self.charge_site(origin.site, holder, pool, bytes);
     }
 
-    fn sub_device_bytes(&mut self, device: i32, bytes: u64) {
-        if let Some(b) = self.device_bytes.get_mut(&device) {
-            *b = b.saturating_sub(bytes);
-        }
+    /// Counts `bytes` of an object made at call site `site` as live on `holder`.
+    fn charge_site(&mut self, site: SiteId, holder: Holder, pool: Option<(u64, i32)>, bytes: u64) {
+        let c = Charge { site, holder, pool };
+        self.ledger.charge(c, bytes);
+    }
+
+    /// Undoes [`LiveState::charge`] for an object that is gone.
+    fn discharge(&mut self, origin: &Origin, holder: Holder, pool: Option<(u64, i32)>, bytes: u64) {
+        let c = Charge {
+            site: origin.site,
+            holder,
+            pool,
+        };
+        self.ledger.discharge(c, bytes);
     }
 
     /// The tracked object `r` names, if it is still the same object.
@@ -338,7 +428,26 @@ impl LiveState {
 
     /// Device memory live on `device` now.
     pub fn device_bytes(&self, device: i32) -> u64 {
-        self.device_bytes.get(&device).copied().unwrap_or(0)
+        self.ledger.holder_totals(Holder::Device { device }).0
+    }
+
+    /// Device accounting from the tracer's `cuMemGetInfo` samples, per device.
+    pub fn device_accounts(&self) -> impl Iterator<Item = &DeviceAccount> {
+        self.devices.values()
+    }
+
+    fn on_device_memory(&mut self, e: &Event, free: u64, total: u64) {
+        if e.device < 0 {
+            return;
+        }
+        let traced = self.device_bytes(e.device);
+        self.devices
+            .entry(e.device)
+            .or_insert_with(|| DeviceAccount {
+                device: e.device,
+                ..DeviceAccount::default()
+            })
+            .sample(total.saturating_sub(free), total, traced, e.seq, e.time_ns);
     }
 
     /// Calls and failures per entry point, for the entry points called.
@@ -398,9 +507,31 @@ impl LiveState {
         self.last_seq
     }
 
-    /// Step marks applied.
+    /// Steps begun: step marks applied, or occurrences of the step allocation when the state
+    /// was made with [`StepSource::Allocation`].
     pub fn steps(&self) -> u64 {
         self.steps
+    }
+
+    /// Step marks applied, whatever the step source.
+    pub fn marks(&self) -> u64 {
+        self.marks
+    }
+
+    /// Where steps come from.
+    pub fn step_source(&self) -> StepSource {
+        self.step_source
+    }
+
+    /// In a trace without step marks: the allocation that repeats once per step, if one does.
+    /// Replaying with its [`StepPattern::source`] then gives steps.
+    pub fn step_pattern(&self) -> Option<StepPattern> {
+        self.detector.detect(&self.sites)
+    }
+
+    /// Out-of-memory snapshots.
+    pub fn ooms(&self) -> &OomLog {
+        &self.ooms
     }
 
     /// Pool trims applied.
@@ -453,6 +584,11 @@ impl LiveState {
         &self.owners
     }
 
+    /// The Python code objects and stacks recorded, for naming `Origin::py_stack`.
+    pub fn python_stacks(&self) -> &PythonStacks {
+        &self.python
+    }
+
     /// Names a code address as `module+offset`.
     pub fn locate(&self, addr: u64) -> CodeLocation {
         self.owners.locate(addr)
@@ -479,6 +615,7 @@ mod tests {
             caller,
             stack: 0,
             py_stack: 0,
+            py_inferred: false,
             nccl_scope: scope,
             op,
         })

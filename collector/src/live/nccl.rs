@@ -7,13 +7,14 @@
 //! history, else to the only live communicator on its device, else to the next communicator
 //! initialised there.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use super::objects::{
     CommState, Communicator, Flag, Flags, NcclBuffer, Origin, Registration, Window,
 };
 use super::{AnomalyKind, LiveState, ObjectRef};
 use crate::event::{CommEnd, Event, Op};
+use crate::fasthash::FxHashMap;
 
 /// Ended communicators remembered for reports.
 const MAX_ENDED_COMMUNICATORS: usize = 1024;
@@ -43,9 +44,9 @@ pub(super) struct NcclTables {
     pub(super) registrations: BTreeMap<u64, Registration>,
     /// Keyed by window handle.
     pub(super) windows: BTreeMap<u64, Window>,
-    scopes: HashMap<u64, Vec<ObjectRef>>,
+    scopes: FxHashMap<u64, Vec<ObjectRef>>,
     scope_order: VecDeque<u64>,
-    affinity: HashMap<u32, Affinity>,
+    affinity: FxHashMap<u32, Affinity>,
     unscoped: Vec<ObjectRef>,
 }
 

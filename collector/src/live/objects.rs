@@ -6,6 +6,7 @@
 
 use serde::{Serialize, Serializer};
 
+use super::sites::SiteId;
 use crate::event::{Api, Event, MemKind, StackId};
 
 /// Serializes an [`Api`] as its exported symbol name (`cuMemAlloc_v2`).
@@ -41,6 +42,8 @@ pub struct Origin {
     pub caller: u64,
     /// Interned native stack, 0 when none was captured.
     pub stack: StackId,
+    /// Interned Python stack, 0 when none was captured.
+    pub py_stack: StackId,
     /// Device current at the call (-1 when unknown).
     pub device: i32,
     /// Context current at the call (0 when unknown).
@@ -51,13 +54,17 @@ pub struct Origin {
     /// The NCCL communicator the object belongs to, once known.
     #[serde(serialize_with = "hex_opt")]
     pub communicator: Option<u64>,
-    /// How many step marks had been applied when the object was made.
+    /// How many steps had begun when the object was made (step marks, or occurrences of the
+    /// step allocation; see `LiveState::steps`).
     pub step: u64,
+    /// The call site node of this trace's replay (its stack, else its caller).
+    #[serde(skip)]
+    pub site: SiteId,
 }
 
 impl Origin {
     /// The origin of an object made by `event`.
-    pub(crate) fn new(event: &Event, module: Option<u32>, step: u64) -> Self {
+    pub(crate) fn new(event: &Event, module: Option<u32>, step: u64, site: SiteId) -> Self {
         Origin {
             seq: event.seq,
             time_ns: event.time_ns,
@@ -65,11 +72,13 @@ impl Origin {
             thread: event.thread,
             caller: event.caller,
             stack: event.stack,
+            py_stack: event.py_stack,
             device: event.device,
             context: event.context,
             module,
             communicator: None,
             step,
+            site,
         }
     }
 }

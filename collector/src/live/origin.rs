@@ -5,11 +5,10 @@
 //! The owner is the first frame outside the CUDA libraries: the caller's module when it is not one
 //! of them, else the first such frame on the event's interned stack.
 
-use std::collections::HashMap;
-
 use serde::Serialize;
 
 use crate::event::StackId;
+use crate::fasthash::FxHashMap;
 use crate::format::{Module, StackDef};
 use crate::modules::{is_cuda_library, ModuleMap};
 
@@ -46,8 +45,8 @@ impl std::fmt::Display for CodeLocation {
 #[derive(Debug, Default)]
 pub struct OwnerResolver {
     modules: ModuleMap,
-    stacks: HashMap<StackId, Box<[u64]>>,
-    cache: HashMap<(u64, StackId), Owner>,
+    stacks: FxHashMap<StackId, Box<[u64]>>,
+    cache: FxHashMap<(u64, StackId), Owner>,
 }
 
 impl OwnerResolver {

@@ -107,6 +107,8 @@ pub struct Summary {
 pub struct CallSite {
     /// Interned stack of the site, 0 when the site is its caller address alone.
     pub stack: StackId,
+    /// Interned Python stack of the first object (Python stacks do not split a site).
+    pub py_stack: StackId,
     /// Return address of the allocating call (of the first object, for a stack site).
     #[serde(serialize_with = "hex")]
     pub caller: u64,
@@ -273,6 +275,7 @@ impl LiveState {
         let location = self.owners.locate(owner.frame);
         CallSite {
             stack: origin.stack,
+            py_stack: origin.py_stack,
             caller: origin.caller,
             site: location.to_string(),
             location,

@@ -7,9 +7,10 @@
 //! them up when the late event comes, and of recent frees to tell a double free from an invalid
 //! one.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use super::objects::Allocation;
+use crate::fasthash::FxHashMap;
 
 /// Recently freed pointers remembered to recognise double frees.
 const MAX_FREED: usize = 65536;
@@ -31,7 +32,7 @@ pub(crate) enum Removal {
 /// the oldest entries first.
 #[derive(Debug)]
 pub(crate) struct RecentSet {
-    map: HashMap<u64, (u64, Removal)>,
+    map: FxHashMap<u64, (u64, Removal)>,
     order: VecDeque<(u64, u64)>,
     cap: usize,
 }
@@ -39,7 +40,7 @@ pub(crate) struct RecentSet {
 impl RecentSet {
     pub(crate) fn new(cap: usize) -> Self {
         RecentSet {
-            map: HashMap::new(),
+            map: FxHashMap::default(),
             order: VecDeque::new(),
             cap,
         }
@@ -97,7 +98,7 @@ pub(crate) enum Freed {
 #[derive(Debug)]
 pub(crate) struct PointerTable {
     pub(crate) live: BTreeMap<u64, Allocation>,
-    set_aside: HashMap<u64, Vec<Allocation>>,
+    set_aside: FxHashMap<u64, Vec<Allocation>>,
     set_aside_order: VecDeque<(u64, u64)>,
     freed: RecentSet,
     early_frees: RecentSet,
@@ -107,7 +108,7 @@ impl Default for PointerTable {
     fn default() -> Self {
         PointerTable {
             live: BTreeMap::new(),
-            set_aside: HashMap::new(),
+            set_aside: FxHashMap::default(),
             set_aside_order: VecDeque::new(),
             freed: RecentSet::new(MAX_FREED),
             early_frees: RecentSet::new(MAX_EARLY_FREES),
@@ -264,11 +265,13 @@ mod tests {
                 thread: 1,
                 caller: 0,
                 stack: 0,
+                py_stack: 0,
                 device: 0,
                 context: 0,
                 module: None,
                 communicator: None,
                 step: 0,
+                site: 0,
             },
         }
     }

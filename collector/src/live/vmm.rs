@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use super::ledger::Holder;
 use super::objects::{Flag, Flags, Mapping, Origin, PhysicalHandle, Reservation};
 use super::{AnomalyKind, LiveState, ObjectRef, Store};
 use crate::event::Event;
@@ -77,6 +78,7 @@ impl LiveState {
         device: i32,
     ) -> Option<ObjectRef> {
         let seq = origin.seq;
+        self.charge(&origin, Holder::Device { device }, None, size);
         let new = PhysicalHandle {
             handle,
             size,
@@ -87,7 +89,7 @@ impl LiveState {
             origin,
         };
         if let Some(old) = self.vmm.handles.insert(handle, new) {
-            self.sub_device_bytes(old.device, old.size);
+            self.discharge_handle(&old);
             self.anomaly(e, AnomalyKind::HandleReused, handle, Some(old.origin.seq));
             // Mappings of the old handle now count against the new one: the handle value is all
             // a mapping records.
@@ -97,7 +99,6 @@ impl LiveState {
                 .expect("just inserted")
                 .mappings = old.mappings;
         }
-        self.add_device_bytes(device, size);
         Some(ObjectRef {
             store: Store::Handle,
             key: handle,
@@ -261,8 +262,14 @@ impl LiveState {
             .is_some_and(|h| h.refs == 0 && h.mappings == 0);
         if unused {
             if let Some(h) = self.vmm.handles.remove(&handle) {
-                self.sub_device_bytes(h.device, h.size);
+                self.discharge_handle(&h);
             }
         }
+    }
+
+    /// Counts a physical handle's memory as gone.
+    fn discharge_handle(&mut self, h: &PhysicalHandle) {
+        let holder = Holder::Device { device: h.device };
+        self.discharge(&h.origin, holder, None, h.size);
     }
 }

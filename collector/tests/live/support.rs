@@ -89,6 +89,7 @@ impl Trace {
             caller: self.caller,
             stack: self.stack,
             py_stack: 0,
+            py_inferred: false,
             nccl_scope: self.scope,
             op,
         }

@@ -4,6 +4,9 @@
 //! serialized `Report`, schema in `docs/report-json.md`) are two renderings of it, so they never
 //! disagree.
 
+mod attribution;
+pub(crate) mod findings;
+mod stacks;
 mod text;
 
 use std::io::Write;
@@ -14,9 +17,14 @@ use vramtrace_collector::format::{Ending, Lookup};
 use vramtrace_collector::live::{
     Anomaly, AnomalyKind, ApiCount, CallSite, Communicator, Failure, LiveObject, Summary, Teardown,
 };
+use vramtrace_collector::symbols::{Attribution, Granularity, Symbolizer};
+
+use vramtrace_collector::analysis::{analyze, Analysis};
 
 use crate::cli::ReportArgs;
-use crate::load::{load, LoadedTrace};
+use crate::load::{load_analyzed, LoadedTrace};
+
+pub use attribution::{Attributed, Grouping, SymbolFacts};
 
 /// Version of the JSON document's shape; bumped on any incompatible change.
 pub const SCHEMA: &str = "vramtrace-report/1";
@@ -27,8 +35,9 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 
 /// Runs `vramtrace report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let trace = load(&args.trace)?;
-    let report = Report::new(&trace, args.top);
+    let trace = load_analyzed(&args.trace, args.analysis.config())?;
+    let mut symbols = Symbolizer::from_env();
+    let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
@@ -37,7 +46,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             .context("writing the report")?;
         writeln!(out).context("writing the report")?;
     } else {
-        text::render(&mut out, &report, args.by).context("writing the report")?;
+        text::render(&mut out, &report, args.by, args.full_stacks).context("writing the report")?;
     }
     Ok(())
 }
@@ -51,10 +60,12 @@ pub struct Report<'a> {
     pub tracer: TracerCounters,
     pub events: EventCounts,
     pub live: Summary,
-    /// The largest call sites (at most `--top`).
-    pub call_sites: Vec<CallSite>,
+    /// The largest call sites (at most `--top`), each with its stack.
+    pub call_sites: Vec<Attributed<CallSite>>,
     /// Call sites in all.
     pub call_sites_total: usize,
+    /// Live memory grouped as `--by` asks (at most `--top` groups), each with a stack.
+    pub groups: Grouping,
     /// The largest orphans (at most `--top`).
     pub orphans: Vec<LiveObject<'a>>,
     pub orphans_total: usize,
@@ -66,6 +77,11 @@ pub struct Report<'a> {
     pub lookups: Notes<'a, Lookup>,
     pub warnings: Notes<'a, String>,
     pub modules: Vec<ModuleFacts<'a>>,
+    /// The answers: orphans, growth, leaks, peaks, out-of-memory forensics, fragmentation,
+    /// anomalies (docs/report-json.md, "Analysis").
+    pub analysis: Analysis,
+    /// Where the symbols of each module shown in a stack came from.
+    pub symbols: Vec<SymbolFacts>,
     #[serde(skip)]
     pub top: usize,
     #[serde(skip)]
@@ -201,14 +217,24 @@ pub struct ModuleFacts<'a> {
 }
 
 impl<'a> Report<'a> {
-    /// Gathers the report of a loaded trace; lists are cut to `top` entries.
-    pub fn new(trace: &'a LoadedTrace, top: usize) -> Self {
+    /// Gathers the report of a loaded trace; lists are cut to `top` entries, and the `top`
+    /// call sites and groups (grouped `by`) get their stacks from `symbols`.
+    pub fn new(
+        trace: &'a LoadedTrace,
+        top: usize,
+        by: Granularity,
+        symbols: &mut Symbolizer,
+    ) -> Self {
         let state = &trace.state;
         let header = &trace.header;
         let stats = state.stats();
         let mut call_sites = state.by_call_site();
         let call_sites_total = call_sites.len();
         call_sites.truncate(top);
+        let mut naming = Attribution::of_state(state, symbols);
+        let call_sites = attribution::site_stacks(&mut naming, call_sites);
+        let groups = attribution::grouping(&mut naming, state, by, top);
+        let symbols = attribution::symbol_facts(naming.symbolizer());
         let mut orphans: Vec<LiveObject<'a>> = state.orphans().collect();
         let orphans_total = orphans.len();
         orphans.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.origin.seq.cmp(&b.origin.seq)));
@@ -264,6 +290,7 @@ impl<'a> Report<'a> {
             live: state.summary(),
             call_sites,
             call_sites_total,
+            groups,
             orphans,
             orphans_total,
             communicators: state.communicators().collect(),
@@ -311,6 +338,8 @@ impl<'a> Report<'a> {
                     build_id: m.build_id.iter().map(|b| format!("{b:02x}")).collect(),
                 })
                 .collect(),
+            symbols,
+            analysis: analyze(state, &trace.growth),
             top,
             state,
         }

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use comfy_table::{CellAlignment, ContentArrangement, LineStyle, Table, TableStyle};
 use vramtrace_collector::live::{CommState, Flags};
 
-use super::Report;
+use super::{stacks, Report};
 use crate::cli::RankBy;
 use crate::units::bytes;
 
@@ -15,7 +15,7 @@ const STYLE: TableStyle =
     TableStyle::new().header_separator(LineStyle::none().fill('─').junction('─'));
 
 /// A table with `headers`, the columns listed in `right` aligned right (numbers).
-fn table(headers: &[&str], right: &[usize]) -> Table {
+pub(super) fn table(headers: &[&str], right: &[usize]) -> Table {
     let mut t = Table::new();
     t.load_style(STYLE)
         .set_content_arrangement(ContentArrangement::Dynamic)
@@ -28,12 +28,12 @@ fn table(headers: &[&str], right: &[usize]) -> Table {
     t
 }
 
-fn emit(out: &mut impl Write, title: &str, t: &Table) -> io::Result<()> {
+pub(super) fn emit(out: &mut impl Write, title: &str, t: &Table) -> io::Result<()> {
     writeln!(out, "\n{title}")?;
     writeln!(out, "{t}")
 }
 
-fn or_unknown(name: Option<&str>) -> &str {
+pub(super) fn or_unknown(name: Option<&str>) -> &str {
     name.unwrap_or("(unknown)")
 }
 
@@ -55,12 +55,23 @@ fn objects_and_bytes(count: u64, n: u64) -> String {
     format!("{} in {}", bytes(n), counted(count, "object"))
 }
 
+/// `5`, or `3..9` for a range of sequence numbers.
+pub(super) fn seq_range(first: u64, last: u64) -> String {
+    if first == last {
+        first.to_string()
+    } else {
+        format!("{first}..{last}")
+    }
+}
+
 /// Writes the whole report.
-pub fn render(out: &mut impl Write, r: &Report<'_>, by: RankBy) -> io::Result<()> {
+pub fn render(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::Result<()> {
     facts(out, r)?;
-    live(out, r)?;
-    ranking(out, r, by)?;
+    // What matters first: orphans and growth, then what went wrong, then the live set.
+    super::findings::render(out, &r.analysis, r.top)?;
     orphans(out, r)?;
+    live(out, r)?;
+    ranking(out, r, by, full)?;
     failures(out, r)?;
     anomalies(out, r)?;
     tracer_notes(out, r)
@@ -226,8 +237,9 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     Ok(())
 }
 
-fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy) -> io::Result<()> {
+fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::Result<()> {
     match by {
+        RankBy::Python | RankBy::Function | RankBy::Line => stacks::groups(out, r, full),
         RankBy::Module => {
             let modules = &r.live.by_module;
             if modules.is_empty() {
@@ -265,11 +277,8 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy) -> io::Result<()> {
             ];
             let mut t = table(&headers, &[0, 1, 2, 3, 7]);
             for (i, s) in r.call_sites.iter().enumerate() {
-                let seqs = if s.first_seq == s.last_seq {
-                    s.first_seq.to_string()
-                } else {
-                    format!("{}..{}", s.first_seq, s.last_seq)
-                };
+                let s = &s.item;
+                let seqs = seq_range(s.first_seq, s.last_seq);
                 t.add_row(vec![
                     (i + 1).to_string(),
                     bytes(s.bytes),
@@ -287,7 +296,8 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy) -> io::Result<()> {
                 r.call_sites.len(),
                 r.call_sites_total
             );
-            emit(out, &title, &t)
+            emit(out, &title, &t)?;
+            stacks::site_stacks(out, r, full)
         }
     }
 }

@@ -5,3 +5,4 @@ mod errors;
 mod report;
 mod run;
 mod support;
+mod symbols;

@@ -75,6 +75,7 @@ impl Events {
             caller,
             stack: 0,
             py_stack: 0,
+            py_inferred: false,
             nccl_scope: 0,
             op,
         }

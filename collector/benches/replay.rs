@@ -1,0 +1,273 @@
+//! Replay throughput and memory on a generated trace: `cargo bench -p vramtrace-collector --bench
+//! replay`. Writes a trace of `VRAMTRACE_BENCH_EVENTS` events (default 100 million) to the
+//! temporary directory (kept, and reused when `VRAMTRACE_BENCH_REUSE=1`), then times: decoding
+//! alone, applying alone (events decoded beforehand, a slice in memory), and the full replay with
+//! every analysis at the end, and reports the peak resident memory of the full replay.
+//!
+//! The generated mix: 1000-event steps marked with `vramtrace_mark_step`; in each, temporaries
+//! from 32 call sites of 8 sizes allocated and freed (addresses reused from a free list), async
+//! allocations through the default pool, and a leak of 10 allocations per step that are never
+//! freed (so the live set grows to a million objects by the end).
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use vramtrace_collector::analysis::{analyze, GrowthConfig};
+use vramtrace_collector::event::{Api, Event, MemKind, Op};
+use vramtrace_collector::format::{Header, Module, Record, Segment, TraceReader, TraceWriter};
+use vramtrace_collector::live::LiveState;
+
+const APP: u64 = 0x40_0000;
+const STEP_EVENTS: u64 = 1000;
+const LEAKS_PER_STEP: u64 = 10;
+
+/// A deterministic xorshift generator: the same trace every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+struct Generator {
+    seq: u64,
+    rng: Rng,
+    free_ptrs: Vec<u64>,
+    next_ptr: u64,
+    temporaries: Vec<(u64, bool)>,
+    leak_ptr: u64,
+}
+
+impl Generator {
+    fn event(&mut self, api: Api, caller: u64, op: Op) -> Event {
+        self.seq += 1;
+        Event {
+            seq: self.seq,
+            time_ns: self.seq * 250,
+            thread: 1 + (self.seq % 4) as u32,
+            api,
+            inner: None,
+            outer: None,
+            result: 0,
+            device: 0,
+            context: 0xc0,
+            caller,
+            stack: 0,
+            py_stack: 0,
+            py_inferred: false,
+            nccl_scope: 0,
+            op,
+        }
+    }
+
+    fn ptr(&mut self) -> u64 {
+        self.free_ptrs.pop().unwrap_or_else(|| {
+            self.next_ptr += 0x20_0000;
+            self.next_ptr
+        })
+    }
+
+    /// The next event of the mix.
+    fn next(&mut self) -> Event {
+        let in_step = self.seq % STEP_EVENTS;
+        if in_step == 0 {
+            return self.event(Api::TracerMarkStep, APP + 0x10, Op::MarkStep { step: 0 });
+        }
+        if in_step <= LEAKS_PER_STEP {
+            self.leak_ptr += 0x1000;
+            let op = alloc(MemKind::Device, self.leak_ptr, 4096);
+            return self.event(Api::CudaMalloc, APP + 0x20, op);
+        }
+        let r = self.rng.next();
+        // Free when many are live or by chance; the step's last events free everything.
+        let closing = in_step > STEP_EVENTS - 200;
+        let free =
+            !self.temporaries.is_empty() && (closing || self.temporaries.len() > 150 || r % 2 == 0);
+        if free {
+            let i = (r >> 8) as usize % self.temporaries.len();
+            let (ptr, asynchronous) = self.temporaries.swap_remove(i);
+            self.free_ptrs.push(ptr);
+            let api = if asynchronous {
+                Api::CudaFreeAsync
+            } else {
+                Api::CudaFree
+            };
+            return self.event(api, APP + 0x30, Op::Free { ptr, stream: 0 });
+        }
+        let site = APP + 0x1000 + (r >> 16) % 32 * 0x40;
+        let size = 512 << ((r >> 24) % 8);
+        let asynchronous = (r >> 32) % 10 == 0;
+        let ptr = self.ptr();
+        self.temporaries.push((ptr, asynchronous));
+        let (api, kind) = if asynchronous {
+            (Api::CudaMallocAsync, MemKind::Async)
+        } else {
+            (Api::CudaMalloc, MemKind::Device)
+        };
+        self.event(api, site, alloc(kind, ptr, size))
+    }
+}
+
+fn alloc(kind: MemKind, ptr: u64, size: u64) -> Op {
+    Op::Alloc {
+        kind,
+        ptr,
+        size,
+        stream: 0,
+        pool: 0,
+        flags: 0,
+        pitch: 0,
+    }
+}
+
+/// Writes a trace of `events` events of the mix to `path`.
+pub fn generate(path: &Path, events: u64) {
+    let file = BufWriter::with_capacity(1 << 20, File::create(path).expect("create the trace"));
+    let mut w = TraceWriter::new(file, &Header::default()).expect("header");
+    w.write(&Record::Module(Module {
+        id: 1,
+        path: "/opt/bench/train".into(),
+        base: APP,
+        segments: vec![Segment {
+            start: APP,
+            len: 0x10_0000,
+            executable: true,
+        }],
+        build_id: vec![],
+    }))
+    .expect("write");
+    let mut g = Generator {
+        seq: 0,
+        rng: Rng(0x9e37_79b9_7f4a_7c15),
+        free_ptrs: Vec::new(),
+        next_ptr: 0x7f00_0000_0000,
+        temporaries: Vec::new(),
+        leak_ptr: 0x5000_0000_0000,
+    };
+    for _ in 0..events {
+        let e = g.next();
+        w.write_event(&e).expect("write");
+    }
+    w.finish().expect("finish");
+}
+
+/// Peak resident memory of this process so far (VmHWM), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn rate(events: u64, seconds: f64) -> String {
+    format!("{:.2} M events/s", events as f64 / seconds / 1e6)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` runs this too: keep that short.
+    let testing =
+        std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
+    let events: u64 = std::env::var("VRAMTRACE_BENCH_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if testing { 20_000 } else { 100_000_000 });
+    let path: PathBuf = std::env::temp_dir().join(format!("vramtrace-bench-{events}.vtrace"));
+    let reuse = std::env::var("VRAMTRACE_BENCH_REUSE").is_ok_and(|v| v == "1") && path.exists();
+    if !reuse {
+        let t = Instant::now();
+        generate(&path, events);
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "generate: {events} events in {s:.1} s ({})",
+            rate(events, s)
+        );
+    }
+    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    println!(
+        "trace: {} ({size} bytes, {:.1} bytes/event)",
+        path.display(),
+        size as f64 / events as f64
+    );
+
+    let t = Instant::now();
+    let mut n = 0u64;
+    for r in TraceReader::open(&path).expect("open") {
+        if matches!(r, Record::Event(_)) {
+            n += 1;
+        }
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!("decode only: {n} events in {s:.2} s ({})", rate(n, s));
+
+    // Apply alone: the first events decoded into memory, then applied.
+    let slice: Vec<Record> = TraceReader::open(&path)
+        .expect("open")
+        .take(events.min(1_000_000) as usize)
+        .collect();
+    let t = Instant::now();
+    let mut state = LiveState::new();
+    for r in &slice {
+        state.apply(r);
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "apply only: {} events in {s:.2} s ({})",
+        slice.len(),
+        rate(slice.len() as u64, s)
+    );
+    drop((slice, state));
+
+    // Resets the peak resident memory (VmHWM) so the next reading is the full replay's own.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let rss_before = peak_rss();
+    let t = Instant::now();
+    let mut state = LiveState::new();
+    for r in TraceReader::open(&path).expect("open") {
+        state.apply(&r);
+    }
+    let applied = t.elapsed().as_secs_f64();
+    let analysis = analyze(&state, &GrowthConfig::default());
+    let s = t.elapsed().as_secs_f64();
+    let live = analysis.leaks.device.count + analysis.leaks.host.count;
+    let peak = peak_rss();
+    println!(
+        "full replay: {} events in {s:.2} s ({}; analyses {:.2} s)",
+        state.events(),
+        rate(state.events(), s),
+        s - applied
+    );
+    println!(
+        "live at end: {live} objects, {} call sites, {} steps; peak RSS {:.1} MiB (before the replays {:.1} MiB)",
+        state.site_count(),
+        state.steps(),
+        peak as f64 / 1048576.0,
+        rss_before as f64 / 1048576.0
+    );
+    if live > 0 {
+        println!(
+            "peak RSS per live object: {:.0} bytes (all of it), {:.0} bytes above 256 MiB",
+            peak as f64 / live as f64,
+            (peak as f64 - 256.0 * 1048576.0).max(0.0) / live as f64
+        );
+    }
+    println!(
+        "growth: {} steady sites, slope of the first {:.0} bytes/step",
+        analysis.growth.steady.len(),
+        analysis
+            .growth
+            .steady
+            .first()
+            .map_or(0.0, |s| s.course.slope())
+    );
+    if testing {
+        let _ = std::fs::remove_file(&path);
+    }
+}

@@ -1,0 +1,136 @@
+//! Fragmentation: address space reserved against physical memory mapped into it, physical memory
+//! that no mapping reaches, memory pools' reserve against what they have in use, and the share of
+//! allocated device memory that serves no live allocation, where the trace lets it be computed.
+//!
+//! A pool's reserve is not traced (the driver grows and releases it on its own); the most it had
+//! in use since its last trim is the upper bound reported, exact for a pool that never releases
+//! (release threshold at its maximum, as frameworks set it).
+
+use serde::Serialize;
+
+use crate::live::{Category, LiveState, PoolUse};
+
+/// One reservation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReservationUse {
+    #[serde(serialize_with = "crate::live::hex")]
+    pub address: u64,
+    pub size: u64,
+    /// Bytes of it mapped.
+    pub mapped: u64,
+    /// The largest unmapped gap in it.
+    pub largest_gap: u64,
+}
+
+/// Reserved address space and mappings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AddressSpace {
+    pub reservations: u64,
+    pub reserved_bytes: u64,
+    /// Bytes mapped inside reservations.
+    pub mapped_bytes: u64,
+    pub unmapped_bytes: u64,
+    /// Reservations with unmapped space, most unmapped first.
+    pub by_reservation: Vec<ReservationUse>,
+}
+
+/// Physical memory and its mappings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PhysicalMemory {
+    pub handles: u64,
+    pub bytes: u64,
+    /// Bytes some mapping covers.
+    pub mapped_bytes: u64,
+    /// Bytes no mapping covers: allocated, and unreachable.
+    pub unmapped_bytes: u64,
+}
+
+/// One pool's reserve against its use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PoolReserve {
+    #[serde(flatten)]
+    pub pool: PoolUse,
+    /// What it may hold but has not in use (`high_water_since_trim - in_use`).
+    pub free_bytes: u64,
+}
+
+/// Fragmentation of everything live.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fragmentation {
+    pub address_space: AddressSpace,
+    pub physical: PhysicalMemory,
+    pub pools: Vec<PoolReserve>,
+    /// Device memory allocated but serving no live allocation: pools' free reserve and unmapped
+    /// physical memory.
+    pub unusable_bytes: u64,
+    /// `unusable_bytes` over all device memory allocated (in use plus unusable); `null` when
+    /// nothing is allocated.
+    pub unusable_share: Option<f64>,
+}
+
+/// The fragmentation of `state`.
+pub fn fragmentation(state: &LiveState) -> Fragmentation {
+    let mut space = AddressSpace::default();
+    let mappings: Vec<(u64, u64)> = state
+        .live_objects()
+        .filter(|o| o.category == Category::Mapping)
+        .map(|o| (o.address, o.bytes))
+        .collect();
+    for r in state
+        .live_objects()
+        .filter(|o| o.category == Category::ReservationVa)
+    {
+        let end = r.address.saturating_add(r.bytes);
+        let (mut mapped, mut gap, mut cursor) = (0u64, 0u64, r.address);
+        // Mappings are in address order and do not overlap.
+        for &(start, size) in mappings.iter().filter(|m| m.0 >= r.address && m.0 < end) {
+            gap = gap.max(start.saturating_sub(cursor));
+            let stop = start.saturating_add(size).min(end);
+            mapped += stop - start;
+            cursor = cursor.max(stop);
+        }
+        gap = gap.max(end.saturating_sub(cursor));
+        space.reservations += 1;
+        space.reserved_bytes += r.bytes;
+        space.mapped_bytes += mapped;
+        if mapped < r.bytes {
+            space.by_reservation.push(ReservationUse {
+                address: r.address,
+                size: r.bytes,
+                mapped,
+                largest_gap: gap,
+            });
+        }
+    }
+    space.unmapped_bytes = space.reserved_bytes - space.mapped_bytes;
+    space.by_reservation.sort_by(|a, b| {
+        (b.size - b.mapped)
+            .cmp(&(a.size - a.mapped))
+            .then(a.address.cmp(&b.address))
+    });
+    let mut physical = PhysicalMemory::default();
+    for (_, size, covered) in state.physical_coverage(None) {
+        physical.handles += 1;
+        physical.bytes += size;
+        physical.mapped_bytes += covered;
+    }
+    physical.unmapped_bytes = physical.bytes - physical.mapped_bytes;
+    let pools: Vec<PoolReserve> = state
+        .pool_usage()
+        .into_iter()
+        .map(|p| PoolReserve {
+            free_bytes: p.high_water_since_trim.saturating_sub(p.in_use),
+            pool: p,
+        })
+        .collect();
+    let unusable = physical.unmapped_bytes + pools.iter().map(|p| p.free_bytes).sum::<u64>();
+    let in_use: u64 = state.summary().device_memory.bytes;
+    let allocated = in_use + pools.iter().map(|p| p.free_bytes).sum::<u64>();
+    Fragmentation {
+        address_space: space,
+        physical,
+        pools,
+        unusable_bytes: unusable,
+        unusable_share: (allocated > 0).then(|| unusable as f64 / allocated as f64),
+    }
+}

@@ -1,0 +1,106 @@
+//! Leaks: everything still live at the end (or wherever the replay stopped), grouped by the call
+//! site that made it, with when the oldest and newest of each group were made.
+//!
+//! Anything freed before the end (a temporary, a cache emptied at shutdown, memory torn down with
+//! its context) is not here, whatever its size; what is here is exactly the live set.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::site::{name, SiteName};
+use crate::live::{Accounting, Category, LiveState, SiteId, Totals};
+
+/// What one call site left live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LeakSite {
+    #[serde(flatten)]
+    pub site: SiteName,
+    /// Live objects of any category (registrations and mappings included).
+    pub count: u64,
+    /// Device memory.
+    pub bytes: u64,
+    /// Pinned and registered host memory.
+    pub host_bytes: u64,
+    /// Objects among them that are orphans.
+    pub orphans: u64,
+    /// The oldest and newest of them: sequence number, time, and steps begun before it.
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub first_time_ns: u64,
+    pub last_time_ns: u64,
+    pub first_step: u64,
+    pub last_step: u64,
+    pub categories: BTreeSet<Category>,
+}
+
+/// The live set by call site.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Leaks {
+    /// Device memory live.
+    pub device: Totals,
+    /// Host memory live.
+    pub host: Totals,
+    /// Live objects holding no memory of their own (reservations, mappings, NCCL labels,
+    /// registrations, windows).
+    pub views: u64,
+    /// Sites, largest device memory first (then host memory, then count).
+    pub sites: Vec<LeakSite>,
+}
+
+/// The live set of `state`, by call site.
+pub fn leaks(state: &LiveState) -> Leaks {
+    let mut sites: BTreeMap<SiteId, LeakSite> = BTreeMap::new();
+    let (mut device, mut host, mut views) = (Totals::default(), Totals::default(), 0);
+    for o in state.live_objects() {
+        let origin = o.origin;
+        let s = sites.entry(origin.site).or_insert_with(|| LeakSite {
+            site: name(state, origin.site),
+            count: 0,
+            bytes: 0,
+            host_bytes: 0,
+            orphans: 0,
+            first_seq: u64::MAX,
+            last_seq: 0,
+            first_time_ns: u64::MAX,
+            last_time_ns: 0,
+            first_step: u64::MAX,
+            last_step: 0,
+            categories: BTreeSet::new(),
+        });
+        s.count += 1;
+        match o.category.accounting() {
+            Accounting::Device => {
+                s.bytes += o.bytes;
+                device.add(o.bytes);
+            }
+            Accounting::Host => {
+                s.host_bytes += o.bytes;
+                host.add(o.bytes);
+            }
+            Accounting::VirtualAddress | Accounting::None => views += 1,
+        }
+        if o.flags.is_orphan() {
+            s.orphans += 1;
+        }
+        s.first_seq = s.first_seq.min(origin.seq);
+        s.last_seq = s.last_seq.max(origin.seq);
+        s.first_time_ns = s.first_time_ns.min(origin.time_ns);
+        s.last_time_ns = s.last_time_ns.max(origin.time_ns);
+        s.first_step = s.first_step.min(origin.step);
+        s.last_step = s.last_step.max(origin.step);
+        s.categories.insert(o.category);
+    }
+    let mut sites: Vec<LeakSite> = sites.into_values().collect();
+    sites.sort_by(|a, b| {
+        (b.bytes, b.host_bytes, b.count)
+            .cmp(&(a.bytes, a.host_bytes, a.count))
+            .then(a.first_seq.cmp(&b.first_seq))
+    });
+    Leaks {
+        device,
+        host,
+        views,
+        sites,
+    }
+}

@@ -1,0 +1,345 @@
+//! Running totals of live memory: per call site and holder (a device, or pinned host memory), per
+//! holder, and per memory pool, kept current on every event so that the peak, the growth series
+//! and an out-of-memory snapshot never need a scan of the live set.
+//!
+//! What each site held at a holder's peak is kept lazily: a site that changes for the first time
+//! after the latest peak first saves the value it held then; a site unchanged since still holds
+//! it. That keeps the peak exact at O(1) per event, however often a growing run sets a new one.
+
+use serde::{Serialize, Serializer};
+
+use super::series::{Grid, Series};
+use super::sites::SiteId;
+use crate::fasthash::FxHashMap;
+
+/// Sample points kept per series for steps.
+const STEP_POINTS: usize = 256;
+/// Sample points kept per series for time windows.
+const WINDOW_POINTS: usize = 128;
+/// The narrowest time window, before the grid starts doubling it.
+pub(crate) const BASE_WINDOW_NS: u64 = 1_000_000;
+
+/// Where live bytes are: on a device, or pinned host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(tag = "memory", rename_all = "kebab-case")]
+pub enum Holder {
+    /// Device memory on a device (-1 when the device is unknown).
+    Device { device: i32 },
+    /// Pinned or registered host memory.
+    Host,
+}
+
+impl Holder {
+    /// Short name for tables: `device 0`, `host`.
+    pub fn name(self) -> String {
+        match self {
+            Holder::Device { device } => format!("device {device}"),
+            Holder::Host => "host".to_string(),
+        }
+    }
+}
+
+/// A memory pool: its handle (0 for the device's default pool) and device.
+pub(crate) type PoolKey = (u64, i32);
+
+/// Who an object's bytes are charged to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Charge {
+    pub(crate) site: SiteId,
+    pub(crate) holder: Holder,
+    /// The pool an async allocation came from.
+    pub(crate) pool: Option<PoolKey>,
+}
+
+/// A holder's highest live point.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PeakPoint {
+    /// Live bytes then.
+    pub bytes: u64,
+    /// Live objects then.
+    pub count: u64,
+    /// Ordinal of the event after which it was reached (1 = the first event applied).
+    pub event: u64,
+    pub seq: u64,
+    pub time_ns: u64,
+    /// Steps begun before it.
+    pub step: u64,
+}
+
+/// What a memory pool holds for stream-ordered allocations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PoolUse {
+    /// Pool handle; `0x0` is the device's default pool.
+    #[serde(serialize_with = "hex")]
+    pub pool: u64,
+    pub device: i32,
+    /// Bytes of live allocations from it.
+    pub in_use: u64,
+    /// Live allocations from it.
+    pub allocations: u64,
+    /// The most it ever had in use.
+    pub high_water: u64,
+    /// The most it had in use since its last trim (what it may still hold: a pool keeps freed
+    /// memory for reuse until trimmed or, past its release threshold, at a synchronization).
+    pub high_water_since_trim: u64,
+    pub trims: u64,
+}
+
+fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:#x}"))
+}
+
+/// Live bytes of one site on one holder.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub(crate) site: SiteId,
+    pub(crate) holder: Holder,
+    pub(crate) bytes: u64,
+    pub(crate) count: u64,
+    /// Event ordinal of the last change.
+    last_change: u64,
+    /// Bytes and count at the holder's peak, valid when changed since it.
+    at_peak: (u64, u64),
+    pub(crate) steps: Series,
+    pub(crate) windows: Series,
+}
+
+/// Live bytes of one holder.
+#[derive(Clone, Debug)]
+pub(crate) struct HolderState {
+    pub(crate) holder: Holder,
+    pub(crate) bytes: u64,
+    pub(crate) count: u64,
+    pub(crate) peak: PeakPoint,
+    pub(crate) steps: Series,
+    pub(crate) windows: Series,
+}
+
+/// The running totals.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    pub(crate) entries: Vec<Entry>,
+    index: FxHashMap<(SiteId, Holder), u32>,
+    pub(crate) holders: Vec<HolderState>,
+    pools: FxHashMap<PoolKey, PoolUse>,
+    pub(crate) steps: Grid,
+    pub(crate) windows: Grid,
+    /// Time of the first event: time windows count from it.
+    window_origin: Option<u64>,
+    /// The current event: ordinal, seq, time, step.
+    event: u64,
+    seq: u64,
+    time_ns: u64,
+    step: u64,
+    /// Holders changed by the current event.
+    touched: Vec<usize>,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger {
+            entries: Vec::new(),
+            index: FxHashMap::default(),
+            holders: Vec::new(),
+            pools: FxHashMap::default(),
+            steps: Grid::new(STEP_POINTS),
+            windows: Grid::new(WINDOW_POINTS),
+            window_origin: None,
+            event: 0,
+            seq: 0,
+            time_ns: 0,
+            step: 0,
+            touched: Vec::new(),
+        }
+    }
+}
+
+impl Ledger {
+    /// Starts an event: numbers it and takes the time-window samples that passed before it.
+    #[inline]
+    pub(crate) fn begin_event(&mut self, seq: u64, time_ns: u64, step: u64) {
+        self.event += 1;
+        self.seq = seq;
+        self.time_ns = time_ns;
+        self.step = step;
+        let origin = *self.window_origin.get_or_insert(time_ns);
+        loop {
+            let k = self.windows.next_kept_tick();
+            let at = origin.saturating_add(k.saturating_mul(BASE_WINDOW_NS));
+            if time_ns < at {
+                break;
+            }
+            self.windows.tick_at(k, at - origin);
+        }
+    }
+
+    /// Ends an event: a holder it raised above its peak sets a new one.
+    #[inline]
+    pub(crate) fn end_event(&mut self) {
+        for i in self.touched.drain(..) {
+            let h = &mut self.holders[i];
+            if h.bytes > h.peak.bytes {
+                h.peak = PeakPoint {
+                    bytes: h.bytes,
+                    count: h.count,
+                    event: self.event,
+                    seq: self.seq,
+                    time_ns: self.time_ns,
+                    step: self.step,
+                };
+            }
+        }
+    }
+
+    /// A step begins: every series takes a sample.
+    pub(crate) fn step_boundary(&mut self, step: u64) {
+        self.steps.tick(step);
+    }
+
+    /// Time of the first event, from which time windows count.
+    pub(crate) fn window_origin(&self) -> Option<u64> {
+        self.window_origin
+    }
+
+    /// Time of the current event.
+    pub(crate) fn time_ns(&self) -> u64 {
+        self.time_ns
+    }
+
+    /// The ordinal of the current event.
+    pub(crate) fn event(&self) -> u64 {
+        self.event
+    }
+
+    fn holder_index(&mut self, holder: Holder) -> usize {
+        if let Some(i) = self.holders.iter().position(|h| h.holder == holder) {
+            return i;
+        }
+        self.holders.push(HolderState {
+            holder,
+            bytes: 0,
+            count: 0,
+            peak: PeakPoint::default(),
+            steps: Series::new(&self.steps),
+            windows: Series::new(&self.windows),
+        });
+        self.holders.len() - 1
+    }
+
+    fn entry_index(&mut self, site: SiteId, holder: Holder) -> usize {
+        let next = self.entries.len() as u32;
+        let i = *self.index.entry((site, holder)).or_insert(next);
+        if i == next {
+            self.entries.push(Entry {
+                site,
+                holder,
+                bytes: 0,
+                count: 0,
+                last_change: 0,
+                at_peak: (0, 0),
+                steps: Series::new(&self.steps),
+                windows: Series::new(&self.windows),
+            });
+        }
+        i as usize
+    }
+
+    /// Counts an object of `bytes` as live.
+    #[inline]
+    pub(crate) fn charge(&mut self, c: Charge, bytes: u64) {
+        self.change(c, bytes, true);
+    }
+
+    /// Counts an object of `bytes` as gone.
+    #[inline]
+    pub(crate) fn discharge(&mut self, c: Charge, bytes: u64) {
+        self.change(c, bytes, false);
+    }
+
+    fn change(&mut self, c: Charge, bytes: u64, add: bool) {
+        let hi = self.holder_index(c.holder);
+        let ei = self.entry_index(c.site, c.holder);
+        let peak_event = self.holders[hi].peak.event;
+        let e = &mut self.entries[ei];
+        if e.last_change <= peak_event {
+            e.at_peak = (e.bytes, e.count);
+        }
+        e.last_change = self.event;
+        e.steps.settle(&self.steps, e.bytes);
+        e.windows.settle(&self.windows, e.bytes);
+        apply(&mut e.bytes, &mut e.count, bytes, add);
+        let h = &mut self.holders[hi];
+        h.steps.settle(&self.steps, h.bytes);
+        h.windows.settle(&self.windows, h.bytes);
+        apply(&mut h.bytes, &mut h.count, bytes, add);
+        if !self.touched.contains(&hi) {
+            self.touched.push(hi);
+        }
+        if let Some(key) = c.pool {
+            let p = self.pools.entry(key).or_insert_with(|| PoolUse {
+                pool: key.0,
+                device: key.1,
+                ..PoolUse::default()
+            });
+            apply(&mut p.in_use, &mut p.allocations, bytes, add);
+            p.high_water = p.high_water.max(p.in_use);
+            p.high_water_since_trim = p.high_water_since_trim.max(p.in_use);
+        }
+    }
+
+    /// A pool trimmed to `keep` bytes: it now holds at most what is in use, or `keep`.
+    pub(crate) fn trim_pool(&mut self, key: PoolKey, keep: u64) {
+        if let Some(p) = self.pools.get_mut(&key) {
+            p.trims += 1;
+            p.high_water_since_trim = p.high_water_since_trim.min(p.in_use.max(keep));
+        }
+    }
+
+    /// Live bytes and objects of a holder.
+    pub(crate) fn holder_totals(&self, holder: Holder) -> (u64, u64) {
+        self.holders
+            .iter()
+            .find(|h| h.holder == holder)
+            .map_or((0, 0), |h| (h.bytes, h.count))
+    }
+
+    /// Bytes and count entry `e` held at its holder's peak.
+    pub(crate) fn at_peak(&self, e: &Entry) -> (u64, u64) {
+        let peak_event = self
+            .holders
+            .iter()
+            .find(|h| h.holder == e.holder)
+            .map_or(0, |h| h.peak.event);
+        if e.last_change <= peak_event {
+            (e.bytes, e.count)
+        } else {
+            e.at_peak
+        }
+    }
+
+    /// Pools that ever had an allocation, by device and handle.
+    pub(crate) fn pools(&self) -> Vec<PoolUse> {
+        let mut pools: Vec<PoolUse> = self.pools.values().copied().collect();
+        pools.sort_by_key(|p| (p.device, p.pool));
+        pools
+    }
+
+    /// Approximate heap bytes of the series (for the memory accounting in benchmarks).
+    pub(crate) fn series_heap_bytes(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|e| e.steps.heap_bytes() + e.windows.heap_bytes())
+            .sum()
+    }
+}
+
+#[inline]
+fn apply(bytes: &mut u64, count: &mut u64, n: u64, add: bool) {
+    if add {
+        *bytes += n;
+        *count += 1;
+    } else {
+        *bytes = bytes.saturating_sub(n);
+        *count = count.saturating_sub(1);
+    }
+}

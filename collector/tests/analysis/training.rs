@@ -1,0 +1,212 @@
+//! A training loop with a planted leak of exactly 1 MiB per step, temporaries freed inside each
+//! step, weights kept for the whole run, and a 32 MiB workspace live across two step boundaries:
+//! each analysis must find exactly the planted cases.
+
+use vramtrace_collector::analysis::{growth, leaks, peaks, step_info, GrowthConfig, Shape};
+use vramtrace_collector::live::{Holder, SampleAxis, StepSource};
+
+use crate::support::*;
+
+pub const WEIGHTS: u64 = site(1);
+pub const T1: u64 = site(2);
+pub const T2: u64 = site(3);
+pub const T3: u64 = site(4);
+pub const LEAK: u64 = site(5);
+pub const WORKSPACE: u64 = site(6);
+pub const STEPS: u64 = 20;
+
+/// The planted workload, with step marks.
+pub fn workload() -> Builder {
+    let mut b = Builder::new();
+    b.malloc(WEIGHTS, 0x1000_0000, 64 * MIB);
+    for step in 1..=STEPS {
+        b.mark(step);
+        if step == 12 {
+            b.free(0x4000_0000);
+        }
+        // The same three addresses every step: pointers reused after free.
+        b.malloc(T1, 0x2000_0000, 2 * MIB);
+        b.malloc(T2, 0x2100_0000, 512 * KIB);
+        b.malloc(T3, 0x2200_0000, MIB);
+        b.free(0x2200_0000);
+        b.free(0x2100_0000);
+        b.free(0x2000_0000);
+        if step == 10 {
+            b.malloc(WORKSPACE, 0x4000_0000, 32 * MIB);
+        }
+        b.malloc_async(LEAK, 0x3000_0000 + step * MIB, MIB);
+    }
+    b
+}
+
+const DEVICE0: Holder = Holder::Device { device: 0 };
+
+#[test]
+fn leaks_are_the_live_set_and_no_temporary() {
+    let state = workload().replay();
+    let l = leaks(&state);
+    assert_eq!((l.device.count, l.device.bytes), (21, 84 * MIB));
+    assert_eq!((l.host.count, l.views), (0, 0));
+    let sites: Vec<(String, u64, u64, u64, u64)> = l
+        .sites
+        .iter()
+        .map(|s| {
+            (
+                s.site.site.clone(),
+                s.count,
+                s.bytes,
+                s.first_step,
+                s.last_step,
+            )
+        })
+        .collect();
+    assert_eq!(
+        sites,
+        [
+            (name(WEIGHTS), 1, 64 * MIB, 0, 0),
+            (name(LEAK), 20, 20 * MIB, 1, 20),
+        ]
+    );
+    let leak = &l.sites[1];
+    // Each step is 8 events (9 in steps 10 and 12), after the weights' one event.
+    assert_eq!(leak.first_seq, 9);
+    assert_eq!(leak.first_time_ns, 9_000);
+}
+
+#[test]
+fn growth_finds_the_planted_slope_and_the_one_off_peak() {
+    let state = workload().replay();
+    let g = growth(&state, &GrowthConfig::default());
+    assert_eq!(g.axis, SampleAxis::Steps);
+    assert_eq!((g.ticks, g.stride), (STEPS, 1));
+    let steady: Vec<(String, f64, f64)> = g
+        .steady
+        .iter()
+        .map(|s| {
+            let f = s.course.fit.unwrap();
+            (s.site.site.clone(), f.slope, f.r2)
+        })
+        .collect();
+    assert_eq!(steady, [(name(LEAK), MIB as f64, 1.0)]);
+    let leak = &g.steady[0].course;
+    // A zero before it began (step 0), then 1..19 MiB at the starts of steps 2..20.
+    assert_eq!(
+        (leak.samples, leak.first_bytes, leak.last_bytes),
+        (20, 0, 19 * MIB)
+    );
+    let peaks: Vec<(String, u64)> = g
+        .peaks
+        .iter()
+        .map(|s| (s.site.site.clone(), s.course.max_bytes))
+        .collect();
+    assert_eq!(peaks, [(name(WORKSPACE), 32 * MIB)]);
+    assert!(g.shrinking.is_empty());
+    let device = &g.holders[0];
+    assert_eq!(device.holder, DEVICE0);
+    assert_eq!(device.steady_growth, MIB as f64);
+    // The workspace makes the device's own line irregular; the sustained growth still shows.
+    assert_ne!(device.course.shape, Shape::Steady);
+    // Default threshold: 0.1% of the observed peak (109.5 MiB), so 1 MiB per step alerts.
+    assert_eq!(g.device_memory_source, "observed-peak");
+    assert_eq!(device.threshold, Some(114_819_072.0 * 0.001));
+    assert!(device.alert && g.alert);
+}
+
+#[test]
+fn the_alert_threshold_is_a_share_of_device_memory() {
+    let state = workload().replay();
+    let gib = GrowthConfig {
+        device_memory: Some(1 << 30),
+        ..GrowthConfig::default()
+    };
+    // 0.1% of 1 GiB is 1073741.8 bytes: 1 MiB (1048576) per step stays below it.
+    let g = growth(&state, &gib);
+    assert!(!g.alert && !g.holders[0].alert && !g.steady[0].alert);
+    assert_eq!(g.steady.len(), 1, "still reported as steady growth");
+    let half = GrowthConfig {
+        device_memory: Some(512 << 20),
+        ..GrowthConfig::default()
+    };
+    let g = growth(&state, &half);
+    assert!(g.alert && g.steady[0].alert);
+    assert_eq!(g.device_memory_source, "given");
+}
+
+#[test]
+fn the_peak_and_what_was_live_then() {
+    let state = workload().replay();
+    let p = peaks(&state);
+    assert_eq!(p.holders.len(), 1);
+    let d = &p.holders[0];
+    assert_eq!(d.holder, DEVICE0);
+    // Step 11 after its third temporary: weights 64 + leak 10 + workspace 32 + 3.5 MiB.
+    assert_eq!(
+        d.peak.bytes,
+        64 * MIB + 10 * MIB + 32 * MIB + 3 * MIB + 512 * KIB
+    );
+    assert_eq!((d.peak.count, d.peak.step), (15, 11));
+    assert_eq!(d.now_bytes, 84 * MIB);
+    let by_site: Vec<(String, u64, u64)> = d
+        .by_site
+        .iter()
+        .map(|s| (s.site.site.clone(), s.count, s.bytes))
+        .collect();
+    assert_eq!(
+        by_site,
+        [
+            (name(WEIGHTS), 1, 64 * MIB),
+            (name(WORKSPACE), 1, 32 * MIB),
+            (name(LEAK), 10, 10 * MIB),
+            (name(T1), 1, 2 * MIB),
+            (name(T3), 1, MIB),
+            (name(T2), 1, 512 * KIB),
+        ]
+    );
+}
+
+#[test]
+fn without_marks_the_repeating_allocation_gives_the_same_steps() {
+    let unmarked = workload().without_marks();
+    let first = unmarked.replay();
+    assert_eq!(first.marks(), 0);
+    let pattern = first.step_pattern().expect("a repeating allocation");
+    assert_eq!((pattern.bytes, pattern.steps), (2 * MIB, STEPS));
+    assert_eq!(pattern.site.caller, T1);
+    // Before the second replay growth can only be read over time.
+    assert_eq!(
+        growth(&first, &GrowthConfig::default()).axis,
+        SampleAxis::Time
+    );
+    let state = replay(&unmarked.bytes(), pattern.source());
+    assert_eq!(state.steps(), STEPS);
+    assert_eq!(step_info(&state).source, "pattern");
+    let g = growth(&state, &GrowthConfig::default());
+    assert_eq!(g.axis, SampleAxis::Steps);
+    assert_eq!(g.steady.len(), 1);
+    assert_eq!(g.steady[0].site.site, name(LEAK));
+    assert_eq!(g.steady[0].course.fit.unwrap().slope, MIB as f64);
+    let l = leaks(&state);
+    assert_eq!((l.sites[1].first_step, l.sites[1].last_step), (1, 20));
+    // A trace that marks its steps needs no pattern.
+    assert!(workload().replay().step_pattern().is_none());
+}
+
+#[test]
+fn a_trace_without_steps_is_sampled_per_time_window() {
+    let mut b = Builder::new();
+    // One 1 MiB allocation every millisecond, never freed, and no step marks.
+    b.tick_ns = 1_000_000;
+    for i in 0..100u64 {
+        b.malloc(LEAK, 0x5000_0000 + i * MIB, MIB);
+    }
+    let state = replay(&b.bytes(), StepSource::Marks);
+    let g = growth(&state, &GrowthConfig::default());
+    assert_eq!(g.axis, SampleAxis::Time);
+    assert_eq!((g.ticks, g.stride, g.window_ns), (100, 1, Some(1_000_000)));
+    let device = &g.holders[0];
+    assert_eq!(device.course.shape, Shape::Steady);
+    // Window k ends before the (k+1)-th allocation: k MiB, for k = 0..99.
+    assert_eq!(device.course.fit.unwrap().slope, MIB as f64);
+    assert_eq!(device.course.last_bytes, 99 * MIB);
+    assert_eq!(device.steady_growth, MIB as f64);
+}

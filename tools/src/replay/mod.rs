@@ -1,0 +1,282 @@
+//! `vramtrace replay`: the live set at one moment of a trace (a step, an event, a time, the
+//! peak, an out-of-memory failure), with the same analyses as the report; `--until` steps through
+//! to a later moment, one snapshot per step.
+//!
+//! `peak` and `step` on a trace without step marks need to know the whole trace first, so the
+//! trace is read once to find the moment (or the repeating allocation that marks steps), then
+//! again up to it.
+
+mod point;
+mod render;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use vramtrace_collector::analysis::{analyze, peaks, Analysis};
+use vramtrace_collector::event::Event;
+use vramtrace_collector::live::{Holder, LiveState, StepSource, Summary};
+
+pub use point::Point;
+
+use crate::load::{read, Flow, LoadedTrace, Progress};
+use crate::report::findings::AnalysisArgs;
+
+/// Version of the JSON document's shape.
+pub const SCHEMA: &str = "vramtrace-replay/1";
+
+pub const EXAMPLES: &str = "\
+EXAMPLES:
+    What was live when the busiest device peaked, by call site:
+        vramtrace replay --at peak run.vtrace
+
+    What was live at the first out-of-memory failure, and what led there:
+        vramtrace replay --at oom run.vtrace
+
+    The live set at the start of step 100, then one line per step up to step 120:
+        vramtrace replay --at 'step 100' --until 'step 120' run.vtrace
+
+    After the 5000th event, or 12.5 seconds into the run, as JSON:
+        vramtrace replay --at 'event 5000' --json run.vtrace
+        vramtrace replay --at 12.5s --json run.vtrace";
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The trace file to read.
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+    /// Where to stop: 'step N', 'event N', a time since the first event ('12.5s', '300ms'),
+    /// 'peak', 'oom' (the first out-of-memory failure) or 'oom N'.
+    #[arg(long, value_name = "POINT", value_parser = Point::parse)]
+    pub at: Point,
+    /// Step through from --at to this point: one snapshot at every step boundary between.
+    #[arg(long, value_name = "POINT", value_parser = Point::parse)]
+    pub until: Option<Point>,
+    /// Print one JSON document instead of tables (schema: docs/report-json.md, "Replay").
+    #[arg(long)]
+    pub json: bool,
+    /// How many call sites and orphans to list.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
+}
+
+/// Where a replay stopped.
+#[derive(Clone, Debug, Serialize)]
+pub struct Moment {
+    /// The point asked for, in words.
+    pub point: String,
+    /// Events applied (the ordinal of the last one).
+    pub event: u64,
+    /// Sequence number and time of the last event applied.
+    pub seq: u64,
+    pub time_ns: u64,
+    /// Steps begun.
+    pub step: u64,
+}
+
+/// Live memory at one step of `--until`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    #[serde(flatten)]
+    pub moment: Moment,
+    /// Per device and host: live objects and bytes.
+    pub holders: Vec<HolderNow>,
+}
+
+/// One holder at a snapshot.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct HolderNow {
+    #[serde(flatten)]
+    pub holder: Holder,
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// What `replay` prints.
+#[derive(Serialize)]
+pub struct ReplayReport {
+    pub schema: &'static str,
+    pub trace: String,
+    /// Where the replay stopped (the `--until` point when stepping).
+    pub at: Moment,
+    /// Passes over the file (2 when the moment or the steps had to be found first).
+    pub passes: u32,
+    /// With `--until`: a snapshot at `--at`, at each step boundary after it, and at `--until`.
+    pub snapshots: Vec<Snapshot>,
+    pub live: Summary,
+    pub analysis: Analysis,
+}
+
+/// Runs `vramtrace replay`.
+pub fn run(args: &ReplayArgs) -> Result<()> {
+    let path = &args.trace;
+    let progress = Progress::new(path, "reading");
+    let needs_first_pass = [Some(args.at), args.until]
+        .into_iter()
+        .flatten()
+        .any(|p| matches!(p, Point::Peak | Point::Step(_)));
+    let (mut source, mut peak_event, mut passes) = (StepSource::Marks, None, 1);
+    if needs_first_pass {
+        let whole = read(path, StepSource::Marks, &progress, |_, _| Flow::Apply)?;
+        if whole.state.marks() == 0 {
+            if let Some(p) = whole.state.step_pattern() {
+                source = p.source();
+            }
+        }
+        peak_event = peaks(&whole.state).highest_device().map(|p| p.peak.event);
+        progress.restart("pass 2 (replaying to the point)");
+        passes = 2;
+    }
+    let resolve = |p: Point| -> Result<Target> {
+        Ok(match p {
+            Point::Peak => Target::Event(
+                peak_event.ok_or_else(|| anyhow!("the trace holds no device memory: no peak"))?,
+            ),
+            Point::Event(n) => Target::Event(n),
+            Point::Step(n) => Target::Step(n),
+            Point::Time(t) => Target::Time(t),
+            Point::Oom(n) => Target::Oom(n),
+        })
+    };
+    let at = resolve(args.at)?;
+    let until = args.until.map(resolve).transpose()?;
+    let mut snapshots = Vec::new();
+    let mut last_step = None;
+    let mut at_reached = false;
+    let end = until.unwrap_or(at);
+    let trace = read(path, source, &progress, |state, next| {
+        if until.is_some() {
+            if !at_reached && at.reached(state, next) {
+                at_reached = true;
+                snapshots.push(snapshot(state, &args.at.to_string()));
+                last_step = Some(state.steps());
+            } else if at_reached && last_step != Some(state.steps()) {
+                last_step = Some(state.steps());
+                snapshots.push(snapshot(state, &format!("step {}", state.steps())));
+            }
+        }
+        if end.reached(state, next) {
+            Flow::Stop
+        } else {
+            Flow::Apply
+        }
+    })?;
+    drop(progress);
+    let point = args.until.unwrap_or(args.at);
+    if trace.stopped.is_none() && !end.reached_at_end(&trace.state) {
+        return Err(anyhow!(
+            "{}: the trace ends before {point} ({})",
+            path.display(),
+            ends(&trace.state)
+        ));
+    }
+    if until.is_some() {
+        if !at_reached {
+            return Err(anyhow!(
+                "{}: --at {} comes after --until {point}",
+                path.display(),
+                args.at
+            ));
+        }
+        // The last step boundary may be the --until point itself.
+        if snapshots.last().map(|s: &Snapshot| s.moment.event) != Some(trace.state.events()) {
+            snapshots.push(snapshot(&trace.state, &point.to_string()));
+        }
+    }
+    let report = ReplayReport {
+        schema: SCHEMA,
+        trace: path.display().to_string(),
+        at: moment(&trace.state, &point.to_string()),
+        passes: passes.max(trace.passes),
+        snapshots,
+        live: trace.state.summary(),
+        analysis: analyze(&trace.state, &args.analysis.config()),
+    };
+    print(&report, &trace, args)
+}
+
+fn print(report: &ReplayReport, trace: &LoadedTrace, args: &ReplayArgs) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, report)
+            .map_err(std::io::Error::from)
+            .context("writing the replay")?;
+        writeln!(out).context("writing the replay")?;
+    } else {
+        render::render(&mut out, report, trace, args.top).context("writing the replay")?;
+    }
+    Ok(())
+}
+
+/// How far a trace goes, for the error when a point is past its end.
+fn ends(state: &LiveState) -> String {
+    format!(
+        "it has {} events, {} steps and {} out-of-memory failures",
+        state.events(),
+        state.steps(),
+        state.ooms().total()
+    )
+}
+
+fn moment(state: &LiveState, point: &str) -> Moment {
+    Moment {
+        point: point.to_string(),
+        event: state.events(),
+        seq: state.last_seq(),
+        time_ns: state.last_time_ns(),
+        step: state.steps(),
+    }
+}
+
+fn snapshot(state: &LiveState, point: &str) -> Snapshot {
+    Snapshot {
+        moment: moment(state, point),
+        holders: state
+            .holders()
+            .into_iter()
+            .map(|h| HolderNow {
+                holder: h.holder,
+                count: h.count,
+                bytes: h.bytes,
+            })
+            .collect(),
+    }
+}
+
+/// A point resolved against the trace.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Event(u64),
+    Step(u64),
+    Time(u64),
+    Oom(u64),
+}
+
+impl Target {
+    /// Whether the state, before applying `next`, is at the point.
+    fn reached(self, state: &LiveState, next: &Event) -> bool {
+        match self {
+            Target::Event(n) => state.events() >= n,
+            Target::Step(n) => state.steps() >= n,
+            Target::Time(t) => {
+                state.events() > 0 && next.time_ns.saturating_sub(state.first_time_ns()) > t
+            }
+            Target::Oom(n) => state.ooms().total() >= n,
+        }
+    }
+
+    /// Whether a trace read to its end reached the point.
+    fn reached_at_end(self, state: &LiveState) -> bool {
+        match self {
+            Target::Event(n) => state.events() >= n,
+            Target::Step(n) => state.steps() >= n,
+            Target::Time(_) => state.events() > 0,
+            Target::Oom(n) => state.ooms().total() >= n,
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Moments of a trace that `replay` can stop at: `step N`, `event N`, a time since the first
+//! event, `peak`, `oom [N]`.
+
+use std::fmt;
+
+/// A moment of a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    /// Right after step `N` began (its step mark applied).
+    Step(u64),
+    /// Right after the `N`-th event (1 = the first).
+    Event(u64),
+    /// After every event up to this many nanoseconds after the first event.
+    Time(u64),
+    /// Right after the event that reached the highest live point of the busiest device.
+    Peak,
+    /// Right after the `N`-th out-of-memory failure (1 = the first).
+    Oom(u64),
+}
+
+impl Point {
+    /// Parses `step 12`, `step:12`, `event=5000`, `12.5s`, `300ms`, `time 40us`, `peak`, `oom`,
+    /// `oom 2`.
+    pub fn parse(text: &str) -> Result<Point, String> {
+        let t = text.trim().to_ascii_lowercase();
+        let (word, rest) = match t.find([' ', ':', '=']) {
+            Some(i) => (&t[..i], t[i + 1..].trim()),
+            None => (t.as_str(), ""),
+        };
+        let number = |what: &str| -> Result<u64, String> {
+            rest.parse::<u64>()
+                .map_err(|_| format!("'{text}': {what} needs a whole number, like '{what} 12'"))
+        };
+        match word {
+            "step" => Ok(Point::Step(number("step")?)),
+            "event" => match number("event")? {
+                0 => Err(format!("'{text}': events are counted from 1")),
+                n => Ok(Point::Event(n)),
+            },
+            "peak" if rest.is_empty() => Ok(Point::Peak),
+            "oom" if rest.is_empty() => Ok(Point::Oom(1)),
+            "oom" => match number("oom")? {
+                0 => Err(format!("'{text}': out-of-memory failures are counted from 1")),
+                n => Ok(Point::Oom(n)),
+            },
+            "time" => duration(rest).map(Point::Time),
+            _ => duration(&t).map(Point::Time).map_err(|_| {
+                format!(
+                    "'{text}' is not a point of a trace (use: step N, event N, 12.5s, 300ms, peak, oom, oom N)"
+                )
+            }),
+        }
+    }
+}
+
+/// Parses `12.5s`, `300ms`, `40us`, `100ns`.
+fn duration(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale = match unit.trim() {
+        "s" => 1e9,
+        "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        _ => return Err(format!("'{text}': a time needs a unit (s, ms, us, ns)")),
+    };
+    match number.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale < u64::MAX as f64 => {
+            Ok((v * scale).round() as u64)
+        }
+        _ => Err(format!("'{text}' is not a time")),
+    }
+}
+
+impl fmt::Display for Point {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Point::Step(n) => write!(f, "step {n}"),
+            Point::Event(n) => write!(f, "event {n}"),
+            Point::Time(ns) => write!(f, "{}s after the first event", *ns as f64 / 1e9),
+            Point::Peak => write!(f, "peak"),
+            Point::Oom(n) => write!(f, "out-of-memory failure {n}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_parse() {
+        assert_eq!(Point::parse("step 12"), Ok(Point::Step(12)));
+        assert_eq!(Point::parse("STEP:3"), Ok(Point::Step(3)));
+        assert_eq!(Point::parse("event=5000"), Ok(Point::Event(5000)));
+        assert_eq!(Point::parse("12.5s"), Ok(Point::Time(12_500_000_000)));
+        assert_eq!(Point::parse("time 300ms"), Ok(Point::Time(300_000_000)));
+        assert_eq!(Point::parse("peak"), Ok(Point::Peak));
+        assert_eq!(Point::parse("oom"), Ok(Point::Oom(1)));
+        assert_eq!(Point::parse("oom 2"), Ok(Point::Oom(2)));
+        assert!(Point::parse("event 0").is_err());
+        assert!(Point::parse("step x").is_err());
+        assert!(Point::parse("yesterday").is_err());
+        assert!(Point::parse("12").is_err());
+    }
+}

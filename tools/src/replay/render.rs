@@ -1,0 +1,73 @@
+//! The replay as terminal tables: where it stopped, the steps it went through (with `--until`),
+//! then the same findings as the report.
+
+use std::io::{self, Write};
+
+use crate::load::LoadedTrace;
+use crate::report::findings;
+use crate::units::bytes;
+
+use super::ReplayReport;
+
+/// Writes the replay.
+pub fn render(
+    out: &mut impl Write,
+    r: &ReplayReport,
+    trace: &LoadedTrace,
+    top: usize,
+) -> io::Result<()> {
+    writeln!(out, "vramtrace replay: {}", r.trace)?;
+    let at = &r.at;
+    writeln!(
+        out,
+        "  at        {}: after event {} (seq {}, time {} ns), {} steps begun",
+        at.point, at.event, at.seq, at.time_ns, at.step
+    )?;
+    writeln!(
+        out,
+        "  read      {} records ({} bytes) in {} pass(es)",
+        trace.records, trace.bytes_read, r.passes
+    )?;
+    let s = &r.live;
+    writeln!(
+        out,
+        "  live      {} device in {} objects, {} orphaned, {} host, {} reserved VA",
+        bytes(s.device_memory.bytes),
+        s.device_memory.count,
+        bytes(s.orphaned.bytes),
+        bytes(s.host_memory.bytes),
+        bytes(s.reserved_va.bytes)
+    )?;
+    if !r.snapshots.is_empty() {
+        let mut t = findings_table(&[
+            "point", "event", "step", "holder", "objects", "bytes", "change",
+        ]);
+        let mut previous: std::collections::BTreeMap<String, u64> = Default::default();
+        for snap in &r.snapshots {
+            for h in &snap.holders {
+                let name = h.holder.name();
+                let change = previous
+                    .insert(name.clone(), h.bytes)
+                    .map_or("-".to_string(), |p| {
+                        crate::units::signed_bytes(h.bytes as f64 - p as f64)
+                    });
+                t.add_row(vec![
+                    snap.moment.point.clone(),
+                    snap.moment.event.to_string(),
+                    snap.moment.step.to_string(),
+                    name,
+                    h.count.to_string(),
+                    bytes(h.bytes),
+                    change,
+                ]);
+            }
+        }
+        writeln!(out, "\nStepping through")?;
+        writeln!(out, "{t}")?;
+    }
+    findings::render(out, &r.analysis, top)
+}
+
+fn findings_table(headers: &[&str]) -> comfy_table::Table {
+    findings::new_table(headers, &[1, 2, 4, 5, 6])
+}
