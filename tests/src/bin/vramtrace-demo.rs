@@ -37,7 +37,9 @@ fn run() -> Result<ExitCode, String> {
         }
     }
     let pattern = out_dir.join("train-%p.vtrace");
-    println!("== vramtrace run -- wl_train   (a training loop on the CPU stand-ins of CUDA and NCCL)");
+    println!(
+        "== vramtrace run -- wl_train   (a training loop on the CPU stand-ins of CUDA and NCCL)"
+    );
     let status = Command::new(&vramtrace)
         .arg("run")
         .arg("--lib")
