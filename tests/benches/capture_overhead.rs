@@ -157,7 +157,8 @@ fn main() {
             continue;
         }
         let b = if i >= 3 { sustained_base } else { base };
-        let add = |k: &str| m.get(k).copied().unwrap_or(f64::NAN) - b.get(k).copied().unwrap_or(f64::NAN);
+        let add =
+            |k: &str| m.get(k).copied().unwrap_or(f64::NAN) - b.get(k).copied().unwrap_or(f64::NAN);
         println!(
             "{:<32} runtime {:>8.1}   driver {:>8.1}",
             name,

@@ -20,6 +20,10 @@ pub struct Trace {
     /// The tracer's own samples of the driver's device accounting (`cuMemGetInfo`): events, but
     /// no call of the program, so they are kept apart.
     pub samples: Vec<Event>,
+    /// Primary-context references taken (`cuDevicePrimaryCtxRetain`, mostly by the runtime's
+    /// lazy initialisation): bookkeeping the workloads do not plant, kept apart and checked on
+    /// their own.
+    pub retains: Vec<Event>,
     /// Sequence numbers of every event record, samples included, in file order.
     pub seqs: Vec<u64>,
     pub lookups: Vec<Lookup>,
@@ -41,6 +45,7 @@ impl Trace {
             ending: Ending::Complete,
             events: Vec::new(),
             samples: Vec::new(),
+            retains: Vec::new(),
             seqs: Vec::new(),
             lookups: Vec::new(),
             warnings: Vec::new(),
@@ -55,6 +60,8 @@ impl Trace {
                     t.seqs.push(e.seq);
                     if matches!(e.op, Op::DeviceMemory { .. }) {
                         t.samples.push(e);
+                    } else if matches!(e.op, Op::PrimaryCtxRetain { .. }) {
+                        t.retains.push(e);
                     } else {
                         t.events.push(e);
                     }

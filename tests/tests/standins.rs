@@ -324,7 +324,10 @@ fn vmm_follows_the_nccl_release_pattern() {
 #[test]
 fn framework_loaded_rtld_local_hides_nccl() {
     let s = probe("scope", &[]);
-    assert!(s.contains("dlopen(libtorch_standin.so, RTLD_LOCAL) ok=1\n"), "{s}");
+    assert!(
+        s.contains("dlopen(libtorch_standin.so, RTLD_LOCAL) ok=1\n"),
+        "{s}"
+    );
     assert!(s.contains("global pncclCommInitRank=NULL\n"), "{s}");
     assert!(s.contains("via handle pncclCommInitRank=non-null\n"), "{s}");
 }

@@ -119,6 +119,17 @@ pub struct RunArgs {
     /// Native stack frames to capture per call (VRAMTRACE_STACK_DEPTH).
     #[arg(long, value_name = "N")]
     pub stack_depth: Option<u32>,
+    /// Python frames to capture per allocation (VRAMTRACE_PYTHON_DEPTH; 0 turns them off).
+    #[arg(long, value_name = "N")]
+    pub python_depth: Option<u32>,
+    /// The NVTX range whose push starts a training step, e.g. "step" for
+    /// torch.cuda.nvtx.range_push("step") (VRAMTRACE_STEP_RANGE).
+    #[arg(long, value_name = "NAME")]
+    pub step_range: Option<String>,
+    /// Do not make the tracer the NVTX injection library (NVTX_INJECTION64_PATH); ranges and
+    /// marks then do not reach the trace.
+    #[arg(long)]
+    pub no_nvtx: bool,
     /// Do not summarise the traces after the program exits.
     #[arg(long)]
     pub no_summary: bool,

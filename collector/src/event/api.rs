@@ -129,6 +129,7 @@ apis! {
     NvtxRangePop => "nvtxRangePop", Tracer;
     NvtxMark => "nvtxMark", Tracer;
     TracerMemInfo => "cuMemGetInfo_v2", Tracer;
+    CuDevicePrimaryCtxRetain => "cuDevicePrimaryCtxRetain", Driver;
 }
 
 impl Api {

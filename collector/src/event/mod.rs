@@ -192,6 +192,8 @@ pub enum Op {
     CtxCreate { ctx: u64, device: i32, flags: u32 },
     /// A context destroyed: everything allocated in it is gone.
     CtxDestroy { ctx: u64 },
+    /// A reference to a device's primary context taken (`cuDevicePrimaryCtxRetain`).
+    PrimaryCtxRetain { device: i32, ctx: u64 },
     /// A reference to a device's primary context released.
     PrimaryCtxRelease { device: i32 },
     /// A device's primary context reset: everything allocated in it is gone.

@@ -51,6 +51,19 @@ impl LiveState {
         None
     }
 
+    /// A primary context reference released: the last one destroys the primary context and
+    /// everything in it, like a reset. Only counted references count: a release without a
+    /// traced retain changes nothing.
+    pub(super) fn on_primary_release(&mut self, e: &Event, device: i32) -> Option<ObjectRef> {
+        let refs = self.primary_refs.get_mut(&device)?;
+        *refs = refs.saturating_sub(1);
+        if *refs > 0 {
+            return None;
+        }
+        self.primary_refs.remove(&device);
+        self.on_device_reset(e, device)
+    }
+
     /// Removes the pointer allocations and arrays whose origin `doomed` selects.
     fn tear_down(&mut self, seq: u64, doomed: impl Fn(&Origin) -> bool) -> Totals {
         let mut freed = Totals::default();

@@ -146,6 +146,8 @@ pub struct LiveState {
     marks: u64,
     pool_trims: u64,
     primary_releases: u64,
+    /// References to each device's primary context seen taken and not yet released.
+    primary_refs: BTreeMap<i32, u32>,
     notes: TracerNotes,
     /// Driver-reported used memory per device against the traced live bytes.
     devices: BTreeMap<i32, DeviceAccount>,
@@ -232,6 +234,7 @@ impl LiveState {
             self.on_failure(e, origin);
             if nccl_call {
                 self.nccl.close_scope(e.nccl_scope);
+                self.resolve_deferred(e.nccl_scope, None);
             }
             return;
         }
@@ -283,9 +286,13 @@ impl LiveState {
             &Op::Unmap { ptr, size } => self.on_unmap(e, ptr, size),
             &Op::CtxCreate { ctx, device, .. } => self.on_ctx_create(origin, ctx, device),
             &Op::CtxDestroy { ctx } => self.on_ctx_destroy(e, ctx),
-            &Op::PrimaryCtxRelease { .. } => {
-                self.primary_releases += 1;
+            &Op::PrimaryCtxRetain { device, .. } => {
+                *self.primary_refs.entry(device).or_default() += 1;
                 None
+            }
+            &Op::PrimaryCtxRelease { device } => {
+                self.primary_releases += 1;
+                self.on_primary_release(e, device)
             }
             &Op::PrimaryCtxReset { device } | &Op::DeviceReset { device } => {
                 self.on_device_reset(e, device)
@@ -321,6 +328,7 @@ impl LiveState {
         }
         if nccl_call {
             self.nccl.close_scope(e.nccl_scope);
+            self.resolve_deferred(e.nccl_scope, None);
         }
     }
 

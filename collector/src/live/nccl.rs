@@ -48,6 +48,8 @@ pub(super) struct NcclTables {
     scope_order: VecDeque<u64>,
     affinity: FxHashMap<u32, Affinity>,
     unscoped: Vec<ObjectRef>,
+    /// Objects of NCCL helper threads waiting for the open call (scope) they appeared during.
+    deferred: Vec<(u64, u32, ObjectRef)>,
 }
 
 impl NcclTables {
@@ -133,6 +135,18 @@ impl LiveState {
             Some(&Affinity::One(c)) if self.nccl.is_live(c) => Some(c),
             _ => None,
         };
+        // A thread NCCL has not used before, allocating while an NCCL call is under way on the
+        // same device: most likely that call's helper (a proxy thread of a communicator being
+        // created). It waits for the call's event instead of going to whatever communicator
+        // already lives there.
+        if by_thread.is_none() && !self.nccl.affinity.contains_key(&e.thread) {
+            if let Some(device) = self.object_device(object) {
+                if let Some(scope) = self.open_scope_on(device) {
+                    self.nccl.deferred.push((scope, e.thread, object));
+                    return;
+                }
+            }
+        }
         let comm = by_thread.or_else(|| {
             self.object_device(object)
                 .and_then(|d| self.nccl.only_live_on(d))
@@ -149,6 +163,51 @@ impl LiveState {
                     self.nccl.unscoped = kept;
                 }
                 self.nccl.unscoped.push(object);
+            }
+        }
+    }
+
+    /// The most recently opened NCCL call whose objects are on `device`.
+    fn open_scope_on(&mut self, device: i32) -> Option<u64> {
+        let candidates: Vec<(u64, ObjectRef)> = self
+            .nccl
+            .scope_order
+            .iter()
+            .rev()
+            .filter_map(|s| Some((*s, *self.nccl.scopes.get(s)?.first()?)))
+            .collect();
+        candidates
+            .into_iter()
+            .find(|&(_, o)| self.object_device(o) == Some(device))
+            .map(|(s, _)| s)
+    }
+
+    /// The call `scope` ended: its helper threads' objects go to the communicator it made (and
+    /// those threads with them), or, when it made none, to the usual thread and device rules.
+    pub(super) fn resolve_deferred(&mut self, scope: u64, comm: Option<u64>) {
+        if self.nccl.deferred.is_empty() {
+            return;
+        }
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.nccl.deferred)
+            .into_iter()
+            .partition(|&(s, _, _)| s == scope);
+        self.nccl.deferred = rest;
+        for (_, thread, object) in mine {
+            match comm {
+                Some(c) => {
+                    self.assign(object, c);
+                    self.nccl.affinity.insert(thread, Affinity::One(c));
+                }
+                None => {
+                    if let Some(c) = self
+                        .object_device(object)
+                        .and_then(|d| self.nccl.only_live_on(d))
+                    {
+                        self.assign(object, c);
+                    } else {
+                        self.nccl.unscoped.push(object);
+                    }
+                }
             }
         }
     }
@@ -201,6 +260,10 @@ impl LiveState {
     /// Applies a successful NCCL call (the scope is closed by the caller afterwards).
     pub(super) fn on_nccl_op(&mut self, e: &Event, origin: Origin) {
         match &e.op {
+            // ncclCommSplit with NCCL_SPLIT_NOCOLOR succeeds without a communicator.
+            &Op::CommInit { comm: 0, .. } => {
+                self.resolve_deferred(e.nccl_scope, None);
+            }
             &Op::CommInit {
                 comm,
                 nranks,
@@ -209,6 +272,7 @@ impl LiveState {
                 ..
             } => {
                 self.init_comm(origin, comm, rank, nranks, e.device, parent);
+                self.resolve_deferred(e.nccl_scope, Some(comm));
                 let scoped = self.nccl.scopes.remove(&e.nccl_scope).unwrap_or_default();
                 for r in scoped {
                     self.assign(r, comm);

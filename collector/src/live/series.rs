@@ -38,7 +38,7 @@ impl Grid {
     pub(crate) fn tick(&mut self, x: u64) {
         let t = self.ticks;
         self.ticks += 1;
-        if t % self.stride != 0 {
+        if !t.is_multiple_of(self.stride) {
             return;
         }
         if self.xs.len() == self.cap {

@@ -92,6 +92,7 @@ fn changes_contexts(api: Api) -> bool {
     matches!(
         api,
         CuCtxCreateV2
+            | CuDevicePrimaryCtxRetain
             | CuCtxCreateV3
             | CuCtxCreateV4
             | CuCtxDestroy
@@ -214,11 +215,9 @@ impl Call {
         if call.mode == Mode::Traced && order == Order::Destroy {
             // Numbered and claimed before the real call: the collector then waits for this event
             // (the slot is WRITING) however long the real call takes.
-            let seq = session.next_seq();
-            if session.claim(seq) {
-                call.seq = seq;
-            } else {
-                call.mode = Mode::Dropped;
+            match session.reserve() {
+                Some(seq) if session.claim(seq) => call.seq = seq,
+                _ => call.mode = Mode::Dropped,
             }
         }
         call
@@ -280,8 +279,11 @@ impl Call {
             };
             if self.order == Order::Create {
                 // Numbered now, after the real call, and claimed at once.
-                self.seq = session.next_seq();
-                if !session.claim(self.seq) {
+                let Some(seq) = session.reserve() else {
+                    return;
+                };
+                self.seq = seq;
+                if !session.claim(seq) {
                     return;
                 }
             }
@@ -318,8 +320,7 @@ impl Call {
                     session.config.meminfo_interval,
                     api == Api::TracerMarkStep,
                 ) {
-                    let seq = session.next_seq();
-                    if session.claim(seq) {
+                    if let Some(seq) = session.reserve().filter(|&s| session.claim(s)) {
                         let time = clock::now();
                         session.fill_with(seq, || Captured {
                             event: Event {

@@ -72,7 +72,7 @@ pub fn raw_span(d: std::time::Duration) -> Option<u64> {
     if q == 0 {
         return None;
     }
-    Some(((d.as_nanos() as u128 * q as u128) >> 32) as u64)
+    Some(((d.as_nanos() * q as u128) >> 32) as u64)
 }
 
 /// Turns raw event times into monotonic nanoseconds, from pairs of (ticks, ns) read together.

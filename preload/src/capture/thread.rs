@@ -121,7 +121,9 @@ impl ThreadState {
 
     /// The cached `(context, device)` if it was cached in generation `generation`.
     pub fn cached_context(&self, ctx: u64, generation: u64) -> Option<i32> {
-        (self.last_ctx.get() == ctx && self.last_gen.get() == generation && self.last_dev.get() != 0)
+        (self.last_ctx.get() == ctx
+            && self.last_gen.get() == generation
+            && self.last_dev.get() != 0)
             .then(|| self.last_dev.get() as i32 - 1)
     }
 

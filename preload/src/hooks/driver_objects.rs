@@ -232,6 +232,23 @@ release_handler!(
     |device| { Op::PrimaryCtxReset { device } }
 );
 
+unsafe fn primary_ctx_retain(
+    real: unsafe extern "C" fn(*mut Ptr, i32) -> i32,
+    caller: usize,
+    ctx: *mut Ptr,
+    device: i32,
+) -> i32 {
+    let call = Call::begin(Api::CuDevicePrimaryCtxRetain, caller, Order::Create);
+    // SAFETY: the program's own arguments.
+    let r = unsafe { real(ctx, device) };
+    call.end(r, || Op::PrimaryCtxRetain {
+        device,
+        // SAFETY: written by the real call when it succeeded.
+        ctx: unsafe { out(ctx, r) },
+    });
+    r
+}
+
 hooks! {
     fn cuMemPoolCreate(pool: *mut Ptr, props: *const MemPoolProps) -> i32,
         caller in "rdx", missing 3 => mem_pool_create;
@@ -255,6 +272,8 @@ hooks! {
     fn cuCtxCreate_v4(ctx: *mut Ptr, params: Ptr, flags: u32, device: i32) -> i32,
         caller in "r8", missing 3 => ctx_create_v4;
     fn cuCtxDestroy_v2(ctx: Ptr) -> i32, caller in "rsi", missing 3 => ctx_destroy;
+    fn cuDevicePrimaryCtxRetain(ctx: *mut Ptr, device: i32) -> i32,
+        caller in "rdx", missing 3 => primary_ctx_retain;
     fn cuDevicePrimaryCtxRelease_v2(device: i32) -> i32,
         caller in "rsi", missing 3 => primary_ctx_release;
     fn cuDevicePrimaryCtxRelease(device: i32) -> i32,

@@ -227,7 +227,10 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
             CBID_CORE2_DOMAIN_RANGE_PUSH_EX,
             domain_range_push_ex as FunctionPointer,
         ),
-        (CBID_CORE2_DOMAIN_RANGE_POP, domain_range_pop as FunctionPointer),
+        (
+            CBID_CORE2_DOMAIN_RANGE_POP,
+            domain_range_pop as FunctionPointer,
+        ),
     ];
     // SAFETY: `get` is NVTX's GetModuleFunctionTable.
     unsafe {

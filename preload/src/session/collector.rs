@@ -257,7 +257,7 @@ impl Collector {
     /// were written.
     fn consume(&mut self, drain: bool, reorder_wait: Duration) -> usize {
         let ring = &self.session.ring;
-        let mut written = 0;
+        let mut written: usize = 0;
         loop {
             match ring.take(self.next_seq) {
                 Take::Ready(c) => {
@@ -265,7 +265,11 @@ impl Collector {
                     self.gap_since = None;
                     self.write_event(c);
                     written += 1;
+                    if written.is_multiple_of(1024) {
+                        self.session.set_consumed(self.next_seq);
+                    }
                     if written >= 1 << 16 && !drain {
+                        self.session.set_consumed(self.next_seq);
                         return written;
                     }
                     continue;
@@ -322,6 +326,7 @@ impl Collector {
             let flush_now = flush_gen != control.flushed.load(Ordering::Acquire);
             let finish = control.finish.load(Ordering::Acquire);
             let got = self.consume(finish != 0 || flush_now, reorder_wait);
+            self.session.set_consumed(self.next_seq);
             self.write_lookups();
             if finish != 0 {
                 self.end(finish);

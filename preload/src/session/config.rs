@@ -176,7 +176,10 @@ impl Config {
         if let Some(v) = get("VRAMTRACE_STEP_RANGE") {
             let v = v.trim();
             if v.is_empty() {
-                w.push("VRAMTRACE_STEP_RANGE is empty; steps come from vramtrace_mark_step() only".into());
+                w.push(
+                    "VRAMTRACE_STEP_RANGE is empty; steps come from vramtrace_mark_step() only"
+                        .into(),
+                );
             } else {
                 c.step_range = Some(v.to_string());
             }

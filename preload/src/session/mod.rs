@@ -82,6 +82,8 @@ pub struct Session {
     /// The bounded lock-free ring from hooks to the collector, indexed by sequence number.
     pub ring: ring::Ring<Captured>,
     seq: AtomicU64,
+    /// The next number the collector will read: numbers below it have left the ring.
+    consumed: AtomicU64,
     scope: AtomicU64,
     pub dropped: AtomicU64,
     /// Events whose hook finished after the collector had given up waiting for them.
@@ -96,10 +98,50 @@ pub struct Session {
 }
 
 impl Session {
-    /// The next sequence number (starts at 1).
+    /// The next sequence number (starts at 1), when the ring has room for it. A full ring is
+    /// waited on for at most `full_wait`; after that the event is dropped (counted) *without*
+    /// taking a number, so the collector never waits for it and later events still flow — a
+    /// number is only handed out with a slot free for it.
     #[inline]
-    pub fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    pub fn reserve(&self) -> Option<u64> {
+        if self.seq.load(Ordering::Relaxed) + 1
+            < self.consumed.load(Ordering::Relaxed) + self.ring.capacity()
+        {
+            return Some(self.seq.fetch_add(1, Ordering::Relaxed) + 1);
+        }
+        self.reserve_slow()
+    }
+
+    #[cold]
+    fn reserve_slow(&self) -> Option<u64> {
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if self.seq.load(Ordering::Relaxed) + 1
+                < self.consumed.load(Ordering::Acquire) + self.ring.capacity()
+            {
+                return Some(self.seq.fetch_add(1, Ordering::Relaxed) + 1);
+            }
+            if start.elapsed() >= self.config.full_wait {
+                if self.control.finished.load(Ordering::Acquire) != 0 {
+                    self.after_end.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                return None;
+            }
+            spins += 1;
+            if spins < 128 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        }
+    }
+
+    /// The collector has consumed every number below `next` (it publishes this as it goes).
+    pub fn set_consumed(&self, next: u64) {
+        self.consumed.store(next, Ordering::Release);
     }
 
     /// A fresh NCCL call scope id (starts at 1).
@@ -199,6 +241,7 @@ fn start_slow() -> Option<&'static Session> {
         config,
         ring: ring::Ring::new(config.buffer_events),
         seq: AtomicU64::new(0),
+        consumed: AtomicU64::new(1),
         scope: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         late: AtomicU64::new(0),

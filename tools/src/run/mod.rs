@@ -39,6 +39,24 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if let Some(depth) = args.stack_depth {
         command.env("VRAMTRACE_STACK_DEPTH", depth.to_string());
     }
+    if let Some(depth) = args.python_depth {
+        command.env("VRAMTRACE_PYTHON_DEPTH", depth.to_string());
+    }
+    if let Some(range) = &args.step_range {
+        command.env("VRAMTRACE_STEP_RANGE", range);
+    }
+    if !args.no_nvtx {
+        // NVTX loads one injection library; a profiler the user already named keeps its place.
+        match std::env::var_os("NVTX_INJECTION64_PATH").filter(|v| !v.is_empty()) {
+            Some(other) if Path::new(&other) != lib => eprintln!(
+                "vramtrace: NVTX_INJECTION64_PATH is already {}; NVTX ranges will not reach the trace",
+                other.to_string_lossy()
+            ),
+            _ => {
+                command.env("NVTX_INJECTION64_PATH", &lib);
+            }
+        }
+    }
 
     signals::catch();
     let mut child = match command.spawn() {

@@ -24,6 +24,7 @@ mod raw;
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
+use std::mem::MaybeUninit;
 use std::sync::{Arc, OnceLock};
 
 use vramtrace_collector::format::{PyCode, PyFrame};
@@ -76,6 +77,8 @@ macro_rules! maybe {
 }
 
 impl PyApi {
+    // Each transmute's target is the type of the field it fills, declared once in `PyApi`.
+    #[allow(clippy::missing_transmute_annotations)]
     fn find() -> Option<PyApi> {
         Some(PyApi {
             is_initialized: need!(c"Py_IsInitialized"),
@@ -101,6 +104,9 @@ impl PyApi {
 }
 
 static API: OnceLock<Option<PyApi>> = OnceLock::new();
+
+/// The deepest Python stack recorded (`VRAMTRACE_PYTHON_DEPTH` allows up to 256).
+const MAX_DEPTH: usize = 256;
 
 /// Code objects seen so far and each id's names.
 struct Codes {
@@ -255,26 +261,39 @@ pub fn capture(depth: usize) -> Option<(Arc<[PyFrame]>, bool)> {
     };
     let own = if gil {
         // SAFETY: the thread holds the GIL (checked above).
-        unsafe { walk(api, depth) }
+        unsafe { walk(api, depth) }.map(|frames| share(&frames))
     } else if ready {
+        let mut buf = [MaybeUninit::<PyFrame>::uninit(); MAX_DEPTH];
         // SAFETY: the interpreter is running (checked above) and this thread, inside a hook
         // called from C, is not running Python: its frames are parked.
-        unsafe { raw::capture(depth) }
+        let n = unsafe { raw::capture(&mut buf[..depth.min(MAX_DEPTH)]) };
+        // SAFETY: `raw::capture` initialised the first `n` elements.
+        let frames = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<PyFrame>(), n) };
+        (n > 0).then(|| share(frames))
     } else {
         None
     };
     match own {
-        Some(frames) => {
-            *LAST.lock() = Some(frames.clone());
-            Some((frames, false))
-        }
+        Some(frames) => Some((frames, false)),
         None => LAST.lock().clone().map(|f| (f, true)),
     }
 }
 
+/// `frames` as the last stack seen, shared: the previous one when it is the same (a loop
+/// allocating from one place costs no allocation here).
+fn share(frames: &[PyFrame]) -> Arc<[PyFrame]> {
+    let mut last = LAST.lock();
+    if let Some(l) = last.as_ref().filter(|l| ***l == *frames) {
+        return l.clone();
+    }
+    let shared: Arc<[PyFrame]> = Arc::from(frames);
+    *last = Some(shared.clone());
+    shared
+}
+
 /// # Safety
 /// The calling thread holds the GIL.
-unsafe fn walk(api: &PyApi, depth: usize) -> Option<Arc<[PyFrame]>> {
+unsafe fn walk(api: &PyApi, depth: usize) -> Option<Vec<PyFrame>> {
     // SAFETY: GIL held; returns this thread's state or NULL.
     let tstate = unsafe { (api.this_thread_state)() };
     if tstate.is_null() {
@@ -322,5 +341,5 @@ unsafe fn walk(api: &PyApi, depth: usize) -> Option<Arc<[PyFrame]>> {
         }
         (api.err_restore)(t, v, tb);
     }
-    (!frames.is_empty()).then(|| frames.into())
+    (!frames.is_empty()).then_some(frames)
 }

@@ -18,26 +18,29 @@
 //!
 //! Naming without a reference: a code object is named once (file, qualified name, first line,
 //! read from memory) and the name kept under its *fingerprint*: its address, `co_firstlineno`,
-//! and the address and cached hash of its `co_filename` and `co_qualname` strings. The tracer
-//! holds no reference, so a code object can die and another take its address; the fingerprint,
-//! re-read on every capture (a few loads from lines the interpreter just touched), tells them
-//! apart unless the new one also has the same first line and its two strings sit at the same
-//! addresses with the same hashes, which is the same name for any practical purpose. Names are
-//! deduplicated by content, so a code object renamed after a fingerprint change (a string's hash
-//! computed meanwhile by another thread) keeps its id. Lines are cached per (code address,
-//! instruction) under the same fingerprint, so a hot call site is one hash look-up per frame.
+//! its size, the address and cached hash of its `co_filename` and `co_qualname` strings, and the
+//! address and length of its line table. The tracer holds no reference, so a code object can die
+//! and another take its address; the fingerprint, re-read on every capture (a few loads from
+//! lines the interpreter just touched; cached pointers are only compared, never followed), tells
+//! them apart unless the newcomer also has the same first line, size and strings (same objects,
+//! same hashes: the same name) and a line table of the same length at the same address. Only then
+//! could a cached *line* be stale — a function regenerated under the same name and file with
+//! lines moved inside it, by code generation that frees the old one first; the name is right
+//! even then. Names are deduplicated by content, so a code object renamed after a fingerprint
+//! change (a string's hash computed meanwhile by another thread) keeps its id. Lines are cached
+//! per (code address, instruction) under the same fingerprint, so a hot call site costs one hash
+//! look-up per frame.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, OnceLock};
+use std::mem::MaybeUninit;
+use std::sync::OnceLock;
 
 use vramtrace_collector::format::PyFrame;
 
 use super::layout::{self, plausible, rd, Layout, Runtime};
 use super::{linetable, Codes, CODES};
 
-/// The deepest Python stack recorded (`VRAMTRACE_PYTHON_DEPTH` allows up to 256).
-const MAX_DEPTH: usize = 256;
 /// Cache sizes past which a cache starts over (a program that keeps compiling new code).
 const MAX_SITES: usize = 1 << 16;
 const MAX_FINGERPRINTS: usize = 1 << 16;
@@ -51,10 +54,15 @@ static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
 struct Fingerprint {
     code: usize,
     first_line: i32,
+    /// Instructions, in code units.
+    units: isize,
     file: usize,
     file_hash: isize,
     qualname: usize,
     qualname_hash: isize,
+    /// `co_linetable` and its length.
+    table: usize,
+    table_len: usize,
 }
 
 /// A call site seen before: the frame it gave.
@@ -113,28 +121,26 @@ impl RawNames {
     }
 }
 
-/// The calling thread's Python stack, innermost first, at most `depth` frames; `None` when the
-/// thread has no Python frames or the interpreter is not one whose memory we can read.
+/// Fills `out` with the calling thread's Python stack, innermost first; returns how many frames
+/// it filled: 0 when the thread has no Python frames or the interpreter is not one whose memory
+/// we can read.
 ///
 /// # Safety
 /// The interpreter is initialised and not finalizing, and the calling thread is not running
 /// Python right now (it is in a hook, called from C), so its frames are not moving.
-pub(super) unsafe fn capture(depth: usize) -> Option<Arc<[PyFrame]>> {
-    let rt = RUNTIME.get_or_init(Runtime::find).as_ref()?;
-    if std::env::var_os("VT_NORAW").is_some() {
-        return None;
-    }
+pub(super) unsafe fn capture(out: &mut [MaybeUninit<PyFrame>]) -> usize {
+    let Some(rt) = RUNTIME.get_or_init(Runtime::find).as_ref() else {
+        return 0;
+    };
     // SAFETY: reads this thread's thread-local state; NULL when it has no Python thread state.
     let tstate = unsafe { (rt.this_thread_state)() } as usize;
     // SAFETY: a live thread state of this thread (the caller's contract).
-    let frame = unsafe { current_frame(rt, tstate) }?;
-    let mut buf = [PyFrame { code: 0, line: 0 }; MAX_DEPTH];
-    let depth = depth.min(MAX_DEPTH);
+    let Some(frame) = (unsafe { current_frame(rt, tstate) }) else {
+        return 0;
+    };
     let mut codes = CODES.lock();
     // SAFETY: `frame` is this thread's innermost frame; the chain is parked (caller's contract).
-    let n = unsafe { walk(rt, &mut codes, frame, &mut buf[..depth]) };
-    drop(codes);
-    (n > 0).then(|| Arc::from(&buf[..n]))
+    unsafe { walk(rt, &mut codes, frame, out) }
 }
 
 /// The innermost frame of thread state `tstate`, after checking that the state looks like one.
@@ -171,11 +177,17 @@ unsafe fn current_frame(rt: &Runtime, tstate: usize) -> Option<usize> {
     (frame != 0).then_some(frame)
 }
 
-/// Walks the frame chain from `frame`, filling `out`; returns how many frames it filled.
+/// Walks the frame chain from `frame`, filling `out` from the start; returns how many frames it
+/// filled.
 ///
 /// # Safety
 /// `frame` is the innermost `_PyInterpreterFrame` of the calling thread, whose chain is parked.
-unsafe fn walk(rt: &Runtime, codes: &mut Codes, mut frame: usize, out: &mut [PyFrame]) -> usize {
+unsafe fn walk(
+    rt: &Runtime,
+    codes: &mut Codes,
+    mut frame: usize,
+    out: &mut [MaybeUninit<PyFrame>],
+) -> usize {
     let l = rt.layout;
     let mut n = 0;
     let mut steps = 2 * out.len() + 16;
@@ -220,9 +232,9 @@ unsafe fn walk(rt: &Runtime, codes: &mut Codes, mut frame: usize, out: &mut [PyF
             continue;
         }
         // SAFETY: `code` is a live code object; `index` lies inside its instructions.
-        match unsafe { site(rt, codes, code, index) } {
+        match unsafe { site(rt, codes, code, units, index) } {
             Some(f) => {
-                out[n] = f;
+                out[n].write(f);
                 n += 1;
             }
             None => break,
@@ -236,9 +248,15 @@ unsafe fn walk(rt: &Runtime, codes: &mut Codes, mut frame: usize, out: &mut [PyF
 ///
 /// # Safety
 /// `code` is a live code object.
-unsafe fn site(rt: &Runtime, codes: &mut Codes, code: usize, index: isize) -> Option<PyFrame> {
+unsafe fn site(
+    rt: &Runtime,
+    codes: &mut Codes,
+    code: usize,
+    units: isize,
+    index: isize,
+) -> Option<PyFrame> {
     // SAFETY: the caller's contract.
-    let fingerprint = unsafe { fingerprint(rt, code) }?;
+    let fingerprint = unsafe { fingerprint(rt, code, units) }?;
     let sites = codes.raw.sites.get_or_insert_with(HashMap::default);
     if let Some(s) = sites.get(&(code, index)) {
         if s.fingerprint == fingerprint {
@@ -264,8 +282,14 @@ unsafe fn site(rt: &Runtime, codes: &mut Codes, code: usize, index: isize) -> Op
             id
         }
     };
-    // SAFETY: as above.
-    let table = unsafe { line_table(rt, code) }?;
+    // SAFETY: the fingerprint checked that `table` is a bytes object of `table_len` bytes, held
+    // by the live code object; bytes objects never change.
+    let table = unsafe {
+        std::slice::from_raw_parts(
+            (fingerprint.table + layout::BYTES_SVAL) as *const u8,
+            fingerprint.table_len,
+        )
+    };
     let line = linetable::line_at(table, fingerprint.first_line, index).unwrap_or(0);
     let frame = PyFrame { code: id, line };
     let sites = codes.raw.sites.get_or_insert_with(HashMap::default);
@@ -276,29 +300,41 @@ unsafe fn site(rt: &Runtime, codes: &mut Codes, code: usize, index: isize) -> Op
     Some(frame)
 }
 
-/// Reads the fingerprint of a code object; `None` when its strings are not strings.
+/// Reads the fingerprint of a code object of `units` code units; `None` when its strings are not
+/// strings or its line table not bytes.
 ///
 /// # Safety
 /// `code` is a live code object.
-unsafe fn fingerprint(rt: &Runtime, code: usize) -> Option<Fingerprint> {
+unsafe fn fingerprint(rt: &Runtime, code: usize, units: isize) -> Option<Fingerprint> {
     let l = rt.layout;
     // SAFETY: fields of a live code object.
-    let (first_line, file, qualname) = unsafe {
+    let (first_line, file, qualname, table) = unsafe {
         (
             rd::<i32>(code + l.code_firstlineno),
             rd::<usize>(code + l.code_filename),
             rd::<usize>(code + l.code_qualname),
+            rd::<usize>(code + l.code_linetable),
         )
     };
-    // SAFETY: the code object holds references to both strings, so they are alive.
-    let (file_hash, qualname_hash) = unsafe { (str_hash(rt, file)?, str_hash(rt, qualname)?) };
+    // SAFETY: the code object holds references to all three, so they are alive; each one's type
+    // is checked before its own fields are read.
+    let (file_hash, qualname_hash, table_len) = unsafe {
+        (
+            str_hash(rt, file)?,
+            str_hash(rt, qualname)?,
+            bytes_len(rt, table)?,
+        )
+    };
     Some(Fingerprint {
         code,
         first_line,
+        units,
         file,
         file_hash,
         qualname,
         qualname_hash,
+        table,
+        table_len,
     })
 }
 
@@ -392,20 +428,17 @@ unsafe fn decode<T: Copy + Into<u32>>(data: usize, length: usize) -> String {
         .collect()
 }
 
-/// A code object's location table.
+/// The length of a bytes object; `None` when `obj` is not one (or is implausibly long).
 ///
 /// # Safety
-/// `code` is a live code object.
-unsafe fn line_table<'a>(rt: &Runtime, code: usize) -> Option<&'a [u8]> {
-    // SAFETY: a field of a live code object; the object it points to is type-checked before
-    // its size and bytes are read, and bytes objects never change.
-    unsafe {
-        let table = rd::<usize>(code + rt.layout.code_linetable);
-        if !plausible(table) || rd::<usize>(table + layout::OB_TYPE) != rt.bytes_type {
+/// `obj` is NULL or a live object.
+unsafe fn bytes_len(rt: &Runtime, obj: usize) -> Option<usize> {
+    // SAFETY: the caller's contract; the type is checked before the size is read.
+    let len = unsafe {
+        if !plausible(obj) || rd::<usize>(obj + layout::OB_TYPE) != rt.bytes_type {
             return None;
         }
-        let len = usize::try_from(rd::<isize>(table + layout::OB_SIZE)).ok()?;
-        (len <= MAX_BYTES)
-            .then(|| std::slice::from_raw_parts((table + layout::BYTES_SVAL) as *const u8, len))
-    }
+        rd::<isize>(obj + layout::OB_SIZE)
+    };
+    usize::try_from(len).ok().filter(|&n| n <= MAX_BYTES)
 }

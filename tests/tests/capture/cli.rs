@@ -1,0 +1,247 @@
+//! The `vramtrace` command line end to end on real traces: `vramtrace run` on the README's
+//! training example, `vramtrace report --json` on what it wrote, and reports of damaged files
+//! (a trace cut at chosen byte offsets, a file that is no trace at all).
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+use vramtrace_tests::trace::Trace;
+use vramtrace_tests::traced::{text, trace_files, vramtrace_command, Workload};
+use vramtrace_tests::{standin_ld_library_path, workload};
+
+use crate::MIB;
+
+/// `vramtrace run -o <dir>/r-%p.vtrace -- <workload> <args>`.
+fn vramtrace_run(dir: &Path, name: &str, args: &[&str]) -> Output {
+    vramtrace_command()
+        .arg("run")
+        .arg("-o")
+        .arg(dir.join("r-%p.vtrace"))
+        .arg("--")
+        .arg(workload(name))
+        .args(args)
+        .env("LD_LIBRARY_PATH", standin_ld_library_path())
+        .output()
+        .expect("running vramtrace")
+}
+
+fn report_json(trace: &Path) -> Value {
+    let out = vramtrace_command()
+        .arg("report")
+        .arg("--json")
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("report --json prints JSON")
+}
+
+// `vramtrace run` on wl_train: the program's output and exit code pass through, a summary
+// goes to stderr, one trace is written, and its JSON report has the planted numbers: 20 MiB
+// of async history in 20 objects owned by libtorch_standin.so, and the registration whose
+// buffer was freed, orphaned with its destroyed communicator.
+captest!(run_and_report_wl_train, |dir| {
+    let out = vramtrace_run(dir, "wl_train", &[]);
+    let plain = Workload::new("wl_train").run_plain();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), text(&plain.stdout));
+    let traces = trace_files(dir);
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    let trace = Trace::load(&traces[0]);
+    let pid = trace.header.pid;
+    assert_eq!(traces[0], dir.join(format!("r-{pid}.vtrace")));
+    let summary = text(&out.stderr);
+    assert!(
+        summary.contains(&format!("{}: pid {pid}", traces[0].display())),
+        "{summary}"
+    );
+    assert!(summary.contains("20.0 MiB in 20 objects"), "{summary}");
+    assert!(summary.contains("libtorch_standin.so"), "{summary}");
+
+    let r = report_json(&traces[0]);
+    assert_eq!(r["reading"]["complete"], true);
+    assert_eq!(r["reading"]["end_reason"], "exit");
+    assert_eq!(r["tracer"]["dropped"], 0);
+    assert_eq!(r["events"]["steps"], 20);
+    let live = &r["live"];
+    assert_eq!(live["device_memory"]["count"], 20);
+    assert_eq!(live["device_memory"]["bytes"], 20 * MIB);
+    let modules = live["by_module"].as_array().unwrap();
+    assert_eq!(modules.len(), 1, "{modules:?}");
+    assert_eq!(modules[0]["name"], "libtorch_standin.so");
+    assert_eq!(
+        (modules[0]["count"].as_u64(), modules[0]["bytes"].as_u64()),
+        (Some(20), Some(20 * MIB))
+    );
+    // One call site: the history append of every step.
+    assert_eq!(r["call_sites_total"], 1);
+    let site = &r["call_sites"][0];
+    assert_eq!(site["api"], "cudaMallocAsync");
+    assert_eq!(site["module_name"], "libtorch_standin.so");
+    assert_eq!(
+        (site["count"].as_u64(), site["bytes"].as_u64()),
+        (Some(20), Some(20 * MIB))
+    );
+    // The registration of the 4 MiB buffer freed after the loop, its communicator destroyed.
+    assert_eq!(r["orphans_total"], 1);
+    let reg = &r["orphans"][0];
+    assert_eq!(reg["category"], "registration");
+    assert_eq!(reg["bytes"], 4 * MIB);
+    assert_eq!(
+        reg["flags"],
+        serde_json::json!(["communicator-gone", "buffer-gone"])
+    );
+    let comms = r["communicators"].as_array().unwrap();
+    assert_eq!(comms.len(), 1, "{comms:?}");
+    assert_eq!(comms[0]["state"], "destroyed");
+    assert_eq!(reg["origin"]["communicator"], comms[0]["comm"]);
+    assert_eq!(r["failures"]["total"], 0);
+    assert_eq!(r["anomalies"]["total"], 0);
+});
+
+// A program killed by a signal: `vramtrace run` exits 128 + signal like a shell, and the
+// trace says which signal ended it. A program that never touches CUDA leaves no trace and
+// its own exit code.
+captest!(run_passes_exit_codes_through, |dir| {
+    let out = vramtrace_run(dir, "wl_signal", &["term"]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
+    let traces = trace_files(dir);
+    assert_eq!(traces.len(), 1);
+    let trace = Trace::load(&traces[0]);
+    trace.assert_clean("signal 15");
+    assert_eq!(trace.state.summary().device_memory.bytes, 6 * MIB);
+    std::fs::remove_file(&traces[0]).unwrap();
+
+    let out = vramtrace_run(dir, "wl_signal", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("usage: wl_signal"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(trace_files(dir).is_empty());
+});
+
+/// Chunk start offsets of a trace and the record count of each chunk, from the documented
+/// layout: magic, version, header length, header, crc; then 16-byte chunk heads.
+fn chunks(bytes: &[u8]) -> (u64, Vec<(u64, u64, u64)>) {
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as u64;
+    let first = 16 + word(12) + 4;
+    let mut at = first;
+    let mut v = Vec::new();
+    while at < bytes.len() as u64 {
+        let (packed, count) = (word(at as usize), word(at as usize + 8));
+        v.push((at, 16 + packed, count));
+        at += 16 + packed;
+    }
+    assert_eq!(at, bytes.len() as u64, "chunks end at the end of the file");
+    (first, v)
+}
+
+// A trace cut anywhere after its header opens (exit 0) and says where reading stopped:
+// between chunks it lacks its end record, inside a chunk it is truncated at that chunk's
+// start; the records of the complete chunks before are all read.
+captest!(a_cut_trace_reports_how_far_it_got, |dir| {
+    let run = Workload::new("wl_threads")
+        .arg("16")
+        .arg("1000")
+        .run_traced(dir);
+    let full_path = run.single_trace().path;
+    let bytes = std::fs::read(&full_path).unwrap();
+    let (first, list) = chunks(&bytes);
+    assert!(list.len() >= 3, "want several chunks, got {list:?}");
+    let records_before = |k: usize| list[..k].iter().map(|c| c.2).sum::<u64>();
+    let mut cuts: Vec<(u64, &str, u64, u64)> = vec![(first, "no-end-record", first, 0)];
+    // The first two chunks and the last one: a cut before any event, one after complete
+    // chunks, and one in the chunk holding the end record.
+    let n = list.len();
+    for (k, &(start, len, _)) in list.iter().enumerate() {
+        if k > 1 && k < n - 1 {
+            continue;
+        }
+        if k > 0 {
+            cuts.push((start, "no-end-record", start, records_before(k)));
+        }
+        cuts.push((start + 7, "truncated", start, records_before(k)));
+        cuts.push((start + len / 2, "truncated", start, records_before(k)));
+    }
+    let last = list.last().unwrap().0;
+    cuts.push((
+        bytes.len() as u64 - 1,
+        "truncated",
+        last,
+        records_before(list.len() - 1),
+    ));
+    for (cut, kind, offset, records) in cuts {
+        let path = dir.join(format!("cut-{cut}.vtrace"));
+        std::fs::write(&path, &bytes[..cut as usize]).unwrap();
+        let r = report_json(&path);
+        let reading = &r["reading"];
+        assert_eq!(reading["complete"], false, "cut at {cut}");
+        assert_eq!(reading["ending"]["kind"], kind, "cut at {cut}");
+        assert_eq!(reading["ending"]["offset"], offset, "cut at {cut}");
+        assert_eq!(reading["records"], records, "cut at {cut}");
+        // The table says the same in words.
+        let out = vramtrace_command()
+            .arg("report")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "cut at {cut}: {}",
+            text(&out.stderr)
+        );
+        let words = match kind {
+            "truncated" => format!("truncated: cut off inside the chunk at byte {offset}"),
+            _ => format!("no end record: the trace stops at byte {offset}"),
+        };
+        assert!(
+            text(&out.stdout).contains(&words),
+            "cut at {cut}: {}",
+            text(&out.stdout)
+        );
+    }
+    let whole = report_json(&full_path);
+    assert_eq!(whole["reading"]["complete"], true);
+    assert_eq!(whole["reading"]["records"], records_before(list.len()));
+});
+
+// A file that is not a trace (or is cut inside its header): exit 2 and one error line.
+captest!(a_file_that_is_no_trace_is_one_error_line, |dir| {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let random: Vec<u8> = (0..65536)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let path = dir.join("random.bin");
+    std::fs::write(&path, &random).unwrap();
+    let run = Workload::new("wl_runtime").run_traced(dir);
+    let trace = std::fs::read(run.single_trace().path).unwrap();
+    let cut = dir.join("header-cut.bin");
+    std::fs::write(&cut, &trace[..20]).unwrap();
+    for p in [&path, &cut] {
+        for json in [false, true] {
+            let mut c = vramtrace_command();
+            c.arg("report");
+            if json {
+                c.arg("--json");
+            }
+            let out = c.arg(p).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{}", p.display());
+            assert_eq!(text(&out.stdout), "", "{}", p.display());
+            let err = text(&out.stderr);
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.starts_with("error: ") && err.contains(&*p.to_string_lossy()),
+                "{err}"
+            );
+        }
+    }
+});
