@@ -97,6 +97,17 @@ impl Calibration {
                 ns_per_tick: 1.0,
             };
         }
+        // A rate measured before (by this process, or by the parent this one was forked from)
+        // holds: the counter's rate does not change.
+        let q = RAW_PER_NS_Q32.load(Ordering::Relaxed);
+        if q != 0 {
+            return Calibration {
+                tsc,
+                base_raw: r0,
+                base_ns: n0,
+                ns_per_tick: 4_294_967_296.0 / q as f64,
+            };
+        }
         std::thread::sleep(settle);
         let mut c = Calibration {
             tsc,

@@ -341,7 +341,8 @@ impl Collector {
                 control.flushed.store(flush_gen, Ordering::Release);
             }
             if got == 0 {
-                std::thread::sleep(POLL);
+                // Parked rather than slept: the exit path unparks it to finish at once.
+                std::thread::park_timeout(POLL);
             }
         }
     }
@@ -408,5 +409,7 @@ pub fn spawn(session: &'static Session, warnings: Vec<String>) -> std::io::Resul
             c.sink.flush();
             c.run();
         })
-        .map(|_| ())
+        .map(|handle| {
+            let _ = session.control.collector.set(handle.thread().clone());
+        })
 }

@@ -119,6 +119,11 @@ fn flush_and_wait(finish_reason: u32, limit: Duration) -> bool {
     if finish_reason != 0 {
         s.control.finish.store(finish_reason, Ordering::Release);
     }
+    // Wake the collector instead of waiting out its poll (unpark is one atomic swap and a futex
+    // wake: no lock, no allocation, usable from a signal handler).
+    if let Some(t) = s.control.collector.get() {
+        t.unpark();
+    }
     let start = Instant::now();
     while start.elapsed() < limit {
         let done = if finish_reason != 0 {

@@ -74,6 +74,8 @@ pub struct Control {
     pub finished: AtomicU8,
     /// Kernel thread id of the collector (hooks called on it are never traced).
     pub collector_tid: AtomicU32,
+    /// The collector thread, to wake it when a flush or the end is asked for.
+    pub collector: OnceLock<std::thread::Thread>,
 }
 
 /// The live session of this process.

@@ -27,9 +27,9 @@
 //! could a cached *line* be stale — a function regenerated under the same name and file with
 //! lines moved inside it, by code generation that frees the old one first; the name is right
 //! even then. Names are deduplicated by content, so a code object renamed after a fingerprint
-//! change (a string's hash computed meanwhile by another thread) keeps its id. Lines are cached
-//! per (code address, instruction) under the same fingerprint, so a hot call site costs one hash
-//! look-up per frame.
+//! change (a string's hash computed meanwhile by another thread) keeps its id. Call sites (code
+//! address, instruction) are cached with their id and line, checked against a hash of the
+//! fingerprint, in a direct-mapped table: a hot call site costs one cache line per frame.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -41,8 +41,11 @@ use vramtrace_collector::format::PyFrame;
 use super::layout::{self, plausible, rd, Layout, Runtime};
 use super::{linetable, Codes, CODES};
 
-/// Cache sizes past which a cache starts over (a program that keeps compiling new code).
-const MAX_SITES: usize = 1 << 16;
+/// Call sites remembered (a power of two): direct-mapped, 32 bytes each, so a look-up is one
+/// cache line whatever the interpreter did to the caches since the last capture.
+const SITES: usize = 4096;
+/// Fingerprints remembered past which the table starts over (a program that keeps compiling new
+/// code); names stay, deduplicated by content.
 const MAX_FINGERPRINTS: usize = 1 << 16;
 /// Longest string or line table read, in bytes.
 const MAX_BYTES: usize = 1 << 20;
@@ -65,11 +68,22 @@ struct Fingerprint {
     table_len: usize,
 }
 
-/// A call site seen before: the frame it gave.
+/// A call site seen before: the frame it gave, under a hash of the fingerprint then.
 #[derive(Clone, Copy)]
 struct Site {
-    fingerprint: Fingerprint,
+    code: usize,
+    index: isize,
+    check: u64,
     frame: PyFrame,
+}
+
+impl Site {
+    const EMPTY: Site = Site {
+        code: 0,
+        index: 0,
+        check: 0,
+        frame: PyFrame { code: 0, line: 0 },
+    };
 }
 
 /// FxHash (rustc's): a multiply and a rotate per word; keys here are addresses, not attacker
@@ -106,8 +120,8 @@ type Fx = BuildHasherDefault<FxHasher>;
 
 /// The raw walk's caches, kept inside the code table (one lock for both).
 pub(super) struct RawNames {
-    /// (code address, instruction index) → the frame it gave, with the fingerprint then.
-    sites: Option<HashMap<(usize, isize), Site, Fx>>,
+    /// Call sites by (code address, instruction index); code address 0 never matches.
+    sites: [Site; SITES],
     /// Fingerprint → code id.
     ids: Option<HashMap<Fingerprint, u32, Fx>>,
 }
@@ -115,10 +129,51 @@ pub(super) struct RawNames {
 impl RawNames {
     pub(super) const fn new() -> RawNames {
         RawNames {
-            sites: None,
+            sites: [Site::EMPTY; SITES],
             ids: None,
         }
     }
+}
+
+impl Fingerprint {
+    /// A 64-bit summary for the call-site check: independent multiplies by distinct odd constants
+    /// (no chain of dependent steps), so it costs little more than the loads that fed it.
+    #[inline]
+    fn check(&self) -> u64 {
+        let f = [
+            self.code as u64,
+            self.first_line as u64,
+            self.units as u64,
+            self.file as u64,
+            self.file_hash as u64,
+            self.qualname as u64,
+            self.qualname_hash as u64,
+            self.table as u64,
+            self.table_len as u64,
+        ];
+        const K: [u64; 9] = [
+            0x9e37_79b9_7f4a_7c15,
+            0xc2b2_ae3d_27d4_eb4f,
+            0x1656_67b1_9e37_79f9,
+            0x85eb_ca77_c2b2_ae63,
+            0x27d4_eb2f_1656_67c5,
+            0xff51_afd7_ed55_8ccd,
+            0xc4ce_b9fe_1a85_ec53,
+            0x5851_f42d_4c95_7f2d,
+            0x1405_7b7e_f767_814f,
+        ];
+        f.iter()
+            .zip(K)
+            .fold(0, |h, (&v, k)| h ^ v.wrapping_mul(k).rotate_left(31))
+    }
+}
+
+/// The call-site slot of instruction `index` of the code object at `code`.
+#[inline]
+fn slot(code: usize, index: isize) -> usize {
+    let h = (code as u64 ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .wrapping_mul(0xff51_afd7_ed55_8ccd);
+    (h >> (64 - SITES.trailing_zeros())) as usize
 }
 
 /// Fills `out` with the calling thread's Python stack, innermost first; returns how many frames
@@ -257,11 +312,11 @@ unsafe fn site(
 ) -> Option<PyFrame> {
     // SAFETY: the caller's contract.
     let fingerprint = unsafe { fingerprint(rt, code, units) }?;
-    let sites = codes.raw.sites.get_or_insert_with(HashMap::default);
-    if let Some(s) = sites.get(&(code, index)) {
-        if s.fingerprint == fingerprint {
-            return Some(s.frame);
-        }
+    let check = fingerprint.check();
+    let slot = slot(code, index);
+    let site = &codes.raw.sites[slot];
+    if site.code == code && site.index == index && site.check == check {
+        return Some(site.frame);
     }
     let known = codes
         .raw
@@ -292,11 +347,12 @@ unsafe fn site(
     };
     let line = linetable::line_at(table, fingerprint.first_line, index).unwrap_or(0);
     let frame = PyFrame { code: id, line };
-    let sites = codes.raw.sites.get_or_insert_with(HashMap::default);
-    if sites.len() >= MAX_SITES {
-        sites.clear();
-    }
-    sites.insert((code, index), Site { fingerprint, frame });
+    codes.raw.sites[slot] = Site {
+        code,
+        index,
+        check,
+        frame,
+    };
     Some(frame)
 }
 
