@@ -63,7 +63,7 @@ const SETUPS: &[Setup] = &[
     },
 ];
 
-const RUNS: usize = 5;
+const RUNS: usize = 9;
 
 fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("bench executable path");
@@ -124,17 +124,23 @@ fn main() {
     // `cargo bench` passes --bench; nothing else is accepted.
     let lib = library();
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut results: Vec<(&str, BTreeMap<String, f64>)> = Vec::new();
-    for setup in SETUPS {
-        let mut per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        for _ in 0..RUNS {
+    // Runs interleave the setups, so a change in the machine's load hits all of them alike.
+    let mut per: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); SETUPS.len()];
+    for _ in 0..RUNS {
+        for (i, setup) in SETUPS.iter().enumerate() {
             for (k, v) in run_once(setup, &lib, dir.path()) {
-                per.entry(k).or_default().push(v);
+                per[i].entry(k).or_default().push(v);
             }
         }
-        let med = per.into_iter().map(|(k, v)| (k, median(v))).collect();
-        results.push((setup.name, med));
     }
+    let results: Vec<(&str, BTreeMap<String, f64>)> = SETUPS
+        .iter()
+        .zip(per)
+        .map(|(setup, p)| {
+            let med = p.into_iter().map(|(k, v)| (k, median(v))).collect();
+            (setup.name, med)
+        })
+        .collect();
     println!("median ns per call over {RUNS} runs × 7 rounds (bench_calls)");
     println!(
         "{:<32} {:>20} {:>20} {:>22}",

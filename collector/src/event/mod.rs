@@ -109,6 +109,8 @@ pub enum CommEnd {
 
 /// What an intercepted call did. Pointers, handles and sizes are exactly what the program passed
 /// or got back; for a failed call the out-values are 0 and the request is kept.
+///
+/// Variants are serialized by index: new ones are only ever appended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
     /// A pointer-returning allocation (device, async, managed, pitched, pinned host).
@@ -192,8 +194,6 @@ pub enum Op {
     CtxCreate { ctx: u64, device: i32, flags: u32 },
     /// A context destroyed: everything allocated in it is gone.
     CtxDestroy { ctx: u64 },
-    /// A reference to a device's primary context taken (`cuDevicePrimaryCtxRetain`).
-    PrimaryCtxRetain { device: i32, ctx: u64 },
     /// A reference to a device's primary context released.
     PrimaryCtxRelease { device: i32 },
     /// A device's primary context reset: everything allocated in it is gone.
@@ -249,4 +249,6 @@ pub enum Op {
     /// The driver's own view of the event's device, sampled by the tracer (`cuMemGetInfo`): bytes
     /// free and total on the device, all processes included.
     DeviceMemory { free: u64, total: u64 },
+    /// A reference to a device's primary context taken (`cuDevicePrimaryCtxRetain`).
+    PrimaryCtxRetain { device: i32, ctx: u64 },
 }

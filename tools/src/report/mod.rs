@@ -74,6 +74,9 @@ pub struct Report<'a> {
     pub anomalies: AnomalyList<'a>,
     pub calls: Vec<ApiCount>,
     pub teardown: Teardown,
+    /// Per device, the driver's used memory against what the trace explains (from the tracer's
+    /// `cuMemGetInfo` samples).
+    pub device_accounting: Vec<DeviceAccounting>,
     pub lookups: Notes<'a, Lookup>,
     pub warnings: Notes<'a, String>,
     pub modules: Vec<ModuleFacts<'a>>,
@@ -86,6 +89,27 @@ pub struct Report<'a> {
     pub top: usize,
     #[serde(skip)]
     pub state: &'a vramtrace_collector::live::LiveState,
+}
+
+/// One device's accounting at the tracer's last sample.
+#[derive(Serialize)]
+pub struct DeviceAccounting {
+    pub device: i32,
+    /// Device memory, bytes.
+    pub total: u64,
+    pub samples: u64,
+    /// Bytes in use by the driver's count (all processes).
+    pub driver_used: u64,
+    /// Bytes in use at the first sample that the trace did not hold: the context, the driver's
+    /// own reservations, other processes.
+    pub context_baseline: u64,
+    /// Device bytes the trace held live at the last sample.
+    pub traced_live: u64,
+    /// driver_used − context_baseline − traced_live (negative: the trace holds more than the
+    /// driver reports beyond the baseline).
+    pub unexplained: i64,
+    /// Sequence number of the last sample.
+    pub at_seq: u64,
 }
 
 #[derive(Serialize)]
@@ -319,6 +343,19 @@ impl<'a> Report<'a> {
             },
             calls: state.calls(),
             teardown: state.teardown(),
+            device_accounting: state
+                .device_accounts()
+                .map(|a| DeviceAccounting {
+                    device: a.device,
+                    total: a.total,
+                    samples: a.samples,
+                    driver_used: a.last_used,
+                    context_baseline: a.baseline(),
+                    traced_live: a.last_traced,
+                    unexplained: a.unexplained(),
+                    at_seq: a.last_seq,
+                })
+                .collect(),
             lookups: Notes {
                 total: state.lookups_total(),
                 list: state.lookups(),

@@ -179,6 +179,39 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         }
         emit(out, "By device", &t)?;
     }
+    if !r.device_accounting.is_empty() {
+        let mut t = table(
+            &[
+                "device",
+                "driver used",
+                "context baseline",
+                "traced live",
+                "unexplained",
+                "samples",
+            ],
+            &[1, 2, 3, 4, 5],
+        );
+        for a in &r.device_accounting {
+            let unexplained = if a.unexplained < 0 {
+                format!("-{}", bytes(a.unexplained.unsigned_abs()))
+            } else {
+                bytes(a.unexplained as u64)
+            };
+            t.add_row(vec![
+                a.device.to_string(),
+                bytes(a.driver_used),
+                bytes(a.context_baseline),
+                bytes(a.traced_live),
+                unexplained,
+                a.samples.to_string(),
+            ]);
+        }
+        emit(
+            out,
+            "Device accounting (driver's cuMemGetInfo at the last sample; baseline = used at the first sample minus what the trace held then)",
+            &t,
+        )?;
+    }
     if !s.by_category.is_empty() {
         let mut t = table(&["category", "objects", "bytes", "counts as"], &[1, 2]);
         for c in &s.by_category {
