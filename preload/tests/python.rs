@@ -2,13 +2,15 @@
 //! CUDA runtime stand-in (built here with `cc`) through `ctypes.CDLL`, which releases the GIL
 //! like PyTorch does, and through `ctypes.PyDLL`, which keeps it; the trace must name the exact
 //! Python frames (file, qualified name, line), innermost first, on both paths, for nested calls,
-//! a method, a generator, non-ASCII names, a `threading.Thread`, and mark the stack of a C
+//! a method, a generator, non-ASCII names, functions regenerated at run time, `threading.Thread`s
+//! (also four at once while another thread churns code objects), and mark the stack of a C
 //! thread that runs no Python as inferred. The program's output must not change under the
-//! tracer.
+//! tracer. A last test measures what Python stacks cost per event.
 //!
 //! Runs with `python3` (required) and with every other CPython 3.11–3.13 found under pyenv or
-//! `/usr/bin`; a 3.10 found there checks that an interpreter without a known layout gets no raw
-//! walking. The tracer is the `libvramtrace.so` cargo built next to this test.
+//! `/usr/bin`; a 3.9 or 3.10 found there checks that an interpreter without a known layout gets
+//! no raw walking. The tracer is the `libvramtrace.so` cargo built with this test. The programs
+//! are in `python/scripts.rs`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,116 +20,19 @@ use std::sync::OnceLock;
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::{PyCode, PyFrame, Record, TraceReader};
 
-/// The stand-in: `cudaMalloc`/`cudaFree` on the host heap, and a C thread that allocates.
-const STANDIN_C: &str = r#"
-#include <pthread.h>
-#include <stdlib.h>
-int cudaMalloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
-int cudaFree(void *p) { free(p); return 0; }
-static void *c_worker(void *arg) { void *p = 0; cudaMalloc(&p, (size_t)arg); return p; }
-int spawn_c_thread_alloc(size_t n) {
-    pthread_t t;
-    void *p = 0;
-    if (pthread_create(&t, 0, c_worker, (void *)n)) return -1;
-    pthread_join(t, &p);
-    free(p);
-    return p ? 0 : 1;
-}
-int alloc_loop(size_t calls, size_t size) {
-    for (size_t i = 0; i < calls; i++) {
-        void *p = 0;
-        if (cudaMalloc(&p, size)) return 1;
-        cudaFree(p);
-    }
-    return 0;
-}
-"#;
-
-/// The program. `# @name` marks the line a frame must name; each allocation has its own size.
-const SCRIPT: &str = r#"import ctypes
-import sys
-import threading
-
-released = ctypes.CDLL(sys.argv[1])
-held = ctypes.PyDLL(sys.argv[1])
-for dll in (released, held):
-    dll.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
-    dll.cudaMalloc.restype = ctypes.c_int
-released.spawn_c_thread_alloc.argtypes = [ctypes.c_size_t]
-kept = []
-
-
-def alloc(dll, size):
-    p = ctypes.c_void_p()
-    rc = dll.cudaMalloc(ctypes.byref(p), size)  # @alloc
-    kept.append(p)
-    return rc
-
-
-def inner(dll, size):
-    return alloc(dll, size)  # @inner
-
-
-def outer(dll, size):
-    return inner(dll, size)  # @outer
-
-
-class Model:
-    def forward(self, dll, size):
-        return outer(dll, size)  # @forward
-
-
-def steps(dll, base):
-    for i in range(2):
-        yield alloc(dll, base + i)  # @steps
-
-
-def größe(dll, size):
-    return alloc(dll, size)  # @latin1
-
-
-def 分配(dll, size):
-    return alloc(dll, size)  # @ucs2
-
-
-def worker(size):
-    alloc(released, size)  # @worker
-
-
-def regenerated(dll, size, n):
-    namespace = {"alloc": alloc, "dll": dll}
-    source = "\n" * n + "def gen(size):\n    return alloc(dll, size)\n"
-    exec(compile(source, "<generated>", "exec"), namespace)
-    return namespace["gen"](size)  # @regenerated
-
-
-def main():
-    print("released", alloc(released, 1001))  # @main_released
-    print("held", alloc(held, 1002))  # @main_held
-    print("nested released", Model().forward(released, 1003))  # @main_nested_released
-    print("nested held", Model().forward(held, 1004))  # @main_nested_held
-    print("generator released", list(steps(released, 1005)))  # @main_gen_released
-    print("generator held", list(steps(held, 1007)))  # @main_gen_held
-    print("names", größe(released, 1009), 分配(released, 1010), 分配(held, 1011))  # @main_names
-    t = threading.Thread(target=worker, args=(1012,))
-    t.start()
-    t.join()
-    print("thread joined")
-    alloc(held, 1013)  # @main_before_c
-    print("c thread", released.spawn_c_thread_alloc(1014))
-    for n in range(6):
-        # Each `gen` dies before the next is made, which may take its address.
-        print("regenerated", regenerated(released, 2000 + n, n))  # @main_regenerated
-    print("allocations", len(kept))
-
-
-main()  # @module
-"#;
+#[path = "python/scripts.rs"]
+mod scripts;
+use scripts::{BENCH, SCRIPT, STANDIN_C, THREADS_SCRIPT};
 
 /// The line of `# @marker` in the script.
 fn line(marker: &str) -> u32 {
+    line_in(SCRIPT, marker)
+}
+
+/// The line of `# @marker` in `script`.
+fn line_in(script: &str, marker: &str) -> u32 {
     let tag = format!("# @{marker}");
-    SCRIPT
+    script
         .lines()
         .position(|l| l.ends_with(&tag))
         .unwrap_or_else(|| panic!("no {tag} in the script")) as u32
@@ -139,6 +44,7 @@ struct Fixture {
     _dir: tempfile::TempDir,
     library: PathBuf,
     script: PathBuf,
+    threads_script: PathBuf,
 }
 
 fn fixture() -> &'static Fixture {
@@ -157,10 +63,13 @@ fn fixture() -> &'static Fixture {
         assert!(out.status.success(), "cc: {}", text(&out.stderr));
         let script = dir.path().join("alloc_sites.py");
         std::fs::write(&script, SCRIPT).unwrap();
+        let threads_script = dir.path().join("alloc_threads.py");
+        std::fs::write(&threads_script, THREADS_SCRIPT).unwrap();
         Fixture {
             _dir: dir,
             library,
             script,
+            threads_script,
         }
     })
 }
@@ -302,12 +211,13 @@ impl Trace {
     }
 }
 
-/// Runs the script with `python` without and with the tracer; checks the output is the same.
-fn run_both(python: &Path, dir: &Path, env: &[(&str, &str)]) -> (Trace, Output) {
+/// Runs `script` with `python` without and with the tracer (traces in `dir`); checks that the
+/// output is the same.
+fn run_both(python: &Path, script: &Path, dir: &Path) -> (Trace, Output) {
     let f = fixture();
     let command = || {
         let mut c = Command::new(python);
-        c.arg(&f.script).arg(&f.library).env_remove("LD_PRELOAD");
+        c.arg(script).arg(&f.library).env_remove("LD_PRELOAD");
         for (k, _) in std::env::vars() {
             if k.starts_with("VRAMTRACE_") {
                 c.env_remove(k);
@@ -320,8 +230,7 @@ fn run_both(python: &Path, dir: &Path, env: &[(&str, &str)]) -> (Trace, Output) 
     let mut traced = command();
     traced
         .env("LD_PRELOAD", tracer())
-        .env("VRAMTRACE_OUTPUT", dir.join("t-%p.vtrace"))
-        .envs(env.iter().copied());
+        .env("VRAMTRACE_OUTPUT", dir.join("t-%p.vtrace"));
     let traced = traced.output().unwrap();
     assert_eq!(
         text(&plain.stdout),
@@ -345,7 +254,7 @@ fn expect(frames: &[(&str, &str)]) -> Vec<Named> {
 
 fn check_interpreter(python: &Path) {
     let dir = tempfile::tempdir().unwrap();
-    let (trace, plain) = run_both(python, dir.path(), &[]);
+    let (trace, plain) = run_both(python, &fixture().script, dir.path());
     assert!(text(&plain.stdout).contains("allocations 19"));
     let who = python.display();
     let own = |size: u64, want: &[(&str, &str)]| {
@@ -467,11 +376,43 @@ fn frames_are_exact_with_and_without_the_gil() {
 }
 
 #[test]
+fn threads_allocating_together_each_get_their_own_frames() {
+    for python in interpreters(&[11, 12, 13]) {
+        let dir = tempfile::tempdir().unwrap();
+        let (trace, _) = run_both(&python, &fixture().threads_script, dir.path());
+        let file = fixture().threads_script.display().to_string();
+        let want = [
+            (
+                file.clone(),
+                "alloc".to_string(),
+                line_in(THREADS_SCRIPT, "alloc"),
+            ),
+            (
+                file,
+                "worker".to_string(),
+                line_in(THREADS_SCRIPT, "worker"),
+            ),
+        ];
+        let mut threads = HashMap::new();
+        for k in 0..4u64 {
+            for i in 0..300 {
+                let e = trace.alloc(10000 * (k + 1) + i);
+                assert!(!e.py_inferred, "{}: {k}/{i}", python.display());
+                let frames = trace.frames(e);
+                assert_eq!(frames[..2], want, "{}: {k}/{i}", python.display());
+                assert_eq!(*threads.entry(k).or_insert(e.thread), e.thread);
+            }
+        }
+        assert_eq!(threads.len(), 4);
+    }
+}
+
+#[test]
 fn interpreters_without_a_known_layout_are_not_read_raw() {
     for python in interpreters(&[9, 10]) {
         eprintln!("checking {}", python.display());
         let dir = tempfile::tempdir().unwrap();
-        let (trace, _) = run_both(&python, dir.path(), &[]);
+        let (trace, _) = run_both(&python, &fixture().script, dir.path());
         // Through the C API, with the GIL: its own frames.
         let held = trace.alloc(1002);
         assert!(!held.py_inferred);
@@ -481,37 +422,6 @@ fn interpreters_without_a_known_layout_are_not_read_raw() {
         assert!(trace.alloc(1003).py_inferred);
     }
 }
-
-/// Allocates in a C loop called from 32 Python frames deep and prints the best time per
-/// allocation (and free) of 7 rounds, pausing between rounds so the collector catches up. The
-/// time is the calling thread's CPU time: the hooks' own cost, not the collector's or other
-/// programs' on a shared machine.
-const BENCH: &str = r#"import ctypes
-import sys
-import time
-
-path, gil, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-dll = ctypes.CDLL(path) if gil == "released" else ctypes.PyDLL(path)
-dll.alloc_loop.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
-
-
-def rounds():
-    best = None
-    for _ in range(7):
-        time.sleep(0.05)
-        start = time.thread_time_ns()
-        dll.alloc_loop(calls, 64)
-        took = time.thread_time_ns() - start
-        best = took if best is None else min(best, took)
-    print(best / calls)
-
-
-def nest(k):
-    return nest(k - 1) if k else rounds()
-
-
-nest(30)
-"#;
 
 /// Nanoseconds per `cudaMalloc` call of the benchmark script.
 fn ns_per_call(python: &Path, gil: &str, env: Option<&[(&str, &str)]>) -> f64 {

@@ -40,8 +40,8 @@ pub struct Event {
     pub caller: u64,
     /// Interned native stack (see `format::Record::Stack`), 0 when none.
     pub stack: StackId,
-    /// Interned Python stack (see `format::Record::PyStack`), 0 when none (no Python, or the
-    /// calling thread did not hold the GIL).
+    /// Interned Python stack (see `format::Record::PyStack`), 0 when none (no Python in the
+    /// process, or a thread with no Python frames and none seen before on any thread).
     pub py_stack: StackId,
     /// The Python stack is not this thread's own (it runs no Python, like PyTorch's autograd
     /// threads) but the last one captured on any thread before this call.

@@ -21,7 +21,8 @@ pub struct Config {
     pub output: String,
     /// Native frames captured per event; 0 turns stack capture off.
     pub stack_depth: usize,
-    /// Python frames captured per allocation when the calling thread holds the GIL; 0: none.
+    /// Python frames captured per allocation (through the C API when the thread holds the GIL,
+    /// else by reading the thread's own interpreter frames); 0: none.
     pub python_depth: usize,
     /// The NVTX range whose push marks the start of a training step.
     pub step_range: Option<String>,

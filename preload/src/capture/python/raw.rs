@@ -120,8 +120,9 @@ type Fx = BuildHasherDefault<FxHasher>;
 
 /// The raw walk's caches, kept inside the code table (one lock for both).
 pub(super) struct RawNames {
-    /// Call sites by (code address, instruction index); code address 0 never matches.
-    sites: [Site; SITES],
+    /// Call sites by (code address, instruction index); code address 0 never matches. Allocated
+    /// on first use (128 KiB), so processes without Python pay nothing.
+    sites: Option<Box<[Site]>>,
     /// Fingerprint → code id.
     ids: Option<HashMap<Fingerprint, u32, Fx>>,
 }
@@ -129,7 +130,7 @@ pub(super) struct RawNames {
 impl RawNames {
     pub(super) const fn new() -> RawNames {
         RawNames {
-            sites: [Site::EMPTY; SITES],
+            sites: None,
             ids: None,
         }
     }
@@ -314,7 +315,11 @@ unsafe fn site(
     let fingerprint = unsafe { fingerprint(rt, code, units) }?;
     let check = fingerprint.check();
     let slot = slot(code, index);
-    let site = &codes.raw.sites[slot];
+    let sites = codes
+        .raw
+        .sites
+        .get_or_insert_with(|| vec![Site::EMPTY; SITES].into_boxed_slice());
+    let site = &sites[slot];
     if site.code == code && site.index == index && site.check == check {
         return Some(site.frame);
     }
@@ -347,12 +352,14 @@ unsafe fn site(
     };
     let line = linetable::line_at(table, fingerprint.first_line, index).unwrap_or(0);
     let frame = PyFrame { code: id, line };
-    codes.raw.sites[slot] = Site {
-        code,
-        index,
-        check,
-        frame,
-    };
+    if let Some(sites) = codes.raw.sites.as_mut() {
+        sites[slot] = Site {
+            code,
+            index,
+            check,
+            frame,
+        };
+    }
     Some(frame)
 }
 
@@ -498,3 +505,7 @@ unsafe fn bytes_len(rt: &Runtime, obj: usize) -> Option<usize> {
     };
     usize::try_from(len).ok().filter(|&n| n <= MAX_BYTES)
 }
+
+#[cfg(test)]
+#[path = "raw_tests.rs"]
+mod tests;

@@ -1,0 +1,128 @@
+//! Per-thread unwinding state: the bounds of this thread's stack (the only memory the unwinder
+//! may read) and framehop's rule cache, which is mutable and so cannot be shared.
+//!
+//! The state is allocated on a thread's first capture and reached through a `const` thread-local
+//! pointer without a destructor, so it can be asked for at any point of a thread's life, even
+//! while its other thread-locals are being destroyed. A second thread-local whose destructor
+//! frees the state is registered alongside; after it ran, captures on that thread fall back (see
+//! [`with`]).
+
+use std::cell::Cell;
+use std::ptr;
+
+use framehop::x86_64::CacheX86_64;
+
+/// The unwinding state of one thread.
+pub struct ThreadUnwind {
+    /// Lowest and one-past-highest address of this thread's stack; (0, 0) if unknown.
+    pub stack: (u64, u64),
+    pub cache: CacheX86_64,
+}
+
+/// Sentinels of [`STATE`] besides null (not yet allocated) and a live state.
+const IN_USE: *mut ThreadUnwind = ptr::without_provenance_mut(1);
+const GONE: *mut ThreadUnwind = ptr::without_provenance_mut(2);
+
+thread_local! {
+    static STATE: Cell<*mut ThreadUnwind> = const { Cell::new(ptr::null_mut()) };
+    static RECLAIM: Reclaim = const { Reclaim };
+}
+
+/// Frees the thread's state when the thread exits.
+struct Reclaim;
+
+impl Drop for Reclaim {
+    fn drop(&mut self) {
+        let p = STATE.replace(GONE);
+        if !p.is_null() && p != IN_USE && p != GONE {
+            // SAFETY: a live state pointer came from Box::into_raw in `with` and, having been
+            // swapped out, is referenced by nothing else.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+/// Runs `f` with this thread's unwinding state; `None` when there is none to be had: the thread
+/// is exiting (its state is freed), or a capture is already running on it (a signal handler that
+/// captures while the interrupted code captured) — the state is taken out while in use, so `f`
+/// has it exclusively.
+pub fn with<R>(f: impl FnOnce(&mut ThreadUnwind) -> R) -> Option<R> {
+    let mut p = STATE.replace(IN_USE);
+    if p == IN_USE || p == GONE {
+        STATE.set(p);
+        return None;
+    }
+    if p.is_null() {
+        // Registers the destructor; refused once the thread's thread-locals are torn down, when
+        // a state allocated now would never be freed.
+        if RECLAIM.try_with(|_| ()).is_err() {
+            STATE.set(GONE);
+            return None;
+        }
+        p = Box::into_raw(Box::new(ThreadUnwind {
+            stack: stack_bounds().unwrap_or((0, 0)),
+            cache: CacheX86_64::new(),
+        }));
+    }
+    // SAFETY: `p` is this thread's live state from Box::into_raw; STATE holds IN_USE meanwhile,
+    // so no other call (nested on this thread) can reach it, and no other thread ever does.
+    let r = f(unsafe { &mut *p });
+    STATE.set(p);
+    Some(r)
+}
+
+/// The calling thread's stack, as the threads library knows it (for the main thread glibc reads
+/// it from /proc/self/maps, once).
+fn stack_bounds() -> Option<(u64, u64)> {
+    // SAFETY: pthread_attr_t is plain data that pthread_getattr_np fills in; it is destroyed
+    // only after a successful getattr, and getstack only writes our locals.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 || addr.is_null() || size == 0 {
+            return None;
+        }
+        let lo = addr as u64;
+        Some((lo, lo.checked_add(size as u64)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stack_bounds_hold_the_current_frame() {
+        let local = 0u64;
+        let here = &local as *const u64 as u64;
+        for bounds in [
+            with(|t| t.stack).unwrap(),
+            std::thread::spawn(|| {
+                let local = 0u64;
+                let here = &local as *const u64 as u64;
+                let b = with(|t| t.stack).unwrap();
+                assert!(b.0 <= here && here < b.1, "{b:x?} {here:x}");
+                b
+            })
+            .join()
+            .unwrap(),
+        ] {
+            assert!(bounds.1 > bounds.0);
+        }
+        let b = with(|t| t.stack).unwrap();
+        assert!(b.0 <= here && here < b.1, "{b:x?} {here:x}");
+    }
+
+    #[test]
+    fn a_nested_use_is_refused() {
+        let nested = with(|_| with(|_| ()).is_none()).unwrap();
+        assert!(nested);
+        assert!(with(|_| ()).is_some(), "the state is back after use");
+    }
+}
