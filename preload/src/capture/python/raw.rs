@@ -177,6 +177,11 @@ fn slot(code: usize, index: isize) -> usize {
     (h >> (64 - SITES.trailing_zeros())) as usize
 }
 
+/// Whether the running interpreter is one whose frames can be read directly.
+pub(super) fn available() -> bool {
+    RUNTIME.get_or_init(Runtime::find).is_some()
+}
+
 /// Fills `out` with the calling thread's Python stack, innermost first; returns how many frames
 /// it filled: 0 when the thread has no Python frames or the interpreter is not one whose memory
 /// we can read.
