@@ -128,38 +128,10 @@ macro_rules! host_register_handler {
 host_register_handler!(mem_host_register, CuMemHostRegister);
 host_register_handler!(mem_host_register_v1, CuMemHostRegisterV1);
 
-unsafe fn mem_alloc_pitch(
-    real: unsafe extern "C" fn(*mut DevPtr, *mut usize, usize, usize, u32) -> i32,
-    caller: usize,
-    dptr: *mut DevPtr,
-    pitch: *mut usize,
-    width: usize,
-    height: usize,
-    element: u32,
-) -> i32 {
-    let call = Call::begin(Api::CuMemAllocPitch, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(dptr, pitch, width, height, element) };
-    call.end(r, || {
-        // SAFETY: written by the real call when it succeeded.
-        let p = unsafe { out(pitch, r) };
-        Op::Alloc {
-            kind: MemKind::Pitched,
-            // SAFETY: as above.
-            ptr: unsafe { out(dptr, r) },
-            size: if r == 0 {
-                p * height as u64
-            } else {
-                width as u64 * height as u64
-            },
-            stream: 0,
-            pool: 0,
-            flags: element,
-            pitch: p,
-        }
-    });
-    r
-}
+handler!(mem_alloc_pitch, CuMemAllocPitch, Create,
+    (dptr: *mut DevPtr, pitch: *mut usize, width: usize, height: usize, element: u32),
+    // SAFETY: the call's own out-parameters.
+    |r| unsafe { super::pitched(r, dptr, pitch, width, height, element) });
 
 hooks! {
     fn cuMemAlloc_v2(dptr: *mut DevPtr, size: usize) -> i32,

@@ -12,27 +12,10 @@ use crate::ffi::{array_bytes, Array3DDescriptor, ArrayDescriptor, IpcMemHandle, 
 type DevPtr = u64;
 type Ptr = *mut c_void;
 
-unsafe fn mem_pool_create(
-    real: unsafe extern "C" fn(*mut Ptr, *const MemPoolProps) -> i32,
-    caller: usize,
-    pool: *mut Ptr,
-    props: *const MemPoolProps,
-) -> i32 {
-    let call = Call::begin(Api::CuMemPoolCreate, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(pool, props) };
-    call.end(r, || Op::PoolCreate {
-        // SAFETY: written by the real call when it succeeded.
-        pool: unsafe { out(pool, r) },
-        device: if props.is_null() {
-            -1
-        } else {
-            // SAFETY: non-null properties the program passed.
-            unsafe { (*props).location.id }
-        },
-    });
-    r
-}
+handler!(mem_pool_create, CuMemPoolCreate, Create,
+    (pool: *mut Ptr, props: *const MemPoolProps),
+    // SAFETY: the call's own arguments.
+    |r| unsafe { super::pool_created(r, pool, props) });
 
 release_handler!(mem_pool_destroy, CuMemPoolDestroy, Ptr, |pool| {
     Op::PoolDestroy { pool: pool as u64 }
@@ -147,65 +130,16 @@ release_handler!(array_destroy, CuArrayDestroy, Ptr, |array| {
     }
 });
 
-unsafe fn ctx_create_v2(
-    real: unsafe extern "C" fn(*mut Ptr, u32, i32) -> i32,
-    caller: usize,
-    ctx: *mut Ptr,
-    flags: u32,
-    device: i32,
-) -> i32 {
-    let call = Call::begin(Api::CuCtxCreateV2, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(ctx, flags, device) };
+handler!(ctx_create_v2, CuCtxCreateV2, Create, (ctx: *mut Ptr, flags: u32, device: i32),
     // SAFETY: written by the real call when it succeeded.
-    call.end(r, || Op::CtxCreate {
-        ctx: unsafe { out(ctx, r) },
-        device,
-        flags,
-    });
-    r
-}
-
-unsafe fn ctx_create_v3(
-    real: unsafe extern "C" fn(*mut Ptr, Ptr, i32, u32, i32) -> i32,
-    caller: usize,
-    ctx: *mut Ptr,
-    params: Ptr,
-    num_params: i32,
-    flags: u32,
-    device: i32,
-) -> i32 {
-    let call = Call::begin(Api::CuCtxCreateV3, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(ctx, params, num_params, flags, device) };
+    |r| Op::CtxCreate { ctx: unsafe { out(ctx, r) }, device, flags });
+handler!(ctx_create_v3, CuCtxCreateV3, Create,
+    (ctx: *mut Ptr, params: Ptr, num_params: i32, flags: u32, device: i32),
     // SAFETY: written by the real call when it succeeded.
-    call.end(r, || Op::CtxCreate {
-        ctx: unsafe { out(ctx, r) },
-        device,
-        flags,
-    });
-    r
-}
-
-unsafe fn ctx_create_v4(
-    real: unsafe extern "C" fn(*mut Ptr, Ptr, u32, i32) -> i32,
-    caller: usize,
-    ctx: *mut Ptr,
-    params: Ptr,
-    flags: u32,
-    device: i32,
-) -> i32 {
-    let call = Call::begin(Api::CuCtxCreateV4, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(ctx, params, flags, device) };
+    |r| Op::CtxCreate { ctx: unsafe { out(ctx, r) }, device, flags });
+handler!(ctx_create_v4, CuCtxCreateV4, Create, (ctx: *mut Ptr, params: Ptr, flags: u32, device: i32),
     // SAFETY: written by the real call when it succeeded.
-    call.end(r, || Op::CtxCreate {
-        ctx: unsafe { out(ctx, r) },
-        device,
-        flags,
-    });
-    r
-}
+    |r| Op::CtxCreate { ctx: unsafe { out(ctx, r) }, device, flags });
 
 release_handler!(ctx_destroy, CuCtxDestroy, Ptr, |ctx| Op::CtxDestroy {
     ctx: ctx as u64

@@ -104,6 +104,28 @@ macro_rules! hooks {
     };
 }
 
+/// A handler: calls the real function once with the program's arguments, then reports `op`
+/// (which may read the arguments and the result `r`).
+macro_rules! handler {
+    ($fn:ident, $api:ident, $order:ident, ($($arg:ident : $ty:ty),*), |$r:ident| $op:expr) => {
+        unsafe fn $fn(
+            real: unsafe extern "C" fn($($ty),*) -> i32,
+            caller: usize,
+            $($arg: $ty),*
+        ) -> i32 {
+            let call = $crate::capture::Call::begin(
+                vramtrace_collector::event::Api::$api,
+                caller,
+                $crate::capture::Order::$order,
+            );
+            // SAFETY: the program's own arguments.
+            let $r = unsafe { real($($arg),*) };
+            call.end($r, || $op);
+            $r
+        }
+    };
+}
+
 /// A handler for an allocation that returns its pointer through the first argument and takes the
 /// size as the second: `(ptr_out, size, extra...)`.
 macro_rules! alloc_handler {

@@ -81,15 +81,53 @@ impl<T> ToU64 for *mut T {
     }
 }
 
-/// A pointer allocation.
-pub fn alloc(kind: MemKind, ptr: u64, size: u64) -> Op {
+/// A pitched allocation (`cudaMallocPitch`, `cuMemAllocPitch`): `pitch × height` bytes once
+/// the call succeeded, the request otherwise.
+///
+/// # Safety
+/// `ptr` and `pitch` are the call's out-parameters (null or writable).
+pub unsafe fn pitched(
+    result: i32,
+    ptr: *const u64,
+    pitch: *const usize,
+    width: usize,
+    height: usize,
+    flags: u32,
+) -> Op {
+    // SAFETY: written by the real call when it succeeded (the caller's contract).
+    let (p, at) = unsafe { (out(pitch, result), out(ptr, result)) };
     Op::Alloc {
-        kind,
-        ptr,
-        size,
+        kind: MemKind::Pitched,
+        ptr: at,
+        size: if result == 0 {
+            p * height as u64
+        } else {
+            width as u64 * height as u64
+        },
         stream: 0,
         pool: 0,
-        flags: 0,
-        pitch: 0,
+        flags,
+        pitch: p,
+    }
+}
+
+/// A memory pool created at `*pool` on the device its properties name.
+///
+/// # Safety
+/// `pool` is the call's out-parameter (null or writable), `props` null or valid.
+pub unsafe fn pool_created(
+    result: i32,
+    pool: *const *mut libc::c_void,
+    props: *const crate::ffi::MemPoolProps,
+) -> Op {
+    Op::PoolCreate {
+        // SAFETY: written by the real call when it succeeded (the caller's contract).
+        pool: unsafe { out(pool, result) },
+        device: if props.is_null() {
+            -1
+        } else {
+            // SAFETY: non-null properties the program passed.
+            unsafe { (*props).location.id }
+        },
     }
 }

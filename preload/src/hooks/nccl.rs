@@ -11,52 +11,28 @@ use crate::ffi::NcclUniqueId;
 
 type Ptr = *mut c_void;
 
-unsafe fn comm_init_rank(
-    real: unsafe extern "C" fn(*mut Ptr, i32, NcclUniqueId, i32) -> i32,
-    caller: usize,
-    comm: *mut Ptr,
-    nranks: i32,
-    id: NcclUniqueId,
-    rank: i32,
-) -> i32 {
-    let call = Call::begin(Api::NcclCommInitRank, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(comm, nranks, id, rank) };
-    call.end(r, || Op::CommInit {
-        // SAFETY: written by the real call when it succeeded.
-        comm: unsafe { out(comm, r) },
-        nranks,
-        rank,
-        parent: 0,
-        color: 0,
-        key: 0,
-    });
-    r
-}
-
-unsafe fn comm_init_rank_config(
-    real: unsafe extern "C" fn(*mut Ptr, i32, NcclUniqueId, i32, Ptr) -> i32,
-    caller: usize,
-    comm: *mut Ptr,
-    nranks: i32,
-    id: NcclUniqueId,
-    rank: i32,
-    config: Ptr,
-) -> i32 {
-    let call = Call::begin(Api::NcclCommInitRankConfig, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(comm, nranks, id, rank, config) };
-    call.end(r, || Op::CommInit {
-        // SAFETY: written by the real call when it succeeded.
-        comm: unsafe { out(comm, r) },
-        nranks,
-        rank,
-        parent: 0,
-        color: 0,
-        key: 0,
-    });
-    r
-}
+handler!(comm_init_rank, NcclCommInitRank, Create,
+(comm: *mut Ptr, nranks: i32, id: NcclUniqueId, rank: i32),
+|r| Op::CommInit {
+    // SAFETY: written by the real call when it succeeded.
+    comm: unsafe { out(comm, r) },
+    nranks,
+    rank,
+    parent: 0,
+    color: 0,
+    key: 0,
+});
+handler!(comm_init_rank_config, NcclCommInitRankConfig, Create,
+(comm: *mut Ptr, nranks: i32, id: NcclUniqueId, rank: i32, config: Ptr),
+|r| Op::CommInit {
+    // SAFETY: written by the real call when it succeeded.
+    comm: unsafe { out(comm, r) },
+    nranks,
+    rank,
+    parent: 0,
+    color: 0,
+    key: 0,
+});
 
 unsafe fn comm_init_all(
     real: unsafe extern "C" fn(*mut Ptr, i32, *const i32) -> i32,

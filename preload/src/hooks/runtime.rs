@@ -100,37 +100,14 @@ release_handler!(mem_pool_destroy, CudaMemPoolDestroy, Ptr, |pool| {
     Op::PoolDestroy { pool: pool as u64 }
 });
 
-unsafe fn malloc_pitch(
-    real: unsafe extern "C" fn(*mut Ptr, *mut usize, usize, usize) -> i32,
-    caller: usize,
-    devptr: *mut Ptr,
-    pitch: *mut usize,
-    width: usize,
-    height: usize,
-) -> i32 {
-    let call = Call::begin(Api::CudaMallocPitch, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(devptr, pitch, width, height) };
-    call.end(r, || {
-        // SAFETY: written by the real call when it succeeded.
-        let p = unsafe { out(pitch, r) };
-        Op::Alloc {
-            kind: MemKind::Pitched,
-            // SAFETY: as above.
-            ptr: unsafe { out(devptr, r) },
-            size: if r == 0 {
-                p * height as u64
-            } else {
-                width as u64 * height as u64
-            },
-            stream: 0,
-            pool: 0,
-            flags: 0,
-            pitch: p,
-        }
-    });
-    r
-}
+handler!(malloc_pitch, CudaMallocPitch, Create,
+    (devptr: *mut Ptr, pitch: *mut usize, width: usize, height: usize),
+    // SAFETY: the call's own out-parameters.
+    |r| unsafe { super::pitched(r, devptr.cast(), pitch, width, height, 0) });
+handler!(mem_pool_create, CudaMemPoolCreate, Create,
+    (pool: *mut Ptr, props: *const MemPoolProps),
+    // SAFETY: the call's own arguments.
+    |r| unsafe { super::pool_created(r, pool, props) });
 
 unsafe fn malloc_3d(
     real: unsafe extern "C" fn(*mut PitchedPtr, Extent) -> i32,
@@ -224,28 +201,6 @@ unsafe fn malloc_3d_array(
         depth: extent.depth as u64,
         format: 0,
         channels: 0,
-    });
-    r
-}
-
-unsafe fn mem_pool_create(
-    real: unsafe extern "C" fn(*mut Ptr, *const MemPoolProps) -> i32,
-    caller: usize,
-    pool: *mut Ptr,
-    props: *const MemPoolProps,
-) -> i32 {
-    let call = Call::begin(Api::CudaMemPoolCreate, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(pool, props) };
-    call.end(r, || Op::PoolCreate {
-        // SAFETY: written by the real call when it succeeded.
-        pool: unsafe { out(pool, r) },
-        device: if props.is_null() {
-            -1
-        } else {
-            // SAFETY: non-null properties the program passed.
-            unsafe { (*props).location.id }
-        },
     });
     r
 }
