@@ -14,6 +14,7 @@
 //! assert!(out.status.success());
 //! ```
 
+pub mod source;
 pub mod trace;
 pub mod traced;
 

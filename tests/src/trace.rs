@@ -82,6 +82,28 @@ impl Trace {
         t
     }
 
+    /// The live state right after the event with sequence number `seq` was applied: the file
+    /// read again from the start and stopped there, as `vramtrace replay` stops.
+    pub fn state_after(&self, seq: u64) -> LiveState {
+        let mut reader = TraceReader::open(&self.path)
+            .unwrap_or_else(|e| panic!("cannot open the trace {}: {e}", self.path.display()));
+        let mut state = LiveState::new();
+        for record in reader.by_ref() {
+            state.apply(&record);
+            if matches!(&record, Record::Event(e) if e.seq == seq) {
+                return state;
+            }
+        }
+        panic!("{}: no event with seq {seq}", self.path.display())
+    }
+
+    /// The ordinal of the event with sequence number `seq` among all event records in file
+    /// order, samples included (1 = the first): what `vramtrace replay` counts as `event N`.
+    pub fn ordinal(&self, seq: u64) -> u64 {
+        let at = self.seqs.iter().position(|&s| s == seq);
+        at.unwrap_or_else(|| panic!("{}: no event with seq {seq}", self.path.display())) as u64 + 1
+    }
+
     /// Events per entry point.
     pub fn counts(&self) -> BTreeMap<Api, u64> {
         let mut m = BTreeMap::new();

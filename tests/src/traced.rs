@@ -64,6 +64,18 @@ fn scrub(c: &mut Command) {
     }
 }
 
+/// Any program (an interpreter, say) with the tracer preloaded, writing `dir/t-%p.vtrace`, and
+/// the stand-ins first on `LD_LIBRARY_PATH` so that it `dlopen`s them; the environment is as
+/// clean as a workload's.
+pub fn traced_program(program: impl AsRef<OsStr>, dir: &Path) -> Command {
+    let mut c = Command::new(program);
+    scrub(&mut c);
+    c.env("LD_LIBRARY_PATH", crate::standin_ld_library_path())
+        .env("LD_PRELOAD", tracer_library())
+        .env("VRAMTRACE_OUTPUT", dir.join(TRACE_PATTERN));
+    c
+}
+
 /// The file name pattern every traced run writes under its directory.
 pub const TRACE_PATTERN: &str = "t-%p.vtrace";
 

@@ -4,9 +4,10 @@
 //!
 //! Samples are taken at step boundaries, so memory allocated and freed inside a step never shows:
 //! only what a step leaves behind does. A holder alerts when it grows steadily by more than the
-//! threshold per step: by default 0.1% of device memory. The trace does not record how much
-//! memory a device has; unless told (`GrowthConfig::device_memory`), its highest live point is
-//! taken as a lower bound, which makes the threshold stricter, never looser. Sustained growth is
+//! threshold per step: by default 0.1% of device memory. How much memory a device has comes from
+//! `GrowthConfig::device_memory`, else from the tracer's `cuMemGetInfo` samples; without either,
+//! the device's highest live point is taken as a lower bound, which makes the threshold stricter,
+//! never looser. Sustained growth is
 //! the sum of the steadily growing sites' slopes, so a one-off peak at another site does not
 //! mask it.
 
@@ -149,6 +150,7 @@ pub struct Growth {
     /// For the time axis: nanoseconds between kept samples.
     pub window_ns: Option<u64>,
     /// The device memory thresholds are computed from, and where it came from: `given` or
+    /// `sampled` (the total the driver reported to the tracer's `cuMemGetInfo` samples), or
     /// `observed-peak` (the highest live point of the device, a lower bound).
     pub device_memory: Option<u64>,
     pub device_memory_source: &'static str,
@@ -184,9 +186,15 @@ pub(crate) fn in_units(points: Vec<(u64, u64)>, window_ns: Option<u64>) -> Vec<(
 
 /// The device memory thresholds come from for `holder`, and its source.
 fn memory_of(state: &LiveState, config: &GrowthConfig, device: i32) -> (u64, &'static str) {
-    match config.device_memory {
-        Some(m) => (m, "given"),
-        None => {
+    // The driver's own total, from the tracer's cuMemGetInfo samples.
+    let sampled = state
+        .device_accounts()
+        .find(|a| a.device == device && a.total > 0)
+        .map(|a| a.total);
+    match (config.device_memory, sampled) {
+        (Some(m), _) => (m, "given"),
+        (None, Some(total)) => (total, "sampled"),
+        (None, None) => {
             let peak = state
                 .holders()
                 .iter()
@@ -204,6 +212,8 @@ pub fn growth(state: &LiveState, config: &GrowthConfig) -> Growth {
     let window_ns = (axis == SampleAxis::Time).then(|| state.sample_width_ns());
     let mut source = if config.device_memory.is_some() {
         "given"
+    } else if state.device_accounts().any(|a| a.total > 0) {
+        "sampled"
     } else {
         "observed-peak"
     };

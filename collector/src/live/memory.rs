@@ -61,6 +61,14 @@ impl LiveState {
         if on_device {
             self.detector.observe(origin.site, size, seq);
         }
+        // A pool the program did not create is a device's default pool, whether the call named
+        // it by its handle (cudaDeviceGetDefaultMemPool + ...FromPoolAsync) or not at all
+        // (cudaMallocAsync): one pool, one key, as for trims.
+        let pool = if pool != 0 && !self.pools.contains_key(&pool) {
+            0
+        } else {
+            pool
+        };
         let alloc = Allocation {
             ptr,
             size,

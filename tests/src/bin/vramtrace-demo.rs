@@ -49,6 +49,9 @@ fn run() -> Result<ExitCode, String> {
         .arg("--")
         .arg(workload("wl_train"))
         .env("LD_LIBRARY_PATH", standin_ld_library_path())
+        // A 512 MiB stand-in device: the planted 1 MiB per step is then 0.2% of it, above the
+        // 0.1% at which steady growth alerts.
+        .env("STANDIN_DEVICE_MEM", "512M")
         .status()
         .map_err(|e| format!("cannot run {}: {e}", vramtrace.display()))?;
     if !status.success() {

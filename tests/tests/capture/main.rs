@@ -24,14 +24,39 @@ macro_rules! captest {
     };
 }
 
+mod analyses;
+mod attribution;
 mod cli;
 mod closure;
 mod driver;
 mod libraries;
 mod nccl;
 mod processes;
+mod replay;
 mod runtime;
 mod settings;
 
 /// Bytes in a MiB.
 pub const MIB: u64 = 1 << 20;
+
+/// Runs `vramtrace ARGS` (which must ask for `--json`), checks that it succeeded, and parses
+/// the one JSON document it printed.
+pub fn vramtrace_json<I, S>(args: I) -> serde_json::Value
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().into()).collect();
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .args(&args)
+        .output()
+        .expect("running vramtrace");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "vramtrace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("vramtrace {args:?} printed no JSON document: {e}"))
+}

@@ -1,0 +1,134 @@
+//! The analyses (issue 5) on the stand-in workloads: each finds exactly the planted cases and
+//! nothing else. [`train`]: steady growth of the history call site at exactly 1 MiB per step,
+//! its 20 buffers the only leak, the orphaned registration the only orphan, the peak;
+//! [`driver`]: one orphan of each kind wl_driver plants, reserved against mapped address space,
+//! pools' reserve; [`runtime`]: the out-of-memory failure with the live set of that instant, the
+//! double free with its earlier free; here: the buffers ended communicators leave, one each.
+//!
+//! Call sites are checked by the source lines their stacks name (`line_of` on the C sources),
+//! never by addresses, which move with ASLR.
+
+mod driver;
+mod runtime;
+mod train;
+
+use std::path::Path;
+
+use vramtrace_collector::analysis::{orphans, OrphanKind};
+use vramtrace_collector::event::{Api, Event, Op};
+use vramtrace_collector::live::{Category, LiveState, Totals};
+use vramtrace_collector::symbols::{Attribution, CallRef, SymbolSearch, Symbolizer};
+use vramtrace_tests::source::line_of;
+use vramtrace_tests::trace::{Call, Hex, Trace};
+use vramtrace_tests::traced::Workload;
+
+use crate::MIB;
+
+/// `(function, line)` of each native frame of a call's stack that lies in `src`, innermost first.
+fn lines_in(state: &LiveState, caller: u64, stack: u32, src: &Path) -> Vec<(String, u32)> {
+    let mut symbols = Symbolizer::new(SymbolSearch::only(Vec::new()));
+    let mut a = Attribution::of_state(state, &mut symbols);
+    let file = src.display().to_string();
+    let call = CallRef {
+        caller,
+        stack,
+        py_stack: 0,
+    };
+    a.stack(call)
+        .into_iter()
+        .filter(|f| f.file.as_deref() == Some(&*file))
+        .map(|f| (f.function.unwrap_or_default(), f.line.unwrap_or(0)))
+        .collect()
+}
+
+/// The frames [`lines_in`] must find: each function at the line of `src` holding its text.
+fn at(src: &Path, frames: &[(&str, &str)]) -> Vec<(String, u32)> {
+    frames
+        .iter()
+        .map(|&(f, text)| (f.to_string(), line_of(src, text)))
+        .collect()
+}
+
+/// [`lines_in`] for the call an event records.
+fn event_lines(trace: &Trace, e: &Event, src: &Path) -> Vec<(String, u32)> {
+    lines_in(&trace.state, e.caller, e.stack, src)
+}
+
+/// The one successful event of `api` naming `object` (see [`Call::of`]).
+fn the_event(trace: &Trace, api: Api, object: u64) -> &Event {
+    let found: Vec<&Event> = trace
+        .of(api)
+        .into_iter()
+        .filter(|e| e.ok() && Call::of(e).object == object)
+        .collect();
+    assert_eq!(found.len(), 1, "{api} of {object:#x}: {found:?}");
+    found[0]
+}
+
+// STANDIN_NCCL_LEAK_ON_DESTROY=1: every communicator, once destroyed or aborted, leaves its
+// 1 MiB all-reduce buffer behind: exactly one orphan per communicator, named, of the kind its
+// end says (the main and split communicators destroyed, c2 on device 1 aborted), all owned by
+// libnccl.so.2.
+captest!(wl_framework_one_orphan_per_ended_communicator, |dir| {
+    let w = Workload::new("wl_framework").env("STANDIN_NCCL_LEAK_ON_DESTROY", "1");
+    let trace = w.run_traced(dir).single_trace();
+    // The communicator each init made (ncclCommSplit also runs once with NOCOLOR: no comm).
+    let comm = |api: Api| -> Hex {
+        let comms: Vec<u64> = (trace.of(api).iter())
+            .filter_map(|e| match &e.op {
+                Op::CommInit { comm, color: 0, .. } => Some(*comm),
+                Op::CommInitAll { comms, .. } => comms.first().copied(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(comms.len(), 1, "{api}");
+        Hex(comms[0])
+    };
+    use vramtrace_collector::event::Api::*;
+    let (main, split, c2) = (
+        comm(NcclCommInitRank),
+        comm(NcclCommSplit),
+        comm(NcclCommInitAll),
+    );
+    let o = orphans(&trace.state);
+    use OrphanKind::*;
+    let kinds: Vec<_> = o
+        .by_kind
+        .iter()
+        .map(|k| (k.kind, k.count, k.bytes))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (CommunicatorDestroyed, 2, 2 * MIB),
+            (CommunicatorAborted, 1, MIB)
+        ]
+    );
+    let total = Totals {
+        count: 3,
+        bytes: 3 * MIB,
+    };
+    assert_eq!(o.total, total);
+    let mut got: Vec<_> = (o.objects.iter())
+        .map(|x| {
+            assert_eq!(
+                (x.kinds.as_slice(), x.category),
+                (&[x.kind][..], Category::Device)
+            );
+            assert_eq!(x.site.module_name.as_deref(), Some("libnccl.so.2"));
+            let comm = x.communicator.map(Hex);
+            (comm, x.kind, Hex(x.address), x.device_bytes, x.device)
+        })
+        .collect();
+    got.sort();
+    // Each communicator's buffer, where NCCL put it on the communicator's device.
+    let (destroyed, aborted) = (CommunicatorDestroyed, CommunicatorAborted);
+    let buffer = |comm, kind, address, device| (Some(comm), kind, Hex(address), MIB, device);
+    let mut want = vec![
+        buffer(main, destroyed, 0x7000_0023_2e00, 0),
+        buffer(split, destroyed, 0x7000_0033_4e00, 0),
+        buffer(c2, aborted, 0x7100_0000_2000, 1),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+});

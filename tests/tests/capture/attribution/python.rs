@@ -1,0 +1,129 @@
+//! Attribution of allocations made from Python: a script calls `cudaMalloc` of the runtime
+//! stand-in through `ctypes.PyDLL` (which keeps the GIL held during the call, so the tracer reads
+//! the calling thread's Python frames), and `--by python` names the Python file, line and
+//! function of each call site. (`ctypes.CDLL`, which releases the GIL, is not covered here.)
+
+use std::ffi::OsStr;
+
+use vramtrace_collector::symbols::{Attribution, FrameKind, Granularity};
+use vramtrace_tests::source::line_of;
+use vramtrace_tests::trace::Trace;
+use vramtrace_tests::traced::{text, trace_files, traced_program};
+
+use super::{symbolizer, Group};
+use crate::{vramtrace_json, MIB};
+
+/// A Python program allocating through `ctypes.PyDLL`, which keeps the GIL held during the
+/// call, so the tracer captures this thread's Python frames.
+const SCRIPT: &str = r#"import ctypes
+import sys
+
+runtime = ctypes.PyDLL("libcudart.so.13")
+runtime.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+runtime.cudaMalloc.restype = ctypes.c_int
+kept = []
+
+
+def grow_cache(size):
+    p = ctypes.c_void_p()
+    rc = runtime.cudaMalloc(ctypes.byref(p), size)  # the cache's call site
+    kept.append(p.value)
+    return rc
+
+
+class Model:
+    def load_weights(self):
+        p = ctypes.c_void_p()
+        rc = runtime.cudaMalloc(ctypes.byref(p), 1 << 20)  # the weights' call site
+        kept.append(p.value)
+        return rc
+
+    def forward(self):
+        return grow_cache(3 << 20)  # forward calls the cache
+
+
+model = Model()
+sys.exit(model.load_weights() | model.forward() | grow_cache(4096))  # the entry
+"#;
+
+// `--by python` names the innermost Python line and function of each allocation: the two
+// calls of grow_cache (3 MiB from Model.forward, 4096 from the module) are one line and two
+// distinct calls; Model.load_weights is another line. The largest call's stack lists its
+// Python frames innermost first.
+captest!(python_allocations_by_python_line, |dir| {
+    let script = dir.join("allocate.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let out = traced_program("python3", dir).arg(&script).output();
+    let out = out.expect("running python3 (required by this test)");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let traces = trace_files(dir);
+    assert_eq!(traces.len(), 1, "{traces:?}\n{}", text(&out.stderr));
+    let trace = Trace::load(&traces[0]);
+    trace.assert_clean("exit");
+    let file = script.display().to_string();
+    let line = |t: &str| line_of(&script, t);
+    let cache = line("the cache's call site");
+    // The owner module of a Python call is the native frame under the interpreter (libffi or
+    // _ctypes, as Python was built): not compared.
+    let group = |line: u32, function: &str, count, bytes, calls| Group {
+        label: format!("{file}:{line} in {function}"),
+        function: Some(function.into()),
+        file: Some(file.clone()),
+        line: Some(line),
+        module: None,
+        count,
+        bytes,
+        host_bytes: 0,
+        calls,
+    };
+    let want = vec![
+        group(cache, "grow_cache", 2, 3 * MIB + 4096, 2),
+        group(
+            line("the weights' call site"),
+            "Model.load_weights",
+            1,
+            MIB,
+            1,
+        ),
+    ];
+    let no_module = |g: Group| Group { module: None, ..g };
+    let mut symbols = symbolizer();
+    let mut a = Attribution::of_state(&trace.state, &mut symbols);
+    let got = a.group_live(&trace.state, Granularity::Python);
+    assert_eq!(
+        got.iter().map(Group::of).map(no_module).collect::<Vec<_>>(),
+        want
+    );
+
+    let args = ["report", "--json", "--by", "python"].map(OsStr::new);
+    let r = vramtrace_json(args.into_iter().chain([traces[0].as_os_str()]));
+    assert_eq!(r["groups"]["by"], "python");
+    let list = r["groups"]["list"].as_array().unwrap();
+    let groups: Vec<Group> = list.iter().map(Group::of_json).map(no_module).collect();
+    assert_eq!(groups, want);
+    let want_frames: Vec<(String, u32)> = vec![
+        ("grow_cache".into(), cache),
+        ("Model.forward".into(), line("forward calls the cache")),
+        ("<module>".into(), line("# the entry")),
+    ];
+    let json_frames: Vec<(String, u32)> = list[0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "python")
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap().into(),
+                f["line"].as_u64().unwrap() as u32,
+            )
+        })
+        .collect();
+    assert_eq!(json_frames, want_frames, "report --json frames");
+    let frames: Vec<(String, u32)> = a
+        .stack(got[0].example)
+        .into_iter()
+        .filter(|f| f.kind == FrameKind::Python)
+        .map(|f| (f.function.unwrap_or_default(), f.line.unwrap_or(0)))
+        .collect();
+    assert_eq!(frames, want_frames, "Attribution::stack");
+});

@@ -1,0 +1,305 @@
+//! `vramtrace replay TRACE --at POINT [--until POINT]` on real traces: the live set at a step,
+//! an event, the peak and an out-of-memory failure, exactly as the workloads' code makes it;
+//! one snapshot per step with `--until`; the JSON document's fields; and one error line with
+//! exit 2 for a point the trace does not reach.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::{json, Value};
+use vramtrace_collector::event::Api::*;
+use vramtrace_collector::event::{Event, Op};
+use vramtrace_tests::trace::{Call, Trace};
+use vramtrace_tests::traced::{text, vramtrace_command, Workload};
+
+use crate::{vramtrace_json, MIB};
+
+fn replay(trace: &Path, args: &[&str]) -> Output {
+    let mut c = vramtrace_command();
+    c.arg("replay").arg(trace).args(args);
+    c.output().expect("running vramtrace replay")
+}
+
+fn replay_json(trace: &Path, args: &[&str]) -> Value {
+    let path = trace.display().to_string();
+    let head = ["replay", "--json", path.as_str()];
+    vramtrace_json(head.iter().chain(args))
+}
+
+/// `{count, bytes}` as the JSON document writes totals.
+fn totals(count: u64, bytes: u64) -> Value {
+    json!({ "count": count, "bytes": bytes })
+}
+
+/// The step marks of a trace, in order.
+fn marks(trace: &Trace) -> Vec<&Event> {
+    let marks = trace
+        .events
+        .iter()
+        .filter(|e| matches!(e.op, Op::MarkStep { .. }));
+    marks.collect()
+}
+
+/// What the JSON `at` (and a snapshot) says of the moment right after event `e`.
+fn moment(trace: &Trace, point: &str, e: &Event, step: u64) -> Value {
+    let event = trace.ordinal(e.seq);
+    json!({ "point": point, "event": event, "seq": e.seq, "time_ns": e.time_ns, "step": step })
+}
+
+/// Device memory of wl_train right after step `k` began (its mark comes first in the loop
+/// body): before step 1, NCCL's init (2 channel buffers of 4096 and its 2 MiB proxy handle) and
+/// the 4 MiB registered buffer; step 1 adds the 2 caching segments of 2 MiB (its activations
+/// stay cached), the 4 MiB cuBLAS workspace and NCCL's 1 MiB all-reduce buffer; every step adds
+/// one 1 MiB history tensor. So at step k > 1: k - 1 history tensors beside 15 MiB + 8192.
+fn train_at_step(k: u64) -> Value {
+    match k {
+        1 => totals(4, 6 * MIB + 8192),
+        _ => totals(k + 7, (k + 14) * MIB + 8192),
+    }
+}
+
+// `--at step=N`: the live set right after step N's mark, for the first step, the second (the
+// first whose predecessor made everything), a middle one and the last. At step 10 the history
+// holds 9 tensors, made in steps 1 to 9, growing by exactly 1 MiB per step.
+captest!(replay_at_steps_of_wl_train, |dir| {
+    let trace = Workload::new("wl_train").run_traced(dir).single_trace();
+    let marks = marks(&trace);
+    assert_eq!(marks.len(), 20);
+    for k in [1, 2, 10, 20] {
+        let r = replay_json(&trace.path, &["--at", &format!("step={k}")]);
+        let mut fields: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+        fields.sort();
+        let want = [
+            "analysis",
+            "at",
+            "live",
+            "passes",
+            "schema",
+            "snapshots",
+            "trace",
+        ];
+        assert_eq!(fields, want);
+        assert_eq!(r["schema"], "vramtrace-replay/1");
+        assert_eq!(r["trace"], trace.path.display().to_string());
+        let mark = marks[k as usize - 1];
+        assert_eq!(
+            r["at"],
+            moment(&trace, &format!("step {k}"), mark, k),
+            "step {k}"
+        );
+        // A step needs a first pass over the file to know the steps exist.
+        assert_eq!((&r["passes"], &r["snapshots"]), (&json!(2), &json!([])));
+        assert_eq!(r["live"]["device_memory"], train_at_step(k), "step {k}");
+        assert_eq!(
+            r["live"]["host_memory"],
+            totals(2, 69632),
+            "NCCL's host buffers"
+        );
+        assert_eq!(r["analysis"]["steps"]["steps"], k);
+    }
+    let r = replay_json(&trace.path, &["--at", "step=10"]);
+    let a = &r["analysis"];
+    let history = &a["leaks"]["sites"][0];
+    assert_eq!(history["module_name"], "libtorch_standin.so");
+    let (count, bytes) = (&history["count"], &history["bytes"]);
+    assert_eq!((count, bytes), (&json!(9), &json!(9 * MIB)));
+    let steps = (&history["first_step"], &history["last_step"]);
+    assert_eq!(steps, (&json!(1), &json!(9)));
+    let steady = a["growth"]["steady"].as_array().unwrap();
+    assert_eq!(steady.len(), 1);
+    assert_eq!(steady[0]["fit"]["slope"].as_f64(), Some(1048576.0));
+    assert_eq!(
+        (&steady[0]["samples"], &steady[0]["last_bytes"]),
+        (&json!(10), &json!(9 * MIB))
+    );
+});
+
+// `--until`: a snapshot at --at, at every step boundary after it, and at --until, each with
+// every holder; the document stops at --until. The table says the same, step by step.
+captest!(replay_until_snapshots_every_step, |dir| {
+    let trace = Workload::new("wl_train").run_traced(dir).single_trace();
+    let marks = marks(&trace);
+    let r = replay_json(&trace.path, &["--at", "step=10", "--until", "step=13"]);
+    assert_eq!(r["at"], moment(&trace, "step 13", marks[12], 13));
+    assert_eq!(r["live"]["device_memory"], train_at_step(13));
+    let snapshots = r["snapshots"].as_array().unwrap();
+    let want: Vec<Value> = (10..=13)
+        .map(|k| {
+            let mut s = moment(&trace, &format!("step {k}"), marks[k as usize - 1], k);
+            let mut device = train_at_step(k);
+            device["memory"] = json!("device");
+            device["device"] = json!(0);
+            s["holders"] = json!([device, { "memory": "host", "count": 2, "bytes": 69632 }]);
+            s
+        })
+        .collect();
+    assert_eq!(snapshots, &want);
+
+    let out = replay(&trace.path, &["--at", "step 10", "--until", "step 12"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let rows: Vec<String> = (table.lines())
+        .skip_while(|l| *l != "Stepping through")
+        .filter(|l| l.starts_with(" step "))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let want: Vec<String> = (10..=12u64)
+        .flat_map(|k| {
+            let e = trace.ordinal(marks[k as usize - 1].seq);
+            let (device, host) = if k == 10 {
+                ("-", "-")
+            } else {
+                ("+1.0 MiB", "+0 B")
+            };
+            let (objects, mib) = (k + 7, k + 14);
+            [
+                format!("step {k} {e} {k} device 0 {objects} {mib}.0 MiB {device}"),
+                format!("step {k} {e} {k} host 2 68.0 KiB {host}"),
+            ]
+        })
+        .collect();
+    assert_eq!(rows, want, "{table}");
+});
+
+/// `by_device` of a replay's live summary, as (device, objects, bytes).
+fn by_device(r: &Value) -> Vec<(i64, u64, u64)> {
+    let list = r["live"]["by_device"].as_array().expect("live.by_device");
+    let n = |d: &Value, k: &str| d[k].as_u64().unwrap();
+    list.iter()
+        .map(|d| (d["device"].as_i64().unwrap(), n(d, "count"), n(d, "bytes")))
+        .collect()
+}
+
+// wl_runtime has no steps. `--at oom`: right after the failed cudaMalloc(2 GiB), with L1 live.
+// `--at event N`: the analyses as of that event, the double free not yet seen one event before
+// it. `--at peak`: the busiest device is device 1 (its 2 MiB beat device 0's 1.46 MiB peak),
+// at its allocation, when device 0 holds L1-L6 (the entry point's 12288 B already freed).
+captest!(replay_at_oom_event_and_peak_of_wl_runtime, |dir| {
+    let trace = Workload::new("wl_runtime").run_traced(dir).single_trace();
+    let path = &trace.path;
+    let failed = (trace.of(CudaMalloc).into_iter())
+        .find(|e| e.result == 2)
+        .unwrap();
+    let r = replay_json(path, &["--at", "oom"]);
+    assert_eq!(
+        r["at"],
+        moment(&trace, "out-of-memory failure 1", failed, 0)
+    );
+    assert_eq!(r["passes"], 1);
+    assert_eq!(by_device(&r), [(0, 1, MIB)]);
+    assert_eq!(r["analysis"]["ooms"]["total"], 1);
+    assert_eq!(r["analysis"]["ooms"]["failures"][0]["live"], totals(1, MIB));
+
+    let frees = trace.of(CudaFree);
+    let double = frees
+        .iter()
+        .find(|e| e.result == 1 && Call::of(e).object == 0x7000_0010_0000);
+    let double = double.expect("the double free");
+    let n = trace.ordinal(double.seq);
+    let r = replay_json(path, &["--at", &format!("event {n}")]);
+    assert_eq!(r["at"], moment(&trace, &format!("event {n}"), double, 0));
+    assert_eq!(by_device(&r), [(0, 1, MIB)]);
+    let anomalies = &r["analysis"]["anomalies"];
+    assert_eq!(
+        anomalies["total"], 2,
+        "the invalid free, then the double free"
+    );
+    let first_free = frees.iter().rev().find(|e| e.ok() && e.seq < double.seq);
+    let first_free = first_free.expect("a successful free before the double free");
+    assert_eq!(anomalies["double_frees"][0]["related_seq"], first_free.seq);
+    let r = replay_json(path, &["--at", &format!("event {}", n - 1)]);
+    assert_eq!(r["analysis"]["anomalies"]["total"], 1);
+    assert_eq!(r["analysis"]["anomalies"]["double_frees"], json!([]));
+
+    let l7 = trace
+        .of(CudaMalloc)
+        .into_iter()
+        .find(|e| e.device == 1)
+        .unwrap();
+    let r = replay_json(path, &["--at", "peak"]);
+    assert_eq!(r["at"], moment(&trace, "peak", l7, 0));
+    assert_eq!(r["passes"], 2);
+    assert_eq!(by_device(&r), [(0, 5, 1517568), (1, 1, 2 * MIB)]);
+    assert_eq!(r["live"]["host_memory"], totals(1, 4096), "L3");
+});
+
+// `--at peak` on wl_train: the last history tensor, 28 objects on device 0 in step 20.
+captest!(replay_at_the_peak_of_wl_train, |dir| {
+    let trace = Workload::new("wl_train").run_traced(dir).single_trace();
+    let mut history = trace.of(CudaMallocAsync).into_iter().rev();
+    let last = history
+        .find(|e| Call::of(e).size == MIB)
+        .expect("the history");
+    let r = replay_json(&trace.path, &["--at", "peak"]);
+    assert_eq!(r["at"], moment(&trace, "peak", last, 20));
+    assert_eq!(r["live"]["device_memory"], totals(28, 35 * MIB + 8192));
+});
+
+/// Runs a replay that must fail: exit 2, nothing on stdout, and exactly `line` on stderr.
+fn assert_error(trace: &Path, args: &[&str], line: &str) {
+    let out = replay(trace, args);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), "", "{args:?}");
+    assert_eq!(text(&out.stderr), format!("{line}\n"), "{args:?}");
+}
+
+// A point the trace does not reach is one error line and exit 2: a step, an event or an
+// out-of-memory failure past the end, an --until before --at, steps in a trace without any,
+// and a trace that does not exist.
+captest!(replay_past_the_end_is_one_error_line, |dir| {
+    let trace = Workload::new("wl_train").run_traced(dir).single_trace();
+    let (path, n) = (&trace.path, trace.seqs.len());
+    let p = path.display();
+    let ends = format!("(it has {n} events, 20 steps and 0 out-of-memory failures)");
+    assert_error(
+        path,
+        &["--at", "step=21"],
+        &format!("error: {p}: the trace ends before step 21 {ends}"),
+    );
+    let past = format!("event {}", n + 1);
+    assert_error(
+        path,
+        &["--at", &past],
+        &format!("error: {p}: the trace ends before {past} {ends}"),
+    );
+    let oom = format!("error: {p}: the trace ends before out-of-memory failure 1 {ends}");
+    assert_error(path, &["--at", "oom"], &oom);
+    let until = format!("error: {p}: --at step 12 comes after --until step 10");
+    assert_error(path, &["--at", "step=12", "--until", "step=10"], &until);
+
+    let runtime_dir = dir.join("runtime");
+    std::fs::create_dir(&runtime_dir).unwrap();
+    let runtime = Workload::new("wl_runtime")
+        .run_traced(&runtime_dir)
+        .single_trace();
+    let (p, n) = (runtime.path.display(), runtime.seqs.len());
+    let ends = format!("(it has {n} events, 0 steps and 1 out-of-memory failures)");
+    let line = format!("error: {p}: the trace ends before step 1 {ends}");
+    assert_error(&runtime.path, &["--at", "step=1"], &line);
+
+    let missing = dir.join("missing.vtrace");
+    let line = format!(
+        "error: {}: no such file or directory (os error 2)",
+        missing.display()
+    );
+    assert_error(&missing, &["--at", "peak"], &line);
+});
+
+// A point that is no point (events count from 1) is refused before the trace is read: exit 2,
+// and the error says why.
+captest!(replay_rejects_a_malformed_point, |dir| {
+    let trace = Workload::new("wl_runtime").run_traced(dir).single_trace();
+    let out = replay(&trace.path, &["--at", "event 0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stdout), "");
+    let err = text(&out.stderr);
+    let first = err.lines().next().unwrap_or_default();
+    let want =
+        "error: invalid value 'event 0' for '--at <POINT>': 'event 0': events are counted from 1";
+    assert_eq!(first, want, "{err}");
+});
