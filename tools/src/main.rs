@@ -21,7 +21,10 @@ use crate::cli::{Cli, Command};
 const ERROR_EXIT: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return flag_error(e),
+    };
     let result = match &cli.command {
         Command::Report(args) => report::run(args).map(|()| 0),
         Command::Run(args) => run::run(args),
@@ -35,6 +38,36 @@ fn main() -> ExitCode {
             ExitCode::from(ERROR_EXIT)
         }
     }
+}
+
+/// A bad command line: one `error: …` line (clap's own first line) and exit 2; `--help` and
+/// `--version` print in full and exit 0.
+fn flag_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            ExitCode::from(ERROR_EXIT)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let rendered = e.render().to_string();
+    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+    let mut first = lines.next().unwrap_or("error: bad command line").to_string();
+    // "the following required arguments were not provided:" names them on the next line.
+    if first.ends_with(':') {
+        if let Some(next) = lines.next() {
+            first = format!("{first} {next}");
+        }
+    }
+    eprintln!("{first} (see --help)");
+    ExitCode::from(ERROR_EXIT)
 }
 
 /// `vramtrace report … | head` closes the pipe early; that is not an error.
