@@ -297,9 +297,9 @@ captest!(replay_rejects_a_malformed_point, |dir| {
     let out = replay(&trace.path, &["--at", "event 0"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stdout), "");
+    // One line, as every error of vramtrace's own.
     let err = text(&out.stderr);
-    let first = err.lines().next().unwrap_or_default();
-    let want =
-        "error: invalid value 'event 0' for '--at <POINT>': 'event 0': events are counted from 1";
-    assert_eq!(first, want, "{err}");
+    let want = "error: invalid value 'event 0' for '--at <POINT>': 'event 0': events are counted \
+                from 1 (see --help)\n";
+    assert_eq!(err, want);
 });
