@@ -59,7 +59,10 @@ fn flag_error(e: clap::Error) -> ExitCode {
     }
     let rendered = e.render().to_string();
     let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
-    let mut first = lines.next().unwrap_or("error: bad command line").to_string();
+    let mut first = lines
+        .next()
+        .unwrap_or("error: bad command line")
+        .to_string();
     // "the following required arguments were not provided:" names them on the next line.
     if first.ends_with(':') {
         if let Some(next) = lines.next() {

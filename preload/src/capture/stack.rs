@@ -9,9 +9,11 @@
 //! - Unwind rules come from each loaded object's `.eh_frame_hdr` / `.eh_frame` in memory
 //!   ([`modules`]), so code built without frame pointers (libcuda, libcudart, libnccl, PyTorch)
 //!   unwinds through its CFI; for code without CFI framehop follows the frame pointer.
-//! - The rule found for an address is kept in a per-thread cache ([`thread`]), so a hot call site
-//!   costs a cache lookup and a stack read or two per frame instead of a walk through DWARF CFI
-//!   (what libgcc's `_Unwind_Backtrace` does for every frame of every event).
+//! - The rule found for an address is kept in per-thread caches ([`rules`] in front of
+//!   framehop's own), so a hot call site costs a cache lookup and two stack reads per frame
+//!   instead of a walk through DWARF CFI (what libgcc's `_Unwind_Backtrace` does for every frame
+//!   of every event). A capture whose rules are all cached touches neither framehop nor the
+//!   loader.
 //! - Memory is only read between the capture's own stack pointer and the top of the calling
 //!   thread's stack; any other address ends the walk, so a wrong rule can cut a stack short but
 //!   never fault.
@@ -22,6 +24,7 @@
 //! per-thread state (the thread is exiting, or a capture is already running on it).
 
 mod modules;
+mod rules;
 mod thread;
 
 #[cfg(test)]
@@ -33,6 +36,7 @@ use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder};
 
 use self::modules::ModuleList;
+use self::rules::Rule;
 use self::thread::ThreadUnwind;
 
 /// Most frames kept (`VRAMTRACE_STACK_DEPTH`'s upper bound).
@@ -41,6 +45,10 @@ const MAX_DEPTH: usize = 256;
 /// Most frames walked before `caller` is found: the tracer's own frames between the hook and
 /// [`capture`] are about eight.
 const MAX_OWN_FRAMES: usize = 64;
+
+/// Captures per thread between two checks of the loaded objects when every rule a walk needed
+/// was cached (a walk that needs framehop always checks first).
+const RECHECK_EVERY: u32 = 64;
 
 /// Captures up to `depth` return addresses, starting at the frame that called the hook
 /// (`caller`); the tracer's own frames are cut off.
@@ -53,16 +61,21 @@ pub fn capture(depth: usize, caller: u64) -> Option<Box<[u64]>> {
     let start = Registers::here();
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
     let walked = thread::with(|t| {
-        let list = modules::current()?;
-        match walk(list, t, start, caller, &mut frames[..depth]) {
+        t.captures = t.captures.wrapping_add(1);
+        if t.captures.is_multiple_of(RECHECK_EVERY) {
+            // Bounds how long rules of an unloaded object can outlive it (see `rules`).
+            t.rules.follow(modules::current()?);
+        }
+        match walk(t, start, caller, &mut frames[..depth]) {
             Walk::NotReached => {
-                // An object loaded or unloaded while walking can only matter for a walk that
-                // went wrong: look again, once.
-                let again = modules::current()?;
-                if std::ptr::eq(again, list) {
+                // An object loaded or unloaded since the rules were found can only matter for a
+                // walk that went wrong: look again, once, if it did.
+                let list = modules::current()?;
+                if t.rules.follows(list) {
                     Some(Walk::NotReached)
                 } else {
-                    Some(walk(again, t, start, caller, &mut frames[..depth]))
+                    t.rules.follow(list);
+                    Some(walk(t, start, caller, &mut frames[..depth]))
                 }
             }
             other => Some(other),
@@ -109,6 +122,7 @@ impl Registers {
     }
 }
 
+#[derive(Debug)]
 enum Walk {
     /// `caller` was found; this many frames were written.
     Reached(usize),
@@ -119,13 +133,7 @@ enum Walk {
 }
 
 /// Walks from `start` and writes the return addresses from `caller` outward into `out`.
-fn walk(
-    list: &ModuleList,
-    t: &mut ThreadUnwind,
-    start: Registers,
-    caller: u64,
-    out: &mut [MaybeUninit<u64>],
-) -> Walk {
+fn walk(t: &mut ThreadUnwind, start: Registers, caller: u64, out: &mut [MaybeUninit<u64>]) -> Walk {
     let (stack_lo, stack_hi) = t.stack;
     if start.sp < stack_lo || start.sp >= stack_hi {
         return Walk::NoFirstStep;
@@ -133,8 +141,8 @@ fn walk(
     // Everything the walk needs lies between this frame and the top of the stack: what is
     // below is dead, what is outside is not this thread's stack (and may not be mapped).
     let lo = start.sp;
-    let mut read = |addr: u64| -> Result<u64, ()> {
-        if addr >= lo && addr <= stack_hi - 8 && addr % 8 == 0 {
+    let read = move |addr: u64| -> Result<u64, ()> {
+        if addr >= lo && addr <= stack_hi - 8 && addr.is_multiple_of(8) {
             // SAFETY: an aligned word inside this thread's live stack, which is mapped; volatile
             // because the words belong to other frames' locals, which this code does not own.
             Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
@@ -142,21 +150,20 @@ fn walk(
             Err(())
         }
     };
+    let mut w = Walker {
+        t,
+        list: None,
+        read,
+    };
     let mut regs = UnwindRegsX86_64::new(start.ip, start.sp, start.bp);
-    let mut address = FrameAddress::from_instruction_pointer(start.ip);
+    // The first step leaves this capture's own frame, from an instruction pointer rather than a
+    // return address.
+    let Some(mut ra) = w.step(FrameAddress::from_instruction_pointer(start.ip), &mut regs) else {
+        return Walk::NoFirstStep;
+    };
     let mut own = 0;
     let mut n = 0;
     loop {
-        let step = list
-            .unwinder
-            .unwind_frame(address, &mut regs, &mut t.cache, &mut read);
-        let ra = match step {
-            Ok(Some(ra)) if ra != 0 => ra,
-            // The end of the stack, an unreadable word or a rule that cannot be applied: the
-            // stack ends here.
-            _ if own == 0 && n == 0 => return Walk::NoFirstStep,
-            _ => break,
-        };
         if n == 0 && ra != caller {
             own += 1;
             if own > MAX_OWN_FRAMES {
@@ -169,15 +176,70 @@ fn walk(
                 break;
             }
         }
-        address = match FrameAddress::from_return_address(ra) {
-            Some(a) => a,
-            None => break,
+        let Some(address) = FrameAddress::from_return_address(ra) else {
+            break;
         };
+        // The end of the stack, an unreadable word or a rule that cannot be applied: the stack
+        // ends here.
+        match w.step(address, &mut regs) {
+            Some(next) => ra = next,
+            None => break,
+        }
     }
     if n == 0 {
         Walk::NotReached
     } else {
         Walk::Reached(n)
+    }
+}
+
+/// One walk's access to the unwinding state.
+struct Walker<'t, F> {
+    t: &'t mut ThreadUnwind,
+    /// The module list, once this walk needed framehop.
+    list: Option<&'static ModuleList>,
+    read: F,
+}
+
+impl<F: FnMut(u64) -> Result<u64, ()>> Walker<'_, F> {
+    /// One step out of the frame at `address`: by its cached rule, else through framehop (and
+    /// the rule framehop used is cached). Returns the return address found.
+    #[inline]
+    fn step(&mut self, address: FrameAddress, regs: &mut UnwindRegsX86_64) -> Option<u64> {
+        let key = address.address_for_lookup();
+        match self.t.rules.get(key) {
+            Some(Rule::Delegate) => self.framehop(address, regs),
+            Some(rule) => rule.apply(regs, &mut self.read),
+            None => {
+                let next = self.framehop(address, regs);
+                if let Some(list) = self.list {
+                    let rule = rules::derive(list, &mut self.t.cache, address);
+                    self.t.rules.insert(key, rule);
+                }
+                next
+            }
+        }
+    }
+
+    /// A step through framehop, after making sure its module list is current: framehop reads
+    /// the objects' unwind sections, which must still be mapped.
+    fn framehop(&mut self, address: FrameAddress, regs: &mut UnwindRegsX86_64) -> Option<u64> {
+        let list = match self.list {
+            Some(list) => list,
+            None => {
+                let list = modules::current()?;
+                self.t.rules.follow(list);
+                self.list = Some(list);
+                list
+            }
+        };
+        match list
+            .unwinder
+            .unwind_frame(address, regs, &mut self.t.cache, &mut self.read)
+        {
+            Ok(Some(next)) if next != 0 => Some(next),
+            _ => None,
+        }
     }
 }
 

@@ -8,12 +8,13 @@
 //! list, about 70 bytes per loaded object (the unwind data itself is never copied).
 //!
 //! Whether the list is current is decided by the loader's own counters of objects added and
-//! removed (`dlpi_adds`, `dlpi_subs`), read on every capture. That is one `dl_iterate_phdr` call
-//! stopped at the first object (about 10 ns), and it matters for safety, not only for coverage:
-//! the list points into each object's mapped memory, so after a `dlclose` it must not be used
-//! again, or a return address that lands where the closed object was would make the unwinder read
-//! unmapped memory. Nothing new is ever missed either: every object with a frame on the calling
-//! thread's stack was loaded before the capture began.
+//! removed (`dlpi_adds`, `dlpi_subs`): one `dl_iterate_phdr` call stopped at the first object
+//! (about 10 ns, but it takes the loader's lock, so it is not done on every capture: see
+//! `rules`). It is done before every use of framehop, and it matters for safety, not only for
+//! coverage: the list points into each object's mapped memory, so after a `dlclose` it must not be
+//! used again, or a return address that lands where the closed object was would make framehop
+//! read unmapped memory. Nothing new is ever missed either: every object with a frame on the
+//! calling thread's stack was loaded before the capture began.
 //!
 //! A forked child inherits the current list, and the mappings it points into, unchanged.
 
@@ -108,18 +109,15 @@ fn loader_generation() -> Option<(u64, u64)> {
 #[derive(Clone, Copy, Default)]
 struct Object {
     base: u64,
-    /// Addresses (actual, in this process) of the executable segments' span.
+    /// Actual addresses (in this process) of the executable segments' span.
     text: (u64, u64),
-    /// `.eh_frame_hdr` (from PT_GNU_EH_FRAME), actual address and size.
+    /// `.eh_frame_hdr` (from PT_GNU_EH_FRAME): actual address and size.
     eh_frame_hdr: (u64, u64),
-    /// The span of the loadable segment holding the eh_frame pointer's target, to bound
-    /// `.eh_frame` (the header gives its start, not its length).
-    segments: [(u64, u64); MAX_SEGMENTS],
-    segment_count: usize,
+    /// `.eh_frame` (from the header): actual address, and the size up to the end of its segment
+    /// (the header gives no size; framehop only reads the entries the header's table points at,
+    /// so the slack after the section is never parsed).
+    eh_frame: (u64, u64),
 }
-
-/// Loadable segments remembered per object (objects have 2–5; more are ignored).
-const MAX_SEGMENTS: usize = 8;
 
 struct Collect {
     objects: Vec<Object>,
@@ -134,45 +132,71 @@ unsafe extern "C" fn collect(info: *mut dl_phdr_info, size: size_t, data: *mut c
     if size >= std::mem::offset_of!(dl_phdr_info, dlpi_subs) + 8 {
         c.generation = Some((info.dlpi_adds, info.dlpi_subs));
     }
+    // Objects without usable unwind information are left out: for their addresses framehop
+    // falls back to the frame pointer, as it would for a module without CFI.
+    if let Some(o) = object(info) {
+        if c.objects.len() < c.objects.capacity() {
+            c.objects.push(o);
+        } else {
+            c.overflow += 1;
+        }
+    }
+    0
+}
+
+/// Reads one object's program headers and unwind header. Called under the loader's lock, so the
+/// object cannot be unloaded while its memory is read.
+fn object(info: &dl_phdr_info) -> Option<Object> {
     if info.dlpi_phdr.is_null() {
-        return 0;
+        return None;
     }
     // SAFETY: dlpi_phdr points at dlpi_phnum program headers while the callback runs.
     let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     let base = info.dlpi_addr;
-    let mut o = Object {
-        base,
-        text: (u64::MAX, 0),
-        ..Object::default()
-    };
-    for p in phdrs {
+    let segment = |p: &libc::Elf64_Phdr| {
         let start = base.wrapping_add(p.p_vaddr);
-        let end = start.wrapping_add(p.p_memsz);
-        match p.p_type {
-            libc::PT_LOAD => {
-                if p.p_flags & libc::PF_X != 0 {
-                    o.text = (o.text.0.min(start), o.text.1.max(end));
-                }
-                if o.segment_count < MAX_SEGMENTS {
-                    o.segments[o.segment_count] = (start, end);
-                    o.segment_count += 1;
-                }
-            }
-            libc::PT_GNU_EH_FRAME => o.eh_frame_hdr = (start, p.p_memsz),
-            _ => {}
-        }
+        (start, start.wrapping_add(p.p_memsz))
+    };
+    let loads = || {
+        phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_LOAD)
+            .map(segment)
+    };
+    let within = |at: u64, len: u64| loads().find(|&(s, e)| at >= s && at.saturating_add(len) <= e);
+    let text = phdrs
+        .iter()
+        .filter(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0)
+        .map(segment)
+        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))?;
+    // framehop keeps addresses relative to the load bias in 32 bits.
+    if text.1.checked_sub(base)? > u64::from(u32::MAX) {
+        return None;
     }
-    // Objects without unwind information are left out: for their addresses framehop falls back
-    // to the frame pointer, as it would for a module without CFI.
-    if o.text.0 >= o.text.1 || o.eh_frame_hdr.1 == 0 {
-        return 0;
+    let (hdr_start, hdr_end) = segment(phdrs.iter().find(|p| p.p_type == libc::PT_GNU_EH_FRAME)?);
+    let hdr_len = hdr_end - hdr_start;
+    // The header's fixed part is 4 bytes, then at least a 4-byte pointer.
+    if hdr_len < 8 {
+        return None;
     }
-    if c.objects.len() < c.objects.capacity() {
-        c.objects.push(o);
-    } else {
-        c.overflow += 1;
+    within(hdr_start, hdr_len)?;
+    // SAFETY: the header lies inside a loaded segment (checked just above) of an object the
+    // loader's lock keeps loaded.
+    let hdr = unsafe { std::slice::from_raw_parts(hdr_start as *const u8, hdr_len as usize) };
+    let parsed = parse_eh_frame_hdr(hdr, hdr_start, base)?;
+    // Without the search table framehop would index `.eh_frame` itself when the module is made,
+    // reading the object's memory after the loader's lock is gone (and allocating under it if
+    // done here); linkers always write the table, so such objects are left to frame pointers.
+    if !parsed.has_table {
+        return None;
     }
-    0
+    let (_, eh_segment_end) = within(parsed.eh_frame, 1)?;
+    Some(Object {
+        base,
+        text,
+        eh_frame_hdr: (hdr_start, hdr_len),
+        eh_frame: (parsed.eh_frame, eh_segment_end - parsed.eh_frame),
+    })
 }
 
 /// Walks the loaded objects and builds a module list from them.
@@ -184,8 +208,9 @@ fn build(hint: usize) -> ModuleList {
             overflow: 0,
             generation: None,
         };
-        // SAFETY: `collect` only reads the loader's data during the callback and writes into
-        // our Collect without allocating (it stops filling at the reserved capacity).
+        // SAFETY: `collect` only reads the loader's data and the objects' unwind headers during
+        // the callback, and writes into our Collect without allocating (it stops filling at the
+        // reserved capacity).
         unsafe { libc::dl_iterate_phdr(Some(collect), &mut c as *mut Collect as *mut c_void) };
         if c.overflow == 0 {
             break (c.objects, c.generation.unwrap_or((0, 0)));
@@ -193,61 +218,42 @@ fn build(hint: usize) -> ModuleList {
         capacity = (c.objects.len() + c.overflow) * 2;
     };
     let mut unwinder = UnwinderX86_64::new();
-    let mut len = 0;
     for o in &objects {
-        if let Some(module) = module(o) {
-            unwinder.add_module(module);
-            len += 1;
-        }
+        unwinder.add_module(module(o));
     }
     ModuleList {
         unwinder,
         generation,
-        len,
+        len: objects.len(),
     }
 }
 
 /// The framehop module for one object, with its unwind sections as slices of its mapped image.
-fn module(o: &Object) -> Option<Module<Mapped>> {
-    let (hdr_start, hdr_len) = o.eh_frame_hdr;
-    // The header's fixed part is 4 bytes and an encoded pointer of at most 8.
-    if hdr_len < 12 {
-        return None;
-    }
-    // SAFETY: PT_GNU_EH_FRAME names `hdr_len` bytes inside a loaded segment of an object that
-    // stays loaded while this list is current (see the module docs).
-    let hdr: Mapped = unsafe { std::slice::from_raw_parts(hdr_start as *const u8, hdr_len as usize) };
-    let parsed = parse_eh_frame_hdr(hdr, hdr_start, o.base)?;
-    // `.eh_frame` runs to the end of its segment at most; framehop only reads the entries the
-    // header's table points at, so the slack after it is never parsed.
-    let segment = o.segments[..o.segment_count]
-        .iter()
-        .find(|&&(s, e)| parsed.eh_frame >= s && parsed.eh_frame < e)?;
-    let eh_len = segment.1 - parsed.eh_frame;
-    // SAFETY: the slice lies inside one loaded segment of the object (checked just above), which
-    // stays mapped while this list is current.
-    let eh_frame: Mapped =
-        unsafe { std::slice::from_raw_parts(parsed.eh_frame as *const u8, eh_len as usize) };
+/// framehop only keeps the slices here; it reads them when it unwinds.
+fn module(o: &Object) -> Module<Mapped> {
+    // SAFETY: both sections lie inside loaded segments of the object (checked in `object`), which
+    // stay mapped while this list is current (see the module docs).
+    let (hdr, eh_frame): (Mapped, Mapped) = unsafe {
+        (
+            std::slice::from_raw_parts(o.eh_frame_hdr.0 as *const u8, o.eh_frame_hdr.1 as usize),
+            std::slice::from_raw_parts(o.eh_frame.0 as *const u8, o.eh_frame.1 as usize),
+        )
+    };
     // Stated addresses (SVMAs) of an ELF object are its actual addresses less its load bias.
-    let svma = |avma: u64, len: u64| -> Range<u64> {
+    let svma = |(avma, len): (u64, u64)| -> Range<u64> {
         let s = avma.wrapping_sub(o.base);
         s..s.wrapping_add(len)
     };
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
-        text_svma: Some(svma(o.text.0, o.text.1 - o.text.0)),
-        eh_frame_svma: Some(svma(parsed.eh_frame, eh_len)),
+        text_svma: Some(svma((o.text.0, o.text.1 - o.text.0))),
+        eh_frame_svma: Some(svma(o.eh_frame)),
         eh_frame: Some(eh_frame),
-        eh_frame_hdr_svma: Some(svma(hdr_start, hdr_len)),
-        // Without a search table framehop indexes `.eh_frame` itself instead.
-        eh_frame_hdr: parsed.has_table.then_some(hdr),
+        eh_frame_hdr_svma: Some(svma(o.eh_frame_hdr)),
+        eh_frame_hdr: Some(hdr),
         ..Default::default()
     };
-    // framehop keeps addresses relative to the base in 32 bits.
-    if o.text.1.checked_sub(o.base)? > u64::from(u32::MAX) {
-        return None;
-    }
-    Some(Module::new(String::new(), o.text.0..o.text.1, o.base, info))
+    Module::new(String::new(), o.text.0..o.text.1, o.base, info)
 }
 
 struct EhFrameHdr {
@@ -312,7 +318,10 @@ mod tests {
         assert_eq!(p.eh_frame, 0x1004 - 0x40);
         assert!(p.has_table);
         hdr[1] = 0x3b;
-        assert_eq!(parse_eh_frame_hdr(&hdr, 0x1000, 0).unwrap().eh_frame, 0x1000 - 0x40);
+        assert_eq!(
+            parse_eh_frame_hdr(&hdr, 0x1000, 0).unwrap().eh_frame,
+            0x1000 - 0x40
+        );
         hdr[2] = DW_EH_PE_OMIT;
         assert!(!parse_eh_frame_hdr(&hdr, 0x1000, 0).unwrap().has_table);
         hdr[1] = DW_EH_PE_OMIT;
@@ -321,15 +330,42 @@ mod tests {
         assert!(parse_eh_frame_hdr(&hdr, 0x1000, 0).is_none());
     }
 
+    /// Counts the loaded objects with code and an `.eh_frame_hdr`, and the loader's counters.
+    unsafe extern "C" fn count(info: *mut dl_phdr_info, _: size_t, data: *mut c_void) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our own counter.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut (usize, (u64, u64)))) };
+        // SAFETY: dlpi_phdr points at dlpi_phnum program headers while the callback runs.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let code = phdrs
+            .iter()
+            .any(|p| p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_X != 0);
+        let hdr = phdrs.iter().any(|p| p.p_type == libc::PT_GNU_EH_FRAME);
+        out.0 += usize::from(code && hdr);
+        out.1 = (info.dlpi_adds, info.dlpi_subs);
+        0
+    }
+
     #[test]
-    fn the_list_covers_this_code_and_libc_and_stays_put() {
-        let list = current().expect("a module list");
-        let here = the_list_covers_this_code_and_libc_and_stays_put as *const () as u64;
-        let libc_fn = libc::getpid as *const () as u64;
-        assert!(list.len >= 2, "{} modules", list.len);
-        let max = list.unwinder.max_known_code_address();
-        assert!(here < max && libc_fn < max);
-        let again = current().unwrap();
-        assert!(ptr::eq(list, again), "no rebuild without a load or unload");
+    fn the_list_covers_every_object_with_unwind_information_and_stays_put() {
+        // Other tests load and unload libraries meanwhile: look until nothing changed.
+        for _ in 0..100 {
+            let list = current().expect("a module list");
+            let mut seen = (0usize, (0u64, 0u64));
+            // SAFETY: `count` only reads the info it is given and writes our local.
+            unsafe { libc::dl_iterate_phdr(Some(count), &mut seen as *mut _ as *mut c_void) };
+            let again = current().unwrap();
+            if !ptr::eq(list, again) || seen.1 != list.generation {
+                continue;
+            }
+            // Every one (the vDSO and libc included) had a header that parsed.
+            assert_eq!(list.len, seen.0);
+            assert!(list.len >= 3, "{} modules", list.len);
+            let max = list.unwinder.max_known_code_address();
+            let here = current as *const () as u64;
+            let libc_fn = libc::getpid as *const () as u64;
+            assert!(here < max && libc_fn < max);
+            return;
+        }
+        panic!("the loaded objects never held still");
     }
 }

@@ -1,5 +1,5 @@
 //! Per-thread unwinding state: the bounds of this thread's stack (the only memory the unwinder
-//! may read) and framehop's rule cache, which is mutable and so cannot be shared.
+//! may read) and the rule caches (framehop's and ours), which are mutable and so not shared.
 //!
 //! The state is allocated on a thread's first capture and reached through a `const` thread-local
 //! pointer without a destructor, so it can be asked for at any point of a thread's life, even
@@ -12,11 +12,16 @@ use std::ptr;
 
 use framehop::x86_64::CacheX86_64;
 
+use super::rules::RuleCache;
+
 /// The unwinding state of one thread.
 pub struct ThreadUnwind {
     /// Lowest and one-past-highest address of this thread's stack; (0, 0) if unknown.
     pub stack: (u64, u64),
     pub cache: CacheX86_64,
+    pub rules: RuleCache,
+    /// Captures so far (wrapping), to pace the checks of the loaded objects.
+    pub captures: u32,
 }
 
 /// Sentinels of [`STATE`] besides null (not yet allocated) and a live state.
@@ -62,13 +67,21 @@ pub fn with<R>(f: impl FnOnce(&mut ThreadUnwind) -> R) -> Option<R> {
         p = Box::into_raw(Box::new(ThreadUnwind {
             stack: stack_bounds().unwrap_or((0, 0)),
             cache: CacheX86_64::new(),
+            rules: RuleCache::new(),
+            captures: 0,
         }));
     }
+    // Puts the state back when `f` is done, even by a panic (which the hook's guard catches).
+    struct Restore(*mut ThreadUnwind);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            STATE.set(self.0);
+        }
+    }
+    let _restore = Restore(p);
     // SAFETY: `p` is this thread's live state from Box::into_raw; STATE holds IN_USE meanwhile,
     // so no other call (nested on this thread) can reach it, and no other thread ever does.
-    let r = f(unsafe { &mut *p });
-    STATE.set(p);
-    Some(r)
+    Some(f(unsafe { &mut *p }))
 }
 
 /// The calling thread's stack, as the threads library knows it (for the main thread glibc reads
