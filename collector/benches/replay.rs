@@ -87,8 +87,8 @@ impl Generator {
         let r = self.rng.next();
         // Free when many are live or by chance; the step's last events free everything.
         let closing = in_step > STEP_EVENTS - 200;
-        let free =
-            !self.temporaries.is_empty() && (closing || self.temporaries.len() > 150 || r % 2 == 0);
+        let free = !self.temporaries.is_empty()
+            && (closing || self.temporaries.len() > 150 || r.is_multiple_of(2));
         if free {
             let i = (r >> 8) as usize % self.temporaries.len();
             let (ptr, asynchronous) = self.temporaries.swap_remove(i);
@@ -102,7 +102,7 @@ impl Generator {
         }
         let site = APP + 0x1000 + (r >> 16) % 32 * 0x40;
         let size = 512 << ((r >> 24) % 8);
-        let asynchronous = (r >> 32) % 10 == 0;
+        let asynchronous = (r >> 32).is_multiple_of(10);
         let ptr = self.ptr();
         self.temporaries.push((ptr, asynchronous));
         let (api, kind) = if asynchronous {
