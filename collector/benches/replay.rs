@@ -1,8 +1,12 @@
 //! Replay throughput and memory on a generated trace: `cargo bench -p vramtrace-collector --bench
 //! replay`. Writes a trace of `VRAMTRACE_BENCH_EVENTS` events (default 100 million) to the
 //! temporary directory (kept, and reused when `VRAMTRACE_BENCH_REUSE=1`), then times: decoding
-//! alone, applying alone (events decoded beforehand, a slice in memory), and the full replay with
-//! every analysis at the end, and reports the peak resident memory of the full replay.
+//! alone (with the chunks decompressed ahead on a second thread, as `TraceReader::open` reads, and
+//! all on one thread), applying alone (events decoded beforehand, a slice in memory), the full
+//! replay on one thread, and the full replay as the tools run it (chunks decompressed ahead) with
+//! every analysis at the end, and reports the peak resident memory of that last replay.
+//! `VRAMTRACE_BENCH_PHASES` picks some of the phases (`decode,apply,one-thread,replay`), to
+//! profile one alone.
 //!
 //! The generated mix: 1000-event steps marked with `vramtrace_mark_step`; in each, temporaries
 //! from 32 call sites of 8 sizes allocated and freed (addresses reused from a free list), async
@@ -10,13 +14,15 @@
 //! freed (so the live set grows to a million objects by the end).
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use vramtrace_collector::analysis::{analyze, GrowthConfig};
 use vramtrace_collector::event::{Api, Event, MemKind, Op};
-use vramtrace_collector::format::{Header, Module, Record, Segment, TraceReader, TraceWriter};
+use vramtrace_collector::format::{
+    Header, Module, Record, RecordRef, Segment, TraceReader, TraceWriter,
+};
 use vramtrace_collector::live::LiveState;
 
 const APP: u64 = 0x40_0000;
@@ -171,6 +177,84 @@ fn rate(events: u64, seconds: f64) -> String {
     format!("{:.2} M events/s", events as f64 / seconds / 1e6)
 }
 
+/// CPU time of the calling thread so far, in seconds (from the scheduler's accounting, so time
+/// other processes take on a shared machine does not count).
+fn thread_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let ns: u64 = stat
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    ns as f64 / 1e9
+}
+
+/// CPU time of the whole process so far (every thread, finished ones included), in seconds, to
+/// 10 ms.
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which is in parentheses): utime and stime are the
+    // 12th and 13th, in clock ticks of 10 ms.
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let field = |i: usize| -> f64 {
+        after
+            .split_whitespace()
+            .nth(i)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    (field(11) + field(12)) / 100.0
+}
+
+/// Wall-clock and CPU time of one phase.
+struct Timer {
+    wall: Instant,
+    cpu: f64,
+    all: f64,
+}
+
+impl Timer {
+    fn start() -> Self {
+        Timer {
+            wall: Instant::now(),
+            cpu: thread_cpu(),
+            all: process_cpu(),
+        }
+    }
+
+    /// `events` in `N s (R M events/s); CPU: C s on this thread (R' M events per CPU second), A s
+    /// in all threads`.
+    fn report(&self, events: u64) -> String {
+        let wall = self.wall.elapsed().as_secs_f64();
+        let cpu = thread_cpu() - self.cpu;
+        let all = process_cpu() - self.all;
+        format!(
+            "{events} events in {wall:.2} s ({}); CPU {cpu:.2} s on this thread ({} per CPU second), {all:.2} s in all threads",
+            rate(events, wall),
+            rate(events, cpu)
+        )
+    }
+}
+
+/// Applies the first million events, decoded into memory beforehand.
+fn apply_alone(path: &Path, events: u64) {
+    let mut reader = TraceReader::open(path).expect("open");
+    let mut slice: Vec<Record> = Vec::new();
+    while slice.len() < events.min(1_000_000) as usize {
+        match reader.next_record() {
+            Some(r) => slice.push(r),
+            None => break,
+        }
+    }
+    drop(reader);
+    let t = Timer::start();
+    let mut state = LiveState::new();
+    for r in &slice {
+        state.apply(r);
+    }
+    println!("apply only: {}", t.report(slice.len() as u64));
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs this too: keep that short.
     let testing =
@@ -197,64 +281,78 @@ fn main() {
         size as f64 / events as f64
     );
 
-    let t = Instant::now();
-    let mut n = 0u64;
-    for r in TraceReader::open(&path).expect("open") {
-        if matches!(r, Record::Event(_)) {
-            n += 1;
+    let one_thread = || {
+        let file = File::open(&path).expect("open");
+        TraceReader::new(BufReader::with_capacity(1 << 20, file)).expect("header")
+    };
+    let decode = |mut reader: TraceReader<BufReader<File>>, how: &str| {
+        let t = Timer::start();
+        let mut n = 0u64;
+        while let Some(r) = reader.next_event_or_record() {
+            if let RecordRef::Event(e) = r {
+                // Read a field so the decoding cannot be skipped.
+                n += u64::from(e.seq != 0);
+            }
         }
+        println!("decode only ({how}): {}", t.report(n));
+    };
+    let phases = std::env::var("VRAMTRACE_BENCH_PHASES").unwrap_or_default();
+    let phase = |name: &str| phases.is_empty() || phases.split(',').any(|p| p == name);
+    if phase("decode") {
+        decode(TraceReader::open(&path).expect("open"), "read ahead");
+        decode(one_thread(), "one thread");
     }
-    let s = t.elapsed().as_secs_f64();
-    println!("decode only: {n} events in {s:.2} s ({})", rate(n, s));
-
-    // Apply alone: the first events decoded into memory, then applied.
-    let slice: Vec<Record> = TraceReader::open(&path)
-        .expect("open")
-        .take(events.min(1_000_000) as usize)
-        .collect();
-    let t = Instant::now();
-    let mut state = LiveState::new();
-    for r in &slice {
-        state.apply(r);
+    if phase("apply") {
+        apply_alone(&path, events);
     }
-    let s = t.elapsed().as_secs_f64();
-    println!(
-        "apply only: {} events in {s:.2} s ({})",
-        slice.len(),
-        rate(slice.len() as u64, s)
-    );
-    drop((slice, state));
+    if phase("one-thread") {
+        let t = Timer::start();
+        let mut state = LiveState::new();
+        state.replay(&mut one_thread());
+        println!(
+            "full replay (one thread, no analyses): {}",
+            t.report(state.events())
+        );
+    }
+    if !phase("replay") {
+        return;
+    }
 
     // Resets the peak resident memory (VmHWM) so the next reading is the full replay's own.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let rss_before = peak_rss();
     let t = Instant::now();
+    let timer = Timer::start();
     let mut state = LiveState::new();
-    for r in TraceReader::open(&path).expect("open") {
-        state.apply(&r);
-    }
+    state.replay(&mut TraceReader::open(&path).expect("open"));
     let applied = t.elapsed().as_secs_f64();
+    let replayed = timer.report(state.events());
+    let peak_replay = peak_rss();
     let analysis = analyze(&state, &GrowthConfig::default());
     let s = t.elapsed().as_secs_f64();
     let live = analysis.leaks.device.count + analysis.leaks.host.count;
     let peak = peak_rss();
+    println!("full replay (read ahead): {replayed}");
     println!(
-        "full replay: {} events in {s:.2} s ({}; analyses {:.2} s)",
+        "full replay (read ahead) and analyses: {} events in {s:.2} s ({}; analyses {:.2} s)",
         state.events(),
         rate(state.events(), s),
         s - applied
     );
+    let mib = |b: u64| b as f64 / 1048576.0;
     println!(
-        "live at end: {live} objects, {} call sites, {} steps; peak RSS {:.1} MiB (before the replays {:.1} MiB)",
+        "live at end: {live} objects, {} call sites, {} steps; peak RSS {:.1} MiB, {:.1} MiB before the analyses (before the replay {:.1} MiB)",
         state.site_count(),
         state.steps(),
-        peak as f64 / 1048576.0,
-        rss_before as f64 / 1048576.0
+        mib(peak),
+        mib(peak_replay),
+        mib(rss_before)
     );
     if live > 0 {
         println!(
-            "peak RSS per live object: {:.0} bytes (all of it), {:.0} bytes above 256 MiB",
+            "peak RSS per live object: {:.0} bytes (all of it), {:.0} bytes above what it was before the replay, {:.0} bytes above 256 MiB",
             peak as f64 / live as f64,
+            peak.saturating_sub(rss_before) as f64 / live as f64,
             (peak as f64 - 256.0 * 1048576.0).max(0.0) / live as f64
         );
     }

@@ -2,8 +2,8 @@
 
 use vramtrace_collector::event::{Api, Event, MemKind, Op};
 use vramtrace_collector::format::{
-    End, Ending, Header, Module, Record, Segment, StackDef, Stats, TraceError, TraceReader,
-    TraceWriter,
+    End, Ending, Header, Module, Record, RecordRef, Segment, StackDef, Stats, TraceError,
+    TraceReader, TraceWriter,
 };
 
 fn header() -> Header {
@@ -199,5 +199,93 @@ fn unknown_record_kinds_are_skipped_by_length() {
     let mut r = TraceReader::new(&bytes[..]).unwrap();
     let got: Vec<Record> = r.by_ref().collect();
     assert_eq!(got, vec![Record::Event(event(5))]);
+    assert_eq!(r.skipped(), 1);
+}
+
+/// Reads every record with `next_event_or_record`, owning the lent events.
+fn read_lent<R: std::io::Read>(r: &mut TraceReader<R>) -> Vec<Record> {
+    let mut got = Vec::new();
+    while let Some(next) = r.next_event_or_record() {
+        got.push(match next {
+            RecordRef::Event(e) => Record::Event(e.clone()),
+            RecordRef::Other(record) => record,
+        });
+    }
+    got
+}
+
+#[test]
+fn lent_events_are_the_records_in_order() {
+    let mut records = sample_records(500);
+    records.insert(100, Record::Warning("between events".into()));
+    let bytes = write(&records, 2048);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    assert_eq!(read_lent(&mut r), records);
+    assert_eq!(r.ending(), Some(&Ending::Complete));
+    assert_eq!((r.records(), r.skipped()), (records.len() as u64, 0));
+}
+
+#[test]
+fn a_file_read_ahead_on_a_thread_reads_as_on_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = sample_records(2000);
+    let bytes = write(&records, 1024);
+    // Whole, cut inside a chunk, cut between chunks, and damaged.
+    let mut damaged = bytes.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0xff;
+    let files = [
+        bytes.clone(),
+        bytes[..bytes.len() - 100].to_vec(),
+        bytes[..bytes.len() / 3].to_vec(),
+        damaged,
+    ];
+    for (i, file) in files.iter().enumerate() {
+        let path = dir.path().join(format!("{i}.vtrace"));
+        std::fs::write(&path, file).unwrap();
+        let mut direct = TraceReader::new(&file[..]).unwrap();
+        let want: Vec<Record> = direct.by_ref().collect();
+        let mut ahead = TraceReader::open(&path).unwrap();
+        assert_eq!(read_lent(&mut ahead), want, "file {i}");
+        assert_eq!(ahead.ending(), direct.ending(), "file {i}");
+        assert_eq!(
+            (ahead.offset(), ahead.chunks(), ahead.records()),
+            (direct.offset(), direct.chunks(), direct.records()),
+            "file {i}"
+        );
+        // Dropped half-way: the reading thread stops.
+        let mut early = TraceReader::open(&path).unwrap();
+        assert!(early.next_record().is_some());
+        drop(early);
+    }
+}
+
+#[test]
+fn events_with_unknown_operations_are_skipped_by_length() {
+    // An event from a newer writer: a known event's bytes with its operation replaced by a
+    // variant index this reader does not have, and fields after it.
+    let mut known = postcard::to_stdvec(&event(5)).unwrap();
+    let op_at = known.len() - postcard::to_stdvec(&event(5).op).unwrap().len();
+    known.truncate(op_at);
+    known.extend_from_slice(&[120, 7, 7, 7]);
+    let mut raw = Vec::new();
+    for payload in [&known[..], &postcard::to_stdvec(&event(6)).unwrap()[..]] {
+        raw.push(payload.len() as u8 + 1);
+        raw.push(1);
+        raw.extend_from_slice(payload);
+    }
+    let mut bytes = write(&[], 1024);
+    let packed = zstd::bulk::compress(&raw, 1).unwrap();
+    bytes.extend_from_slice(&(packed.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&2u32.to_le_bytes());
+    bytes.extend_from_slice(&crc32fast::hash(&packed).to_le_bytes());
+    bytes.extend_from_slice(&packed);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    let got: Vec<Record> = r.by_ref().collect();
+    assert_eq!(got, vec![Record::Event(event(6))]);
+    assert_eq!(r.skipped(), 1);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    assert_eq!(read_lent(&mut r), vec![Record::Event(event(6))]);
     assert_eq!(r.skipped(), 1);
 }

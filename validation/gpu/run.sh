@@ -6,7 +6,8 @@
 #       carry=["target/release/libvramtrace.so", "target/release/vramtrace"])
 #
 # Scenarios (default: all): default expandable async nccl cublas extension cupy jax oom pyleak
-# train. Results: $OUT/results.tar.gz (per scenario: .plain.out/.err, .traced.out/.err, traces,
+# train; and, to explain device accounting, accounting accounting_eager default_eager nccl_eager
+# (CUDA_MODULE_LOADING=EAGER). Results: $OUT/results.tar.gz (per scenario: .plain.out/.err, .traced.out/.err, traces,
 # .report.json) and $OUT/summary.txt. Nothing is compared here; docs/gpu-validation.md records
 # what the results showed.
 set -u
@@ -53,6 +54,14 @@ CMDS[oom]="python3 $SC/oom.py"
 ENVS[pyleak]="PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
 TENVS[pyleak]="NVTX_INJECTION64_PATH=$LIB VRAMTRACE_STEP_RANGE=step"
 CMDS[pyleak]="python3 $SC/py_leak.py"
+ENVS[accounting]=""
+CMDS[accounting]="python3 $SC/accounting.py"
+ENVS[accounting_eager]="CUDA_MODULE_LOADING=EAGER"
+CMDS[accounting_eager]="python3 $SC/accounting.py"
+ENVS[default_eager]="CUDA_MODULE_LOADING=EAGER"
+CMDS[default_eager]="python3 $SC/alloc_steps.py"
+ENVS[nccl_eager]="CUDA_MODULE_LOADING=EAGER NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ALLOC NCCL_DEBUG_FILE=$WORK/nccl-eager-debug.%p.log"
+CMDS[nccl_eager]="python3 $SC/nccl_pg.py"
 ENVS[train]=""
 CMDS[train]="python3 $SC/train.py 30"
 

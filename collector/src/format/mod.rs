@@ -13,8 +13,11 @@
 //! does not know, or whose payload uses a variant it does not know, is skipped by its length, so
 //! traces from newer writers stay readable.
 
+mod chunk;
+mod decode;
 mod error;
 mod header;
+mod prefetch;
 mod reader;
 mod record;
 mod varint;
@@ -22,7 +25,7 @@ mod writer;
 
 pub use error::TraceError;
 pub use header::{Header, FORMAT_VERSION, MAGIC};
-pub use reader::{Ending, TraceReader};
+pub use reader::{Ending, RecordRef, TraceReader};
 pub use record::{
     End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,
 };

@@ -1,16 +1,21 @@
 //! Reads a trace back, record by record, in constant memory, and says how it ends.
+//!
+//! Events, nearly all of a trace, can be read without a copy: [`TraceReader::next_event_or_record`]
+//! decodes each into one event the reader keeps and lends it out. A reader made by
+//! [`TraceReader::open`] decompresses the next chunks on a second thread meanwhile.
 
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
+use super::chunk::{self, read_full, Loaded, Scratch};
+use super::decode;
 use super::error::TraceError;
 use super::header::{Header, FORMAT_VERSION, MAGIC};
-use super::record::Record;
+use super::prefetch::Prefetcher;
+use super::record::{Record, TAG_EVENT};
 use super::varint;
-
-/// Largest chunk a reader accepts; anything bigger is damage, not data.
-const MAX_CHUNK_BYTES: u32 = 256 * 1024 * 1024;
+use crate::event::Event;
 
 /// How the records of a trace ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,15 +54,33 @@ impl Ending {
     }
 }
 
+/// A record as [`TraceReader::next_event_or_record`] returns it: an event lent by the reader
+/// (valid until the next call), or any other record.
+#[derive(Debug)]
+pub enum RecordRef<'a> {
+    Event(&'a Event),
+    Other(Record),
+}
+
+/// Where chunks come from.
+enum Source<R> {
+    /// Read and decompressed on the calling thread.
+    Direct { src: R, scratch: Scratch },
+    /// Read and decompressed ahead on a second thread.
+    Prefetch(Prefetcher),
+}
+
 /// A streaming trace reader. Iterate it for records; afterwards [`TraceReader::ending`] says
 /// whether the file was whole and where it stopped.
 pub struct TraceReader<R: Read> {
-    src: R,
+    source: Source<R>,
     header: Header,
     offset: u64,
+    /// The decompressed records of the current chunk.
     chunk: Vec<u8>,
-    packed: Vec<u8>,
     pos: usize,
+    /// The event [`TraceReader::next_event_or_record`] decodes into and lends out.
+    event: Event,
     ending: Option<Ending>,
     chunks: u64,
     records: u64,
@@ -66,33 +89,20 @@ pub struct TraceReader<R: Read> {
 }
 
 impl TraceReader<BufReader<File>> {
-    /// Opens a trace file and reads its header.
+    /// Opens a trace file and reads its header. The chunks are then read and decompressed ahead
+    /// on a second thread.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TraceError> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|source| TraceError::Io {
             path: path.display().to_string(),
             source,
         })?;
-        TraceReader::new(BufReader::with_capacity(1 << 20, file))
+        Ok(TraceReader::new(BufReader::with_capacity(1 << 20, file))?.prefetching())
     }
-}
-
-/// Reads until `buf` is full or the source ends; returns how many bytes were read.
-fn read_full(src: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match src.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 impl<R: Read> TraceReader<R> {
-    /// Reads the header from `src`; records follow on iteration.
+    /// Reads the header from `src`; records follow on iteration, read on the calling thread.
     pub fn new(mut src: R) -> Result<Self, TraceError> {
         let io = |source| TraceError::Io {
             path: "trace".into(),
@@ -149,18 +159,62 @@ impl<R: Read> TraceReader<R> {
         let (header, _) = postcard::take_from_bytes::<Header>(body)
             .map_err(|e| TraceError::CorruptHeader(e.to_string()))?;
         Ok(TraceReader {
-            src,
+            source: Source::Direct {
+                src,
+                scratch: Scratch::default(),
+            },
             header,
             offset: 16 + head.len() as u64,
             chunk: Vec::new(),
-            packed: Vec::new(),
             pos: 0,
+            event: decode::blank(),
             ending: None,
             chunks: 0,
             records: 0,
             skipped: 0,
             saw_end: false,
         })
+    }
+
+    /// This reader, reading and decompressing the chunks after the current one on a second
+    /// thread (unchanged when no thread can be started). Records come in the same order.
+    pub fn prefetching(self) -> Self
+    where
+        R: Send + 'static,
+    {
+        let TraceReader {
+            source,
+            header,
+            offset,
+            chunk,
+            pos,
+            event,
+            ending,
+            chunks,
+            records,
+            skipped,
+            saw_end,
+        } = self;
+        let source = match source {
+            Source::Direct { src, scratch } => match Prefetcher::spawn(src, offset) {
+                Ok(p) => Source::Prefetch(p),
+                Err(src) => Source::Direct { src, scratch },
+            },
+            prefetch => prefetch,
+        };
+        TraceReader {
+            source,
+            header,
+            offset,
+            chunk,
+            pos,
+            event,
+            ending,
+            chunks,
+            records,
+            skipped,
+            saw_end,
+        }
     }
 
     /// The trace header.
@@ -193,103 +247,39 @@ impl<R: Read> TraceReader<R> {
         self.skipped
     }
 
-    fn stop(&mut self, ending: Ending) -> Option<Record> {
-        self.ending = Some(ending);
-        None
-    }
-
     /// Loads the next chunk; `false` when the records are over (and `ending` is set).
     fn load_chunk(&mut self) -> bool {
         let start = self.offset;
-        let mut head = [0u8; 16];
-        let got = match read_full(&mut self.src, &mut head) {
-            Ok(n) => n,
-            Err(e) => {
-                self.stop(Ending::Corrupt {
-                    offset: start,
-                    reason: format!("read error: {e}"),
-                });
-                return false;
-            }
+        let loaded = match &mut self.source {
+            Source::Direct { src, scratch } => chunk::load(src, start, scratch, &mut self.chunk),
+            Source::Prefetch(p) => p.next(start, &mut self.chunk),
         };
-        if got == 0 {
-            let ending = if self.saw_end {
-                Ending::Complete
-            } else {
-                Ending::NoEndRecord { offset: start }
-            };
-            self.stop(ending);
-            return false;
-        }
-        if got < 16 {
-            self.stop(Ending::Truncated {
-                offset: start,
-                have: got as u64,
-                need: 16,
-            });
-            return false;
-        }
-        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
-        let (packed_len, raw_len, _count, crc) = (word(0), word(4), word(8), word(12));
-        if packed_len > MAX_CHUNK_BYTES || raw_len > MAX_CHUNK_BYTES {
-            self.stop(Ending::Corrupt {
-                offset: start,
-                reason: format!("implausible chunk size {packed_len}/{raw_len}"),
-            });
-            return false;
-        }
-        self.packed.resize(packed_len as usize, 0);
-        let got = match read_full(&mut self.src, &mut self.packed) {
-            Ok(n) => n,
-            Err(e) => {
-                self.stop(Ending::Corrupt {
-                    offset: start,
-                    reason: format!("read error: {e}"),
-                });
-                return false;
+        match loaded {
+            Loaded::Chunk { len } => {
+                self.offset += len;
+                self.pos = 0;
+                self.chunks += 1;
+                true
             }
-        };
-        if got < packed_len as usize {
-            self.stop(Ending::Truncated {
-                offset: start,
-                have: 16 + got as u64,
-                need: 16 + u64::from(packed_len),
-            });
-            return false;
-        }
-        if crc32fast::hash(&self.packed) != crc {
-            self.stop(Ending::Corrupt {
-                offset: start,
-                reason: "checksum mismatch".into(),
-            });
-            return false;
-        }
-        self.chunk.resize(raw_len as usize, 0);
-        match zstd::bulk::decompress_to_buffer(&self.packed, &mut self.chunk[..]) {
-            Ok(n) if n == raw_len as usize => {}
-            Ok(n) => {
-                self.stop(Ending::Corrupt {
-                    offset: start,
-                    reason: format!("chunk holds {n} bytes, header says {raw_len}"),
+            Loaded::Eof => {
+                self.ending = Some(if self.saw_end {
+                    Ending::Complete
+                } else {
+                    Ending::NoEndRecord { offset: start }
                 });
-                return false;
+                false
             }
-            Err(e) => {
-                self.stop(Ending::Corrupt {
-                    offset: start,
-                    reason: format!("decompression failed: {e}"),
-                });
-                return false;
+            Loaded::Stop(ending) => {
+                self.ending = Some(ending);
+                false
             }
         }
-        self.offset += 16 + u64::from(packed_len);
-        self.pos = 0;
-        self.chunks += 1;
-        true
     }
 
-    /// The next record, or `None` at the end of the readable part.
-    pub fn next_record(&mut self) -> Option<Record> {
+    /// The tag and the payload's range in `chunk` of the next record, or `None` at the end of
+    /// the readable part.
+    #[inline]
+    fn next_payload(&mut self) -> Option<(u64, usize, usize)> {
         if self.ending.is_some() {
             return None;
         }
@@ -300,34 +290,68 @@ impl<R: Read> TraceReader<R> {
                 }
             }
             let rest = &self.chunk[self.pos..];
-            let Some((len, used)) = varint::get(rest) else {
-                let offset = self.offset;
-                return self.stop(Ending::Corrupt {
-                    offset,
-                    reason: "bad record length".into(),
+            let framed = varint::get(rest).and_then(|(len, used)| {
+                let end = used.checked_add(usize::try_from(len).ok()?)?;
+                (end <= rest.len()).then_some((used, end))
+            });
+            let Some((used, end)) = framed else {
+                let reason = match varint::get(rest) {
+                    None => "bad record length",
+                    Some(_) => "record runs past its chunk",
+                };
+                self.ending = Some(Ending::Corrupt {
+                    offset: self.offset,
+                    reason: reason.into(),
                 });
+                return None;
             };
-            let Some(body) = rest.get(used..used + len as usize) else {
-                let offset = self.offset;
-                return self.stop(Ending::Corrupt {
-                    offset,
-                    reason: "record runs past its chunk".into(),
-                });
-            };
-            self.pos += used + len as usize;
-            let Some((tag, tag_len)) = varint::get(body) else {
-                self.skipped += 1;
-                continue;
-            };
-            match Record::decode(tag, &body[tag_len..]) {
-                Some(record) => {
-                    if matches!(record, Record::End(_)) {
-                        self.saw_end = true;
-                    }
-                    self.records += 1;
-                    return Some(record);
-                }
+            let (body_start, body_end) = (self.pos + used, self.pos + end);
+            self.pos = body_end;
+            match varint::get(&self.chunk[body_start..body_end]) {
+                Some((tag, tag_len)) => return Some((tag, body_start + tag_len, body_end)),
                 None => self.skipped += 1,
+            }
+        }
+    }
+
+    /// Decodes a record other than an event; `None` (counted as skipped) when this reader does
+    /// not know it.
+    fn other(&mut self, tag: u64, start: usize, end: usize) -> Option<Record> {
+        let record = Record::decode(tag, &self.chunk[start..end]);
+        match &record {
+            Some(r) => {
+                self.saw_end |= matches!(r, Record::End(_));
+                self.records += 1;
+            }
+            None => self.skipped += 1,
+        }
+        record
+    }
+
+    /// The next record, or `None` at the end of the readable part.
+    pub fn next_record(&mut self) -> Option<Record> {
+        loop {
+            let (tag, start, end) = self.next_payload()?;
+            if let Some(record) = self.other(tag, start, end) {
+                return Some(record);
+            }
+        }
+    }
+
+    /// The next record, or `None` at the end of the readable part, with events lent rather than
+    /// returned: the fast way through a trace (no copy, no allocation per event).
+    #[inline]
+    pub fn next_event_or_record(&mut self) -> Option<RecordRef<'_>> {
+        loop {
+            let (tag, start, end) = self.next_payload()?;
+            if tag == TAG_EVENT {
+                if decode::event_into(&self.chunk[start..], end - start, &mut self.event) {
+                    self.records += 1;
+                    return Some(RecordRef::Event(&self.event));
+                }
+                self.skipped += 1;
+            } else if let Some(record) = self.other(tag, start, end) {
+                return Some(RecordRef::Other(record));
             }
         }
     }

@@ -173,7 +173,7 @@ impl Record {
             postcard::take_from_bytes(b).ok().map(|(v, _)| v)
         }
         Some(match tag {
-            TAG_EVENT => Record::Event(de(payload)?),
+            TAG_EVENT => Record::Event(super::decode::event(payload)?),
             TAG_MODULE => Record::Module(de(payload)?),
             TAG_STACK => Record::Stack(de(payload)?),
             TAG_STATS => Record::Stats(de(payload)?),

@@ -11,8 +11,16 @@ pub fn put(out: &mut Vec<u8>, mut v: u64) {
 
 /// Reads a varint from the front of `buf`: the value and the bytes it took, or `None` when the
 /// buffer ends inside it or it is longer than ten bytes.
+#[inline]
 pub fn get(buf: &[u8]) -> Option<(u64, usize)> {
+    // Record lengths and tags are nearly always one byte.
+    if let Some(&b) = buf.first() {
+        if b < 0x80 {
+            return Some((u64::from(b), 1));
+        }
+    }
     let mut v = 0u64;
+
     for (i, &b) in buf.iter().enumerate().take(10) {
         v |= u64::from(b & 0x7f) << (7 * i);
         if b & 0x80 == 0 {

@@ -67,9 +67,14 @@ impl LiveState {
     /// Removes the pointer allocations and arrays whose origin `doomed` selects.
     fn tear_down(&mut self, seq: u64, doomed: impl Fn(&Origin) -> bool) -> Totals {
         let mut freed = Totals::default();
+        let sites = &self.sites;
+        let doomed_allocation = |a: &Allocation| {
+            let call = sites.call(a.call);
+            doomed(&call.origin(a.seq, a.time_ns, a.step))
+        };
         let gone: Vec<Allocation> = [&mut self.memory.device, &mut self.memory.host]
             .into_iter()
-            .flat_map(|t| t.tear_down(seq, |a| doomed(&a.origin)))
+            .flat_map(|t| t.tear_down(seq, doomed_allocation))
             .collect();
         for a in gone {
             freed.add(a.size);

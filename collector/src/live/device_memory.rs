@@ -8,6 +8,9 @@
 
 use serde::Serialize;
 
+use super::LiveState;
+use crate::event::Event;
+
 /// Accounting of one device from the tracer's samples.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DeviceAccount {
@@ -54,6 +57,23 @@ impl DeviceAccount {
         self.last_traced = traced;
         self.last_seq = seq;
         self.last_time_ns = time_ns;
+    }
+}
+
+impl LiveState {
+    /// A `cuMemGetInfo` sample: the driver's used bytes against what the trace holds live.
+    pub(super) fn on_device_memory(&mut self, e: &Event, free: u64, total: u64) {
+        if e.device < 0 {
+            return;
+        }
+        let traced = self.device_bytes(e.device);
+        self.devices
+            .entry(e.device)
+            .or_insert_with(|| DeviceAccount {
+                device: e.device,
+                ..DeviceAccount::default()
+            })
+            .sample(total.saturating_sub(free), total, traced, e.seq, e.time_ns);
     }
 }
 

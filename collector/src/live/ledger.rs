@@ -9,7 +9,8 @@
 use serde::{Serialize, Serializer};
 
 use super::series::{Grid, Series};
-use super::sites::SiteId;
+use super::sites::{CallId, SiteId};
+use crate::event::MemKind;
 use crate::fasthash::FxHashMap;
 
 /// Sample points kept per series for steps.
@@ -49,6 +50,29 @@ pub(crate) struct Charge {
     pub(crate) holder: Holder,
     /// The pool an async allocation came from.
     pub(crate) pool: Option<PoolKey>,
+}
+
+/// Where a charge lands: the indexes of its (site, holder) entry, its holder and its pool.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    entry: u32,
+    holder: u32,
+    /// [`NO_POOL`] when the charge is to no pool.
+    pool: u32,
+}
+
+const NO_POOL: u32 = u32::MAX;
+
+/// The kinds of allocation whose charges go to different slots: host memory, device memory from
+/// a pool, other device memory.
+const KIND_CLASSES: usize = 3;
+
+fn kind_class(kind: MemKind) -> usize {
+    match kind {
+        MemKind::HostPinned => 0,
+        MemKind::Async => 1,
+        _ => 2,
+    }
 }
 
 /// A holder's highest live point.
@@ -100,6 +124,8 @@ pub(crate) struct Entry {
     last_change: u64,
     /// Bytes and count at the holder's peak, valid when changed since it.
     at_peak: (u64, u64),
+    /// The ledger's ticks when the series were last settled.
+    settled: u64,
     pub(crate) steps: Series,
     pub(crate) windows: Series,
 }
@@ -111,6 +137,8 @@ pub(crate) struct HolderState {
     pub(crate) bytes: u64,
     pub(crate) count: u64,
     pub(crate) peak: PeakPoint,
+    /// The ledger's ticks when the series were last settled.
+    settled: u64,
     pub(crate) steps: Series,
     pub(crate) windows: Series,
 }
@@ -121,18 +149,28 @@ pub(crate) struct Ledger {
     pub(crate) entries: Vec<Entry>,
     index: FxHashMap<(SiteId, Holder), u32>,
     pub(crate) holders: Vec<HolderState>,
-    pools: FxHashMap<PoolKey, PoolUse>,
+    pools: Vec<PoolUse>,
+    pool_index: FxHashMap<PoolKey, u32>,
+    /// The slot of each call's allocations per kind class, once charged: allocations come and
+    /// go millions of times from a few calls, and this spares them the lookups.
+    by_call: Vec<[Option<Slot>; KIND_CLASSES]>,
     pub(crate) steps: Grid,
     pub(crate) windows: Grid,
     /// Time of the first event: time windows count from it.
     window_origin: Option<u64>,
+    /// Time at which the next time-window sample is due (0 before the first event).
+    next_window_ns: u64,
     /// The current event: ordinal, seq, time, step.
     event: u64,
     seq: u64,
     time_ns: u64,
     step: u64,
-    /// Holders changed by the current event.
-    touched: Vec<usize>,
+    /// Sample points taken on either grid: a series settled at the current count has nothing to
+    /// catch up, which most changes find with one comparison.
+    ticks: u64,
+    /// Holders changed by the current event: bit i for holder i < 64, the rest listed.
+    touched: u64,
+    touched_more: Vec<usize>,
 }
 
 impl Default for Ledger {
@@ -141,15 +179,20 @@ impl Default for Ledger {
             entries: Vec::new(),
             index: FxHashMap::default(),
             holders: Vec::new(),
-            pools: FxHashMap::default(),
+            pools: Vec::new(),
+            pool_index: FxHashMap::default(),
+            by_call: Vec::new(),
             steps: Grid::new(STEP_POINTS),
             windows: Grid::new(WINDOW_POINTS),
             window_origin: None,
+            next_window_ns: 0,
             event: 0,
             seq: 0,
             time_ns: 0,
             step: 0,
-            touched: Vec::new(),
+            ticks: 0,
+            touched: 0,
+            touched_more: Vec::new(),
         }
     }
 }
@@ -162,38 +205,59 @@ impl Ledger {
         self.seq = seq;
         self.time_ns = time_ns;
         self.step = step;
+        // Most events fall inside the current window; only this method ticks the window grid,
+        // so the time of the next sample stays valid until it is reached.
+        if time_ns < self.next_window_ns {
+            return;
+        }
         let origin = *self.window_origin.get_or_insert(time_ns);
         loop {
             let k = self.windows.next_kept_tick();
             let at = origin.saturating_add(k.saturating_mul(BASE_WINDOW_NS));
             if time_ns < at {
+                self.next_window_ns = at;
                 break;
             }
             self.windows.tick_at(k, at - origin);
+            self.ticks += 1;
         }
     }
 
     /// Ends an event: a holder it raised above its peak sets a new one.
     #[inline]
     pub(crate) fn end_event(&mut self) {
-        for i in self.touched.drain(..) {
-            let h = &mut self.holders[i];
-            if h.bytes > h.peak.bytes {
-                h.peak = PeakPoint {
-                    bytes: h.bytes,
-                    count: h.count,
-                    event: self.event,
-                    seq: self.seq,
-                    time_ns: self.time_ns,
-                    step: self.step,
-                };
+        while self.touched != 0 {
+            let i = self.touched.trailing_zeros() as usize;
+            self.touched &= self.touched - 1;
+            self.settle_peak(i);
+        }
+        if !self.touched_more.is_empty() {
+            for i in std::mem::take(&mut self.touched_more) {
+                self.settle_peak(i);
             }
+        }
+    }
+
+    /// Holder `i` sets a new peak if the current event raised it above its last.
+    #[inline]
+    fn settle_peak(&mut self, i: usize) {
+        let h = &mut self.holders[i];
+        if h.bytes > h.peak.bytes {
+            h.peak = PeakPoint {
+                bytes: h.bytes,
+                count: h.count,
+                event: self.event,
+                seq: self.seq,
+                time_ns: self.time_ns,
+                step: self.step,
+            };
         }
     }
 
     /// A step begins: every series takes a sample.
     pub(crate) fn step_boundary(&mut self, step: u64) {
         self.steps.tick(step);
+        self.ticks += 1;
     }
 
     /// Time of the first event, from which time windows count.
@@ -220,6 +284,7 @@ impl Ledger {
             bytes: 0,
             count: 0,
             peak: PeakPoint::default(),
+            settled: self.ticks,
             steps: Series::new(&self.steps),
             windows: Series::new(&self.windows),
         });
@@ -237,6 +302,7 @@ impl Ledger {
                 count: 0,
                 last_change: 0,
                 at_peak: (0, 0),
+                settled: self.ticks,
                 steps: Series::new(&self.steps),
                 windows: Series::new(&self.windows),
             });
@@ -247,41 +313,99 @@ impl Ledger {
     /// Counts an object of `bytes` as live.
     #[inline]
     pub(crate) fn charge(&mut self, c: Charge, bytes: u64) {
-        self.change(c, bytes, true);
+        let s = self.slot(c);
+        self.change::<true>(s, bytes);
     }
 
     /// Counts an object of `bytes` as gone.
     #[inline]
     pub(crate) fn discharge(&mut self, c: Charge, bytes: u64) {
-        self.change(c, bytes, false);
+        let s = self.slot(c);
+        self.change::<false>(s, bytes);
     }
 
-    fn change(&mut self, c: Charge, bytes: u64, add: bool) {
-        let hi = self.holder_index(c.holder);
-        let ei = self.entry_index(c.site, c.holder);
+    /// Counts an allocation of `kind` and `bytes` made by `call` as live (`ADD`) or gone;
+    /// `charge` says where it goes the first time.
+    #[inline]
+    pub(crate) fn change_by_call<const ADD: bool>(
+        &mut self,
+        call: CallId,
+        kind: MemKind,
+        charge: impl FnOnce() -> Charge,
+        bytes: u64,
+    ) {
+        let (i, class) = (call as usize, kind_class(kind));
+        let slot = match self.by_call.get(i).and_then(|s| s[class]) {
+            Some(s) => s,
+            None => {
+                let s = self.slot(charge());
+                if self.by_call.len() <= i {
+                    self.by_call.resize(i + 1, [None; KIND_CLASSES]);
+                }
+                self.by_call[i][class] = Some(s);
+                s
+            }
+        };
+        self.change::<ADD>(slot, bytes);
+    }
+
+    /// Where charge `c` lands, its entry, holder and pool made on first use.
+    fn slot(&mut self, c: Charge) -> Slot {
+        let holder = self.holder_index(c.holder) as u32;
+        let entry = self.entry_index(c.site, c.holder) as u32;
+        let pool = match c.pool {
+            Some(key) => {
+                let next = self.pools.len() as u32;
+                let i = *self.pool_index.entry(key).or_insert(next);
+                if i == next {
+                    self.pools.push(PoolUse {
+                        pool: key.0,
+                        device: key.1,
+                        ..PoolUse::default()
+                    });
+                }
+                i
+            }
+            None => NO_POOL,
+        };
+        Slot {
+            entry,
+            holder,
+            pool,
+        }
+    }
+
+    /// Counts `bytes` as live (`ADD`) or gone at slot `s`. Generic, so that adding and removing
+    /// are two straight paths rather than one with a branch that alternates unpredictably.
+    #[inline(always)]
+    fn change<const ADD: bool>(&mut self, s: Slot, bytes: u64) {
+        let hi = s.holder as usize;
         let peak_event = self.holders[hi].peak.event;
-        let e = &mut self.entries[ei];
+        let e = &mut self.entries[s.entry as usize];
         if e.last_change <= peak_event {
             e.at_peak = (e.bytes, e.count);
         }
         e.last_change = self.event;
-        e.steps.settle(&self.steps, e.bytes);
-        e.windows.settle(&self.windows, e.bytes);
-        apply(&mut e.bytes, &mut e.count, bytes, add);
-        let h = &mut self.holders[hi];
-        h.steps.settle(&self.steps, h.bytes);
-        h.windows.settle(&self.windows, h.bytes);
-        apply(&mut h.bytes, &mut h.count, bytes, add);
-        if !self.touched.contains(&hi) {
-            self.touched.push(hi);
+        if e.settled != self.ticks {
+            e.steps.settle(&self.steps, e.bytes);
+            e.windows.settle(&self.windows, e.bytes);
+            e.settled = self.ticks;
         }
-        if let Some(key) = c.pool {
-            let p = self.pools.entry(key).or_insert_with(|| PoolUse {
-                pool: key.0,
-                device: key.1,
-                ..PoolUse::default()
-            });
-            apply(&mut p.in_use, &mut p.allocations, bytes, add);
+        apply::<ADD>(&mut e.bytes, &mut e.count, bytes);
+        let h = &mut self.holders[hi];
+        if h.settled != self.ticks {
+            h.steps.settle(&self.steps, h.bytes);
+            h.windows.settle(&self.windows, h.bytes);
+            h.settled = self.ticks;
+        }
+        apply::<ADD>(&mut h.bytes, &mut h.count, bytes);
+        if hi < 64 {
+            self.touched |= 1 << hi;
+        } else if !self.touched_more.contains(&hi) {
+            self.touched_more.push(hi);
+        }
+        if let Some(p) = self.pools.get_mut(s.pool as usize) {
+            apply::<ADD>(&mut p.in_use, &mut p.allocations, bytes);
             p.high_water = p.high_water.max(p.in_use);
             p.high_water_since_trim = p.high_water_since_trim.max(p.in_use);
         }
@@ -289,7 +413,8 @@ impl Ledger {
 
     /// A pool trimmed to `keep` bytes: it now holds at most what is in use, or `keep`.
     pub(crate) fn trim_pool(&mut self, key: PoolKey, keep: u64) {
-        if let Some(p) = self.pools.get_mut(&key) {
+        if let Some(&i) = self.pool_index.get(&key) {
+            let p = &mut self.pools[i as usize];
             p.trims += 1;
             p.high_water_since_trim = p.high_water_since_trim.min(p.in_use.max(keep));
         }
@@ -319,7 +444,7 @@ impl Ledger {
 
     /// Pools that ever had an allocation, by device and handle.
     pub(crate) fn pools(&self) -> Vec<PoolUse> {
-        let mut pools: Vec<PoolUse> = self.pools.values().copied().collect();
+        let mut pools = self.pools.clone();
         pools.sort_by_key(|p| (p.device, p.pool));
         pools
     }
@@ -334,8 +459,8 @@ impl Ledger {
 }
 
 #[inline]
-fn apply(bytes: &mut u64, count: &mut u64, n: u64, add: bool) {
-    if add {
+fn apply<const ADD: bool>(bytes: &mut u64, count: &mut u64, n: u64) {
+    if ADD {
         *bytes += n;
         *count += 1;
     } else {

@@ -2,9 +2,11 @@
 //! the rest of the state (a physical handle nothing maps, a registration whose buffer is gone)
 //! worked out at the moment of asking.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::objects::{Category, Flag, Flags, LiveObject, Origin};
+use super::pointers::InOrder;
 use super::LiveState;
 
 fn object(
@@ -24,7 +26,7 @@ fn object(
         refs: None,
         mappings: None,
         flags,
-        origin,
+        origin: Cow::Borrowed(origin),
     }
 }
 
@@ -41,9 +43,32 @@ impl LiveState {
         let m = &self.memory;
         let v = &self.vmm;
         let n = &self.nccl;
-        let allocations = m.device.live.values().chain(m.host.live.values()).map(|a| {
-            let category = Category::of_kind(a.kind);
-            object(category, a.ptr, a.size, a.origin.device, a.flags, &a.origin)
+        let device = m.device.live.in_order();
+        let host = m.host.live.in_order();
+        // Worked out now, while the sorted allocations are at hand to look buffers up in.
+        let registration_flags: Vec<Flags> = n
+            .registrations
+            .values()
+            .map(|r| self.registration_flags(r.flags, r.ptr, &device, &host))
+            .collect();
+        let window_flags: Vec<Flags> = n
+            .windows
+            .values()
+            .map(|w| self.registration_flags(w.flags, w.ptr, &device, &host))
+            .collect();
+        let allocations = device.into_iter().chain(host).map(|a| {
+            let origin = self.allocation_origin(a);
+            LiveObject {
+                category: Category::of_kind(a.kind),
+                address: a.ptr,
+                bytes: a.size,
+                device: origin.device,
+                handle: None,
+                refs: None,
+                mappings: None,
+                flags: a.flags,
+                origin: Cow::Owned(origin),
+            }
         });
         let arrays = m.arrays.values().map(|a| {
             object(
@@ -109,19 +134,21 @@ impl LiveState {
             let category = Category::NcclBufferLabel;
             object(category, b.ptr, b.size, b.origin.device, b.flags, &b.origin)
         });
-        let registrations = n.registrations.values().map(|r| {
-            let flags = self.registration_flags(r.flags, r.ptr);
-            object(
-                Category::Registration,
-                r.handle,
-                r.size,
-                r.origin.device,
-                flags,
-                &r.origin,
-            )
-        });
-        let windows = n.windows.values().map(|w| {
-            let flags = self.registration_flags(w.flags, w.ptr);
+        let registrations = n
+            .registrations
+            .values()
+            .zip(registration_flags)
+            .map(|(r, flags)| {
+                object(
+                    Category::Registration,
+                    r.handle,
+                    r.size,
+                    r.origin.device,
+                    flags,
+                    &r.origin,
+                )
+            });
+        let windows = n.windows.values().zip(window_flags).map(|(w, flags)| {
             object(
                 Category::Window,
                 w.window,
@@ -148,18 +175,25 @@ impl LiveState {
         self.live_objects().filter(|o| o.flags.is_orphan())
     }
 
-    fn registration_flags(&self, mut flags: Flags, ptr: u64) -> Flags {
-        if !self.buffer_live(ptr) {
+    fn registration_flags(
+        &self,
+        mut flags: Flags,
+        ptr: u64,
+        device: &InOrder<'_>,
+        host: &InOrder<'_>,
+    ) -> Flags {
+        if !self.buffer_live(ptr, device, host) {
             flags.insert(Flag::BufferGone);
         }
         flags
     }
 
-    /// Whether `addr` lies in live memory of any kind a buffer can be registered from.
-    fn buffer_live(&self, addr: u64) -> bool {
+    /// Whether `addr` lies in live memory of any kind a buffer can be registered from; `device`
+    /// and `host` are the pointer allocations in address order.
+    fn buffer_live(&self, addr: u64, device: &InOrder<'_>, host: &InOrder<'_>) -> bool {
         let m = &self.memory;
-        covers(&m.device.live, addr, |a| a.size)
-            || covers(&m.host.live, addr, |a| a.size)
+        device.covers(addr)
+            || host.covers(addr)
             || covers(&m.host_registrations, addr, |r| r.size)
             || covers(&self.vmm.mappings, addr, |mp| mp.size)
             || covers(&self.nccl.buffers, addr, |b| b.size)

@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use super::ledger::{Holder, PoolKey};
+use super::ledger::{Charge, Holder};
 use super::objects::{Allocation, Array, Flag, Flags, HostRegistration, IpcMapping, Origin, Pool};
+use super::sites::{CallId, SiteTable};
 use super::table::{Freed, Inserted, PointerTable};
 use super::{AnomalyKind, LiveState, ObjectRef, Store};
 use crate::event::{Event, MemKind};
@@ -21,46 +22,58 @@ pub(super) struct MemoryTables {
     pub(super) ipc: BTreeMap<u64, IpcMapping>,
 }
 
-/// Where an allocation's bytes count, and the pool it came from.
-fn holder_of(a: &Allocation) -> (Holder, Option<PoolKey>) {
-    let device = a.origin.device;
-    let holder = if a.kind.on_device() {
-        Holder::Device { device }
+/// Where the bytes of an allocation of `kind` made by `call` count, and the pool they came from.
+fn charge_of(sites: &SiteTable, call: CallId, kind: MemKind) -> Charge {
+    let c = sites.call(call);
+    let holder = if kind.on_device() {
+        Holder::Device { device: c.device }
     } else {
         Holder::Host
     };
-    let pool = (a.kind == MemKind::Async).then_some((a.pool, device));
-    (holder, pool)
+    Charge {
+        site: c.site,
+        holder,
+        pool: (kind == MemKind::Async).then_some((c.pool, c.device)),
+    }
 }
 
 impl LiveState {
-    /// Counts a pointer allocation as gone.
-    pub(super) fn discharge_allocation(&mut self, a: &Allocation) {
-        let (holder, pool) = holder_of(a);
-        self.discharge(&a.origin, holder, pool, a.size);
+    /// Counts a pointer allocation as live (`ADD`) or gone.
+    #[inline]
+    fn change_allocation<const ADD: bool>(&mut self, a: &Allocation) {
+        let sites = &self.sites;
+        let charge = || charge_of(sites, a.call, a.kind);
+        self.ledger
+            .change_by_call::<ADD>(a.call, a.kind, charge, a.size);
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Counts a pointer allocation as gone.
+    #[inline]
+    pub(super) fn discharge_allocation(&mut self, a: &Allocation) {
+        self.change_allocation::<false>(a);
+    }
+
+    /// The origin of a pointer allocation.
+    pub(super) fn allocation_origin(&self, a: &Allocation) -> Origin {
+        self.sites.call(a.call).origin(a.seq, a.time_ns, a.step)
+    }
+
+    #[inline]
     pub(super) fn on_alloc(
         &mut self,
         e: &Event,
-        origin: Origin,
+        call: CallId,
         kind: MemKind,
         ptr: u64,
         size: u64,
-        stream: u64,
         pool: u64,
-        pitch: u64,
     ) -> Option<ObjectRef> {
         // A zero-byte request succeeds with a null pointer: nothing was allocated.
         if ptr == 0 {
             return None;
         }
         let on_device = kind.on_device();
-        let seq = origin.seq;
-        if on_device {
-            self.detector.observe(origin.site, size, seq);
-        }
+        let seq = e.seq;
         // A pool the program did not create is a device's default pool, whether the call named
         // it by its handle (cudaDeviceGetDefaultMemPool + ...FromPoolAsync) or not at all
         // (cudaMallocAsync): one pool, one key, as for trims.
@@ -69,29 +82,31 @@ impl LiveState {
         } else {
             pool
         };
+        let call = self.sites.with_pool(call, pool);
+        if on_device {
+            self.detector.observe(self.sites.call(call).site, size, seq);
+        }
         let alloc = Allocation {
             ptr,
             size,
-            kind,
-            pool,
-            stream,
-            pitch,
+            seq,
+            time_ns: e.time_ns,
+            step: self.steps,
+            call,
             flags: Flags::default(),
-            origin,
+            kind,
         };
         let table = if on_device {
             &mut self.memory.device
         } else {
             &mut self.memory.host
         };
-        let (holder, pool) = holder_of(&alloc);
-        let site = alloc.origin.site;
         match table.insert(alloc) {
             Inserted::Live { displaced } => {
-                self.charge_site(site, holder, pool, size);
+                self.change_allocation::<true>(&alloc);
                 if let Some(old) = displaced {
                     self.discharge_allocation(&old);
-                    self.anomaly(e, AnomalyKind::AddressReused, ptr, Some(old.origin.seq));
+                    self.anomaly(e, AnomalyKind::AddressReused, ptr, Some(old.seq));
                 }
             }
             Inserted::SetAside { live_seq } => {
@@ -125,6 +140,7 @@ impl LiveState {
         })
     }
 
+    #[inline]
     pub(super) fn on_free(&mut self, e: &Event, ptr: u64, host: bool) -> Option<ObjectRef> {
         // cudaFree(0) is the idiom for "initialise the context"; it frees nothing.
         if ptr == 0 {
@@ -139,7 +155,7 @@ impl LiveState {
             Freed::Live(a) => self.discharge_allocation(&a),
             Freed::SetAside(a) => {
                 self.anomalies.retract(AnomalyKind::AddressReused, |x| {
-                    x.address == ptr && x.related_seq == Some(a.origin.seq)
+                    x.address == ptr && x.related_seq == Some(a.seq)
                 });
             }
             Freed::TornDown => {}
@@ -150,12 +166,12 @@ impl LiveState {
 
     pub(super) fn on_failed_free(&mut self, e: &Event, ptr: u64, host: bool) {
         let table = if host {
-            &self.memory.host
+            &mut self.memory.host
         } else {
-            &self.memory.device
+            &mut self.memory.device
         };
         // A failed free of a live pointer (the wrong free for its kind) is only a failure.
-        if ptr == 0 || table.live.contains_key(&ptr) {
+        if ptr == 0 || table.live.contains(ptr) {
             return;
         }
         match table.freed_at(ptr) {
@@ -293,12 +309,14 @@ impl LiveState {
             self.anomaly(e, AnomalyKind::UnknownPool, pool, None);
         }
         if pool != 0 {
+            let sites = &self.sites;
             for a in self.memory.device.live.values_mut() {
-                if a.pool == pool {
+                if sites.call(a.call).pool == pool {
                     a.flags.insert(Flag::PoolDestroyed);
                 }
             }
         }
+
         None
     }
 

@@ -121,7 +121,7 @@ impl LiveState {
             self.nccl.push_scoped(e.nccl_scope, object);
             return;
         }
-        let Some(module) = self.tracked_mut(object).and_then(|o| o.origin().module) else {
+        let Some(module) = self.object_module(object) else {
             return;
         };
         if !self
@@ -156,7 +156,7 @@ impl LiveState {
             None => {
                 if self.nccl.unscoped.len() >= MAX_UNSCOPED {
                     let mut kept = std::mem::take(&mut self.nccl.unscoped);
-                    kept.retain(|&r| self.tracked_mut(r).is_some());
+                    kept.retain(|&r| self.is_live(r));
                     if kept.len() >= MAX_UNSCOPED {
                         kept.remove(0);
                     }
@@ -209,13 +209,6 @@ impl LiveState {
                     }
                 }
             }
-        }
-    }
-
-    /// Sets an object's communicator, if it is still live.
-    fn assign(&mut self, object: ObjectRef, comm: u64) {
-        if let Some(o) = self.tracked_mut(object) {
-            o.origin_mut().communicator = Some(comm);
         }
     }
 
@@ -407,8 +400,8 @@ impl LiveState {
         }
         // Whatever it still owns is orphaned; the flag stays with the object even if the
         // communicator's id is reused later.
-        self.for_each_tracked_mut(|o| {
-            if o.origin().communicator == Some(comm) {
+        self.for_each_tracked_mut(|o, sites| {
+            if o.communicator(sites) == Some(comm) {
                 o.flags_mut().insert(Flag::CommunicatorGone);
             }
         });

@@ -4,10 +4,13 @@
 //! Addresses, handles and communicator ids serialize as `"0x…"` strings: they are 64-bit values
 //! that JSON consumers (JavaScript in particular) cannot hold exactly as numbers.
 
+use std::borrow::Cow;
+
 use serde::{Serialize, Serializer};
 
-use super::sites::SiteId;
-use crate::event::{Api, Event, MemKind, StackId};
+use super::sites::{CallId, SiteId};
+
+use crate::event::{Api, MemKind, StackId};
 
 /// Serializes an [`Api`] as its exported symbol name (`cuMemAlloc_v2`).
 pub(crate) fn api_name<S: Serializer>(api: &Api, s: S) -> Result<S::Ok, S::Error> {
@@ -60,27 +63,6 @@ pub struct Origin {
     /// The call site node of this trace's replay (its stack, else its caller).
     #[serde(skip)]
     pub site: SiteId,
-}
-
-impl Origin {
-    /// The origin of an object made by `event`.
-    pub(crate) fn new(event: &Event, module: Option<u32>, step: u64, site: SiteId) -> Self {
-        Origin {
-            seq: event.seq,
-            time_ns: event.time_ns,
-            api: event.api,
-            thread: event.thread,
-            caller: event.caller,
-            stack: event.stack,
-            py_stack: event.py_stack,
-            device: event.device,
-            context: event.context,
-            module,
-            communicator: None,
-            step,
-            site,
-        }
-    }
 }
 
 /// Something about a live object a user should know.
@@ -311,17 +293,36 @@ impl Category {
 }
 
 /// A pointer allocation: device, async, managed, pitched or pinned host memory.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// A live set holds millions of these, so one keeps only what is its own (48 bytes); the rest of
+/// its [`Origin`], and the pool it came from, are its interned call's (see `sites`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Allocation {
     pub ptr: u64,
     pub size: u64,
-    pub kind: MemKind,
-    /// The pool it came from (async allocations), else 0.
-    pub pool: u64,
-    pub stream: u64,
-    pub pitch: u64,
+    /// Sequence number of the allocating event.
+    pub seq: u64,
+    /// When the allocating call returned.
+    pub time_ns: u64,
+    /// Steps begun before it was made.
+    pub step: u64,
+    pub(crate) call: CallId,
     pub flags: Flags,
-    pub origin: Origin,
+    pub kind: MemKind,
+}
+
+impl Allocation {
+    /// An unused entry of a pointer table.
+    pub(crate) const VACANT: Allocation = Allocation {
+        ptr: 0,
+        size: 0,
+        seq: 0,
+        time_ns: 0,
+        step: 0,
+        call: 0,
+        flags: Flags(0),
+        kind: MemKind::Device,
+    };
 }
 
 /// Host memory page-locked in place.
@@ -484,43 +485,6 @@ pub struct Window {
     pub origin: Origin,
 }
 
-/// Access to what every tracked object has, so attribution and teardown scans can treat them
-/// alike.
-pub(crate) trait Tracked {
-    fn origin(&self) -> &Origin;
-    fn origin_mut(&mut self) -> &mut Origin;
-    fn flags_mut(&mut self) -> &mut Flags;
-}
-
-macro_rules! tracked {
-    ($($t:ty),*) => {$(
-        impl Tracked for $t {
-            fn origin(&self) -> &Origin {
-                &self.origin
-            }
-            fn origin_mut(&mut self) -> &mut Origin {
-                &mut self.origin
-            }
-            fn flags_mut(&mut self) -> &mut Flags {
-                &mut self.flags
-            }
-        }
-    )*};
-}
-
-tracked!(
-    Allocation,
-    HostRegistration,
-    Array,
-    IpcMapping,
-    Reservation,
-    PhysicalHandle,
-    Mapping,
-    NcclBuffer,
-    Registration,
-    Window
-);
-
 /// One live object, as the queries report it.
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveObject<'a> {
@@ -542,7 +506,9 @@ pub struct LiveObject<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mappings: Option<u32>,
     pub flags: Flags,
-    pub origin: &'a Origin,
+    /// Borrowed from objects that keep their whole origin, put back together from the interned
+    /// call for pointer allocations (which keep only what is their own).
+    pub origin: Cow<'a, Origin>,
 }
 
 impl LiveObject<'_> {

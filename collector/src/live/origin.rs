@@ -47,6 +47,9 @@ pub struct OwnerResolver {
     modules: ModuleMap,
     stacks: FxHashMap<StackId, Box<[u64]>>,
     cache: FxHashMap<(u64, StackId), Owner>,
+    /// Counts the modules and stacks recorded: an owner found at one generation may differ at
+    /// the next.
+    generation: u64,
 }
 
 impl OwnerResolver {
@@ -55,6 +58,7 @@ impl OwnerResolver {
     pub fn add_module(&mut self, module: Module) {
         self.modules.insert(module);
         self.cache.clear();
+        self.generation += 1;
     }
 
     /// Records an interned stack.
@@ -65,6 +69,12 @@ impl OwnerResolver {
         if previous.is_some() {
             self.cache.retain(|&(_, id), _| id != stack.id);
         }
+        self.generation += 1;
+    }
+
+    /// Changes whenever a module or stack is recorded: owners found before may differ now.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The owner of a call from `caller` with `stack`.

@@ -103,7 +103,19 @@ impl Series {
 
     /// Fills the points that passed since the last call with `held`, the value the counter held
     /// all that time. Call it before the counter changes, and before reading.
+    #[inline]
     pub(crate) fn settle(&mut self, grid: &Grid, held: u64) {
+        // Between two samples (nearly every call) there is nothing to do.
+        if self.generation == grid.generation
+            && self.start as usize + self.values.len() >= grid.len()
+        {
+            return;
+        }
+        self.catch_up(grid, held);
+    }
+
+    #[cold]
+    fn catch_up(&mut self, grid: &Grid, held: u64) {
         while self.generation < grid.generation {
             // Keep the points at even grid positions, as the grid did.
             let start = self.start as usize;

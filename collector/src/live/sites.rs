@@ -1,16 +1,29 @@
-//! Call sites as nodes of the graph: every object points at the site that allocated it.
+//! Call sites as nodes of the graph: every object points at the site that allocated it, and at
+//! the interned [`Call`] that holds what all objects of alike calls share.
 //!
 //! A site is the interned native stack of the call when one was captured, else the call's return
 //! address alone (the same grouping the call-site table has always used). Sites get small dense
 //! ids in the order they are first seen, so replaying the same trace twice gives the same ids.
+//!
+//! A call is a site plus the rest of an object's origin that does not change from one object to
+//! the next: entry point, thread, device, context, Python stack, owner module, communicator, and
+//! the pool an allocation came from. A training loop makes millions of objects from a few hundred
+//! such calls, so an object keeps a call id and only what is its own (sequence number, time, step,
+//! size); its [`Origin`] is put back together when asked for.
 
 use serde::Serialize;
 
-use crate::event::StackId;
+use super::objects::Origin;
+use super::origin::OwnerResolver;
+use crate::event::{Api, Event, StackId};
 use crate::fasthash::FxHashMap;
+use crate::modules::ModuleMap;
 
 /// Dense id of a call site within one replay.
 pub type SiteId = u32;
+
+/// Dense id of an interned [`Call`] within one replay.
+pub(crate) type CallId = u32;
 
 /// What identifies a call site in a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -33,12 +46,130 @@ impl SiteKey {
     }
 }
 
-/// Sites seen so far, with the first call seen at each (which names it in reports).
+/// What the objects made by alike calls share: all of their [`Origin`] but its sequence number,
+/// time and step, plus the pool of an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Call {
+    pub(crate) caller: u64,
+    pub(crate) context: u64,
+    /// The pool an allocation came from (0 for the default pool, and for other objects).
+    pub(crate) pool: u64,
+    pub(crate) communicator: Option<u64>,
+    pub(crate) module: Option<u32>,
+    pub(crate) stack: StackId,
+    pub(crate) py_stack: StackId,
+    pub(crate) thread: u32,
+    pub(crate) device: i32,
+    pub(crate) site: SiteId,
+    pub(crate) api: Api,
+}
+
+impl Call {
+    /// The origin of an object this call made at `seq`, `time_ns`, in step `step`.
+    pub(crate) fn origin(&self, seq: u64, time_ns: u64, step: u64) -> Origin {
+        Origin {
+            seq,
+            time_ns,
+            api: self.api,
+            thread: self.thread,
+            caller: self.caller,
+            stack: self.stack,
+            py_stack: self.py_stack,
+            device: self.device,
+            context: self.context,
+            module: self.module,
+            communicator: self.communicator,
+            step,
+            site: self.site,
+        }
+    }
+}
+
+/// The fields of an event that decide its call (the owner module also depends on the modules and
+/// stacks known when it is applied), packed in words: caller, context, the two stacks, thread
+/// and device, entry point. Words compare and hash faster than the fields one by one.
+#[derive(Clone, Copy, Debug)]
+struct EventKey([u64; 5]);
+
+impl PartialEq for EventKey {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        // Without a branch per word (and without the `bcmp` call an array comparison becomes).
+        let (a, b) = (&self.0, &other.0);
+        ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4])) == 0
+    }
+}
+
+impl Eq for EventKey {}
+
+impl EventKey {
+    #[inline]
+    fn of(e: &Event) -> Self {
+        EventKey([
+            e.caller,
+            e.context,
+            u64::from(e.stack) | u64::from(e.py_stack) << 32,
+            u64::from(e.thread) | u64::from(e.device as u32) << 32,
+            e.api as u64,
+        ])
+    }
+
+    /// Where the key goes in the cache in front of the map.
+    #[inline]
+    fn slot(&self) -> usize {
+        let w = &self.0;
+        let mixed = w[0]
+            ^ w[1].rotate_left(17)
+            ^ w[2].rotate_left(43)
+            ^ w[3].rotate_left(29)
+            ^ w[4].rotate_left(53);
+        let h = mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - RECENT_BITS)) as usize
+    }
+}
+
+/// Log2 of the entries of the cache of recent event keys.
+const RECENT_BITS: u32 = 11;
+
+impl std::hash::Hash for EventKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for w in self.0 {
+            state.write_u64(w);
+        }
+    }
+}
+
+/// An event's call, valid while the owner resolver stays at `generation`.
+#[derive(Clone, Copy, Debug)]
+struct Resolved {
+    call: CallId,
+    generation: u64,
+    /// Whether the owner module is NCCL's (its objects then need attributing to a communicator).
+    nccl: bool,
+}
+
+/// The call of an event, as [`SiteTable::call_of`] finds it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EventCall {
+    pub(crate) id: CallId,
+    /// Whether NCCL's library owns what the call made.
+    pub(crate) nccl: bool,
+}
+
+/// Sites seen so far, with the first call seen at each (which names it in reports), and the
+/// interned calls.
 #[derive(Debug, Default)]
 pub(crate) struct SiteTable {
     ids: FxHashMap<SiteKey, SiteId>,
     /// Per site: its key and the return address of the first call seen there.
     sites: Vec<(SiteKey, u64)>,
+    calls: Vec<Call>,
+    call_ids: FxHashMap<Call, CallId>,
+    by_event: FxHashMap<EventKey, Resolved>,
+    /// A direct-mapped cache in front of `by_event`: most events find their call here with one
+    /// multiplication and a comparison, without hashing and probing the map.
+    recent: Vec<Option<(EventKey, Resolved)>>,
 }
 
 impl SiteTable {
@@ -68,4 +199,102 @@ impl SiteTable {
     pub(crate) fn len(&self) -> usize {
         self.sites.len()
     }
+
+    /// The call of event `e`, its site interned on the way. An event like one seen before, with
+    /// no module or stack recorded since, finds it in a cache or with one hash lookup.
+    #[inline]
+    pub(crate) fn call_of(&mut self, e: &Event, owners: &mut OwnerResolver) -> EventCall {
+        let key = EventKey::of(e);
+        let generation = owners.generation();
+        let slot = key.slot();
+        if let Some(Some((k, r))) = self.recent.get(slot) {
+            if *k == key && r.generation == generation {
+                return EventCall {
+                    id: r.call,
+                    nccl: r.nccl,
+                };
+            }
+        }
+        if let Some(&r) = self.by_event.get(&key) {
+            if r.generation == generation {
+                self.remember(slot, key, r);
+                return EventCall {
+                    id: r.call,
+                    nccl: r.nccl,
+                };
+            }
+        }
+        // A first event at the site interns it here, so site ids keep first-seen order.
+        let site = self.intern(e.caller, e.stack);
+        let module = owners.owner(e.caller, e.stack).module;
+        let call = self.intern_call(Call {
+            caller: e.caller,
+            context: e.context,
+            pool: 0,
+            communicator: None,
+            module,
+            stack: e.stack,
+            py_stack: e.py_stack,
+            thread: e.thread,
+            device: e.device,
+            site,
+            api: e.api,
+        });
+        let nccl = is_nccl(owners.modules(), module);
+        let resolved = Resolved {
+            call,
+            generation,
+            nccl,
+        };
+        self.by_event.insert(key, resolved);
+        self.remember(slot, key, resolved);
+        EventCall { id: call, nccl }
+    }
+
+    fn remember(&mut self, slot: usize, key: EventKey, r: Resolved) {
+        if self.recent.is_empty() {
+            self.recent = vec![None; 1 << RECENT_BITS];
+        }
+        self.recent[slot] = Some((key, r));
+    }
+
+    fn intern_call(&mut self, call: Call) -> CallId {
+        let next = self.calls.len() as CallId;
+        let id = *self.call_ids.entry(call).or_insert(next);
+        if id == next {
+            self.calls.push(call);
+        }
+        id
+    }
+
+    /// Call `id`.
+    #[inline]
+    pub(crate) fn call(&self, id: CallId) -> &Call {
+        &self.calls[id as usize]
+    }
+
+    /// Call `id` with its objects coming from `pool`.
+    #[inline]
+    pub(crate) fn with_pool(&mut self, id: CallId, pool: u64) -> CallId {
+        let call = self.calls[id as usize];
+        if call.pool == pool {
+            return id;
+        }
+        self.intern_call(Call { pool, ..call })
+    }
+
+    /// Call `id` with its objects attributed to communicator `comm`.
+    pub(crate) fn with_communicator(&mut self, id: CallId, comm: u64) -> CallId {
+        let call = self.calls[id as usize];
+        self.intern_call(Call {
+            communicator: Some(comm),
+            ..call
+        })
+    }
+}
+
+/// Whether module `id` is NCCL's library.
+fn is_nccl(modules: &ModuleMap, id: Option<u32>) -> bool {
+    id.and_then(|id| modules.by_id(id))
+        .is_some_and(|m| m.file_name().starts_with("libnccl"))
 }

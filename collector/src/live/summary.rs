@@ -246,7 +246,7 @@ impl LiveState {
             ) {
                 continue;
             }
-            let origin = o.origin;
+            let origin = &o.origin;
             let key = if origin.stack != 0 {
                 (origin.stack, 0)
             } else {
@@ -270,7 +270,7 @@ impl LiveState {
     }
 
     fn new_site(&self, o: &LiveObject<'_>) -> CallSite {
-        let origin = o.origin;
+        let origin = &o.origin;
         let owner = self.owners.resolve(origin.caller, origin.stack);
         let location = self.owners.locate(owner.frame);
         CallSite {

@@ -7,9 +7,11 @@
 //! them up when the late event comes, and of recent frees to tell a double free from an invalid
 //! one.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::objects::Allocation;
+use super::pointers::PointerMap;
+use super::recent::{RecentSet, Removal};
 use crate::fasthash::FxHashMap;
 
 /// Recently freed pointers remembered to recognise double frees.
@@ -18,55 +20,6 @@ const MAX_FREED: usize = 65536;
 const MAX_EARLY_FREES: usize = 4096;
 /// Allocations displaced by a newer one at the same address, waiting for their late free.
 const MAX_REPLACED: usize = 4096;
-
-/// Why a pointer left the table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Removal {
-    /// The program freed it.
-    Free,
-    /// Its context was destroyed or reset.
-    Teardown,
-}
-
-/// A bounded map from pointer to the sequence number of the event that removed it, forgetting
-/// the oldest entries first.
-#[derive(Debug)]
-pub(crate) struct RecentSet {
-    map: FxHashMap<u64, (u64, Removal)>,
-    order: VecDeque<(u64, u64)>,
-    cap: usize,
-}
-
-impl RecentSet {
-    pub(crate) fn new(cap: usize) -> Self {
-        RecentSet {
-            map: FxHashMap::default(),
-            order: VecDeque::new(),
-            cap,
-        }
-    }
-
-    pub(crate) fn insert(&mut self, ptr: u64, seq: u64, how: Removal) {
-        self.map.insert(ptr, (seq, how));
-        self.order.push_back((ptr, seq));
-        if self.order.len() > self.cap {
-            if let Some((old_ptr, old_seq)) = self.order.pop_front() {
-                // The pointer may have been inserted again since; only forget this entry.
-                if self.map.get(&old_ptr).is_some_and(|&(s, _)| s == old_seq) {
-                    self.map.remove(&old_ptr);
-                }
-            }
-        }
-    }
-
-    pub(crate) fn get(&self, ptr: u64) -> Option<(u64, Removal)> {
-        self.map.get(&ptr).copied()
-    }
-
-    pub(crate) fn remove(&mut self, ptr: u64) {
-        self.map.remove(&ptr);
-    }
-}
 
 /// What became of an inserted allocation.
 #[derive(Debug, PartialEq, Eq)]
@@ -97,7 +50,7 @@ pub(crate) enum Freed {
 /// Live pointer allocations of one kind family (device-side, or pinned host).
 #[derive(Debug)]
 pub(crate) struct PointerTable {
-    pub(crate) live: BTreeMap<u64, Allocation>,
+    pub(crate) live: PointerMap,
     set_aside: FxHashMap<u64, Vec<Allocation>>,
     set_aside_order: VecDeque<(u64, u64)>,
     freed: RecentSet,
@@ -107,7 +60,7 @@ pub(crate) struct PointerTable {
 impl Default for PointerTable {
     fn default() -> Self {
         PointerTable {
-            live: BTreeMap::new(),
+            live: PointerMap::default(),
             set_aside: FxHashMap::default(),
             set_aside_order: VecDeque::new(),
             freed: RecentSet::new(MAX_FREED),
@@ -118,28 +71,27 @@ impl Default for PointerTable {
 
 impl PointerTable {
     /// Adds a successful allocation.
+    #[inline]
     pub(crate) fn insert(&mut self, alloc: Allocation) -> Inserted {
-        let (ptr, seq) = (alloc.ptr, alloc.origin.seq);
+        let (ptr, seq) = (alloc.ptr, alloc.seq);
         if let Some((free_seq, Removal::Free)) = self.early_frees.get(ptr) {
             if free_seq > seq {
                 self.early_frees.remove(ptr);
                 return Inserted::AlreadyFreed { free_seq };
             }
         }
-        match self.live.get_mut(&ptr) {
-            None => {
-                self.live.insert(ptr, alloc);
-                Inserted::Live { displaced: None }
-            }
-            Some(current) if current.origin.seq < seq => {
+        match self.live.get_or_insert(alloc) {
+            None => Inserted::Live { displaced: None },
+
+            Some(current) if current.seq < seq => {
                 let old = std::mem::replace(current, alloc);
-                self.set_aside(old.clone());
+                self.set_aside(old);
                 Inserted::Live {
                     displaced: Some(old),
                 }
             }
             Some(current) => {
-                let live_seq = current.origin.seq;
+                let live_seq = current.seq;
                 self.set_aside(alloc);
                 Inserted::SetAside { live_seq }
             }
@@ -147,8 +99,7 @@ impl PointerTable {
     }
 
     fn set_aside(&mut self, alloc: Allocation) {
-        self.set_aside_order
-            .push_back((alloc.ptr, alloc.origin.seq));
+        self.set_aside_order.push_back((alloc.ptr, alloc.seq));
         self.set_aside.entry(alloc.ptr).or_default().push(alloc);
         if self.set_aside_order.len() > MAX_REPLACED {
             if let Some((ptr, seq)) = self.set_aside_order.pop_front() {
@@ -163,8 +114,8 @@ impl PointerTable {
         let (i, _) = list
             .iter()
             .enumerate()
-            .filter(|(_, a)| accept(a.origin.seq))
-            .max_by_key(|(_, a)| a.origin.seq)?;
+            .filter(|(_, a)| accept(a.seq))
+            .max_by_key(|(_, a)| a.seq)?;
         let alloc = list.swap_remove(i);
         if list.is_empty() {
             self.set_aside.remove(&ptr);
@@ -173,10 +124,11 @@ impl PointerTable {
     }
 
     /// Applies a successful free with sequence number `seq`.
+    #[inline]
     pub(crate) fn free(&mut self, ptr: u64, seq: u64) -> Freed {
-        if self.live.get(&ptr).is_some_and(|a| a.origin.seq < seq) {
+        if let Some(a) = self.live.remove_if(ptr, |a| a.seq < seq) {
             self.freed.insert(ptr, seq, Removal::Free);
-            return Freed::Live(self.live.remove(&ptr).expect("checked above"));
+            return Freed::Live(a);
         }
         // The free is older than the live occupant (or there is none): it frees an earlier one.
         if let Some(alloc) = self.take_set_aside(ptr, |s| s < seq) {
@@ -193,7 +145,7 @@ impl PointerTable {
     }
 
     /// For a failed free: the sequence number of an earlier free of `ptr`, if remembered.
-    pub(crate) fn freed_at(&self, ptr: u64) -> Option<u64> {
+    pub(crate) fn freed_at(&mut self, ptr: u64) -> Option<u64> {
         match self.freed.get(ptr) {
             Some((seq, Removal::Free)) => Some(seq),
             _ => None,
@@ -206,15 +158,18 @@ impl PointerTable {
         seq: u64,
         doomed: impl Fn(&Allocation) -> bool,
     ) -> Vec<Allocation> {
-        let ptrs: Vec<u64> = self
+        let mut ptrs: Vec<u64> = self
             .live
             .values()
             .filter(|a| doomed(a))
             .map(|a| a.ptr)
             .collect();
+        // In address order, so the recent frees forget them in the same order on every replay.
+        ptrs.sort_unstable();
+
         let mut gone = Vec::with_capacity(ptrs.len());
         for ptr in ptrs {
-            if let Some(a) = self.live.remove(&ptr) {
+            if let Some(a) = self.live.remove(ptr) {
                 self.freed.insert(ptr, seq, Removal::Teardown);
                 gone.push(a);
             }
@@ -228,10 +183,10 @@ impl PointerTable {
 
     /// How many pointers each bounded memory holds: recent frees, early frees, set aside.
     #[cfg(test)]
-    pub(crate) fn remembered(&self) -> (usize, usize, usize) {
+    pub(crate) fn remembered(&mut self) -> (usize, usize, usize) {
         (
-            self.freed.map.len(),
-            self.early_frees.map.len(),
+            self.freed.len(),
+            self.early_frees.len(),
             self.set_aside_count(),
         )
     }
@@ -246,33 +201,19 @@ impl PointerTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Api, MemKind};
-    use crate::live::objects::{Flags, Origin};
+    use crate::event::MemKind;
+    use crate::live::objects::Flags;
 
     fn alloc(ptr: u64, seq: u64) -> Allocation {
         Allocation {
             ptr,
             size: 100,
-            kind: MemKind::Device,
-            pool: 0,
-            stream: 0,
-            pitch: 0,
+            seq,
+            time_ns: 0,
+            step: 0,
+            call: 0,
             flags: Flags::default(),
-            origin: Origin {
-                seq,
-                time_ns: 0,
-                api: Api::CudaMalloc,
-                thread: 1,
-                caller: 0,
-                stack: 0,
-                py_stack: 0,
-                device: 0,
-                context: 0,
-                module: None,
-                communicator: None,
-                step: 0,
-                site: 0,
-            },
+            kind: MemKind::Device,
         }
     }
 
@@ -283,11 +224,11 @@ mod tests {
         // The reuse at seq 6 arrives before the free at seq 5.
         assert!(matches!(
             t.insert(alloc(0x10, 6)),
-            Inserted::Live { displaced: Some(a) } if a.origin.seq == 1
+            Inserted::Live { displaced: Some(a) } if a.seq == 1
         ));
-        assert!(matches!(t.free(0x10, 5), Freed::SetAside(a) if a.origin.seq == 1));
+        assert!(matches!(t.free(0x10, 5), Freed::SetAside(a) if a.seq == 1));
         assert_eq!(t.set_aside_count(), 0);
-        assert_eq!(t.live[&0x10].origin.seq, 6);
+        assert_eq!(t.live.get(0x10).unwrap().seq, 6);
     }
 
     #[test]
@@ -295,8 +236,8 @@ mod tests {
         let mut t = PointerTable::default();
         t.insert(alloc(0x10, 6));
         assert_eq!(t.insert(alloc(0x10, 1)), Inserted::SetAside { live_seq: 6 });
-        assert!(matches!(t.free(0x10, 5), Freed::SetAside(a) if a.origin.seq == 1));
-        assert!(matches!(t.free(0x10, 9), Freed::Live(a) if a.origin.seq == 6));
+        assert!(matches!(t.free(0x10, 5), Freed::SetAside(a) if a.seq == 1));
+        assert!(matches!(t.free(0x10, 9), Freed::Live(a) if a.seq == 6));
     }
 
     #[test]
@@ -307,22 +248,9 @@ mod tests {
             t.insert(alloc(0x10, 1)),
             Inserted::AlreadyFreed { free_seq: 5 }
         );
-        assert!(t.live.is_empty());
+        assert_eq!(t.live.len(), 0);
         // A later allocation at the address is not cancelled by the same free.
         assert_eq!(t.insert(alloc(0x10, 8)), Inserted::Live { displaced: None });
-    }
-
-    #[test]
-    fn recent_frees_are_remembered_and_bounded() {
-        let mut s = RecentSet::new(2);
-        s.insert(1, 10, Removal::Free);
-        s.insert(2, 11, Removal::Free);
-        s.insert(1, 12, Removal::Free);
-        // The first entry for 1 is evicted, but 1 was inserted again and stays.
-        assert_eq!(s.get(1), Some((12, Removal::Free)));
-        s.insert(3, 13, Removal::Free);
-        assert_eq!(s.get(2), None);
-        assert_eq!(s.get(3), Some((13, Removal::Free)));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! site (interned stack, else caller address). One definition for every report and analysis that
 //! groups memory by where it was allocated.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::fmt;
@@ -45,6 +46,13 @@ impl From<&Origin> for CallRef {
             stack: o.stack,
             py_stack: o.py_stack,
         }
+    }
+}
+
+/// The origin of a [`crate::live::LiveObject`], borrowed or put back together.
+impl From<Cow<'_, Origin>> for CallRef {
+    fn from(o: Cow<'_, Origin>) -> Self {
+        CallRef::from(&*o)
     }
 }
 
@@ -189,7 +197,7 @@ impl CallSiteTally {
                 o.category.accounting(),
                 Accounting::Device | Accounting::Host
             ) {
-                let call = CallRef::from(o.origin);
+                let call = CallRef::from(&*o.origin);
                 tally.add(call, o.device_bytes(), o.host_bytes(), o.origin.seq);
             }
         }

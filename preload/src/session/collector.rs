@@ -379,6 +379,42 @@ impl Collector {
 
 /// Starts the collector thread for `session`.
 pub fn spawn(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
+    with_async_signals_blocked(|| spawn_thread(session, warnings))
+}
+
+/// Runs `f` (which starts a thread) with every asynchronous signal blocked, so the new thread
+/// inherits that mask. A process-directed signal (`kill(pid, SIGTERM)`) then never lands on the
+/// collector: its handler would wait for the collector to write the trace, the collector being
+/// the thread stuck in the handler, and the process would die with nothing written. Faults
+/// (SIGSEGV, SIGBUS, …) stay unblocked: they are the collector's own, and blocking them only
+/// turns a crash into a silent kill.
+fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t is plain data, filled by sigfillset/sigdelset before use; pthread_sigmask
+    // only changes this thread's mask, and the old mask is restored before returning.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut block);
+        for sig in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut block, sig);
+        }
+        let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) == 0;
+        let out = f();
+        if blocked {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        out
+    }
+}
+
+fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("vramtrace".into())
         .spawn(move || {

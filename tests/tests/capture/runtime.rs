@@ -257,3 +257,27 @@ captest!(wl_runtime_leaks_failures_and_anomalies, |dir| {
         "the double free points at the first free"
     );
 });
+
+// Device accounting ends at exit: the tracer's last `cuMemGetInfo` sample comes after the
+// program's last call (an `atexit` handler, while the runtime is still up), and on the stand-in
+// driver, whose only used memory is what was allocated, nothing is unexplained.
+captest!(wl_runtime_device_accounting_is_sampled_at_exit, |dir| {
+    let trace = Workload::new("wl_runtime").run_traced(dir).single_trace();
+    let last_call = trace.events.iter().map(|e| e.seq).max().unwrap();
+    let last_sample = trace.samples.iter().map(|e| e.seq).max().unwrap();
+    assert!(last_sample > last_call, "{last_sample} <= {last_call}");
+    let accounts: Vec<_> = trace
+        .state
+        .device_accounts()
+        .map(|a| {
+            (
+                a.device,
+                a.last_used,
+                a.last_traced,
+                a.baseline(),
+                a.unexplained(),
+            )
+        })
+        .collect();
+    assert_eq!(accounts[0], (0, 1517568, 1517568, 0, 0), "{accounts:?}");
+});

@@ -1,0 +1,230 @@
+//! Decoding `Event` records without serde: nearly every record of a trace is an event, and
+//! postcard's serde visitors cost more per event than everything else a replay does with it.
+//!
+//! The bytes are postcard's (<https://postcard.jamesmunns.com/wire-format>): fields in declaration
+//! order, unsigned integers as LEB128 varints, signed ones zigzagged first, `bool` and the tag of
+//! an `Option` as one byte (0 or 1), an enum as the varint index of its variant followed by the
+//! variant's fields, strings and sequences as a varint length and then their contents.
+//!
+//! Two readers share the field-by-field code ([`read_into`]): `fields`, for the common short
+//! payload of integers, finds where every varint ends in one pass and then reads the fields
+//! without waiting on one another; `cursor` reads anything, a field at a time.
+//!
+//! Postcard stays the reference. A fast reader gives up on anything it was not written for (a
+//! variant index it does not know, a tag that is not 0 or 1, an over-long varint, a payload that
+//! ends early), and [`event_into`] then decodes with postcard: whatever the bytes, the answer is
+//! postcard's. The variant index of each `Op` variant is learned from postcard itself (by encoding
+//! a sample of the variant), so the decoder follows the enum's order whatever it becomes; a
+//! variant added later that this table lacks decodes through postcard, slower but the same.
+
+use std::sync::OnceLock;
+
+use crate::event::{Api, Event, Op};
+
+use self::cursor::Cursor;
+use self::fields::{Fields, MAX_PAYLOAD, WINDOW};
+use self::wire::Wire;
+
+mod cursor;
+mod fields;
+mod wire;
+
+/// Declares the `Op` variants the fast readers decode, in `Op`'s order, each field with the
+/// [`Wire`] method that reads it. The field types must match `Op`'s (or this does not compile).
+macro_rules! op_shapes {
+    ($($variant:ident { $($field:ident: $read:ident),* $(,)? }),* $(,)?) => {
+        /// An `Op` variant, independent of its wire index.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        enum Shape {
+            $($variant,)*
+        }
+
+        impl Shape {
+            const ALL: &'static [Shape] = &[$(Shape::$variant,)*];
+
+            /// Reads the variant's fields.
+            #[inline(always)]
+            fn decode(self, c: &mut impl Wire) -> Option<Op> {
+                Some(match self {
+                    $(Shape::$variant => Op::$variant { $($field: c.$read()?,)* },)*
+                })
+            }
+        }
+
+        /// The shape of an `Op`: one arm per variant, so a new variant fails to compile the tests
+        /// until it has a shape here.
+        #[cfg(test)]
+        fn shape_of(op: &Op) -> Shape {
+            match op {
+                $(Op::$variant { .. } => Shape::$variant,)*
+            }
+        }
+    };
+}
+
+op_shapes! {
+    Alloc { kind: kind, ptr: u64, size: u64, stream: u64, pool: u64, flags: u32, pitch: u64 },
+    Free { ptr: u64, stream: u64 },
+    FreeHost { ptr: u64 },
+    HostRegister { ptr: u64, size: u64, flags: u32 },
+    HostUnregister { ptr: u64 },
+    Reserve { ptr: u64, size: u64, alignment: u64, hint: u64 },
+    ReserveFree { ptr: u64, size: u64 },
+    Create { handle: u64, size: u64, device: i32, handle_types: u32 },
+    Release { handle: u64 },
+    Retain { handle: u64, ptr: u64 },
+    Import { handle: u64, shareable: u64, handle_type: u32 },
+    Map { ptr: u64, size: u64, offset: u64, handle: u64 },
+    Unmap { ptr: u64, size: u64 },
+    PoolCreate { pool: u64, device: i32 },
+    PoolDestroy { pool: u64 },
+    PoolTrim { pool: u64, keep: u64 },
+    IpcOpen { ptr: u64, flags: u32 },
+    IpcClose { ptr: u64 },
+    ArrayCreate {
+        array: u64, bytes: u64, width: u64, height: u64, depth: u64, format: u32, channels: u32,
+    },
+    ArrayDestroy { array: u64 },
+    CtxCreate { ctx: u64, device: i32, flags: u32 },
+    CtxDestroy { ctx: u64 },
+    PrimaryCtxRelease { device: i32 },
+    PrimaryCtxReset { device: i32 },
+    DeviceReset { device: i32 },
+    CommInit { comm: u64, nranks: i32, rank: i32, parent: u64, color: i32, key: i32 },
+    CommInitAll { comms: u64s, devices: i32s },
+    CommEnd { comm: u64, how: how },
+    NcclMemAlloc { ptr: u64, size: u64 },
+    NcclMemFree { ptr: u64 },
+    Register { comm: u64, ptr: u64, size: u64, handle: u64 },
+    Deregister { comm: u64, handle: u64 },
+    WindowRegister { comm: u64, ptr: u64, size: u64, window: u64, flags: i32 },
+    WindowDeregister { comm: u64, window: u64 },
+    MarkStep { step: u64 },
+    RangePush { name: string },
+    RangePop {},
+    Mark { name: string },
+    DeviceMemory { free: u64, total: u64 },
+    PrimaryCtxRetain { device: i32, ctx: u64 },
+}
+
+/// Variant indexes beyond this go to postcard.
+const MAX_INDEX: usize = 128;
+
+/// The shape of each `Op` variant index, as postcard numbers them.
+struct ShapeTable([Option<Shape>; MAX_INDEX]);
+
+impl ShapeTable {
+    fn build() -> Self {
+        let mut table = [None; MAX_INDEX];
+        let zeros = [0u8; 64];
+        for &shape in Shape::ALL {
+            // All-zero bytes are a valid value of every field type (0, the first variant, empty).
+            let sample = shape
+                .decode(&mut Cursor::new(&zeros, zeros.len()))
+                .expect("zero bytes decode as every field type");
+            let mut out = [0u8; 64];
+            let bytes = postcard::to_slice(&sample, &mut out).expect("a sample op fits 64 bytes");
+            let index = Cursor::new(bytes, bytes.len())
+                .u32()
+                .expect("an encoded op starts with its variant index")
+                as usize;
+            if let Some(slot) = table.get_mut(index) {
+                *slot = Some(shape);
+            }
+        }
+        ShapeTable(table)
+    }
+
+    fn get() -> &'static ShapeTable {
+        static TABLE: OnceLock<ShapeTable> = OnceLock::new();
+        TABLE.get_or_init(ShapeTable::build)
+    }
+}
+
+/// Reads an event's fields from `r` into `e`; `None` when `r` gives up (then `e` is partly
+/// overwritten).
+#[inline(always)]
+fn read_into(r: &mut impl Wire, e: &mut Event) -> Option<()> {
+    e.seq = r.u64()?;
+    e.time_ns = r.u64()?;
+    e.thread = r.u32()?;
+    e.api = r.api()?;
+    e.inner = r.option_api()?;
+    e.outer = r.option_api()?;
+    e.result = r.i32()?;
+    e.device = r.i32()?;
+    e.context = r.u64()?;
+    e.caller = r.u64()?;
+    e.stack = r.u32()?;
+    e.py_stack = r.u32()?;
+    e.py_inferred = r.bool()?;
+    e.nccl_scope = r.u64()?;
+    let shape = ShapeTable::get().0.get(r.u32()? as usize).copied()??;
+    e.op = shape.decode(r)?;
+    // Trailing bytes are allowed, as with postcard: a newer writer may append fields.
+    Some(())
+}
+
+/// Decodes the event payload `bytes[..len]` into `e` without serde: with [`Fields`] where the
+/// payload is short and the bytes after it allow, else with [`Cursor`]; `None` when neither
+/// handles the bytes (then `e` is partly overwritten and the caller must use postcard).
+#[inline]
+fn fast_into(bytes: &[u8], len: usize, e: &mut Event) -> Option<()> {
+    if len <= MAX_PAYLOAD {
+        if let Some(window) = bytes.get(..WINDOW) {
+            let window: &[u8; WINDOW] = window.try_into().expect("a window");
+            if read_into(&mut Fields::new(window, len), e).is_some() {
+                return Some(());
+            }
+        }
+    }
+    read_into(&mut Cursor::new(bytes, len), e)
+}
+
+/// Decodes the event payload `bytes[..len]` into `e`, reusing it; `false` (and `e` unspecified)
+/// when postcard rejects the bytes too. The bytes after the payload are read, never used: passing
+/// the rest of the chunk lets the fast readers load eight bytes at once, even at the payload's
+/// end.
+#[inline]
+pub(crate) fn event_into(bytes: &[u8], len: usize, e: &mut Event) -> bool {
+    if fast_into(bytes, len, e).is_some() {
+        return true;
+    }
+    match postcard::take_from_bytes::<Event>(&bytes[..len.min(bytes.len())]) {
+        Ok((event, _)) => {
+            *e = event;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Decodes an event payload; `None` when postcard rejects it (an unknown variant, damage).
+pub(crate) fn event(payload: &[u8]) -> Option<Event> {
+    let mut e = blank();
+    event_into(payload, payload.len(), &mut e).then_some(e)
+}
+
+/// An event to decode into.
+pub(crate) fn blank() -> Event {
+    Event {
+        seq: 0,
+        time_ns: 0,
+        thread: 0,
+        api: Api::CudaMalloc,
+        inner: None,
+        outer: None,
+        result: 0,
+        device: 0,
+        context: 0,
+        caller: 0,
+        stack: 0,
+        py_stack: 0,
+        py_inferred: false,
+        nccl_scope: 0,
+        op: Op::RangePop,
+    }
+}
+
+#[cfg(test)]
+mod tests;

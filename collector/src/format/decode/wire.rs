@@ -1,0 +1,97 @@
+//! Reading postcard's primitives: the [`Wire`] trait both fast readers implement, and the packing
+//! of a varint's 7-bit groups.
+
+use crate::event::{Api, CommEnd, MemKind};
+
+/// Reads postcard values in order. Every method returns `None` where the reader gives up: on
+/// bytes postcard rejects, and on bytes it accepts that this reader was not written for.
+pub(super) trait Wire {
+    /// A varint of at most `max_bytes` bytes whose last byte is at most `last_max` (postcard's
+    /// limits for the type: anything longer or wider is an error there).
+    fn varint(&mut self, max_bytes: u32, last_max: u8) -> Option<u64>;
+
+    /// One raw byte (a `bool`, or the tag of an `Option`).
+    fn byte(&mut self) -> Option<u8>;
+
+    fn string(&mut self) -> Option<String>;
+    fn u64s(&mut self) -> Option<Vec<u64>>;
+    fn i32s(&mut self) -> Option<Vec<i32>>;
+
+    #[inline(always)]
+    fn u64(&mut self) -> Option<u64> {
+        self.varint(10, 0x01)
+    }
+
+    #[inline(always)]
+    fn u32(&mut self) -> Option<u32> {
+        self.varint(5, 0x0f).map(|v| v as u32)
+    }
+
+    /// Zigzag: 0, -1, 1, -2, ... are 0, 1, 2, 3, ...
+    #[inline(always)]
+    fn i32(&mut self) -> Option<i32> {
+        let n = self.u32()?;
+        Some(((n >> 1) as i32) ^ -((n & 1) as i32))
+    }
+
+    #[inline(always)]
+    fn bool(&mut self) -> Option<bool> {
+        match self.byte()? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn api(&mut self) -> Option<Api> {
+        Api::ALL.get(self.u32()? as usize).copied()
+    }
+
+    #[inline(always)]
+    fn option_api(&mut self) -> Option<Option<Api>> {
+        match self.byte()? {
+            0 => Some(None),
+            1 => Some(Some(self.api()?)),
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn kind(&mut self) -> Option<MemKind> {
+        Some(match self.u32()? {
+            0 => MemKind::Device,
+            1 => MemKind::Async,
+            2 => MemKind::Managed,
+            3 => MemKind::Pitched,
+            4 => MemKind::HostPinned,
+            5 => MemKind::Array,
+            _ => return None,
+        })
+    }
+
+    fn how(&mut self) -> Option<CommEnd> {
+        Some(match self.u32()? {
+            0 => CommEnd::Destroy,
+            1 => CommEnd::Abort,
+            2 => CommEnd::Finalize,
+            _ => return None,
+        })
+    }
+}
+
+/// The value of a varint whose `len` bytes (1 to 8) start `word`: their 7-bit groups packed
+/// together, pairs, then quads, then the two halves, without a loop.
+#[inline(always)]
+pub(super) fn pack(word: u64, len: u32) -> u64 {
+    let x = (word & (u64::MAX >> (64 - 8 * len))) & 0x7f7f_7f7f_7f7f_7f7f;
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
+}
+
+/// Whether a varint of `len` bytes whose last byte is `last` is within postcard's limits.
+#[inline(always)]
+pub(super) fn within(len: u32, last: u8, max_bytes: u32, last_max: u8) -> bool {
+    len < max_bytes || (len == max_bytes && last <= last_max)
+}

@@ -1,0 +1,302 @@
+//! Applying records: each event is counted, stepped, charged and dispatched to the handler of its
+//! operation; the other records feed the owner resolver, the Python stacks and the tracer's notes.
+//!
+//! This runs once per event of a trace of hundreds of millions, so the common operations take a
+//! short way: an allocation or a free never builds an [`Origin`] (its call is interned and its
+//! objects keep the call's id), and an event like one seen before finds its call with one hash
+//! lookup.
+
+use std::io::Read;
+
+use super::ledger::{Charge, Holder};
+use super::objects::Origin;
+use super::sites::{CallId, SiteKey};
+use super::{Anomaly, AnomalyKind, Failure, LiveState, StepSource, MAX_TRACER_NOTES};
+use crate::event::{Api, Event, Layer, Op};
+use crate::format::{Record, RecordRef, TraceReader};
+
+impl LiveState {
+    /// Applies one record; records must come in file order.
+    pub fn apply(&mut self, record: &Record) {
+        match record {
+            Record::Event(e) => self.apply_event(e),
+            Record::Module(m) => self.owners.add_module(m.clone()),
+            Record::Stack(s) => self.owners.add_stack(s),
+            Record::Stats(s) => self.notes.stats = Some(s.clone()),
+            Record::Lookup(l) => {
+                self.notes.lookups_total += 1;
+                if self.notes.lookups.len() < MAX_TRACER_NOTES {
+                    self.notes.lookups.push(l.clone());
+                }
+            }
+            Record::Warning(w) => {
+                self.notes.warnings_total += 1;
+                if self.notes.warnings.len() < MAX_TRACER_NOTES {
+                    self.notes.warnings.push(w.clone());
+                }
+            }
+            Record::End(end) => {
+                self.notes.stats = Some(end.stats.clone());
+                self.notes.end = Some(end.clone());
+            }
+            Record::PyCode(c) => self.python.add_code(c),
+            Record::PyStack(s) => self.python.add_stack(s),
+        }
+    }
+
+    /// Applies a record as [`TraceReader::next_event_or_record`] lends it.
+    #[inline]
+    pub fn apply_ref(&mut self, record: RecordRef<'_>) {
+        match record {
+            RecordRef::Event(e) => self.apply_event(e),
+            RecordRef::Other(r) => self.apply(&r),
+        }
+    }
+
+    /// Applies every record `reader` has left: the fast way to replay a whole trace.
+    pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) {
+        while let Some(record) = reader.next_event_or_record() {
+            self.apply_ref(record);
+        }
+    }
+
+    /// Applies one event (the same as [`LiveState::apply`] of `Record::Event`).
+    #[inline]
+    pub fn apply_event(&mut self, e: &Event) {
+        self.events += 1;
+        self.last_seq = self.last_seq.max(e.seq);
+        self.count_call(e.api);
+        if let StepSource::Allocation { site, bytes } = self.step_source {
+            if let Op::Alloc {
+                kind, ptr, size, ..
+            } = e.op
+            {
+                let starts_step = e.ok()
+                    && ptr != 0
+                    && kind.on_device()
+                    && size == bytes
+                    && SiteKey::of(e.caller, e.stack) == site;
+                if starts_step {
+                    self.step_boundary();
+                }
+            }
+        }
+        self.ledger.begin_event(e.seq, e.time_ns, self.steps);
+        self.apply_event_body(e);
+        self.ledger.end_event();
+    }
+
+    #[inline]
+    fn count_call(&mut self, api: Api) {
+        let i = api as usize;
+        if i >= self.calls.len() {
+            self.calls.resize(Api::ALL.len(), 0);
+        }
+        self.calls[i] += 1;
+    }
+
+    /// A step begins: series take their samples.
+    pub(super) fn step_boundary(&mut self) {
+        self.ledger.step_boundary(self.steps);
+        self.steps += 1;
+    }
+
+    /// The origin of an object that `call` makes in event `e`.
+    fn origin_of(&self, call: CallId, e: &Event) -> Origin {
+        self.sites.call(call).origin(e.seq, e.time_ns, self.steps)
+    }
+
+    #[inline]
+    fn apply_event_body(&mut self, e: &Event) {
+        let call = self.sites.call_of(e, &mut self.owners);
+        let nccl_call = e.api.layer() == Layer::Nccl;
+        if !e.ok() {
+            let origin = self.origin_of(call.id, e);
+            self.on_failure(e, origin);
+            if nccl_call {
+                self.nccl.close_scope(e.nccl_scope);
+                self.resolve_deferred(e.nccl_scope, None);
+            }
+            return;
+        }
+        let created = match e.op {
+            Op::Alloc {
+                kind,
+                ptr,
+                size,
+                pool,
+                ..
+            } => self.on_alloc(e, call.id, kind, ptr, size, pool),
+            Op::Free { ptr, .. } => self.on_free(e, ptr, false),
+            Op::FreeHost { ptr } => self.on_free(e, ptr, true),
+            _ => {
+                let origin = self.origin_of(call.id, e);
+                self.apply_op(e, origin)
+            }
+        };
+        // Only objects made inside an NCCL call or by NCCL's library get a communicator.
+        if let Some(object) = created {
+            if e.nccl_scope != 0 || call.nccl {
+                self.note_created(e, object);
+            }
+        }
+        if nccl_call {
+            self.nccl.close_scope(e.nccl_scope);
+            self.resolve_deferred(e.nccl_scope, None);
+        }
+    }
+
+    /// Applies a successful operation other than an allocation or a free; returns the object it
+    /// made, if any.
+    fn apply_op(&mut self, e: &Event, origin: Origin) -> Option<super::ObjectRef> {
+        match &e.op {
+            // Applied by `apply_event_body` without an origin.
+            Op::Alloc { .. } | Op::Free { .. } | Op::FreeHost { .. } => None,
+            &Op::HostRegister { ptr, size, flags } => {
+                self.on_host_register(origin, ptr, size, flags)
+            }
+            &Op::HostUnregister { ptr } => self.on_host_unregister(e, ptr),
+            &Op::ArrayCreate { array, bytes, .. } => self.on_array_create(e, origin, array, bytes),
+            &Op::ArrayDestroy { array } => self.on_array_destroy(e, array),
+            &Op::IpcOpen { ptr, .. } => self.on_ipc_open(origin, ptr),
+            &Op::IpcClose { ptr } => self.on_ipc_close(e, ptr),
+            &Op::PoolCreate { pool, device } => self.on_pool_create(origin, pool, device),
+            &Op::PoolDestroy { pool } => self.on_pool_destroy(e, pool),
+            &Op::PoolTrim { pool, keep } => self.on_pool_trim(e, pool, keep),
+            &Op::Reserve {
+                ptr,
+                size,
+                alignment,
+                ..
+            } => self.on_reserve(e, origin, ptr, size, alignment),
+            &Op::ReserveFree { ptr, .. } => self.on_reserve_free(e, ptr),
+            &Op::Create {
+                handle,
+                size,
+                device,
+                ..
+            } => self.on_create(e, origin, handle, size, device),
+            &Op::Release { handle } => self.on_release(e, handle),
+            &Op::Retain { handle, ptr } => self.on_retain(e, handle, ptr),
+            &Op::Import { handle, .. } => self.on_import(origin, handle),
+            &Op::Map {
+                ptr,
+                size,
+                offset,
+                handle,
+            } => self.on_map(e, origin, ptr, size, offset, handle),
+            &Op::Unmap { ptr, size } => self.on_unmap(e, ptr, size),
+            &Op::CtxCreate { ctx, device, .. } => self.on_ctx_create(origin, ctx, device),
+            &Op::CtxDestroy { ctx } => self.on_ctx_destroy(e, ctx),
+            &Op::PrimaryCtxRetain { device, .. } => {
+                *self.primary_refs.entry(device).or_default() += 1;
+                None
+            }
+            &Op::PrimaryCtxRelease { device } => {
+                self.primary_releases += 1;
+                self.on_primary_release(e, device)
+            }
+            &Op::PrimaryCtxReset { device } | &Op::DeviceReset { device } => {
+                self.on_device_reset(e, device)
+            }
+            &Op::MarkStep { .. } => {
+                self.marks += 1;
+                self.detector.marked();
+                if self.step_source == StepSource::Marks {
+                    self.step_boundary();
+                }
+                None
+            }
+            Op::RangePush { .. } | Op::RangePop | Op::Mark { .. } => None,
+            &Op::DeviceMemory { free, total } => {
+                self.on_device_memory(e, free, total);
+                None
+            }
+            Op::CommInit { .. }
+            | Op::CommInitAll { .. }
+            | Op::CommEnd { .. }
+            | Op::NcclMemAlloc { .. }
+            | Op::NcclMemFree { .. }
+            | Op::Register { .. }
+            | Op::Deregister { .. }
+            | Op::WindowRegister { .. }
+            | Op::WindowDeregister { .. } => {
+                self.on_nccl_op(e, origin);
+                None
+            }
+        }
+    }
+
+    fn on_failure(&mut self, e: &Event, origin: Origin) {
+        match e.op {
+            Op::Free { ptr, .. } => self.on_failed_free(e, ptr, false),
+            Op::FreeHost { ptr } => self.on_failed_free(e, ptr, true),
+            _ => {}
+        }
+        let ledger = &self.ledger;
+        let failure = Failure::new(e, origin, |d| {
+            ledger.holder_totals(Holder::Device { device: d }).0
+        });
+        if failure.out_of_memory {
+            let snapshot = self.oom_snapshot(failure.clone());
+            self.ooms.record(snapshot);
+        }
+        self.failures.record(failure);
+    }
+
+    pub(super) fn anomaly(
+        &mut self,
+        e: &Event,
+        kind: AnomalyKind,
+        address: u64,
+        related_seq: Option<u64>,
+    ) {
+        self.anomalies.record(Anomaly {
+            kind,
+            seq: e.seq,
+            api: e.api,
+            thread: e.thread,
+            address,
+            related_seq,
+        });
+    }
+
+    /// Records an anomaly of `kind` unless the object an event named was `known`.
+    pub(super) fn expect_known(&mut self, known: bool, e: &Event, kind: AnomalyKind, address: u64) {
+        if !known {
+            self.anomaly(e, kind, address, None);
+        }
+    }
+
+    /// Counts `bytes` of an object made at `origin`'s site as live on `holder`.
+    pub(super) fn charge(
+        &mut self,
+        origin: &Origin,
+        holder: Holder,
+        pool: Option<(u64, i32)>,
+        bytes: u64,
+    ) {
+        let c = Charge {
+            site: origin.site,
+            holder,
+            pool,
+        };
+        self.ledger.charge(c, bytes);
+    }
+
+    /// Undoes [`LiveState::charge`] for an object that is gone.
+    pub(super) fn discharge(
+        &mut self,
+        origin: &Origin,
+        holder: Holder,
+        pool: Option<(u64, i32)>,
+        bytes: u64,
+    ) {
+        let c = Charge {
+            site: origin.site,
+            holder,
+            pool,
+        };
+        self.ledger.discharge(c, bytes);
+    }
+}

@@ -1,0 +1,172 @@
+//! What a replay gathered besides the live set and the running totals: calls per entry point,
+//! failures, anomalies, steps, contexts and pools, the tracer's own notes, and the modules and
+//! stacks that name addresses.
+
+use super::ledger::Holder;
+use super::origin::{CodeLocation, OwnerResolver};
+use super::{
+    Anomalies, ApiCount, Communicator, Context, DeviceAccount, Failures, LiveState, OomLog, Pool,
+    StepPattern, StepSource, Teardown,
+};
+use crate::event::Api;
+use crate::format::{End, Lookup, Stats};
+use crate::modules::ModuleMap;
+use crate::python::PythonStacks;
+
+impl LiveState {
+    /// Device memory live on `device` now.
+    pub fn device_bytes(&self, device: i32) -> u64 {
+        self.ledger.holder_totals(Holder::Device { device }).0
+    }
+
+    /// Device accounting from the tracer's `cuMemGetInfo` samples, per device.
+    pub fn device_accounts(&self) -> impl Iterator<Item = &DeviceAccount> {
+        self.devices.values()
+    }
+
+    /// Calls and failures per entry point, for the entry points called.
+    pub fn calls(&self) -> Vec<ApiCount> {
+        Api::ALL
+            .iter()
+            .zip(&self.calls)
+            .filter(|&(_, &calls)| calls > 0)
+            .map(|(&api, &calls)| ApiCount {
+                api,
+                calls,
+                failed: self.failures.count(api),
+            })
+            .collect()
+    }
+
+    /// Calls of one entry point.
+    pub fn call_count(&self, api: Api) -> u64 {
+        self.calls.get(api as usize).copied().unwrap_or(0)
+    }
+
+    /// Failed calls.
+    pub fn failures(&self) -> &Failures {
+        &self.failures
+    }
+
+    /// Anomalies.
+    pub fn anomalies(&self) -> &Anomalies {
+        &self.anomalies
+    }
+
+    /// Objects removed by context teardown rather than freed.
+    pub fn teardown(&self) -> Teardown {
+        self.teardown
+    }
+
+    /// Communicators known: live and finalized ones, then the most recently ended ones.
+    pub fn communicators(&self) -> impl Iterator<Item = &Communicator> {
+        self.nccl.communicators()
+    }
+
+    /// Memory pools not destroyed.
+    pub fn pools(&self) -> impl Iterator<Item = &Pool> {
+        self.pools.values()
+    }
+
+    /// Contexts created with `cuCtxCreate*` and not destroyed.
+    pub fn contexts(&self) -> impl Iterator<Item = &Context> {
+        self.contexts.values()
+    }
+
+    /// Events applied.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Highest event sequence number seen.
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// Steps begun: step marks applied, or occurrences of the step allocation when the state
+    /// was made with [`StepSource::Allocation`].
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Step marks applied, whatever the step source.
+    pub fn marks(&self) -> u64 {
+        self.marks
+    }
+
+    /// Where steps come from.
+    pub fn step_source(&self) -> StepSource {
+        self.step_source
+    }
+
+    /// In a trace without step marks: the allocation that repeats once per step, if one does.
+    /// Replaying with its [`StepPattern::source`] then gives steps.
+    pub fn step_pattern(&self) -> Option<StepPattern> {
+        self.detector.detect(&self.sites)
+    }
+
+    /// Out-of-memory snapshots.
+    pub fn ooms(&self) -> &OomLog {
+        &self.ooms
+    }
+
+    /// Pool trims applied.
+    pub fn pool_trims(&self) -> u64 {
+        self.pool_trims
+    }
+
+    /// `cuDevicePrimaryCtxRelease` calls (recorded only: the retain count is not traced).
+    pub fn primary_context_releases(&self) -> u64 {
+        self.primary_releases
+    }
+
+    /// The tracer's latest counters (from the end record, else the last stats record).
+    pub fn stats(&self) -> Option<&Stats> {
+        self.notes.stats.as_ref()
+    }
+
+    /// The end record, when the trace has one.
+    pub fn end(&self) -> Option<&End> {
+        self.notes.end.as_ref()
+    }
+
+    /// Driver entry points handed out without a wrapper (the first [`MAX_TRACER_NOTES`]).
+    pub fn lookups(&self) -> &[Lookup] {
+        &self.notes.lookups
+    }
+
+    /// All lookup records, including those not kept.
+    pub fn lookups_total(&self) -> u64 {
+        self.notes.lookups_total
+    }
+
+    /// The tracer's warnings (the first [`MAX_TRACER_NOTES`]).
+    pub fn warnings(&self) -> &[String] {
+        &self.notes.warnings
+    }
+
+    /// All warning records, including those not kept.
+    pub fn warnings_total(&self) -> u64 {
+        self.notes.warnings_total
+    }
+
+    /// The modules recorded.
+    pub fn modules(&self) -> &ModuleMap {
+        self.owners.modules()
+    }
+
+    /// The owner resolver (modules and stacks), for naming addresses.
+    pub fn owners(&self) -> &OwnerResolver {
+        &self.owners
+    }
+
+    /// The Python code objects and stacks recorded, for naming `Origin::py_stack`.
+    pub fn python_stacks(&self) -> &PythonStacks {
+        &self.python
+    }
+
+    /// Names a code address as `module+offset`.
+    pub fn locate(&self, addr: u64) -> CodeLocation {
+        self.owners.locate(addr)
+    }
+}
