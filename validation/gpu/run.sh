@@ -2,8 +2,10 @@
 # GPU validation of vramtrace: runs every scenario twice (plain, then under the tracer) on the
 # lent GPU machine, in one call, and packs outputs, traces and JSON reports into $OUT.
 #
-#   run(command="validation/gpu/run.sh [SCENARIO...]",
-#       carry=["target/release/libvramtrace.so", "target/release/vramtrace"])
+#   mkdir -p target/gpu && strip -o target/gpu/libvramtrace.so target/release/libvramtrace.so \
+#       && strip -o target/gpu/vramtrace target/release/vramtrace
+#   run(command="VRAMTRACE_BUILD=target/gpu validation/gpu/run.sh [SCENARIO...]",
+#       carry=["target/gpu"])
 #
 # Scenarios (default: all): default expandable async nccl cublas extension cupy jax oom pyleak
 # train; and, to explain device accounting, accounting accounting_eager default_eager nccl_eager
@@ -12,8 +14,12 @@
 # what the results showed.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-LIB=$ROOT/target/release/libvramtrace.so
-VT=$ROOT/target/release/vramtrace
+# VRAMTRACE_BUILD: where the carried build is (default target/release; target/gpu holds stripped
+# copies, small enough to carry).
+BUILD=${VRAMTRACE_BUILD:-$ROOT/target/release}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+LIB=$BUILD/libvramtrace.so
+VT=$BUILD/vramtrace
 OUTDIR=${OUT:-/tmp/vramtrace-gpu-out}
 WORK=$(mktemp -d /tmp/vramtrace-gpu.XXXXXX)
 SC=$ROOT/validation/gpu/scenarios

@@ -75,6 +75,33 @@ pub struct Analysis {
     pub anomalies: AnomalyReport,
 }
 
+impl Analysis {
+    /// Every call site named anywhere in the answers, to label them (each list in turn; a site
+    /// named in several lists comes once per list).
+    pub fn sites_mut(&mut self) -> impl Iterator<Item = &mut SiteName> {
+        let g = &mut self.growth;
+        let growth = g
+            .steady
+            .iter_mut()
+            .chain(g.peaks.iter_mut())
+            .chain(g.shrinking.iter_mut())
+            .map(|s| &mut s.site);
+        let leaks = self.leaks.sites.iter_mut().map(|s| &mut s.site);
+        let orphans = self.orphans.objects.iter_mut().map(|o| &mut o.site);
+        let peaks = self
+            .peaks
+            .holders
+            .iter_mut()
+            .flat_map(|h| h.by_site.iter_mut().map(|s| &mut s.site));
+        let ooms = self.ooms.failures.iter_mut().flat_map(|f| {
+            std::iter::once(&mut f.requester)
+                .chain(f.by_site.iter_mut().map(|s| &mut s.site))
+                .chain(f.growth_by_site.iter_mut().map(|s| &mut s.site))
+        });
+        growth.chain(leaks).chain(orphans).chain(peaks).chain(ooms)
+    }
+}
+
 /// Runs every analysis on `state`.
 pub fn analyze(state: &LiveState, config: &GrowthConfig) -> Analysis {
     Analysis {

@@ -1,5 +1,6 @@
 //! Naming a call site for reports: the frame that names its owner as `module+offset`, with the
-//! raw stack id and caller address kept for symbolization.
+//! raw stack id, caller address and an example Python stack kept for symbolization, and a label
+//! a symbolizing reader fills in.
 
 use serde::Serialize;
 
@@ -18,6 +19,15 @@ pub struct SiteName {
     /// Owner module id and file name.
     pub module: Option<u32>,
     pub module_name: Option<String>,
+    /// The Python stack of the first call there that had one (0: none). Sites are native
+    /// stacks; this names the Python line that reached it.
+    pub py_stack: u32,
+    /// Whether calls at the site came from more than one Python stack.
+    pub py_stacks_vary: bool,
+    /// The site in words (`train.py:88 in step`, or the native function that asked), filled in
+    /// by a reader with symbols ([`Analysis::sites_mut`](super::Analysis::sites_mut)); `null`
+    /// otherwise.
+    pub label: Option<String>,
 }
 
 /// Names call site `id` of `state`.
@@ -29,8 +39,12 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
             site: "(unknown)".to_string(),
             module: None,
             module_name: None,
+            py_stack: 0,
+            py_stacks_vary: false,
+            label: None,
         };
     };
+    let (py_stack, py_stacks_vary) = state.site_python(id).unwrap_or((0, false));
     let owner = state.owners().resolve(caller, key.stack);
     let location = state.locate(owner.frame);
     SiteName {
@@ -41,6 +55,9 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
         module_name: owner
             .module
             .and_then(|m| state.owners().module_name(m).map(str::to_string)),
+        py_stack,
+        py_stacks_vary,
+        label: None,
     }
 }
 

@@ -10,6 +10,7 @@ use super::oom::{
 use super::sites::{SiteId, SiteKey};
 use super::summary::Totals;
 use super::{Failure, LiveState};
+use crate::event::StackId;
 use crate::fasthash::FxHashMap;
 
 /// What the growth series are sampled over.
@@ -152,6 +153,12 @@ impl LiveState {
     /// The key of call site `site`, and the return address of the first call seen there.
     pub fn site(&self, site: SiteId) -> Option<(SiteKey, u64)> {
         self.sites.get(site)
+    }
+
+    /// The Python stack of the first call at `site` that had one, and whether calls there came
+    /// from more than one Python stack (`None`: no call there had Python frames).
+    pub fn site_python(&self, site: SiteId) -> Option<(StackId, bool)> {
+        self.sites.python(site)
     }
 
     /// The id of a call site, if the trace reached it.

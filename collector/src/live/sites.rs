@@ -164,6 +164,10 @@ pub(crate) struct SiteTable {
     ids: FxHashMap<SiteKey, SiteId>,
     /// Per site: its key and the return address of the first call seen there.
     sites: Vec<(SiteKey, u64)>,
+    /// Per site: the Python stack of its first call that had one (0: none yet), and whether
+    /// calls there came from more than one Python stack. Sites key on the native stack, so a
+    /// report names them by this Python line.
+    python: Vec<(StackId, bool)>,
     calls: Vec<Call>,
     call_ids: FxHashMap<Call, CallId>,
     by_event: FxHashMap<EventKey, Resolved>,
@@ -181,8 +185,29 @@ impl SiteTable {
         let id = *self.ids.entry(key).or_insert(next);
         if id == next {
             self.sites.push((key, caller));
+            self.python.push((0, false));
         }
         id
+    }
+
+    /// Notes that a call at `site` came with Python stack `py_stack`.
+    fn note_python(&mut self, site: SiteId, py_stack: StackId) {
+        if py_stack == 0 {
+            return;
+        }
+        if let Some(p) = self.python.get_mut(site as usize) {
+            match p.0 {
+                0 => p.0 = py_stack,
+                first if first != py_stack => p.1 = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// The Python stack of the first call at `site` that had one, and whether the site's calls
+    /// came from several Python stacks.
+    pub(crate) fn python(&self, site: SiteId) -> Option<(StackId, bool)> {
+        self.python.get(site as usize).copied().filter(|p| p.0 != 0)
     }
 
     /// The key of site `id`, and the return address of the first call there.
@@ -226,6 +251,7 @@ impl SiteTable {
         }
         // A first event at the site interns it here, so site ids keep first-seen order.
         let site = self.intern(e.caller, e.stack);
+        self.note_python(site, e.py_stack);
         let module = owners.owner(e.caller, e.stack).module;
         let call = self.intern_call(Call {
             caller: e.caller,

@@ -18,6 +18,7 @@ use serde::Serialize;
 use vramtrace_collector::analysis::{analyze, peaks, Analysis};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::live::{Holder, LiveState, StepSource, Summary};
+use vramtrace_collector::symbols::{Attribution, Symbolizer};
 
 pub use point::Point;
 
@@ -187,6 +188,12 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             snapshots.push(snapshot(&trace.state, &point.to_string()));
         }
     }
+    let mut analysis = analyze(&trace.state, &args.analysis.config());
+    let mut symbols = Symbolizer::from_env();
+    crate::report::labels::label_sites(
+        &mut analysis,
+        &mut Attribution::of_state(&trace.state, &mut symbols),
+    );
     let report = ReplayReport {
         schema: SCHEMA,
         trace: path.display().to_string(),
@@ -194,7 +201,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         passes: passes.max(trace.passes),
         snapshots,
         live: trace.state.summary(),
-        analysis: analyze(&trace.state, &args.analysis.config()),
+        analysis,
     };
     print(&report, &trace, args)
 }

@@ -47,8 +47,11 @@ pub(crate) fn new_table(headers: &[&str], right: &[usize]) -> comfy_table::Table
     table(headers, right)
 }
 
+/// The site's label (its Python line or native function, when symbols named it) or its
+/// `module+offset`, with its owner module.
 fn site_label(s: &SiteName) -> String {
-    format!("{} ({})", s.site, or_unknown(s.module_name.as_deref()))
+    let place = s.label.as_deref().unwrap_or(&s.site);
+    format!("{place} ({})", or_unknown(s.module_name.as_deref()))
 }
 
 /// `per step` or `per 64 ms window`.

@@ -6,6 +6,7 @@
 
 mod attribution;
 pub(crate) mod findings;
+pub(crate) mod labels;
 mod stacks;
 mod text;
 
@@ -258,6 +259,8 @@ impl<'a> Report<'a> {
         let mut naming = Attribution::of_state(state, symbols);
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
+        let mut analysis = analyze(state, &trace.growth);
+        labels::label_sites(&mut analysis, &mut naming);
         let symbols = attribution::symbol_facts(naming.symbolizer());
         let mut orphans: Vec<LiveObject<'a>> = state.orphans().collect();
         let orphans_total = orphans.len();
@@ -376,7 +379,7 @@ impl<'a> Report<'a> {
                 })
                 .collect(),
             symbols,
-            analysis: analyze(state, &trace.growth),
+            analysis,
             top,
             state,
         }

@@ -77,10 +77,13 @@ pub fn groups(out: &mut impl Write, r: &Report<'_>, full: bool) -> io::Result<()
 
 /// The stacks of the call-site table (`--by site`).
 pub fn site_stacks(out: &mut impl Write, r: &Report<'_>, full: bool) -> io::Result<()> {
-    let entries = r
-        .call_sites
-        .iter()
-        .map(|s| (s.item.location.to_string(), &s.frames[..]));
+    let entries = r.call_sites.iter().map(|s| {
+        let title = match super::labels::frames_label(&s.frames) {
+            Some(label) => format!("{label}  [{}]", s.item.location),
+            None => s.item.location.to_string(),
+        };
+        (title, &s.frames[..])
+    });
     stacks(out, entries, full)?;
     symbol_notes(out, r)
 }

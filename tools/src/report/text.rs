@@ -309,9 +309,11 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::
                 "seq",
             ];
             let mut t = table(&headers, &[0, 1, 2, 3, 7]);
-            for (i, s) in r.call_sites.iter().enumerate() {
-                let s = &s.item;
+            for (i, site) in r.call_sites.iter().enumerate() {
+                let s = &site.item;
                 let seqs = seq_range(s.first_seq, s.last_seq);
+                let place = super::labels::frames_label(&site.frames)
+                    .unwrap_or_else(|| s.location.to_string());
                 t.add_row(vec![
                     (i + 1).to_string(),
                     bytes(s.bytes),
@@ -319,7 +321,7 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::
                     s.count.to_string(),
                     s.api.name().to_string(),
                     or_unknown(s.module_name.as_deref()).to_string(),
-                    s.location.to_string(),
+                    place,
                     s.stack.to_string(),
                     seqs,
                 ]);

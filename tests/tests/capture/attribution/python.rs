@@ -127,3 +127,37 @@ captest!(python_allocations_by_python_line, |dir| {
         .collect();
     assert_eq!(frames, want_frames, "Attribution::stack");
 });
+
+// The analyses name a site (a native stack) by the Python line that reached it. The three calls
+// share one native stack (CPython 3.11+ runs Python-to-Python calls without recursing in C), so
+// the leak analysis holds one site, labelled by the first call's line and marked as reached from
+// other lines too.
+captest!(python_sites_are_labelled_by_python_line, |dir| {
+    let script = dir.join("allocate.py");
+    std::fs::write(&script, SCRIPT).unwrap();
+    let out = traced_program("python3", dir).arg(&script).output();
+    let out = out.expect("running python3 (required by this test)");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let traces = trace_files(dir);
+    let args = ["report", "--json"].map(OsStr::new);
+    let r = vramtrace_json(args.into_iter().chain([traces[0].as_os_str()]));
+    let sites = r["analysis"]["leaks"]["sites"].as_array().unwrap();
+    let labels: Vec<(String, u64)> = sites
+        .iter()
+        .map(|s| {
+            (
+                s["label"].as_str().unwrap_or("null").to_string(),
+                s["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let weights = line_of(&script, "the weights' call site");
+    assert_eq!(
+        labels,
+        [(
+            format!("allocate.py:{weights} in Model.load_weights (and other lines)"),
+            4 * MIB + 4096
+        )]
+    );
+    assert_eq!(sites[0]["py_stacks_vary"], true);
+});
