@@ -63,6 +63,15 @@ impl PythonStacks {
         self.frames(id).next()
     }
 
+    /// The innermost frame of stack `id` in the program's own code: frames of installed
+    /// packages and of the standard library are passed over (a tensor made inside
+    /// `torch/nn/functional.py` is the user's line that called it), unless every frame is one.
+    pub fn program_frame(&self, id: StackId) -> Option<PythonFrame<'_>> {
+        self.frames(id)
+            .find(|f| !f.file.is_some_and(is_library_file))
+            .or_else(|| self.innermost(id))
+    }
+
     fn frame(&self, f: PyFrame) -> PythonFrame<'_> {
         let code = self.codes.get(&f.code);
         PythonFrame {
@@ -77,6 +86,24 @@ impl PythonStacks {
     pub fn is_empty(&self) -> bool {
         self.stacks.is_empty()
     }
+}
+
+/// Whether a Python source file belongs to an installed package or the standard library rather
+/// than to the program: `…/site-packages/…`, `…/dist-packages/…`, `…/lib/python3.12/…`, and
+/// `<frozen importlib._bootstrap>`-style names.
+pub fn is_library_file(file: &str) -> bool {
+    if file.starts_with('<') || file.contains("/site-packages/") || file.contains("/dist-packages/")
+    {
+        return true;
+    }
+    // The standard library: a path component `pythonX.Y` right under a `lib` directory.
+    file.split('/').collect::<Vec<_>>().windows(2).any(|w| {
+        w[0] == "lib"
+            && w[1].strip_prefix("python").is_some_and(|v| {
+                v.split('.')
+                    .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            })
+    })
 }
 
 impl std::fmt::Display for PythonFrame<'_> {
@@ -114,5 +141,63 @@ mod tests {
         );
         assert_eq!(p.frames(0).count(), 0);
         assert_eq!(p.innermost(5).unwrap().line, 42);
+    }
+
+    #[test]
+    fn the_program_frame_passes_over_packages_and_the_standard_library() {
+        for (file, library) in [
+            (
+                "/usr/lib/python3/dist-packages/torch/nn/functional.py",
+                true,
+            ),
+            (
+                "/opt/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py",
+                true,
+            ),
+            ("/usr/lib/python3.12/threading.py", true),
+            ("/opt/conda/lib/python3.11/contextlib.py", true),
+            ("<frozen importlib._bootstrap>", true),
+            ("/work/main/validation/gpu/scenarios/py_leak.py", false),
+            ("train.py", false),
+            ("/home/me/lib/python_tools/train.py", false),
+        ] {
+            assert_eq!(is_library_file(file), library, "{file}");
+        }
+        let mut p = PythonStacks::default();
+        for (id, file) in [
+            (1, "/x/site-packages/torch/nn/functional.py"),
+            (2, "/work/train.py"),
+        ] {
+            p.add_code(&PyCode {
+                id,
+                file: file.into(),
+                function: "f".into(),
+                first_line: 1,
+            });
+        }
+        p.add_stack(&PyStackDef {
+            id: 7,
+            frames: vec![
+                PyFrame {
+                    code: 1,
+                    line: 1723,
+                },
+                PyFrame { code: 2, line: 88 },
+            ],
+        });
+        p.add_stack(&PyStackDef {
+            id: 8,
+            frames: vec![PyFrame {
+                code: 1,
+                line: 1723,
+            }],
+        });
+        assert_eq!(p.program_frame(7).unwrap().line, 88);
+        assert_eq!(
+            p.program_frame(8).unwrap().line,
+            1723,
+            "all library: the innermost"
+        );
+        assert_eq!(p.program_frame(0), None);
     }
 }

@@ -58,7 +58,8 @@ EXAMPLES:
 /// How the report ranks live memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RankBy {
-    /// The innermost Python line (file:line function); calls without a Python stack by function.
+    /// The program's innermost Python line (file:line function), passing over frames of
+    /// installed packages and the standard library; calls without a Python stack by function.
     Python,
     /// The native function that asked: the first frame outside the CUDA libraries.
     Function,

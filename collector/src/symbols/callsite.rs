@@ -60,8 +60,11 @@ impl From<Cow<'_, Origin>> for CallRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Granularity {
-    /// The innermost Python frame (`file:line in function`); calls without a Python stack fall
-    /// back to [`Granularity::Function`].
+    /// The program's innermost Python frame (`file:line in function`), passing over installed
+    /// packages and the standard library ([`PythonStacks::program_frame`]); calls without a
+    /// Python stack fall back to [`Granularity::Function`].
+    ///
+    /// [`PythonStacks::program_frame`]: crate::python::PythonStacks::program_frame
     Python,
     /// The function of the first native frame outside the CUDA libraries.
     Function,
@@ -313,7 +316,7 @@ impl<'a> Attribution<'a> {
                     .map(Arc::from);
                 CallSiteKey::Module { module }
             }
-            Granularity::Python => match self.python.innermost(call.py_stack) {
+            Granularity::Python => match self.python.program_frame(call.py_stack) {
                 Some(frame) => CallSiteKey::Python {
                     file: Arc::from(frame.file.unwrap_or("<unknown>")),
                     line: frame.line,
@@ -429,7 +432,7 @@ impl<'a> Attribution<'a> {
         let owner = self.owner_frame(g.example);
         g.module = owner.module_name.as_deref().map(str::to_string);
         if matches!(g.key, CallSiteKey::Python { .. }) {
-            if let Some(f) = self.python.innermost(g.example.py_stack) {
+            if let Some(f) = self.python.program_frame(g.example.py_stack) {
                 g.function = f.function.map(str::to_string);
                 g.file = f.file.map(str::to_string);
                 g.line = Some(f.line);

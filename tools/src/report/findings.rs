@@ -129,7 +129,7 @@ fn summary(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
         (None, Some(s)) => format!(
             "steady growth below the alert threshold: {} {unit} at {}",
             signed_bytes(s.course.slope()),
-            s.site.site
+            site_label(&s.site)
         ),
         (None, None) => "no steady growth".to_string(),
     };

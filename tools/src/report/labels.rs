@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use vramtrace_collector::analysis::{Analysis, SiteName};
+use vramtrace_collector::python::is_library_file;
 use vramtrace_collector::symbols::{
     Attribution, CallRef, CallSiteKey, FrameKind, Granularity, StackFrame,
 };
@@ -49,10 +50,15 @@ fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
     }
 }
 
-/// The label of a call with these (mixed) frames: its innermost Python frame, else its first
+/// The label of a call with these (mixed) frames: its program's innermost Python frame (as
+/// [`is_library_file`] tells the program from packages), else its first
 /// named native frame outside the CUDA libraries; `None` when neither exists.
 pub fn frames_label(frames: &[StackFrame]) -> Option<String> {
-    if let Some(p) = frames.iter().find(|f| f.kind == FrameKind::Python) {
+    let python = || frames.iter().filter(|f| f.kind == FrameKind::Python);
+    let program = python()
+        .find(|f| !f.file.as_deref().is_some_and(is_library_file))
+        .or_else(|| python().next());
+    if let Some(p) = program {
         return Some(format!(
             "{}:{} in {}",
             base_name(p.file.as_deref().unwrap_or("<unknown>")),
