@@ -265,6 +265,9 @@ impl LiveState {
             (b.bytes, b.host_bytes, b.count)
                 .cmp(&(a.bytes, a.host_bytes, a.count))
                 .then(a.first_seq.cmp(&b.first_seq))
+                // Only a damaged trace has two sites with one first seq; the map's order must
+                // not decide then.
+                .then((a.stack, a.caller).cmp(&(b.stack, b.caller)))
         });
         sites
     }
