@@ -14,7 +14,7 @@
 //! freed (so the live set grows to a million objects by the end).
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -163,6 +163,23 @@ pub fn generate(path: &Path, events: u64) {
     w.finish().expect("finish");
 }
 
+/// The format version of the trace at `path` and the decompressed bytes of its chunks (from the
+/// chunk headers: `u32` compressed length, `u32` raw length, ...).
+fn raw_bytes(path: &Path) -> (u32, u64) {
+    let reader = TraceReader::new(BufReader::new(File::open(path).expect("open"))).expect("header");
+    let (version, mut at) = (reader.version(), reader.offset());
+    drop(reader);
+    let mut file = File::open(path).expect("open");
+    let mut raw = 0u64;
+    let mut head = [0u8; 16];
+    while file.seek(SeekFrom::Start(at)).is_ok() && file.read_exact(&mut head).is_ok() {
+        let word = |i: usize| u64::from(u32::from_le_bytes(head[i..i + 4].try_into().unwrap()));
+        raw += word(4);
+        at += 16 + word(0);
+    }
+    (version, raw)
+}
+
 /// Peak resident memory of this process so far (VmHWM), in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -275,10 +292,12 @@ fn main() {
         );
     }
     let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let (version, raw) = raw_bytes(&path);
     println!(
-        "trace: {} ({size} bytes, {:.1} bytes/event)",
+        "trace: {} (format version {version}; {size} bytes, {:.2} bytes/event; {:.2} bytes/event decompressed)",
         path.display(),
-        size as f64 / events as f64
+        size as f64 / events as f64,
+        raw as f64 / events as f64
     );
 
     let one_thread = || {

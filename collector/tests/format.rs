@@ -3,7 +3,7 @@
 use vramtrace_collector::event::{Api, Event, MemKind, Op};
 use vramtrace_collector::format::{
     End, Ending, Header, Module, Record, RecordRef, Segment, StackDef, Stats, TraceError,
-    TraceReader, TraceWriter,
+    TraceReader, TraceWriter, FORMAT_VERSION,
 };
 
 fn header() -> Header {
@@ -78,7 +78,12 @@ fn sample_records(n: u64) -> Vec<Record> {
 
 /// Writes records with small chunks so a trace has many chunk boundaries.
 fn write(records: &[Record], chunk: usize) -> Vec<u8> {
-    let mut w = TraceWriter::new(Vec::new(), &header())
+    write_version(records, chunk, FORMAT_VERSION)
+}
+
+/// [`write`] in a given format version.
+fn write_version(records: &[Record], chunk: usize, version: u32) -> Vec<u8> {
+    let mut w = TraceWriter::with_format_version(Vec::new(), &header(), version)
         .unwrap()
         .with_chunk_bytes(chunk);
     for r in records {
@@ -90,7 +95,7 @@ fn write(records: &[Record], chunk: usize) -> Vec<u8> {
 #[test]
 fn round_trip_is_exact_and_complete() {
     let records = sample_records(1000);
-    let bytes = write(&records, 4096);
+    let bytes = write(&records, 1024);
     let mut r = TraceReader::new(&bytes[..]).unwrap();
     assert_eq!(r.header(), &header());
     let back: Vec<Record> = r.by_ref().collect();
@@ -102,8 +107,13 @@ fn round_trip_is_exact_and_complete() {
 
 #[test]
 fn a_file_cut_at_any_byte_opens_or_fails_cleanly() {
+    cut_at_any_byte(FORMAT_VERSION);
+    cut_at_any_byte(1);
+}
+
+fn cut_at_any_byte(version: u32) {
     let records = sample_records(300);
-    let bytes = write(&records, 1024);
+    let bytes = write_version(&records, 1024, version);
     let header_len = {
         let r = TraceReader::new(&bytes[..]).unwrap();
         r.offset() as usize
@@ -141,7 +151,7 @@ fn a_file_cut_at_any_byte_opens_or_fails_cleanly() {
 #[test]
 fn damage_in_a_chunk_stops_there() {
     let records = sample_records(200);
-    let mut bytes = write(&records, 1024);
+    let mut bytes = write(&records, 256);
     let at = bytes.len() / 2;
     bytes[at] ^= 0xff;
     let mut r = TraceReader::new(&bytes[..]).unwrap();
@@ -174,8 +184,35 @@ fn foreign_and_wrong_version_files_are_rejected() {
     ));
     assert_eq!(
         err.to_string(),
-        "trace format version 99 is not supported (this vramtrace reads version 1)"
+        "trace format version 99 is not supported (this vramtrace reads versions 1 to 2)"
     );
+    bytes[8] = 0;
+    assert!(matches!(
+        TraceReader::new(&bytes[..]),
+        Err(TraceError::UnsupportedVersion { found: 0, .. })
+    ));
+    assert!(TraceWriter::with_format_version(Vec::new(), &header(), 3).is_err());
+}
+
+/// Version 1 traces (events in postcard's layout) read as they always did, with both readers,
+/// and a version 2 trace of the same records reads the same, in far fewer bytes.
+#[test]
+fn version_1_traces_still_read() {
+    let mut records = sample_records(3000);
+    records.insert(1500, Record::Warning("between events".into()));
+    let old = write_version(&records, 1024, 1);
+    let new = write(&records, 1024);
+    assert_eq!(u32::from_le_bytes(old[8..12].try_into().unwrap()), 1);
+    assert_eq!(u32::from_le_bytes(new[8..12].try_into().unwrap()), 2);
+    for bytes in [&old, &new] {
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        let back: Vec<Record> = r.by_ref().collect();
+        assert_eq!(back, records);
+        assert_eq!(r.ending(), Some(&Ending::Complete));
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(read_lent(&mut r), records);
+    }
+    assert!(new.len() * 2 < old.len(), "{} vs {}", new.len(), old.len());
 }
 
 #[test]
@@ -189,7 +226,8 @@ fn unknown_record_kinds_are_skipped_by_length() {
     ev.extend(postcard::to_stdvec(&event(5)).unwrap());
     raw.push(ev.len() as u8);
     raw.extend_from_slice(&ev);
-    let mut bytes = write(&[], 1024);
+    // Version 1: events in postcard's layout.
+    let mut bytes = write_version(&[], 1024, 1);
     let packed = zstd::bulk::compress(&raw, 1).unwrap();
     bytes.extend_from_slice(&(packed.len() as u32).to_le_bytes());
     bytes.extend_from_slice(&(raw.len() as u32).to_le_bytes());
@@ -274,7 +312,8 @@ fn events_with_unknown_operations_are_skipped_by_length() {
         raw.push(1);
         raw.extend_from_slice(payload);
     }
-    let mut bytes = write(&[], 1024);
+    // Version 1: events in postcard's layout.
+    let mut bytes = write_version(&[], 1024, 1);
     let packed = zstd::bulk::compress(&raw, 1).unwrap();
     bytes.extend_from_slice(&(packed.len() as u32).to_le_bytes());
     bytes.extend_from_slice(&(raw.len() as u32).to_le_bytes());

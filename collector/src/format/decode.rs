@@ -16,6 +16,11 @@
 //! postcard's. The variant index of each `Op` variant is learned from postcard itself (by encoding
 //! a sample of the variant), so the decoder follows the enum's order whatever it becomes; a
 //! variant added later that this table lacks decodes through postcard, slower but the same.
+//!
+//! That is format version 1. Version 2 writes each event against the previous one of its chunk
+//! (`format/compact.rs`), still in postcard's primitives: `compact` reads it with the same two
+//! readers, and [`op_index`] / [`op_fields`] give the writer the variant table and the fields in
+//! the order the readers read them.
 
 use std::sync::OnceLock;
 
@@ -24,7 +29,9 @@ use crate::event::{Api, Event, Op};
 use self::cursor::Cursor;
 use self::fields::{Fields, MAX_PAYLOAD, WINDOW};
 use self::wire::Wire;
+use super::compact::Sink;
 
+pub(crate) mod compact;
 mod cursor;
 mod fields;
 mod wire;
@@ -51,9 +58,17 @@ macro_rules! op_shapes {
             }
         }
 
-        /// The shape of an `Op`: one arm per variant, so a new variant fails to compile the tests
-        /// until it has a shape here.
-        #[cfg(test)]
+        /// Hands the fields of `op` to `s` in order, as the readers read them.
+        fn visit(op: &Op, s: &mut impl Sink) {
+            match op {
+                $(Op::$variant { $($field),* } => {
+                    $(s.$read($field);)*
+                })*
+            }
+        }
+
+        /// The shape of an `Op`: one arm per variant, so a new variant fails to compile until it
+        /// has a shape here.
         fn shape_of(op: &Op) -> Shape {
             match op {
                 $(Op::$variant { .. } => Shape::$variant,)*
@@ -62,25 +77,28 @@ macro_rules! op_shapes {
     };
 }
 
+// `ptr` marks the pointer fields version 2 writes against the chunk's previous pointer. A reader
+// skips an operation it does not know without reading its fields, so a variant appended after
+// version 2 must list its pointers as `u64`: only these variants may move the pointer base.
 op_shapes! {
-    Alloc { kind: kind, ptr: u64, size: u64, stream: u64, pool: u64, flags: u32, pitch: u64 },
-    Free { ptr: u64, stream: u64 },
-    FreeHost { ptr: u64 },
-    HostRegister { ptr: u64, size: u64, flags: u32 },
-    HostUnregister { ptr: u64 },
-    Reserve { ptr: u64, size: u64, alignment: u64, hint: u64 },
-    ReserveFree { ptr: u64, size: u64 },
+    Alloc { kind: kind, ptr: ptr, size: u64, stream: u64, pool: u64, flags: u32, pitch: u64 },
+    Free { ptr: ptr, stream: u64 },
+    FreeHost { ptr: ptr },
+    HostRegister { ptr: ptr, size: u64, flags: u32 },
+    HostUnregister { ptr: ptr },
+    Reserve { ptr: ptr, size: u64, alignment: u64, hint: u64 },
+    ReserveFree { ptr: ptr, size: u64 },
     Create { handle: u64, size: u64, device: i32, handle_types: u32 },
     Release { handle: u64 },
-    Retain { handle: u64, ptr: u64 },
+    Retain { handle: u64, ptr: ptr },
     Import { handle: u64, shareable: u64, handle_type: u32 },
-    Map { ptr: u64, size: u64, offset: u64, handle: u64 },
-    Unmap { ptr: u64, size: u64 },
+    Map { ptr: ptr, size: u64, offset: u64, handle: u64 },
+    Unmap { ptr: ptr, size: u64 },
     PoolCreate { pool: u64, device: i32 },
     PoolDestroy { pool: u64 },
     PoolTrim { pool: u64, keep: u64 },
-    IpcOpen { ptr: u64, flags: u32 },
-    IpcClose { ptr: u64 },
+    IpcOpen { ptr: ptr, flags: u32 },
+    IpcClose { ptr: ptr },
     ArrayCreate {
         array: u64, bytes: u64, width: u64, height: u64, depth: u64, format: u32, channels: u32,
     },
@@ -93,11 +111,11 @@ op_shapes! {
     CommInit { comm: u64, nranks: i32, rank: i32, parent: u64, color: i32, key: i32 },
     CommInitAll { comms: u64s, devices: i32s },
     CommEnd { comm: u64, how: how },
-    NcclMemAlloc { ptr: u64, size: u64 },
-    NcclMemFree { ptr: u64 },
-    Register { comm: u64, ptr: u64, size: u64, handle: u64 },
+    NcclMemAlloc { ptr: ptr, size: u64 },
+    NcclMemFree { ptr: ptr },
+    Register { comm: u64, ptr: ptr, size: u64, handle: u64 },
     Deregister { comm: u64, handle: u64 },
-    WindowRegister { comm: u64, ptr: u64, size: u64, window: u64, flags: i32 },
+    WindowRegister { comm: u64, ptr: ptr, size: u64, window: u64, flags: i32 },
     WindowDeregister { comm: u64, window: u64 },
     MarkStep { step: u64 },
     RangePush { name: string },
@@ -110,12 +128,13 @@ op_shapes! {
 /// Variant indexes beyond this go to postcard.
 const MAX_INDEX: usize = 128;
 
-/// The shape of each `Op` variant index, as postcard numbers them.
-struct ShapeTable([Option<Shape>; MAX_INDEX]);
+/// The shape of each `Op` variant index, as postcard numbers them, and the index of each shape.
+struct ShapeTable([Option<Shape>; MAX_INDEX], [u32; Shape::ALL.len()]);
 
 impl ShapeTable {
     fn build() -> Self {
         let mut table = [None; MAX_INDEX];
+        let mut indexes = [u32::MAX; Shape::ALL.len()];
         let zeros = [0u8; 64];
         for &shape in Shape::ALL {
             // All-zero bytes are a valid value of every field type (0, the first variant, empty).
@@ -131,14 +150,28 @@ impl ShapeTable {
             if let Some(slot) = table.get_mut(index) {
                 *slot = Some(shape);
             }
+            indexes[shape as usize] = index as u32;
         }
-        ShapeTable(table)
+        ShapeTable(table, indexes)
     }
 
+    #[inline]
     fn get() -> &'static ShapeTable {
         static TABLE: OnceLock<ShapeTable> = OnceLock::new();
         TABLE.get_or_init(ShapeTable::build)
     }
+}
+
+/// The variant index of `op`, as postcard numbers the variants.
+#[inline]
+pub(crate) fn op_index(op: &Op) -> u32 {
+    ShapeTable::get().1[shape_of(op) as usize]
+}
+
+/// Hands the fields of `op` to `s` in order, as the readers read them.
+#[inline]
+pub(crate) fn op_fields(op: &Op, s: &mut impl Sink) {
+    visit(op, s);
 }
 
 /// Reads an event's fields from `r` into `e`; `None` when `r` gives up (then `e` is partly
@@ -226,5 +259,7 @@ pub(crate) fn blank() -> Event {
     }
 }
 
+#[cfg(test)]
+mod compact_tests;
 #[cfg(test)]
 mod tests;

@@ -15,9 +15,13 @@ pub enum TraceError {
     #[error("not a vramtrace trace (it does not start with the trace signature)")]
     NotATrace,
     #[error(
-        "trace format version {found} is not supported (this vramtrace reads version {supported})"
+        "trace format version {found} is not supported (this vramtrace reads versions {oldest} to {supported})"
     )]
-    UnsupportedVersion { found: u32, supported: u32 },
+    UnsupportedVersion {
+        found: u32,
+        oldest: u32,
+        supported: u32,
+    },
     #[error("the trace is cut off inside its header ({have} of {need} bytes)")]
     TruncatedHeader { have: u64, need: u64 },
     #[error("the trace header is damaged: {0}")]

@@ -5,8 +5,12 @@ use serde::{Deserialize, Serialize};
 /// The first eight bytes of every trace.
 pub const MAGIC: [u8; 8] = *b"VRAMTRC\0";
 
-/// The format version this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this code writes; it reads this one and every one since
+/// [`OLDEST_VERSION`].
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this code reads (version 1: events in postcard's layout).
+pub const OLDEST_VERSION: u32 = 1;
 
 /// Facts about the traced process, written once at the start.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

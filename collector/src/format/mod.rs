@@ -8,12 +8,16 @@
 //! record := varint length | varint tag | postcard payload      (length covers tag + payload)
 //! ```
 //!
+//! Version 2 (written now) encodes events against the previous event of their chunk
+//! (`compact.rs`); version 1, events in postcard's layout, is still read.
+//!
 //! All integers in the fixed parts are little-endian. A chunk is written whole or not at all, so a
 //! file cut off at any byte reads back up to its last complete chunk. A record whose tag this reader
 //! does not know, or whose payload uses a variant it does not know, is skipped by its length, so
 //! traces from newer writers stay readable.
 
 mod chunk;
+mod compact;
 mod decode;
 mod error;
 mod header;
@@ -24,7 +28,7 @@ mod varint;
 mod writer;
 
 pub use error::TraceError;
-pub use header::{Header, FORMAT_VERSION, MAGIC};
+pub use header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 pub use reader::{Ending, RecordRef, TraceReader};
 pub use record::{
     End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,

@@ -9,9 +9,10 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 
 use super::chunk::{self, read_full, Loaded, Scratch};
+use super::compact::Delta;
 use super::decode;
 use super::error::TraceError;
-use super::header::{Header, FORMAT_VERSION, MAGIC};
+use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 use super::prefetch::Prefetcher;
 use super::record::{Record, TAG_EVENT};
 use super::varint;
@@ -81,6 +82,10 @@ pub struct TraceReader<R: Read> {
     pos: usize,
     /// The event [`TraceReader::next_event_or_record`] decodes into and lends out.
     event: Event,
+    /// The format version: 1 (events in postcard's layout) or 2 (events against `delta`).
+    version: u32,
+    /// What the next event of the chunk is written against (version 2).
+    delta: Delta,
     ending: Option<Ending>,
     chunks: u64,
     records: u64,
@@ -132,9 +137,10 @@ impl<R: Read> TraceReader<R> {
             });
         }
         let version = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes"));
-        if version != FORMAT_VERSION {
+        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(TraceError::UnsupportedVersion {
                 found: version,
+                oldest: OLDEST_VERSION,
                 supported: FORMAT_VERSION,
             });
         }
@@ -168,6 +174,8 @@ impl<R: Read> TraceReader<R> {
             chunk: Vec::new(),
             pos: 0,
             event: decode::blank(),
+            version,
+            delta: Delta::default(),
             ending: None,
             chunks: 0,
             records: 0,
@@ -189,6 +197,8 @@ impl<R: Read> TraceReader<R> {
             chunk,
             pos,
             event,
+            version,
+            delta,
             ending,
             chunks,
             records,
@@ -209,6 +219,8 @@ impl<R: Read> TraceReader<R> {
             chunk,
             pos,
             event,
+            version,
+            delta,
             ending,
             chunks,
             records,
@@ -220,6 +232,11 @@ impl<R: Read> TraceReader<R> {
     /// The trace header.
     pub fn header(&self) -> &Header {
         &self.header
+    }
+
+    /// The trace's format version.
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     /// How the trace ended; `None` until the records are exhausted.
@@ -258,6 +275,8 @@ impl<R: Read> TraceReader<R> {
             Loaded::Chunk { len } => {
                 self.offset += len;
                 self.pos = 0;
+                // Every chunk decodes on its own.
+                self.delta = Delta::default();
                 self.chunks += 1;
                 true
             }
@@ -328,11 +347,33 @@ impl<R: Read> TraceReader<R> {
         record
     }
 
+    /// Decodes the event payload `chunk[start..end]` into the event the reader keeps; `false`
+    /// (counted as skipped) when this reader does not know it.
+    #[inline]
+    fn event(&mut self, start: usize, end: usize) -> bool {
+        let bytes = &self.chunk[start..];
+        let decoded = if self.version >= 2 {
+            decode::compact::event_into(bytes, end - start, &mut self.delta, &mut self.event)
+        } else {
+            decode::event_into(bytes, end - start, &mut self.event)
+        };
+        if decoded {
+            self.records += 1;
+        } else {
+            self.skipped += 1;
+        }
+        decoded
+    }
+
     /// The next record, or `None` at the end of the readable part.
     pub fn next_record(&mut self) -> Option<Record> {
         loop {
             let (tag, start, end) = self.next_payload()?;
-            if let Some(record) = self.other(tag, start, end) {
+            if tag == TAG_EVENT {
+                if self.event(start, end) {
+                    return Some(Record::Event(self.event.clone()));
+                }
+            } else if let Some(record) = self.other(tag, start, end) {
                 return Some(record);
             }
         }
@@ -345,11 +386,9 @@ impl<R: Read> TraceReader<R> {
         loop {
             let (tag, start, end) = self.next_payload()?;
             if tag == TAG_EVENT {
-                if decode::event_into(&self.chunk[start..], end - start, &mut self.event) {
-                    self.records += 1;
+                if self.event(start, end) {
                     return Some(RecordRef::Event(&self.event));
                 }
-                self.skipped += 1;
             } else if let Some(record) = self.other(tag, start, end) {
                 return Some(RecordRef::Other(record));
             }

@@ -2,8 +2,9 @@
 
 use std::io::Write;
 
+use super::compact::{self, Delta};
 use super::error::TraceError;
-use super::header::{Header, FORMAT_VERSION, MAGIC};
+use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 use super::record::{Record, TAG_EVENT};
 use super::varint;
 use crate::event::Event;
@@ -23,15 +24,36 @@ pub struct TraceWriter<W: Write> {
     compressor: zstd::bulk::Compressor<'static>,
     packed: Vec<u8>,
     bytes_written: u64,
+    /// The format version written: [`FORMAT_VERSION`], or 1 for readers of old traces (tests).
+    version: u32,
+    /// What the next event of the chunk is written against (version 2).
+    delta: Delta,
 }
 
 impl<W: Write> TraceWriter<W> {
     /// Writes the file header and returns a writer for the records.
-    pub fn new(mut out: W, header: &Header) -> Result<Self, TraceError> {
+    pub fn new(out: W, header: &Header) -> Result<Self, TraceError> {
+        Self::with_format_version(out, header, FORMAT_VERSION)
+    }
+
+    /// [`TraceWriter::new`] writing an older format version (from [`OLDEST_VERSION`]): to test
+    /// readers on old traces.
+    pub fn with_format_version(
+        mut out: W,
+        header: &Header,
+        version: u32,
+    ) -> Result<Self, TraceError> {
+        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
+            return Err(TraceError::UnsupportedVersion {
+                found: version,
+                oldest: OLDEST_VERSION,
+                supported: FORMAT_VERSION,
+            });
+        }
         let head = postcard::to_stdvec(header)?;
         let mut prefix = Vec::with_capacity(head.len() + 20);
         prefix.extend_from_slice(&MAGIC);
-        prefix.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        prefix.extend_from_slice(&version.to_le_bytes());
         prefix.extend_from_slice(&(head.len() as u32).to_le_bytes());
         prefix.extend_from_slice(&head);
         prefix.extend_from_slice(&crc32fast::hash(&head).to_le_bytes());
@@ -46,6 +68,8 @@ impl<W: Write> TraceWriter<W> {
             compressor: zstd::bulk::Compressor::new(1).map_err(TraceError::Write)?,
             packed: Vec::new(),
             bytes_written: prefix.len() as u64,
+            version,
+            delta: Delta::default(),
         })
     }
 
@@ -80,9 +104,32 @@ impl<W: Write> TraceWriter<W> {
         self.record_done()
     }
 
-    /// Appends one event record (the hot path of the tracer's collector): encoded into a stack
-    /// buffer in one pass, then copied once.
+    /// Appends one event record (the hot path of the tracer's collector): encoded in place
+    /// against the previous event of the chunk.
     pub fn write_event(&mut self, event: &Event) -> Result<(), TraceError> {
+        if self.version == 1 {
+            return self.write_event_v1(event);
+        }
+        // The length goes first: one byte kept for it (nearly every event is under 128 bytes),
+        // widened afterwards when not.
+        let at = self.chunk.len();
+        self.chunk.push(0);
+        self.chunk.push(TAG_EVENT as u8);
+        compact::encode(event, &mut self.delta, &mut self.chunk);
+        let len = self.chunk.len() - at - 1;
+        if len < 0x80 {
+            self.chunk[at] = len as u8;
+        } else {
+            let mut wide = Vec::with_capacity(10);
+            varint::put(&mut wide, len as u64);
+            self.chunk.splice(at..at + 1, wide);
+        }
+        self.record_done()
+    }
+
+    /// [`TraceWriter::write_event`] in version 1: postcard's layout, encoded into a stack
+    /// buffer in one pass, then copied once.
+    fn write_event_v1(&mut self, event: &Event) -> Result<(), TraceError> {
         let mut buf = [0u8; 256];
         buf[0] = TAG_EVENT as u8;
         match postcard::to_slice(event, &mut buf[1..]) {
@@ -135,6 +182,8 @@ impl<W: Write> TraceWriter<W> {
         self.packed = whole;
         self.chunk.clear();
         self.chunk_records = 0;
+        // Every chunk decodes on its own.
+        self.delta = Delta::default();
         Ok(())
     }
 

@@ -28,7 +28,9 @@ impl<'a> Fields<'a> {
     #[inline(always)]
     pub(super) fn new(window: &'a [u8; WINDOW], len: usize) -> Self {
         let mut ends = 0u64;
-        for (i, word) in window.chunks_exact(8).take(8).enumerate() {
+        // Only the words the payload reaches (version 2 events are two or three).
+        let words = len.div_ceil(8).min(MAX_PAYLOAD / 8);
+        for (i, word) in window.chunks_exact(8).take(words).enumerate() {
             let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
             // One bit per byte without its high bit, gathered from bits 7, 15, ... to 0..8.
             let stops = (!word & 0x8080_8080_8080_8080) >> 7;

@@ -12,7 +12,7 @@ fn reference(bytes: &[u8]) -> Option<Event> {
         .map(|(e, _)| e)
 }
 
-fn any_api() -> impl Strategy<Value = Api> {
+pub(super) fn any_api() -> impl Strategy<Value = Api> {
     (0..Api::ALL.len()).prop_map(|i| Api::ALL[i])
 }
 
@@ -28,7 +28,7 @@ fn any_kind() -> impl Strategy<Value = MemKind> {
 }
 
 /// Every `Op` variant, with any field values.
-fn any_op() -> impl Strategy<Value = Op> {
+pub(super) fn any_op() -> impl Strategy<Value = Op> {
     let u = any::<u64>;
     let w = any::<u32>;
     let i = any::<i32>;
@@ -143,11 +143,11 @@ fn any_op() -> impl Strategy<Value = Op> {
 }
 
 /// Small values more often than not: most varints in a trace are one or two bytes.
-fn any_u64() -> impl Strategy<Value = u64> {
+pub(super) fn any_u64() -> impl Strategy<Value = u64> {
     prop_oneof![0..300u64, any::<u64>()]
 }
 
-fn any_event() -> impl Strategy<Value = Event> {
+pub(super) fn any_event() -> impl Strategy<Value = Event> {
     (
         (any_u64(), any_u64(), any::<u32>(), any_api()),
         (
@@ -187,13 +187,13 @@ fn any_event() -> impl Strategy<Value = Event> {
 
 /// One change to an encoded event.
 #[derive(Clone, Debug)]
-enum Damage {
+pub(super) enum Damage {
     Truncate(usize),
     Set(usize, u8),
     Append(Vec<u8>),
 }
 
-fn damage() -> impl Strategy<Value = Damage> {
+pub(super) fn damage() -> impl Strategy<Value = Damage> {
     prop_oneof![
         any::<usize>().prop_map(Damage::Truncate),
         (any::<usize>(), any::<u8>()).prop_map(|(at, b)| Damage::Set(at, b)),

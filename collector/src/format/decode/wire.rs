@@ -22,6 +22,13 @@ pub(super) trait Wire {
         self.varint(10, 0x01)
     }
 
+    /// A pointer field: a plain `u64` in postcard's layout (version 2 codes it against the
+    /// previous pointer of the chunk, see `compact`).
+    #[inline(always)]
+    fn ptr(&mut self) -> Option<u64> {
+        self.u64()
+    }
+
     #[inline(always)]
     fn u32(&mut self) -> Option<u32> {
         self.varint(5, 0x0f).map(|v| v as u32)

@@ -1,0 +1,221 @@
+//! Decoding version 2 events (the layout is in `format/compact.rs`) with the readers of
+//! version 1: a version 2 event is a row of postcard primitives too, so the mask reader takes a
+//! short one and the general reader anything else.
+//!
+//! Each event is read against the [`Delta`] of its chunk (the previous event), which moves on
+//! only when the event was read whole (or its header was, for an event this reader does not
+//! know): a fast reader that gives up leaves it as it was for the general reader.
+
+use super::cursor::Cursor;
+use super::fields::{Fields, MAX_PAYLOAD, WINDOW};
+use super::wire::Wire;
+use super::ShapeTable;
+use crate::event::{Api, Event};
+use crate::format::compact::{
+    unzig, Delta, CALLER, NCCL, NEST, PLACE, RESULT, SEQ, STACKS, THREAD,
+};
+
+/// What reading an event gave.
+enum Got {
+    /// The event, in `e`.
+    Event,
+    /// Its header was read, but its API or operation is one this reader does not know.
+    Unknown,
+}
+
+/// Reads the fields of an operation: those its mask marks present from the reader, the others
+/// zero; pointers against the chunk's previous pointer.
+struct Masked<'a, R> {
+    r: &'a mut R,
+    mask: u64,
+    base: &'a mut u64,
+}
+
+impl<R> Masked<'_, R> {
+    /// Whether the next field is present.
+    #[inline(always)]
+    fn present(&mut self) -> bool {
+        let present = self.mask & 1 != 0;
+        self.mask >>= 1;
+        present
+    }
+}
+
+impl<R: Wire> Wire for Masked<'_, R> {
+    #[inline(always)]
+    fn varint(&mut self, max_bytes: u32, last_max: u8) -> Option<u64> {
+        if self.present() {
+            self.r.varint(max_bytes, last_max)
+        } else {
+            Some(0)
+        }
+    }
+
+    #[inline(always)]
+    fn byte(&mut self) -> Option<u8> {
+        if self.present() {
+            self.r.byte()
+        } else {
+            Some(0)
+        }
+    }
+
+    fn string(&mut self) -> Option<String> {
+        if self.present() {
+            self.r.string()
+        } else {
+            Some(String::new())
+        }
+    }
+
+    fn u64s(&mut self) -> Option<Vec<u64>> {
+        if self.present() {
+            self.r.u64s()
+        } else {
+            Some(Vec::new())
+        }
+    }
+
+    fn i32s(&mut self) -> Option<Vec<i32>> {
+        if self.present() {
+            self.r.i32s()
+        } else {
+            Some(Vec::new())
+        }
+    }
+
+    #[inline(always)]
+    fn ptr(&mut self) -> Option<u64> {
+        if !self.present() {
+            return Some(0);
+        }
+        let v = self.base.wrapping_add(unzig(self.r.u64()?));
+        *self.base = v;
+        Some(v)
+    }
+}
+
+/// An `Option<Api>` as its raw index.
+#[inline(always)]
+fn raw_option(r: &mut impl Wire) -> Option<Option<u32>> {
+    match r.byte()? {
+        0 => Some(None),
+        1 => Some(Some(r.u32()?)),
+        _ => None,
+    }
+}
+
+/// The API of a raw index; `None` when this reader does not know it.
+#[inline(always)]
+fn api(index: u32) -> Option<Api> {
+    Api::ALL.get(index as usize).copied()
+}
+
+/// Reads one event from `r` against `d` (moved on as it reads) into `e`; `None` when `r` gives
+/// up (then `d` and `e` are partly overwritten).
+#[inline(always)]
+fn read(r: &mut impl Wire, d: &mut Delta, e: &mut Event) -> Option<Got> {
+    let flags = r.u32()?;
+    if flags > 0xff {
+        return None;
+    }
+    let time = r.u64()?;
+    let api_index = r.u32()?;
+    let mut seq = d.seq.wrapping_add(1);
+    if flags & SEQ != 0 {
+        seq = seq.wrapping_add(unzig(r.u64()?));
+    }
+    d.seq = seq;
+    d.time_ns = d.time_ns.wrapping_add(unzig(time));
+    if flags & THREAD != 0 {
+        d.thread = r.u32()?;
+    }
+    let (inner, outer) = if flags & NEST != 0 {
+        (raw_option(r)?, raw_option(r)?)
+    } else {
+        (None, None)
+    };
+    let result = if flags & RESULT != 0 { r.i32()? } else { 0 };
+    if flags & PLACE != 0 {
+        d.device = r.i32()?;
+        d.context = r.u64()?;
+    }
+    if flags & CALLER != 0 {
+        d.caller = d.caller.wrapping_add(unzig(r.u64()?));
+    }
+    if flags & STACKS != 0 {
+        d.stack = r.u32()?;
+        d.py_stack = r.u32()?;
+        d.py_inferred = r.bool()?;
+    }
+    if flags & NCCL != 0 {
+        d.nccl_scope = r.u64()?;
+    }
+    let index = r.u32()?;
+    // The header is read: from here on, something unknown skips the event with `d` moved on
+    // (by the operation too where it is known, whatever the API).
+    let Some(shape) = ShapeTable::get().0.get(index as usize).copied().flatten() else {
+        return Some(Got::Unknown);
+    };
+    let mask = r.u64()?;
+    let op = shape.decode(&mut Masked {
+        r,
+        mask,
+        base: &mut d.ptr,
+    })?;
+    let (Some(api), Some(inner), Some(outer)) = (
+        api(api_index),
+        inner.map_or(Some(None), |i| api(i).map(Some)),
+        outer.map_or(Some(None), |i| api(i).map(Some)),
+    ) else {
+        return Some(Got::Unknown);
+    };
+    e.seq = d.seq;
+    e.time_ns = d.time_ns;
+    e.thread = d.thread;
+    e.api = api;
+    e.inner = inner;
+    e.outer = outer;
+    e.result = result;
+    e.device = d.device;
+    e.context = d.context;
+    e.caller = d.caller;
+    e.stack = d.stack;
+    e.py_stack = d.py_stack;
+    e.py_inferred = d.py_inferred;
+    e.nccl_scope = d.nccl_scope;
+    e.op = op;
+    Some(Got::Event)
+}
+
+/// Decodes the version 2 event payload `bytes[..len]` against `d` into `e`; `false` when it is
+/// not an event this reader can give (an API or operation it does not know: `d` moves on past
+/// it; damage: `d` stays). As with version 1, the bytes after the payload may be loaded, never
+/// used.
+#[inline]
+pub(crate) fn event_into(bytes: &[u8], len: usize, d: &mut Delta, e: &mut Event) -> bool {
+    if len <= MAX_PAYLOAD {
+        if let Some(window) = bytes.get(..WINDOW) {
+            let window: &[u8; WINDOW] = window.try_into().expect("a window");
+            let saved = *d;
+            if let Some(got) = read(&mut Fields::new(window, len), d, e) {
+                return matches!(got, Got::Event);
+            }
+            *d = saved;
+        }
+    }
+    event_into_general(bytes, len, d, e)
+}
+
+/// [`event_into`] with the general reader alone: kept out of line, so the fast path stays small
+/// (and for tests: the fast one must agree with it).
+pub(super) fn event_into_general(bytes: &[u8], len: usize, d: &mut Delta, e: &mut Event) -> bool {
+    let mut moved = *d;
+    match read(&mut Cursor::new(bytes, len), &mut moved, e) {
+        Some(got) => {
+            *d = moved;
+            matches!(got, Got::Event)
+        }
+        None => false,
+    }
+}
