@@ -9,6 +9,10 @@
 //! Two regimes are measured. "Hook cost": each round's events fit in the ring, so the number is
 //! what the calling thread pays. "Sustained": a million back-to-back calls per round with the
 //! default ring, so the collector thread's write rate bounds the calls (events per second).
+//!
+//! Then the cost of stacks with Python frames: `python_stacks.py` calls the stand-in runtime from
+//! 30 nested Python frames through `ctypes.PyDLL` (the GIL held, so the tracer reads the frames),
+//! with no stacks, 32 native frames, and 32 native + 32 Python frames. Skipped without `python3`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -65,6 +69,17 @@ const SETUPS: &[Setup] = &[
 
 const RUNS: usize = 9;
 
+/// The Python part: setups as (name, VRAMTRACE_STACK_DEPTH, VRAMTRACE_PYTHON_DEPTH), `None` for
+/// the untraced run.
+const PY_SETUPS: &[(&str, Option<(&str, &str)>)] = &[
+    ("plain", None),
+    ("traced, no stacks", Some(("0", "0"))),
+    ("traced, 32 native frames", Some(("32", "0"))),
+    ("traced, 32 native + 32 Python", Some(("32", "32"))),
+];
+/// Calls per round (two events per pair), rounds, nested Python frames.
+const PY_ARGS: [&str; 3] = ["20000", "7", "30"];
+
 fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("bench executable path");
     // target/release/deps/capture_overhead-… → target/release/libvramtrace.so
@@ -115,6 +130,68 @@ fn run_once(setup: &Setup, lib: &PathBuf, out_dir: &std::path::Path) -> BTreeMap
         .collect()
 }
 
+/// Runs python_stacks.py once; median ns per call, `None` when python3 is missing.
+fn run_python(
+    setup: Option<(&str, &str)>,
+    lib: &PathBuf,
+    out_dir: &std::path::Path,
+) -> Option<f64> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/python_stacks.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script)
+        .args(PY_ARGS)
+        .env("LD_LIBRARY_PATH", standin_ld_library_path());
+    if let Some((native, python)) = setup {
+        cmd.env("LD_PRELOAD", lib)
+            .env("VRAMTRACE_OUTPUT", out_dir.join("py-%p.vtrace"))
+            .env("VRAMTRACE_BUFFER_EVENTS", "1048576")
+            .env("VRAMTRACE_STACK_DEPTH", native)
+            .env("VRAMTRACE_PYTHON_DEPTH", python);
+    }
+    let out = cmd.output().ok()?;
+    assert!(
+        out.status.success(),
+        "python_stacks.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for e in std::fs::read_dir(out_dir).expect("temp dir").flatten() {
+        let _ = std::fs::remove_file(e.path());
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("python_alloc_free ")?.trim().parse().ok())
+}
+
+/// The Python part of the bench.
+fn python_part(lib: &PathBuf, dir: &std::path::Path) {
+    let mut per: Vec<Vec<f64>> = vec![Vec::new(); PY_SETUPS.len()];
+    for _ in 0..RUNS {
+        for (i, (_, setup)) in PY_SETUPS.iter().enumerate() {
+            match run_python(*setup, lib, dir) {
+                Some(ns) => per[i].push(ns),
+                None => {
+                    println!("\npython3 not found: the Python stack part is skipped");
+                    return;
+                }
+            }
+        }
+    }
+    let med: Vec<f64> = per.into_iter().map(median).collect();
+    println!(
+        "\nmedian ns per call over {RUNS} runs × {} rounds (python_stacks.py, {} nested Python frames, cudaMalloc + cudaFree through ctypes.PyDLL)",
+        PY_ARGS[1], PY_ARGS[2]
+    );
+    for ((name, _), m) in PY_SETUPS.iter().zip(&med) {
+        println!("{name:<32} {m:>10.1}   added {:>8.1}", m - med[0]);
+    }
+    println!(
+        "stacks per event: native {:.1} ns, native + Python {:.1} ns (Python alone {:.1} ns)",
+        med[2] - med[1],
+        med[3] - med[1],
+        med[3] - med[2]
+    );
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -124,6 +201,10 @@ fn main() {
     // `cargo bench` passes --bench; nothing else is accepted.
     let lib = library();
     let dir = tempfile::tempdir().expect("temp dir");
+    if std::env::var_os("VRAMTRACE_BENCH_PYTHON_ONLY").is_some() {
+        python_part(&lib, dir.path());
+        return;
+    }
     // Runs interleave the setups, so a change in the machine's load hits all of them alike.
     let mut per: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); SETUPS.len()];
     for _ in 0..RUNS {
@@ -179,4 +260,5 @@ fn main() {
             1e3 / ns
         );
     }
+    python_part(&lib, dir.path());
 }

@@ -315,10 +315,12 @@ impl Call {
                 py_frames,
             });
             if self.order == Order::Create && result == 0 {
+                // The event's clock reading serves the interval check (one TSC read less).
                 if let Some((free, total)) = meminfo::sample_due(
                     device,
                     session.config.meminfo_interval,
                     api == Api::TracerMarkStep,
+                    time,
                 ) {
                     if let Some(seq) = session.reserve().filter(|&s| session.claim(s)) {
                         let time = clock::now();

@@ -18,16 +18,17 @@ static GET_INFO: AtomicUsize = AtomicUsize::new(0);
 
 type GetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
 
-/// `(free, total)` of `device` when a sample is due (or `force`d: step marks always sample), else
-/// `None`. The first allocation seen on a device always samples (the context baseline).
-pub fn sample_due(device: i32, interval: Duration, force: bool) -> Option<(u64, u64)> {
+/// `(free, total)` of `device` when a sample is due at raw clock time `now` (or `force`d: step
+/// marks always sample), else `None`. The first allocation seen on a device always samples (the
+/// context baseline).
+pub fn sample_due(device: i32, interval: Duration, force: bool, now: u64) -> Option<(u64, u64)> {
     if interval.is_zero() || device < 0 || device as usize >= MAX_DEVICES {
         return None;
     }
     let slot = &LAST[device as usize];
     // The raw event clock (a TSC read) keeps this check off the vDSO; until its rate is known
     // (the first milliseconds of a session) every allocation samples.
-    let now = clock::now().max(1);
+    let now = now.max(1);
     let last = slot.load(Ordering::Relaxed);
     if !force && last != 0 {
         if let Some(span) = clock::raw_span(interval) {
@@ -90,7 +91,7 @@ pub fn sample_at_exit() {
     if interval.is_zero() {
         return;
     }
-    if let Some((free, total)) = sample_due(device, interval, true) {
+    if let Some((free, total)) = sample_due(device, interval, true, clock::now()) {
         let call = super::Call::begin(
             vramtrace_collector::event::Api::TracerMemInfo,
             0,
