@@ -54,6 +54,7 @@ pub struct Call {
 
 /// Whether a driver call made inside a runtime call is that runtime call's own work (and so one
 /// event, not two).
+#[inline]
 fn merges(runtime: Api, driver: Api) -> bool {
     use Api::*;
     matches!(
@@ -87,6 +88,7 @@ fn merges(runtime: Api, driver: Api) -> bool {
 }
 
 /// Calls after which a context handle may name another device.
+#[inline]
 fn changes_contexts(api: Api) -> bool {
     use Api::*;
     matches!(
@@ -104,6 +106,7 @@ fn changes_contexts(api: Api) -> bool {
     )
 }
 
+#[inline]
 fn layer_on(api: Api, s: &Session) -> bool {
     let c = &s.config.capture;
     match api.layer() {
@@ -115,6 +118,7 @@ fn layer_on(api: Api, s: &Session) -> bool {
 }
 
 /// Host-memory calls, which `VRAMTRACE_CAPTURE` can switch off separately.
+#[inline]
 fn is_host(api: Api) -> bool {
     use Api::*;
     matches!(
@@ -133,6 +137,7 @@ fn is_host(api: Api) -> bool {
     )
 }
 
+#[inline(always)]
 fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => Some(v),
@@ -161,11 +166,11 @@ impl Call {
     /// Starts tracing a call to `api` made from return address `caller`.
     #[inline]
     pub fn begin(api: Api, caller: usize, order: Order) -> Call {
-        guarded(|| Call::begin_inner(api, caller, order)).unwrap_or(Call::OFF)
+        guarded(|| Call::begin_call(api, caller, order)).unwrap_or(Call::OFF)
     }
 
     #[inline]
-    fn begin_inner(api: Api, caller: usize, order: Order) -> Call {
+    fn begin_call(api: Api, caller: usize, order: Order) -> Call {
         let Some(session) = session::current() else {
             return Call::OFF;
         };
@@ -236,6 +241,46 @@ impl Call {
         guarded(|| self.end_inner(result, op));
     }
 
+    /// One intercepted call, whole, under a single unwind guard: `real` calls the real function
+    /// with the program's arguments and is called exactly once; its result is returned. In
+    /// between the call is traced as `api` (`op` reads the arguments, the out-parameters and the
+    /// result; only called for traced calls), as [`Call::begin`] and [`Call::end`] would.
+    ///
+    /// A panic before the real call leaves the call untraced and the real function is called
+    /// after the guard; a panic after it loses only the event (counted either way). One guard
+    /// instead of one per phase keeps the call's state in the hook's own frame (moving it out of
+    /// a guard's buffer stalls on the stores that just wrote it).
+    #[inline(always)]
+    pub fn run(
+        api: Api,
+        caller: usize,
+        order: Order,
+        real: impl Fn() -> i32,
+        op: impl FnOnce(i32) -> Op,
+    ) -> i32 {
+        let mut result: Option<i32> = None;
+        let traced = catch_unwind(AssertUnwindSafe(|| {
+            let call = Call::begin_call(api, caller, order);
+            let r = real();
+            result = Some(r);
+            if call.mode != Mode::Traced && call.mode != Mode::Dropped {
+                return;
+            }
+            if changes_contexts(call.api) {
+                context::invalidate();
+            }
+            call.end_inner(r, || op(r));
+        }));
+        if traced.is_err() {
+            HOOK_PANICS.fetch_add(1, Ordering::Relaxed);
+        }
+        match result {
+            Some(r) => r,
+            // The guard caught a panic before the real call: make it now, untraced.
+            None => real(),
+        }
+    }
+
     fn end_inner(mut self, result: i32, op: impl FnOnce() -> Op) {
         let Some(session) = self.session else { return };
         // SAFETY: set in `begin` from this thread's thread-local, which lives as long as the
@@ -257,18 +302,30 @@ impl Call {
             return;
         }
         t.set_busy(true);
+        // Should building the event panic, the guard's drop gives a claimed slot back (the
+        // collector must not wait for it) and clears `busy`; the hook's own guard catches it.
+        let unwinding = Unwinding {
+            t,
+            claimed: (self.order == Order::Destroy).then_some((session, self.seq)),
+        };
         let (thread, tls_scope) = (t.tid(), t.nccl_scope());
-        let built = guarded(|| {
+        'built: {
             let time = clock::now();
-            let op = op();
             let (device, context) = if self.order == Order::Create {
-                context::current()
+                context::current_on(t)
             } else {
                 (-1, 0)
             };
-            let frames = stack::capture(session.config.stack_depth, self.caller as u64);
+            let frames = match session.config.stack_depth {
+                0 => None,
+                depth => stack::capture(depth, self.caller as u64),
+            };
             // Python frames name the line that asked for memory: allocations only.
-            let py = if self.order == Order::Create && layer != Layer::Tracer {
+            let py = if self.order == Order::Create
+                && layer != Layer::Tracer
+                && session.config.python_depth != 0
+                && !python::absent()
+            {
                 python::capture(session.config.python_depth)
             } else {
                 None
@@ -277,43 +334,57 @@ impl Call {
                 Some((f, inferred)) => (Some(f), inferred),
                 None => (None, false),
             };
-            if self.order == Order::Create {
-                // Numbered now, after the real call, and claimed at once.
-                let Some(seq) = session.reserve() else {
-                    return;
-                };
-                self.seq = seq;
-                if !session.claim(seq) {
-                    return;
-                }
-            }
-            let (seq, api, outer, caller) = (self.seq, self.api, self.outer, self.caller as u64);
+            let (api, outer, caller) = (self.api, self.outer, self.caller as u64);
             let nccl_scope = if layer == Layer::Nccl {
                 self.scope
             } else {
                 tls_scope
             };
-            session.fill_with(seq, || Captured {
-                event: Event {
-                    seq,
-                    time_ns: time,
-                    thread,
-                    api,
-                    inner,
-                    outer,
-                    result,
-                    device,
-                    context,
-                    caller,
-                    stack: 0,
-                    py_stack: 0,
-                    py_inferred,
-                    nccl_scope,
-                    op,
-                },
-                frames,
-                py_frames,
-            });
+            // The event, written straight into its claimed slot (a macro, not a closure: a
+            // closure's captures are copied around first).
+            macro_rules! event {
+                ($seq:expr, $op:expr) => {
+                    Captured {
+                        event: Event {
+                            seq: $seq,
+                            time_ns: time,
+                            thread,
+                            api,
+                            inner,
+                            outer,
+                            result,
+                            device,
+                            context,
+                            caller,
+                            stack: 0,
+                            py_stack: 0,
+                            py_inferred,
+                            nccl_scope,
+                            op: $op,
+                        },
+                        frames,
+                        py_frames,
+                    }
+                };
+            }
+            if self.order == Order::Create {
+                // Read before a number is taken (nothing is claimed should it fail).
+                let op = op();
+                // Numbered now, after the real call, and claimed at once.
+                let Some(seq) = session.reserve() else {
+                    break 'built;
+                };
+                self.seq = seq;
+                if !session.claim(seq) {
+                    break 'built;
+                }
+                session.fill_with(seq, || event!(seq, op));
+            } else {
+                // Claimed in `begin`: built straight into the slot, `op` read straight into it (a
+                // copy of a value just written stalls).
+                let seq = self.seq;
+                session.fill_with(seq, || event!(seq, op()));
+            }
             if self.order == Order::Create && result == 0 {
                 // The event's clock reading serves the interval check (one TSC read less).
                 if let Some((free, total)) = meminfo::sample_due(
@@ -322,37 +393,67 @@ impl Call {
                     api == Api::TracerMarkStep,
                     time,
                 ) {
-                    if let Some(seq) = session.reserve().filter(|&s| session.claim(s)) {
-                        let time = clock::now();
-                        session.fill_with(seq, || Captured {
-                            event: Event {
-                                seq,
-                                time_ns: time,
-                                thread,
-                                api: Api::TracerMemInfo,
-                                inner: None,
-                                outer: None,
-                                result: 0,
-                                device,
-                                context,
-                                caller,
-                                stack: 0,
-                                py_stack: 0,
-                                py_inferred: false,
-                                nccl_scope: 0,
-                                op: Op::DeviceMemory { free, total },
-                            },
-                            frames: None,
-                            py_frames: None,
-                        });
-                    }
+                    device_memory_event(session, thread, device, context, caller, free, total);
                 }
             }
-        });
-        if built.is_none() && self.order == Order::Destroy {
-            // The claimed slot gets no event; tell the collector not to wait for it.
-            session.abandon(self.seq);
         }
+        std::mem::forget(unwinding);
         t.set_busy(false);
+    }
+}
+
+/// Undoes [`Call::end_inner`]'s setup when building the event panics: dropped only while
+/// unwinding (forgotten otherwise). Nothing in it can panic.
+struct Unwinding<'a> {
+    t: &'a ThreadState,
+    /// The slot claimed before the real call (a release), which will now get no event.
+    claimed: Option<(&'static Session, u64)>,
+}
+
+impl Drop for Unwinding<'_> {
+    fn drop(&mut self) {
+        if let Some((session, seq)) = self.claimed {
+            // Tell the collector not to wait for it.
+            session.abandon(seq);
+        }
+        self.t.set_busy(false);
+    }
+}
+
+/// The tracer event of a device-memory sample, right after the allocation that took it.
+#[cold]
+#[inline(never)]
+fn device_memory_event(
+    session: &Session,
+    thread: u32,
+    device: i32,
+    context: u64,
+    caller: u64,
+    free: u64,
+    total: u64,
+) {
+    if let Some(seq) = session.reserve().filter(|&s| session.claim(s)) {
+        let time = clock::now();
+        session.fill_with(seq, || Captured {
+            event: Event {
+                seq,
+                time_ns: time,
+                thread,
+                api: Api::TracerMemInfo,
+                inner: None,
+                outer: None,
+                result: 0,
+                device,
+                context,
+                caller,
+                stack: 0,
+                py_stack: 0,
+                py_inferred: false,
+                nccl_scope: 0,
+                op: Op::DeviceMemory { free, total },
+            },
+            frames: None,
+            py_frames: None,
+        });
     }
 }

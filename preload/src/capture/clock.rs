@@ -35,11 +35,17 @@ fn invariant_tsc() -> bool {
     false
 }
 
+#[inline]
 fn source() -> u8 {
     let s = SOURCE.load(Ordering::Relaxed);
     if s != UNKNOWN {
         return s;
     }
+    find_source()
+}
+
+#[cold]
+fn find_source() -> u8 {
     let s = if invariant_tsc() { TSC } else { MONOTONIC };
     SOURCE.store(s, Ordering::Relaxed);
     s

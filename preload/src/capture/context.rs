@@ -12,12 +12,18 @@ type GetCurrent = unsafe extern "C" fn(*mut u64) -> i32;
 static GET_DEVICE: AtomicUsize = AtomicUsize::new(0);
 static GET_CURRENT: AtomicUsize = AtomicUsize::new(0);
 
+#[inline]
 fn resolve() -> (usize, usize) {
     let d = GET_DEVICE.load(Ordering::Acquire);
     let c = GET_CURRENT.load(Ordering::Acquire);
     if d != 0 && c != 0 {
         return (d, c);
     }
+    resolve_slow()
+}
+
+#[cold]
+fn resolve_slow() -> (usize, usize) {
     if !driver::known() {
         return (0, 0);
     }
@@ -40,6 +46,13 @@ pub fn invalidate() {
 
 /// `(device, context)` current on this thread; `(-1, 0)` when unknown.
 pub fn current() -> (i32, u64) {
+    current_on(thread::current())
+}
+
+/// [`current`], with the calling thread's state already at hand (`t` must be the calling
+/// thread's own: the hooks look it up once per call).
+#[inline]
+pub fn current_on(t: &thread::ThreadState) -> (i32, u64) {
     let (d, c) = resolve();
     let mut ctx = 0u64;
     if c != 0 {
@@ -53,7 +66,6 @@ pub fn current() -> (i32, u64) {
     // A context never changes device: while the same one stays current (and none was destroyed
     // anywhere since), one driver call per event is enough.
     let generation = GENERATION.load(Ordering::Acquire);
-    let t = thread::current();
     if ctx != 0 {
         if let Some(dev) = t.cached_context(ctx, generation) {
             return (dev, ctx);

@@ -21,6 +21,7 @@ type GetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
 /// `(free, total)` of `device` when a sample is due at raw clock time `now` (or `force`d: step
 /// marks always sample), else `None`. The first allocation seen on a device always samples (the
 /// context baseline).
+#[inline]
 pub fn sample_due(device: i32, interval: Duration, force: bool, now: u64) -> Option<(u64, u64)> {
     if interval.is_zero() || device < 0 || device as usize >= MAX_DEVICES {
         return None;
@@ -37,6 +38,12 @@ pub fn sample_due(device: i32, interval: Duration, force: bool, now: u64) -> Opt
             }
         }
     }
+    sample(slot, last, now)
+}
+
+/// The sample itself, once [`sample_due`] found one due.
+#[cold]
+fn sample(slot: &AtomicU64, last: u64, now: u64) -> Option<(u64, u64)> {
     // One thread samples; the others carry on.
     if slot
         .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)

@@ -20,6 +20,7 @@ pub struct RuntimeScope {
 
 impl RuntimeScope {
     /// Packed as `(api + 1) | (merged + 1) << 16`; 0 is "none".
+    #[inline]
     fn pack(s: Option<RuntimeScope>) -> u32 {
         match s {
             None => 0,
@@ -27,6 +28,7 @@ impl RuntimeScope {
         }
     }
 
+    #[inline]
     fn unpack(v: u32) -> Option<RuntimeScope> {
         let api = Api::ALL
             .get((v & 0xffff).checked_sub(1)? as usize)
@@ -66,14 +68,69 @@ unsafe extern "C" {
     fn vramtrace_thread_words() -> *mut [u64; 8];
 }
 
+/// Where the words lie relative to the thread pointer, once known (0: not yet). Initial-exec TLS
+/// sits at the same offset from every thread's thread pointer (the offset is what the C
+/// compiler itself loads from the GOT), so it is found once and the lookup becomes two loads,
+/// with no call into the C part.
+#[cfg(target_arch = "x86_64")]
+static TP_OFFSET: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+
+/// The calling thread's thread pointer (x86-64: `%fs:0` holds the thread control block's own
+/// address, as the ABI requires).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn thread_pointer() -> *mut u8 {
+    let tp: *mut u8;
+    // SAFETY: reads the word at `%fs:0`, which every thread of a process using TLS has (glibc
+    // and musl both set it up before a thread runs any code of ours); writes nothing.
+    unsafe {
+        core::arch::asm!(
+            "mov {}, qword ptr fs:[0]",
+            out(reg) tp,
+            options(nostack, readonly, preserves_flags, pure)
+        )
+    };
+    tp
+}
+
+/// The address of the calling thread's words.
+#[inline(always)]
+fn words() -> *mut [u64; 8] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let off = TP_OFFSET.load(std::sync::atomic::Ordering::Relaxed);
+        if off != 0 {
+            return thread_pointer().wrapping_offset(off).cast();
+        }
+        words_slow()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // SAFETY: a plain C function with no preconditions.
+        unsafe { vramtrace_thread_words() }
+    }
+}
+
+/// The first lookup: asks the C part and notes the offset for later ones.
+#[cfg(target_arch = "x86_64")]
+#[cold]
+fn words_slow() -> *mut [u64; 8] {
+    // SAFETY: a plain C function with no preconditions.
+    let p = unsafe { vramtrace_thread_words() };
+    let off = (p as isize).wrapping_sub(thread_pointer() as isize);
+    TP_OFFSET.store(off, std::sync::atomic::Ordering::Relaxed);
+    p
+}
+
 /// The calling thread's state.
 #[inline]
 pub fn current() -> &'static ThreadState {
     // SAFETY: the words are this thread's initial-exec TLS, zero-initialised, 16-byte aligned and
-    // 64 bytes long, which is ThreadState's size; every field is valid when zero. The reference
-    // must not leave the thread: callers only keep it within the hook call that took it (`Call`
-    // is !Send), and the memory lives as long as the thread.
-    unsafe { &*(vramtrace_thread_words() as *const ThreadState) }
+    // 64 bytes long, which is ThreadState's size; every field is valid when zero (`words` gives
+    // the same address as the C part: the thread pointer plus the fixed initial-exec offset). The
+    // reference must not leave the thread: callers only keep it within the hook call that took
+    // it (`Call` is !Send), and the memory lives as long as the thread.
+    unsafe { &*(words() as *const ThreadState) }
 }
 
 impl ThreadState {
@@ -90,31 +147,38 @@ impl ThreadState {
         v
     }
 
+    #[inline]
     pub fn is_tracer(&self) -> bool {
         self.tracer.get() != 0
     }
 
+    #[inline]
     pub fn is_busy(&self) -> bool {
         self.busy.get() != 0
     }
 
+    #[inline]
     pub fn set_busy(&self, busy: bool) {
         self.busy.set(busy as u8);
     }
 
+    #[inline]
     pub fn runtime(&self) -> Option<RuntimeScope> {
         RuntimeScope::unpack(self.runtime.get())
     }
 
+    #[inline]
     pub fn set_runtime(&self, s: Option<RuntimeScope>) {
         self.runtime.set(RuntimeScope::pack(s));
     }
 
     /// Sets the runtime call in progress, returning the previous one.
+    #[inline]
     pub fn replace_runtime(&self, s: Option<RuntimeScope>) -> Option<RuntimeScope> {
         RuntimeScope::unpack(self.runtime.replace(RuntimeScope::pack(s)))
     }
 
+    #[inline]
     pub fn nccl_scope(&self) -> u64 {
         self.nccl_scope.get()
     }
@@ -134,6 +198,7 @@ impl ThreadState {
     }
 
     /// Sets the NCCL call in progress, returning the previous one.
+    #[inline]
     pub fn replace_nccl_scope(&self, scope: u64) -> u64 {
         self.nccl_scope.replace(scope)
     }
@@ -161,6 +226,21 @@ pub fn reset_after_fork() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_inline_lookup_finds_the_c_words_on_every_thread() {
+        let check = || {
+            let a = current() as *const ThreadState as usize;
+            let b = current() as *const ThreadState as usize;
+            // SAFETY: a plain C function with no preconditions.
+            let c = unsafe { vramtrace_thread_words() } as usize;
+            assert_eq!((a, b), (c, c));
+            c
+        };
+        let here = check();
+        let there = std::thread::spawn(check).join().unwrap();
+        assert_ne!(here, there);
+    }
 
     #[test]
     fn runtime_scope_packs_and_unpacks() {

@@ -89,14 +89,17 @@ macro_rules! free_async_handler {
             ptr: DevPtr,
             stream: Ptr,
         ) -> i32 {
-            let call = Call::begin(Api::$api, caller, Order::Destroy);
-            // SAFETY: the program's own arguments.
-            let r = unsafe { real(ptr, stream) };
-            call.end(r, || Op::Free {
-                ptr,
-                stream: stream as u64,
-            });
-            r
+            Call::run(
+                Api::$api,
+                caller,
+                Order::Destroy,
+                // SAFETY: the program's own arguments.
+                || unsafe { real(ptr, stream) },
+                |_| Op::Free {
+                    ptr,
+                    stream: stream as u64,
+                },
+            )
         }
     };
 }

@@ -113,15 +113,14 @@ macro_rules! handler {
             caller: usize,
             $($arg: $ty),*
         ) -> i32 {
-            let call = $crate::capture::Call::begin(
+            $crate::capture::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
                 $crate::capture::Order::$order,
-            );
-            // SAFETY: the program's own arguments.
-            let $r = unsafe { real($($arg),*) };
-            call.end($r, || $op);
-            $r
+                // SAFETY: the program's own arguments.
+                || unsafe { real($($arg),*) },
+                |$r| $op,
+            )
         }
     };
 }
@@ -138,24 +137,23 @@ macro_rules! alloc_handler {
             size: usize,
             $($extra: $ety),*
         ) -> i32 {
-            let call = $crate::capture::Call::begin(
+            $crate::capture::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
                 $crate::capture::Order::Create,
-            );
-            // SAFETY: the program's own arguments.
-            let r = unsafe { real(out_ptr, size $(, $extra)*) };
-            call.end(r, || vramtrace_collector::event::Op::Alloc {
-                kind: vramtrace_collector::event::MemKind::$kind,
-                // SAFETY: written by the real call when it succeeded.
-                ptr: unsafe { $crate::hooks::out(out_ptr, r) },
-                size: size as u64,
-                stream: $stream,
-                pool: 0,
-                flags: $flags,
-                pitch: 0,
-            });
-            r
+                // SAFETY: the program's own arguments.
+                || unsafe { real(out_ptr, size $(, $extra)*) },
+                |r| vramtrace_collector::event::Op::Alloc {
+                    kind: vramtrace_collector::event::MemKind::$kind,
+                    // SAFETY: written by the real call when it succeeded.
+                    ptr: unsafe { $crate::hooks::out(out_ptr, r) },
+                    size: size as u64,
+                    stream: $stream,
+                    pool: 0,
+                    flags: $flags,
+                    pitch: 0,
+                },
+            )
         }
     };
 }
@@ -164,15 +162,14 @@ macro_rules! alloc_handler {
 macro_rules! release_handler {
     ($fn:ident, $api:ident, $ty:ty, |$arg:ident| $op:expr) => {
         unsafe fn $fn(real: unsafe extern "C" fn($ty) -> i32, caller: usize, $arg: $ty) -> i32 {
-            let call = $crate::capture::Call::begin(
+            $crate::capture::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
                 $crate::capture::Order::Destroy,
-            );
-            // SAFETY: the program's own argument.
-            let r = unsafe { real($arg) };
-            call.end(r, || $op);
-            r
+                // SAFETY: the program's own argument.
+                || unsafe { real($arg) },
+                |_| $op,
+            )
         }
     };
 }

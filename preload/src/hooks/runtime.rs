@@ -55,14 +55,17 @@ unsafe fn free_async(
     ptr: Ptr,
     stream: Ptr,
 ) -> i32 {
-    let call = Call::begin(Api::CudaFreeAsync, caller, Order::Destroy);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(ptr, stream) };
-    call.end(r, || Op::Free {
-        ptr: ptr as u64,
-        stream: stream as u64,
-    });
-    r
+    Call::run(
+        Api::CudaFreeAsync,
+        caller,
+        Order::Destroy,
+        // SAFETY: the program's own arguments.
+        || unsafe { real(ptr, stream) },
+        |_| Op::Free {
+            ptr: ptr as u64,
+            stream: stream as u64,
+        },
+    )
 }
 
 unsafe fn host_register(

@@ -78,14 +78,29 @@ pub struct Control {
     pub collector: OnceLock<std::thread::Thread>,
 }
 
+/// A value alone on its cache line (a counter one side writes often must not share a line with
+/// what the other side reads).
+#[repr(align(64))]
+pub struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// The live session of this process.
 pub struct Session {
     pub config: &'static Config,
     /// The bounded lock-free ring from hooks to the collector, indexed by sequence number.
     pub ring: ring::Ring<Captured>,
-    seq: AtomicU64,
-    /// The next number the collector will read: numbers below it have left the ring.
-    consumed: AtomicU64,
+    /// Written by every traced call (its own cache line).
+    seq: Padded<AtomicU64>,
+    /// The next number the collector will read: numbers below it have left the ring (written by
+    /// the collector; its own cache line).
+    consumed: Padded<AtomicU64>,
     scope: AtomicU64,
     pub dropped: AtomicU64,
     /// Events whose hook finished after the collector had given up waiting for them.
@@ -159,6 +174,7 @@ impl Session {
 
     /// Claims the ring slot of `seq` ahead of the event (a release, numbered before its real
     /// call). `false` when it could not (counted).
+    #[inline]
     pub fn claim(&self, seq: u64) -> bool {
         match self.ring.claim(seq, self.config.full_wait) {
             Ok(()) => true,
@@ -242,8 +258,8 @@ fn start_slow() -> Option<&'static Session> {
     let session: &'static Session = Box::leak(Box::new(Session {
         config,
         ring: ring::Ring::new(config.buffer_events),
-        seq: AtomicU64::new(0),
-        consumed: AtomicU64::new(1),
+        seq: Padded(AtomicU64::new(0)),
+        consumed: Padded(AtomicU64::new(1)),
         scope: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         late: AtomicU64::new(0),

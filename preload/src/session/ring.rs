@@ -99,7 +99,28 @@ impl<T> Ring<T> {
     }
 
     /// Claims the slot of `seq` for writing, waiting up to `wait` while the ring is full.
+    #[inline]
     pub fn claim(&self, seq: u64, wait: Duration) -> Result<(), Refused> {
+        let want = seq << 2 | EMPTY;
+        if self
+            .slot(seq)
+            .stamp
+            .compare_exchange(
+                want,
+                seq << 2 | WRITING,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            return Ok(());
+        }
+        self.claim_slow(seq, wait)
+    }
+
+    /// [`Ring::claim`] when the first attempt did not succeed.
+    #[cold]
+    fn claim_slow(&self, seq: u64, wait: Duration) -> Result<(), Refused> {
         let slot = self.slot(seq);
         let want = seq << 2 | EMPTY;
         let mut started: Option<Instant> = None;

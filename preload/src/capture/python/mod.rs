@@ -246,6 +246,13 @@ unsafe fn intern(api: &PyApi, code: Obj) -> u32 {
     id
 }
 
+/// Known to have no CPython in the process (so [`capture`] returns `None`): lets the hooks skip
+/// the call.
+#[inline]
+pub fn absent() -> bool {
+    matches!(API.get(), Some(None))
+}
+
 /// The Python stack of the calling thread, innermost first, at most `depth` frames, and whether
 /// it was inferred (taken from the last stack seen on another thread). `None` without Python.
 pub fn capture(depth: usize) -> Option<(Arc<[PyFrame]>, bool)> {
