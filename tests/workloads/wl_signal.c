@@ -1,6 +1,8 @@
 /*
  * wl_signal.c -- allocates three buffers and then dies from a signal: argv[1] is `segv`
- * (raise(SIGSEGV)), `abort` (abort()) or `term` (kill(getpid(), SIGTERM)).
+ * (raise(SIGSEGV)), `abort` (abort()), `term` (kill(getpid(), SIGTERM)) or `term-blocked` (the
+ * same while this thread blocks SIGTERM for 100 ms, so the kernel must pick another thread: the
+ * tracer's collector is the only other one, and it must not take the signal).
  *
  * Mimics: a training process that crashes or is killed; a tracer must still have recorded what
  * was live.  Ground truth (device 0): cudaMalloc 1048576 -> 0x700000000000, 2097152 ->
@@ -11,15 +13,17 @@
 #include "cuda_standin.h"
 #include "wl_common.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
 {
     const char *how = argc > 1 ? argv[1] : "";
-    if (strcmp(how, "segv") && strcmp(how, "abort") && strcmp(how, "term")) {
-        fprintf(stderr, "usage: wl_signal segv|abort|term\n");
+    if (strcmp(how, "segv") && strcmp(how, "abort") && strcmp(how, "term") && strcmp(how, "term-blocked")) {
+        fprintf(stderr, "usage: wl_signal segv|abort|term|term-blocked\n");
         return 2;
     }
     for (int i = 1; i <= 3; i++) {
@@ -31,8 +35,18 @@ int main(int argc, char **argv)
         raise(SIGSEGV);
     else if (!strcmp(how, "abort"))
         abort();
-    else
+    else if (!strcmp(how, "term"))
         kill(getpid(), SIGTERM);
+    else {
+        sigset_t term;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &term, NULL);
+        kill(getpid(), SIGTERM);
+        struct timespec wait = {0, 100 * 1000 * 1000};
+        nanosleep(&wait, NULL);
+        pthread_sigmask(SIG_UNBLOCK, &term, NULL); /* delivered here, now */
+    }
     pause(); /* SIGTERM is delivered at once; never reached */
     return 3;
 }

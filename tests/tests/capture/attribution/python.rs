@@ -4,6 +4,7 @@
 //! function of each call site. (`ctypes.CDLL`, which releases the GIL, is not covered here.)
 
 use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
 use vramtrace_collector::symbols::{Attribution, FrameKind, Granularity};
 use vramtrace_tests::source::line_of;
@@ -46,11 +47,8 @@ model = Model()
 sys.exit(model.load_weights() | model.forward() | grow_cache(4096))  # the entry
 "#;
 
-// `--by python` names the innermost Python line and function of each allocation: the two
-// calls of grow_cache (3 MiB from Model.forward, 4096 from the module) are one line and two
-// distinct calls; Model.load_weights is another line. The largest call's stack lists its
-// Python frames innermost first.
-captest!(python_allocations_by_python_line, |dir| {
+/// Writes [`SCRIPT`] to `dir` and runs it traced: the script's path and its one trace.
+fn run_script(dir: &Path) -> (PathBuf, PathBuf) {
     let script = dir.join("allocate.py");
     std::fs::write(&script, SCRIPT).unwrap();
     let out = traced_program("python3", dir).arg(&script).output();
@@ -58,7 +56,15 @@ captest!(python_allocations_by_python_line, |dir| {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let traces = trace_files(dir);
     assert_eq!(traces.len(), 1, "{traces:?}\n{}", text(&out.stderr));
-    let trace = Trace::load(&traces[0]);
+    (script, traces[0].clone())
+}
+// `--by python` names the innermost Python line and function of each allocation: the two
+// calls of grow_cache (3 MiB from Model.forward, 4096 from the module) are one line and two
+// distinct calls; Model.load_weights is another line. The largest call's stack lists its
+// Python frames innermost first.
+captest!(python_allocations_by_python_line, |dir| {
+    let (script, trace_path) = run_script(dir);
+    let trace = Trace::load(&trace_path);
     trace.assert_clean("exit");
     let file = script.display().to_string();
     let line = |t: &str| line_of(&script, t);
@@ -96,7 +102,7 @@ captest!(python_allocations_by_python_line, |dir| {
     );
 
     let args = ["report", "--json", "--by", "python"].map(OsStr::new);
-    let r = vramtrace_json(args.into_iter().chain([traces[0].as_os_str()]));
+    let r = vramtrace_json(args.into_iter().chain([trace_path.as_os_str()]));
     assert_eq!(r["groups"]["by"], "python");
     let list = r["groups"]["list"].as_array().unwrap();
     let groups: Vec<Group> = list.iter().map(Group::of_json).map(no_module).collect();
@@ -133,14 +139,9 @@ captest!(python_allocations_by_python_line, |dir| {
 // the leak analysis holds one site, labelled by the first call's line and marked as reached from
 // other lines too.
 captest!(python_sites_are_labelled_by_python_line, |dir| {
-    let script = dir.join("allocate.py");
-    std::fs::write(&script, SCRIPT).unwrap();
-    let out = traced_program("python3", dir).arg(&script).output();
-    let out = out.expect("running python3 (required by this test)");
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let traces = trace_files(dir);
+    let (script, trace_path) = run_script(dir);
     let args = ["report", "--json"].map(OsStr::new);
-    let r = vramtrace_json(args.into_iter().chain([traces[0].as_os_str()]));
+    let r = vramtrace_json(args.into_iter().chain([trace_path.as_os_str()]));
     let sites = r["analysis"]["leaks"]["sites"].as_array().unwrap();
     let labels: Vec<(String, u64)> = sites
         .iter()
