@@ -263,38 +263,123 @@ fn lent_events_are_the_records_in_order() {
     assert_eq!((r.records(), r.skipped()), (records.len() as u64, 0));
 }
 
+/// Where each record of the decompressed chunk `raw` starts.
+fn record_starts(raw: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut at = 0;
+    while at < raw.len() {
+        starts.push(at);
+        let (mut len, mut shift, mut used) = (0usize, 0, 0);
+        loop {
+            let b = raw[at + used];
+            len |= usize::from(b & 0x7f) << shift;
+            used += 1;
+            shift += 7;
+            if b < 0x80 {
+                break;
+            }
+        }
+        at += used + len;
+    }
+    starts
+}
+
+/// `bytes` (a trace) with the records of its chunk `index` changed by `edit`, the chunk
+/// compressed again with a right header.
+fn edit_chunk(bytes: &[u8], index: usize, edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let mut at = 16 + word(12) + 4;
+    for _ in 0..index {
+        at += 16 + word(at);
+    }
+    let packed_len = word(at);
+    let mut raw = zstd::bulk::decompress(&bytes[at + 16..at + 16 + packed_len], 1 << 24).unwrap();
+    edit(&mut raw);
+    let packed = zstd::bulk::compress(&raw, 1).unwrap();
+    let mut out = bytes[..at].to_vec();
+    out.extend_from_slice(&(packed.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+    out.extend_from_slice(&bytes[at + 8..at + 12]);
+    out.extend_from_slice(&crc32fast::hash(&packed).to_le_bytes());
+    out.extend_from_slice(&packed);
+    out.extend_from_slice(&bytes[at + 16 + packed_len..]);
+    out
+}
+
+/// Whatever the file (both format versions, whole, cut, damaged, with records to skip inside a
+/// chunk, with framing that breaks mid-chunk), a reader made by `open` (chunks read and
+/// decompressed on a second thread) gives exactly what one reading on the calling thread gives.
 #[test]
 fn a_file_read_ahead_on_a_thread_reads_as_on_one() {
     let dir = tempfile::tempdir().unwrap();
     let records = sample_records(2000);
-    let bytes = write(&records, 1024);
-    // Whole, cut inside a chunk, cut between chunks, and damaged.
-    let mut damaged = bytes.clone();
-    let middle = damaged.len() / 2;
-    damaged[middle] ^= 0xff;
-    let files = [
-        bytes.clone(),
-        bytes[..bytes.len() - 100].to_vec(),
-        bytes[..bytes.len() / 3].to_vec(),
-        damaged,
-    ];
-    for (i, file) in files.iter().enumerate() {
-        let path = dir.path().join(format!("{i}.vtrace"));
-        std::fs::write(&path, file).unwrap();
-        let mut direct = TraceReader::new(&file[..]).unwrap();
-        let want: Vec<Record> = direct.by_ref().collect();
-        let mut ahead = TraceReader::open(&path).unwrap();
-        assert_eq!(read_lent(&mut ahead), want, "file {i}");
-        assert_eq!(ahead.ending(), direct.ending(), "file {i}");
-        assert_eq!(
-            (ahead.offset(), ahead.chunks(), ahead.records()),
-            (direct.offset(), direct.chunks(), direct.records()),
-            "file {i}"
-        );
-        // Dropped half-way: the reading thread stops.
-        let mut early = TraceReader::open(&path).unwrap();
-        assert!(early.next_record().is_some());
-        drop(early);
+    for version in [1, FORMAT_VERSION] {
+        let bytes = write_version(&records, 1024, version);
+        let mut damaged = bytes.clone();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 0xff;
+        // Records to skip among the events of chunk 2: an unknown kind, and a body without a
+        // readable tag.
+        let skips = edit_chunk(&bytes, 2, |raw| {
+            let at = record_starts(raw)[3];
+            raw.splice(at..at, [3, 99, 0, 0, 1, 0x80]);
+        });
+        // Chunk 3's framing breaks inside its fifth record.
+        let broken = edit_chunk(&bytes, 3, |raw| {
+            let at = record_starts(raw)[4];
+            raw.truncate(at + 2);
+        });
+        let files = [
+            bytes.clone(),
+            bytes[..bytes.len() - 100].to_vec(),
+            bytes[..bytes.len() / 3].to_vec(),
+            damaged,
+            skips,
+            broken,
+        ];
+        for (i, file) in files.iter().enumerate() {
+            let path = dir.path().join(format!("{version}-{i}.vtrace"));
+            std::fs::write(&path, file).unwrap();
+            let mut direct = TraceReader::new(&file[..]).unwrap();
+            let want: Vec<Record> = direct.by_ref().collect();
+            let mut ahead = TraceReader::open(&path).unwrap();
+            assert_eq!(read_lent(&mut ahead), want, "version {version}, file {i}");
+            assert_eq!(
+                ahead.ending(),
+                direct.ending(),
+                "version {version}, file {i}"
+            );
+            assert_eq!(
+                (
+                    ahead.offset(),
+                    ahead.chunks(),
+                    ahead.records(),
+                    ahead.skipped()
+                ),
+                (
+                    direct.offset(),
+                    direct.chunks(),
+                    direct.records(),
+                    direct.skipped()
+                ),
+                "version {version}, file {i}"
+            );
+            if i == 4 {
+                assert_eq!(direct.skipped(), 2, "version {version}");
+                assert_eq!(want, records, "version {version}");
+            }
+            if i == 5 {
+                assert!(
+                    matches!(direct.ending(), Some(Ending::Corrupt { .. })),
+                    "version {version}: {:?}",
+                    direct.ending()
+                );
+            }
+            // Dropped half-way: the reading thread stops.
+            let mut early = TraceReader::open(&path).unwrap();
+            assert!(early.next_record().is_some());
+            drop(early);
+        }
     }
 }
 
