@@ -75,26 +75,32 @@ impl PointerMap {
         self.slots.len() - 1
     }
 
-    /// The slot holding `ptr`, if live.
-    #[inline]
-    fn slot_of(&self, ptr: u64) -> Option<usize> {
-        if self.len == 0 {
-            return None;
-        }
-        let h = hash(ptr);
+    /// Walks the probe run of `ptr` (whose hash is `h`; the index must have slots): `Ok` with
+    /// the slot holding it, or `Err` with the empty slot that ends the run.
+    #[inline(always)]
+    fn probe(&self, ptr: u64, h: u64) -> Result<usize, usize> {
         let tag = h >> 32;
         let mask = self.mask();
         let mut i = self.home(h);
         loop {
             let s = self.slots[i];
             if s == 0 {
-                return None;
+                return Err(i);
             }
             if s >> 32 == tag && self.entries[entry(s)].ptr == ptr {
-                return Some(i);
+                return Ok(i);
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// The slot holding `ptr`, if live.
+    #[inline]
+    fn slot_of(&self, ptr: u64) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        self.probe(ptr, hash(ptr)).ok()
     }
 
     /// The live allocation at `ptr`.
@@ -125,19 +131,10 @@ impl PointerMap {
         debug_assert!(a.ptr != 0);
         let h = hash(a.ptr);
         if !self.slots.is_empty() {
-            let tag = h >> 32;
-            let mask = self.mask();
-            let mut i = self.home(h);
-            loop {
-                let s = self.slots[i];
-                if s == 0 {
-                    break;
-                }
-                if s >> 32 == tag && self.entries[entry(s)].ptr == a.ptr {
-                    return Some(&mut self.entries[entry(s)]);
-                }
-                i = (i + 1) & mask;
-            }
+            let i = match self.probe(a.ptr, h) {
+                Ok(i) => return Some(&mut self.entries[entry(self.slots[i])]),
+                Err(i) => i,
+            };
             if (self.len + 1) * 4 <= self.slots.len() * 3 || self.slots.len() == MAX_SLOTS {
                 self.place(i, h, a);
                 return None;
