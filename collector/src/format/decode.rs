@@ -56,6 +56,21 @@ macro_rules! op_shapes {
                     $(Shape::$variant => Op::$variant { $($field: c.$read()?,)* },)*
                 })
             }
+
+            /// Reads the variant's fields into `op`: in place when `op` is that variant already
+            /// (as the previous event's mostly is), so the operation is not built aside and then
+            /// copied over — a copy that waits on the stores that built it. `None` when `c` gives
+            /// up (then `op` may be partly overwritten).
+            #[inline(always)]
+            fn decode_into(self, c: &mut impl Wire, op: &mut Op) -> Option<()> {
+                match (self, op) {
+                    $((Shape::$variant, Op::$variant { $($field),* }) => {
+                        $(*$field = c.$read()?;)*
+                    })*
+                    (shape, op) => *op = shape.decode(c)?,
+                }
+                Some(())
+            }
         }
 
         /// Hands the fields of `op` to `s` in order, as the readers read them.
@@ -193,7 +208,7 @@ fn read_into(r: &mut impl Wire, e: &mut Event) -> Option<()> {
     e.py_inferred = r.bool()?;
     e.nccl_scope = r.u64()?;
     let shape = ShapeTable::get().0.get(r.u32()? as usize).copied()??;
-    e.op = shape.decode(r)?;
+    shape.decode_into(r, &mut e.op)?;
     // Trailing bytes are allowed, as with postcard: a newer writer may append fields.
     Some(())
 }
@@ -206,7 +221,7 @@ fn fast_into(bytes: &[u8], len: usize, e: &mut Event) -> Option<()> {
     if len <= MAX_PAYLOAD {
         if let Some(window) = bytes.get(..WINDOW) {
             let window: &[u8; WINDOW] = window.try_into().expect("a window");
-            if read_into(&mut Fields::new(window, len), e).is_some() {
+            if read_into(&mut Fields::<false>::new(window, len), e).is_some() {
                 return Some(());
             }
         }

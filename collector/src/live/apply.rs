@@ -108,8 +108,25 @@ impl LiveState {
 
     #[inline]
     fn apply_event_body(&mut self, e: &Event) {
-        let call = self.sites.call_of(e, &mut self.owners);
         let nccl_call = e.api.layer() == Layer::Nccl;
+        // A free that succeeded makes nothing, so it needs no call: half the events of a
+        // training loop skip the lookup (and a site only ever freed from is not a site).
+        if e.ok() {
+            let freed = match e.op {
+                Op::Free { ptr, .. } => Some((ptr, false)),
+                Op::FreeHost { ptr } => Some((ptr, true)),
+                _ => None,
+            };
+            if let Some((ptr, host)) = freed {
+                self.on_free(e, ptr, host);
+                if nccl_call {
+                    self.nccl.close_scope(e.nccl_scope);
+                    self.resolve_deferred(e.nccl_scope, None);
+                }
+                return;
+            }
+        }
+        let call = self.sites.call_of(e, &mut self.owners);
         if !e.ok() {
             let origin = self.origin_of(call.id, e);
             self.on_failure(e, origin);
@@ -119,25 +136,33 @@ impl LiveState {
             }
             return;
         }
-        let created = match e.op {
+        // Only objects made inside an NCCL call or by NCCL's library get a communicator. Each arm
+        // hands its object on itself: one `Option` merged from all the arms is kept in memory,
+        // and reading it back waits on the byte-wide store of its tag.
+        let by_nccl = e.nccl_scope != 0 || call.nccl;
+        match e.op {
             Op::Alloc {
                 kind,
                 ptr,
                 size,
                 pool,
                 ..
-            } => self.on_alloc(e, call.id, kind, ptr, size, pool),
-            Op::Free { ptr, .. } => self.on_free(e, ptr, false),
-            Op::FreeHost { ptr } => self.on_free(e, ptr, true),
+            } => {
+                if let Some(object) = self.on_alloc(e, call.id, kind, ptr, size, pool) {
+                    if by_nccl {
+                        self.note_created(e, object);
+                    }
+                }
+            }
+            // Frees that succeeded were applied above.
+            Op::Free { .. } | Op::FreeHost { .. } => {}
             _ => {
                 let origin = self.origin_of(call.id, e);
-                self.apply_op(e, origin)
-            }
-        };
-        // Only objects made inside an NCCL call or by NCCL's library get a communicator.
-        if let Some(object) = created {
-            if e.nccl_scope != 0 || call.nccl {
-                self.note_created(e, object);
+                if let Some(object) = self.apply_op(e, origin) {
+                    if by_nccl {
+                        self.note_created(e, object);
+                    }
+                }
             }
         }
         if nccl_call {

@@ -141,10 +141,10 @@ impl LiveState {
     }
 
     #[inline]
-    pub(super) fn on_free(&mut self, e: &Event, ptr: u64, host: bool) -> Option<ObjectRef> {
+    pub(super) fn on_free(&mut self, e: &Event, ptr: u64, host: bool) {
         // cudaFree(0) is the idiom for "initialise the context"; it frees nothing.
         if ptr == 0 {
-            return None;
+            return;
         }
         let table = if host {
             &mut self.memory.host
@@ -161,7 +161,6 @@ impl LiveState {
             Freed::TornDown => {}
             Freed::Unknown => self.anomaly(e, AnomalyKind::UnknownFree, ptr, None),
         }
-        None
     }
 
     pub(super) fn on_failed_free(&mut self, e: &Event, ptr: u64, host: bool) {

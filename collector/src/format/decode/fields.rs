@@ -6,7 +6,7 @@
 //! not wait on one another as they do when each varint's length is found only after the previous
 //! one is read, and a field is a few instructions without a branch on its length.
 
-use super::wire::{pack, within, Wire};
+use super::wire::{pack, pack_pext, within, Wire};
 
 /// Bytes a window holds: a payload of up to [`MAX_PAYLOAD`] bytes, and room to load eight bytes
 /// at its last byte.
@@ -14,8 +14,9 @@ pub(super) const WINDOW: usize = 72;
 /// The longest payload this reader takes (one bit of the mask per byte).
 pub(super) const MAX_PAYLOAD: usize = 64;
 
-/// Reads the integer fields of `window[..len]`.
-pub(super) struct Fields<'a> {
+/// Reads the integer fields of `window[..len]`; with `PEXT`, packs varints with BMI2's `pext`
+/// (only inside functions compiled for BMI2, see `wire::packs_with_pext`).
+pub(super) struct Fields<'a, const PEXT: bool = false> {
     window: &'a [u8; WINDOW],
     /// Bit i: byte i ends a field. Bits of fields already read are cleared.
     ends: u64,
@@ -23,7 +24,7 @@ pub(super) struct Fields<'a> {
     pos: usize,
 }
 
-impl<'a> Fields<'a> {
+impl<'a, const PEXT: bool> Fields<'a, PEXT> {
     /// A reader of `window[..len]`, `len` at most [`MAX_PAYLOAD`].
     #[inline(always)]
     pub(super) fn new(window: &'a [u8; WINDOW], len: usize) -> Self {
@@ -69,7 +70,7 @@ impl<'a> Fields<'a> {
     }
 }
 
-impl Wire for Fields<'_> {
+impl<const PEXT: bool> Wire for Fields<'_, PEXT> {
     #[inline(always)]
     fn varint(&mut self, max_bytes: u32, last_max: u8) -> Option<u64> {
         let (start, len) = self.field()?;
@@ -83,7 +84,11 @@ impl Wire for Fields<'_> {
         if len > 8 || !within(len, (word >> (8 * (len - 1))) as u8, max_bytes, last_max) {
             return None;
         }
-        Some(pack(word, len))
+        Some(if PEXT {
+            pack_pext(word, len)
+        } else {
+            pack(word, len)
+        })
     }
 
     #[inline(always)]

@@ -229,7 +229,7 @@ proptest! {
             let mut window = [0x80u8; WINDOW];
             window[..bytes.len()].copy_from_slice(&bytes);
             let mut masked = blank();
-            if read_into(&mut Fields::new(&window, bytes.len()), &mut masked).is_some() {
+            if read_into(&mut Fields::<false>::new(&window, bytes.len()), &mut masked).is_some() {
                 prop_assert_eq!(&masked, &e);
             } else {
                 // Only strings, lists and values of 2^56 and more are left to it.

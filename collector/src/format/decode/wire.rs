@@ -97,6 +97,65 @@ pub(super) fn pack(word: u64, len: u32) -> u64 {
     (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
 }
 
+/// [`pack`] with BMI2's `pext`, which gathers the 7-bit groups in one instruction.
+///
+/// Only for code compiled with BMI2 enabled (see [`packs_with_pext`]): elsewhere the intrinsic
+/// is not inlined, or not there at all.
+#[inline(always)]
+pub(super) fn pack_pext(word: u64, len: u32) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let bytes = word & (u64::MAX >> (64 - 8 * len));
+        // SAFETY: `pext` is an instruction of BMI2; this runs only inside functions compiled for
+        // BMI2, which are called only once `packs_with_pext` found it on this CPU.
+        unsafe { std::arch::x86_64::_pext_u64(bytes, 0x7f7f_7f7f_7f7f_7f7f) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    pack(word, len)
+}
+
+/// Whether this CPU has BMI2's `pext`, and it is fast: AMD processors before Zen 3 (family 0x19)
+/// run it in microcode, some hundred cycles, far slower than [`pack`]. Found out once; after
+/// that a load, on every event.
+#[inline(always)]
+pub(super) fn packs_with_pext() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    /// 0: not yet known; 1: no; 2: yes.
+    static FAST: AtomicU8 = AtomicU8::new(0);
+    match FAST.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let fast = pext_is_fast();
+            FAST.store(1 + u8::from(fast), Ordering::Relaxed);
+            fast
+        }
+    }
+}
+
+#[cold]
+fn pext_is_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !std::arch::is_x86_feature_detected!("bmi2") {
+            return false;
+        }
+        // Leaf 0: the vendor in EBX, EDX, ECX ("AuthenticAMD"); leaf 1: the family in EAX.
+        let vendor = std::arch::x86_64::__cpuid(0);
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        let eax = std::arch::x86_64::__cpuid(1).eax;
+        let base = (eax >> 8) & 0xf;
+        let family = if base == 0xf {
+            base + ((eax >> 20) & 0xff)
+        } else {
+            base
+        };
+        !amd || family >= 0x19
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Whether a varint of `len` bytes whose last byte is `last` is within postcard's limits.
 #[inline(always)]
 pub(super) fn within(len: u32, last: u8, max_bytes: u32, last_max: u8) -> bool {
