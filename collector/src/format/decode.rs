@@ -34,7 +34,24 @@ use super::compact::Sink;
 pub(crate) mod compact;
 mod cursor;
 mod fields;
+mod straight;
 mod wire;
+
+/// Whether a field read with this [`Wire`] method lives on the heap.
+macro_rules! on_heap {
+    (string) => {
+        true
+    };
+    (u64s) => {
+        true
+    };
+    (i32s) => {
+        true
+    };
+    ($other:ident) => {
+        false
+    };
+}
 
 /// Declares the `Op` variants the fast readers decode, in `Op`'s order, each field with the
 /// [`Wire`] method that reads it. The field types must match `Op`'s (or this does not compile).
@@ -48,6 +65,14 @@ macro_rules! op_shapes {
 
         impl Shape {
             const ALL: &'static [Shape] = &[$(Shape::$variant,)*];
+
+            /// Whether the variant has a field on the heap (a string or a list).
+            #[inline(always)]
+            fn owns_heap(self) -> bool {
+                match self {
+                    $(Shape::$variant => false $(|| on_heap!($read))*,)*
+                }
+            }
 
             /// Reads the variant's fields.
             #[inline(always)]
@@ -67,7 +92,16 @@ macro_rules! op_shapes {
                     $((Shape::$variant, Op::$variant { $($field),* }) => {
                         $(*$field = c.$read()?;)*
                     })*
-                    (shape, op) => *op = shape.decode(c)?,
+                    (shape, op) => {
+                        let old = std::mem::replace(op, shape.decode(c)?);
+                        // Most variants own nothing on the heap: skip the call to their drop glue,
+                        // which only looks at the variant to find that out.
+                        if shape_of(&old).owns_heap() {
+                            drop(old);
+                        } else {
+                            std::mem::forget(old);
+                        }
+                    }
                 }
                 Some(())
             }

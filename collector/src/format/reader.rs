@@ -349,7 +349,7 @@ impl<R: Read> TraceReader<R> {
 
     /// Decodes the event payload `chunk[start..end]` into the event the reader keeps; `false`
     /// (counted as skipped) when this reader does not know it.
-    #[inline]
+    #[inline(always)]
     fn event(&mut self, start: usize, end: usize) -> bool {
         let bytes = &self.chunk[start..];
         let decoded = if self.version >= 2 {

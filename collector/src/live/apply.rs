@@ -110,7 +110,7 @@ impl LiveState {
     fn apply_event_body(&mut self, e: &Event) {
         let nccl_call = e.api.layer() == Layer::Nccl;
         // A free that succeeded makes nothing, so it needs no call: half the events of a
-        // training loop skip the lookup (and a site only ever freed from is not a site).
+        // training loop skip its lookup, and only note their site.
         if e.ok() {
             let freed = match e.op {
                 Op::Free { ptr, .. } => Some((ptr, false)),
@@ -118,6 +118,7 @@ impl LiveState {
                 _ => None,
             };
             if let Some((ptr, host)) = freed {
+                self.sites.note_free(e.caller, e.stack, e.py_stack);
                 self.on_free(e, ptr, host);
                 if nccl_call {
                     self.nccl.close_scope(e.nccl_scope);

@@ -166,7 +166,7 @@ impl LiveState {
         self.sites.find(key)
     }
 
-    /// Call sites seen: where calls made something, or failed (a free that succeeds names no site).
+    /// Call sites seen.
     pub fn site_count(&self) -> usize {
         self.sites.len()
     }

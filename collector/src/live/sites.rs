@@ -131,6 +131,10 @@ impl EventKey {
 /// Log2 of the entries of the cache of recent event keys.
 const RECENT_BITS: u32 = 11;
 
+/// Log2 of the entries of the cache of recent frees' sites (24 bytes each: it stays in the
+/// first-level cache).
+const FREE_BITS: u32 = 8;
+
 impl std::hash::Hash for EventKey {
     #[inline]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
@@ -170,6 +174,9 @@ pub(crate) struct SiteTable {
     python: Vec<(StackId, bool)>,
     calls: Vec<Call>,
     call_ids: FxHashMap<Call, CallId>,
+    /// Recent (caller, stack, Python stack) of frees whose site is interned and whose Python
+    /// stack is noted: a direct-mapped cache (see [`SiteTable::note_free`]).
+    frees: Vec<[u64; 3]>,
     by_event: FxHashMap<EventKey, Resolved>,
     /// A direct-mapped cache in front of `by_event`: most events find their call here with one
     /// multiplication and a comparison, without hashing and probing the map.
@@ -223,6 +230,34 @@ impl SiteTable {
     /// Sites seen.
     pub(crate) fn len(&self) -> usize {
         self.sites.len()
+    }
+
+    /// Notes a free that succeeded: it makes nothing, so it needs no call, but its site is
+    /// interned (site ids keep the order calls first reached them) and its Python stack noted,
+    /// as for any call. Both are idempotent, so a free like a recent one (nearly every free: a
+    /// program frees from a handful of places) is one lookup in a small cache.
+    #[inline]
+    pub(crate) fn note_free(&mut self, caller: u64, stack: StackId, py_stack: StackId) {
+        // Slot 0 of each entry is the caller + 1, so a zeroed entry matches nothing.
+        let key = [
+            caller.wrapping_add(1),
+            u64::from(stack),
+            u64::from(py_stack),
+        ];
+        let h = (key[0] ^ key[1].rotate_left(23) ^ key[2].rotate_left(47))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let slot = (h >> (64 - FREE_BITS)) as usize;
+        if let Some(k) = self.frees.get(slot) {
+            if *k == key {
+                return;
+            }
+        }
+        let site = self.intern(caller, stack);
+        self.note_python(site, py_stack);
+        if self.frees.is_empty() {
+            self.frees = vec![[0; 3]; 1 << FREE_BITS];
+        }
+        self.frees[slot] = key;
     }
 
     /// The call of event `e`, its site interned on the way. An event like one seen before, with

@@ -7,7 +7,8 @@
 //! know): a fast reader that gives up leaves it as it was for the general reader.
 
 use super::cursor::Cursor;
-use super::fields::{Fields, MAX_PAYLOAD, WINDOW};
+use super::fields::{MAX_PAYLOAD, WINDOW};
+use super::straight::Straight;
 use super::wire::{packs_with_pext, Wire};
 use super::ShapeTable;
 use crate::event::{Api, Event};
@@ -42,6 +43,11 @@ impl<R> Masked<'_, R> {
 }
 
 impl<R: Wire> Wire for Masked<'_, R> {
+    #[inline(always)]
+    fn within_payload(&self) -> bool {
+        self.r.within_payload()
+    }
+
     #[inline(always)]
     fn varint(&mut self, max_bytes: u32, last_max: u8) -> Option<u64> {
         if self.present() {
@@ -172,7 +178,7 @@ fn read(r: &mut impl Wire, d: &mut Delta, e: &mut Event) -> Option<Got> {
     // The header is read: from here on, something unknown skips the event with `d` moved on
     // (by the operation too where it is known, whatever the API).
     let Some(shape) = ShapeTable::get().0.get(index as usize).copied().flatten() else {
-        return Some(Got::Unknown);
+        return r.within_payload().then_some(Got::Unknown);
     };
     let mask = r.u64()?;
     let masked = &mut Masked {
@@ -181,6 +187,9 @@ fn read(r: &mut impl Wire, d: &mut Delta, e: &mut Event) -> Option<Got> {
         base: &mut d.ptr,
     };
     shape.decode_into(masked, &mut e.op)?;
+    if !r.within_payload() {
+        return None;
+    }
     let (Some(api), Some(inner), Some(outer)) = (
         api(api_index),
         inner.map_or(Some(None), |i| api(i).map(Some)),
@@ -215,6 +224,13 @@ fn event_into_bmi2(bytes: &[u8], len: usize, d: &mut Delta, e: &mut Event) -> bo
     event_into_with::<true>(bytes, len, d, e)
 }
 
+/// [`event_into`] without `pext`, whatever the CPU (for tests: both must agree with the general
+/// reader).
+#[cfg(test)]
+pub(super) fn event_into_plain(bytes: &[u8], len: usize, d: &mut Delta, e: &mut Event) -> bool {
+    event_into_with::<false>(bytes, len, d, e)
+}
+
 #[inline(always)]
 fn event_into_with<const PEXT: bool>(
     bytes: &[u8],
@@ -226,7 +242,7 @@ fn event_into_with<const PEXT: bool>(
         if let Some(window) = bytes.get(..WINDOW) {
             let window: &[u8; WINDOW] = window.try_into().expect("a window");
             let saved = *d;
-            if let Some(got) = read(&mut Fields::<PEXT>::new(window, len), d, e) {
+            if let Some(got) = read(&mut Straight::<PEXT>::new(window, len), d, e) {
                 return matches!(got, Got::Event);
             }
             *d = saved;

@@ -323,3 +323,15 @@ fn unknown_variants_are_not_decoded() {
     unknown_api[3] = Api::ALL.len() as u8;
     assert_eq!(event(&unknown_api), None);
 }
+
+/// Replacing an operation skips the drop of the old one only for variants with nothing on the
+/// heap: exactly the variants with strings or lists must say they own some.
+#[test]
+fn only_variants_with_strings_or_lists_own_heap_memory() {
+    let owning: Vec<Shape> = Shape::ALL
+        .iter()
+        .copied()
+        .filter(|s| s.owns_heap())
+        .collect();
+    assert_eq!(owning, [Shape::CommInitAll, Shape::RangePush, Shape::Mark]);
+}

@@ -17,6 +17,13 @@ pub(super) trait Wire {
     fn u64s(&mut self) -> Option<Vec<u64>>;
     fn i32s(&mut self) -> Option<Vec<i32>>;
 
+    /// Whether what was read lies inside the payload: a reader that may read past it while
+    /// reading (and so must be asked before anything it read is used) says no.
+    #[inline(always)]
+    fn within_payload(&self) -> bool {
+        true
+    }
+
     #[inline(always)]
     fn u64(&mut self) -> Option<u64> {
         self.varint(10, 0x01)
