@@ -12,7 +12,7 @@ use anyhow::{anyhow, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::event::Event;
-use vramtrace_collector::format::{Ending, Header, RecordRef, TraceError, TraceReader};
+use vramtrace_collector::format::{Ending, Header, TraceError, TraceReader};
 use vramtrace_collector::live::{LiveState, StepSource};
 
 /// Records between progress bar updates.
@@ -152,22 +152,15 @@ pub fn read(
     }
     let mut reader = TraceReader::open(path).map_err(|e| open_error(path, e))?;
     let mut state = LiveState::with_step_source(source);
-    let mut stopped = false;
-    while let Some(record) = reader.next_event_or_record() {
-        match record {
-            RecordRef::Event(e) => {
-                if visit(&state, e) == Flow::Stop {
-                    stopped = true;
-                    break;
-                }
-                state.apply_event(e);
+    let stopped = state.replay_visiting(
+        &mut reader,
+        |state, e| visit(state, e) == Flow::Apply,
+        |reader| {
+            if reader.records() % PROGRESS_EVERY == 0 {
+                progress.set(reader.offset());
             }
-            RecordRef::Other(r) => state.apply(&r),
-        }
-        if reader.records() % PROGRESS_EVERY == 0 {
-            progress.set(reader.offset());
-        }
-    }
+        },
+    );
 
     progress.set(reader.offset());
     let ending = reader.ending().cloned().unwrap_or(Ending::NoEndRecord {

@@ -27,15 +27,20 @@ use std::sync::OnceLock;
 use crate::event::{Api, Event, Op};
 
 use self::cursor::Cursor;
-use self::fields::{Fields, MAX_PAYLOAD, WINDOW};
+use self::fields::Fields;
 use self::wire::Wire;
 use super::compact::Sink;
 
 pub(crate) mod compact;
 mod cursor;
 mod fields;
+mod hot;
 mod straight;
 mod wire;
+
+pub(crate) use self::fields::{MAX_PAYLOAD, WINDOW};
+pub(crate) use self::hot::read as read_common_event;
+pub(crate) use self::wire::packs_with_pext;
 
 /// Whether a field read with this [`Wire`] method lives on the heap.
 macro_rules! on_heap {

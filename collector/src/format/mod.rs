@@ -27,6 +27,7 @@ mod record;
 mod varint;
 mod writer;
 
+pub(crate) use decode::packs_with_pext;
 pub use error::TraceError;
 pub use header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 pub use reader::{Ending, RecordRef, TraceReader};

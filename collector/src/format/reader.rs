@@ -357,6 +357,60 @@ impl<R: Read> TraceReader<R> {
         } else {
             decode::event_into(bytes, end - start, &mut self.event)
         };
+        self.count(decoded)
+    }
+
+    /// [`TraceReader::event`] with varints packed by `pext` or not (`PEXT` only inside
+    /// functions compiled for BMI2).
+    #[inline(always)]
+    fn event_with<const PEXT: bool>(&mut self, start: usize, end: usize) -> bool {
+        let bytes = &self.chunk[start..];
+        let decoded = if self.version >= 2 {
+            decode::compact::event_into_with::<PEXT>(
+                bytes,
+                end - start,
+                &mut self.delta,
+                &mut self.event,
+            )
+        } else {
+            decode::event_into(bytes, end - start, &mut self.event)
+        };
+        self.count(decoded)
+    }
+
+    /// Reads the next record if it is the common one (a version 2 event of a short payload
+    /// that `decode::read_common_event` takes: a one-byte length and tag, and a window of the
+    /// chunk after it); `false`, with nothing read, otherwise.
+    #[inline(always)]
+    fn common_event<const PEXT: bool>(&mut self) -> bool {
+        if self.version < 2 || self.ending.is_some() {
+            return false;
+        }
+        let pos = self.pos;
+        let Some(framed) = self.chunk.get(pos..pos + 2 + decode::WINDOW) else {
+            return false;
+        };
+        let (len, tag) = (usize::from(framed[0]), u64::from(framed[1]));
+        // `len` covers the tag and the payload; a record must end inside its chunk.
+        if len == 0
+            || len > decode::MAX_PAYLOAD + 1
+            || tag != TAG_EVENT
+            || pos + 1 + len > self.chunk.len()
+        {
+            return false;
+        }
+        let window: &[u8; decode::WINDOW] = framed[2..].try_into().expect("a window");
+        if !decode::read_common_event::<PEXT>(window, len - 1, &mut self.delta, &mut self.event) {
+            return false;
+        }
+        self.pos = pos + 1 + len;
+        self.records += 1;
+        true
+    }
+
+    /// Counts an event read, or skipped.
+    #[inline(always)]
+    fn count(&mut self, decoded: bool) -> bool {
         if decoded {
             self.records += 1;
         } else {
@@ -387,6 +441,26 @@ impl<R: Read> TraceReader<R> {
             let (tag, start, end) = self.next_payload()?;
             if tag == TAG_EVENT {
                 if self.event(start, end) {
+                    return Some(RecordRef::Event(&self.event));
+                }
+            } else if let Some(record) = self.other(tag, start, end) {
+                return Some(RecordRef::Other(record));
+            }
+        }
+    }
+
+    /// [`TraceReader::next_event_or_record`] for a loop that reads a whole trace, inlined into
+    /// it; with `PEXT`, varints pack with BMI2's `pext`, so only inside a function compiled for
+    /// BMI2, entered once `format::packs_with_pext` said yes (see `LiveState::replay`).
+    #[inline(always)]
+    pub(crate) fn next_event_or_record_with<const PEXT: bool>(&mut self) -> Option<RecordRef<'_>> {
+        if self.common_event::<PEXT>() {
+            return Some(RecordRef::Event(&self.event));
+        }
+        loop {
+            let (tag, start, end) = self.next_payload()?;
+            if tag == TAG_EVENT {
+                if self.event_with::<PEXT>(start, end) {
                     return Some(RecordRef::Event(&self.event));
                 }
             } else if let Some(record) = self.other(tag, start, end) {

@@ -13,7 +13,7 @@ use super::objects::Origin;
 use super::sites::{CallId, SiteKey};
 use super::{Anomaly, AnomalyKind, Failure, LiveState, StepSource, MAX_TRACER_NOTES};
 use crate::event::{Api, Event, Layer, Op};
-use crate::format::{Record, RecordRef, TraceReader};
+use crate::format::{packs_with_pext, Record, RecordRef, TraceReader};
 
 impl LiveState {
     /// Applies one record; records must come in file order.
@@ -55,9 +55,60 @@ impl LiveState {
 
     /// Applies every record `reader` has left: the fast way to replay a whole trace.
     pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) {
-        while let Some(record) = reader.next_event_or_record() {
-            self.apply_ref(record);
+        self.replay_visiting(reader, |_, _| true, |_| {});
+    }
+
+    /// Applies the records `reader` has left, asking `visit` before each event whether to apply
+    /// it (reading stops at the first it refuses: `true` is returned) and calling `after` after
+    /// each record, e.g. to show progress. The same loop as [`LiveState::replay`].
+    pub fn replay_visiting<R: Read>(
+        &mut self,
+        reader: &mut TraceReader<R>,
+        visit: impl FnMut(&LiveState, &Event) -> bool,
+        after: impl FnMut(&TraceReader<R>),
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if packs_with_pext() {
+            // SAFETY: the CPU has BMI2 (checked just now).
+            return unsafe { self.replay_bmi2(reader, visit, after) };
         }
+        self.replay_with::<false, R>(reader, visit, after)
+    }
+
+    /// [`LiveState::replay_visiting`] compiled for BMI2: the whole loop, so that reading each
+    /// event (varints packed with `pext`) is inlined into it rather than called across the
+    /// boundary of a function compiled for other instructions.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "bmi2")]
+    fn replay_bmi2<R: Read>(
+        &mut self,
+        reader: &mut TraceReader<R>,
+        visit: impl FnMut(&LiveState, &Event) -> bool,
+        after: impl FnMut(&TraceReader<R>),
+    ) -> bool {
+        self.replay_with::<true, R>(reader, visit, after)
+    }
+
+    #[inline(always)]
+    fn replay_with<const PEXT: bool, R: Read>(
+        &mut self,
+        reader: &mut TraceReader<R>,
+        mut visit: impl FnMut(&LiveState, &Event) -> bool,
+        mut after: impl FnMut(&TraceReader<R>),
+    ) -> bool {
+        while let Some(record) = reader.next_event_or_record_with::<PEXT>() {
+            match record {
+                RecordRef::Event(e) => {
+                    if !visit(self, e) {
+                        return true;
+                    }
+                    self.apply_event(e);
+                }
+                RecordRef::Other(r) => self.apply(&r),
+            }
+            after(reader);
+        }
+        false
     }
 
     /// Applies one event (the same as [`LiveState::apply`] of `Record::Event`).

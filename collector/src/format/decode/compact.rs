@@ -8,6 +8,7 @@
 
 use super::cursor::Cursor;
 use super::fields::{MAX_PAYLOAD, WINDOW};
+use super::hot;
 use super::straight::Straight;
 use super::wire::{packs_with_pext, Wire};
 use super::ShapeTable;
@@ -231,8 +232,10 @@ pub(super) fn event_into_plain(bytes: &[u8], len: usize, d: &mut Delta, e: &mut 
     event_into_with::<false>(bytes, len, d, e)
 }
 
+/// [`event_into`] with varints packed by `pext` or not: `PEXT` only inside functions compiled
+/// for BMI2 (a replay loop compiled so calls this, inlined, for every event).
 #[inline(always)]
-fn event_into_with<const PEXT: bool>(
+pub(crate) fn event_into_with<const PEXT: bool>(
     bytes: &[u8],
     len: usize,
     d: &mut Delta,
@@ -241,6 +244,9 @@ fn event_into_with<const PEXT: bool>(
     if len <= MAX_PAYLOAD {
         if let Some(window) = bytes.get(..WINDOW) {
             let window: &[u8; WINDOW] = window.try_into().expect("a window");
+            if hot::read::<PEXT>(window, len, d, e) {
+                return true;
+            }
             let saved = *d;
             if let Some(got) = read(&mut Straight::<PEXT>::new(window, len), d, e) {
                 return matches!(got, Got::Event);

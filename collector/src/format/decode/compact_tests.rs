@@ -281,3 +281,29 @@ fn every_variant_round_trips() {
         }
     }
 }
+
+/// The one-pass reader of common events hard-codes the variant indexes of the operations it
+/// reads: they must be the ones postcard gives them.
+#[test]
+fn the_common_operations_have_the_indexes_the_one_pass_reader_expects() {
+    use super::hot::{ALLOC, FREE, FREE_HOST};
+    let ops = [
+        (
+            Op::Alloc {
+                kind: crate::event::MemKind::Device,
+                ptr: 0,
+                size: 0,
+                stream: 0,
+                pool: 0,
+                flags: 0,
+                pitch: 0,
+            },
+            ALLOC,
+        ),
+        (Op::Free { ptr: 0, stream: 0 }, FREE),
+        (Op::FreeHost { ptr: 0 }, FREE_HOST),
+    ];
+    for (op, index) in ops {
+        assert_eq!(op_index(&op), u32::from(index), "{op:?}");
+    }
+}

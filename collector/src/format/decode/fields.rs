@@ -10,9 +10,9 @@ use super::wire::{pack, pack_pext, within, Wire};
 
 /// Bytes a window holds: a payload of up to [`MAX_PAYLOAD`] bytes, and room to load eight bytes
 /// at its last byte.
-pub(super) const WINDOW: usize = 72;
+pub(crate) const WINDOW: usize = 72;
 /// The longest payload this reader takes (one bit of the mask per byte).
-pub(super) const MAX_PAYLOAD: usize = 64;
+pub(crate) const MAX_PAYLOAD: usize = 64;
 
 /// Reads the integer fields of `window[..len]`; with `PEXT`, packs varints with BMI2's `pext`
 /// (only inside functions compiled for BMI2, see `wire::packs_with_pext`).

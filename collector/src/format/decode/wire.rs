@@ -125,7 +125,7 @@ pub(super) fn pack_pext(word: u64, len: u32) -> u64 {
 /// run it in microcode, some hundred cycles, far slower than [`pack`]. Found out once; after
 /// that a load, on every event.
 #[inline(always)]
-pub(super) fn packs_with_pext() -> bool {
+pub(crate) fn packs_with_pext() -> bool {
     use std::sync::atomic::{AtomicU8, Ordering};
     /// 0: not yet known; 1: no; 2: yes.
     static FAST: AtomicU8 = AtomicU8::new(0);

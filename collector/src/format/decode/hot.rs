@@ -1,0 +1,301 @@
+//! The common version 2 event read in one pass: an allocation or a free that succeeded, outside
+//! nested calls. Nearly every event of a training loop is one; reading it through the general
+//! machinery (a reader behind a trait, a mask reader per operation field, the chunk's state saved
+//! in case the reader gives up) cost more than twice the instructions of reading it here.
+//!
+//! Everything is read into locals and checked first; only an event read whole, that the general
+//! reader would read the same, is written to the chunk's [`Delta`] and the event. Anything else
+//! (another operation, a failed call, a varint of nine bytes or more, a field past the payload, a
+//! value postcard rejects) is left untouched for the readers in `compact`, which decide.
+
+use super::fields::{MAX_PAYLOAD, WINDOW};
+use super::wire::{pack, pack_pext, within};
+use crate::event::{Api, Event, MemKind, Op};
+use crate::format::compact::{
+    unzig, Delta, CALLER, NCCL, NEST, PLACE, RESULT, SEQ, STACKS, THREAD,
+};
+
+/// Variant indexes of the operations read here: postcard numbers variants by declaration order
+/// (checked against the shape table in the tests).
+pub(super) const ALLOC: u8 = 0;
+pub(super) const FREE: u8 = 1;
+pub(super) const FREE_HOST: u8 = 2;
+
+/// Limits postcard puts on a varint: most bytes, and the most the last may hold.
+const U32: (u32, u8) = (5, 0x0f);
+const U64: (u32, u8) = (10, 0x01);
+
+/// A cursor over a payload in its window; `at` may run past the payload (never past the window):
+/// the caller checks it against the payload's length once, at the end.
+struct Bytes<'a, const PEXT: bool> {
+    window: &'a [u8; WINDOW],
+    at: usize,
+}
+
+impl<const PEXT: bool> Bytes<'_, PEXT> {
+    /// A varint within `limit`; `None` for nine bytes or more, or beyond the limit.
+    #[inline(always)]
+    fn varint(&mut self, limit: (u32, u8)) -> Option<u64> {
+        let at = self.at.min(MAX_PAYLOAD - 1);
+        let first = self.window[at];
+        if first < 0x80 {
+            self.at += 1;
+            return Some(u64::from(first));
+        }
+        let bytes: [u8; 8] = self.window[at..at + 8].try_into().expect("8 bytes");
+        let word = u64::from_le_bytes(bytes);
+        let stops = !word & 0x8080_8080_8080_8080;
+        if stops == 0 {
+            return None;
+        }
+        let len = stops.trailing_zeros() / 8 + 1;
+        if !within(len, (word >> (8 * (len - 1))) as u8, limit.0, limit.1) {
+            return None;
+        }
+        self.at += len as usize;
+        Some(if PEXT {
+            pack_pext(word, len)
+        } else {
+            pack(word, len)
+        })
+    }
+
+    #[inline(always)]
+    fn u64(&mut self) -> Option<u64> {
+        self.varint(U64)
+    }
+
+    #[inline(always)]
+    fn u32(&mut self) -> Option<u32> {
+        self.varint(U32).map(|v| v as u32)
+    }
+
+    #[inline(always)]
+    fn i32(&mut self) -> Option<i32> {
+        let n = self.u32()?;
+        Some(((n >> 1) as i32) ^ -((n & 1) as i32))
+    }
+
+    /// A `u64` field of an operation: 0 unless its bit of `mask` is set.
+    #[inline(always)]
+    fn field(&mut self, mask: u64, bit: u32) -> Option<u64> {
+        if mask & (1 << bit) != 0 {
+            self.u64()
+        } else {
+            Some(0)
+        }
+    }
+
+    /// A pointer field: against the chunk's previous pointer `base`, which it moves on.
+    #[inline(always)]
+    fn ptr(&mut self, mask: u64, bit: u32, base: &mut u64) -> Option<u64> {
+        if mask & (1 << bit) == 0 {
+            return Some(0);
+        }
+        *base = base.wrapping_add(unzig(self.u64()?));
+        Some(*base)
+    }
+}
+
+/// The header fields of an event, as read.
+struct Header {
+    seq: u64,
+    time_ns: u64,
+    thread: u32,
+    device: i32,
+    context: u64,
+    caller: u64,
+    stack: u32,
+    py_stack: u32,
+    py_inferred: bool,
+    nccl_scope: u64,
+    api: Api,
+}
+
+/// Reads the payload `window[..len]` against `d` into `e` if it is an allocation or a free that
+/// succeeded, outside nested calls, in the fields this reader takes; `false` (and `d` and `e`
+/// untouched) otherwise.
+#[inline(always)]
+pub(crate) fn read<const PEXT: bool>(
+    window: &[u8; WINDOW],
+    len: usize,
+    d: &mut Delta,
+    e: &mut Event,
+) -> bool {
+    try_read::<PEXT>(window, len, d, e).is_some()
+}
+
+#[inline(always)]
+fn try_read<const PEXT: bool>(
+    window: &[u8; WINDOW],
+    len: usize,
+    d: &mut Delta,
+    e: &mut Event,
+) -> Option<()> {
+    let mut r = Bytes::<PEXT> { window, at: 0 };
+    let flags = r.u32()?;
+    // Nested calls and failures take the general way.
+    if flags > 0xff || flags & (NEST | RESULT) != 0 {
+        return None;
+    }
+    let time = r.u64()?;
+    let api = *Api::ALL.get(r.u32()? as usize)?;
+    let mut h = Header {
+        seq: d.seq.wrapping_add(1),
+        time_ns: d.time_ns.wrapping_add(unzig(time)),
+        thread: d.thread,
+        device: d.device,
+        context: d.context,
+        caller: d.caller,
+        stack: d.stack,
+        py_stack: d.py_stack,
+        py_inferred: d.py_inferred,
+        nccl_scope: d.nccl_scope,
+        api,
+    };
+    if flags & SEQ != 0 {
+        h.seq = h.seq.wrapping_add(unzig(r.u64()?));
+    }
+    if flags & THREAD != 0 {
+        h.thread = r.u32()?;
+    }
+    if flags & PLACE != 0 {
+        h.device = r.i32()?;
+        h.context = r.u64()?;
+    }
+    if flags & CALLER != 0 {
+        h.caller = h.caller.wrapping_add(unzig(r.u64()?));
+    }
+    if flags & STACKS != 0 {
+        h.stack = r.u32()?;
+        h.py_stack = r.u32()?;
+        let at = r.at.min(MAX_PAYLOAD - 1);
+        h.py_inferred = match window[at] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        r.at += 1;
+    }
+    if flags & NCCL != 0 {
+        h.nccl_scope = r.u64()?;
+    }
+    // The operation's index and mask: one byte each here.
+    let at = r.at.min(MAX_PAYLOAD - 2);
+    let (index, mask) = (window[at], u64::from(window[at + 1]));
+    if index > FREE_HOST || mask >= 0x80 {
+        return None;
+    }
+    r.at += 2;
+    let mut base = d.ptr;
+    match index {
+        ALLOC => {
+            let kind = if mask & 1 != 0 {
+                match r.u32()? {
+                    0 => MemKind::Device,
+                    1 => MemKind::Async,
+                    2 => MemKind::Managed,
+                    3 => MemKind::Pitched,
+                    4 => MemKind::HostPinned,
+                    5 => MemKind::Array,
+                    _ => return None,
+                }
+            } else {
+                MemKind::Device
+            };
+            let ptr = r.ptr(mask, 1, &mut base)?;
+            let size = r.field(mask, 2)?;
+            let stream = r.field(mask, 3)?;
+            let pool = r.field(mask, 4)?;
+            let flags = if mask & (1 << 5) != 0 { r.u32()? } else { 0 };
+            let pitch = r.field(mask, 6)?;
+            if r.at > len {
+                return None;
+            }
+            match &mut e.op {
+                Op::Alloc {
+                    kind: k,
+                    ptr: p,
+                    size: s,
+                    stream: st,
+                    pool: po,
+                    flags: f,
+                    pitch: pi,
+                } => {
+                    (*k, *p, *s, *st, *po, *f, *pi) = (kind, ptr, size, stream, pool, flags, pitch);
+                }
+                op => replace(
+                    op,
+                    Op::Alloc {
+                        kind,
+                        ptr,
+                        size,
+                        stream,
+                        pool,
+                        flags,
+                        pitch,
+                    },
+                ),
+            }
+        }
+        FREE => {
+            let ptr = r.ptr(mask, 0, &mut base)?;
+            let stream = r.field(mask, 1)?;
+            if r.at > len {
+                return None;
+            }
+            match &mut e.op {
+                Op::Free { ptr: p, stream: st } => (*p, *st) = (ptr, stream),
+                op => replace(op, Op::Free { ptr, stream }),
+            }
+        }
+        _ => {
+            let ptr = r.ptr(mask, 0, &mut base)?;
+            if r.at > len {
+                return None;
+            }
+            match &mut e.op {
+                Op::FreeHost { ptr: p } => *p = ptr,
+                op => replace(op, Op::FreeHost { ptr }),
+            }
+        }
+    }
+    // Read whole: the chunk's state moves on, and the event takes the header.
+    d.seq = h.seq;
+    d.time_ns = h.time_ns;
+    d.thread = h.thread;
+    d.device = h.device;
+    d.context = h.context;
+    d.caller = h.caller;
+    d.stack = h.stack;
+    d.py_stack = h.py_stack;
+    d.py_inferred = h.py_inferred;
+    d.nccl_scope = h.nccl_scope;
+    d.ptr = base;
+    e.seq = h.seq;
+    e.time_ns = h.time_ns;
+    e.thread = h.thread;
+    e.api = h.api;
+    e.inner = None;
+    e.outer = None;
+    e.result = 0;
+    e.device = h.device;
+    e.context = h.context;
+    e.caller = h.caller;
+    e.stack = h.stack;
+    e.py_stack = h.py_stack;
+    e.py_inferred = h.py_inferred;
+    e.nccl_scope = h.nccl_scope;
+    Some(())
+}
+
+/// Puts `new` in place of `op`, which is another variant: dropped only if it owns heap memory.
+#[inline(always)]
+fn replace(op: &mut Op, new: Op) {
+    let old = std::mem::replace(op, new);
+    if super::shape_of(&old).owns_heap() {
+        drop(old);
+    } else {
+        std::mem::forget(old);
+    }
+}
