@@ -13,6 +13,10 @@
 # runs pinned: `taskset -c 2` (everything on one core, the read-ahead thread included) and
 # `taskset -c 2,3` (the read-ahead thread on a second core), three rounds each, on a trace of
 # 100 million events generated once into /tmp.
+#
+# With BASE=<an older build of the same benchmark>, it then compares the two on the one-thread
+# replay: both at once, each on a core of its own (cores 2 and 4, swapped every round), so that
+# whatever else the host does slows both alike; `ab-N.txt` holds each round's two logs.
 set -u
 BIN=${1:-target/gpu/replay-bench}
 OUT=${OUT:-/tmp/bench-out}
@@ -39,4 +43,14 @@ done
 for i in $(seq 1 "$ROUNDS"); do
     VRAMTRACE_BENCH_REUSE=1 taskset -c 2,3 "$BIN" --bench 2>&1 | tee "$OUT/two-cores-$i.txt"
 done
+if [ -n "${BASE:-}" ] && [ -x "$BASE" ]; then
+    for i in $(seq 1 "${AB_ROUNDS:-6}"); do
+        if [ $((i % 2)) = 1 ]; then cn=2; cb=4; else cn=4; cb=2; fi
+        VRAMTRACE_BENCH_REUSE=1 VRAMTRACE_BENCH_PHASES=one-thread taskset -c $cn "$BIN" --bench >"$OUT/ab-$i-new.txt" 2>&1 &
+        VRAMTRACE_BENCH_REUSE=1 VRAMTRACE_BENCH_PHASES=one-thread taskset -c $cb "$BASE" --bench >"$OUT/ab-$i-base.txt" 2>&1 &
+        wait
+        echo "round $i: new on core $cn: $(grep '^full replay' "$OUT/ab-$i-new.txt")"
+        echo "round $i: base on core $cb: $(grep '^full replay' "$OUT/ab-$i-base.txt")"
+    done | tee "$OUT/ab.txt"
+fi
 uptime | tee -a "$OUT/cpu.txt"
