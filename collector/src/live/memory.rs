@@ -39,18 +39,21 @@ fn charge_of(sites: &SiteTable, call: CallId, kind: MemKind) -> Charge {
 
 impl LiveState {
     /// Counts a pointer allocation as live (`ADD`) or gone.
+    ///
+    /// Takes the allocation's fields rather than the allocation: a reference would keep a copy
+    /// of it in memory, which the pointer table then copies from with wider loads than the
+    /// stores that wrote it (and waits for them).
     #[inline]
-    fn change_allocation<const ADD: bool>(&mut self, a: &Allocation) {
+    fn change_allocation<const ADD: bool>(&mut self, call: CallId, kind: MemKind, size: u64) {
         let sites = &self.sites;
-        let charge = || charge_of(sites, a.call, a.kind);
-        self.ledger
-            .change_by_call::<ADD>(a.call, a.kind, charge, a.size);
+        let charge = || charge_of(sites, call, kind);
+        self.ledger.change_by_call::<ADD>(call, kind, charge, size);
     }
 
     /// Counts a pointer allocation as gone.
     #[inline]
     pub(super) fn discharge_allocation(&mut self, a: &Allocation) {
-        self.change_allocation::<false>(a);
+        self.change_allocation::<false>(a.call, a.kind, a.size);
     }
 
     /// The origin of a pointer allocation.
@@ -103,7 +106,7 @@ impl LiveState {
         };
         match table.insert(alloc) {
             Inserted::Live { displaced } => {
-                self.change_allocation::<true>(&alloc);
+                self.change_allocation::<true>(call, kind, size);
                 if let Some(old) = displaced {
                     self.discharge_allocation(&old);
                     self.anomaly(e, AnomalyKind::AddressReused, ptr, Some(old.seq));
