@@ -413,3 +413,133 @@ fn events_with_unknown_operations_are_skipped_by_length() {
     assert_eq!(read_lent(&mut r), vec![Record::Event(event(6))]);
     assert_eq!(r.skipped(), 1);
 }
+
+/// Events of many shapes: the common ones (allocations and frees that succeed, which the replay
+/// loop reads in one pass) between failures, nested calls, other operations, and changes of
+/// thread, place, stacks and NCCL scope, so that each kind follows each other kind.
+fn varied_records(n: u64) -> Vec<Record> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut records = sample_records(0);
+    records.pop();
+    for seq in 1..=n {
+        let r = next();
+        let mut e = event(seq);
+        e.inner = None;
+        e.thread = 1 + (r % 3) as u32;
+        e.caller = 0x401000 + (r >> 8) % 5 * 0x40;
+        e.op = match (r >> 16) % 10 {
+            0..=3 => Op::Alloc {
+                kind: if r >> 20 & 1 == 0 {
+                    MemKind::Device
+                } else {
+                    MemKind::Async
+                },
+                ptr: 0x7000_0000_0000 + (r >> 24) % 64 * 0x1000,
+                size: 512 << ((r >> 30) % 4),
+                stream: (r >> 32) % 2,
+                pool: 0,
+                flags: 0,
+                pitch: 0,
+            },
+            4..=6 => Op::Free {
+                ptr: 0x7000_0000_0000 + (r >> 24) % 64 * 0x1000,
+                stream: 0,
+            },
+            7 => Op::FreeHost {
+                ptr: 0x6000_0000_0000 + (r >> 24) % 8 * 0x1000,
+            },
+            8 => Op::RangePush {
+                name: format!("r{}", r % 7),
+            },
+            _ => Op::MarkStep { step: seq },
+        };
+        match (r >> 40) % 12 {
+            0 => e.result = 2,
+            1 => e.inner = Some(Api::CuMemAlloc),
+            2 => (e.device, e.context) = (1, 0xc1),
+            3 => (e.stack, e.py_stack, e.py_inferred) = (1, 3, r >> 44 & 1 == 1),
+            4 => e.nccl_scope = seq,
+            5 => e.seq = seq + 2,
+            _ => {}
+        }
+        records.push(Record::Event(e));
+        // Now and then a long record that is not an event, so that a chunk can end with the
+        // common events before it read in one pass.
+        if r >> 48 & 31 == 0 {
+            records.push(Record::Warning("w".repeat(90)));
+        }
+    }
+    records
+}
+
+/// The replay loop (`LiveState::replay_visiting`, which `vramtrace` reads with) sees exactly
+/// the events a record reader reads, on whole, cut, damaged and re-framed files of both format
+/// versions.
+#[test]
+fn the_replay_loop_sees_the_events_a_record_reader_reads() {
+    use vramtrace_collector::live::LiveState;
+    let dir = tempfile::tempdir().unwrap();
+    let records = varied_records(3000);
+    for version in [1, FORMAT_VERSION] {
+        for chunk in [300, 4096] {
+            let bytes = write_version(&records, chunk, version);
+            let mut damaged = bytes.clone();
+            let middle = damaged.len() / 2;
+            damaged[middle] ^= 0x55;
+            let skips = edit_chunk(&bytes, 2, |raw| {
+                let at = record_starts(raw)[3];
+                raw.splice(at..at, [3, 99, 0, 0, 1, 0x80]);
+            });
+            let files = [
+                bytes.clone(),
+                bytes[..bytes.len() - 77].to_vec(),
+                damaged,
+                skips,
+            ];
+            for (i, file) in files.iter().enumerate() {
+                let what = format!("version {version}, chunk {chunk}, file {i}");
+                let mut direct = TraceReader::new(&file[..]).unwrap();
+                let want: Vec<Event> = direct
+                    .by_ref()
+                    .filter_map(|r| match r {
+                        Record::Event(e) => Some(e),
+                        _ => None,
+                    })
+                    .collect();
+                if i == 0 || i == 3 {
+                    assert_eq!(want.len(), 3000, "{what}");
+                }
+                let path = dir.path().join(format!("{version}-{chunk}-{i}.vtrace"));
+                std::fs::write(&path, file).unwrap();
+                for mut reader in [
+                    TraceReader::new(std::io::Cursor::new(file.clone())).unwrap(),
+                    TraceReader::new(std::io::Cursor::new(std::fs::read(&path).unwrap())).unwrap(),
+                ] {
+                    let mut seen = Vec::new();
+                    let stopped = LiveState::new().replay_visiting(
+                        &mut reader,
+                        |_, e| {
+                            seen.push(e.clone());
+                            true
+                        },
+                        |_| {},
+                    );
+                    assert!(!stopped, "{what}");
+                    assert_eq!(seen, want, "{what}");
+                    assert_eq!(reader.ending(), direct.ending(), "{what}");
+                    assert_eq!(
+                        (reader.records(), reader.skipped(), reader.offset()),
+                        (direct.records(), direct.skipped(), direct.offset()),
+                        "{what}"
+                    );
+                }
+            }
+        }
+    }
+}
