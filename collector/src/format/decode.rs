@@ -18,9 +18,10 @@
 //! variant added later that this table lacks decodes through postcard, slower but the same.
 //!
 //! That is format version 1. Version 2 writes each event against the previous one of its chunk
-//! (`format/compact.rs`), still in postcard's primitives: `compact` reads it with the same two
-//! readers, and [`op_index`] / [`op_fields`] give the writer the variant table and the fields in
-//! the order the readers read them.
+//! (`format/compact.rs`), still in postcard's primitives: `compact` reads it with the general
+//! reader and `straight` (a short payload read straight through), `hot` reads the common event
+//! (an allocation or a free that succeeded) in one pass, and [`op_index`] / [`op_fields`] give
+//! the writer the variant table and the fields in the order the readers read them.
 
 use std::sync::OnceLock;
 

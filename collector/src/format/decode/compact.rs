@@ -1,6 +1,7 @@
-//! Decoding version 2 events (the layout is in `format/compact.rs`) with the readers of
-//! version 1: a version 2 event is a row of postcard primitives too, so the mask reader takes a
-//! short one and the general reader anything else.
+//! Decoding version 2 events (the layout is in `format/compact.rs`). A version 2 event is a row
+//! of postcard primitives, so the readers of version 1's primitives serve: the common event goes
+//! to the one-pass reader (`hot`), another short one to `straight`, anything else to the general
+//! reader.
 //!
 //! Each event is read against the [`Delta`] of its chunk (the previous event), which moves on
 //! only when the event was read whole (or its header was, for an event this reader does not
