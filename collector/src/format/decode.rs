@@ -41,6 +41,7 @@ mod wire;
 
 pub(crate) use self::fields::{MAX_PAYLOAD, WINDOW};
 pub(crate) use self::hot::read as read_common_event;
+#[cfg(target_arch = "x86_64")]
 pub(crate) use self::wire::packs_with_pext;
 
 /// Whether a field read with this [`Wire`] method lives on the heap.

@@ -27,6 +27,7 @@ mod record;
 mod varint;
 mod writer;
 
+#[cfg(target_arch = "x86_64")]
 pub(crate) use decode::packs_with_pext;
 pub use error::TraceError;
 pub use header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};

@@ -13,7 +13,9 @@ use super::objects::Origin;
 use super::sites::{CallId, SiteKey};
 use super::{Anomaly, AnomalyKind, Failure, LiveState, StepSource, MAX_TRACER_NOTES};
 use crate::event::{Api, Event, Layer, Op};
-use crate::format::{packs_with_pext, Record, RecordRef, TraceReader};
+#[cfg(target_arch = "x86_64")]
+use crate::format::packs_with_pext;
+use crate::format::{Record, RecordRef, TraceReader};
 
 impl LiveState {
     /// Applies one record; records must come in file order.

@@ -11,7 +11,9 @@ use super::cursor::Cursor;
 use super::fields::{MAX_PAYLOAD, WINDOW};
 use super::hot;
 use super::straight::Straight;
-use super::wire::{packs_with_pext, Wire};
+#[cfg(target_arch = "x86_64")]
+use super::wire::packs_with_pext;
+use super::wire::Wire;
 use super::ShapeTable;
 use crate::event::{Api, Event};
 use crate::format::compact::{

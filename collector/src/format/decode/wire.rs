@@ -124,6 +124,7 @@ pub(super) fn pack_pext(word: u64, len: u32) -> u64 {
 /// Whether this CPU has BMI2's `pext`, and it is fast: AMD processors before Zen 3 (family 0x19)
 /// run it in microcode, some hundred cycles, far slower than [`pack`]. Found out once; after
 /// that a load, on every event.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn packs_with_pext() -> bool {
     use std::sync::atomic::{AtomicU8, Ordering};
@@ -140,27 +141,23 @@ pub(crate) fn packs_with_pext() -> bool {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[cold]
 fn pext_is_fast() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if !std::arch::is_x86_feature_detected!("bmi2") {
-            return false;
-        }
-        // Leaf 0: the vendor in EBX, EDX, ECX ("AuthenticAMD"); leaf 1: the family in EAX.
-        let vendor = std::arch::x86_64::__cpuid(0);
-        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-        let eax = std::arch::x86_64::__cpuid(1).eax;
-        let base = (eax >> 8) & 0xf;
-        let family = if base == 0xf {
-            base + ((eax >> 20) & 0xff)
-        } else {
-            base
-        };
-        !amd || family >= 0x19
+    if !std::arch::is_x86_feature_detected!("bmi2") {
+        return false;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    // Leaf 0: the vendor in EBX, EDX, ECX ("AuthenticAMD"); leaf 1: the family in EAX.
+    let vendor = std::arch::x86_64::__cpuid(0);
+    let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+    let eax = std::arch::x86_64::__cpuid(1).eax;
+    let base = (eax >> 8) & 0xf;
+    let family = if base == 0xf {
+        base + ((eax >> 20) & 0xff)
+    } else {
+        base
+    };
+    !amd || family >= 0x19
 }
 
 /// Whether a varint of `len` bytes whose last byte is `last` is within postcard's limits.
