@@ -8,8 +8,9 @@
 //! (another operation, a failed call, a varint of nine bytes or more, a field past the payload, a
 //! value postcard rejects) is left untouched for the readers in `compact`, which decide.
 
-use super::fields::{MAX_PAYLOAD, WINDOW};
-use super::wire::{pack, pack_pext, within};
+use super::fields::WINDOW;
+use super::straight::Straight;
+use super::wire::Wire;
 use crate::event::{Api, Event, MemKind, Op};
 use crate::format::compact::{
     unzig, Delta, CALLER, NCCL, NEST, PLACE, RESULT, SEQ, STACKS, THREAD,
@@ -21,80 +22,29 @@ pub(super) const ALLOC: u8 = 0;
 pub(super) const FREE: u8 = 1;
 pub(super) const FREE_HOST: u8 = 2;
 
-/// Limits postcard puts on a varint: most bytes, and the most the last may hold.
-const U32: (u32, u8) = (5, 0x0f);
-const U64: (u32, u8) = (10, 0x01);
-
-/// A cursor over a payload in its window; `at` may run past the payload (never past the window):
-/// the caller checks it against the payload's length once, at the end.
-struct Bytes<'a, const PEXT: bool> {
-    window: &'a [u8; WINDOW],
-    at: usize,
+/// A `u64` field of an operation: 0 unless its bit of `mask` is set.
+#[inline(always)]
+fn field<const PEXT: bool>(r: &mut Straight<'_, PEXT>, mask: u64, bit: u32) -> Option<u64> {
+    if mask & (1 << bit) != 0 {
+        r.u64()
+    } else {
+        Some(0)
+    }
 }
 
-impl<const PEXT: bool> Bytes<'_, PEXT> {
-    /// A varint within `limit`; `None` for nine bytes or more, or beyond the limit.
-    #[inline(always)]
-    fn varint(&mut self, limit: (u32, u8)) -> Option<u64> {
-        let at = self.at.min(MAX_PAYLOAD - 1);
-        let first = self.window[at];
-        if first < 0x80 {
-            self.at += 1;
-            return Some(u64::from(first));
-        }
-        let bytes: [u8; 8] = self.window[at..at + 8].try_into().expect("8 bytes");
-        let word = u64::from_le_bytes(bytes);
-        let stops = !word & 0x8080_8080_8080_8080;
-        if stops == 0 {
-            return None;
-        }
-        let len = stops.trailing_zeros() / 8 + 1;
-        if !within(len, (word >> (8 * (len - 1))) as u8, limit.0, limit.1) {
-            return None;
-        }
-        self.at += len as usize;
-        Some(if PEXT {
-            pack_pext(word, len)
-        } else {
-            pack(word, len)
-        })
+/// A pointer field: against the chunk's previous pointer `base`, which it moves on.
+#[inline(always)]
+fn ptr<const PEXT: bool>(
+    r: &mut Straight<'_, PEXT>,
+    mask: u64,
+    bit: u32,
+    base: &mut u64,
+) -> Option<u64> {
+    if mask & (1 << bit) == 0 {
+        return Some(0);
     }
-
-    #[inline(always)]
-    fn u64(&mut self) -> Option<u64> {
-        self.varint(U64)
-    }
-
-    #[inline(always)]
-    fn u32(&mut self) -> Option<u32> {
-        self.varint(U32).map(|v| v as u32)
-    }
-
-    #[inline(always)]
-    fn i32(&mut self) -> Option<i32> {
-        let n = self.u32()?;
-        Some(((n >> 1) as i32) ^ -((n & 1) as i32))
-    }
-
-    /// A `u64` field of an operation: 0 unless its bit of `mask` is set.
-    #[inline(always)]
-    fn field(&mut self, mask: u64, bit: u32) -> Option<u64> {
-        if mask & (1 << bit) != 0 {
-            self.u64()
-        } else {
-            Some(0)
-        }
-    }
-
-    /// A pointer field: against the chunk's previous pointer `base`, which it moves on.
-    #[inline(always)]
-    fn ptr(&mut self, mask: u64, bit: u32, base: &mut u64) -> Option<u64> {
-        if mask & (1 << bit) == 0 {
-            return Some(0);
-        }
-        *base = base.wrapping_add(unzig(self.u64()?));
-        Some(*base)
-    }
+    *base = base.wrapping_add(unzig(r.u64()?));
+    Some(*base)
 }
 
 /// The header fields of an event, as read.
@@ -132,7 +82,8 @@ fn try_read<const PEXT: bool>(
     d: &mut Delta,
     e: &mut Event,
 ) -> Option<()> {
-    let mut r = Bytes::<PEXT> { window, at: 0 };
+    // Fields may run past the payload while read (never past the window): checked at the end.
+    let mut r = Straight::<PEXT>::new(window, len);
     let flags = r.u32()?;
     // Nested calls and failures take the general way.
     if flags > 0xff || flags & (NEST | RESULT) != 0 {
@@ -169,24 +120,16 @@ fn try_read<const PEXT: bool>(
     if flags & STACKS != 0 {
         h.stack = r.u32()?;
         h.py_stack = r.u32()?;
-        let at = r.at.min(MAX_PAYLOAD - 1);
-        h.py_inferred = match window[at] {
-            0 => false,
-            1 => true,
-            _ => return None,
-        };
-        r.at += 1;
+        h.py_inferred = r.bool()?;
     }
     if flags & NCCL != 0 {
         h.nccl_scope = r.u64()?;
     }
     // The operation's index and mask: one byte each here.
-    let at = r.at.min(MAX_PAYLOAD - 2);
-    let (index, mask) = (window[at], u64::from(window[at + 1]));
+    let (index, mask) = (r.byte()?, u64::from(r.byte()?));
     if index > FREE_HOST || mask >= 0x80 {
         return None;
     }
-    r.at += 2;
     let mut base = d.ptr;
     match index {
         ALLOC => {
@@ -203,13 +146,13 @@ fn try_read<const PEXT: bool>(
             } else {
                 MemKind::Device
             };
-            let ptr = r.ptr(mask, 1, &mut base)?;
-            let size = r.field(mask, 2)?;
-            let stream = r.field(mask, 3)?;
-            let pool = r.field(mask, 4)?;
+            let ptr = ptr(&mut r, mask, 1, &mut base)?;
+            let size = field(&mut r, mask, 2)?;
+            let stream = field(&mut r, mask, 3)?;
+            let pool = field(&mut r, mask, 4)?;
             let flags = if mask & (1 << 5) != 0 { r.u32()? } else { 0 };
-            let pitch = r.field(mask, 6)?;
-            if r.at > len {
+            let pitch = field(&mut r, mask, 6)?;
+            if !r.within_payload() {
                 return None;
             }
             match &mut e.op {
@@ -239,9 +182,9 @@ fn try_read<const PEXT: bool>(
             }
         }
         FREE => {
-            let ptr = r.ptr(mask, 0, &mut base)?;
-            let stream = r.field(mask, 1)?;
-            if r.at > len {
+            let ptr = ptr(&mut r, mask, 0, &mut base)?;
+            let stream = field(&mut r, mask, 1)?;
+            if !r.within_payload() {
                 return None;
             }
             match &mut e.op {
@@ -250,8 +193,8 @@ fn try_read<const PEXT: bool>(
             }
         }
         _ => {
-            let ptr = r.ptr(mask, 0, &mut base)?;
-            if r.at > len {
+            let ptr = ptr(&mut r, mask, 0, &mut base)?;
+            if !r.within_payload() {
                 return None;
             }
             match &mut e.op {
