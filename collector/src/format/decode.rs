@@ -99,16 +99,7 @@ macro_rules! op_shapes {
                     $((Shape::$variant, Op::$variant { $($field),* }) => {
                         $(*$field = c.$read()?;)*
                     })*
-                    (shape, op) => {
-                        let old = std::mem::replace(op, shape.decode(c)?);
-                        // Most variants own nothing on the heap: skip the call to their drop glue,
-                        // which only looks at the variant to find that out.
-                        if shape_of(&old).owns_heap() {
-                            drop(old);
-                        } else {
-                            std::mem::forget(old);
-                        }
-                    }
+                    (shape, op) => replace_op(op, shape.decode(c)?),
                 }
                 Some(())
             }
@@ -179,6 +170,18 @@ op_shapes! {
     Mark { name: string },
     DeviceMemory { free: u64, total: u64 },
     PrimaryCtxRetain { device: i32, ctx: u64 },
+}
+
+/// Puts `new` in place of `op`, another variant. Most variants own nothing on the heap: their
+/// drop glue, a call that only looks at the variant to find that out, is skipped for them.
+#[inline(always)]
+fn replace_op(op: &mut Op, new: Op) {
+    let old = std::mem::replace(op, new);
+    if shape_of(&old).owns_heap() {
+        drop(old);
+    } else {
+        std::mem::forget(old);
+    }
 }
 
 /// Variant indexes beyond this go to postcard.

@@ -96,17 +96,4 @@ impl<const PEXT: bool> Wire for Fields<'_, PEXT> {
         let (start, len) = self.field()?;
         (len == 1).then_some(self.window[start])
     }
-
-    // Strings and lists are left to the general reader: their bytes are not fields.
-    fn string(&mut self) -> Option<String> {
-        None
-    }
-
-    fn u64s(&mut self) -> Option<Vec<u64>> {
-        None
-    }
-
-    fn i32s(&mut self) -> Option<Vec<i32>> {
-        None
-    }
 }

@@ -9,6 +9,7 @@
 //! value postcard rejects) is left untouched for the readers in `compact`, which decide.
 
 use super::fields::WINDOW;
+use super::replace_op;
 use super::straight::Straight;
 use super::wire::Wire;
 use crate::event::{Api, Event, MemKind, Op};
@@ -134,15 +135,7 @@ fn try_read<const PEXT: bool>(
     match index {
         ALLOC => {
             let kind = if mask & 1 != 0 {
-                match r.u32()? {
-                    0 => MemKind::Device,
-                    1 => MemKind::Async,
-                    2 => MemKind::Managed,
-                    3 => MemKind::Pitched,
-                    4 => MemKind::HostPinned,
-                    5 => MemKind::Array,
-                    _ => return None,
-                }
+                r.kind()?
             } else {
                 MemKind::Device
             };
@@ -167,7 +160,7 @@ fn try_read<const PEXT: bool>(
                 } => {
                     (*k, *p, *s, *st, *po, *f, *pi) = (kind, ptr, size, stream, pool, flags, pitch);
                 }
-                op => replace(
+                op => replace_op(
                     op,
                     Op::Alloc {
                         kind,
@@ -189,7 +182,7 @@ fn try_read<const PEXT: bool>(
             }
             match &mut e.op {
                 Op::Free { ptr: p, stream: st } => (*p, *st) = (ptr, stream),
-                op => replace(op, Op::Free { ptr, stream }),
+                op => replace_op(op, Op::Free { ptr, stream }),
             }
         }
         _ => {
@@ -199,7 +192,7 @@ fn try_read<const PEXT: bool>(
             }
             match &mut e.op {
                 Op::FreeHost { ptr: p } => *p = ptr,
-                op => replace(op, Op::FreeHost { ptr }),
+                op => replace_op(op, Op::FreeHost { ptr }),
             }
         }
     }
@@ -230,15 +223,4 @@ fn try_read<const PEXT: bool>(
     e.py_inferred = h.py_inferred;
     e.nccl_scope = h.nccl_scope;
     Some(())
-}
-
-/// Puts `new` in place of `op`, which is another variant: dropped only if it owns heap memory.
-#[inline(always)]
-fn replace(op: &mut Op, new: Op) {
-    let old = std::mem::replace(op, new);
-    if super::shape_of(&old).owns_heap() {
-        drop(old);
-    } else {
-        std::mem::forget(old);
-    }
 }

@@ -77,17 +77,4 @@ impl<const PEXT: bool> Wire for Straight<'_, PEXT> {
         self.pos += 1;
         Some(b)
     }
-
-    // Strings and lists are left to the general reader.
-    fn string(&mut self) -> Option<String> {
-        None
-    }
-
-    fn u64s(&mut self) -> Option<Vec<u64>> {
-        None
-    }
-
-    fn i32s(&mut self) -> Option<Vec<i32>> {
-        None
-    }
 }

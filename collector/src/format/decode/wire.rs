@@ -13,9 +13,18 @@ pub(super) trait Wire {
     /// One raw byte (a `bool`, or the tag of an `Option`).
     fn byte(&mut self) -> Option<u8>;
 
-    fn string(&mut self) -> Option<String>;
-    fn u64s(&mut self) -> Option<Vec<u64>>;
-    fn i32s(&mut self) -> Option<Vec<i32>>;
+    /// A string. The fast readers leave strings and lists to the general reader: they give up.
+    fn string(&mut self) -> Option<String> {
+        None
+    }
+
+    fn u64s(&mut self) -> Option<Vec<u64>> {
+        None
+    }
+
+    fn i32s(&mut self) -> Option<Vec<i32>> {
+        None
+    }
 
     /// Whether what was read lies inside the payload: a reader that may read past it while
     /// reading (and so must be asked before anything it read is used) says no.
