@@ -351,31 +351,36 @@ impl<R: Read> TraceReader<R> {
     /// (counted as skipped) when this reader does not know it.
     #[inline(always)]
     fn event(&mut self, start: usize, end: usize) -> bool {
-        let bytes = &self.chunk[start..];
-        let decoded = if self.version >= 2 {
-            decode::compact::event_into(bytes, end - start, &mut self.delta, &mut self.event)
-        } else {
-            decode::event_into(bytes, end - start, &mut self.event)
-        };
-        self.count(decoded)
+        self.decode_event(start, end, decode::compact::event_into)
     }
 
     /// [`TraceReader::event`] with varints packed by `pext` or not (`PEXT` only inside
     /// functions compiled for BMI2).
     #[inline(always)]
     fn event_with<const PEXT: bool>(&mut self, start: usize, end: usize) -> bool {
+        self.decode_event(start, end, decode::compact::event_into_with::<PEXT>)
+    }
+
+    /// Decodes the event payload `chunk[start..end]`, a version 2 one with `v2`, and counts it.
+    #[inline(always)]
+    fn decode_event(
+        &mut self,
+        start: usize,
+        end: usize,
+        v2: impl FnOnce(&[u8], usize, &mut Delta, &mut Event) -> bool,
+    ) -> bool {
         let bytes = &self.chunk[start..];
         let decoded = if self.version >= 2 {
-            decode::compact::event_into_with::<PEXT>(
-                bytes,
-                end - start,
-                &mut self.delta,
-                &mut self.event,
-            )
+            v2(bytes, end - start, &mut self.delta, &mut self.event)
         } else {
             decode::event_into(bytes, end - start, &mut self.event)
         };
-        self.count(decoded)
+        if decoded {
+            self.records += 1;
+        } else {
+            self.skipped += 1;
+        }
+        decoded
     }
 
     /// Reads the next record if it is the common one (a version 2 event of a short payload
@@ -406,17 +411,6 @@ impl<R: Read> TraceReader<R> {
         self.pos = pos + 1 + len;
         self.records += 1;
         true
-    }
-
-    /// Counts an event read, or skipped.
-    #[inline(always)]
-    fn count(&mut self, decoded: bool) -> bool {
-        if decoded {
-            self.records += 1;
-        } else {
-            self.skipped += 1;
-        }
-        decoded
     }
 
     /// The next record, or `None` at the end of the readable part.

@@ -161,7 +161,17 @@ impl LiveState {
 
     #[inline]
     fn apply_event_body(&mut self, e: &Event) {
-        let nccl_call = e.api.layer() == Layer::Nccl;
+        self.apply_call(e);
+        // An NCCL call's scope ends with it.
+        if e.api.layer() == Layer::Nccl {
+            self.nccl.close_scope(e.nccl_scope);
+            self.resolve_deferred(e.nccl_scope, None);
+        }
+    }
+
+    /// Applies what the call of `e` did, or its failure.
+    #[inline]
+    fn apply_call(&mut self, e: &Event) {
         // A free that succeeded makes nothing, so it needs no call: half the events of a
         // training loop skip its lookup, and only note their site.
         if e.ok() {
@@ -173,10 +183,6 @@ impl LiveState {
             if let Some((ptr, host)) = freed {
                 self.sites.note_free(e.caller, e.stack, e.py_stack);
                 self.on_free(e, ptr, host);
-                if nccl_call {
-                    self.nccl.close_scope(e.nccl_scope);
-                    self.resolve_deferred(e.nccl_scope, None);
-                }
                 return;
             }
         }
@@ -184,10 +190,6 @@ impl LiveState {
         if !e.ok() {
             let origin = self.origin_of(call.id, e);
             self.on_failure(e, origin);
-            if nccl_call {
-                self.nccl.close_scope(e.nccl_scope);
-                self.resolve_deferred(e.nccl_scope, None);
-            }
             return;
         }
         // Only objects made inside an NCCL call or by NCCL's library get a communicator. Each arm
@@ -218,10 +220,6 @@ impl LiveState {
                     }
                 }
             }
-        }
-        if nccl_call {
-            self.nccl.close_scope(e.nccl_scope);
-            self.resolve_deferred(e.nccl_scope, None);
         }
     }
 
