@@ -466,6 +466,9 @@ fn varied_records(n: u64) -> Vec<Record> {
             3 => (e.stack, e.py_stack, e.py_inferred) = (1, 3, r >> 44 & 1 == 1),
             4 => e.nccl_scope = seq,
             5 => e.seq = seq + 2,
+            // Every seldom-changing field zero, as a chunk's state starts: the first event of a
+            // chunk then writes none of them, and the reader must not keep the last chunk's.
+            6 => e.context = 0,
             _ => {}
         }
         records.push(Record::Event(e));
@@ -542,4 +545,60 @@ fn the_replay_loop_sees_the_events_a_record_reader_reads() {
             }
         }
     }
+}
+
+/// The one-pass reader of common events leaves the fields an event does not change alone in the
+/// event it lends. A chunk starts from zeros: its first event, read after another record, must
+/// not keep the last chunk's stacks and context.
+#[test]
+fn a_chunk_that_starts_with_another_record_reads_its_events_against_zeros() {
+    use vramtrace_collector::live::LiveState;
+    let plain = |seq: u64| Event {
+        inner: None,
+        ..event(seq)
+    };
+    let first = Event {
+        stack: 3,
+        py_stack: 2,
+        py_inferred: true,
+        nccl_scope: 9,
+        device: 1,
+        ..plain(1)
+    };
+    let zeros = Event {
+        context: 0,
+        ..plain(2)
+    };
+    // Each event after another record, so that the one-pass reader reads it.
+    let records = vec![
+        Record::Warning("v".into()),
+        Record::Event(first),
+        Record::Warning("w".repeat(400)),
+        Record::Warning("x".into()),
+        Record::Event(zeros),
+        Record::Event(plain(3)),
+        Record::Warning("y".repeat(100)),
+    ];
+    let bytes = write_version(&records, 300, FORMAT_VERSION);
+    let mut direct = TraceReader::new(&bytes[..]).unwrap();
+    let want: Vec<Event> = direct
+        .by_ref()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(direct.chunks(), 2);
+    assert_eq!(want.len(), 3);
+    let mut seen = Vec::new();
+    let mut reader = TraceReader::new(&bytes[..]).unwrap();
+    LiveState::new().replay_visiting(
+        &mut reader,
+        |_, e| {
+            seen.push(e.clone());
+            true
+        },
+        |_| {},
+    );
+    assert_eq!(seen, want);
 }

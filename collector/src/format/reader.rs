@@ -86,6 +86,13 @@ pub struct TraceReader<R: Read> {
     version: u32,
     /// What the next event of the chunk is written against (version 2).
     delta: Delta,
+    /// Where in `chunk` the one-pass reader of common events may start a record (it reads a
+    /// whole window after the start): 0 in version 1, and once reading has ended.
+    common_end: usize,
+    /// Whether `event`'s seldom-changing fields are `delta`'s, as the one-pass reader of common
+    /// events leaves them (see `decode::read_common_event`): cleared whenever anything else
+    /// moves `delta` or writes `event`.
+    synced: bool,
     ending: Option<Ending>,
     chunks: u64,
     records: u64,
@@ -176,6 +183,8 @@ impl<R: Read> TraceReader<R> {
             event: decode::blank(),
             version,
             delta: Delta::default(),
+            common_end: 0,
+            synced: false,
             ending: None,
             chunks: 0,
             records: 0,
@@ -199,6 +208,8 @@ impl<R: Read> TraceReader<R> {
             event,
             version,
             delta,
+            common_end,
+            synced,
             ending,
             chunks,
             records,
@@ -221,6 +232,8 @@ impl<R: Read> TraceReader<R> {
             event,
             version,
             delta,
+            common_end,
+            synced,
             ending,
             chunks,
             records,
@@ -275,8 +288,14 @@ impl<R: Read> TraceReader<R> {
             Loaded::Chunk { len } => {
                 self.offset += len;
                 self.pos = 0;
+                self.common_end = if self.version >= 2 {
+                    (self.chunk.len() + 1).saturating_sub(2 + decode::WINDOW)
+                } else {
+                    0
+                };
                 // Every chunk decodes on its own.
                 self.delta = Delta::default();
+                self.synced = false;
                 self.chunks += 1;
                 true
             }
@@ -318,6 +337,7 @@ impl<R: Read> TraceReader<R> {
                     None => "bad record length",
                     Some(_) => "record runs past its chunk",
                 };
+                self.common_end = 0;
                 self.ending = Some(Ending::Corrupt {
                     offset: self.offset,
                     reason: reason.into(),
@@ -370,6 +390,7 @@ impl<R: Read> TraceReader<R> {
         v2: impl FnOnce(&[u8], usize, &mut Delta, &mut Event) -> bool,
     ) -> bool {
         let bytes = &self.chunk[start..];
+        self.synced = false;
         let decoded = if self.version >= 2 {
             v2(bytes, end - start, &mut self.delta, &mut self.event)
         } else {
@@ -388,10 +409,10 @@ impl<R: Read> TraceReader<R> {
     /// chunk after it); `false`, with nothing read, otherwise.
     #[inline(always)]
     fn common_event<const PEXT: bool>(&mut self) -> bool {
-        if self.version < 2 || self.ending.is_some() {
+        let pos = self.pos;
+        if pos >= self.common_end {
             return false;
         }
-        let pos = self.pos;
         let Some(framed) = self.chunk.get(pos..pos + 2 + decode::WINDOW) else {
             return false;
         };
@@ -405,7 +426,8 @@ impl<R: Read> TraceReader<R> {
             return false;
         }
         let window: &[u8; decode::WINDOW] = framed[2..].try_into().expect("a window");
-        if !decode::read_common_event::<PEXT>(window, len - 1, &mut self.delta, &mut self.event) {
+        let (d, e, synced) = (&mut self.delta, &mut self.event, &mut self.synced);
+        if !decode::read_common_event::<PEXT>(window, len - 1, d, e, synced) {
             return false;
         }
         self.pos = pos + 1 + len;

@@ -28,7 +28,7 @@ impl LiveState {
     pub fn calls(&self) -> Vec<ApiCount> {
         Api::ALL
             .iter()
-            .zip(&self.calls)
+            .zip(self.calls.0.iter())
             .filter(|&(_, &calls)| calls > 0)
             .map(|(&api, &calls)| ApiCount {
                 api,
@@ -40,7 +40,7 @@ impl LiveState {
 
     /// Calls of one entry point.
     pub fn call_count(&self, api: Api) -> u64 {
-        self.calls.get(api as usize).copied().unwrap_or(0)
+        self.calls.0[api as usize]
     }
 
     /// Failed calls.
@@ -168,5 +168,16 @@ impl LiveState {
     /// Names a code address as `module+offset`.
     pub fn locate(&self, addr: u64) -> CodeLocation {
         self.owners.locate(addr)
+    }
+}
+
+/// Calls per entry point, one counter for each: indexed by an `Api`, which is always in range,
+/// so counting a call is one add (no bounds check, no growing).
+#[derive(Debug)]
+pub(super) struct CallCounts(pub(super) Box<[u64; Api::ALL.len()]>);
+
+impl Default for CallCounts {
+    fn default() -> Self {
+        CallCounts(Box::new([0; Api::ALL.len()]))
     }
 }

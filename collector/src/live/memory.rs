@@ -89,12 +89,13 @@ impl LiveState {
         if on_device {
             self.detector.observe(self.sites.call(call).site, size, seq);
         }
-        let alloc = Allocation {
+        let (time_ns, step) = (e.time_ns, self.steps);
+        let alloc = || Allocation {
             ptr,
             size,
             seq,
-            time_ns: e.time_ns,
-            step: self.steps,
+            time_ns,
+            step,
             call,
             flags: Flags::default(),
             kind,
@@ -104,7 +105,7 @@ impl LiveState {
         } else {
             &mut self.memory.host
         };
-        match table.insert(alloc) {
+        match table.insert_with(ptr, seq, alloc) {
             Inserted::Live { displaced } => {
                 self.change_allocation::<true>(call, kind, size);
                 if let Some(old) = displaced {

@@ -62,6 +62,7 @@ pub use summary::{
     CallSite, CategoryTotals, CommunicatorTotals, DeviceTotals, ModuleTotals, Summary, Totals,
 };
 
+use self::counters::CallCounts;
 use self::memory::MemoryTables;
 use self::nccl::NcclTables;
 use self::objects::api_name;
@@ -125,7 +126,7 @@ pub struct LiveState {
     anomalies: Anomalies,
     failures: Failures,
     /// Calls per entry point, indexed by `Api as usize`.
-    calls: Vec<u64>,
+    calls: CallCounts,
     teardown: Teardown,
     events: u64,
     last_seq: u64,

@@ -3,8 +3,10 @@
 //! Allocations and frees name exact pointers, so nothing on the replay path needs them in address
 //! order (queries sort when they list). A `BTreeMap` paid for the order with a tree walk per
 //! event and nodes a third empty on average; here an allocation costs its own 48 bytes in a
-//! dense array plus 10 to 22 bytes of index (a power-of-two table of `u64` slots at most 3/4
-//! full, linear probing, deletion by backward shift so no tombstones pile up). Slots freed in the
+//! dense array plus 16 to 32 bytes of index (a power-of-two table of `u64` slots at most half
+//! full, linear probing, deletion by backward shift so no tombstones pile up). Half, not 3/4: a
+//! probe for an address not in the table (every allocation makes one) passes 8.5 slots on
+//! average at 3/4 full, 2.5 at half, and the replay has memory to spare for it. Slots freed in the
 //! array are reused, so it holds as many entries as were ever live at once.
 //!
 //! A slot holds the entry's index and the top 32 bits of its pointer's hash. The hash bits say
@@ -124,19 +126,25 @@ impl PointerMap {
         self.slot_of(ptr).is_some()
     }
 
-    /// The live allocation at `a.ptr`, to change; or, when there is none, `None` and `a` is
-    /// added. One probe either way: an allocation's address is nearly always free.
-    #[inline]
-    pub(crate) fn get_or_insert(&mut self, a: Allocation) -> Option<&mut Allocation> {
-        debug_assert!(a.ptr != 0);
-        let h = hash(a.ptr);
+    /// The live allocation at `ptr`, to change; or, when there is none, `None` and the
+    /// allocation `make` builds (at `ptr`) is added. One probe either way: an allocation's
+    /// address is nearly always free. `make` builds the allocation in its entry: one built
+    /// aside and copied in was a wide copy waiting on the narrow stores that built it.
+    #[inline(always)]
+    pub(crate) fn get_or_insert(
+        &mut self,
+        ptr: u64,
+        make: impl FnOnce() -> Allocation,
+    ) -> Option<&mut Allocation> {
+        debug_assert!(ptr != 0);
+        let h = hash(ptr);
         if !self.slots.is_empty() {
-            let i = match self.probe(a.ptr, h) {
+            let i = match self.probe(ptr, h) {
                 Ok(i) => return Some(&mut self.entries[entry(self.slots[i])]),
                 Err(i) => i,
             };
-            if (self.len + 1) * 4 <= self.slots.len() * 3 || self.slots.len() == MAX_SLOTS {
-                self.place(i, h, a);
+            if (self.len + 1) * 2 <= self.slots.len() || self.slots.len() == MAX_SLOTS {
+                self.place(i, h, make);
                 return None;
             }
         }
@@ -146,21 +154,21 @@ impl PointerMap {
         while self.slots[i] != 0 {
             i = (i + 1) & mask;
         }
-        self.place(i, h, a);
+        self.place(i, h, make);
         None
     }
 
-    /// Puts `a` (whose pointer's hash is `h`) in an entry and that entry in the empty slot
-    /// `at`.
-    #[inline]
-    fn place(&mut self, at: usize, h: u64, a: Allocation) {
+    /// Puts the allocation `make` builds (whose pointer's hash is `h`) in an entry and that
+    /// entry in the empty slot `at`.
+    #[inline(always)]
+    fn place(&mut self, at: usize, h: u64, make: impl FnOnce() -> Allocation) {
         let e = match self.vacant.pop() {
             Some(e) => {
-                self.entries[e as usize] = a;
+                self.entries[e as usize] = make();
                 e as usize
             }
             None => {
-                self.entries.push(a);
+                self.entries.push(make());
                 self.entries.len() - 1
             }
         };
@@ -349,7 +357,7 @@ mod tests {
                     "{round}"
                 );
             } else {
-                match map.get_or_insert(alloc(ptr, round)) {
+                match map.get_or_insert(ptr, || alloc(ptr, round)) {
                     Some(live) => assert_eq!(Some(&live.size), model.get(&ptr), "{round}"),
                     None => assert_eq!(model.insert(ptr, round), None, "{round}"),
                 }

@@ -71,19 +71,31 @@ impl Default for PointerTable {
 
 impl PointerTable {
     /// Adds a successful allocation.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, alloc: Allocation) -> Inserted {
-        let (ptr, seq) = (alloc.ptr, alloc.seq);
+        self.insert_with(alloc.ptr, alloc.seq, || alloc)
+    }
+
+    /// Adds the successful allocation `make` builds, at `ptr`, made by event `seq`: built where
+    /// it goes (see [`PointerMap::get_or_insert`]).
+    #[inline(always)]
+    pub(crate) fn insert_with(
+        &mut self,
+        ptr: u64,
+        seq: u64,
+        make: impl Fn() -> Allocation,
+    ) -> Inserted {
         if let Some((free_seq, Removal::Free)) = self.early_frees.get(ptr) {
             if free_seq > seq {
                 self.early_frees.remove(ptr);
                 return Inserted::AlreadyFreed { free_seq };
             }
         }
-        match self.live.get_or_insert(alloc) {
+        match self.live.get_or_insert(ptr, &make) {
             None => Inserted::Live { displaced: None },
 
             Some(current) if current.seq < seq => {
+                let alloc = make();
                 let old = std::mem::replace(current, alloc);
                 self.set_aside(old);
                 Inserted::Live {
@@ -92,7 +104,7 @@ impl PointerTable {
             }
             Some(current) => {
                 let live_seq = current.seq;
-                self.set_aside(alloc);
+                self.set_aside(make());
                 Inserted::SetAside { live_seq }
             }
         }

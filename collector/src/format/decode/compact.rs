@@ -247,7 +247,8 @@ pub(crate) fn event_into_with<const PEXT: bool>(
     if len <= MAX_PAYLOAD {
         if let Some(window) = bytes.get(..WINDOW) {
             let window: &[u8; WINDOW] = window.try_into().expect("a window");
-            if hot::read::<PEXT>(window, len, d, e) {
+            // Not known to match `d`: the event takes every field.
+            if hot::read::<PEXT>(window, len, d, e, &mut false) {
                 return true;
             }
             let saved = *d;

@@ -48,32 +48,84 @@ fn ptr<const PEXT: bool>(
     Some(*base)
 }
 
-/// The header fields of an event, as read.
+/// The header fields of an event that change from one event to the next, as read.
 struct Header {
     seq: u64,
     time_ns: u64,
     thread: u32,
+    caller: u64,
+    api: Api,
+}
+
+/// The header fields that seldom change: where the call ran and what stacks and NCCL call it
+/// belongs to. An event that changes none of them leaves them alone, in the chunk's state and
+/// (see `synced`) in the event.
+#[derive(Clone, Copy)]
+struct Quiet {
     device: i32,
     context: u64,
-    caller: u64,
     stack: u32,
     py_stack: u32,
     py_inferred: bool,
     nccl_scope: u64,
-    api: Api,
 }
+
+impl Quiet {
+    #[inline(always)]
+    fn of(d: &Delta) -> Self {
+        Quiet {
+            device: d.device,
+            context: d.context,
+            stack: d.stack,
+            py_stack: d.py_stack,
+            py_inferred: d.py_inferred,
+            nccl_scope: d.nccl_scope,
+        }
+    }
+
+    /// Writes them to the chunk's state and the event, whose nesting and result the common
+    /// event clears.
+    #[inline(always)]
+    fn write(self, d: &mut Delta, e: &mut Event) {
+        d.device = self.device;
+        d.context = self.context;
+        d.stack = self.stack;
+        d.py_stack = self.py_stack;
+        d.py_inferred = self.py_inferred;
+        d.nccl_scope = self.nccl_scope;
+        e.inner = None;
+        e.outer = None;
+        e.result = 0;
+        e.device = self.device;
+        e.context = self.context;
+        e.stack = self.stack;
+        e.py_stack = self.py_stack;
+        e.py_inferred = self.py_inferred;
+        e.nccl_scope = self.nccl_scope;
+    }
+}
+
+/// The flags of the seldom-changing fields.
+const QUIET: u32 = PLACE | STACKS | NCCL;
 
 /// Reads the payload `window[..len]` against `d` into `e` if it is an allocation or a free that
 /// succeeded, outside nested calls, in the fields this reader takes; `false` (and `d` and `e`
 /// untouched) otherwise.
+///
+/// `synced` says that `e`'s seldom-changing fields ([`Quiet`]) are `d`'s and its nesting and
+/// result clear, as this reader leaves them (it sets `synced`); the caller clears it whenever
+/// anything else moves `d` or writes `e`. Then an event that changes none of them writes only
+/// the rest: a training loop's allocations and frees seldom change them, and copying them into
+/// both on every event was a tenth of this reader's instructions.
 #[inline(always)]
 pub(crate) fn read<const PEXT: bool>(
     window: &[u8; WINDOW],
     len: usize,
     d: &mut Delta,
     e: &mut Event,
+    synced: &mut bool,
 ) -> bool {
-    try_read::<PEXT>(window, len, d, e).is_some()
+    try_read::<PEXT>(window, len, d, e, synced).is_some()
 }
 
 #[inline(always)]
@@ -82,6 +134,7 @@ fn try_read<const PEXT: bool>(
     len: usize,
     d: &mut Delta,
     e: &mut Event,
+    synced: &mut bool,
 ) -> Option<()> {
     // Fields may run past the payload while read (never past the window): checked at the end.
     let mut r = Straight::<PEXT>::new(window, len);
@@ -96,35 +149,37 @@ fn try_read<const PEXT: bool>(
         seq: d.seq.wrapping_add(1),
         time_ns: d.time_ns.wrapping_add(unzig(time)),
         thread: d.thread,
-        device: d.device,
-        context: d.context,
         caller: d.caller,
-        stack: d.stack,
-        py_stack: d.py_stack,
-        py_inferred: d.py_inferred,
-        nccl_scope: d.nccl_scope,
         api,
     };
+    // Read only when some of them change (else they are not even loaded).
+    let mut quiet = None;
     if flags & SEQ != 0 {
         h.seq = h.seq.wrapping_add(unzig(r.u64()?));
     }
     if flags & THREAD != 0 {
         h.thread = r.u32()?;
     }
-    if flags & PLACE != 0 {
-        h.device = r.i32()?;
-        h.context = r.u64()?;
-    }
-    if flags & CALLER != 0 {
+    if flags & QUIET != 0 {
+        let mut q = Quiet::of(d);
+        if flags & PLACE != 0 {
+            q.device = r.i32()?;
+            q.context = r.u64()?;
+        }
+        if flags & CALLER != 0 {
+            h.caller = h.caller.wrapping_add(unzig(r.u64()?));
+        }
+        if flags & STACKS != 0 {
+            q.stack = r.u32()?;
+            q.py_stack = r.u32()?;
+            q.py_inferred = r.bool()?;
+        }
+        if flags & NCCL != 0 {
+            q.nccl_scope = r.u64()?;
+        }
+        quiet = Some(q);
+    } else if flags & CALLER != 0 {
         h.caller = h.caller.wrapping_add(unzig(r.u64()?));
-    }
-    if flags & STACKS != 0 {
-        h.stack = r.u32()?;
-        h.py_stack = r.u32()?;
-        h.py_inferred = r.bool()?;
-    }
-    if flags & NCCL != 0 {
-        h.nccl_scope = r.u64()?;
     }
     // The operation's index and mask: one byte each here.
     let (index, mask) = (r.byte()?, u64::from(r.byte()?));
@@ -197,30 +252,21 @@ fn try_read<const PEXT: bool>(
         }
     }
     // Read whole: the chunk's state moves on, and the event takes the header.
+    match quiet {
+        Some(q) => q.write(d, e),
+        None if !*synced => Quiet::of(d).write(d, e),
+        None => {}
+    }
+    *synced = true;
     d.seq = h.seq;
     d.time_ns = h.time_ns;
     d.thread = h.thread;
-    d.device = h.device;
-    d.context = h.context;
     d.caller = h.caller;
-    d.stack = h.stack;
-    d.py_stack = h.py_stack;
-    d.py_inferred = h.py_inferred;
-    d.nccl_scope = h.nccl_scope;
     d.ptr = base;
     e.seq = h.seq;
     e.time_ns = h.time_ns;
     e.thread = h.thread;
     e.api = h.api;
-    e.inner = None;
-    e.outer = None;
-    e.result = 0;
-    e.device = h.device;
-    e.context = h.context;
     e.caller = h.caller;
-    e.stack = h.stack;
-    e.py_stack = h.py_stack;
-    e.py_inferred = h.py_inferred;
-    e.nccl_scope = h.nccl_scope;
     Some(())
 }
