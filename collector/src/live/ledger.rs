@@ -399,10 +399,14 @@ impl Ledger {
             h.settled = self.ticks;
         }
         apply::<ADD>(&mut h.bytes, &mut h.count, bytes);
-        if hi < 64 {
-            self.touched |= 1 << hi;
-        } else if !self.touched_more.contains(&hi) {
-            self.touched_more.push(hi);
+        // Only what adds can raise a holder above its peak: a free leaves its holder alone at
+        // the end of the event.
+        if ADD {
+            if hi < 64 {
+                self.touched |= 1 << hi;
+            } else if !self.touched_more.contains(&hi) {
+                self.touched_more.push(hi);
+            }
         }
         if let Some(p) = self.pools.get_mut(s.pool as usize) {
             apply::<ADD>(&mut p.in_use, &mut p.allocations, bytes);

@@ -311,20 +311,6 @@ pub struct Allocation {
     pub kind: MemKind,
 }
 
-impl Allocation {
-    /// An unused entry of a pointer table.
-    pub(crate) const VACANT: Allocation = Allocation {
-        ptr: 0,
-        size: 0,
-        seq: 0,
-        time_ns: 0,
-        step: 0,
-        call: 0,
-        flags: Flags(0),
-        kind: MemKind::Device,
-    };
-}
-
 /// Host memory page-locked in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostRegistration {

@@ -28,7 +28,7 @@ const MAX_SLOTS: usize = 1 << 32;
 /// Live allocations keyed by pointer (never 0).
 #[derive(Debug, Default)]
 pub(crate) struct PointerMap {
-    /// The allocations; a free entry has pointer 0.
+    /// The allocations; a free entry has pointer 0 (and its other fields mean nothing).
     entries: Vec<Allocation>,
     /// Free entries, reused first.
     vacant: Vec<u32>,
@@ -195,7 +195,9 @@ impl PointerMap {
             return None;
         }
 
-        let gone = std::mem::replace(&mut self.entries[e], Allocation::VACANT);
+        // A vacant entry is one with pointer 0; the rest of it is never read.
+        let gone = self.entries[e];
+        self.entries[e].ptr = 0;
         self.vacant.push(e as u32);
         self.len -= 1;
         // Backward shift: pull later entries of the probe run into the hole when their home is
