@@ -210,6 +210,13 @@ impl Ledger {
         if time_ns < self.next_window_ns {
             return;
         }
+        self.window_ends(time_ns);
+    }
+
+    /// Takes the time-window samples that passed before `time_ns`: out of line, once a window.
+    #[cold]
+    #[inline(never)]
+    fn window_ends(&mut self, time_ns: u64) {
         let origin = *self.window_origin.get_or_insert(time_ns);
         loop {
             let k = self.windows.next_kept_tick();
@@ -326,7 +333,7 @@ impl Ledger {
 
     /// Counts an allocation of `kind` and `bytes` made by `call` as live (`ADD`) or gone;
     /// `charge` says where it goes the first time.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn change_by_call<const ADD: bool>(
         &mut self,
         call: CallId,
@@ -337,16 +344,22 @@ impl Ledger {
         let (i, class) = (call as usize, kind_class(kind));
         let slot = match self.by_call.get(i).and_then(|s| s[class]) {
             Some(s) => s,
-            None => {
-                let s = self.slot(charge());
-                if self.by_call.len() <= i {
-                    self.by_call.resize(i + 1, [None; KIND_CLASSES]);
-                }
-                self.by_call[i][class] = Some(s);
-                s
-            }
+            None => self.first_charge(i, class, charge()),
         };
         self.change::<ADD>(slot, bytes);
+    }
+
+    /// The slot of call `i`'s allocations of kind class `class`, the first time: out of line,
+    /// so that the path every other charge takes keeps few registers to save.
+    #[cold]
+    #[inline(never)]
+    fn first_charge(&mut self, i: usize, class: usize, charge: Charge) -> Slot {
+        let s = self.slot(charge);
+        if self.by_call.len() <= i {
+            self.by_call.resize(i + 1, [None; KIND_CLASSES]);
+        }
+        self.by_call[i][class] = Some(s);
+        s
     }
 
     /// Where charge `c` lands, its entry, holder and pool made on first use.
@@ -387,15 +400,23 @@ impl Ledger {
         }
         e.last_change = self.event;
         if e.settled != self.ticks {
-            e.steps.settle(&self.steps, e.bytes);
-            e.windows.settle(&self.windows, e.bytes);
+            settle(
+                &mut e.steps,
+                &mut e.windows,
+                (&self.steps, &self.windows),
+                e.bytes,
+            );
             e.settled = self.ticks;
         }
         apply::<ADD>(&mut e.bytes, &mut e.count, bytes);
         let h = &mut self.holders[hi];
         if h.settled != self.ticks {
-            h.steps.settle(&self.steps, h.bytes);
-            h.windows.settle(&self.windows, h.bytes);
+            settle(
+                &mut h.steps,
+                &mut h.windows,
+                (&self.steps, &self.windows),
+                h.bytes,
+            );
             h.settled = self.ticks;
         }
         apply::<ADD>(&mut h.bytes, &mut h.count, bytes);
@@ -460,6 +481,16 @@ impl Ledger {
             .map(|e| e.steps.heap_bytes() + e.windows.heap_bytes())
             .sum()
     }
+}
+
+/// Brings the series `steps` and `windows` of something that held `bytes` since it last
+/// changed up to the grids' latest samples: once a step or window per entry and holder, so out
+/// of line, leaving the way of every other change with few registers to save.
+#[cold]
+#[inline(never)]
+fn settle(steps: &mut Series, windows: &mut Series, grids: (&Grid, &Grid), bytes: u64) {
+    steps.settle(grids.0, bytes);
+    windows.settle(grids.1, bytes);
 }
 
 #[inline]

@@ -254,6 +254,21 @@ impl SiteTable {
                 return;
             }
         }
+        self.note_new_free(slot, key, caller, stack, py_stack);
+    }
+
+    /// [`SiteTable::note_free`] for a free not in the cache: out of line, so that the way
+    /// nearly every free takes keeps few registers to save.
+    #[cold]
+    #[inline(never)]
+    fn note_new_free(
+        &mut self,
+        slot: usize,
+        key: [u64; 3],
+        caller: u64,
+        stack: StackId,
+        py_stack: StackId,
+    ) {
         let site = self.intern(caller, stack);
         self.note_python(site, py_stack);
         if self.frees.is_empty() {
@@ -277,6 +292,21 @@ impl SiteTable {
                 };
             }
         }
+        self.call_not_cached(e, owners, key, slot, generation)
+    }
+
+    /// [`SiteTable::call_of`] for an event whose key the cache does not hold: out of line, so
+    /// that the way nearly every event takes keeps few registers to save.
+    #[cold]
+    #[inline(never)]
+    fn call_not_cached(
+        &mut self,
+        e: &Event,
+        owners: &mut OwnerResolver,
+        key: EventKey,
+        slot: usize,
+        generation: u64,
+    ) -> EventCall {
         if let Some(&r) = self.by_event.get(&key) {
             if r.generation == generation {
                 self.remember(slot, key, r);
