@@ -417,12 +417,10 @@ impl<R: Read> TraceReader<R> {
             return false;
         };
         let (len, tag) = (usize::from(framed[0]), u64::from(framed[1]));
-        // `len` covers the tag and the payload; a record must end inside its chunk.
-        if len == 0
-            || len > decode::MAX_PAYLOAD + 1
-            || tag != TAG_EVENT
-            || pos + 1 + len > self.chunk.len()
-        {
+        // `len` covers the tag and the payload. A record must end inside its chunk, and one this
+        // short does: inside the window, which is.
+        const { assert!(decode::MAX_PAYLOAD < decode::WINDOW) };
+        if len.wrapping_sub(1) > decode::MAX_PAYLOAD || tag != TAG_EVENT {
             return false;
         }
         let window: &[u8; decode::WINDOW] = framed[2..].try_into().expect("a window");

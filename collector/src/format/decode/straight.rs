@@ -29,11 +29,13 @@ impl<'a, const PEXT: bool> Straight<'a, PEXT> {
     }
 
     /// Where the next field starts, kept below [`MAX_PAYLOAD`] so that eight bytes load from it
-    /// inside the window (a read past the payload is caught by `within_payload`: `pos` only
+    /// inside the window: wrapped (one instruction, where clamping took two), as what is read
+    /// from past the payload does not matter, being caught by `within_payload` (`pos` only
     /// grows).
     #[inline(always)]
     fn at(&self) -> usize {
-        self.pos.min(MAX_PAYLOAD - 1)
+        const { assert!(MAX_PAYLOAD.is_power_of_two() && MAX_PAYLOAD + 8 <= WINDOW) };
+        self.pos & (MAX_PAYLOAD - 1)
     }
 }
 
