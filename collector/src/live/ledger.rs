@@ -393,7 +393,8 @@ impl Ledger {
     #[inline(always)]
     fn change<const ADD: bool>(&mut self, s: Slot, bytes: u64) {
         let hi = s.holder as usize;
-        let peak_event = self.holders[hi].peak.event;
+        let h = &mut self.holders[hi];
+        let peak_event = h.peak.event;
         let e = &mut self.entries[s.entry as usize];
         if e.last_change <= peak_event {
             e.at_peak = (e.bytes, e.count);
@@ -409,7 +410,6 @@ impl Ledger {
             e.settled = self.ticks;
         }
         apply::<ADD>(&mut e.bytes, &mut e.count, bytes);
-        let h = &mut self.holders[hi];
         if h.settled != self.ticks {
             settle(
                 &mut h.steps,

@@ -85,6 +85,8 @@ impl PointerMap {
         let mask = self.mask();
         let mut i = self.home(h);
         loop {
+            // Masked, which keeps `i` inside the table and spares a bounds check.
+            i &= mask;
             let s = self.slots[i];
             if s == 0 {
                 return Err(i);
@@ -92,7 +94,7 @@ impl PointerMap {
             if s >> 32 == tag && self.entries[entry(s)].ptr == ptr {
                 return Ok(i);
             }
-            i = (i + 1) & mask;
+            i += 1;
         }
     }
 

@@ -176,11 +176,27 @@ pub(crate) struct SiteTable {
     call_ids: FxHashMap<Call, CallId>,
     /// Recent (caller, stack, Python stack) of frees whose site is interned and whose Python
     /// stack is noted: a direct-mapped cache (see [`SiteTable::note_free`]).
-    frees: Vec<[u64; 3]>,
+    frees: DirectMapped<[u64; 3], { 1 << FREE_BITS }>,
     by_event: FxHashMap<EventKey, Resolved>,
     /// A direct-mapped cache in front of `by_event`: most events find their call here with one
     /// multiplication and a comparison, without hashing and probing the map.
-    recent: Vec<Option<(EventKey, Resolved)>>,
+    recent: DirectMapped<Option<(EventKey, Resolved)>, { 1 << RECENT_BITS }>,
+}
+
+/// The entries of a direct-mapped cache: a fixed number, so that indexing by a slot made from
+/// a hash's top bits needs no bounds check.
+#[derive(Debug)]
+struct DirectMapped<T, const N: usize>(Box<[T; N]>);
+
+impl<T: Clone + Default, const N: usize> Default for DirectMapped<T, N> {
+    fn default() -> Self {
+        // Built on the heap: the array would not fit on a small stack.
+        let entries = vec![T::default(); N].into_boxed_slice();
+        match entries.try_into() {
+            Ok(entries) => DirectMapped(entries),
+            Err(_) => unreachable!("a vector of N entries is an array of N"),
+        }
+    }
 }
 
 impl SiteTable {
@@ -247,12 +263,11 @@ impl SiteTable {
         let h = (key[0] ^ key[1].rotate_left(23) ^ key[2].rotate_left(47))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let slot = (h >> (64 - FREE_BITS)) as usize;
-        if let Some(k) = self.frees.get(slot) {
-            // Word by word: `key` was just stored a word at a time, and the array comparison
-            // loads it back sixteen bytes at once, which waits for those stores to retire.
-            if (k[0] ^ key[0]) | (k[1] ^ key[1]) | (k[2] ^ key[2]) == 0 {
-                return;
-            }
+        let k = &self.frees.0[slot];
+        // Word by word: `key` was just stored a word at a time, and the array comparison loads
+        // it back sixteen bytes at once, which waits for those stores to retire.
+        if (k[0] ^ key[0]) | (k[1] ^ key[1]) | (k[2] ^ key[2]) == 0 {
+            return;
         }
         self.note_new_free(slot, key, caller, stack, py_stack);
     }
@@ -271,10 +286,7 @@ impl SiteTable {
     ) {
         let site = self.intern(caller, stack);
         self.note_python(site, py_stack);
-        if self.frees.is_empty() {
-            self.frees = vec![[0; 3]; 1 << FREE_BITS];
-        }
-        self.frees[slot] = key;
+        self.frees.0[slot] = key;
     }
 
     /// The call of event `e`, its site interned on the way. An event like one seen before, with
@@ -284,7 +296,7 @@ impl SiteTable {
         let key = EventKey::of(e);
         let generation = owners.generation();
         let slot = key.slot();
-        if let Some(Some((k, r))) = self.recent.get(slot) {
+        if let Some((k, r)) = &self.recent.0[slot] {
             if *k == key && r.generation == generation {
                 return EventCall {
                     id: r.call,
@@ -345,10 +357,7 @@ impl SiteTable {
     }
 
     fn remember(&mut self, slot: usize, key: EventKey, r: Resolved) {
-        if self.recent.is_empty() {
-            self.recent = vec![None; 1 << RECENT_BITS];
-        }
-        self.recent[slot] = Some((key, r));
+        self.recent.0[slot] = Some((key, r));
     }
 
     fn intern_call(&mut self, call: Call) -> CallId {
