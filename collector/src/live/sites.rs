@@ -177,6 +177,8 @@ pub(crate) struct SiteTable {
     /// Recent (caller, stack, Python stack) of frees whose site is interned and whose Python
     /// stack is noted: a direct-mapped cache (see [`SiteTable::note_free`]).
     frees: DirectMapped<[u64; 3], { 1 << FREE_BITS }>,
+    /// The key of the last free noted (in `frees` too), or zeros (no key).
+    last_free: [u64; 3],
     by_event: FxHashMap<EventKey, Resolved>,
     /// A direct-mapped cache in front of `by_event`: most events find their call here with one
     /// multiplication and a comparison, without hashing and probing the map.
@@ -254,12 +256,15 @@ impl SiteTable {
     /// program frees from a handful of places) is one lookup in a small cache.
     #[inline]
     pub(crate) fn note_free(&mut self, caller: u64, stack: StackId, py_stack: StackId) {
-        // Slot 0 of each entry is the caller + 1, so a zeroed entry matches nothing.
-        let key = [
-            caller.wrapping_add(1),
-            u64::from(stack),
-            u64::from(py_stack),
-        ];
+        // Bit 32 of word 1 (above the stack id) is set, so a zeroed entry matches nothing.
+        let key = [caller, u64::from(stack) | 1 << 32, u64::from(py_stack)];
+        // Most frees come from where the last one did (a caching allocator frees from one
+        // place): compared first, without hashing.
+        let k = &self.last_free;
+        if (k[0] ^ key[0]) | (k[1] ^ key[1]) | (k[2] ^ key[2]) == 0 {
+            return;
+        }
+        self.last_free = key;
         let h = (key[0] ^ key[1].rotate_left(23) ^ key[2].rotate_left(47))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let slot = (h >> (64 - FREE_BITS)) as usize;
