@@ -82,9 +82,11 @@ pub fn grouping(
     Grouping { by, total, list }
 }
 
-/// The sources of every module the report resolved an address in.
+/// The sources of every module the report resolved an address in, by module name (then
+/// binary): the order the symbolizer first needed them follows call sites out of hash maps, and
+/// varied from run to run.
 pub fn symbol_facts(symbols: &Symbolizer) -> Vec<SymbolFacts> {
-    symbols
+    let mut facts: Vec<SymbolFacts> = symbols
         .sources()
         .map(|(module, source)| SymbolFacts {
             module: module.to_string(),
@@ -93,5 +95,7 @@ pub fn symbol_facts(symbols: &Symbolizer) -> Vec<SymbolFacts> {
             debug_info: source.debug_info.as_ref().map(|p| p.display().to_string()),
             notes: source.notes.clone(),
         })
-        .collect()
+        .collect();
+    facts.sort_by(|a, b| (&a.module, &a.binary).cmp(&(&b.module, &b.binary)));
+    facts
 }
