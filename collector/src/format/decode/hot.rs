@@ -196,10 +196,15 @@ fn try_read<const PEXT: bool>(
             };
             let ptr = ptr(&mut r, mask, 1, &mut base)?;
             let size = field(&mut r, mask, 2)?;
-            let stream = field(&mut r, mask, 3)?;
-            let pool = field(&mut r, mask, 4)?;
-            let flags = if mask & (1 << 5) != 0 { r.u32()? } else { 0 };
-            let pitch = field(&mut r, mask, 6)?;
+            // Stream, pool, flags and pitch are mostly all zero: one test for the four.
+            let (stream, pool, flags, pitch) = if mask & 0b111_1000 == 0 {
+                (0, 0, 0, 0)
+            } else {
+                let stream = field(&mut r, mask, 3)?;
+                let pool = field(&mut r, mask, 4)?;
+                let flags = if mask & (1 << 5) != 0 { r.u32()? } else { 0 };
+                (stream, pool, flags, field(&mut r, mask, 6)?)
+            };
             if !r.within_payload() {
                 return None;
             }
