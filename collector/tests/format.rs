@@ -306,6 +306,48 @@ fn edit_chunk(bytes: &[u8], index: usize, edit: impl FnOnce(&mut Vec<u8>)) -> Ve
     out
 }
 
+/// `bytes` with the byte in the middle XORed with `mask`.
+fn damaged_in_the_middle(bytes: &[u8], mask: u8) -> Vec<u8> {
+    let mut damaged = bytes.to_vec();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= mask;
+    damaged
+}
+
+/// `bytes` with records to skip among the events of chunk 2: an unknown kind, and a body without
+/// a readable tag.
+fn with_records_to_skip(bytes: &[u8]) -> Vec<u8> {
+    edit_chunk(bytes, 2, |raw| {
+        let at = record_starts(raw)[3];
+        raw.splice(at..at, [3, 99, 0, 0, 1, 0x80]);
+    })
+}
+
+/// The events a record reader reads from `reader`.
+fn events_read<R: std::io::Read>(reader: &mut TraceReader<R>) -> Vec<Event> {
+    reader
+        .by_ref()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The events the replay loop applies from `reader`, and whether it stopped early.
+fn events_replayed<R: std::io::Read>(reader: &mut TraceReader<R>) -> (Vec<Event>, bool) {
+    let mut seen = Vec::new();
+    let stopped = vramtrace_collector::live::LiveState::new().replay_visiting(
+        reader,
+        |_, e| {
+            seen.push(e.clone());
+            true
+        },
+        |_| {},
+    );
+    (seen, stopped)
+}
+
 /// Whatever the file (both format versions, whole, cut, damaged, with records to skip inside a
 /// chunk, with framing that breaks mid-chunk), a reader made by `open` (chunks read and
 /// decompressed on a second thread) gives exactly what one reading on the calling thread gives.
@@ -315,15 +357,8 @@ fn a_file_read_ahead_on_a_thread_reads_as_on_one() {
     let records = sample_records(2000);
     for version in [1, FORMAT_VERSION] {
         let bytes = write_version(&records, 1024, version);
-        let mut damaged = bytes.clone();
-        let middle = damaged.len() / 2;
-        damaged[middle] ^= 0xff;
-        // Records to skip among the events of chunk 2: an unknown kind, and a body without a
-        // readable tag.
-        let skips = edit_chunk(&bytes, 2, |raw| {
-            let at = record_starts(raw)[3];
-            raw.splice(at..at, [3, 99, 0, 0, 1, 0x80]);
-        });
+        let damaged = damaged_in_the_middle(&bytes, 0xff);
+        let skips = with_records_to_skip(&bytes);
         // Chunk 3's framing breaks inside its fifth record.
         let broken = edit_chunk(&bytes, 3, |raw| {
             let at = record_starts(raw)[4];
@@ -486,35 +521,21 @@ fn varied_records(n: u64) -> Vec<Record> {
 /// versions.
 #[test]
 fn the_replay_loop_sees_the_events_a_record_reader_reads() {
-    use vramtrace_collector::live::LiveState;
     let dir = tempfile::tempdir().unwrap();
     let records = varied_records(3000);
     for version in [1, FORMAT_VERSION] {
         for chunk in [300, 4096] {
             let bytes = write_version(&records, chunk, version);
-            let mut damaged = bytes.clone();
-            let middle = damaged.len() / 2;
-            damaged[middle] ^= 0x55;
-            let skips = edit_chunk(&bytes, 2, |raw| {
-                let at = record_starts(raw)[3];
-                raw.splice(at..at, [3, 99, 0, 0, 1, 0x80]);
-            });
             let files = [
                 bytes.clone(),
                 bytes[..bytes.len() - 77].to_vec(),
-                damaged,
-                skips,
+                damaged_in_the_middle(&bytes, 0x55),
+                with_records_to_skip(&bytes),
             ];
             for (i, file) in files.iter().enumerate() {
                 let what = format!("version {version}, chunk {chunk}, file {i}");
                 let mut direct = TraceReader::new(&file[..]).unwrap();
-                let want: Vec<Event> = direct
-                    .by_ref()
-                    .filter_map(|r| match r {
-                        Record::Event(e) => Some(e),
-                        _ => None,
-                    })
-                    .collect();
+                let want = events_read(&mut direct);
                 if i == 0 || i == 3 {
                     assert_eq!(want.len(), 3000, "{what}");
                 }
@@ -524,15 +545,7 @@ fn the_replay_loop_sees_the_events_a_record_reader_reads() {
                     TraceReader::new(std::io::Cursor::new(file.clone())).unwrap(),
                     TraceReader::new(std::io::Cursor::new(std::fs::read(&path).unwrap())).unwrap(),
                 ] {
-                    let mut seen = Vec::new();
-                    let stopped = LiveState::new().replay_visiting(
-                        &mut reader,
-                        |_, e| {
-                            seen.push(e.clone());
-                            true
-                        },
-                        |_| {},
-                    );
+                    let (seen, stopped) = events_replayed(&mut reader);
                     assert!(!stopped, "{what}");
                     assert_eq!(seen, want, "{what}");
                     assert_eq!(reader.ending(), direct.ending(), "{what}");
@@ -552,7 +565,6 @@ fn the_replay_loop_sees_the_events_a_record_reader_reads() {
 /// not keep the last chunk's stacks and context.
 #[test]
 fn a_chunk_that_starts_with_another_record_reads_its_events_against_zeros() {
-    use vramtrace_collector::live::LiveState;
     let plain = |seq: u64| Event {
         inner: None,
         ..event(seq)
@@ -581,24 +593,9 @@ fn a_chunk_that_starts_with_another_record_reads_its_events_against_zeros() {
     ];
     let bytes = write_version(&records, 300, FORMAT_VERSION);
     let mut direct = TraceReader::new(&bytes[..]).unwrap();
-    let want: Vec<Event> = direct
-        .by_ref()
-        .filter_map(|r| match r {
-            Record::Event(e) => Some(e),
-            _ => None,
-        })
-        .collect();
+    let want = events_read(&mut direct);
     assert_eq!(direct.chunks(), 2);
     assert_eq!(want.len(), 3);
-    let mut seen = Vec::new();
-    let mut reader = TraceReader::new(&bytes[..]).unwrap();
-    LiveState::new().replay_visiting(
-        &mut reader,
-        |_, e| {
-            seen.push(e.clone());
-            true
-        },
-        |_| {},
-    );
+    let (seen, _) = events_replayed(&mut TraceReader::new(&bytes[..]).unwrap());
     assert_eq!(seen, want);
 }

@@ -6,7 +6,7 @@
 //! not wait on one another as they do when each varint's length is found only after the previous
 //! one is read, and a field is a few instructions without a branch on its length.
 
-use super::wire::{pack, pack_pext, within, Wire};
+use super::wire::{pack_with, within, Wire};
 
 /// Bytes a window holds: a payload of up to [`MAX_PAYLOAD`] bytes, and room to load eight bytes
 /// at its last byte.
@@ -84,11 +84,7 @@ impl<const PEXT: bool> Wire for Fields<'_, PEXT> {
         if len > 8 || !within(len, (word >> (8 * (len - 1))) as u8, max_bytes, last_max) {
             return None;
         }
-        Some(if PEXT {
-            pack_pext(word, len)
-        } else {
-            pack(word, len)
-        })
+        Some(pack_with::<PEXT>(word, len))
     }
 
     #[inline(always)]

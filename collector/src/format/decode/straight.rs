@@ -7,7 +7,7 @@
 //! says so, and the caller leaves the payload to the general reader.
 
 use super::fields::{MAX_PAYLOAD, WINDOW};
-use super::wire::{pack, pack_pext, within, Wire};
+use super::wire::{pack_with, within, Wire};
 
 /// Reads the integer fields of `window[..len]`, `len` at most [`MAX_PAYLOAD`]; with `PEXT`,
 /// packs varints with BMI2's `pext` (only inside functions compiled for BMI2).
@@ -66,11 +66,7 @@ impl<const PEXT: bool> Wire for Straight<'_, PEXT> {
             return None;
         }
         self.pos += len as usize;
-        Some(if PEXT {
-            pack_pext(word, len)
-        } else {
-            pack(word, len)
-        })
+        Some(pack_with::<PEXT>(word, len))
     }
 
     #[inline(always)]

@@ -174,3 +174,13 @@ fn pext_is_fast() -> bool {
 pub(super) fn within(len: u32, last: u8, max_bytes: u32, last_max: u8) -> bool {
     len < max_bytes || (len == max_bytes && last <= last_max)
 }
+
+/// [`pack_pext`] with `PEXT` (only inside functions compiled for BMI2), else [`pack`].
+#[inline(always)]
+pub(super) fn pack_with<const PEXT: bool>(word: u64, len: u32) -> u64 {
+    if PEXT {
+        pack_pext(word, len)
+    } else {
+        pack(word, len)
+    }
+}
