@@ -2,7 +2,7 @@
 
 use vramtrace_collector::event::{Api, Event, MemKind, Op};
 use vramtrace_collector::format::{
-    End, Ending, Header, Module, Record, RecordRef, Segment, StackDef, Stats, TraceError,
+    End, Ending, Header, Module, Packing, Record, RecordRef, Segment, StackDef, Stats, TraceError,
     TraceReader, TraceWriter, FORMAT_VERSION,
 };
 
@@ -514,6 +514,47 @@ fn varied_records(n: u64) -> Vec<Record> {
         }
     }
     records
+}
+
+/// `records` written in chunks of `chunk` bytes, the packing chosen before each record.
+fn write_packed(records: &[Record], chunk: usize, packing: impl Fn(usize) -> Packing) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &header())
+        .unwrap()
+        .with_chunk_bytes(chunk);
+    for (i, r) in records.iter().enumerate() {
+        w.set_packing(packing(i)).unwrap();
+        assert_eq!(w.packing(), packing(i));
+        w.write(r).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// Both packings, and switching between them from chunk to chunk, read back to the same records;
+/// the default one is the smaller (it is what the tracer writes when it keeps up).
+#[test]
+fn chunks_of_either_packing_read_back_the_same() {
+    let records = varied_records(20_000);
+    let read = |bytes: &[u8]| -> Vec<Record> { TraceReader::new(bytes).unwrap().collect() };
+    let small = write_packed(&records, 64 * 1024, |_| Packing::Small);
+    let fast = write_packed(&records, 64 * 1024, |_| Packing::Fast);
+    let mixed = write_packed(&records, 4096, |i| {
+        if i / 300 % 2 == 0 {
+            Packing::Fast
+        } else {
+            Packing::Small
+        }
+    });
+    assert_eq!(read(&small), records);
+    assert_eq!(read(&fast), records);
+    assert_eq!(read(&mixed), records);
+    assert_eq!(Packing::default(), Packing::Small);
+    assert_eq!(write(&records, 64 * 1024), small, "the default packing");
+    assert!(
+        small.len() * 20 < fast.len() * 19,
+        "lazy matching packs at least 5% smaller: {} against {} bytes",
+        small.len(),
+        fast.len()
+    );
 }
 
 /// The replay loop (`LiveState::replay_visiting`, which `vramtrace` reads with) sees exactly

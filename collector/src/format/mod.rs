@@ -21,6 +21,7 @@ mod compact;
 mod decode;
 mod error;
 mod header;
+mod packing;
 mod prefetch;
 mod reader;
 mod record;
@@ -31,6 +32,7 @@ mod writer;
 pub(crate) use decode::packs_with_pext;
 pub use error::TraceError;
 pub use header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
+pub use packing::Packing;
 pub use reader::{Ending, RecordRef, TraceReader};
 pub use record::{
     End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,

@@ -5,6 +5,7 @@ use std::io::Write;
 use super::compact::{self, Delta};
 use super::error::TraceError;
 use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
+use super::packing::{Packer, Packing};
 use super::record::{Record, TAG_EVENT};
 use super::varint;
 use crate::event::Event;
@@ -21,7 +22,7 @@ pub struct TraceWriter<W: Write> {
     chunk_records: u32,
     scratch: Vec<u8>,
     chunk_limit: usize,
-    compressor: zstd::bulk::Compressor<'static>,
+    packer: Packer,
     packed: Vec<u8>,
     bytes_written: u64,
     /// The format version written: [`FORMAT_VERSION`], or 1 for readers of old traces (tests).
@@ -65,7 +66,7 @@ impl<W: Write> TraceWriter<W> {
             chunk_records: 0,
             scratch: Vec::with_capacity(256),
             chunk_limit: DEFAULT_CHUNK_BYTES,
-            compressor: zstd::bulk::Compressor::new(1).map_err(TraceError::Write)?,
+            packer: Packer::new(Packing::default()).map_err(TraceError::Write)?,
             packed: Vec::new(),
             bytes_written: prefix.len() as u64,
             version,
@@ -79,10 +80,21 @@ impl<W: Write> TraceWriter<W> {
         self
     }
 
-    /// Sets the zstd level (1 is fast, 19 is small).
-    pub fn with_level(mut self, level: i32) -> Result<Self, TraceError> {
-        self.compressor = zstd::bulk::Compressor::new(level).map_err(TraceError::Write)?;
+    /// Sets how the chunks are compressed (see [`Packing`]).
+    pub fn with_packing(mut self, packing: Packing) -> Result<Self, TraceError> {
+        self.set_packing(packing)?;
         Ok(self)
+    }
+
+    /// Changes how the chunks from the next one on are compressed: a writer that falls behind
+    /// its input can trade file size and replay speed for its own time.
+    pub fn set_packing(&mut self, packing: Packing) -> Result<(), TraceError> {
+        self.packer.set(packing).map_err(TraceError::Write)
+    }
+
+    /// How the next chunk will be compressed.
+    pub fn packing(&self) -> Packing {
+        self.packer.packing()
     }
 
     /// Appends one record, writing a chunk out when enough has gathered.
@@ -167,8 +179,8 @@ impl<W: Write> TraceWriter<W> {
         whole.clear();
         whole.resize(16 + bound, 0);
         let n = self
-            .compressor
-            .compress_to_buffer(&self.chunk, &mut whole[16..])
+            .packer
+            .compress(&self.chunk, &mut whole[16..])
             .map_err(TraceError::Write)?;
         whole.truncate(16 + n);
         whole[0..4].copy_from_slice(&(n as u32).to_le_bytes());

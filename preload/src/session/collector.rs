@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use vramtrace_collector::format::{
-    End, Header, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
+    End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
 use super::lifecycle::{self, warn};
@@ -56,6 +56,18 @@ impl Sink {
         if let Some(w) = self.writer.as_mut() {
             if let Err(e) = w.write(r) {
                 self.fail(&e);
+            }
+        }
+    }
+
+    /// Compresses the chunks from the next one on with `packing` (from the default, smaller and
+    /// faster to replay, to the cheapest when the collector falls behind, and back).
+    fn set_packing(&mut self, packing: Packing) {
+        if let Some(w) = self.writer.as_mut() {
+            if w.packing() != packing {
+                if let Err(e) = w.set_packing(packing) {
+                    self.fail(&e);
+                }
             }
         }
     }
@@ -256,6 +268,7 @@ impl Collector {
     /// fatal signal), when it also stops waiting for hooks still writing. Returns how many events
     /// were written.
     fn consume(&mut self, drain: bool, reorder_wait: Duration) -> usize {
+        self.choose_packing(drain);
         let ring = &self.session.ring;
         let mut written: usize = 0;
         loop {
@@ -304,6 +317,16 @@ impl Collector {
                 _ => return written,
             }
         }
+    }
+
+    /// Compression that keeps up (see [`packing_for`]).
+    fn choose_packing(&mut self, drain: bool) {
+        let Some(current) = self.sink.writer.as_ref().map(|w| w.packing()) else {
+            return;
+        };
+        let backlog = self.session.last_seq().saturating_sub(self.next_seq);
+        let packing = packing_for(current, backlog, self.session.ring.capacity(), drain);
+        self.sink.set_packing(packing);
     }
 
     fn write_stats_if_changed(&mut self) {
@@ -374,6 +397,21 @@ impl Collector {
             Ordering::Release,
         );
         control.finished.store(1, Ordering::Release);
+    }
+}
+
+/// The packing of the next chunks, given the current one and the events waiting in a buffer of
+/// `capacity`. The default packing costs the collector about three times the CPU of the fastest
+/// (`collector/src/format/packing.rs`), so once a quarter of the buffer waits the collector
+/// switches to the fastest, and back once the backlog is under a sixteenth — long before hooks
+/// would have to wait for room. At exit or on a fatal signal (`drain`), the fastest.
+fn packing_for(current: Packing, backlog: u64, capacity: u64, drain: bool) -> Packing {
+    if drain || backlog > capacity / 4 {
+        return Packing::Fast;
+    }
+    match current {
+        Packing::Fast if backlog >= capacity / 16 => Packing::Fast,
+        _ => Packing::Small,
     }
 }
 
@@ -448,4 +486,25 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
         .map(|handle| {
             let _ = session.control.collector.set(handle.thread().clone());
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_follows_the_backlog_with_hysteresis() {
+        use Packing::{Fast, Small};
+        let cap = 65536;
+        // Keeping up: the default.
+        assert_eq!(packing_for(Small, 0, cap, false), Small);
+        assert_eq!(packing_for(Small, cap / 4, cap, false), Small);
+        // A quarter of the buffer waiting: the fastest, until under a sixteenth.
+        assert_eq!(packing_for(Small, cap / 4 + 1, cap, false), Fast);
+        assert_eq!(packing_for(Fast, cap / 8, cap, false), Fast);
+        assert_eq!(packing_for(Fast, cap / 16, cap, false), Fast);
+        assert_eq!(packing_for(Fast, cap / 16 - 1, cap, false), Small);
+        // Exit and fatal signals: the fastest, whatever waits.
+        assert_eq!(packing_for(Small, 0, cap, true), Fast);
+    }
 }
