@@ -404,9 +404,14 @@ impl Collector {
 /// `capacity`. The default packing costs the collector about three times the CPU of the fastest
 /// (`collector/src/format/packing.rs`), so once a quarter of the buffer waits the collector
 /// switches to the fastest, and back once the backlog is under a sixteenth — long before hooks
-/// would have to wait for room. At exit or on a fatal signal (`drain`), the fastest.
+/// would have to wait for room. At exit or on a fatal signal (`drain`) it stays as it is: a first
+/// switch to the fastest would allocate its compressor then, in a process that may be crashing
+/// from a damaged heap, to save a few milliseconds.
 fn packing_for(current: Packing, backlog: u64, capacity: u64, drain: bool) -> Packing {
-    if drain || backlog > capacity / 4 {
+    if drain {
+        return current;
+    }
+    if backlog > capacity / 4 {
         return Packing::Fast;
     }
     match current {
@@ -504,7 +509,8 @@ mod tests {
         assert_eq!(packing_for(Fast, cap / 8, cap, false), Fast);
         assert_eq!(packing_for(Fast, cap / 16, cap, false), Fast);
         assert_eq!(packing_for(Fast, cap / 16 - 1, cap, false), Small);
-        // Exit and fatal signals: the fastest, whatever waits.
-        assert_eq!(packing_for(Small, 0, cap, true), Fast);
+        // Exit and fatal signals: no switch, whatever waits.
+        assert_eq!(packing_for(Small, cap, cap, true), Small);
+        assert_eq!(packing_for(Fast, 0, cap, true), Fast);
     }
 }
