@@ -172,7 +172,7 @@ op_shapes! {
     PrimaryCtxRetain { device: i32, ctx: u64 },
 }
 
-/// Puts `new` in place of `op`, another variant. Most variants own nothing on the heap: their
+/// Puts `new` in place of `op`, of whatever variant. Most variants own nothing on the heap: their
 /// drop glue, a call that only looks at the variant to find that out, is skipped for them. The
 /// variant is read from `op` in place: moving the old operation out first to look at it copied
 /// all of it, with a wide load that waited on the narrow stores of the event before (5% of the

@@ -208,31 +208,20 @@ fn try_read<const PEXT: bool>(
             if !r.within_payload() {
                 return None;
             }
-            match &mut e.op {
+            // Written whole whatever the lent event held: checking for an allocation to write
+            // only its fields was a branch as unpredictable as the mix of allocations and frees.
+            replace_op(
+                &mut e.op,
                 Op::Alloc {
-                    kind: k,
-                    ptr: p,
-                    size: s,
-                    stream: st,
-                    pool: po,
-                    flags: f,
-                    pitch: pi,
-                } => {
-                    (*k, *p, *s, *st, *po, *f, *pi) = (kind, ptr, size, stream, pool, flags, pitch);
-                }
-                op => replace_op(
-                    op,
-                    Op::Alloc {
-                        kind,
-                        ptr,
-                        size,
-                        stream,
-                        pool,
-                        flags,
-                        pitch,
-                    },
-                ),
-            }
+                    kind,
+                    ptr,
+                    size,
+                    stream,
+                    pool,
+                    flags,
+                    pitch,
+                },
+            );
         }
         FREE => {
             let ptr = ptr(&mut r, mask, 0, &mut base)?;
@@ -240,20 +229,14 @@ fn try_read<const PEXT: bool>(
             if !r.within_payload() {
                 return None;
             }
-            match &mut e.op {
-                Op::Free { ptr: p, stream: st } => (*p, *st) = (ptr, stream),
-                op => replace_op(op, Op::Free { ptr, stream }),
-            }
+            replace_op(&mut e.op, Op::Free { ptr, stream });
         }
         _ => {
             let ptr = ptr(&mut r, mask, 0, &mut base)?;
             if !r.within_payload() {
                 return None;
             }
-            match &mut e.op {
-                Op::FreeHost { ptr: p } => *p = ptr,
-                op => replace_op(op, Op::FreeHost { ptr }),
-            }
+            replace_op(&mut e.op, Op::FreeHost { ptr });
         }
     }
     // Read whole: the chunk's state moves on, and the event takes the header.
