@@ -30,7 +30,8 @@ pub(crate) struct Packer {
 }
 
 impl Packer {
-    pub(crate) fn new(packing: Packing) -> std::io::Result<Self> {
+    /// A packer of the default packing ([`Packing::Small`]).
+    pub(crate) fn new() -> std::io::Result<Self> {
         let mut small = Compressor::new(5)?;
         // Measured on the replay benchmark's chunks (256 KiB): search depth 3 and tables of 2^16
         // entries decompress as fast as larger ones and compress faster; a minimum match of 6
@@ -44,13 +45,11 @@ impl Packer {
         ] {
             small.set_parameter(p)?;
         }
-        let mut packer = Packer {
+        Ok(Packer {
             packing: Packing::Small,
             small,
             fast: None,
-        };
-        packer.set(packing)?;
-        Ok(packer)
+        })
     }
 
     pub(crate) fn packing(&self) -> Packing {

@@ -66,7 +66,7 @@ impl<W: Write> TraceWriter<W> {
             chunk_records: 0,
             scratch: Vec::with_capacity(256),
             chunk_limit: DEFAULT_CHUNK_BYTES,
-            packer: Packer::new(Packing::default()).map_err(TraceError::Write)?,
+            packer: Packer::new().map_err(TraceError::Write)?,
             packed: Vec::new(),
             bytes_written: prefix.len() as u64,
             version,
@@ -78,12 +78,6 @@ impl<W: Write> TraceWriter<W> {
     pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
         self.chunk_limit = bytes.max(64);
         self
-    }
-
-    /// Sets how the chunks are compressed (see [`Packing`]).
-    pub fn with_packing(mut self, packing: Packing) -> Result<Self, TraceError> {
-        self.set_packing(packing)?;
-        Ok(self)
     }
 
     /// Changes how the chunks from the next one on are compressed: a writer that falls behind
