@@ -3,7 +3,7 @@
 use vramtrace_collector::event::{Api, Event, MemKind, Op};
 use vramtrace_collector::format::{
     End, Ending, Header, Module, Packing, Record, RecordRef, Segment, StackDef, Stats, TraceError,
-    TraceReader, TraceWriter, FORMAT_VERSION,
+    TraceReader, TraceWriter, FORMAT_VERSION, OLDEST_VERSION,
 };
 
 fn header() -> Header {
@@ -107,8 +107,9 @@ fn round_trip_is_exact_and_complete() {
 
 #[test]
 fn a_file_cut_at_any_byte_opens_or_fails_cleanly() {
-    cut_at_any_byte(FORMAT_VERSION);
-    cut_at_any_byte(1);
+    for version in OLDEST_VERSION..=FORMAT_VERSION {
+        cut_at_any_byte(version);
+    }
 }
 
 fn cut_at_any_byte(version: u32) {
@@ -184,27 +185,29 @@ fn foreign_and_wrong_version_files_are_rejected() {
     ));
     assert_eq!(
         err.to_string(),
-        "trace format version 99 is not supported (this vramtrace reads versions 1 to 2)"
+        "trace format version 99 is not supported (this vramtrace reads versions 1 to 3)"
     );
     bytes[8] = 0;
     assert!(matches!(
         TraceReader::new(&bytes[..]),
         Err(TraceError::UnsupportedVersion { found: 0, .. })
     ));
-    assert!(TraceWriter::with_format_version(Vec::new(), &header(), 3).is_err());
+    assert!(TraceWriter::with_format_version(Vec::new(), &header(), 4).is_err());
 }
 
-/// Version 1 traces (events in postcard's layout) read as they always did, with both readers,
-/// and a version 2 trace of the same records reads the same, in far fewer bytes.
+/// Traces of versions 1 (events in postcard's layout) and 2 (events against the previous one)
+/// read as they always did, with both readers, and a version 3 trace of the same records reads
+/// the same, in fewer bytes.
 #[test]
-fn version_1_traces_still_read() {
+fn older_versions_still_read() {
     let mut records = sample_records(3000);
     records.insert(1500, Record::Warning("between events".into()));
-    let old = write_version(&records, 1024, 1);
-    let new = write(&records, 1024);
-    assert_eq!(u32::from_le_bytes(old[8..12].try_into().unwrap()), 1);
-    assert_eq!(u32::from_le_bytes(new[8..12].try_into().unwrap()), 2);
-    for bytes in [&old, &new] {
+    let files: Vec<Vec<u8>> = (1..=3).map(|v| write_version(&records, 1024, v)).collect();
+    for (i, bytes) in files.iter().enumerate() {
+        assert_eq!(
+            u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
+            i as u32 + 1
+        );
         let mut r = TraceReader::new(&bytes[..]).unwrap();
         let back: Vec<Record> = r.by_ref().collect();
         assert_eq!(back, records);
@@ -212,7 +215,14 @@ fn version_1_traces_still_read() {
         let mut r = TraceReader::new(&bytes[..]).unwrap();
         assert_eq!(read_lent(&mut r), records);
     }
-    assert!(new.len() * 2 < old.len(), "{} vs {}", new.len(), old.len());
+    assert_eq!(write(&records, 1024), files[2]);
+    // Events of many shapes, in chunks of the writer's default size (tiny ones pay for each
+    // chunk's table and frame).
+    let varied = varied_records(20_000);
+    // (203,847, 119,419 and 99,005 bytes when written.)
+    let [v1, v2, v3] = [1, 2, 3].map(|v| write_version(&varied, 256 * 1024, v).len());
+    assert!(v2 * 3 < v1 * 2, "{v2} vs {v1}");
+    assert!(v3 * 10 < v2 * 9, "{v3} vs {v2}");
 }
 
 #[test]
@@ -263,11 +273,24 @@ fn lent_events_are_the_records_in_order() {
     assert_eq!((r.records(), r.skipped()), (records.len() as u64, 0));
 }
 
-/// Where each record of the decompressed chunk `raw` starts.
-fn record_starts(raw: &[u8]) -> Vec<usize> {
+/// Bytes of the table of record and column lengths at the start of a version 3 chunk.
+const TABLE_BYTES: usize = 28;
+
+/// Where the records of the decompressed chunk `raw` of a trace of `version` lie.
+fn records_of(raw: &[u8], version: u32) -> std::ops::Range<usize> {
+    if version < 3 {
+        return 0..raw.len();
+    }
+    let len = u32::from_le_bytes(raw[..4].try_into().unwrap()) as usize;
+    TABLE_BYTES..TABLE_BYTES + len
+}
+
+/// Where each record of the decompressed chunk `raw` of a trace of `version` starts.
+fn record_starts(raw: &[u8], version: u32) -> Vec<usize> {
+    let records = records_of(raw, version);
     let mut starts = Vec::new();
-    let mut at = 0;
-    while at < raw.len() {
+    let mut at = records.start;
+    while at < records.end {
         starts.push(at);
         let (mut len, mut shift, mut used) = (0usize, 0, 0);
         loop {
@@ -284,7 +307,12 @@ fn record_starts(raw: &[u8]) -> Vec<usize> {
     starts
 }
 
-/// `bytes` (a trace) with the records of its chunk `index` changed by `edit`, the chunk
+/// The format version of the trace `bytes`.
+fn version_of(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+}
+
+/// `bytes` (a trace) with the decompressed chunk `index` changed by `edit`, the chunk
 /// compressed again with a right header.
 fn edit_chunk(bytes: &[u8], index: usize, edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
@@ -306,6 +334,20 @@ fn edit_chunk(bytes: &[u8], index: usize, edit: impl FnOnce(&mut Vec<u8>)) -> Ve
     out
 }
 
+/// `bytes` with `more` inserted among the records of chunk `index`, before its record `before`
+/// (the table of a version 3 chunk counting them).
+fn insert_records(bytes: &[u8], index: usize, before: usize, more: &[u8]) -> Vec<u8> {
+    let version = version_of(bytes);
+    edit_chunk(bytes, index, |raw| {
+        let at = record_starts(raw, version)[before];
+        raw.splice(at..at, more.iter().copied());
+        if version >= 3 {
+            let len = u32::from_le_bytes(raw[..4].try_into().unwrap()) + more.len() as u32;
+            raw[..4].copy_from_slice(&len.to_le_bytes());
+        }
+    })
+}
+
 /// `bytes` with the byte in the middle XORed with `mask`.
 fn damaged_in_the_middle(bytes: &[u8], mask: u8) -> Vec<u8> {
     let mut damaged = bytes.to_vec();
@@ -317,10 +359,7 @@ fn damaged_in_the_middle(bytes: &[u8], mask: u8) -> Vec<u8> {
 /// `bytes` with records to skip among the events of chunk 2: an unknown kind, and a body without
 /// a readable tag.
 fn with_records_to_skip(bytes: &[u8]) -> Vec<u8> {
-    edit_chunk(bytes, 2, |raw| {
-        let at = record_starts(raw)[3];
-        raw.splice(at..at, [3, 99, 0, 0, 1, 0x80]);
-    })
+    insert_records(bytes, 2, 3, &[3, 99, 0, 0, 1, 0x80])
 }
 
 /// The events a record reader reads from `reader`.
@@ -355,13 +394,13 @@ fn events_replayed<R: std::io::Read>(reader: &mut TraceReader<R>) -> (Vec<Event>
 fn a_file_read_ahead_on_a_thread_reads_as_on_one() {
     let dir = tempfile::tempdir().unwrap();
     let records = sample_records(2000);
-    for version in [1, FORMAT_VERSION] {
+    for version in OLDEST_VERSION..=FORMAT_VERSION {
         let bytes = write_version(&records, 1024, version);
         let damaged = damaged_in_the_middle(&bytes, 0xff);
         let skips = with_records_to_skip(&bytes);
         // Chunk 3's framing breaks inside its fifth record.
         let broken = edit_chunk(&bytes, 3, |raw| {
-            let at = record_starts(raw)[4];
+            let at = record_starts(raw, version)[4];
             raw.truncate(at + 2);
         });
         let files = [
@@ -564,7 +603,7 @@ fn chunks_of_either_packing_read_back_the_same() {
 fn the_replay_loop_sees_the_events_a_record_reader_reads() {
     let dir = tempfile::tempdir().unwrap();
     let records = varied_records(3000);
-    for version in [1, FORMAT_VERSION] {
+    for version in OLDEST_VERSION..=FORMAT_VERSION {
         for chunk in [300, 4096] {
             let bytes = write_version(&records, chunk, version);
             let files = [
@@ -632,11 +671,71 @@ fn a_chunk_that_starts_with_another_record_reads_its_events_against_zeros() {
         Record::Event(plain(3)),
         Record::Warning("y".repeat(100)),
     ];
-    let bytes = write_version(&records, 300, FORMAT_VERSION);
-    let mut direct = TraceReader::new(&bytes[..]).unwrap();
-    let want = events_read(&mut direct);
-    assert_eq!(direct.chunks(), 2);
-    assert_eq!(want.len(), 3);
-    let (seen, _) = events_replayed(&mut TraceReader::new(&bytes[..]).unwrap());
-    assert_eq!(seen, want);
+    for version in 2..=FORMAT_VERSION {
+        let bytes = write_version(&records, 300, version);
+        let mut direct = TraceReader::new(&bytes[..]).unwrap();
+        let want = events_read(&mut direct);
+        assert_eq!(direct.chunks(), 2);
+        assert_eq!(want.len(), 3);
+        let (seen, _) = events_replayed(&mut TraceReader::new(&bytes[..]).unwrap());
+        assert_eq!(seen, want);
+    }
+}
+
+/// Version 3: a damaged event leaves where its values end in the columns unknown, so the events
+/// after it in its chunk are skipped (and counted); the other records of the chunk, and every
+/// later chunk, read as written — with both readers, and the replay loop.
+#[test]
+fn a_damaged_event_loses_the_rest_of_its_chunk_and_no_more() {
+    let mut records = sample_records(600);
+    // Records of other kinds inside chunk 2, after the damaged event.
+    let chunk_of = |bytes: &[u8]| {
+        let mut r = TraceReader::new(bytes).unwrap();
+        let mut of = Vec::new();
+        while r.next_record().is_some() {
+            of.push(r.chunks() - 1);
+        }
+        of
+    };
+    let plain = write(&records, 1024);
+    let first_of_2 = chunk_of(&plain).iter().position(|&c| c == 2).unwrap();
+    records.insert(first_of_2 + 9, Record::Warning("after the damage".into()));
+    let bytes = write(&records, 1024);
+    let chunks = chunk_of(&bytes);
+    assert_eq!(chunks[first_of_2 + 9], 2);
+    // Chunk 2's fourth record, an event of a nested call: the tag of its inner API (after its
+    // flags and API) becomes 2, which no writer writes.
+    let damaged = edit_chunk(&bytes, 2, |raw| {
+        let at = record_starts(raw, 3)[3];
+        assert_eq!(raw[at + 1], 1, "an event");
+        assert_ne!(raw[at + 2] & 0x04, 0, "nested");
+        assert_eq!(raw[at + 4], 1, "an inner API");
+        raw[at + 4] = 2;
+    });
+    let want: Vec<Record> = records
+        .iter()
+        .zip(&chunks)
+        .enumerate()
+        .filter(|&(i, (r, &c))| c != 2 || i < first_of_2 + 3 || !matches!(r, Record::Event(_)))
+        .map(|(_, (r, _))| r.clone())
+        .collect();
+    let lost = records.len() - want.len();
+    assert!(lost > 10, "the rest of chunk 2's events: {lost}");
+    let mut r = TraceReader::new(&damaged[..]).unwrap();
+    assert_eq!(r.by_ref().collect::<Vec<_>>(), want);
+    assert_eq!(
+        (r.skipped(), r.ending()),
+        (lost as u64, Some(&Ending::Complete))
+    );
+    let mut r = TraceReader::new(&damaged[..]).unwrap();
+    assert_eq!(read_lent(&mut r), want);
+    let (seen, _) = events_replayed(&mut TraceReader::new(&damaged[..]).unwrap());
+    let events: Vec<Event> = want
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Event(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seen, events);
 }

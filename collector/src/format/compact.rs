@@ -20,10 +20,57 @@
 //! The reader keeps the same [`Delta`] as the writer, record by record. An event whose API or
 //! operation the reader does not know (from a newer writer) still updates it from its header
 //! (only variants of version 2 move the pointer base) and is skipped by its length.
+//!
+//! Version 3 writes the same parts in the same order, but the values that vary from event to
+//! event go to the chunk's columns instead of the record ([`Lanes`], `layout.rs`): the time, the
+//! sequence number, thread and caller where present, and the integer fields of the operation
+//! (pointers in a column of their own) — for the operations of version 3 only
+//! ([`COLUMNAR_OPS`]); strings and lists stay in the record.
 
 use super::decode;
+use super::layout::{Column, COLUMNAR_OPS, COLUMNS};
 use super::varint;
 use crate::event::{CommEnd, Event, MemKind};
+
+/// Where the parts of an event are written: the record, and a column for each value that varies
+/// from event to event.
+pub(crate) trait Lanes {
+    fn record(&mut self) -> &mut Vec<u8>;
+    fn column(&mut self, c: Column) -> &mut Vec<u8>;
+}
+
+/// Version 2: every part in the record.
+pub(crate) struct InRecord<'a>(pub &'a mut Vec<u8>);
+
+impl Lanes for InRecord<'_> {
+    #[inline(always)]
+    fn record(&mut self) -> &mut Vec<u8> {
+        self.0
+    }
+
+    #[inline(always)]
+    fn column(&mut self, _: Column) -> &mut Vec<u8> {
+        self.0
+    }
+}
+
+/// Version 3: the varying values in the chunk's columns.
+pub(crate) struct Split<'a> {
+    pub record: &'a mut Vec<u8>,
+    pub columns: &'a mut [Vec<u8>; COLUMNS],
+}
+
+impl Lanes for Split<'_> {
+    #[inline(always)]
+    fn record(&mut self) -> &mut Vec<u8> {
+        self.record
+    }
+
+    #[inline(always)]
+    fn column(&mut self, c: Column) -> &mut Vec<u8> {
+        &mut self.columns[c as usize]
+    }
+}
 
 /// `seq` is not the previous plus one: the difference follows.
 pub(crate) const SEQ: u32 = 1;
@@ -93,14 +140,26 @@ pub(crate) trait Sink {
 }
 
 /// Writes the nonzero fields and gathers the mask.
-struct Fields<'a> {
-    out: &'a mut Vec<u8>,
+struct Fields<'a, L> {
+    lanes: &'a mut L,
+    /// Whether the integer fields go to the columns (version 3's operations) or the record.
+    columnar: bool,
     base: &'a mut u64,
     mask: u64,
     bit: u32,
 }
 
-impl Fields<'_> {
+impl<L: Lanes> Fields<'_, L> {
+    /// Where an integer field goes.
+    #[inline(always)]
+    fn value(&mut self) -> &mut Vec<u8> {
+        if self.columnar {
+            self.lanes.column(Column::Value)
+        } else {
+            self.lanes.record()
+        }
+    }
+
     /// Notes field `bit` as present when `nonzero`; `true` when it is to be written.
     #[inline(always)]
     fn next(&mut self, nonzero: bool) -> bool {
@@ -112,29 +171,31 @@ impl Fields<'_> {
     }
 }
 
-impl Sink for Fields<'_> {
+impl<L: Lanes> Sink for Fields<'_, L> {
     fn u64(&mut self, v: &u64) {
         if self.next(*v != 0) {
-            varint::put(self.out, *v);
+            varint::put(self.value(), *v);
         }
     }
 
     fn ptr(&mut self, v: &u64) {
+        // Only operations of version 2 have pointer fields (see `op_shapes!`): columnar ones.
+        debug_assert!(self.columnar);
         if self.next(*v != 0) {
-            varint::put(self.out, zig(*v, *self.base));
+            varint::put(self.lanes.column(Column::Ptr), zig(*v, *self.base));
             *self.base = *v;
         }
     }
 
     fn u32(&mut self, v: &u32) {
         if self.next(*v != 0) {
-            varint::put(self.out, u64::from(*v));
+            varint::put(self.value(), u64::from(*v));
         }
     }
 
     fn i32(&mut self, v: &i32) {
         if self.next(*v != 0) {
-            varint::put(self.out, zig32(*v));
+            varint::put(self.value(), zig32(*v));
         }
     }
 
@@ -161,32 +222,36 @@ impl Sink for Fields<'_> {
 
     fn string(&mut self, v: &str) {
         if self.next(!v.is_empty()) {
-            varint::put(self.out, v.len() as u64);
-            self.out.extend_from_slice(v.as_bytes());
+            let out = self.lanes.record();
+            varint::put(out, v.len() as u64);
+            out.extend_from_slice(v.as_bytes());
         }
     }
 
     fn u64s(&mut self, v: &[u64]) {
         if self.next(!v.is_empty()) {
-            varint::put(self.out, v.len() as u64);
+            let out = self.lanes.record();
+            varint::put(out, v.len() as u64);
             for &x in v {
-                varint::put(self.out, x);
+                varint::put(out, x);
             }
         }
     }
 
     fn i32s(&mut self, v: &[i32]) {
         if self.next(!v.is_empty()) {
-            varint::put(self.out, v.len() as u64);
+            let out = self.lanes.record();
+            varint::put(out, v.len() as u64);
             for &x in v {
-                varint::put(self.out, zig32(x));
+                varint::put(out, zig32(x));
             }
         }
     }
 }
 
-/// Appends the version 2 encoding of `e` to `out`, written against `d`, and moves `d` on to `e`.
-pub(crate) fn encode(e: &Event, d: &mut Delta, out: &mut Vec<u8>) {
+/// Appends the encoding of `e` to `lanes` (version 2: [`InRecord`]; version 3: [`Split`]),
+/// written against `d`, and moves `d` on to `e`.
+pub(crate) fn encode(e: &Event, d: &mut Delta, lanes: &mut impl Lanes) {
     let next = d.seq.wrapping_add(1);
     let mut flags = 0;
     let set = |on: bool, flag: u32| if on { flag } else { 0 };
@@ -201,15 +266,16 @@ pub(crate) fn encode(e: &Event, d: &mut Delta, out: &mut Vec<u8>) {
         STACKS,
     );
     flags |= set(e.nccl_scope != d.nccl_scope, NCCL);
-    varint::put(out, u64::from(flags));
-    varint::put(out, zig(e.time_ns, d.time_ns));
-    varint::put(out, e.api as u64);
+    varint::put(lanes.record(), u64::from(flags));
+    varint::put(lanes.column(Column::Time), zig(e.time_ns, d.time_ns));
+    varint::put(lanes.record(), e.api as u64);
     if flags & SEQ != 0 {
-        varint::put(out, zig(e.seq, next));
+        varint::put(lanes.column(Column::Seq), zig(e.seq, next));
     }
     if flags & THREAD != 0 {
-        varint::put(out, u64::from(e.thread));
+        varint::put(lanes.column(Column::Thread), u64::from(e.thread));
     }
+    let out = lanes.record();
     if flags & NEST != 0 {
         for api in [e.inner, e.outer] {
             match api {
@@ -229,8 +295,9 @@ pub(crate) fn encode(e: &Event, d: &mut Delta, out: &mut Vec<u8>) {
         varint::put(out, e.context);
     }
     if flags & CALLER != 0 {
-        varint::put(out, zig(e.caller, d.caller));
+        varint::put(lanes.column(Column::Caller), zig(e.caller, d.caller));
     }
+    let out = lanes.record();
     if flags & STACKS != 0 {
         varint::put(out, u64::from(e.stack));
         varint::put(out, u64::from(e.py_stack));
@@ -252,19 +319,22 @@ pub(crate) fn encode(e: &Event, d: &mut Delta, out: &mut Vec<u8>) {
         nccl_scope: e.nccl_scope,
         ptr: d.ptr,
     };
-    varint::put(out, u64::from(decode::op_index(&e.op)));
+    let index = decode::op_index(&e.op);
+    varint::put(out, u64::from(index));
     // The mask goes before the fields: one byte kept for it (every variant has at most seven
     // fields), widened afterwards should a variant ever have more.
     let at = out.len();
     out.push(0);
     let mut fields = Fields {
-        out,
+        lanes,
+        columnar: index < COLUMNAR_OPS,
         base: &mut d.ptr,
         mask: 0,
         bit: 0,
     };
     decode::op_fields(&e.op, &mut fields);
     let mask = fields.mask;
+    let out = lanes.record();
     if mask < 0x80 {
         out[at] = mask as u8;
     } else {

@@ -36,11 +36,14 @@ pub(crate) mod compact;
 mod cursor;
 mod fields;
 mod hot;
+mod parts;
 mod straight;
 mod wire;
 
 pub(crate) use self::fields::{MAX_PAYLOAD, WINDOW};
 pub(crate) use self::hot::read as read_common_event;
+pub(crate) use self::hot::read_split as read_common_split_event;
+pub(crate) use self::parts::Columns;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use self::wire::packs_with_pext;
 

@@ -21,6 +21,7 @@ mod compact;
 mod decode;
 mod error;
 mod header;
+mod layout;
 mod packing;
 mod prefetch;
 mod reader;

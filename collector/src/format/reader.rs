@@ -10,9 +10,11 @@ use std::path::Path;
 
 use super::chunk::{self, read_full, Loaded, Scratch};
 use super::compact::Delta;
-use super::decode;
+use super::decode::compact::Decoded;
+use super::decode::{self, Columns};
 use super::error::TraceError;
 use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
+use super::layout;
 use super::prefetch::Prefetcher;
 use super::record::{Record, TAG_EVENT};
 use super::varint;
@@ -77,15 +79,23 @@ pub struct TraceReader<R: Read> {
     source: Source<R>,
     header: Header,
     offset: u64,
-    /// The decompressed records of the current chunk.
+    /// The current chunk, decompressed: its records (and, from version 3, its columns).
     chunk: Vec<u8>,
     pos: usize,
+    /// Where the chunk's records end.
+    records_end: usize,
     /// The event [`TraceReader::next_event_or_record`] decodes into and lends out.
     event: Event,
-    /// The format version: 1 (events in postcard's layout) or 2 (events against `delta`).
+    /// The format version: 1 (events in postcard's layout), 2 (events against `delta`) or 3
+    /// (events against `delta`, their values in the chunk's columns).
     version: u32,
-    /// What the next event of the chunk is written against (version 2).
+    /// What the next event of the chunk is written against (versions 2 and 3).
     delta: Delta,
+    /// Where the next value of each column of the chunk is (version 3).
+    columns: Columns,
+    /// Whether an event of this chunk was damaged, so that where its values ended in the columns
+    /// is not known: the chunk's later events are skipped (version 3).
+    columns_lost: bool,
     /// Where in `chunk` the one-pass reader of common events may start a record (it reads a
     /// whole window after the start): 0 in version 1, and once reading has ended.
     common_end: usize,
@@ -180,9 +190,12 @@ impl<R: Read> TraceReader<R> {
             offset: 16 + head.len() as u64,
             chunk: Vec::new(),
             pos: 0,
+            records_end: 0,
             event: decode::blank(),
             version,
             delta: Delta::default(),
+            columns: Columns::default(),
+            columns_lost: false,
             common_end: 0,
             synced: false,
             ending: None,
@@ -205,9 +218,12 @@ impl<R: Read> TraceReader<R> {
             offset,
             chunk,
             pos,
+            records_end,
             event,
             version,
             delta,
+            columns,
+            columns_lost,
             common_end,
             synced,
             ending,
@@ -229,9 +245,12 @@ impl<R: Read> TraceReader<R> {
             offset,
             chunk,
             pos,
+            records_end,
             event,
             version,
             delta,
+            columns,
+            columns_lost,
             common_end,
             synced,
             ending,
@@ -286,15 +305,36 @@ impl<R: Read> TraceReader<R> {
         };
         match loaded {
             Loaded::Chunk { len } => {
+                (self.pos, self.records_end) = (0, self.chunk.len());
+                if self.version >= 3 {
+                    match layout::parse(&self.chunk) {
+                        Ok(parts) => {
+                            (self.pos, self.records_end) = (parts.records.start, parts.records.end);
+                            self.columns = Columns {
+                                at: parts.columns.clone().map(|c| c.start),
+                                end: parts.columns.map(|c| c.end),
+                            };
+                        }
+                        Err(reason) => {
+                            self.ending = Some(Ending::Corrupt {
+                                offset: start,
+                                reason,
+                            });
+                            return false;
+                        }
+                    }
+                }
                 self.offset += len;
-                self.pos = 0;
+                // The one-pass reader reads a window after a record's start: only where the
+                // window lies inside the records.
                 self.common_end = if self.version >= 2 {
-                    (self.chunk.len() + 1).saturating_sub(2 + decode::WINDOW)
+                    (self.records_end + 1).saturating_sub(2 + decode::WINDOW)
                 } else {
                     0
                 };
                 // Every chunk decodes on its own.
                 self.delta = Delta::default();
+                self.columns_lost = false;
                 self.synced = false;
                 self.chunks += 1;
                 true
@@ -322,12 +362,12 @@ impl<R: Read> TraceReader<R> {
             return None;
         }
         loop {
-            while self.pos >= self.chunk.len() {
+            while self.pos >= self.records_end {
                 if !self.load_chunk() {
                     return None;
                 }
             }
-            let rest = &self.chunk[self.pos..];
+            let rest = &self.chunk[self.pos..self.records_end];
             let framed = varint::get(rest).and_then(|(len, used)| {
                 let end = used.checked_add(usize::try_from(len).ok()?)?;
                 (end <= rest.len()).then_some((used, end))
@@ -371,30 +411,55 @@ impl<R: Read> TraceReader<R> {
     /// (counted as skipped) when this reader does not know it.
     #[inline(always)]
     fn event(&mut self, start: usize, end: usize) -> bool {
-        self.decode_event(start, end, decode::compact::event_into)
+        self.decode_event(
+            start,
+            end,
+            decode::compact::event_into,
+            decode::compact::split_event_into,
+        )
     }
 
     /// [`TraceReader::event`] with varints packed by `pext` or not (`PEXT` only inside
     /// functions compiled for BMI2).
     #[inline(always)]
     fn event_with<const PEXT: bool>(&mut self, start: usize, end: usize) -> bool {
-        self.decode_event(start, end, decode::compact::event_into_with::<PEXT>)
+        self.decode_event(
+            start,
+            end,
+            decode::compact::event_into_with::<PEXT>,
+            decode::compact::split_event_into_with::<PEXT>,
+        )
     }
 
-    /// Decodes the event payload `chunk[start..end]`, a version 2 one with `v2`, and counts it.
+    /// Decodes the event payload `chunk[start..end]`, a version 2 one with `v2`, a version 3
+    /// one with `v3`, and counts it.
     #[inline(always)]
     fn decode_event(
         &mut self,
         start: usize,
         end: usize,
         v2: impl FnOnce(&[u8], usize, &mut Delta, &mut Event) -> bool,
+        v3: impl FnOnce(&[u8], usize, &[u8], &mut Columns, &mut Delta, &mut Event) -> Decoded,
     ) -> bool {
         let bytes = &self.chunk[start..];
+        let len = end - start;
         self.synced = false;
-        let decoded = if self.version >= 2 {
-            v2(bytes, end - start, &mut self.delta, &mut self.event)
-        } else {
-            decode::event_into(bytes, end - start, &mut self.event)
+        let decoded = match self.version {
+            1 => decode::event_into(bytes, len, &mut self.event),
+            2 => v2(bytes, len, &mut self.delta, &mut self.event),
+            _ if self.columns_lost => false,
+            _ => {
+                let (d, e) = (&mut self.delta, &mut self.event);
+                match v3(bytes, len, &self.chunk, &mut self.columns, d, e) {
+                    Decoded::Event => true,
+                    Decoded::Unknown => false,
+                    Decoded::Damaged => {
+                        self.columns_lost = true;
+                        self.common_end = 0;
+                        false
+                    }
+                }
+            }
         };
         if decoded {
             self.records += 1;
@@ -425,7 +490,13 @@ impl<R: Read> TraceReader<R> {
         }
         let window: &[u8; decode::WINDOW] = framed[2..].try_into().expect("a window");
         let (d, e, synced) = (&mut self.delta, &mut self.event, &mut self.synced);
-        if !decode::read_common_event::<PEXT>(window, len - 1, d, e, synced) {
+        let read = if self.version >= 3 {
+            let (chunk, cols) = (&self.chunk, &mut self.columns);
+            decode::read_common_split_event::<PEXT>(window, len - 1, chunk, cols, d, e, synced)
+        } else {
+            decode::read_common_event::<PEXT>(window, len - 1, d, e, synced)
+        };
+        if !read {
             return false;
         }
         self.pos = pos + 1 + len;

@@ -2,9 +2,10 @@
 
 use std::io::Write;
 
-use super::compact::{self, Delta};
+use super::compact::{self, Delta, InRecord, Split};
 use super::error::TraceError;
 use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
+use super::layout::{self, COLUMNS};
 use super::packing::{Packer, Packing};
 use super::record::{Record, TAG_EVENT};
 use super::varint;
@@ -18,16 +19,22 @@ const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 /// always complete, so a crash loses at most the chunk being gathered.
 pub struct TraceWriter<W: Write> {
     out: W,
+    /// The records of the chunk being gathered.
     chunk: Vec<u8>,
+    /// Its columns (version 3).
+    columns: [Vec<u8>; COLUMNS],
+    /// The chunk's raw bytes as compressed (version 3: records and columns put together).
+    raw: Vec<u8>,
     chunk_records: u32,
     scratch: Vec<u8>,
     chunk_limit: usize,
     packer: Packer,
     packed: Vec<u8>,
     bytes_written: u64,
-    /// The format version written: [`FORMAT_VERSION`], or 1 for readers of old traces (tests).
+    /// The format version written: [`FORMAT_VERSION`], or an older one for readers of old traces
+    /// (tests).
     version: u32,
-    /// What the next event of the chunk is written against (version 2).
+    /// What the next event of the chunk is written against (versions 2 and 3).
     delta: Delta,
 }
 
@@ -63,6 +70,8 @@ impl<W: Write> TraceWriter<W> {
         Ok(TraceWriter {
             out,
             chunk: Vec::with_capacity(DEFAULT_CHUNK_BYTES + 4096),
+            columns: Default::default(),
+            raw: Vec::new(),
             chunk_records: 0,
             scratch: Vec::with_capacity(256),
             chunk_limit: DEFAULT_CHUNK_BYTES,
@@ -117,11 +126,19 @@ impl<W: Write> TraceWriter<W> {
             return self.write_event_v1(event);
         }
         // The length goes first: one byte kept for it (nearly every event is under 128 bytes),
-        // widened afterwards when not.
+        // widened afterwards when not. It covers the record, not the event's column values.
         let at = self.chunk.len();
         self.chunk.push(0);
         self.chunk.push(TAG_EVENT as u8);
-        compact::encode(event, &mut self.delta, &mut self.chunk);
+        if self.version == 2 {
+            compact::encode(event, &mut self.delta, &mut InRecord(&mut self.chunk));
+        } else {
+            let lanes = &mut Split {
+                record: &mut self.chunk,
+                columns: &mut self.columns,
+            };
+            compact::encode(event, &mut self.delta, lanes);
+        }
         let len = self.chunk.len() - at - 1;
         if len < 0x80 {
             self.chunk[at] = len as u8;
@@ -155,7 +172,7 @@ impl<W: Write> TraceWriter<W> {
 
     fn record_done(&mut self) -> Result<(), TraceError> {
         self.chunk_records += 1;
-        if self.chunk.len() >= self.chunk_limit {
+        if self.chunk.len() + self.columns.iter().map(Vec::len).sum::<usize>() >= self.chunk_limit {
             self.flush_chunk()?;
         }
         Ok(())
@@ -166,19 +183,26 @@ impl<W: Write> TraceWriter<W> {
         if self.chunk.is_empty() {
             return self.out.flush().map_err(TraceError::Write);
         }
+        let raw = if self.version >= 3 {
+            self.raw.clear();
+            layout::assemble(&self.chunk, &self.columns, &mut self.raw);
+            &self.raw
+        } else {
+            &self.chunk
+        };
         // The chunk header goes in front of the compressed bytes so the whole chunk is one
         // write: a torn chunk at the end of the file stays rare (the reader handles it anyway).
-        let bound = zstd::zstd_safe::compress_bound(self.chunk.len());
+        let bound = zstd::zstd_safe::compress_bound(raw.len());
         let mut whole = std::mem::take(&mut self.packed);
         whole.clear();
         whole.resize(16 + bound, 0);
         let n = self
             .packer
-            .compress(&self.chunk, &mut whole[16..])
+            .compress(raw, &mut whole[16..])
             .map_err(TraceError::Write)?;
         whole.truncate(16 + n);
         whole[0..4].copy_from_slice(&(n as u32).to_le_bytes());
-        whole[4..8].copy_from_slice(&(self.chunk.len() as u32).to_le_bytes());
+        whole[4..8].copy_from_slice(&(raw.len() as u32).to_le_bytes());
         whole[8..12].copy_from_slice(&self.chunk_records.to_le_bytes());
         let crc = crc32fast::hash(&whole[16..]);
         whole[12..16].copy_from_slice(&crc.to_le_bytes());
@@ -187,6 +211,7 @@ impl<W: Write> TraceWriter<W> {
         self.bytes_written += whole.len() as u64;
         self.packed = whole;
         self.chunk.clear();
+        self.columns.iter_mut().for_each(Vec::clear);
         self.chunk_records = 0;
         // Every chunk decodes on its own.
         self.delta = Delta::default();

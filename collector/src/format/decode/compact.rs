@@ -1,7 +1,8 @@
-//! Decoding version 2 events (the layout is in `format/compact.rs`). A version 2 event is a row
-//! of postcard primitives, so the readers of version 1's primitives serve: the common event goes
-//! to the one-pass reader (`hot`), another short one to `straight`, anything else to the general
-//! reader.
+//! Decoding version 2 and 3 events (the layout is in `format/compact.rs`). A version 2 event is a
+//! row of postcard primitives, so the readers of version 1's primitives serve: the common event
+//! goes to the one-pass reader (`hot`), another short one to `straight`, anything else to the
+//! general reader. Version 3 is the same row with the varying values in the chunk's columns: the
+//! same readers read it through [`Split`] where version 2's read through [`Whole`].
 //!
 //! Each event is read against the [`Delta`] of its chunk (the previous event), which moves on
 //! only when the event was read whole (or its header was, for an event this reader does not
@@ -10,6 +11,7 @@
 use super::cursor::Cursor;
 use super::fields::{MAX_PAYLOAD, WINDOW};
 use super::hot;
+use super::parts::{Columns, Parts, Split, Whole};
 use super::straight::Straight;
 #[cfg(target_arch = "x86_64")]
 use super::wire::packs_with_pext;
@@ -19,6 +21,7 @@ use crate::event::{Api, Event};
 use crate::format::compact::{
     unzig, Delta, CALLER, NCCL, NEST, PLACE, RESULT, SEQ, STACKS, THREAD,
 };
+use crate::format::layout::{Column, COLUMNAR_OPS};
 
 /// What reading an event gave.
 enum Got {
@@ -28,15 +31,39 @@ enum Got {
     Unknown,
 }
 
-/// Reads the fields of an operation: those its mask marks present from the reader, the others
-/// zero; pointers against the chunk's previous pointer.
-struct Masked<'a, R> {
-    r: &'a mut R,
+/// What decoding a version 3 event gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decoded {
+    /// The event, in `e`.
+    Event,
+    /// An event of an API or operation this reader does not know, skipped: the chunk's state
+    /// and columns moved on past it.
+    Unknown,
+    /// Bytes no writer wrote: where this event's values end in the columns is not known, so no
+    /// later event of the chunk can be read.
+    Damaged,
+}
+
+impl From<Got> for Decoded {
+    fn from(got: Got) -> Self {
+        match got {
+            Got::Event => Decoded::Event,
+            Got::Unknown => Decoded::Unknown,
+        }
+    }
+}
+
+/// Reads the fields of an operation: those its mask marks present from the event's parts, the
+/// others zero; pointers against the chunk's previous pointer.
+struct Masked<'a, P> {
+    p: &'a mut P,
+    /// Whether the integer fields are in the columns (version 3's operations) or the record.
+    columnar: bool,
     mask: u64,
     base: &'a mut u64,
 }
 
-impl<R> Masked<'_, R> {
+impl<P> Masked<'_, P> {
     /// Whether the next field is present.
     #[inline(always)]
     fn present(&mut self) -> bool {
@@ -46,25 +73,24 @@ impl<R> Masked<'_, R> {
     }
 }
 
-impl<R: Wire> Wire for Masked<'_, R> {
-    #[inline(always)]
-    fn within_payload(&self) -> bool {
-        self.r.within_payload()
-    }
-
+// `within_payload` is asked of the record, after the operation (`read`).
+impl<P: Parts> Wire for Masked<'_, P> {
     #[inline(always)]
     fn varint(&mut self, max_bytes: u32, last_max: u8) -> Option<u64> {
-        if self.present() {
-            self.r.varint(max_bytes, last_max)
-        } else {
+        if !self.present() {
             Some(0)
+        } else if self.columnar {
+            self.p.column(Column::Value, max_bytes, last_max)
+        } else {
+            self.p.record().varint(max_bytes, last_max)
         }
     }
 
     #[inline(always)]
     fn byte(&mut self) -> Option<u8> {
+        // No operation has a field of one byte (a `bool`): kept in the record should one come.
         if self.present() {
-            self.r.byte()
+            self.p.record().byte()
         } else {
             Some(0)
         }
@@ -72,7 +98,7 @@ impl<R: Wire> Wire for Masked<'_, R> {
 
     fn string(&mut self) -> Option<String> {
         if self.present() {
-            self.r.string()
+            self.p.record().string()
         } else {
             Some(String::new())
         }
@@ -80,7 +106,7 @@ impl<R: Wire> Wire for Masked<'_, R> {
 
     fn u64s(&mut self) -> Option<Vec<u64>> {
         if self.present() {
-            self.r.u64s()
+            self.p.record().u64s()
         } else {
             Some(Vec::new())
         }
@@ -88,7 +114,7 @@ impl<R: Wire> Wire for Masked<'_, R> {
 
     fn i32s(&mut self) -> Option<Vec<i32>> {
         if self.present() {
-            self.r.i32s()
+            self.p.record().i32s()
         } else {
             Some(Vec::new())
         }
@@ -99,7 +125,9 @@ impl<R: Wire> Wire for Masked<'_, R> {
         if !self.present() {
             return Some(0);
         }
-        let v = self.base.wrapping_add(unzig(self.r.u64()?));
+        let v = self
+            .base
+            .wrapping_add(unzig(self.p.column_u64(Column::Ptr)?));
         *self.base = v;
         Some(v)
     }
@@ -121,7 +149,7 @@ fn api(index: u32) -> Option<Api> {
     Api::ALL.get(index as usize).copied()
 }
 
-/// Reads one event from `r` against `d` (moved on as it reads) into `e`; `None` when `r` gives
+/// Reads one event from `p` against `d` (moved on as it reads) into `e`; `None` when `p` gives
 /// up (then `d` and `e` are partly overwritten).
 ///
 /// Every field goes to `e` from the value just read or kept, never loaded back from `d`: `d` is
@@ -129,16 +157,16 @@ fn api(index: u32) -> Option<Api> {
 /// with wider loads, waits for those stores to reach the cache (a store-forwarding stall that cost
 /// a third of this function's time).
 #[inline(always)]
-fn read(r: &mut impl Wire, d: &mut Delta, e: &mut Event) -> Option<Got> {
-    let flags = r.u32()?;
+fn read(p: &mut impl Parts, d: &mut Delta, e: &mut Event) -> Option<Got> {
+    let flags = p.record().u32()?;
     if flags > 0xff {
         return None;
     }
-    let time = r.u64()?;
-    let api_index = r.u32()?;
+    let time = p.column_u64(Column::Time)?;
+    let api_index = p.record().u32()?;
     let mut seq = d.seq.wrapping_add(1);
     if flags & SEQ != 0 {
-        seq = seq.wrapping_add(unzig(r.u64()?));
+        seq = seq.wrapping_add(unzig(p.column_u64(Column::Seq)?));
     }
     d.seq = seq;
     e.seq = seq;
@@ -146,9 +174,10 @@ fn read(r: &mut impl Wire, d: &mut Delta, e: &mut Event) -> Option<Got> {
     d.time_ns = time_ns;
     e.time_ns = time_ns;
     if flags & THREAD != 0 {
-        d.thread = r.u32()?;
+        d.thread = p.column_u32(Column::Thread)?;
     }
     e.thread = d.thread;
+    let r = p.record();
     let (inner, outer) = if flags & NEST != 0 {
         (raw_option(r)?, raw_option(r)?)
     } else {
@@ -162,10 +191,11 @@ fn read(r: &mut impl Wire, d: &mut Delta, e: &mut Event) -> Option<Got> {
     e.device = d.device;
     e.context = d.context;
     if flags & CALLER != 0 {
-        let caller = d.caller.wrapping_add(unzig(r.u64()?));
+        let caller = d.caller.wrapping_add(unzig(p.column_u64(Column::Caller)?));
         d.caller = caller;
     }
     e.caller = d.caller;
+    let r = p.record();
     if flags & STACKS != 0 {
         d.stack = r.u32()?;
         d.py_stack = r.u32()?;
@@ -186,12 +216,13 @@ fn read(r: &mut impl Wire, d: &mut Delta, e: &mut Event) -> Option<Got> {
     };
     let mask = r.u64()?;
     let masked = &mut Masked {
-        r,
+        p,
+        columnar: index < COLUMNAR_OPS,
         mask,
         base: &mut d.ptr,
     };
     shape.decode_into(masked, &mut e.op)?;
-    if !r.within_payload() {
+    if !p.record().within_payload() {
         return None;
     }
     let (Some(api), Some(inner), Some(outer)) = (
@@ -252,7 +283,7 @@ pub(crate) fn event_into_with<const PEXT: bool>(
                 return true;
             }
             let saved = *d;
-            if let Some(got) = read(&mut Straight::<PEXT>::new(window, len), d, e) {
+            if let Some(got) = read(&mut Whole(Straight::<PEXT>::new(window, len)), d, e) {
                 return matches!(got, Got::Event);
             }
             *d = saved;
@@ -265,11 +296,105 @@ pub(crate) fn event_into_with<const PEXT: bool>(
 /// (and for tests: the fast one must agree with it).
 pub(super) fn event_into_general(bytes: &[u8], len: usize, d: &mut Delta, e: &mut Event) -> bool {
     let mut moved = *d;
-    match read(&mut Cursor::new(bytes, len), &mut moved, e) {
+    match read(&mut Whole(Cursor::new(bytes, len)), &mut moved, e) {
         Some(got) => {
             *d = moved;
             matches!(got, Got::Event)
         }
         None => false,
+    }
+}
+
+/// Decodes the version 3 event whose record payload is `bytes[..len]`, its values in the columns
+/// of `chunk` that `cols` points into, against `d` into `e`. `d` and `cols` move on past an
+/// event read whole and past one this reader does not know; damage leaves them as they were.
+#[inline(always)]
+pub(crate) fn split_event_into(
+    bytes: &[u8],
+    len: usize,
+    chunk: &[u8],
+    cols: &mut Columns,
+    d: &mut Delta,
+    e: &mut Event,
+) -> Decoded {
+    #[cfg(target_arch = "x86_64")]
+    if packs_with_pext() {
+        // SAFETY: the CPU has BMI2 (checked just now).
+        return unsafe { split_event_into_bmi2(bytes, len, chunk, cols, d, e) };
+    }
+    split_event_into_with::<false>(bytes, len, chunk, cols, d, e)
+}
+
+/// [`split_event_into`] compiled for BMI2, so varints pack with `pext`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "bmi2")]
+fn split_event_into_bmi2(
+    bytes: &[u8],
+    len: usize,
+    chunk: &[u8],
+    cols: &mut Columns,
+    d: &mut Delta,
+    e: &mut Event,
+) -> Decoded {
+    split_event_into_with::<true>(bytes, len, chunk, cols, d, e)
+}
+
+/// [`split_event_into`] with varints packed by `pext` or not (`PEXT` only inside functions
+/// compiled for BMI2): the one-pass reader, then the short one, then the general one.
+#[inline(always)]
+pub(crate) fn split_event_into_with<const PEXT: bool>(
+    bytes: &[u8],
+    len: usize,
+    chunk: &[u8],
+    cols: &mut Columns,
+    d: &mut Delta,
+    e: &mut Event,
+) -> Decoded {
+    if len <= MAX_PAYLOAD {
+        if let Some(window) = bytes.get(..WINDOW) {
+            let window: &[u8; WINDOW] = window.try_into().expect("a window");
+            if hot::read_split::<PEXT>(window, len, chunk, cols, d, e, &mut false) {
+                return Decoded::Event;
+            }
+            let saved = *d;
+            let p = &mut Split::<_, PEXT> {
+                record: Straight::<PEXT>::new(window, len),
+                chunk,
+                at: cols.at,
+                end: &cols.end,
+            };
+            if let Some(got) = read(p, d, e) {
+                cols.at = p.at;
+                return got.into();
+            }
+            *d = saved;
+        }
+    }
+    split_event_into_general(bytes, len, chunk, cols, d, e)
+}
+
+/// [`split_event_into`] with the general reader alone (out of line; and for tests).
+pub(super) fn split_event_into_general(
+    bytes: &[u8],
+    len: usize,
+    chunk: &[u8],
+    cols: &mut Columns,
+    d: &mut Delta,
+    e: &mut Event,
+) -> Decoded {
+    let mut moved = *d;
+    let p = &mut Split::<_, false> {
+        record: Cursor::new(bytes, len),
+        chunk,
+        at: cols.at,
+        end: &cols.end,
+    };
+    match read(p, &mut moved, e) {
+        Some(got) => {
+            *d = moved;
+            cols.at = p.at;
+            got.into()
+        }
+        None => Decoded::Damaged,
     }
 }

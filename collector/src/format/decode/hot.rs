@@ -9,13 +9,15 @@
 //! value postcard rejects) is left untouched for the readers in `compact`, which decide.
 
 use super::fields::WINDOW;
+use super::parts::{Columns, Parts, Split, Whole};
 use super::replace_op;
 use super::straight::Straight;
-use super::wire::Wire;
+use super::wire::{mem_kind, Wire};
 use crate::event::{Api, Event, MemKind, Op};
 use crate::format::compact::{
     unzig, Delta, CALLER, NCCL, NEST, PLACE, RESULT, SEQ, STACKS, THREAD,
 };
+use crate::format::layout::Column;
 
 /// Variant indexes of the operations read here: postcard numbers variants by declaration order
 /// (checked against the shape table in the tests).
@@ -25,9 +27,9 @@ pub(super) const FREE_HOST: u8 = 2;
 
 /// A `u64` field of an operation: 0 unless its bit of `mask` is set.
 #[inline(always)]
-fn field<const PEXT: bool>(r: &mut Straight<'_, PEXT>, mask: u64, bit: u32) -> Option<u64> {
+fn field(p: &mut impl Parts, mask: u64, bit: u32) -> Option<u64> {
     if mask & (1 << bit) != 0 {
-        r.u64()
+        p.column_u64(Column::Value)
     } else {
         Some(0)
     }
@@ -35,16 +37,11 @@ fn field<const PEXT: bool>(r: &mut Straight<'_, PEXT>, mask: u64, bit: u32) -> O
 
 /// A pointer field: against the chunk's previous pointer `base`, which it moves on.
 #[inline(always)]
-fn ptr<const PEXT: bool>(
-    r: &mut Straight<'_, PEXT>,
-    mask: u64,
-    bit: u32,
-    base: &mut u64,
-) -> Option<u64> {
+fn ptr(p: &mut impl Parts, mask: u64, bit: u32, base: &mut u64) -> Option<u64> {
     if mask & (1 << bit) == 0 {
         return Some(0);
     }
-    *base = base.wrapping_add(unzig(r.u64()?));
+    *base = base.wrapping_add(unzig(p.column_u64(Column::Ptr)?));
     Some(*base)
 }
 
@@ -125,26 +122,45 @@ pub(crate) fn read<const PEXT: bool>(
     e: &mut Event,
     synced: &mut bool,
 ) -> bool {
-    try_read::<PEXT>(window, len, d, e, synced).is_some()
+    let p = &mut Whole(Straight::<PEXT>::new(window, len));
+    try_read(p, d, e, synced).is_some()
 }
 
+/// [`read`] for version 3: the event's values from the columns of `chunk`, which `cols` says
+/// where to read and which move on (with `d`) only when the event is read whole.
 #[inline(always)]
-fn try_read<const PEXT: bool>(
+pub(crate) fn read_split<const PEXT: bool>(
     window: &[u8; WINDOW],
     len: usize,
+    chunk: &[u8],
+    cols: &mut Columns,
     d: &mut Delta,
     e: &mut Event,
     synced: &mut bool,
-) -> Option<()> {
+) -> bool {
+    let p = &mut Split::<_, PEXT> {
+        record: Straight::<PEXT>::new(window, len),
+        chunk,
+        at: cols.at,
+        end: &cols.end,
+    };
+    if try_read(p, d, e, synced).is_none() {
+        return false;
+    }
+    cols.at = p.at;
+    true
+}
+
+#[inline(always)]
+fn try_read(p: &mut impl Parts, d: &mut Delta, e: &mut Event, synced: &mut bool) -> Option<()> {
     // Fields may run past the payload while read (never past the window): checked at the end.
-    let mut r = Straight::<PEXT>::new(window, len);
-    let flags = r.u32()?;
+    let flags = p.record().u32()?;
     // Nested calls and failures take the general way.
     if flags > 0xff || flags & (NEST | RESULT) != 0 {
         return None;
     }
-    let time = r.u64()?;
-    let api = *Api::ALL.get(r.u32()? as usize)?;
+    let time = p.column_u64(Column::Time)?;
+    let api = *Api::ALL.get(p.record().u32()? as usize)?;
     let mut h = Header {
         seq: d.seq.wrapping_add(1),
         time_ns: d.time_ns.wrapping_add(unzig(time)),
@@ -155,33 +171,35 @@ fn try_read<const PEXT: bool>(
     // Read only when some of them change (else they are not even loaded).
     let mut quiet = None;
     if flags & SEQ != 0 {
-        h.seq = h.seq.wrapping_add(unzig(r.u64()?));
+        h.seq = h.seq.wrapping_add(unzig(p.column_u64(Column::Seq)?));
     }
     if flags & THREAD != 0 {
-        h.thread = r.u32()?;
+        h.thread = p.column_u32(Column::Thread)?;
     }
     if flags & QUIET != 0 {
         let mut q = Quiet::of(d);
         if flags & PLACE != 0 {
-            q.device = r.i32()?;
-            q.context = r.u64()?;
+            q.device = p.record().i32()?;
+            q.context = p.record().u64()?;
         }
         if flags & CALLER != 0 {
-            h.caller = h.caller.wrapping_add(unzig(r.u64()?));
+            h.caller = h.caller.wrapping_add(unzig(p.column_u64(Column::Caller)?));
         }
         if flags & STACKS != 0 {
+            let r = p.record();
             q.stack = r.u32()?;
             q.py_stack = r.u32()?;
             q.py_inferred = r.bool()?;
         }
         if flags & NCCL != 0 {
-            q.nccl_scope = r.u64()?;
+            q.nccl_scope = p.record().u64()?;
         }
         quiet = Some(q);
     } else if flags & CALLER != 0 {
-        h.caller = h.caller.wrapping_add(unzig(r.u64()?));
+        h.caller = h.caller.wrapping_add(unzig(p.column_u64(Column::Caller)?));
     }
     // The operation's index and mask: one byte each here.
+    let r = p.record();
     let (index, mask) = (r.byte()?, u64::from(r.byte()?));
     if index > FREE_HOST || mask >= 0x80 {
         return None;
@@ -190,22 +208,26 @@ fn try_read<const PEXT: bool>(
     match index {
         ALLOC => {
             let kind = if mask & 1 != 0 {
-                r.kind()?
+                mem_kind(p.column_u32(Column::Value)?)?
             } else {
                 MemKind::Device
             };
-            let ptr = ptr(&mut r, mask, 1, &mut base)?;
-            let size = field(&mut r, mask, 2)?;
+            let ptr = ptr(p, mask, 1, &mut base)?;
+            let size = field(p, mask, 2)?;
             // Stream, pool, flags and pitch are mostly all zero: one test for the four.
             let (stream, pool, flags, pitch) = if mask & 0b111_1000 == 0 {
                 (0, 0, 0, 0)
             } else {
-                let stream = field(&mut r, mask, 3)?;
-                let pool = field(&mut r, mask, 4)?;
-                let flags = if mask & (1 << 5) != 0 { r.u32()? } else { 0 };
-                (stream, pool, flags, field(&mut r, mask, 6)?)
+                let stream = field(p, mask, 3)?;
+                let pool = field(p, mask, 4)?;
+                let flags = if mask & (1 << 5) != 0 {
+                    p.column_u32(Column::Value)?
+                } else {
+                    0
+                };
+                (stream, pool, flags, field(p, mask, 6)?)
             };
-            if !r.within_payload() {
+            if !p.record().within_payload() {
                 return None;
             }
             // Written whole whatever the lent event held: checking for an allocation to write
@@ -224,16 +246,16 @@ fn try_read<const PEXT: bool>(
             );
         }
         FREE => {
-            let ptr = ptr(&mut r, mask, 0, &mut base)?;
-            let stream = field(&mut r, mask, 1)?;
-            if !r.within_payload() {
+            let ptr = ptr(p, mask, 0, &mut base)?;
+            let stream = field(p, mask, 1)?;
+            if !p.record().within_payload() {
                 return None;
             }
             replace_op(&mut e.op, Op::Free { ptr, stream });
         }
         _ => {
-            let ptr = ptr(&mut r, mask, 0, &mut base)?;
-            if !r.within_payload() {
+            let ptr = ptr(p, mask, 0, &mut base)?;
+            if !p.record().within_payload() {
                 return None;
             }
             replace_op(&mut e.op, Op::FreeHost { ptr });

@@ -82,15 +82,7 @@ pub(super) trait Wire {
 
     #[inline(always)]
     fn kind(&mut self) -> Option<MemKind> {
-        Some(match self.u32()? {
-            0 => MemKind::Device,
-            1 => MemKind::Async,
-            2 => MemKind::Managed,
-            3 => MemKind::Pitched,
-            4 => MemKind::HostPinned,
-            5 => MemKind::Array,
-            _ => return None,
-        })
+        mem_kind(self.u32()?)
     }
 
     fn how(&mut self) -> Option<CommEnd> {
@@ -101,6 +93,20 @@ pub(super) trait Wire {
             _ => return None,
         })
     }
+}
+
+/// The memory kind of a variant index; `None` for one this reader does not know.
+#[inline(always)]
+pub(super) fn mem_kind(index: u32) -> Option<MemKind> {
+    Some(match index {
+        0 => MemKind::Device,
+        1 => MemKind::Async,
+        2 => MemKind::Managed,
+        3 => MemKind::Pitched,
+        4 => MemKind::HostPinned,
+        5 => MemKind::Array,
+        _ => return None,
+    })
 }
 
 /// The value of a varint whose `len` bytes (1 to 8) start `word`: their 7-bit groups packed
