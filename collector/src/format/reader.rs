@@ -11,6 +11,7 @@ use std::path::Path;
 use super::chunk::{self, read_full, Loaded, Scratch};
 use super::compact::Delta;
 use super::decode::compact::Decoded;
+use super::decode::Common;
 use super::decode::{self, Columns};
 use super::error::TraceError;
 use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
@@ -310,10 +311,9 @@ impl<R: Read> TraceReader<R> {
                     match layout::parse(&self.chunk) {
                         Ok(parts) => {
                             (self.pos, self.records_end) = (parts.records.start, parts.records.end);
-                            self.columns = Columns {
-                                at: parts.columns.clone().map(|c| c.start),
-                                end: parts.columns.map(|c| c.end),
-                            };
+                            self.columns = Columns::new(&parts.columns);
+                            // Values are read eight bytes at a time, up to the last byte.
+                            self.chunk.extend_from_slice(&[0; decode::PADDING]);
                         }
                         Err(reason) => {
                             self.ending = Some(Ending::Corrupt {
@@ -490,13 +490,31 @@ impl<R: Read> TraceReader<R> {
         }
         let window: &[u8; decode::WINDOW] = framed[2..].try_into().expect("a window");
         let (d, e, synced) = (&mut self.delta, &mut self.event, &mut self.synced);
-        let read = if self.version >= 3 {
+        if self.version >= 3 {
             let (chunk, cols) = (&self.chunk, &mut self.columns);
-            decode::read_common_split_event::<PEXT>(window, len - 1, chunk, cols, d, e, synced)
-        } else {
-            decode::read_common_event::<PEXT>(window, len - 1, d, e, synced)
-        };
-        if !read {
+            match decode::read_common_split_event::<PEXT>(
+                window,
+                len - 1,
+                chunk,
+                cols,
+                d,
+                e,
+                synced,
+            ) {
+                Common::Read => {}
+                Common::Other => return false,
+                Common::Damaged => {
+                    // Read past, counted, and the rest of the chunk's events lost with its
+                    // columns.
+                    self.pos = pos + 1 + len;
+                    self.skipped += 1;
+                    self.columns_lost = true;
+                    self.common_end = 0;
+                    self.synced = false;
+                    return false;
+                }
+            }
+        } else if !decode::read_common_event::<PEXT>(window, len - 1, d, e, synced) {
             return false;
         }
         self.pos = pos + 1 + len;

@@ -10,7 +10,7 @@
 
 use super::cursor::Cursor;
 use super::fields::{MAX_PAYLOAD, WINDOW};
-use super::hot;
+use super::hot::{self, Common};
 use super::parts::{Columns, Parts, Split, Whole};
 use super::straight::Straight;
 #[cfg(target_arch = "x86_64")]
@@ -353,19 +353,19 @@ pub(crate) fn split_event_into_with<const PEXT: bool>(
     if len <= MAX_PAYLOAD {
         if let Some(window) = bytes.get(..WINDOW) {
             let window: &[u8; WINDOW] = window.try_into().expect("a window");
-            if hot::read_split::<PEXT>(window, len, chunk, cols, d, e, &mut false) {
-                return Decoded::Event;
+            match hot::read_split::<PEXT>(window, len, chunk, cols, d, e, &mut false) {
+                Common::Read => return Decoded::Event,
+                Common::Damaged => return Decoded::Damaged,
+                Common::Other => {}
             }
             let saved = *d;
-            let p = &mut Split::<_, PEXT> {
-                record: Straight::<PEXT>::new(window, len),
-                chunk,
-                at: cols.at,
-                end: &cols.end,
-            };
-            if let Some(got) = read(p, d, e) {
-                cols.at = p.at;
-                return got.into();
+            let record = Straight::<PEXT>::new(window, len);
+            if let Some(p) = &mut Split::<_, PEXT>::new(record, chunk, cols) {
+                if let Some(got) = read(p, d, e) {
+                    let to = p.read_to();
+                    cols.advance(to);
+                    return got.into();
+                }
             }
             *d = saved;
         }
@@ -383,16 +383,14 @@ pub(super) fn split_event_into_general(
     e: &mut Event,
 ) -> Decoded {
     let mut moved = *d;
-    let p = &mut Split::<_, false> {
-        record: Cursor::new(bytes, len),
-        chunk,
-        at: cols.at,
-        end: &cols.end,
+    let Some(p) = &mut Split::<_, false>::new(Cursor::new(bytes, len), chunk, cols) else {
+        return Decoded::Damaged;
     };
     match read(p, &mut moved, e) {
         Some(got) => {
             *d = moved;
-            cols.at = p.at;
+            let to = p.read_to();
+            cols.advance(to);
             got.into()
         }
         None => Decoded::Damaged,

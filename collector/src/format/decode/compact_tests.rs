@@ -9,7 +9,7 @@ use super::compact::{
     split_event_into_with, Decoded,
 };
 use super::fields::WINDOW;
-use super::parts::Columns;
+use super::parts::{Columns, PADDING};
 use super::tests::{any_event, damage, Damage};
 use super::*;
 use crate::format::compact::{encode, Delta, InRecord, Split};
@@ -93,24 +93,27 @@ fn encode_all(version: u32, events: &[Event]) -> Encoded {
     }
 }
 
+/// The columns of `enc` in a chunk as the trace reader keeps it (padded with `tail` bytes), and
+/// where they lie.
+fn padded_columns(enc: &Encoded, tail: u8) -> (Vec<u8>, Columns) {
+    let mut chunk = Vec::new();
+    let ranges = enc.columns.clone().map(|column| {
+        let start = chunk.len();
+        chunk.extend_from_slice(&column);
+        start..chunk.len()
+    });
+    chunk.extend_from_slice(&[tail; PADDING]);
+    (chunk, Columns::new(&ranges))
+}
+
 /// Decodes the payloads in order as a chunk, with the fast entry point (followed by `tail`
 /// bytes) and with the general reader alone; both must agree, and neither may panic.
 /// The fast entry point packs with `pext` where the CPU has it fast; the plain fast reader is
-/// held to the same answers too. In version 3 the columns are followed by eight `tail` bytes,
-/// or by nothing when `tail` is 1 (so values at their end are read a byte at a time), and the
-/// readers must move the columns alike.
+/// held to the same answers too. In version 3 the columns are followed by the chunk's padding
+/// (`tail` bytes), which no value may take, and the readers must move the columns alike.
 fn decode_all(enc: &Encoded, tail: u8) -> Vec<Option<Event>> {
     let (mut fast, mut plain, mut general) = (Delta::default(), Delta::default(), Delta::default());
-    let mut chunk = Vec::new();
-    let mut cols = Columns::default();
-    for (c, column) in enc.columns.iter().enumerate() {
-        cols.at[c] = chunk.len();
-        chunk.extend_from_slice(column);
-        cols.end[c] = chunk.len();
-    }
-    if tail != 1 {
-        chunk.extend_from_slice(&[tail; 8]);
-    }
+    let (chunk, cols) = padded_columns(enc, tail);
     let (mut fast_cols, mut plain_cols, mut general_cols) = (cols, cols, cols);
     let mut out = Vec::new();
     for p in &enc.payloads {
@@ -152,6 +155,10 @@ fn decode_all(enc: &Encoded, tail: u8) -> Vec<Option<Event>> {
             );
             assert_eq!(x, y, "the readers disagree on {p:?}");
             assert_eq!(z, y, "the plain fast reader disagrees on {p:?}");
+            // After damage the columns are lost, wherever a reader left them.
+            if y == Decoded::Damaged {
+                (fast_cols, plain_cols) = (general_cols, general_cols);
+            }
             assert_eq!(
                 fast_cols, general_cols,
                 "the readers move the columns apart"
@@ -179,18 +186,12 @@ fn decode_all(enc: &Encoded, tail: u8) -> Vec<Option<Event>> {
 /// Whether decoding `enc` (version 3) reads every value of every column: a writer and a reader
 /// that agree on where each value goes leave none.
 fn reads_every_column_value(enc: &Encoded) -> bool {
-    let chunk = enc.columns.concat();
-    let mut cols = Columns::default();
-    let mut at = 0;
-    for (c, column) in enc.columns.iter().enumerate() {
-        (cols.at[c], cols.end[c]) = (at, at + column.len());
-        at += column.len();
-    }
+    let (chunk, mut cols) = padded_columns(enc, 0x80);
     let (mut d, mut e) = (Delta::default(), blank());
     for p in &enc.payloads {
         split_event_into_general(p, p.len(), &chunk, &mut cols, &mut d, &mut e);
     }
-    cols.at == cols.end
+    cols.read_whole()
 }
 
 /// The versions that write events against the previous one: 2, and 3 with its columns.
@@ -253,13 +254,8 @@ proptest! {
         prop_assert!(event_into(payload, payload.len(), &mut Delta::default(), &mut got));
         prop_assert_eq!(got, e.clone());
         let enc = encode_all(3, std::slice::from_ref(&e));
-        let (payload, chunk) = (&enc.payloads[0], enc.columns.concat());
-        let mut cols = Columns::default();
-        let mut at = 0;
-        for (c, column) in enc.columns.iter().enumerate() {
-            (cols.at[c], cols.end[c]) = (at, at + column.len());
-            at += column.len();
-        }
+        let payload = &enc.payloads[0];
+        let (chunk, mut cols) = padded_columns(&enc, 0);
         let mut got = used;
         let decoded =
             split_event_into(payload, payload.len(), &chunk, &mut cols, &mut Delta::default(), &mut got);

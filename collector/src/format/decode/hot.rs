@@ -9,7 +9,7 @@
 //! value postcard rejects) is left untouched for the readers in `compact`, which decide.
 
 use super::fields::WINDOW;
-use super::parts::{Columns, Parts, Split, Whole};
+use super::parts::{Columns, InPlace, Parts, Whole};
 use super::replace_op;
 use super::straight::Straight;
 use super::wire::{mem_kind, Wire};
@@ -126,31 +126,6 @@ pub(crate) fn read<const PEXT: bool>(
     try_read(p, d, e, synced).is_some()
 }
 
-/// [`read`] for version 3: the event's values from the columns of `chunk`, which `cols` says
-/// where to read and which move on (with `d`) only when the event is read whole.
-#[inline(always)]
-pub(crate) fn read_split<const PEXT: bool>(
-    window: &[u8; WINDOW],
-    len: usize,
-    chunk: &[u8],
-    cols: &mut Columns,
-    d: &mut Delta,
-    e: &mut Event,
-    synced: &mut bool,
-) -> bool {
-    let p = &mut Split::<_, PEXT> {
-        record: Straight::<PEXT>::new(window, len),
-        chunk,
-        at: cols.at,
-        end: &cols.end,
-    };
-    if try_read(p, d, e, synced).is_none() {
-        return false;
-    }
-    cols.at = p.at;
-    true
-}
-
 #[inline(always)]
 fn try_read(p: &mut impl Parts, d: &mut Delta, e: &mut Event, synced: &mut bool) -> Option<()> {
     // Fields may run past the payload while read (never past the window): checked at the end.
@@ -205,6 +180,15 @@ fn try_read(p: &mut impl Parts, d: &mut Delta, e: &mut Event, synced: &mut bool)
         return None;
     }
     let mut base = d.ptr;
+    operation(p, index, mask, &mut base, &mut e.op)?;
+    finish(h, quiet, base, d, e, synced);
+    Some(())
+}
+
+/// Reads the fields of a common operation (`index` and `mask` checked) into `op`, pointers
+/// against `base`; `None` when a field does not read or the record ran past its payload.
+#[inline(always)]
+fn operation(p: &mut impl Parts, index: u8, mask: u64, base: &mut u64, op: &mut Op) -> Option<()> {
     match index {
         ALLOC => {
             let kind = if mask & 1 != 0 {
@@ -212,7 +196,7 @@ fn try_read(p: &mut impl Parts, d: &mut Delta, e: &mut Event, synced: &mut bool)
             } else {
                 MemKind::Device
             };
-            let ptr = ptr(p, mask, 1, &mut base)?;
+            let ptr = ptr(p, mask, 1, base)?;
             let size = field(p, mask, 2)?;
             // Stream, pool, flags and pitch are mostly all zero: one test for the four.
             let (stream, pool, flags, pitch) = if mask & 0b111_1000 == 0 {
@@ -233,7 +217,7 @@ fn try_read(p: &mut impl Parts, d: &mut Delta, e: &mut Event, synced: &mut bool)
             // Written whole whatever the lent event held: checking for an allocation to write
             // only its fields was a branch as unpredictable as the mix of allocations and frees.
             replace_op(
-                &mut e.op,
+                op,
                 Op::Alloc {
                     kind,
                     ptr,
@@ -246,22 +230,35 @@ fn try_read(p: &mut impl Parts, d: &mut Delta, e: &mut Event, synced: &mut bool)
             );
         }
         FREE => {
-            let ptr = ptr(p, mask, 0, &mut base)?;
+            let ptr = ptr(p, mask, 0, base)?;
             let stream = field(p, mask, 1)?;
             if !p.record().within_payload() {
                 return None;
             }
-            replace_op(&mut e.op, Op::Free { ptr, stream });
+            replace_op(op, Op::Free { ptr, stream });
         }
         _ => {
-            let ptr = ptr(p, mask, 0, &mut base)?;
+            let ptr = ptr(p, mask, 0, base)?;
             if !p.record().within_payload() {
                 return None;
             }
-            replace_op(&mut e.op, Op::FreeHost { ptr });
+            replace_op(op, Op::FreeHost { ptr });
         }
     }
-    // Read whole: the chunk's state moves on, and the event takes the header.
+    Some(())
+}
+
+/// An event read whole: the chunk's state moves on (to the pointer `base`), and the event takes
+/// the header.
+#[inline(always)]
+fn finish(
+    h: Header,
+    quiet: Option<Quiet>,
+    base: u64,
+    d: &mut Delta,
+    e: &mut Event,
+    synced: &mut bool,
+) {
     match quiet {
         Some(q) => q.write(d, e),
         None if !*synced => Quiet::of(d).write(d, e),
@@ -278,5 +275,113 @@ fn try_read(p: &mut impl Parts, d: &mut Delta, e: &mut Event, synced: &mut bool)
     e.thread = h.thread;
     e.api = h.api;
     e.caller = h.caller;
-    Some(())
+}
+
+/// What the one-pass reader made of a version 3 event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Common {
+    /// The event, read whole into the event and the chunk's state.
+    Read,
+    /// Not a common event (or not one this reader takes): nothing was read.
+    Other,
+    /// A common event whose record reads, but not its values: damage. The columns were moved
+    /// on, partly; the chunk's state and the event's header were not.
+    Damaged,
+}
+
+/// [`read`] for version 3, which reads the record whole and checks it before it reads any value
+/// from the columns: once it reads them, only damage can stop it, and the general reader would
+/// find the same damage (the same values read in the same order). So the columns are read in
+/// place, with nothing to save and restore.
+#[inline(always)]
+pub(crate) fn read_split<const PEXT: bool>(
+    window: &[u8; WINDOW],
+    len: usize,
+    chunk: &[u8],
+    cols: &mut Columns,
+    d: &mut Delta,
+    e: &mut Event,
+    synced: &mut bool,
+) -> Common {
+    let mut r = Straight::<PEXT>::new(window, len);
+    let Some((flags, api, quiet, index, mask)) = split_record(&mut r, d) else {
+        return Common::Other;
+    };
+    let Some(mut p) = InPlace::<_, PEXT>::new(r, chunk, cols) else {
+        return Common::Other;
+    };
+    let mut h = Header {
+        seq: d.seq.wrapping_add(1),
+        time_ns: d.time_ns,
+        thread: d.thread,
+        caller: d.caller,
+        api,
+    };
+    let mut base = d.ptr;
+    if split_values(&mut p, flags, index, mask, &mut h, &mut base, &mut e.op).is_none() {
+        return Common::Damaged;
+    }
+    finish(h, quiet, base, d, e, synced);
+    Common::Read
+}
+
+/// The values of a common version 3 event whose record was read: its header's from the columns
+/// into `h`, its operation's into `op`.
+#[inline(always)]
+fn split_values(
+    p: &mut impl Parts,
+    flags: u32,
+    index: u8,
+    mask: u64,
+    h: &mut Header,
+    base: &mut u64,
+    op: &mut Op,
+) -> Option<()> {
+    h.time_ns = h.time_ns.wrapping_add(unzig(p.column_u64(Column::Time)?));
+    if flags & SEQ != 0 {
+        h.seq = h.seq.wrapping_add(unzig(p.column_u64(Column::Seq)?));
+    }
+    if flags & THREAD != 0 {
+        h.thread = p.column_u32(Column::Thread)?;
+    }
+    if flags & CALLER != 0 {
+        h.caller = h.caller.wrapping_add(unzig(p.column_u64(Column::Caller)?));
+    }
+    operation(p, index, mask, base, op)
+}
+
+/// The record of a version 3 event if it is a common one, read whole and checked: its flags, API,
+/// seldom-changing fields where they changed, operation index and mask.
+#[inline(always)]
+fn split_record<const PEXT: bool>(
+    r: &mut Straight<'_, PEXT>,
+    d: &Delta,
+) -> Option<(u32, Api, Option<Quiet>, u8, u64)> {
+    let flags = r.u32()?;
+    if flags > 0xff || flags & (NEST | RESULT) != 0 {
+        return None;
+    }
+    let api = *Api::ALL.get(r.u32()? as usize)?;
+    let mut quiet = None;
+    if flags & QUIET != 0 {
+        let mut q = Quiet::of(d);
+        if flags & PLACE != 0 {
+            q.device = r.i32()?;
+            q.context = r.u64()?;
+        }
+        if flags & STACKS != 0 {
+            q.stack = r.u32()?;
+            q.py_stack = r.u32()?;
+            q.py_inferred = r.bool()?;
+        }
+        if flags & NCCL != 0 {
+            q.nccl_scope = r.u64()?;
+        }
+        quiet = Some(q);
+    }
+    let (index, mask) = (r.byte()?, u64::from(r.byte()?));
+    if index > FREE_HOST || mask >= 0x80 || !r.within_payload() {
+        return None;
+    }
+    Some((flags, api, quiet, index, mask))
 }
