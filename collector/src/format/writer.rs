@@ -70,8 +70,18 @@ impl<W: Write> TraceWriter<W> {
         Ok(TraceWriter {
             out,
             chunk: Vec::with_capacity(DEFAULT_CHUNK_BYTES + 4096),
-            columns: Default::default(),
-            raw: Vec::new(),
+            // Made up front, as the records' buffer is: a tracer that writes its last chunk on a
+            // fatal signal should not have to grow them then.
+            columns: if version >= 3 {
+                std::array::from_fn(|_| Vec::with_capacity(DEFAULT_CHUNK_BYTES / 4))
+            } else {
+                Default::default()
+            },
+            raw: if version >= 3 {
+                Vec::with_capacity(layout::TABLE_BYTES + DEFAULT_CHUNK_BYTES + 4096)
+            } else {
+                Vec::new()
+            },
             chunk_records: 0,
             scratch: Vec::with_capacity(256),
             chunk_limit: DEFAULT_CHUNK_BYTES,
