@@ -1,4 +1,5 @@
-//! Version 2's event encoding: each event written against the previous event of its chunk.
+//! The event encoding of versions 2 and 3: each event written against the previous event of its
+//! chunk.
 //!
 //! ```text
 //! event  := flags | time | api | [seq] [thread] [inner outer] [result] [device context] [caller]

@@ -4,12 +4,14 @@
 //! file   := magic "VRAMTRC\0" | u32 format version | u32 header length | header | u32 crc32(header)
 //!           chunk*
 //! chunk  := u32 compressed length | u32 raw length | u32 record count | u32 crc32(compressed)
-//!           | zstd frame of: record*
+//!           | zstd frame of: record* (then, from version 3, the columns: `layout.rs`)
 //! record := varint length | varint tag | postcard payload      (length covers tag + payload)
 //! ```
 //!
-//! Version 2 (written now) encodes events against the previous event of their chunk
-//! (`compact.rs`); version 1, events in postcard's layout, is still read.
+//! Version 3 (written now) encodes events against the previous event of their chunk
+//! (`compact.rs`), with the values that vary from event to event in columns after the chunk's
+//! records (`layout.rs`); version 2 (the same, all in the records) and version 1 (events in
+//! postcard's layout) are still read.
 //!
 //! All integers in the fixed parts are little-endian. A chunk is written whole or not at all, so a
 //! file cut off at any byte reads back up to its last complete chunk. A record whose tag this reader
