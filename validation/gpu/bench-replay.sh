@@ -16,7 +16,9 @@
 #
 # With BASE=<an older build of the same benchmark>, it then compares the two on the one-thread
 # replay: both at once, each on a core of its own (cores 2 and 4, swapped every round), so that
-# whatever else the host does slows both alike; `ab-N.txt` holds each round's two logs. Both
+# whatever else the host does slows both alike; `ab.txt` has each round's two results, and
+# `rounds/ab-N-*.txt` its two logs (in a folder of their own, so that the device tool, which
+# returns only the first few files, returns the summaries first). Both
 # replay the same trace unless BASE_TMPDIR names a directory of its own for BASE's: then BASE
 # first writes its trace there, with its own writer, so a change to how traces are written is
 # measured too.
@@ -52,13 +54,14 @@ if [ -n "${BASE:-}" ] && [ -x "$BASE" ]; then
         mkdir -p "$BASE_DIR"
         TMPDIR=$BASE_DIR VRAMTRACE_BENCH_PHASES=none taskset -c 4 "$BASE" --bench 2>&1 | tee "$OUT/base-trace.txt"
     fi
+    mkdir -p "$OUT/rounds"
     for i in $(seq 1 "${AB_ROUNDS:-6}"); do
         if [ $((i % 2)) = 1 ]; then cn=2; cb=4; else cn=4; cb=2; fi
-        VRAMTRACE_BENCH_REUSE=1 VRAMTRACE_BENCH_PHASES=one-thread taskset -c $cn "$BIN" --bench >"$OUT/ab-$i-new.txt" 2>&1 &
-        TMPDIR=$BASE_DIR VRAMTRACE_BENCH_REUSE=1 VRAMTRACE_BENCH_PHASES=one-thread taskset -c $cb "$BASE" --bench >"$OUT/ab-$i-base.txt" 2>&1 &
+        VRAMTRACE_BENCH_REUSE=1 VRAMTRACE_BENCH_PHASES=one-thread taskset -c $cn "$BIN" --bench >"$OUT/rounds/ab-$i-new.txt" 2>&1 &
+        TMPDIR=$BASE_DIR VRAMTRACE_BENCH_REUSE=1 VRAMTRACE_BENCH_PHASES=one-thread taskset -c $cb "$BASE" --bench >"$OUT/rounds/ab-$i-base.txt" 2>&1 &
         wait
-        echo "round $i: new on core $cn: $(grep '^full replay' "$OUT/ab-$i-new.txt")"
-        echo "round $i: base on core $cb: $(grep '^full replay' "$OUT/ab-$i-base.txt")"
+        echo "round $i: new on core $cn: $(grep '^full replay' "$OUT/rounds/ab-$i-new.txt")"
+        echo "round $i: base on core $cb: $(grep '^full replay' "$OUT/rounds/ab-$i-base.txt")"
     done | tee "$OUT/ab.txt"
 fi
 uptime | tee -a "$OUT/cpu.txt"
