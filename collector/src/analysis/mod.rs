@@ -1,7 +1,8 @@
 //! The answers to the questions users bring, each a function of the live-allocation state with a
-//! typed, serializable result: is it a leak or a peak ([`leaks`], [`growth`], [`peak`]), who
-//! holds the memory ([`orphans`], [`peak`]), why did it run out ([`oom`]), is memory free but
-//! unusable ([`fragmentation`]), and did the trace see impossible things ([`anomalies`]).
+//! typed, serializable result: is it a leak or a peak ([`leaks`](leaks()),
+//! [`growth`](growth()), [`peak`]), who holds the memory ([`orphans`](orphans()), [`peak`]), why
+//! did it run out ([`oom`]), is memory free but unusable ([`fragmentation`](fragmentation())),
+//! and did the trace see impossible things ([`anomalies`](anomalies())).
 //!
 //! The state must have been built by replaying a trace (or in-process, event by event) with
 //! [`crate::live::LiveState::apply`]; every analysis reads it as of the last event applied, so

@@ -130,7 +130,7 @@ impl LiveState {
         self.notes.end.as_ref()
     }
 
-    /// Driver entry points handed out without a wrapper (the first [`MAX_TRACER_NOTES`]).
+    /// Driver entry points handed out without a wrapper (the first [`MAX_TRACER_NOTES`](super::MAX_TRACER_NOTES)).
     pub fn lookups(&self) -> &[Lookup] {
         &self.notes.lookups
     }
@@ -140,7 +140,7 @@ impl LiveState {
         self.notes.lookups_total
     }
 
-    /// The tracer's warnings (the first [`MAX_TRACER_NOTES`]).
+    /// The tracer's warnings (the first [`MAX_TRACER_NOTES`](super::MAX_TRACER_NOTES)).
     pub fn warnings(&self) -> &[String] {
         &self.notes.warnings
     }

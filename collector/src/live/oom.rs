@@ -50,7 +50,7 @@ pub struct OomSnapshot {
     pub holder: Holder,
     /// Live device memory on the failing device.
     pub live: Totals,
-    /// The largest call sites there (at most [`OOM_SITES`]).
+    /// The largest call sites there (at most `OOM_SITES`, 32).
     pub by_site: Vec<SiteHolding>,
     /// The rest.
     pub other_sites: Totals,
@@ -60,7 +60,7 @@ pub struct OomSnapshot {
     pub unmapped_physical_bytes: u64,
     /// Live bytes on the device over the recent samples.
     pub recent: RecentSeries,
-    /// The same for the largest sites (at most [`OOM_SERIES_SITES`]).
+    /// The same for the largest sites (at most `OOM_SERIES_SITES`, 8).
     pub recent_by_site: Vec<(SiteId, RecentSeries)>,
 }
 
