@@ -454,8 +454,7 @@ impl<R: Read> TraceReader<R> {
                     Decoded::Event => true,
                     Decoded::Unknown => false,
                     Decoded::Damaged => {
-                        self.columns_lost = true;
-                        self.common_end = 0;
+                        self.lose_columns();
                         false
                     }
                 }
@@ -467,6 +466,13 @@ impl<R: Read> TraceReader<R> {
             self.skipped += 1;
         }
         decoded
+    }
+
+    /// A version 3 event was damaged: where its values ended in the columns is not known, so the
+    /// chunk's later events are skipped (by the general path: the one-pass reader is off).
+    fn lose_columns(&mut self) {
+        self.columns_lost = true;
+        self.common_end = 0;
     }
 
     /// Reads the next record if it is the common one (a version 2 event of a short payload
@@ -508,9 +514,8 @@ impl<R: Read> TraceReader<R> {
                     // columns.
                     self.pos = pos + 1 + len;
                     self.skipped += 1;
-                    self.columns_lost = true;
-                    self.common_end = 0;
                     self.synced = false;
+                    self.lose_columns();
                     return false;
                 }
             }

@@ -125,12 +125,10 @@ impl<W: Wire, const PEXT: bool> Parts for Split<'_, W, PEXT> {
 
     #[inline(always)]
     fn column(&mut self, c: Column, max_bytes: u32, last_max: u8) -> Option<u64> {
-        let (at, end) = (self.at[c as usize], self.end[c as usize]);
+        let (at, end) = (&mut self.at[c as usize], self.end[c as usize]);
         // SAFETY: `at <= end` (as `Columns::new` made them, and `value_at` moves `at` to at most
         // `end`), `end <= limit`, and `Split::new` checked `limit + PADDING <= chunk.len()`.
-        let (v, next) = unsafe { value_at::<PEXT>(self.chunk, at, end, max_bytes, last_max) }?;
-        self.at[c as usize] = next;
-        Some(v)
+        unsafe { next_value::<PEXT>(self.chunk, at, end, max_bytes, last_max) }
     }
 }
 
@@ -166,12 +164,28 @@ impl<W: Wire, const PEXT: bool> Parts for InPlace<'_, W, PEXT> {
 
     #[inline(always)]
     fn column(&mut self, c: Column, max_bytes: u32, last_max: u8) -> Option<u64> {
-        let (at, end) = (self.cols.at[c as usize], self.cols.end[c as usize]);
+        let (at, end) = (&mut self.cols.at[c as usize], self.cols.end[c as usize]);
         // SAFETY: as in `Split::column`, `InPlace::new` having checked the padding.
-        let (v, next) = unsafe { value_at::<PEXT>(self.chunk, at, end, max_bytes, last_max) }?;
-        self.cols.at[c as usize] = next;
-        Some(v)
+        unsafe { next_value::<PEXT>(self.chunk, at, end, max_bytes, last_max) }
     }
+}
+
+/// The next value of a column, at `*at` and ending by `end`; moves `*at` past it.
+///
+/// # Safety
+/// As [`value_at`].
+#[inline(always)]
+unsafe fn next_value<const PEXT: bool>(
+    chunk: &[u8],
+    at: &mut usize,
+    end: usize,
+    max_bytes: u32,
+    last_max: u8,
+) -> Option<u64> {
+    // SAFETY: the caller's promise, passed on.
+    let (v, next) = unsafe { value_at::<PEXT>(chunk, *at, end, max_bytes, last_max) }?;
+    *at = next;
+    Some(v)
 }
 
 /// The varint at `chunk[at..]`, which must end by `end` (see [`Wire::varint`] for the limits),
