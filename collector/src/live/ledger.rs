@@ -63,6 +63,16 @@ pub(crate) struct Slot {
 
 const NO_POOL: u32 = u32::MAX;
 
+impl Slot {
+    /// The slot of no charge yet: no entry has this index (a ledger of 2^32 entries would not
+    /// fit in memory).
+    const UNSET: Slot = Slot {
+        entry: u32::MAX,
+        holder: u32::MAX,
+        pool: NO_POOL,
+    };
+}
+
 /// The kinds of allocation whose charges go to different slots: host memory, device memory from
 /// a pool, other device memory.
 const KIND_CLASSES: usize = 3;
@@ -151,9 +161,10 @@ pub(crate) struct Ledger {
     pub(crate) holders: Vec<HolderState>,
     pools: Vec<PoolUse>,
     pool_index: FxHashMap<PoolKey, u32>,
-    /// The slot of each call's allocations per kind class, once charged: allocations come and
-    /// go millions of times from a few calls, and this spares them the lookups.
-    by_call: Vec<[Option<Slot>; KIND_CLASSES]>,
+    /// The slot of each call's allocations per kind class once charged ([`Slot::UNSET`] before):
+    /// allocations come and go millions of times from a few calls, and this spares them the
+    /// lookups. Not an `Option`: the slot is read field by field where it lies, not copied out.
+    by_call: Vec<[Slot; KIND_CLASSES]>,
     pub(crate) steps: Grid,
     pub(crate) windows: Grid,
     /// Time of the first event: time windows count from it.
@@ -342,9 +353,9 @@ impl Ledger {
         bytes: u64,
     ) {
         let (i, class) = (call as usize, kind_class(kind));
-        let slot = match self.by_call.get(i).and_then(|s| s[class]) {
-            Some(s) => s,
-            None => self.first_charge(i, class, charge()),
+        let slot = match self.by_call.get(i).map(|s| s[class]) {
+            Some(s) if s.entry != Slot::UNSET.entry => s,
+            _ => self.first_charge(i, class, charge()),
         };
         self.change::<ADD>(slot, bytes);
     }
@@ -356,9 +367,9 @@ impl Ledger {
     fn first_charge(&mut self, i: usize, class: usize, charge: Charge) -> Slot {
         let s = self.slot(charge);
         if self.by_call.len() <= i {
-            self.by_call.resize(i + 1, [None; KIND_CLASSES]);
+            self.by_call.resize(i + 1, [Slot::UNSET; KIND_CLASSES]);
         }
-        self.by_call[i][class] = Some(s);
+        self.by_call[i][class] = s;
         s
     }
 

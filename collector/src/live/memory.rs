@@ -89,13 +89,15 @@ impl LiveState {
         if on_device {
             self.detector.observe(self.sites.call(call).site, size, seq);
         }
-        let (time_ns, step) = (e.time_ns, self.steps);
+        // The event's fields are read where the entry is written: read before the probe, they
+        // waited for it on the stack.
+        let step = &self.steps;
         let alloc = || Allocation {
             ptr,
             size,
-            seq,
-            time_ns,
-            step,
+            seq: e.seq,
+            time_ns: e.time_ns,
+            step: *step,
             call,
             flags: Flags::default(),
             kind,

@@ -259,11 +259,19 @@ impl SiteTable {
         // Bit 32 of word 1 (above the stack id) is set, so a zeroed entry matches nothing.
         let key = [caller, u64::from(stack) | 1 << 32, u64::from(py_stack)];
         // Most frees come from where the last one did (a caching allocator frees from one
-        // place): compared first, without hashing.
+        // place): compared first, without hashing, and the rest out of line, so that the key
+        // is not kept in memory for it.
         let k = &self.last_free;
         if (k[0] ^ key[0]) | (k[1] ^ key[1]) | (k[2] ^ key[2]) == 0 {
             return;
         }
+        self.note_other_free(caller, stack, py_stack);
+    }
+
+    /// [`SiteTable::note_free`] of a free from elsewhere than the last one.
+    #[inline(never)]
+    fn note_other_free(&mut self, caller: u64, stack: StackId, py_stack: StackId) {
+        let key = [caller, u64::from(stack) | 1 << 32, u64::from(py_stack)];
         self.last_free = key;
         let h = (key[0] ^ key[1].rotate_left(23) ^ key[2].rotate_left(47))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -309,21 +317,22 @@ impl SiteTable {
                 };
             }
         }
-        self.call_not_cached(e, owners, key, slot, generation)
+        self.call_not_cached(e, owners, slot, generation)
     }
 
     /// [`SiteTable::call_of`] for an event whose key the cache does not hold: out of line, so
-    /// that the way nearly every event takes keeps few registers to save.
+    /// that the way nearly every event takes keeps few registers to save. It makes the key
+    /// again: passed in, the key would be kept in memory on the way every event takes.
     #[cold]
     #[inline(never)]
     fn call_not_cached(
         &mut self,
         e: &Event,
         owners: &mut OwnerResolver,
-        key: EventKey,
         slot: usize,
         generation: u64,
     ) -> EventCall {
+        let key = EventKey::of(e);
         if let Some(&r) = self.by_event.get(&key) {
             if r.generation == generation {
                 self.remember(slot, key, r);

@@ -155,9 +155,11 @@ fn decode_all(enc: &Encoded, tail: u8) -> Vec<Option<Event>> {
             );
             assert_eq!(x, y, "the readers disagree on {p:?}");
             assert_eq!(z, y, "the plain fast reader disagrees on {p:?}");
-            // After damage the columns are lost, wherever a reader left them.
+            // After damage the columns and the chunk's state are lost, wherever a reader left
+            // them (the one-pass reader moves the state as it reads).
             if y == Decoded::Damaged {
                 (fast_cols, plain_cols) = (general_cols, general_cols);
+                (fast, plain) = (general, general);
             }
             assert_eq!(
                 fast_cols, general_cols,

@@ -7,6 +7,10 @@
 //! reader would read the same, is written to the chunk's [`Delta`] and the event. Anything else
 //! (another operation, a failed call, a varint of nine bytes or more, a field past the payload, a
 //! value postcard rejects) is left untouched for the readers in `compact`, which decide.
+//!
+//! Version 3's reader (`read_split`) checks the whole record first; after that only damage can
+//! stop it, and damage loses the rest of the chunk, so it reads the columns' values straight
+//! into the chunk's state.
 
 use super::fields::WINDOW;
 use super::parts::{Columns, InPlace, Parts, Whole};
@@ -41,7 +45,9 @@ fn ptr(p: &mut impl Parts, mask: u64, bit: u32, base: &mut u64) -> Option<u64> {
     if mask & (1 << bit) == 0 {
         return Some(0);
     }
-    *base = base.wrapping_add(unzig(p.column_u64(Column::Ptr)?));
+    // The value first, then the base (see `split_values`).
+    let delta = unzig(p.column_u64(Column::Ptr)?);
+    *base = base.wrapping_add(delta);
     Some(*base)
 }
 
@@ -198,9 +204,28 @@ fn operation(p: &mut impl Parts, index: u8, mask: u64, base: &mut u64, op: &mut 
             };
             let ptr = ptr(p, mask, 1, base)?;
             let size = field(p, mask, 2)?;
-            // Stream, pool, flags and pitch are mostly all zero: one test for the four.
-            let (stream, pool, flags, pitch) = if mask & 0b111_1000 == 0 {
-                (0, 0, 0, 0)
+            // Stream, pool, flags and pitch are mostly all zero: one test for the four, and
+            // each way writes the operation itself (values merged from both ways would wait in
+            // memory).
+            if mask & 0b111_1000 == 0 {
+                if !p.record().within_payload() {
+                    return None;
+                }
+                // Written whole whatever the lent event held: checking for an allocation to
+                // write only its fields was a branch as unpredictable as the mix of allocations
+                // and frees.
+                replace_op(
+                    op,
+                    Op::Alloc {
+                        kind,
+                        ptr,
+                        size,
+                        stream: 0,
+                        pool: 0,
+                        flags: 0,
+                        pitch: 0,
+                    },
+                );
             } else {
                 let stream = field(p, mask, 3)?;
                 let pool = field(p, mask, 4)?;
@@ -209,25 +234,23 @@ fn operation(p: &mut impl Parts, index: u8, mask: u64, base: &mut u64, op: &mut 
                 } else {
                     0
                 };
-                (stream, pool, flags, field(p, mask, 6)?)
-            };
-            if !p.record().within_payload() {
-                return None;
+                let pitch = field(p, mask, 6)?;
+                if !p.record().within_payload() {
+                    return None;
+                }
+                replace_op(
+                    op,
+                    Op::Alloc {
+                        kind,
+                        ptr,
+                        size,
+                        stream,
+                        pool,
+                        flags,
+                        pitch,
+                    },
+                );
             }
-            // Written whole whatever the lent event held: checking for an allocation to write
-            // only its fields was a branch as unpredictable as the mix of allocations and frees.
-            replace_op(
-                op,
-                Op::Alloc {
-                    kind,
-                    ptr,
-                    size,
-                    stream,
-                    pool,
-                    flags,
-                    pitch,
-                },
-            );
         }
         FREE => {
             let ptr = ptr(p, mask, 0, base)?;
@@ -284,8 +307,9 @@ pub(crate) enum Common {
     Read,
     /// Not a common event (or not one this reader takes): nothing was read.
     Other,
-    /// A common event whose record reads, but not its values: damage. The columns were moved
-    /// on, partly; the chunk's state and the event's header were not.
+    /// A common event whose record reads, but not its values: damage. The columns and the
+    /// chunk's state were moved on, partly (neither is read again: the chunk's remaining events
+    /// are lost); the event's header was not.
     Damaged,
 }
 
@@ -310,44 +334,54 @@ pub(crate) fn read_split<const PEXT: bool>(
     let Some(mut p) = InPlace::<_, PEXT>::new(r, chunk, cols) else {
         return Common::Other;
     };
-    let mut h = Header {
-        seq: d.seq.wrapping_add(1),
-        time_ns: d.time_ns,
-        thread: d.thread,
-        caller: d.caller,
-        api,
-    };
-    let mut base = d.ptr;
-    if split_values(&mut p, flags, index, mask, &mut h, &mut base, &mut e.op).is_none() {
+    // From here only damage can stop the reader, and damage loses the chunk's remaining events:
+    // the chunk's state is never read again then. So the values go straight to it, rather than
+    // through locals that outlive the registers.
+    if split_values(&mut p, flags, index, mask, d, &mut e.op).is_none() {
         return Common::Damaged;
     }
-    finish(h, quiet, base, d, e, synced);
+    match quiet {
+        Some(q) => q.write(d, e),
+        None if !*synced => Quiet::of(d).write(d, e),
+        None => {}
+    }
+    *synced = true;
+    e.seq = d.seq;
+    e.time_ns = d.time_ns;
+    e.thread = d.thread;
+    e.api = api;
+    e.caller = d.caller;
     Common::Read
 }
 
 /// The values of a common version 3 event whose record was read: its header's from the columns
-/// into `h`, its operation's into `op`.
+/// into the chunk's state `d`, its operation's into `op`.
 #[inline(always)]
 fn split_values(
     p: &mut impl Parts,
     flags: u32,
     index: u8,
     mask: u64,
-    h: &mut Header,
-    base: &mut u64,
+    d: &mut Delta,
     op: &mut Op,
 ) -> Option<()> {
-    h.time_ns = h.time_ns.wrapping_add(unzig(p.column_u64(Column::Time)?));
+    // Each value is read before the state it moves is loaded: loaded first, the state waited
+    // on the stack while the column was read.
+    d.seq = d.seq.wrapping_add(1);
+    let time = unzig(p.column_u64(Column::Time)?);
+    d.time_ns = d.time_ns.wrapping_add(time);
     if flags & SEQ != 0 {
-        h.seq = h.seq.wrapping_add(unzig(p.column_u64(Column::Seq)?));
+        let seq = unzig(p.column_u64(Column::Seq)?);
+        d.seq = d.seq.wrapping_add(seq);
     }
     if flags & THREAD != 0 {
-        h.thread = p.column_u32(Column::Thread)?;
+        d.thread = p.column_u32(Column::Thread)?;
     }
     if flags & CALLER != 0 {
-        h.caller = h.caller.wrapping_add(unzig(p.column_u64(Column::Caller)?));
+        let caller = unzig(p.column_u64(Column::Caller)?);
+        d.caller = d.caller.wrapping_add(caller);
     }
-    operation(p, index, mask, base, op)
+    operation(p, index, mask, &mut d.ptr, op)
 }
 
 /// The record of a version 3 event if it is a common one, read whole and checked: its flags, API,
