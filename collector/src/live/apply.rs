@@ -11,7 +11,9 @@ use std::io::Read;
 use super::ledger::{Charge, Holder};
 use super::objects::Origin;
 use super::sites::{CallId, SiteKey};
-use super::{Anomaly, AnomalyKind, Failure, LiveState, StepSource, MAX_TRACER_NOTES};
+use super::{
+    Anomaly, AnomalyKind, Failure, LiveState, ObjectRef, StepSource, Store, MAX_TRACER_NOTES,
+};
 use crate::event::{Api, Event, Layer, Op};
 #[cfg(target_arch = "x86_64")]
 use crate::format::packs_with_pext;
@@ -200,10 +202,20 @@ impl LiveState {
                 pool,
                 ..
             } => {
-                if let Some(object) = self.on_alloc(e, call.id, kind, ptr, size, pool) {
-                    if by_nccl {
-                        self.note_created(e, object);
-                    }
+                // The object is named only for NCCL: built on every allocation, it went
+                // through memory.
+                if self.on_alloc(e, call.id, kind, ptr, size, pool) && by_nccl {
+                    let store = if kind.on_device() {
+                        Store::Device
+                    } else {
+                        Store::Host
+                    };
+                    let object = ObjectRef {
+                        store,
+                        key: ptr,
+                        seq: e.seq,
+                    };
+                    self.note_created(e, object);
                 }
             }
             // Frees that succeeded were applied above.

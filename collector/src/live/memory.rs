@@ -61,6 +61,8 @@ impl LiveState {
         self.sites.call(a.call).origin(a.seq, a.time_ns, a.step)
     }
 
+    /// Applies a pointer allocation that succeeded; `true` when it made a live allocation at
+    /// `ptr` (in the device table when `kind` is on the device, else the host table).
     #[inline]
     pub(super) fn on_alloc(
         &mut self,
@@ -70,10 +72,10 @@ impl LiveState {
         ptr: u64,
         size: u64,
         pool: u64,
-    ) -> Option<ObjectRef> {
+    ) -> bool {
         // A zero-byte request succeeds with a null pointer: nothing was allocated.
         if ptr == 0 {
-            return None;
+            return false;
         }
         let on_device = kind.on_device();
         let seq = e.seq;
@@ -131,19 +133,10 @@ impl LiveState {
                 self.anomalies.retract(AnomalyKind::UnknownFree, |a| {
                     a.seq == free_seq && a.address == ptr
                 });
-                return None;
+                return false;
             }
         }
-        let store = if on_device {
-            Store::Device
-        } else {
-            Store::Host
-        };
-        Some(ObjectRef {
-            store,
-            key: ptr,
-            seq,
-        })
+        true
     }
 
     #[inline]

@@ -337,6 +337,8 @@ pub(crate) fn read_split<const PEXT: bool>(
     // From here only damage can stop the reader, and damage loses the chunk's remaining events:
     // the chunk's state is never read again then. So the values go straight to it, rather than
     // through locals that outlive the registers.
+    // The event is not lent after damage either (it is skipped): its API can go now.
+    e.api = api;
     if split_values(&mut p, flags, index, mask, d, &mut e.op).is_none() {
         return Common::Damaged;
     }
@@ -349,7 +351,6 @@ pub(crate) fn read_split<const PEXT: bool>(
     e.seq = d.seq;
     e.time_ns = d.time_ns;
     e.thread = d.thread;
-    e.api = api;
     e.caller = d.caller;
     Common::Read
 }
