@@ -353,24 +353,30 @@ impl Ledger {
         bytes: u64,
     ) {
         let (i, class) = (call as usize, kind_class(kind));
-        let slot = match self.by_call.get(i).map(|s| s[class]) {
-            Some(s) if s.entry != Slot::UNSET.entry => s,
-            _ => self.first_charge(i, class, charge()),
-        };
-        self.change::<ADD>(slot, bytes);
+        match self.by_call.get(i).map(|s| s[class]) {
+            Some(s) if s.entry != Slot::UNSET.entry => self.change::<ADD>(s, bytes),
+            // Not merged with the slot found: a slot from either way went through memory.
+            _ => self.first_charge::<ADD>(i, class, charge(), bytes),
+        }
     }
 
-    /// The slot of call `i`'s allocations of kind class `class`, the first time: out of line,
-    /// so that the path every other charge takes keeps few registers to save.
+    /// [`Ledger::change_by_call`] the first time call `i` charges kind class `class`: out of
+    /// line, so that the path every other charge takes keeps few registers to save.
     #[cold]
     #[inline(never)]
-    fn first_charge(&mut self, i: usize, class: usize, charge: Charge) -> Slot {
+    fn first_charge<const ADD: bool>(
+        &mut self,
+        i: usize,
+        class: usize,
+        charge: Charge,
+        bytes: u64,
+    ) {
         let s = self.slot(charge);
         if self.by_call.len() <= i {
             self.by_call.resize(i + 1, [Slot::UNSET; KIND_CLASSES]);
         }
         self.by_call[i][class] = s;
-        s
+        self.change::<ADD>(s, bytes);
     }
 
     /// Where charge `c` lands, its entry, holder and pool made on first use.
