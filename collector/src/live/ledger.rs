@@ -410,9 +410,13 @@ impl Ledger {
     #[inline(always)]
     fn change<const ADD: bool>(&mut self, s: Slot, bytes: u64) {
         let hi = s.holder as usize;
-        let h = &mut self.holders[hi];
+        debug_assert!(hi < self.holders.len() && (s.entry as usize) < self.entries.len());
+        // SAFETY: `slot` made `s` from the indexes of a holder and an entry it found or pushed,
+        // and neither list ever shrinks.
+        let h = unsafe { self.holders.get_unchecked_mut(hi) };
         let peak_event = h.peak.event;
-        let e = &mut self.entries[s.entry as usize];
+        // SAFETY: as above.
+        let e = unsafe { self.entries.get_unchecked_mut(s.entry as usize) };
         if e.last_change <= peak_event {
             e.at_peak = (e.bytes, e.count);
         }

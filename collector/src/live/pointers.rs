@@ -91,11 +91,21 @@ impl PointerMap {
             if s == 0 {
                 return Err(i);
             }
-            if s >> 32 == tag && self.entries[entry(s)].ptr == ptr {
+            if s >> 32 == tag && self.entry_at(s).ptr == ptr {
                 return Ok(i);
             }
             i += 1;
         }
+    }
+
+    /// The entry full slot `s` holds.
+    #[inline(always)]
+    fn entry_at(&self, s: u64) -> &Allocation {
+        debug_assert!(s != 0 && entry(s) < self.entries.len());
+        // SAFETY: a full slot holds the index + 1 of an entry (`place`), moved only between
+        // slots (`remove_if`, `grow`), and entries are never removed (a freed one is marked
+        // vacant and reused), so the index is inside `entries`.
+        unsafe { self.entries.get_unchecked(entry(s)) }
     }
 
     /// The slot holding `ptr`, if live.
