@@ -10,6 +10,9 @@
 # between back-to-back runs, and by much less between two runs made at once. Prints each round's
 # two rates (M events per CPU second of the replaying thread) and the median ratio new/old.
 # PHASE (default one-thread; or decode) picks the phase, EV the trace's events (default 10M).
+# ALTERNATE=1 runs the two one after the other instead, each round old then new, unpinned: on a
+# 2-vCPU VM two runs at once contend for the shared caches, and the series in docs/performance.md
+# since the eighth session were made this way (EV=100000000, the bench's default trace).
 set -u
 if [ $# -ne 3 ] || [ ! -x "$2" ] || [ ! -x "$3" ]; then
     echo "usage: $0 ROUNDS OLD_BENCH_BINARY NEW_BENCH_BINARY" >&2
@@ -32,9 +35,14 @@ rate() {
 run 0 "$new" "$out/warm.txt"
 for i in $(seq 1 "$rounds"); do
     if [ $((i % 2)) = 1 ]; then co=0; cn=1; else co=1; cn=0; fi
-    run $co "$old" "$out/old.txt" &
-    run $cn "$new" "$out/new.txt" &
-    wait
+    if [ "${ALTERNATE:-0}" = 1 ]; then
+        run "0-$((cpus - 1))" "$old" "$out/old.txt"
+        run "0-$((cpus - 1))" "$new" "$out/new.txt"
+    else
+        run $co "$old" "$out/old.txt" &
+        run $cn "$new" "$out/new.txt" &
+        wait
+    fi
     echo "$(rate "$out/old.txt") $(rate "$out/new.txt")"
 done | awk '{ printf "round %d: old %s, new %s M events/s (new/old %.3f)\n", NR, $1, $2, $2 / $1 }' |
     tee "$out/rounds.txt"
