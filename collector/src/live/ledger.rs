@@ -77,12 +77,46 @@ impl Slot {
 /// a pool, other device memory.
 const KIND_CLASSES: usize = 3;
 
-fn kind_class(kind: MemKind) -> usize {
+/// The class of `kind`: exhaustive, so that a new kind must be placed here (and should be in the
+/// table [`kind_class`] reads).
+const fn class_of(kind: MemKind) -> u8 {
     match kind {
         MemKind::HostPinned => 0,
         MemKind::Async => 1,
-        _ => 2,
+        MemKind::Device | MemKind::Managed | MemKind::Pitched | MemKind::Array => 2,
     }
+}
+
+/// [`class_of`] from a table by the kind's discriminant: one load, where the match took a
+/// compare per class on every charge.
+#[inline(always)]
+fn kind_class(kind: MemKind) -> usize {
+    const KINDS: [MemKind; 6] = [
+        MemKind::Device,
+        MemKind::Async,
+        MemKind::Managed,
+        MemKind::Pitched,
+        MemKind::HostPinned,
+        MemKind::Array,
+    ];
+    const CLASS: [u8; KINDS.len()] = {
+        let mut c = [0; KINDS.len()];
+        let mut i = 0;
+        while i < KINDS.len() {
+            // Each kind at its own discriminant: a kind left out or out of place fails here.
+            assert!(KINDS[i] as usize == i);
+            c[i] = class_of(KINDS[i]);
+            i += 1;
+        }
+        c
+    };
+    // A kind the table lacks (one added since) still finds its class.
+    usize::from(
+        CLASS
+            .get(kind as usize)
+            .copied()
+            .unwrap_or_else(|| class_of(kind)),
+    )
 }
 
 /// A holder's highest live point.
