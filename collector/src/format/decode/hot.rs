@@ -208,24 +208,7 @@ fn operation(p: &mut impl Parts, index: u8, mask: u64, base: &mut u64, op: &mut 
             // each way writes the operation itself (values merged from both ways would wait in
             // memory).
             if mask & 0b111_1000 == 0 {
-                if !p.record().within_payload() {
-                    return None;
-                }
-                // Written whole whatever the lent event held: checking for an allocation to
-                // write only its fields was a branch as unpredictable as the mix of allocations
-                // and frees.
-                replace_op(
-                    op,
-                    Op::Alloc {
-                        kind,
-                        ptr,
-                        size,
-                        stream: 0,
-                        pool: 0,
-                        flags: 0,
-                        pitch: 0,
-                    },
-                );
+                write_alloc(p, op, kind, ptr, size, (0, 0, 0, 0))?;
             } else {
                 let stream = field(p, mask, 3)?;
                 let pool = field(p, mask, 4)?;
@@ -235,21 +218,7 @@ fn operation(p: &mut impl Parts, index: u8, mask: u64, base: &mut u64, op: &mut 
                     0
                 };
                 let pitch = field(p, mask, 6)?;
-                if !p.record().within_payload() {
-                    return None;
-                }
-                replace_op(
-                    op,
-                    Op::Alloc {
-                        kind,
-                        ptr,
-                        size,
-                        stream,
-                        pool,
-                        flags,
-                        pitch,
-                    },
-                );
+                write_alloc(p, op, kind, ptr, size, (stream, pool, flags, pitch))?;
             }
         }
         FREE => {
@@ -268,6 +237,37 @@ fn operation(p: &mut impl Parts, index: u8, mask: u64, base: &mut u64, op: &mut 
             replace_op(op, Op::FreeHost { ptr });
         }
     }
+    Some(())
+}
+
+/// Writes an allocation of `kind`, `ptr` and `size` with `rest` (stream, pool, flags, pitch) to
+/// `op` once its record is known to have ended inside its payload; `None` otherwise.
+#[inline(always)]
+fn write_alloc(
+    p: &mut impl Parts,
+    op: &mut Op,
+    kind: MemKind,
+    ptr: u64,
+    size: u64,
+    (stream, pool, flags, pitch): (u64, u64, u32, u64),
+) -> Option<()> {
+    if !p.record().within_payload() {
+        return None;
+    }
+    // Written whole whatever the lent event held: checking for an allocation to write only its
+    // fields was a branch as unpredictable as the mix of allocations and frees.
+    replace_op(
+        op,
+        Op::Alloc {
+            kind,
+            ptr,
+            size,
+            stream,
+            pool,
+            flags,
+            pitch,
+        },
+    );
     Some(())
 }
 
