@@ -185,24 +185,24 @@ fn foreign_and_wrong_version_files_are_rejected() {
     ));
     assert_eq!(
         err.to_string(),
-        "trace format version 99 is not supported (this vramtrace reads versions 1 to 3)"
+        "trace format version 99 is not supported (this vramtrace reads versions 1 to 4)"
     );
     bytes[8] = 0;
     assert!(matches!(
         TraceReader::new(&bytes[..]),
         Err(TraceError::UnsupportedVersion { found: 0, .. })
     ));
-    assert!(TraceWriter::with_format_version(Vec::new(), &header(), 4).is_err());
+    assert!(TraceWriter::with_format_version(Vec::new(), &header(), 5).is_err());
 }
 
-/// Traces of versions 1 (events in postcard's layout) and 2 (events against the previous one)
-/// read as they always did, with both readers, and a version 3 trace of the same records reads
-/// the same, in fewer bytes.
+/// Traces of versions 1 (events in postcard's layout), 2 (events against the previous one) and 3
+/// (their varying values in columns) read as they always did, with both readers, and a version 4
+/// trace of the same records reads the same, in fewer bytes.
 #[test]
 fn older_versions_still_read() {
     let mut records = sample_records(3000);
     records.insert(1500, Record::Warning("between events".into()));
-    let files: Vec<Vec<u8>> = (1..=3).map(|v| write_version(&records, 1024, v)).collect();
+    let files: Vec<Vec<u8>> = (1..=4).map(|v| write_version(&records, 1024, v)).collect();
     for (i, bytes) in files.iter().enumerate() {
         assert_eq!(
             u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
@@ -215,14 +215,15 @@ fn older_versions_still_read() {
         let mut r = TraceReader::new(&bytes[..]).unwrap();
         assert_eq!(read_lent(&mut r), records);
     }
-    assert_eq!(write(&records, 1024), files[2]);
+    assert_eq!(write(&records, 1024), files[3]);
     // Events of many shapes, in chunks of the writer's default size (tiny ones pay for each
     // chunk's table and frame).
     let varied = varied_records(20_000);
     // (203,847, 119,419 and 99,005 bytes when written.)
-    let [v1, v2, v3] = [1, 2, 3].map(|v| write_version(&varied, 256 * 1024, v).len());
+    let [v1, v2, v3, v4] = [1, 2, 3, 4].map(|v| write_version(&varied, 256 * 1024, v).len());
     assert!(v2 * 3 < v1 * 2, "{v2} vs {v1}");
     assert!(v3 * 10 < v2 * 9, "{v3} vs {v2}");
+    assert!(v4 < v3, "{v4} vs {v3}");
 }
 
 #[test]
@@ -273,7 +274,7 @@ fn lent_events_are_the_records_in_order() {
     assert_eq!((r.records(), r.skipped()), (records.len() as u64, 0));
 }
 
-/// Bytes of the table of record and column lengths at the start of a version 3 chunk.
+/// Bytes of the table of record and column lengths at the start of a version 3 or 4 chunk.
 const TABLE_BYTES: usize = 28;
 
 /// Where the records of the decompressed chunk `raw` of a trace of `version` lie.
@@ -285,13 +286,21 @@ fn records_of(raw: &[u8], version: u32) -> std::ops::Range<usize> {
     TABLE_BYTES..TABLE_BYTES + len
 }
 
-/// Where each record of the decompressed chunk `raw` of a trace of `version` starts.
+/// Where each record of the decompressed chunk `raw` of a trace of `version` starts (in version
+/// 4, each item: a record's item byte, or a shape's number).
 fn record_starts(raw: &[u8], version: u32) -> Vec<usize> {
     let records = records_of(raw, version);
     let mut starts = Vec::new();
     let mut at = records.start;
     while at < records.end {
         starts.push(at);
+        if version >= 4 {
+            if raw[at] < 0xfe {
+                at += 1;
+                continue;
+            }
+            at += 1;
+        }
         let (mut len, mut shift, mut used) = (0usize, 0, 0);
         loop {
             let b = raw[at + used];
@@ -335,7 +344,7 @@ fn edit_chunk(bytes: &[u8], index: usize, edit: impl FnOnce(&mut Vec<u8>)) -> Ve
 }
 
 /// `bytes` with `more` inserted among the records of chunk `index`, before its record `before`
-/// (the table of a version 3 chunk counting them).
+/// (the table of a version 3 or 4 chunk counting them).
 fn insert_records(bytes: &[u8], index: usize, before: usize, more: &[u8]) -> Vec<u8> {
     let version = version_of(bytes);
     edit_chunk(bytes, index, |raw| {
@@ -359,7 +368,12 @@ fn damaged_in_the_middle(bytes: &[u8], mask: u8) -> Vec<u8> {
 /// `bytes` with records to skip among the events of chunk 2: an unknown kind, and a body without
 /// a readable tag.
 fn with_records_to_skip(bytes: &[u8]) -> Vec<u8> {
-    insert_records(bytes, 2, 3, &[3, 99, 0, 0, 1, 0x80])
+    if version_of(bytes) >= 4 {
+        // Each an item of its own, not a shape.
+        insert_records(bytes, 2, 3, &[0xff, 3, 99, 0, 0, 0xff, 1, 0x80])
+    } else {
+        insert_records(bytes, 2, 3, &[3, 99, 0, 0, 1, 0x80])
+    }
 }
 
 /// The events a record reader reads from `reader`.
@@ -682,11 +696,17 @@ fn a_chunk_that_starts_with_another_record_reads_its_events_against_zeros() {
     }
 }
 
-/// Version 3: a damaged event leaves where its values end in the columns unknown, so the events
-/// after it in its chunk are skipped (and counted); the other records of the chunk, and every
-/// later chunk, read as written — with both readers, and the replay loop.
+/// Versions 3 and 4: a damaged event leaves where its values end in the columns unknown, so the
+/// events after it in its chunk are skipped (and counted); the other records of the chunk, and
+/// every later chunk, read as written — with both readers, and the replay loop.
 #[test]
 fn a_damaged_event_loses_the_rest_of_its_chunk_and_no_more() {
+    for version in 3..=FORMAT_VERSION {
+        a_damaged_event_loses_the_rest_of_its_chunk_in(version);
+    }
+}
+
+fn a_damaged_event_loses_the_rest_of_its_chunk_in(version: u32) {
     let mut records = sample_records(600);
     // Records of other kinds inside chunk 2, after the damaged event.
     let chunk_of = |bytes: &[u8]| {
@@ -697,26 +717,42 @@ fn a_damaged_event_loses_the_rest_of_its_chunk_and_no_more() {
         }
         of
     };
-    let plain = write(&records, 1024);
+    let plain = write_version(&records, 1024, version);
     let first_of_2 = chunk_of(&plain).iter().position(|&c| c == 2).unwrap();
     records.insert(first_of_2 + 9, Record::Warning("after the damage".into()));
-    let bytes = write(&records, 1024);
+    let bytes = write_version(&records, 1024, version);
     let chunks = chunk_of(&bytes);
     assert_eq!(chunks[first_of_2 + 9], 2);
     // Chunk 2's fourth record, an event of a nested call: the tag of its inner API (after its
-    // flags and API) becomes 2, which no writer writes.
+    // flags and API) becomes 2, which no writer writes. In version 4, where every later event of
+    // the chunk names the first one's record (its shape), the first such event whose record is
+    // written there: the chunk's first.
+    let mut damaged_record = 3;
     let damaged = edit_chunk(&bytes, 2, |raw| {
-        let at = record_starts(raw, 3)[3];
+        let starts = record_starts(raw, version);
+        let nested = |at: usize| raw[at + 1] == 1 && raw[at + 2] & 0x04 != 0 && raw[at + 4] == 1;
+        let at = if version >= 4 {
+            let k = (0..starts.len())
+                .find(|&k| raw[starts[k]] == 0xfe && nested(starts[k] + 1))
+                .expect("a nested event written as a new shape");
+            damaged_record = k;
+            starts[k] + 1
+        } else {
+            starts[3]
+        };
         assert_eq!(raw[at + 1], 1, "an event");
         assert_ne!(raw[at + 2] & 0x04, 0, "nested");
         assert_eq!(raw[at + 4], 1, "an inner API");
         raw[at + 4] = 2;
     });
+    assert!(damaged_record < 9, "before the other record");
     let want: Vec<Record> = records
         .iter()
         .zip(&chunks)
         .enumerate()
-        .filter(|&(i, (r, &c))| c != 2 || i < first_of_2 + 3 || !matches!(r, Record::Event(_)))
+        .filter(|&(i, (r, &c))| {
+            c != 2 || i < first_of_2 + damaged_record || !matches!(r, Record::Event(_))
+        })
         .map(|(_, (r, _))| r.clone())
         .collect();
     let lost = records.len() - want.len();
@@ -774,19 +810,21 @@ fn chunk_edit() -> impl proptest::strategy::Strategy<Value = ChunkEdit> {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
 
-    /// Version 3 chunks whose checksum holds but whose insides no writer wrote (records, columns
-    /// or table changed): reading never panics, and the replay loop sees exactly the events the
-    /// record reader reads, with the same counts and ending.
+    /// Version 3 and 4 chunks whose checksum holds but whose insides no writer wrote (records,
+    /// columns or table changed; in version 4, items naming shapes never defined, or defining
+    /// them where none was): reading never panics, and the replay loop sees exactly the events
+    /// the record reader reads, with the same counts and ending.
     #[test]
-    fn damaged_version_3_chunks_read_the_same_by_every_reader(
+    fn damaged_chunks_read_the_same_by_every_reader(
         edits in proptest::collection::vec(chunk_edit(), 1..4),
         chunk in 0usize..6,
+        version in 3u32..=4,
     ) {
         // Some 8 chunks.
         let records = varied_records(1000);
-        let bytes = write_version(&records, 2048, 3);
+        let bytes = write_version(&records, 2048, version);
         let damaged = edit_chunk(&bytes, chunk, |raw| {
-            let records_end = records_of(raw, 3).end;
+            let records_end = records_of(raw, version).end;
             for edit in &edits {
                 match *edit {
                     ChunkEdit::Set { at, byte, in_columns } => {

@@ -42,7 +42,9 @@ mod wire;
 
 pub(crate) use self::fields::{MAX_PAYLOAD, WINDOW};
 pub(crate) use self::hot::read as read_common_event;
-pub(crate) use self::hot::{read_split as read_common_split_event, Common};
+pub(crate) use self::hot::{
+    common_shape, read_hot_shape, read_split as read_common_split_event, Common,
+};
 pub(crate) use self::parts::{Columns, PADDING};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use self::wire::packs_with_pext;

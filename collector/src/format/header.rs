@@ -7,7 +7,7 @@ pub const MAGIC: [u8; 8] = *b"VRAMTRC\0";
 
 /// The format version this code writes; it reads this one and every one since
 /// [`OLDEST_VERSION`].
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The oldest format version this code reads (version 1: events in postcard's layout).
 pub const OLDEST_VERSION: u32 = 1;

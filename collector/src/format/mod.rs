@@ -4,14 +4,16 @@
 //! file   := magic "VRAMTRC\0" | u32 format version | u32 header length | header | u32 crc32(header)
 //!           chunk*
 //! chunk  := u32 compressed length | u32 raw length | u32 record count | u32 crc32(compressed)
-//!           | zstd frame of: record* (then, from version 3, the columns: `layout.rs`)
+//!           | zstd frame of: record* (then, from version 3, the columns: `layout.rs`; from
+//!             version 4, each record behind an item byte or named by one: `shapes.rs`)
 //! record := varint length | varint tag | postcard payload      (length covers tag + payload)
 //! ```
 //!
-//! Version 3 (written now) encodes events against the previous event of their chunk
+//! Version 4 (written now) encodes events against the previous event of their chunk
 //! (`compact.rs`), with the values that vary from event to event in columns after the chunk's
-//! records (`layout.rs`); version 2 (the same, all in the records) and version 1 (events in
-//! postcard's layout) are still read.
+//! records (`layout.rs`), and a record that repeats within its chunk named by one byte
+//! (`shapes.rs`); version 3 (the same, every record written out), version 2 (all in the records)
+//! and version 1 (events in postcard's layout) are still read.
 //!
 //! All integers in the fixed parts are little-endian. A chunk is written whole or not at all, so a
 //! file cut off at any byte reads back up to its last complete chunk. A record whose tag this reader
@@ -28,6 +30,7 @@ mod packing;
 mod prefetch;
 mod reader;
 mod record;
+mod shapes;
 mod varint;
 mod writer;
 

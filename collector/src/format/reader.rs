@@ -18,6 +18,7 @@ use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 use super::layout;
 use super::prefetch::Prefetcher;
 use super::record::{Record, TAG_EVENT};
+use super::shapes::{self, Shape, Shapes};
 use super::varint;
 use crate::event::Event;
 
@@ -92,10 +93,10 @@ pub struct TraceReader<R: Read> {
     version: u32,
     /// What the next event of the chunk is written against (versions 2 and 3).
     delta: Delta,
-    /// Where the next value of each column of the chunk is (version 3).
+    /// Where the next value of each column of the chunk is (from version 3).
     columns: Columns,
     /// Whether an event of this chunk was damaged, so that where its values ended in the columns
-    /// is not known: the chunk's later events are skipped (version 3).
+    /// is not known: the chunk's later events are skipped (from version 3).
     columns_lost: bool,
     /// Where in `chunk` the one-pass reader of common events may start a record (it reads a
     /// whole window after the start): 0 in version 1, and once reading has ended.
@@ -104,6 +105,8 @@ pub struct TraceReader<R: Read> {
     /// events leaves them (see `decode::read_common_event`): cleared whenever anything else
     /// moves `delta` or writes `event`.
     synced: bool,
+    /// The chunk's record shapes so far (version 4).
+    shapes: Shapes,
     ending: Option<Ending>,
     chunks: u64,
     records: u64,
@@ -199,6 +202,7 @@ impl<R: Read> TraceReader<R> {
             columns_lost: false,
             common_end: 0,
             synced: false,
+            shapes: Shapes::default(),
             ending: None,
             chunks: 0,
             records: 0,
@@ -227,6 +231,7 @@ impl<R: Read> TraceReader<R> {
             columns_lost,
             common_end,
             synced,
+            shapes,
             ending,
             chunks,
             records,
@@ -254,6 +259,7 @@ impl<R: Read> TraceReader<R> {
             columns_lost,
             common_end,
             synced,
+            shapes,
             ending,
             chunks,
             records,
@@ -326,12 +332,14 @@ impl<R: Read> TraceReader<R> {
                 }
                 self.offset += len;
                 // The one-pass reader reads a window after a record's start: only where the
-                // window lies inside the records.
-                self.common_end = if self.version >= 2 {
-                    (self.records_end + 1).saturating_sub(2 + decode::WINDOW)
-                } else {
-                    0
+                // window lies inside the records. Version 4's reads one byte where a record's
+                // item starts, and a window after the shape's record (checked there).
+                self.common_end = match self.version {
+                    1 => 0,
+                    2 | 3 => (self.records_end + 1).saturating_sub(2 + decode::WINDOW),
+                    _ => self.records_end,
                 };
+                self.shapes.clear();
                 // Every chunk decodes on its own.
                 self.delta = Delta::default();
                 self.columns_lost = false;
@@ -367,7 +375,22 @@ impl<R: Read> TraceReader<R> {
                     return None;
                 }
             }
-            let rest = &self.chunk[self.pos..self.records_end];
+            // Where the record is, and what its item byte says (version 4).
+            let (at, item) = if self.version >= 4 {
+                let item = self.chunk[self.pos];
+                match item {
+                    shapes::PLAIN | shapes::DEFINE => (self.pos + 1, item),
+                    k => match self.shapes.get(k) {
+                        Some(shape) => (shape.at, item),
+                        None => {
+                            return self.corrupt("record names a shape its chunk has not defined")
+                        }
+                    },
+                }
+            } else {
+                (self.pos, shapes::PLAIN)
+            };
+            let rest = &self.chunk[at..self.records_end];
             let framed = varint::get(rest).and_then(|(len, used)| {
                 let end = used.checked_add(usize::try_from(len).ok()?)?;
                 (end <= rest.len()).then_some((used, end))
@@ -377,20 +400,51 @@ impl<R: Read> TraceReader<R> {
                     None => "bad record length",
                     Some(_) => "record runs past its chunk",
                 };
-                self.common_end = 0;
-                self.ending = Some(Ending::Corrupt {
-                    offset: self.offset,
-                    reason: reason.into(),
-                });
-                return None;
+                return self.corrupt(reason);
             };
-            let (body_start, body_end) = (self.pos + used, self.pos + end);
-            self.pos = body_end;
+            let (body_start, body_end) = (at + used, at + end);
+            match item {
+                shapes::PLAIN => self.pos = body_end,
+                shapes::DEFINE => {
+                    self.pos = body_end;
+                    let hot = self.hot_shape(at, body_end);
+                    self.shapes.define(Shape { at, hot });
+                }
+                _ => self.pos += 1,
+            }
             match varint::get(&self.chunk[body_start..body_end]) {
                 Some((tag, tag_len)) => return Some((tag, body_start + tag_len, body_end)),
                 None => self.skipped += 1,
             }
         }
+    }
+
+    /// Reading stops at damaged framing: `None`, for [`TraceReader::next_payload`].
+    #[cold]
+    fn corrupt(&mut self, reason: &str) -> Option<(u64, usize, usize)> {
+        self.common_end = 0;
+        self.ending = Some(Ending::Corrupt {
+            offset: self.offset,
+            reason: reason.into(),
+        });
+        None
+    }
+
+    /// What the one-pass reader takes from a shape's record (at `at`, ending at `end`) once and
+    /// for all: `None` unless it is a common event's without the seldom-changing fields, with a
+    /// one-byte length and tag.
+    fn hot_shape(&self, at: usize, end: usize) -> Option<shapes::HotShape> {
+        let (len, tag) = (*self.chunk.get(at)?, *self.chunk.get(at + 1)?);
+        if len >= 0x80 || u64::from(tag) != TAG_EVENT {
+            return None;
+        }
+        let start = at + 2;
+        // A record near the end of the chunk has less than a window after it: copied.
+        let mut window = [0u8; decode::WINDOW];
+        let rest = self.chunk.get(start..)?;
+        let n = rest.len().min(decode::WINDOW);
+        window[..n].copy_from_slice(&rest[..n]);
+        decode::common_shape(&window, end.checked_sub(start)?)
     }
 
     /// Decodes a record other than an event; `None` (counted as skipped) when this reader does
@@ -484,6 +538,9 @@ impl<R: Read> TraceReader<R> {
         if pos >= self.common_end {
             return false;
         }
+        if self.version >= 4 {
+            return self.shaped_event::<PEXT>(pos);
+        }
         let Some(framed) = self.chunk.get(pos..pos + 2 + decode::WINDOW) else {
             return false;
         };
@@ -523,6 +580,48 @@ impl<R: Read> TraceReader<R> {
             return false;
         }
         self.pos = pos + 1 + len;
+        self.records += 1;
+        true
+    }
+
+    /// [`TraceReader::common_event`] in version 4: the item at `pos` (inside the records) names
+    /// a shape whose record the one-pass reader takes, whole (a [`shapes::HotShape`]: only the
+    /// columns are read) or from its record.
+    #[inline(always)]
+    fn shaped_event<const PEXT: bool>(&mut self, pos: usize) -> bool {
+        let Some(&shape) = self.shapes.get(self.chunk[pos]) else {
+            return false;
+        };
+        let (d, e, synced) = (&mut self.delta, &mut self.event, &mut self.synced);
+        let (chunk, cols) = (&self.chunk, &mut self.columns);
+        let read = match shape.hot {
+            Some(hot) => decode::read_hot_shape::<PEXT>(hot, chunk, cols, d, e, synced),
+            None => {
+                // A common event that changes the seldom-changing fields, or another event.
+                let at = shape.at;
+                let Some(framed) = chunk.get(at..at + 2 + decode::WINDOW) else {
+                    return false;
+                };
+                let (len, tag) = (usize::from(framed[0]), u64::from(framed[1]));
+                if len.wrapping_sub(1) > decode::MAX_PAYLOAD || tag != TAG_EVENT {
+                    return false;
+                }
+                let window: &[u8; decode::WINDOW] = framed[2..].try_into().expect("a window");
+                decode::read_common_split_event::<PEXT>(window, len - 1, chunk, cols, d, e, synced)
+            }
+        };
+        match read {
+            Common::Read => {}
+            Common::Other => return false,
+            Common::Damaged => {
+                self.pos = pos + 1;
+                self.skipped += 1;
+                self.synced = false;
+                self.lose_columns();
+                return false;
+            }
+        }
+        self.pos = pos + 1;
         self.records += 1;
         true
     }
@@ -583,5 +682,58 @@ impl<R: Read> Iterator for TraceReader<R> {
 
     fn next(&mut self) -> Option<Record> {
         self.next_record()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Api, MemKind, Op};
+    use crate::format::TraceWriter;
+
+    /// A version 4 reader keeps what a common event's record says once per shape: the events
+    /// that name it read only their columns. (Every reader reads the same events whether or not
+    /// it does, so only this says that it does.)
+    #[test]
+    fn common_records_become_hot_shapes() {
+        let mut w = TraceWriter::new(Vec::new(), &Header::default()).unwrap();
+        let mut e = decode::blank();
+        for seq in 1..=4u64 {
+            e.seq = seq;
+            e.time_ns = 100 * seq;
+            e.caller = 0x1000;
+            (e.api, e.op) = if seq % 2 == 1 {
+                let op = Op::Alloc {
+                    kind: MemKind::Device,
+                    ptr: 0x7000 + seq,
+                    size: 512,
+                    stream: 0,
+                    pool: 0,
+                    flags: 0,
+                    pitch: 0,
+                };
+                (Api::CudaMalloc, op)
+            } else {
+                let op = Op::Free {
+                    ptr: 0x7000 + seq - 1,
+                    stream: 0,
+                };
+                (Api::CudaFree, op)
+            };
+            w.write_event(&e).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.by_ref().count(), 4);
+        let hot = |k: u8| r.shapes.get(k).and_then(|s| s.hot);
+        // The first allocation's record (its caller changed from the chunk's zero), the first
+        // free's, and the second allocation's (caller unchanged); the second free names the
+        // first's shape.
+        let alloc = hot(0).expect("a hot shape");
+        assert_eq!((alloc.api, alloc.index), (Api::CudaMalloc, 0));
+        let free = hot(1).expect("a hot shape");
+        assert_eq!((free.api, free.index), (Api::CudaFree, 1));
+        assert_eq!(hot(2).map(|s| s.api), Some(Api::CudaMalloc));
+        assert!(r.shapes.get(3).is_none());
     }
 }

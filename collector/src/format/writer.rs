@@ -8,6 +8,7 @@ use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 use super::layout::{self, COLUMNS};
 use super::packing::{Packer, Packing};
 use super::record::{Record, TAG_EVENT};
+use super::shapes::{self, Item, ShapeIndex};
 use super::varint;
 use crate::event::Event;
 
@@ -34,8 +35,10 @@ pub struct TraceWriter<W: Write> {
     /// The format version written: [`FORMAT_VERSION`], or an older one for readers of old traces
     /// (tests).
     version: u32,
-    /// What the next event of the chunk is written against (versions 2 and 3).
+    /// What the next event of the chunk is written against (versions 2 to 4).
     delta: Delta,
+    /// The chunk's record shapes so far (version 4).
+    shapes: ShapeIndex,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -90,6 +93,7 @@ impl<W: Write> TraceWriter<W> {
             bytes_written: prefix.len() as u64,
             version,
             delta: Delta::default(),
+            shapes: ShapeIndex::default(),
         })
     }
 
@@ -119,6 +123,9 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn write_other(&mut self, record: &Record) -> Result<(), TraceError> {
+        if self.version >= 4 {
+            self.chunk.push(shapes::PLAIN);
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         varint::put(&mut scratch, record.tag());
@@ -134,6 +141,11 @@ impl<W: Write> TraceWriter<W> {
     pub fn write_event(&mut self, event: &Event) -> Result<(), TraceError> {
         if self.version == 1 {
             return self.write_event_v1(event);
+        }
+        // Version 4: the item byte first, `PLAIN` until the record is known to be a shape.
+        let item = self.chunk.len();
+        if self.version >= 4 {
+            self.chunk.push(shapes::PLAIN);
         }
         // The length goes first: one byte kept for it (nearly every event is under 128 bytes),
         // widened afterwards when not. It covers the record, not the event's column values.
@@ -152,6 +164,17 @@ impl<W: Write> TraceWriter<W> {
         let len = self.chunk.len() - at - 1;
         if len < 0x80 {
             self.chunk[at] = len as u8;
+            if self.version >= 4 {
+                // The record's values went to the columns: a record seen before is named.
+                match self.shapes.item(&self.chunk[at..]) {
+                    Item::Again(k) => {
+                        self.chunk.truncate(item);
+                        self.chunk.push(k);
+                    }
+                    Item::Define => self.chunk[item] = shapes::DEFINE,
+                    Item::Plain => {}
+                }
+            }
         } else {
             let mut wide = Vec::with_capacity(10);
             varint::put(&mut wide, len as u64);
@@ -225,6 +248,7 @@ impl<W: Write> TraceWriter<W> {
         self.chunk_records = 0;
         // Every chunk decodes on its own.
         self.delta = Delta::default();
+        self.shapes.clear();
         Ok(())
     }
 

@@ -44,7 +44,7 @@ fn a_wrong_version_names_both_versions() {
     assert_eq!(
         report_error(&path),
         format!(
-            "error: {}: trace format version 99 is not supported (this vramtrace reads versions 1 to 3)\n",
+            "error: {}: trace format version 99 is not supported (this vramtrace reads versions 1 to 4)\n",
             path.display()
         )
     );

@@ -222,7 +222,7 @@ proptest! {
     fn sequences_round_trip_through_chunks(
         events in any_sequence(),
         chunk in 64usize..400,
-        version in 2u32..=3,
+        version in 2u32..=4,
     ) {
         use crate::format::{Header, Record, RecordRef, TraceReader, TraceWriter};
         let mut records: Vec<Record> = events.into_iter().map(Record::Event).collect();

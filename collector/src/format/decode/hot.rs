@@ -12,7 +12,7 @@
 //! stop it, and damage loses the rest of the chunk, so it reads the columns' values straight
 //! into the chunk's state.
 
-use super::fields::WINDOW;
+use super::fields::{MAX_PAYLOAD, WINDOW};
 use super::parts::{Columns, InPlace, Parts, Whole};
 use super::replace_op;
 use super::straight::Straight;
@@ -22,6 +22,7 @@ use crate::format::compact::{
     unzig, Delta, CALLER, NCCL, NEST, PLACE, RESULT, SEQ, STACKS, THREAD,
 };
 use crate::format::layout::Column;
+use crate::format::shapes::HotShape;
 
 /// Variant indexes of the operations read here: postcard numbers variants by declaration order
 /// (checked against the shape table in the tests).
@@ -346,6 +347,71 @@ pub(crate) fn read_split<const PEXT: bool>(
         Some(q) => q.write(d, e),
         None if !*synced => Quiet::of(d).write(d, e),
         None => {}
+    }
+    *synced = true;
+    e.seq = d.seq;
+    e.time_ns = d.time_ns;
+    e.thread = d.thread;
+    e.caller = d.caller;
+    Common::Read
+}
+
+/// What the one-pass reader takes from the record `window[..len]` of a version 4 shape, once for
+/// all the events that name it: its flags, API, operation index and mask, when it is a common
+/// event's record without the seldom-changing fields (those depend on the chunk's state).
+pub(crate) fn common_shape(window: &[u8; WINDOW], len: usize) -> Option<HotShape> {
+    if len > MAX_PAYLOAD {
+        return None;
+    }
+    let mut r = Straight::<false>::new(window, len);
+    let (flags, api, quiet, index, mask) = split_record(&mut r, &Delta::default())?;
+    if quiet.is_some() {
+        return None;
+    }
+    Some(HotShape {
+        flags: u8::try_from(flags).ok()?,
+        api,
+        index,
+        mask: u8::try_from(mask).ok()?,
+    })
+}
+
+/// A record read and checked before: nothing left to read in it.
+struct Checked;
+
+impl Wire for Checked {
+    #[inline(always)]
+    fn varint(&mut self, _: u32, _: u8) -> Option<u64> {
+        None
+    }
+
+    #[inline(always)]
+    fn byte(&mut self) -> Option<u8> {
+        None
+    }
+}
+
+/// [`read_split`] for an event of version 4 that names a [`HotShape`]: its record was read and
+/// checked when the shape was defined, so only its values are read, from the columns.
+#[inline(always)]
+pub(crate) fn read_hot_shape<const PEXT: bool>(
+    shape: HotShape,
+    chunk: &[u8],
+    cols: &mut Columns,
+    d: &mut Delta,
+    e: &mut Event,
+    synced: &mut bool,
+) -> Common {
+    let Some(mut p) = InPlace::<_, PEXT>::new(Checked, chunk, cols) else {
+        return Common::Other;
+    };
+    e.api = shape.api;
+    let (flags, index, mask) = (u32::from(shape.flags), shape.index, u64::from(shape.mask));
+    if split_values(&mut p, flags, index, mask, d, &mut e.op).is_none() {
+        return Common::Damaged;
+    }
+    if !*synced {
+        Quiet::of(d).write(d, e);
     }
     *synced = true;
     e.seq = d.seq;
