@@ -879,3 +879,42 @@ proptest::proptest! {
         proptest::prop_assert_eq!(&want[..before.len()], &before[..]);
     }
 }
+
+/// Version 4: an event record written out (too long to be a shape) whose length runs past the
+/// chunk's records, into its columns, is damaged framing for every reader: none reads an event
+/// from it.
+#[test]
+fn a_plain_record_that_runs_past_the_records_is_damage() {
+    // A common allocation that changes its place and stacks: a record of more than 16 bytes.
+    let mut e = event(1);
+    e.inner = None;
+    e.device = 3;
+    e.context = 0xdead_beef_0000;
+    e.stack = 7;
+    e.py_stack = 9;
+    // Common events before the last (so that the columns after the records are long enough for
+    // the one-pass reader to read the last record), which changes its place and stacks again.
+    let mut records: Vec<Record> = (1..=30).map(|seq| Record::Event(event(seq))).collect();
+    records[0] = Record::Event(e.clone());
+    (e.seq, e.device, e.stack) = (31, 4, 8);
+    records.push(Record::Event(e));
+    let bytes = write_version(&records, 1 << 20, 4);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    assert_eq!(r.by_ref().count(), 31);
+    let damaged = edit_chunk(&bytes, 0, |raw| {
+        let starts = record_starts(raw, 4);
+        let last = *starts.last().unwrap();
+        assert_eq!(raw[last], 0xff, "written out");
+        assert!(raw[last + 1] >= 16, "a long record");
+        // Three bytes longer: past the records, inside the columns.
+        raw[last + 1] += 3;
+    });
+    let mut direct = TraceReader::new(&damaged[..]).unwrap();
+    let want = events_read(&mut direct);
+    assert_eq!(want.len(), 30);
+    assert!(matches!(direct.ending(), Some(Ending::Corrupt { .. })));
+    let mut replayed = TraceReader::new(&damaged[..]).unwrap();
+    let (seen, _) = events_replayed(&mut replayed);
+    assert_eq!(seen, want);
+    assert_eq!(replayed.ending(), direct.ending());
+}

@@ -589,39 +589,56 @@ impl<R: Read> TraceReader<R> {
     /// columns are read) or from its record.
     #[inline(always)]
     fn shaped_event<const PEXT: bool>(&mut self, pos: usize) -> bool {
-        let Some(&shape) = self.shapes.get(self.chunk[pos]) else {
-            return false;
-        };
+        let item = self.chunk[pos];
         let (d, e, synced) = (&mut self.delta, &mut self.event, &mut self.synced);
         let (chunk, cols) = (&self.chunk, &mut self.columns);
-        let read = match shape.hot {
-            Some(hot) => decode::read_hot_shape::<PEXT>(hot, chunk, cols, d, e, synced),
-            None => {
-                // A common event that changes the seldom-changing fields, or another event.
-                let at = shape.at;
-                let Some(framed) = chunk.get(at..at + 2 + decode::WINDOW) else {
-                    return false;
-                };
-                let (len, tag) = (usize::from(framed[0]), u64::from(framed[1]));
-                if len.wrapping_sub(1) > decode::MAX_PAYLOAD || tag != TAG_EVENT {
-                    return false;
-                }
-                let window: &[u8; decode::WINDOW] = framed[2..].try_into().expect("a window");
-                decode::read_common_split_event::<PEXT>(window, len - 1, chunk, cols, d, e, synced)
+        // Where the record is; `None` for a shape's (the item is one byte).
+        let (at, plain) = match self.shapes.get(item) {
+            Some(&Shape { hot: Some(hot), .. }) => {
+                let read = decode::read_hot_shape::<PEXT>(hot, chunk, cols, d, e, synced);
+                return self.common_read(read, pos + 1);
             }
+            // A common event that changes the seldom-changing fields, or another event.
+            Some(shape) => (shape.at, false),
+            // A record too long to be a shape may still be a common event's.
+            None if item == shapes::PLAIN => (pos + 1, true),
+            // A new shape (defined by the general reader) or damage.
+            None => return false,
         };
+        let Some(framed) = chunk.get(at..at + 2 + decode::WINDOW) else {
+            return false;
+        };
+        let (len, tag) = (usize::from(framed[0]), u64::from(framed[1]));
+        // A shape's record was framed when defined; a plain one must end inside the records
+        // (else the general reader says the framing is damaged).
+        if len.wrapping_sub(1) > decode::MAX_PAYLOAD
+            || tag != TAG_EVENT
+            || (plain && at + 1 + len > self.records_end)
+        {
+            return false;
+        }
+        let window: &[u8; decode::WINDOW] = framed[2..].try_into().expect("a window");
+        let read =
+            decode::read_common_split_event::<PEXT>(window, len - 1, chunk, cols, d, e, synced);
+        self.common_read(read, if plain { at + 1 + len } else { pos + 1 })
+    }
+
+    /// What [`TraceReader::shaped_event`] does with what the one-pass reader made of the event
+    /// whose item ends at `next`.
+    #[inline(always)]
+    fn common_read(&mut self, read: Common, next: usize) -> bool {
         match read {
             Common::Read => {}
             Common::Other => return false,
             Common::Damaged => {
-                self.pos = pos + 1;
+                self.pos = next;
                 self.skipped += 1;
                 self.synced = false;
                 self.lose_columns();
                 return false;
             }
         }
-        self.pos = pos + 1;
+        self.pos = next;
         self.records += 1;
         true
     }

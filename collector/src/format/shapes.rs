@@ -70,10 +70,11 @@ pub(crate) struct ShapeIndex {
     /// The record bytes of each shape number (zero-padded; 0 when unused: a record's first byte,
     /// its length, is never 0).
     keys: [u128; MAX_SHAPES],
-    /// Open addressing from a record's bytes to `number + 1` (0: empty). Entries of numbers
-    /// since taken by another record go stale and are told apart by `keys`; the index is
-    /// cleared after [`INDEX_SLOTS`]` / 2` definitions, so probes always find an empty slot.
-    slots: Box<[(u128, u8); INDEX_SLOTS]>,
+    /// Open addressing from a record's bytes to `number + 1` (0: empty), compared through
+    /// `keys`: an entry whose number another record has taken since is passed over (and names
+    /// that record rightly if it is the one looked for). The index is cleared after
+    /// [`INDEX_SLOTS`]` / 2` definitions, so probes always find an empty slot.
+    slots: [u8; INDEX_SLOTS],
     /// Definitions since the index was cleared.
     filled: usize,
     numbering: Numbering,
@@ -83,7 +84,7 @@ impl Default for ShapeIndex {
     fn default() -> Self {
         ShapeIndex {
             keys: [0; MAX_SHAPES],
-            slots: Box::new([(0, 0); INDEX_SLOTS]),
+            slots: [0; INDEX_SLOTS],
             filled: 0,
             numbering: Numbering::default(),
         }
@@ -95,50 +96,61 @@ impl ShapeIndex {
     pub(crate) fn clear(&mut self) {
         if self.filled > 0 || self.numbering.next > 0 {
             self.keys.fill(0);
-            self.slots.fill((0, 0));
+            self.slots.fill(0);
             self.filled = 0;
             self.numbering = Numbering::default();
         }
     }
 
-    /// What to write for the event record `record` (its length, tag and payload), defining a
-    /// shape when it is new.
-    pub(crate) fn item(&mut self, record: &[u8]) -> Item {
-        let Some(key) = key_of(record) else {
-            return Item::Plain;
-        };
+    /// What to write for the event record at the end of `records` from `at` (its length, tag
+    /// and payload), defining a shape when it is new.
+    #[inline]
+    pub(crate) fn item(&mut self, records: &mut Vec<u8>, at: usize) -> Item {
+        match key_at(records, at) {
+            Some(key) => self.item_of(key),
+            None => Item::Plain,
+        }
+    }
+
+    fn item_of(&mut self, key: u128) -> Item {
         let mut i = slot_of(key);
         loop {
-            let (k, n) = self.slots[i];
+            let n = self.slots[i];
             if n == 0 {
                 break;
             }
-            if k == key && self.keys[usize::from(n - 1)] == key {
+            if self.keys[usize::from(n - 1)] == key {
                 return Item::Again(n - 1);
             }
             i = (i + 1) % INDEX_SLOTS;
         }
         if self.filled == INDEX_SLOTS / 2 {
-            self.slots.fill((0, 0));
+            self.slots.fill(0);
             self.filled = 0;
             i = slot_of(key);
         }
         let number = self.numbering.take();
         self.keys[usize::from(number)] = key;
-        self.slots[i] = (key, number + 1);
+        self.slots[i] = number + 1;
         self.filled += 1;
         Item::Define
     }
 }
 
-/// A record of up to [`MAX_SHAPE_BYTES`] as one number.
-fn key_of(record: &[u8]) -> Option<u128> {
-    if record.is_empty() || record.len() > MAX_SHAPE_BYTES || record[0] == 0 {
+/// The record at the end of `records` from `at`, if of up to [`MAX_SHAPE_BYTES`], as one number.
+/// Read as a whole word past zeros appended for the purpose (and taken off again): copying a
+/// record of any length out cost a call to `memcpy` per event.
+#[inline]
+fn key_at(records: &mut Vec<u8>, at: usize) -> Option<u128> {
+    let len = records.len().checked_sub(at)?;
+    if len == 0 || len > MAX_SHAPE_BYTES || records[at] == 0 {
         return None;
     }
-    let mut bytes = [0u8; MAX_SHAPE_BYTES];
-    bytes[..record.len()].copy_from_slice(record);
-    Some(u128::from_le_bytes(bytes))
+    let end = records.len();
+    records.extend_from_slice(&[0; MAX_SHAPE_BYTES]);
+    let word: [u8; MAX_SHAPE_BYTES] = records[at..at + MAX_SHAPE_BYTES].try_into().ok()?;
+    records.truncate(end);
+    Some(u128::from_le_bytes(word))
 }
 
 /// Where a key's probe starts.
@@ -202,24 +214,36 @@ impl Shapes {
 mod tests {
     use super::*;
 
+    impl ShapeIndex {
+        /// [`ShapeIndex::item`] for `record` at the end of other records.
+        fn item_for(&mut self, record: &[u8]) -> Item {
+            let mut records = vec![0xff, 3, 1, 0, 0];
+            let at = records.len();
+            records.extend_from_slice(record);
+            let item = self.item(&mut records, at);
+            assert_eq!(&records[at..], record, "the records are left as they were");
+            item
+        }
+    }
+
     #[test]
     fn a_record_is_defined_once_then_named() {
         let mut w = ShapeIndex::default();
         let a = [6, 1, 0, 3, 0, 6];
         let b = [6, 1, 0, 4, 1, 1];
-        assert_eq!(w.item(&a), Item::Define);
-        assert_eq!(w.item(&b), Item::Define);
-        assert_eq!(w.item(&a), Item::Again(0));
-        assert_eq!(w.item(&b), Item::Again(1));
+        assert_eq!(w.item_for(&a), Item::Define);
+        assert_eq!(w.item_for(&b), Item::Define);
+        assert_eq!(w.item_for(&a), Item::Again(0));
+        assert_eq!(w.item_for(&b), Item::Again(1));
         // Longer than a shape, or empty: plain.
-        assert_eq!(w.item(&[17; 17]), Item::Plain);
-        assert_eq!(w.item(&[]), Item::Plain);
+        assert_eq!(w.item_for(&[17; 17]), Item::Plain);
+        assert_eq!(w.item_for(&[]), Item::Plain);
         // A record and its prefix are different shapes.
-        assert_eq!(w.item(&a[..5]), Item::Define);
-        assert_eq!(w.item(&a[..5]), Item::Again(2));
+        assert_eq!(w.item_for(&a[..5]), Item::Define);
+        assert_eq!(w.item_for(&a[..5]), Item::Again(2));
         w.clear();
-        assert_eq!(w.item(&b), Item::Define);
-        assert_eq!(w.item(&b), Item::Again(0));
+        assert_eq!(w.item_for(&b), Item::Define);
+        assert_eq!(w.item_for(&b), Item::Again(0));
     }
 
     #[test]
@@ -241,7 +265,7 @@ mod tests {
             } else {
                 (state >> 32) % 40
             };
-            match w.item(&record(i)) {
+            match w.item_for(&record(i)) {
                 Item::Define => {
                     r.define(Shape { at, hot: None });
                     defined += 1;

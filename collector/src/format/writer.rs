@@ -166,7 +166,7 @@ impl<W: Write> TraceWriter<W> {
             self.chunk[at] = len as u8;
             if self.version >= 4 {
                 // The record's values went to the columns: a record seen before is named.
-                match self.shapes.item(&self.chunk[at..]) {
+                match self.shapes.item(&mut self.chunk, at) {
                     Item::Again(k) => {
                         self.chunk.truncate(item);
                         self.chunk.push(k);
