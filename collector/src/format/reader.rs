@@ -592,7 +592,8 @@ impl<R: Read> TraceReader<R> {
         let item = self.chunk[pos];
         let (d, e, synced) = (&mut self.delta, &mut self.event, &mut self.synced);
         let (chunk, cols) = (&self.chunk, &mut self.columns);
-        // Where the record is; `None` for a shape's (the item is one byte).
+        // Where the record is, and whether it is written here (after the item byte) rather than
+        // named (the item is then one byte).
         let (at, plain) = match self.shapes.get(item) {
             Some(&Shape { hot: Some(hot), .. }) => {
                 let read = decode::read_hot_shape::<PEXT>(hot, chunk, cols, d, e, synced);
