@@ -11,7 +11,10 @@
 //! The generated mix: 1000-event steps marked with `vramtrace_mark_step`; in each, temporaries
 //! from 32 call sites of 8 sizes allocated and freed (addresses reused from a free list), async
 //! allocations through the default pool, and a leak of 10 allocations per step that are never
-//! freed (so the live set grows to a million objects by the end).
+//! freed (so the live set grows to a million objects by the end). `VRAMTRACE_BENCH_MIX=nested`
+//! makes the same mix as the runtime API over the driver, with stacks, records it: each call with
+//! the driver call it made inside (`inner`) and a native stack per call site, so that the events
+//! take the general reader (trace `vramtrace-bench-N-nested.vtrace`).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom};
@@ -42,6 +45,8 @@ impl Rng {
 }
 
 struct Generator {
+    /// `VRAMTRACE_BENCH_MIX=nested`: inner driver calls and a stack per call site.
+    nested: bool,
     seq: u64,
     rng: Rng,
     free_ptrs: Vec<u64>,
@@ -53,18 +58,30 @@ struct Generator {
 impl Generator {
     fn event(&mut self, api: Api, caller: u64, op: Op) -> Event {
         self.seq += 1;
+        let (inner, stack) = if self.nested {
+            let inner = match api {
+                Api::CudaMalloc => Some(Api::CuMemAlloc),
+                Api::CudaMallocAsync => Some(Api::CuMemAllocAsync),
+                Api::CudaFree => Some(Api::CuMemFree),
+                Api::CudaFreeAsync => Some(Api::CuMemFreeAsync),
+                _ => None,
+            };
+            (inner, ((caller - APP) / 0x40) as u32 + 1)
+        } else {
+            (None, 0)
+        };
         Event {
             seq: self.seq,
             time_ns: self.seq * 250,
             thread: 1 + (self.seq % 4) as u32,
             api,
-            inner: None,
+            inner,
             outer: None,
             result: 0,
             device: 0,
             context: 0xc0,
             caller,
-            stack: 0,
+            stack,
             py_stack: 0,
             py_inferred: false,
             nccl_scope: 0,
@@ -133,7 +150,7 @@ fn alloc(kind: MemKind, ptr: u64, size: u64) -> Op {
 }
 
 /// Writes a trace of `events` events of the mix to `path`.
-pub fn generate(path: &Path, events: u64) {
+pub fn generate(path: &Path, events: u64, nested: bool) {
     let file = BufWriter::with_capacity(1 << 20, File::create(path).expect("create the trace"));
     let mut w = TraceWriter::new(file, &Header::default()).expect("header");
     w.write(&Record::Module(Module {
@@ -149,6 +166,7 @@ pub fn generate(path: &Path, events: u64) {
     }))
     .expect("write");
     let mut g = Generator {
+        nested,
         seq: 0,
         rng: Rng(0x9e37_79b9_7f4a_7c15),
         free_ptrs: Vec::new(),
@@ -280,11 +298,24 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if testing { 20_000 } else { 100_000_000 });
-    let path: PathBuf = std::env::temp_dir().join(format!("vramtrace-bench-{events}.vtrace"));
+    let nested = match std::env::var("VRAMTRACE_BENCH_MIX").as_deref() {
+        Ok("nested") => true,
+        Ok("") | Ok("plain") | Err(_) => false,
+        Ok(other) => {
+            eprintln!("replay bench: VRAMTRACE_BENCH_MIX={other:?}: expected `plain` or `nested`");
+            std::process::exit(2);
+        }
+    };
+    let name = if nested {
+        format!("vramtrace-bench-{events}-nested.vtrace")
+    } else {
+        format!("vramtrace-bench-{events}.vtrace")
+    };
+    let path: PathBuf = std::env::temp_dir().join(name);
     let reuse = std::env::var("VRAMTRACE_BENCH_REUSE").is_ok_and(|v| v == "1") && path.exists();
     if !reuse {
         let t = Instant::now();
-        generate(&path, events);
+        generate(&path, events, nested);
         let s = t.elapsed().as_secs_f64();
         println!(
             "generate: {events} events in {s:.1} s ({})",

@@ -165,6 +165,8 @@ fn slot_of(key: u128) -> usize {
 pub(crate) struct HotShape {
     pub(crate) flags: u8,
     pub(crate) api: Api,
+    /// The inner and outer API of a nested call.
+    pub(crate) nest: (Option<Api>, Option<Api>),
     /// The operation's variant index and field mask.
     pub(crate) index: u8,
     pub(crate) mask: u8,

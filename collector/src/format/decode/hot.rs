@@ -10,7 +10,9 @@
 //!
 //! Version 3's reader (`read_split`) checks the whole record first; after that only damage can
 //! stop it, and damage loses the rest of the chunk, so it reads the columns' values straight
-//! into the chunk's state.
+//! into the chunk's state. It also takes nested calls (a runtime call over the driver names its
+//! inner API: nearly every event of a real trace), and version 4's shapes keep what it checked
+//! (`read_hot_shape`).
 
 use super::fields::{MAX_PAYLOAD, WINDOW};
 use super::parts::{Columns, InPlace, Parts, Whole};
@@ -329,7 +331,7 @@ pub(crate) fn read_split<const PEXT: bool>(
     synced: &mut bool,
 ) -> Common {
     let mut r = Straight::<PEXT>::new(window, len);
-    let Some((flags, api, quiet, index, mask)) = split_record(&mut r, d) else {
+    let Some((flags, api, nest, quiet, index, mask)) = split_record(&mut r, d) else {
         return Common::Other;
     };
     let Some(mut p) = InPlace::<_, PEXT>::new(r, chunk, cols) else {
@@ -349,6 +351,9 @@ pub(crate) fn read_split<const PEXT: bool>(
         None => {}
     }
     *synced = true;
+    // Written on every event (after `Quiet::write`, which clears them): `synced` does not cover
+    // the nesting in versions 3 and 4.
+    (e.inner, e.outer) = nest;
     e.seq = d.seq;
     e.time_ns = d.time_ns;
     e.thread = d.thread;
@@ -364,13 +369,14 @@ pub(crate) fn common_shape(window: &[u8; WINDOW], len: usize) -> Option<HotShape
         return None;
     }
     let mut r = Straight::<false>::new(window, len);
-    let (flags, api, quiet, index, mask) = split_record(&mut r, &Delta::default())?;
+    let (flags, api, nest, quiet, index, mask) = split_record(&mut r, &Delta::default())?;
     if quiet.is_some() {
         return None;
     }
     Some(HotShape {
         flags: u8::try_from(flags).ok()?,
         api,
+        nest,
         index,
         mask: u8::try_from(mask).ok()?,
     })
@@ -414,6 +420,7 @@ pub(crate) fn read_hot_shape<const PEXT: bool>(
         Quiet::of(d).write(d, e);
     }
     *synced = true;
+    (e.inner, e.outer) = shape.nest;
     e.seq = d.seq;
     e.time_ns = d.time_ns;
     e.thread = d.thread;
@@ -457,12 +464,19 @@ fn split_values(
 fn split_record<const PEXT: bool>(
     r: &mut Straight<'_, PEXT>,
     d: &Delta,
-) -> Option<(u32, Api, Option<Quiet>, u8, u64)> {
+) -> Option<(u32, Api, Nest, Option<Quiet>, u8, u64)> {
     let flags = r.u32()?;
-    if flags > 0xff || flags & (NEST | RESULT) != 0 {
+    if flags > 0xff || flags & RESULT != 0 {
         return None;
     }
     let api = *Api::ALL.get(r.u32()? as usize)?;
+    // A call of the runtime over the driver names the driver call it made inside: one more
+    // byte or two, in nearly every event of a real trace.
+    let nest = if flags & NEST != 0 {
+        (r.option_api()?, r.option_api()?)
+    } else {
+        (None, None)
+    };
     let mut quiet = None;
     if flags & QUIET != 0 {
         let mut q = Quiet::of(d);
@@ -484,5 +498,8 @@ fn split_record<const PEXT: bool>(
     if index > FREE_HOST || mask >= 0x80 || !r.within_payload() {
         return None;
     }
-    Some((flags, api, quiet, index, mask))
+    Some((flags, api, nest, quiet, index, mask))
 }
+
+/// An event's inner and outer API (nested calls).
+pub(crate) type Nest = (Option<Api>, Option<Api>);
