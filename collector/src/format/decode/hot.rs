@@ -345,6 +345,14 @@ pub(crate) fn read_split<const PEXT: bool>(
     if split_values(&mut p, flags, index, mask, d, &mut e.op).is_none() {
         return Common::Damaged;
     }
+    finish_split(quiet, nest, d, e, synced);
+    Common::Read
+}
+
+/// The header of a split event whose values were read into `d`: into `e`, with the
+/// seldom-changing fields where they changed (or `e` is not `synced` with `d`) and the nesting.
+#[inline(always)]
+fn finish_split(quiet: Option<Quiet>, nest: Nest, d: &mut Delta, e: &mut Event, synced: &mut bool) {
     match quiet {
         Some(q) => q.write(d, e),
         None if !*synced => Quiet::of(d).write(d, e),
@@ -358,7 +366,6 @@ pub(crate) fn read_split<const PEXT: bool>(
     e.time_ns = d.time_ns;
     e.thread = d.thread;
     e.caller = d.caller;
-    Common::Read
 }
 
 /// What the one-pass reader takes from the record `window[..len]` of a version 4 shape, once for
@@ -416,15 +423,7 @@ pub(crate) fn read_hot_shape<const PEXT: bool>(
     if split_values(&mut p, flags, index, mask, d, &mut e.op).is_none() {
         return Common::Damaged;
     }
-    if !*synced {
-        Quiet::of(d).write(d, e);
-    }
-    *synced = true;
-    (e.inner, e.outer) = shape.nest;
-    e.seq = d.seq;
-    e.time_ns = d.time_ns;
-    e.thread = d.thread;
-    e.caller = d.caller;
+    finish_split(None, shape.nest, d, e, synced);
     Common::Read
 }
 
