@@ -23,3 +23,17 @@ extern "C" int leaky_run(int n, int keep, size_t bytes) {
 }
 
 extern "C" int leaky_kept(void) { return nkept; }
+
+// One raw allocation per call, kept for good: the per-step leak of the acceptance program
+// leak_extension.py.
+static void *step_kept[4096];
+static int nstep_kept;
+
+extern "C" int leaky_step(size_t bytes) {
+    void *p = nullptr;
+    cudaError_t rc = cudaMalloc(&p, bytes);
+    if (rc != cudaSuccess) return (int)rc;
+    fill<<<(unsigned)((bytes + 255) / 256), 256>>>((unsigned char *)p, bytes);
+    if (nstep_kept < 4096) step_kept[nstep_kept++] = p;
+    return (int)cudaGetLastError();
+}

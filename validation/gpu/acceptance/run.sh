@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The acceptance suite of real training programs, in one `device` call on the GPU machine.
+#
+#   mkdir -p target/gpu && strip -o target/gpu/libvramtrace.so target/release/libvramtrace.so \
+#       && strip -o target/gpu/vramtrace target/release/vramtrace
+#   run(command="VRAMTRACE_BUILD=target/gpu validation/gpu/acceptance/run.sh validate",
+#       carry=["target/gpu"])
+#
+# Modes:
+#   validate  each program plain and under `vramtrace run` (stdout and exit code compared), the
+#             diff pair, and a report (text and --json) of every trace
+#   explore   each program under `vramtrace run` as it is and with a step mark at every optimizer
+#             step (stepmark.py), and PyTorch's own recorder on two of them (record_snapshot.py):
+#             material for developing the analyses off the GPU machine
+# Programs (default: every healthy_*.py and leak_*.py here) may follow the mode. Jobs run
+# VT_ACC_JOBS at a time (default 4): the programs are small, and step times are not compared here
+# (validation/gpu/bench_step_time.py measures overhead). Results: $OUT/acceptance.tar.gz and
+# $OUT/summary.txt; check.py turns them into the table of docs/gpu-validation.md.
+set -u
+ACC=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$ACC/../../.." && pwd)
+BUILD=${VRAMTRACE_BUILD:-$ROOT/target/release}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+VT=$BUILD/vramtrace
+OUTDIR=${OUT:-/tmp/vramtrace-acc-out}
+WORK=$(mktemp -d /tmp/vt-acc.XXXXXX)
+MODE=${1:-validate}
+shift || true
+[ -x "$VT" ] && [ -f "$BUILD/libvramtrace.so" ] || { echo "missing $VT or libvramtrace.so beside it"; exit 2; }
+mkdir -p "$OUTDIR"
+export PYTHONPATH=$ACC${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 VT_WORK=$WORK VT=$VT ACC
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+PROGRAMS=("$@")
+[ ${#PROGRAMS[@]} -gt 0 ] || PROGRAMS=($(cd "$ACC" && ls healthy_*.py leak_*.py | sed 's/\.py$//'))
+
+{
+    date -u +"date %Y-%m-%dT%H:%M:%SZ"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch,sys,transformers; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", ".".join(map(str, torch.cuda.nccl.version())), "transformers", transformers.__version__)'
+    "$VT" --version
+    echo "mode $MODE"
+} > "$WORK/facts.txt" 2>&1
+nvcc -O2 -shared -Xcompiler -fPIC -o "$WORK/libleaky.so" "$ROOT/validation/gpu/ext/leaky.cu" \
+    > "$WORK/nvcc.log" 2>&1 || echo "nvcc failed (see nvcc.log)" >> "$WORK/facts.txt"
+
+# The diff pair's second program: healthy_gpt.py with three lines inserted above the loop (so
+# every line below moves) and one leaking line in the loop (16 MiB a step).
+python3 - "$ACC/healthy_gpt.py" "$WORK/gpt_leaky.py" <<'PY'
+import sys
+src = open(sys.argv[1]).read()
+src = src.replace("# DIFF-LEAK-SETUP", "# (added for the diff check)\n# (so that every line below moves)\nkept = []")
+src = src.replace("    # DIFF-LEAK-HERE", "    kept.append(logits[:2].detach().float())  # DIFF-LEAK-LINE")
+open(sys.argv[2], "w").write(src)
+PY
+
+# job NAME VARIANT PORT: one run of one program, its outputs under $WORK/NAME/VARIANT.*
+job() {
+    local name=$1 variant=$2 port=$3 prog="$ACC/$1.py" dir="$VT_WORK/$1"
+    [ "$name" = gpt_leaky ] && prog="$VT_WORK/gpt_leaky.py"
+    [ "$name" = gpt_leaky ] || [ -f "$prog" ] || { echo "$name: no such program" > "$dir.missing"; return; }
+    mkdir -p "$dir"
+    local src="$prog"; [ "$name" = gpt_leaky ] && src="$ACC/healthy_gpt.py"
+    local envs=($(python3 "$ACC/truth.py" env "$src") "MASTER_PORT=$port")
+    local args=($(python3 "$ACC/truth.py" args "$src" "$VT_WORK"))
+    local cmd
+    case $variant in
+        plain) cmd=(python3 "$prog") ;;
+        traced|traced2) cmd=("$VT" run -o "$dir/$variant-%p.vtrace" --no-summary -- python3 "$prog") ;;
+        marks) cmd=("$VT" run -o "$dir/$variant-%p.vtrace" --no-summary -- python3 "$ACC/stepmark.py" "$prog") ;;
+        record) cmd=(python3 "$ACC/record_snapshot.py" "$dir/record.pickle" 100000 "$prog") ;;
+    esac
+    local t0=$(date +%s%N)
+    env "${envs[@]}" timeout 300 "${cmd[@]}" "${args[@]}" > "$dir/$variant.out" 2> "$dir/$variant.err"
+    echo $? > "$dir/$variant.rc"
+    echo $(( ($(date +%s%N) - t0) / 1000000 )) > "$dir/$variant.ms"
+}
+export -f job
+
+jobs=()
+i=0
+for p in "${PROGRAMS[@]}"; do
+    case $MODE in
+        validate) variants=(plain traced) ;;
+        explore) variants=(traced marks) ;;
+        *) echo "unknown mode $MODE"; exit 2 ;;
+    esac
+    for v in "${variants[@]}"; do jobs+=("$p $v $((29600 + i))"); i=$((i + 1)); done
+done
+# The diff pair: healthy_gpt twice as it is, once with the added leak.
+jobs+=("healthy_gpt traced2 $((29600 + i))" "gpt_leaky traced $((29601 + i))")
+if [ "$MODE" = explore ]; then
+    jobs+=("healthy_gpt record $((29602 + i))" "leak_logits_ddp record $((29603 + i))")
+fi
+printf '%s\n' "${jobs[@]}" | xargs -P "${VT_ACC_JOBS:-4}" -L 1 bash -c 'job "$0" "$1" "$2"'
+
+: > "$WORK/summary.txt"
+for d in "$WORK"/*/; do
+    name=$(basename "$d")
+    for t in "$d"*.vtrace; do
+        [ -f "$t" ] || continue
+        "$VT" report --json "$t" > "${t%.vtrace}.report.json" 2> "${t%.vtrace}.report.err"
+        "$VT" report "$t" > "${t%.vtrace}.report.txt" 2>&1
+    done
+    for rc in "$d"*.rc; do
+        v=$(basename "$rc" .rc)
+        same=""
+        if [ "$v" = traced ] && [ -f "$d/plain.out" ]; then
+            same=$(cmp -s "$d/plain.out" "$d/traced.out" && echo "stdout identical" || echo "stdout DIFFERENT")
+        fi
+        printf '%s %s: rc %s, %s ms, %s traces %s\n' "$name" "$v" "$(cat "$rc")" "$(cat "$d/$v.ms")" \
+            "$(ls "$d$v"-*.vtrace 2>/dev/null | wc -l)" "$same" >> "$WORK/summary.txt"
+    done
+done
+gzip -q "$WORK"/*/record.pickle 2>/dev/null
+cat "$WORK/facts.txt" "$WORK/summary.txt"
+cp "$WORK/summary.txt" "$WORK/facts.txt" "$OUTDIR/"
+tar czf "$OUTDIR/acceptance.tar.gz" -C "$WORK" .
+ls -la "$OUTDIR"

@@ -1,0 +1,46 @@
+"""Reads the planted truth of an acceptance program: the `TRUTH = {...}` literal at its top, with
+each leak's marker comment resolved to its line number. Used by run.sh (environment and arguments
+of a program) and by check.py (what the report must say).
+
+    python3 truth.py env PROGRAM.py          # KEY=VALUE lines for the program's environment
+    python3 truth.py args PROGRAM.py WORK    # its arguments, one a line ({WORK} replaced)
+    python3 truth.py json PROGRAM.py         # the whole truth, markers resolved, as JSON"""
+import ast
+import json
+import sys
+
+
+def load(path):
+    source = open(path).read()
+    truth = None
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "TRUTH" for t in node.targets):
+            truth = ast.literal_eval(node.value)
+    if truth is None:
+        raise SystemExit(f"error: {path} has no TRUTH literal")
+    lines = source.splitlines()
+    for leak in truth.get("leaks", []):
+        hits = [i + 1 for i, l in enumerate(lines) if l.rstrip().endswith("# " + leak["marker"])]
+        if len(hits) != 1:
+            raise SystemExit(f"error: {path}: marker {leak['marker']} found {len(hits)} times")
+        leak["line"] = hits[0]
+    return truth
+
+
+def main():
+    what, path = sys.argv[1], sys.argv[2]
+    truth = load(path)
+    if what == "env":
+        for k, v in truth.get("env", {}).items():
+            print(f"{k}={v}")
+    elif what == "args":
+        for a in truth.get("args", []):
+            print(a.replace("{WORK}", sys.argv[3]))
+    elif what == "json":
+        print(json.dumps(truth, indent=1))
+    else:
+        raise SystemExit(f"error: unknown request {what}")
+
+
+if __name__ == "__main__":
+    main()
