@@ -12,6 +12,7 @@
 #   explore   each program under `vramtrace run` as it is and with a step mark at every optimizer
 #             step (stepmark.py), and PyTorch's own recorder on two of them (record_snapshot.py):
 #             material for developing the analyses off the GPU machine
+#   marks     only the runs with a step mark at every optimizer step
 # Programs (default: every healthy_*.py and leak_*.py here) may follow the mode. Jobs run
 # VT_ACC_JOBS at a time (default 4): the programs are small, and step times are not compared here
 # (validation/gpu/bench_step_time.py measures overhead). Results: $OUT/acceptance.tar.gz and
@@ -83,12 +84,13 @@ for p in "${PROGRAMS[@]}"; do
     case $MODE in
         validate) variants=(plain traced) ;;
         explore) variants=(traced marks) ;;
+        marks) variants=(marks) ;;
         *) echo "unknown mode $MODE"; exit 2 ;;
     esac
     for v in "${variants[@]}"; do jobs+=("$p $v $((29600 + i))"); i=$((i + 1)); done
 done
 # The diff pair: healthy_gpt twice as it is, once with the added leak.
-jobs+=("healthy_gpt traced2 $((29600 + i))" "gpt_leaky traced $((29601 + i))")
+[ "$MODE" = marks ] || jobs+=("healthy_gpt traced2 $((29600 + i))" "gpt_leaky traced $((29601 + i))")
 if [ "$MODE" = explore ]; then
     jobs+=("healthy_gpt record $((29602 + i))" "leak_logits_ddp record $((29603 + i))")
 fi

@@ -7,14 +7,15 @@ import os
 import runpy
 import sys
 
-import torch.optim.optimizer
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 try:
     _mark = ctypes.CDLL(None).vramtrace_mark_step
 except AttributeError:
     _mark = None
 if _mark is not None:
-    torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: _mark())
+    # (torch.optim deletes its submodules' names: reach the function by a from-import)
+    register_optimizer_step_post_hook(lambda *_: _mark())
 sys.argv = sys.argv[1:]
 sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
 runpy.run_path(sys.argv[0], run_name="__main__")
