@@ -6,7 +6,7 @@ freed at exit: only the run itself shows the staircase. Default caching allocato
 Truth: steady growth (a staircase, one communicator every 5 steps) from step 0, held by NCCL
 communicators created at LEAK-LINE. Its rate is measured by the program from the driver's used
 memory (stderr: VT-FACT leak_comm comm_bytes_per_step=…), after a first communicator has loaded
-NCCL's kernels."""
+NCCL's kernels; the driver's figure is the whole device's, so run.sh runs this program alone."""
 import os
 
 import torch
@@ -20,6 +20,7 @@ TRUTH = {
     "steps": 100,
     "allocator": "default",
     "nccl": True,
+    "serial": True,
     "leaks": [{"marker": "LEAK-LINE", "bytes_per_step": "measured:comm_bytes_per_step", "from_step": 0, "what": "communicator per N steps"}],
 }
 

@@ -94,7 +94,18 @@ done
 if [ "$MODE" = explore ]; then
     jobs+=("healthy_gpt record $((29602 + i))" "leak_logits_ddp record $((29603 + i))")
 fi
-printf '%s\n' "${jobs[@]}" | xargs -P "${VT_ACC_JOBS:-4}" -L 1 bash -c 'job "$0" "$1" "$2"'
+# Programs whose truth is measured from the driver's figures for the whole device (TRUTH
+# "serial") run alone, after the others.
+serial=() parallel=()
+for j in "${jobs[@]}"; do
+    if python3 "$ACC/truth.py" json "$ACC/${j%% *}.py" 2>/dev/null | grep -q '"serial": true'; then
+        serial+=("$j")
+    else
+        parallel+=("$j")
+    fi
+done
+printf '%s\n' "${parallel[@]}" | xargs -P "${VT_ACC_JOBS:-4}" -L 1 bash -c 'job "$0" "$1" "$2"'
+[ ${#serial[@]} -eq 0 ] || printf '%s\n' "${serial[@]}" | xargs -P 1 -L 1 bash -c 'job "$0" "$1" "$2"'
 
 : > "$WORK/summary.txt"
 for d in "$WORK"/*/; do
