@@ -102,7 +102,7 @@ pub struct ReportArgs {
     )]
     pub by: RankBy,
     /// Print every frame of the call-site stacks; by default runs of frames inside the CUDA
-    /// libraries and the tracer are collapsed into one line.
+    /// libraries are collapsed into one line. The tracer's own frames are never shown.
     #[arg(long)]
     pub full_stacks: bool,
     /// How many call sites, modules and orphans to list.
