@@ -7,7 +7,16 @@ use crate::format::Module;
 
 /// File-name prefixes of the libraries that implement CUDA itself. A call made from inside one of
 /// them was asked for by the first frame outside them.
-const CUDA_LIBRARY_PREFIXES: &[&str] = &["libcuda.so", "libcudart.so", "libvramtrace"];
+const CUDA_LIBRARY_PREFIXES: &[&str] = &["libcuda.so", "libcudart.so", TRACER_PREFIX];
+
+/// File-name prefix of the tracer itself (`libvramtrace.so`).
+const TRACER_PREFIX: &str = "libvramtrace";
+
+/// Whether a module file name is the tracer's: its frames are never part of a stack a report
+/// shows (they are the hooks of an outer intercepted call, between a library and its caller).
+pub fn is_tracer(file_name: &str) -> bool {
+    file_name.starts_with(TRACER_PREFIX)
+}
 
 /// Whether a module file name is one of the CUDA implementation libraries (or the tracer).
 pub fn is_cuda_library(file_name: &str) -> bool {

@@ -49,8 +49,8 @@ EXAMPLES:
     Trace a training script; one trace per process lands in the current directory:
         vramtrace run -- python train.py --epochs 1
 
-    Choose where traces go (%p becomes the process id) and capture deeper stacks:
-        vramtrace run -o /tmp/traces/job-%p.vtrace --stack-depth 32 -- torchrun train.py
+    One trace per rank and process in a new directory, with deeper stacks:
+        vramtrace run -o traces/job-rank%r-%p.vtrace --stack-depth 64 -- torchrun train.py
 
     Use a tracer library from elsewhere, and skip the summary:
         vramtrace run --lib ./target/release/libvramtrace.so --no-summary -- ./app";
@@ -102,7 +102,7 @@ pub struct ReportArgs {
     )]
     pub by: RankBy,
     /// Print every frame of the call-site stacks; by default runs of frames inside the CUDA
-    /// libraries and the tracer are collapsed into one line.
+    /// libraries are collapsed into one line. The tracer's own frames are never shown.
     #[arg(long)]
     pub full_stacks: bool,
     /// How many call sites, modules and orphans to list.
@@ -114,7 +114,11 @@ pub struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Where traces go; %p is replaced with the process id of each traced process.
+    /// Where traces go: a file name pattern, or a directory (DIR/) that gets one
+    /// vramtrace-PID.vtrace per process. In the file name, each traced process fills in %p (its
+    /// process id), %r (its rank: RANK, else LOCAL_RANK, else x), %h (the host name) and %t (its
+    /// start, Unix seconds); %% is a percent sign. A missing directory is created (mode 0755).
+    /// Default: vramtrace-%p.vtrace in the current directory.
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Native stack frames to capture per call (VRAMTRACE_STACK_DEPTH).

@@ -16,6 +16,7 @@ use super::{ResolvedAddress, Symbolizer};
 use crate::event::{Event, StackId};
 use crate::fasthash::FxHashMap;
 use crate::live::{Accounting, LiveState, Origin, OwnerResolver};
+use crate::modules::is_tracer;
 use crate::python::PythonStacks;
 
 /// Where one call came from, as an event or a live object's origin records it.
@@ -343,7 +344,10 @@ impl<'a> Attribution<'a> {
     }
 
     /// The mixed stack of `call`: its Python frames innermost first, then its native frames
-    /// innermost first (inlined frames included), CUDA-library frames and all.
+    /// innermost first (inlined frames included), CUDA-library frames and all, but none of the
+    /// tracer's own: a call made inside an intercepted call (NCCL allocating inside
+    /// `ncclCommInitRank`) has the outer hook's frames between the library and its caller, and
+    /// they say nothing about the program. A stack of nothing but tracer frames is kept whole.
     pub fn stack(&mut self, call: CallRef) -> Vec<StackFrame> {
         let mut out: Vec<StackFrame> = self
             .python
@@ -366,8 +370,14 @@ impl<'a> Attribution<'a> {
             Some(frames) if !frames.is_empty() => frames,
             _ => std::slice::from_ref(&call.caller),
         };
-        for &address in addresses {
-            let resolved = self.resolve(address);
+        let modules = owners.modules();
+        let in_tracer = |a: &u64| modules.find(*a).is_some_and(|m| is_tracer(m.file_name()));
+        let all_tracer = addresses.iter().all(in_tracer);
+        for address in addresses {
+            if in_tracer(address) && !all_tracer {
+                continue;
+            }
+            let resolved = self.resolve(*address);
             out.extend(native_frames(&resolved));
         }
         out

@@ -1,5 +1,6 @@
 //! Mixed stacks: a call's Python frames (where the trace has them) above its native frames, as
-//! reports print them, with runs of CUDA-library and tracer frames collapsed to one line.
+//! reports print them, with runs of CUDA-library frames collapsed to one line (the tracer's own
+//! frames are left out of stacks before this: see `Attribution::stack`).
 
 use std::fmt;
 

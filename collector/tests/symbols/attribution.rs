@@ -46,14 +46,21 @@ fn alloc(seq: u64, ptr: u64, size: u64, caller: u64, stack: u32, py_stack: u32) 
 }
 
 /// Three allocations: two from `alloc_weights` under two Python lines, one from the inlined
-/// path without Python. Each native stack starts in the tracer and the CUDA libraries.
+/// path without Python. Each native stack starts in the tracer and the CUDA libraries, and has
+/// two more tracer frames between them and the program (the hook of an outer intercepted call).
 fn state() -> LiveState {
     let f = fixture();
     let weights = MODEL + f.frame_in("weights", &f.model);
     let main_weights = APP + f.frame_in("weights", &f.app);
     let inlined = INLINE + f.frame_in("inlined", &f.inline);
     let main_inlined = APP + f.frame_in("inlined", &f.app);
-    let cuda_frames = [TRACER + 0x10, CUDA + 0x20, CUDART + 0x30];
+    let cuda_frames = [
+        TRACER + 0x10,
+        CUDA + 0x20,
+        CUDART + 0x30,
+        TRACER + 0x40,
+        TRACER + 0x50,
+    ];
     let records = vec![
         Record::Module(module(1, &f.app, APP)),
         Record::Module(module(2, &f.model, MODEL)),
@@ -249,7 +256,7 @@ fn mixed_stacks_put_python_above_native_and_collapse_cuda_frames() {
         [
             "train.py:14 in Model.forward".to_string(),
             "train.py:60 in main".to_string(),
-            "… 3 frames in libvramtrace.so, libcuda.so.1, libcudart.so.13".to_string(),
+            "… 2 frames in libcuda.so.1, libcudart.so.13".to_string(),
             format!(
                 "alloc_weights at {model}:{} (libmodel.so)",
                 f.line_of("model.c", "@weights-call")
@@ -264,14 +271,39 @@ fn mixed_stacks_put_python_above_native_and_collapse_cuda_frames() {
         .iter()
         .map(|l| l.to_string())
         .collect();
-    assert_eq!(
-        full[2..5],
-        [
-            "libvramtrace.so+0x10",
-            "libcuda.so.1+0x20",
-            "libcudart.so.13+0x30"
-        ]
+    // The tracer's own frames are not in the stack at all, not even in full.
+    assert_eq!(full[2..4], ["libcuda.so.1+0x20", "libcudart.so.13+0x30"]);
+    assert!(full[4].starts_with("alloc_weights at "), "{full:?}");
+    assert!(
+        stack
+            .iter()
+            .all(|f| f.module.as_deref() != Some("libvramtrace.so")),
+        "{stack:?}"
     );
+}
+
+#[test]
+fn a_stack_of_only_tracer_frames_is_kept() {
+    let mut s = LiveState::new();
+    s.apply(&Record::Module(fake_module(
+        6,
+        "/opt/vramtrace/libvramtrace.so",
+        TRACER,
+        &[5, 6],
+    )));
+    s.apply(&Record::Stack(StackDef {
+        id: 1,
+        frames: vec![TRACER + 0x10, TRACER + 0x20],
+    }));
+    let mut symbols = Symbolizer::new(SymbolSearch::only(vec![]));
+    let mut a = Attribution::of_state(&s, &mut symbols);
+    let stack = a.stack(CallRef {
+        caller: TRACER + 0x10,
+        stack: 1,
+        py_stack: 0,
+    });
+    let lines: Vec<String> = stack.iter().map(|f| f.to_string()).collect();
+    assert_eq!(lines, ["libvramtrace.so+0x10", "libvramtrace.so+0x20"]);
 }
 
 #[test]

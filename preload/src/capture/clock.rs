@@ -26,8 +26,15 @@ pub fn monotonic_ns() -> u64 {
 fn invariant_tsc() -> bool {
     // Leaf 0x80000007 EDX bit 8 is "invariant TSC" (constant rate, runs in every power state),
     // when the extended leaf exists.
-    let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
-    max >= 0x8000_0007 && core::arch::x86_64::__cpuid(0x8000_0007).edx & (1 << 8) != 0
+    // SAFETY: every x86-64 processor has cpuid, and leaves above the maximum it reports are
+    // not asked for. The intrinsic is an `unsafe fn` up to Rust 1.89 at least (the declared
+    // rust-version is older) and safe in later ones, hence the allow.
+    #[allow(unused_unsafe)]
+    unsafe {
+        use core::arch::x86_64::__cpuid;
+        let max = __cpuid(0x8000_0000).eax;
+        max >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -47,6 +47,7 @@ pub fn install() {
     process_start();
     crate::resolve::dl::init();
     let cfg = config();
+    super::announce::loaded(cfg.disabled);
     if cfg.disabled {
         return;
     }

@@ -5,6 +5,7 @@
 //! A session starts only when the first event arrives, so processes that never touch CUDA (the
 //! shell and tools a training script starts) leave no trace file behind.
 
+pub mod announce;
 pub mod collector;
 pub mod config;
 pub mod lifecycle;

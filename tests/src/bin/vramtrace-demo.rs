@@ -2,8 +2,12 @@
 //! NCCL process group, cuBLAS workspaces, temporaries, and a planted leak of 1 MiB per step) under
 //! `vramtrace run`, then prints `vramtrace report` of the trace. No GPU needed.
 //!
+//! `vramtrace-demo --program` runs the training loop alone, untraced, so a user can trace it
+//! with `vramtrace run` as they would their own program (the README's "Tracing a program").
+//!
 //! ```text
 //! cargo build --release --workspace && target/release/vramtrace-demo
+//! target/release/vramtrace run -o traces/job-%p.vtrace -- target/release/vramtrace-demo --program
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -25,6 +29,24 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// The stand-in training loop, as the demo runs it.
+fn training_loop() -> Command {
+    let mut c = Command::new(workload("wl_train"));
+    c.env("LD_LIBRARY_PATH", standin_ld_library_path())
+        // A 512 MiB stand-in device: the planted 1 MiB per step is then 0.2% of it, above the
+        // 0.1% at which steady growth alerts.
+        .env("STANDIN_DEVICE_MEM", "512M");
+    c
+}
+
+/// `--program`: the training loop alone, its exit code passed on.
+fn program() -> Result<ExitCode, String> {
+    let status = training_loop()
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", workload("wl_train").display()))?;
+    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+}
+
 fn run() -> Result<ExitCode, String> {
     let vramtrace = sibling("vramtrace")?;
     let lib = sibling("libvramtrace.so")?;
@@ -40,6 +62,7 @@ fn run() -> Result<ExitCode, String> {
     println!(
         "== vramtrace run -- wl_train   (a training loop on the CPU stand-ins of CUDA and NCCL)"
     );
+    let training = training_loop();
     let status = Command::new(&vramtrace)
         .arg("run")
         .arg("--lib")
@@ -47,11 +70,8 @@ fn run() -> Result<ExitCode, String> {
         .arg("-o")
         .arg(&pattern)
         .arg("--")
-        .arg(workload("wl_train"))
-        .env("LD_LIBRARY_PATH", standin_ld_library_path())
-        // A 512 MiB stand-in device: the planted 1 MiB per step is then 0.2% of it, above the
-        // 0.1% at which steady growth alerts.
-        .env("STANDIN_DEVICE_MEM", "512M")
+        .arg(training.get_program())
+        .envs(training.get_envs().filter_map(|(k, v)| Some((k, v?))))
         .status()
         .map_err(|e| format!("cannot run {}: {e}", vramtrace.display()))?;
     if !status.success() {
@@ -85,7 +105,14 @@ fn run() -> Result<ExitCode, String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    let result = match std::env::args().nth(1).as_deref() {
+        None => run(),
+        Some("--program") => program(),
+        Some(other) => Err(format!(
+            "unknown argument '{other}' (no argument: the demo; --program: the training loop alone)"
+        )),
+    };
+    match result {
         Ok(c) => c,
         Err(e) => {
             eprintln!("vramtrace-demo: error: {e}");

@@ -102,7 +102,7 @@ captest!(run_and_report_wl_train, |dir| {
 
 // A program killed by a signal: `vramtrace run` exits 128 + signal like a shell, and the
 // trace says which signal ended it. A program that never touches CUDA leaves no trace and
-// its own exit code.
+// its own exit code, and `run` says it made no GPU memory call (the tracer was loaded).
 captest!(run_passes_exit_codes_through, |dir| {
     let out = vramtrace_run(dir, "wl_signal", &["term"]);
     assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
@@ -115,12 +115,30 @@ captest!(run_passes_exit_codes_through, |dir| {
 
     let out = vramtrace_run(dir, "wl_signal", &[]);
     assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("usage: wl_signal"), "{stderr}");
     assert!(
-        text(&out.stderr).contains("usage: wl_signal"),
-        "{}",
-        text(&out.stderr)
+        stderr.contains("\nvramtrace: the program made no GPU memory call (no trace written)\n"),
+        "{stderr}"
     );
     assert!(trace_files(dir).is_empty());
+});
+
+// `vramtrace run -o traces/job-%p.vtrace` where `traces/` does not exist yet (the README's
+// example): the directory is made and the one trace lands in it.
+captest!(run_writes_into_a_new_directory, |dir| {
+    let out = vramtrace_command()
+        .current_dir(dir)
+        .args(["run", "-o", "traces/job-%p.vtrace", "--"])
+        .arg(workload("wl_train"))
+        .env("LD_LIBRARY_PATH", standin_ld_library_path())
+        .output()
+        .expect("running vramtrace");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let traces = trace_files(&dir.join("traces"));
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    let pid = Trace::load(&traces[0]).header.pid;
+    assert_eq!(traces[0], dir.join(format!("traces/job-{pid}.vtrace")));
 });
 
 /// Chunk start offsets of a trace and the record count of each chunk, from the documented

@@ -303,3 +303,46 @@ captest!(replay_rejects_a_malformed_point, |dir| {
                 from 1 (see --help)\n";
     assert_eq!(err, want);
 });
+
+// The bundled demo's run (wl_train on a 512 MiB stand-in device): a replay to step 10 titles
+// its tables by that step, and its growth alert carries no shape that contradicts it; the
+// report's one-line orphan finding says what the orphan table lists (a 4 MiB registration
+// whose buffer is gone, holding no device memory of its own).
+captest!(the_demo_reads_the_same_in_lines_and_tables, |dir| {
+    let w = Workload::new("wl_train").env("STANDIN_DEVICE_MEM", "512M");
+    let trace = w.run_traced(dir).single_trace();
+    let out = replay(&trace.path, &["--at", "step=10"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("\nLive at step 10 by call site ("),
+        "{shown}"
+    );
+    assert!(!shown.contains("at the end"), "{shown}");
+    let alerts: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.contains("ALERT device 0"))
+        .collect();
+    assert_eq!(alerts.len(), 1, "{shown}");
+    assert!(!alerts[0].contains('['), "{}", alerts[0]);
+
+    let out = vramtrace_command()
+        .arg("report")
+        .arg(&trace.path)
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    let orphans: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.starts_with("  orphans "))
+        .collect();
+    assert_eq!(
+        orphans,
+        ["  orphans        1 orphan, holding 0 B of device memory: 1 registration whose buffer is gone (4.0 MiB registered)"]
+    );
+    let row = shown
+        .lines()
+        .find(|l| l.trim_start().starts_with("registration "))
+        .unwrap_or_else(|| panic!("no orphan row: {shown}"));
+    assert!(row.contains(" 4.0 MiB "), "{row}");
+});

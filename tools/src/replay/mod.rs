@@ -110,6 +110,10 @@ pub struct ReplayReport {
     pub snapshots: Vec<Snapshot>,
     pub live: Summary,
     pub analysis: Analysis,
+    /// The moment in words for the tables' titles (`at step 12`); not in the JSON document,
+    /// whose `at` says the same.
+    #[serde(skip)]
+    pub when: String,
 }
 
 /// Runs `vramtrace replay`.
@@ -194,10 +198,12 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         &mut analysis,
         &mut Attribution::of_state(&trace.state, &mut symbols),
     );
+    let at = moment(&trace.state, &point.to_string());
     let report = ReplayReport {
         schema: SCHEMA,
         trace: path.display().to_string(),
-        at: moment(&trace.state, &point.to_string()),
+        when: when(point, &at),
+        at,
         passes: passes.max(trace.passes),
         snapshots,
         live: trace.state.summary(),
@@ -218,6 +224,17 @@ fn print(report: &ReplayReport, trace: &LoadedTrace, args: &ReplayArgs) -> Resul
         render::render(&mut out, report, trace, args.top).context("writing the replay")?;
     }
     Ok(())
+}
+
+/// The moment replayed to, as the tables' titles say it: `at step 12`, `at the peak (event
+/// 109)`, `after event 5000`.
+fn when(point: Point, at: &Moment) -> String {
+    match point {
+        Point::Peak => format!("at the peak (event {})", at.event),
+        Point::Event(_) => format!("after {point}"),
+        Point::Time(_) => point.to_string(),
+        Point::Step(_) | Point::Oom(_) => format!("at {point}"),
+    }
 }
 
 /// How far a trace goes, for the error when a point is past its end.

@@ -65,7 +65,7 @@ pub fn render(
         writeln!(out, "\nStepping through")?;
         writeln!(out, "{t}")?;
     }
-    findings::render(out, &r.analysis, top)
+    findings::render(out, &r.analysis, top, &r.when)
 }
 
 fn findings_table(headers: &[&str]) -> comfy_table::Table {

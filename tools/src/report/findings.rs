@@ -6,8 +6,9 @@ use std::io::{self, Write};
 
 use clap::Args;
 use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
-use vramtrace_collector::analysis::{Analysis, GrowthConfig, SiteName};
-use vramtrace_collector::live::{AnomalyKind, SampleAxis};
+use vramtrace_collector::analysis::orphans::Orphan;
+use vramtrace_collector::analysis::{Analysis, GrowthConfig, OrphanKind, Orphans, Shape, SiteName};
+use vramtrace_collector::live::{AnomalyKind, Category, SampleAxis};
 
 use super::text::{emit, or_unknown, table};
 use crate::units::{bytes, parse_size, signed_bytes};
@@ -70,13 +71,14 @@ fn duration(ns: u64) -> String {
     }
 }
 
-/// Writes the findings.
-pub fn render(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
-    summary(out, a)?;
+/// Writes the findings; `when` says which moment the live set is of (`at the end`, `at step
+/// 12`, `at the peak (event 109)`).
+pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
+    summary(out, a, when)?;
     orphan_kinds(out, a)?;
     growth(out, a, top)?;
     ooms(out, a, top)?;
-    leaks(out, a, top)?;
+    leaks(out, a, top, when)?;
     peaks(out, a, top)?;
     fragmentation(out, a, top)
 }
@@ -103,25 +105,74 @@ fn holder_line(h: &HolderGrowth, unit: &str) -> String {
     )
 }
 
-fn summary(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
-    writeln!(out, "\nFINDINGS")?;
-    let o = &a.orphans;
+/// What one kind of orphan is, in words: (noun, why it is an orphan).
+fn orphan_words(kind: OrphanKind, members: &[&Orphan]) -> (&'static str, &'static str) {
+    let view = || {
+        if members.iter().all(|o| o.category == Category::Window) {
+            "window"
+        } else if members.iter().all(|o| o.category == Category::Registration) {
+            "registration"
+        } else {
+            "registration or window"
+        }
+    };
+    match kind {
+        OrphanKind::CommunicatorDestroyed => ("buffer", "of a destroyed communicator"),
+        OrphanKind::CommunicatorAborted => ("buffer", "of an aborted communicator"),
+        OrphanKind::ContextGone => ("allocation", "of a destroyed context"),
+        OrphanKind::PoolDestroyed => ("allocation", "from a destroyed pool"),
+        OrphanKind::UnmappedHandle => ("physical handle", "that no mapping uses"),
+        OrphanKind::MappingWithoutReservation => ("mapping", "into a freed reservation"),
+        OrphanKind::RegistrationBufferGone => (view(), "whose buffer is gone"),
+        OrphanKind::RegistrationCommunicatorGone => (view(), "whose communicator is gone"),
+    }
+}
+
+/// The orphans in one line that agrees with the tables below it: how many, the device memory
+/// they hold, then each kind with its bytes. Registrations, windows and mappings hold no device
+/// memory of their own (they are views of a buffer counted elsewhere), so their bytes are named
+/// for what they are: registered or mapped.
+fn orphans_line(o: &Orphans) -> String {
+    if o.objects.is_empty() {
+        return "none".to_string();
+    }
     let kinds: Vec<String> = o
         .by_kind
         .iter()
-        .map(|k| format!("{} {}", k.kind.name(), k.count))
+        .map(|k| {
+            let members: Vec<&Orphan> = o.objects.iter().filter(|x| x.kind == k.kind).collect();
+            let (noun, why) = orphan_words(k.kind, &members);
+            let size = if k.bytes > 0 {
+                bytes(k.bytes)
+            } else {
+                let viewed: u64 = members.iter().map(|x| x.bytes).sum();
+                let what = match members.first().map(|x| x.category) {
+                    Some(Category::Mapping) => "mapped",
+                    Some(Category::Registration | Category::Window) => "registered",
+                    _ => "",
+                };
+                format!("{} {what}", bytes(viewed)).trim_end().to_string()
+            };
+            format!("{} {why} ({size})", counted(k.count, noun))
+        })
         .collect();
-    let orphans = if o.objects.is_empty() {
-        "none".to_string()
-    } else {
-        format!(
-            "{} objects holding {} ({})",
-            o.objects.len(),
-            bytes(o.total.bytes),
-            kinds.join(", ")
-        )
-    };
-    writeln!(out, "  orphans        {orphans}")?;
+    format!(
+        "{}, holding {} of device memory: {}",
+        counted(o.objects.len() as u64, "orphan"),
+        bytes(o.total.bytes),
+        kinds.join("; ")
+    )
+}
+
+/// `1 buffer`, `2 buffers`.
+fn counted(count: u64, noun: &str) -> String {
+    let s = if count == 1 { "" } else { "s" };
+    format!("{count} {noun}{s}")
+}
+
+fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
+    writeln!(out, "\nFINDINGS")?;
+    writeln!(out, "  orphans        {}", orphans_line(&a.orphans))?;
     let unit = unit(a);
     let alerts: Vec<&HolderGrowth> = a.growth.holders.iter().filter(|h| h.alert).collect();
     let growth = match (alerts.first(), a.growth.steady.first()) {
@@ -164,7 +215,7 @@ fn summary(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
     let l = &a.leaks;
     writeln!(
         out,
-        "  live at end    {} device in {} objects, {} host in {}, {} other objects, at {} call sites",
+        "  live           {when}: {} device in {} objects, {} host in {}, {} other objects, at {} call sites",
         bytes(l.device.bytes),
         l.device.count,
         bytes(l.host.bytes),
@@ -260,12 +311,15 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
         )?;
         for h in g.holders.iter().filter(|h| h.course.samples >= 2) {
             let mark = if h.alert { "ALERT " } else { "" };
-            writeln!(
-                out,
-                "  {mark}{} [{}]",
-                holder_line(h, &unit),
-                h.course.shape.name()
-            )?;
+            // The shape is of the holder's own line; an alert comes from its sites' steady
+            // growth, which a line bent by one-off allocations can hide ("flat" beside an alert
+            // would contradict it).
+            let shape = match h.course.shape {
+                Shape::Steady => " [steady]".to_string(),
+                _ if h.alert => String::new(),
+                other => format!(" [{}]", other.name()),
+            };
+            writeln!(out, "  {mark}{}{shape}", holder_line(h, &unit))?;
         }
     }
     if !g.steady.is_empty() {
@@ -346,7 +400,7 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
     Ok(())
 }
 
-fn leaks(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
+fn leaks(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
     let l = &a.leaks;
     if l.sites.is_empty() {
         return Ok(());
@@ -375,7 +429,7 @@ fn leaks(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
         ]);
     }
     let title = format!(
-        "Live at the end by call site ({} of {})",
+        "Live {when} by call site ({} of {})",
         l.sites.len().min(top),
         l.sites.len()
     );

@@ -2,15 +2,18 @@
 //! program did, then summarises the traces it wrote.
 
 mod signals;
+mod status;
 mod traces;
 
 use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use self::status::StatusDir;
 use self::traces::OutputPattern;
 use crate::cli::RunArgs;
 use crate::load::lower_first;
@@ -19,6 +22,11 @@ use crate::load::lower_first;
 const LIB_NAME: &str = "libvramtrace.so";
 /// Where traces go by default; the tracer replaces `%p` with the pid.
 const DEFAULT_OUTPUT: &str = "vramtrace-%p.vtrace";
+/// The file name each process writes in a directory given as `-o DIR/` (the tracer's own choice
+/// for a directory).
+const IN_DIRECTORY: &str = "vramtrace-%p.vtrace";
+/// The placeholders the tracer fills in a file name.
+const PLACEHOLDERS: [&str; 4] = ["%p", "%r", "%h", "%t"];
 
 /// Runs `vramtrace run`; returns the exit code to leave with.
 pub fn run(args: &RunArgs) -> Result<u8> {
@@ -26,6 +34,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let output = output_path(args.output.as_deref())?;
     let pattern = OutputPattern::new(&output);
     let before = pattern.snapshot();
+    let status_dir = StatusDir::new();
 
     let (program, rest) = args
         .command
@@ -36,6 +45,9 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         .args(rest)
         .env("LD_PRELOAD", preload_value(&lib))
         .env("VRAMTRACE_OUTPUT", &output);
+    if let Some(dir) = &status_dir {
+        command.env(status::RUN_STATUS, dir.path());
+    }
     if let Some(depth) = args.stack_depth {
         command.env("VRAMTRACE_STACK_DEPTH", depth.to_string());
     }
@@ -79,7 +91,8 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if !args.no_summary {
         let written = pattern.written_since(&before);
         let mut err = std::io::stderr().lock();
-        traces::summarize(&mut err, &written).context("writing the summary")?;
+        let loaded = status_dir.as_ref().map(StatusDir::read);
+        traces::summarize(&mut err, &written, loaded).context("writing the summary")?;
     }
     Ok(exit_code(status))
 }
@@ -158,20 +171,46 @@ fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
 }
 
-/// The absolute output pattern; its directory must exist.
+/// The absolute output pattern. A directory (`DIR/`, or one that exists) gets one file per
+/// process inside; a missing directory is created, mode 0755 like any output directory: the
+/// traces in it are 0644, meant to be copied and reported elsewhere (the umask narrows both).
 fn output_path(flag: Option<&Path>) -> Result<PathBuf> {
     let given = flag.unwrap_or(Path::new(DEFAULT_OUTPUT));
-    if given.as_os_str().is_empty() || given.file_name().is_none() {
-        bail!("-o {}: not a file path", given.display());
+    if given.as_os_str().is_empty() {
+        bail!("-o: not a file path");
     }
     let path = absolute(given)?;
+    let path = if given.to_string_lossy().ends_with('/') || path.is_dir() {
+        path.join(IN_DIRECTORY)
+    } else if given.file_name().is_none() {
+        bail!("-o {}: not a file path", given.display());
+    } else {
+        path
+    };
     let dir = path.parent().unwrap_or(Path::new("/"));
-    if !dir.is_dir() {
+    if PLACEHOLDERS
+        .iter()
+        .any(|p| dir.to_string_lossy().contains(p))
+    {
         bail!(
-            "-o {}: directory {} does not exist",
+            "-o {}: placeholders ({}) go in the file name, not in the directory",
             given.display(),
-            dir.display()
+            PLACEHOLDERS.join(", ")
         );
+    }
+    if !dir.is_dir() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| {
+                anyhow!(
+                    "-o {}: cannot create directory {}: {}",
+                    given.display(),
+                    dir.display(),
+                    lower_first(e.to_string())
+                )
+            })?;
     }
     Ok(path)
 }

@@ -1,8 +1,9 @@
 //! Finding the traces a run wrote and summarising each.
 //!
 //! Every traced process (the program, its forks, what it execs) writes its own file, named by the
-//! output pattern with `%p` replaced by its pid. The run's traces are the files in the output
-//! directory matching the pattern for any pid that are new, or changed, since the run started.
+//! output pattern with its placeholders filled in (`%p` pid, `%r` rank, `%h` host, `%t` start
+//! time). The run's traces are the files in the output directory that the pattern can produce,
+//! new or changed since the run started.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -12,6 +13,7 @@ use std::time::SystemTime;
 
 use vramtrace_collector::live::{Accounting, LiveState};
 
+use super::status::Loaded;
 use crate::load::load;
 use crate::units::bytes;
 
@@ -22,45 +24,42 @@ const SUMMARY_SITES: usize = 5;
 #[derive(Clone, Debug)]
 pub struct OutputPattern {
     dir: PathBuf,
-    /// The file name before and after `%p`; `None` when the name holds no `%p`.
-    prefix: String,
-    suffix: Option<String>,
+    /// The file name, split at its placeholders.
+    name: Vec<Part>,
+}
+
+/// A piece of a file name pattern, as the tracer expands it (`session::output::expand`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    /// `%p` (pid) or `%t` (start time, Unix seconds).
+    Number,
+    /// `%r`: the rank, `x` when unknown.
+    Rank,
+    /// `%h`: the host name.
+    Host,
 }
 
 /// What the matching files looked like before the run: (modified, length).
 pub type Snapshot = HashMap<PathBuf, (Option<SystemTime>, u64)>;
 
 impl OutputPattern {
-    /// Splits an absolute output path around its `%p`.
+    /// Splits an absolute output path's file name at its placeholders.
     pub fn new(path: &Path) -> Self {
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let name = path
             .file_name()
             .map(OsStr::to_string_lossy)
-            .unwrap_or_default()
-            .into_owned();
-        match name.split_once("%p") {
-            Some((prefix, suffix)) => OutputPattern {
-                dir,
-                prefix: prefix.to_string(),
-                suffix: Some(suffix.to_string()),
-            },
-            None => OutputPattern {
-                dir,
-                prefix: name,
-                suffix: None,
-            },
+            .unwrap_or_default();
+        OutputPattern {
+            dir,
+            name: parts(&name),
         }
     }
 
     /// Whether a file name is one this pattern produces.
     fn matches(&self, name: &str) -> bool {
-        let Some(suffix) = &self.suffix else {
-            return name == self.prefix;
-        };
-        name.strip_prefix(&self.prefix)
-            .and_then(|rest| rest.strip_suffix(suffix.as_str()))
-            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+        matches(&self.name, name)
     }
 
     /// The matching files now, with their modification time and length.
@@ -92,14 +91,77 @@ impl OutputPattern {
     }
 }
 
-/// Prints a short summary of each trace.
-pub fn summarize(out: &mut impl Write, traces: &[PathBuf]) -> io::Result<()> {
+/// A file name pattern in parts; `%%` is a percent sign, an unknown `%x` stays as it is.
+fn parts(pattern: &str) -> Vec<Part> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            text.push(c);
+            continue;
+        }
+        let part = match chars.next() {
+            Some('p' | 't') => Part::Number,
+            Some('r') => Part::Rank,
+            Some('h') => Part::Host,
+            Some('%') | None => {
+                text.push('%');
+                continue;
+            }
+            Some(other) => {
+                text.push('%');
+                text.push(other);
+                continue;
+            }
+        };
+        if !text.is_empty() {
+            out.push(Part::Text(std::mem::take(&mut text)));
+        }
+        out.push(part);
+    }
+    if !text.is_empty() {
+        out.push(Part::Text(text));
+    }
+    out
+}
+
+/// Whether `name` is what `parts` expand to for some pid, rank, host and time.
+fn matches(parts: &[Part], name: &str) -> bool {
+    let Some((first, rest)) = parts.split_first() else {
+        return name.is_empty();
+    };
+    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
+    match first {
+        Part::Text(t) => name
+            .strip_prefix(t.as_str())
+            .is_some_and(|n| matches(rest, n)),
+        Part::Number => (1..=digits(name)).any(|end| matches(rest, &name[end..])),
+        Part::Rank => {
+            if let Some(n) = name.strip_prefix('x') {
+                return matches(rest, n);
+            }
+            let sign = usize::from(name.starts_with('-'));
+            (1..=digits(&name[sign..])).any(|end| matches(rest, &name[sign + end..]))
+        }
+        Part::Host => name
+            .char_indices()
+            .skip(1)
+            .map(|(i, _)| i)
+            .chain([name.len()])
+            .any(|end| matches(rest, &name[end..])),
+    }
+}
+
+/// Prints a short summary of each trace; without traces, why there are none (`loaded`: what
+/// the run's processes reported, `None` when the run could not ask).
+pub fn summarize(
+    out: &mut impl Write,
+    traces: &[PathBuf],
+    loaded: Option<Loaded>,
+) -> io::Result<()> {
     if traces.is_empty() {
-        return writeln!(
-            out,
-            "vramtrace: no trace was written (was the tracer library loaded? \
-             LD_PRELOAD is ignored for setuid programs and static binaries)"
-        );
+        return writeln!(out, "vramtrace: {}", why_no_trace(loaded));
     }
     for path in traces {
         match load(path) {
@@ -124,6 +186,22 @@ pub fn summarize(out: &mut impl Write, traces: &[PathBuf]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Why a run wrote no trace.
+fn why_no_trace(loaded: Option<Loaded>) -> &'static str {
+    const NOT_LOADED: &str = "the tracer library was not loaded (no trace written): the loader \
+        ignores LD_PRELOAD for setuid programs and static binaries, and says on stderr when it \
+        cannot load a library";
+    match loaded {
+        Some(l) if l.tracing > 0 => "the program made no GPU memory call (no trace written)",
+        Some(l) if l.disabled > 0 => "tracing was off: VRAMTRACE_DISABLE is set (no trace written)",
+        Some(_) => NOT_LOADED,
+        None => {
+            "no trace was written: the program made no GPU memory call, or the tracer library \
+             was not loaded (setuid programs and static binaries ignore LD_PRELOAD)"
+        }
+    }
 }
 
 fn summarize_live(out: &mut impl Write, state: &LiveState) -> io::Result<()> {
@@ -160,6 +238,20 @@ fn summarize_live(out: &mut impl Write, state: &LiveState) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patterns_match_every_placeholder() {
+        let p = OutputPattern::new(Path::new("/t/%h-rank%r-%p-%t.vtrace"));
+        assert!(p.matches("node-1-rank3-42-1700000000.vtrace"));
+        assert!(p.matches("n-rankx-42-1.vtrace"));
+        assert!(p.matches("n-rank-1-42-1.vtrace"));
+        assert!(!p.matches("-rank3-42-1.vtrace"));
+        assert!(!p.matches("n-rank3-42-.vtrace"));
+        assert!(!p.matches("n-ranky-42-1.vtrace"));
+        let literal = OutputPattern::new(Path::new("/t/100%%-%p.vtrace"));
+        assert!(literal.matches("100%-7.vtrace"));
+        assert!(!literal.matches("100%%-7.vtrace"));
+    }
 
     #[test]
     fn patterns_match_any_pid() {

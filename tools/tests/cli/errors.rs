@@ -116,11 +116,31 @@ fn bad_flags_exit_2() {
     vramtrace().args(["frobnicate"]).assert().code(2);
 }
 
+/// The subcommands `vramtrace --help` lists (its own `help` aside).
+fn subcommands() -> Vec<String> {
+    let out = vramtrace().arg("--help").assert().success();
+    let help = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    help.lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        // A subcommand's line is indented by two; its wrapped description by more.
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn every_subcommand_has_examples_in_its_help() {
-    for sub in ["report", "run"] {
+    let subs = subcommands();
+    for known in ["report", "replay", "run"] {
+        assert!(subs.iter().any(|s| s == known), "{known} not in {subs:?}");
+    }
+    for sub in &subs {
         let out = vramtrace()
-            .args([sub, "--help"])
+            .args([sub.as_str(), "--help"])
             .assert()
             .success()
             .get_output()

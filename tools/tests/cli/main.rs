@@ -2,6 +2,7 @@
 //! and error lines out.
 
 mod errors;
+mod replay;
 mod report;
 mod run;
 mod support;

@@ -111,24 +111,144 @@ fn an_existing_preload_is_kept_after_the_tracer() {
         ));
 }
 
-#[test]
-fn a_run_without_traces_says_so() {
-    let s = setup();
+/// `vramtrace run --lib <lib> -o <out>/x-%p.vtrace -- sh -c SCRIPT`: its stdout and the
+/// summary lines it printed on stderr.
+fn run_script(s: &Setup, script: &str) -> (String, Vec<String>) {
     let assert = vramtrace()
         .env_remove("LD_PRELOAD")
+        .env_remove("VRAMTRACE_DISABLE")
         .arg("run")
         .arg("--lib")
         .arg(&s.lib)
         .arg("-o")
         .arg(s.out.join("x-%p.vtrace"))
-        .args(["--", "true"])
+        .args(["--", "sh", "-c", script])
         .assert()
         .success();
+    let out = assert.get_output();
+    let summary = text(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("vramtrace: "))
+        .map(str::to_string)
+        .collect();
+    (text(&out.stdout), summary)
+}
+
+#[test]
+fn a_run_without_traces_says_whether_the_tracer_was_loaded() {
+    let s = setup();
+    // The stand-in library is an empty file: the loader refuses it, so no process reports in.
+    let (status_dir, summary) = run_script(&s, r#"echo "$VRAMTRACE_RUN_STATUS""#);
+    assert_eq!(
+        summary,
+        [
+            "vramtrace: the tracer library was not loaded (no trace written): the loader ignores \
+          LD_PRELOAD for setuid programs and static binaries, and says on stderr when it cannot \
+          load a library"
+        ]
+    );
+    // The status directory was the run's own: private while it ran, gone after.
+    let status_dir = status_dir.trim_end();
+    assert!(status_dir.contains("vramtrace-run-"), "{status_dir}");
+    assert!(
+        !Path::new(status_dir).exists(),
+        "{status_dir} is left behind"
+    );
+
+    // A process that reports in as the library does, and writes no trace: no GPU memory call.
+    let (_, summary) = run_script(&s, r#"echo tracing > "$VRAMTRACE_RUN_STATUS/$$""#);
+    assert_eq!(
+        summary,
+        ["vramtrace: the program made no GPU memory call (no trace written)"]
+    );
+    let (_, summary) = run_script(&s, r#"echo disabled > "$VRAMTRACE_RUN_STATUS/$$""#);
+    assert_eq!(
+        summary,
+        ["vramtrace: tracing was off: VRAMTRACE_DISABLE is set (no trace written)"]
+    );
+}
+
+/// `vramtrace run -o OUTPUT -- sh -c <copy the sample trace to the path the tracer would>`.
+fn run_copying(s: &Setup, output: &Path, copy_to: &str) -> assert_cmd::assert::Assert {
+    vramtrace()
+        .env_remove("LD_PRELOAD")
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("-o")
+        .arg(output)
+        .args(["--", "sh", "-c"])
+        .arg(format!(r#"cp "$1" "{copy_to}""#))
+        .arg("sh")
+        .arg(&s.sample)
+        .assert()
+}
+
+#[test]
+fn a_missing_output_directory_is_created() {
+    let s = setup();
+    let dir = s.dir.path().join("new/traces");
+    let assert = run_copying(
+        &s,
+        &dir.join("job-%p.vtrace"),
+        &format!("{}/job-$$.vtrace", dir.display()),
+    )
+    .success();
+    let meta = std::fs::metadata(&dir).expect("the output directory was created");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+    // 0755 as the umask leaves it: never wider.
+    assert_eq!(mode & !0o755, 0, "mode {mode:o}");
+    assert_eq!(mode & 0o700, 0o700, "mode {mode:o}");
     let stderr = text(&assert.get_output().stderr);
     assert!(
-        stderr.contains("vramtrace: no trace was written"),
+        stderr.contains(&format!("vramtrace: {}/job-", dir.display())),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_directory_gets_one_trace_per_process_inside() {
+    let s = setup();
+    let dir = s.dir.path().join("by-dir");
+    let given = format!("{}/", dir.display());
+    let assert = run_copying(
+        &s,
+        Path::new(&given),
+        &format!("{}/vramtrace-$$.vtrace", dir.display()),
+    )
+    .success();
+    let stderr = text(&assert.get_output().stderr);
+    assert!(
+        stderr.contains(&format!("vramtrace: {}/vramtrace-", dir.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains(": pid 4242, 12 events"), "{stderr}");
+}
+
+#[test]
+fn the_summary_finds_traces_named_by_every_placeholder() {
+    let s = setup();
+    let pattern = s.out.join("%h-rank%r-%p-%t.vtrace");
+    let assert = run_copying(
+        &s,
+        &pattern,
+        &format!("{}/node7-rankx-$$-1700000000.vtrace", s.out.display()),
+    )
+    .success();
+    let stderr = text(&assert.get_output().stderr);
+    assert!(
+        stderr.contains(&format!("vramtrace: {}/node7-rankx-", s.out.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn run_help_names_every_placeholder() {
+    let out = vramtrace().args(["run", "--help"]).assert().success();
+    let help = text(&out.get_output().stdout);
+    for placeholder in ["%p", "%r", "%h", "%t", "%%"] {
+        assert!(help.contains(placeholder), "{placeholder}: {help}");
+    }
 }
 
 #[test]
@@ -242,19 +362,33 @@ fn bad_run_requests_are_one_line_errors() {
         .assert()
         .code(2)
         .stderr("error: --lib /nonexistent/libvramtrace.so: no such file\n");
-    let missing = s.dir.path().join("nowhere/t-%p.vtrace");
+    let in_dir = s.dir.path().join("run-%h/t-%p.vtrace");
     vramtrace()
         .arg("run")
         .arg("--lib")
         .arg(&s.lib)
         .arg("-o")
-        .arg(&missing)
+        .arg(&in_dir)
         .args(["--", "true"])
         .assert()
         .code(2)
         .stderr(format!(
-            "error: -o {}: directory {} does not exist\n",
-            missing.display(),
-            s.dir.path().join("nowhere").display()
+            "error: -o {}: placeholders (%p, %r, %h, %t) go in the file name, not in the directory\n",
+            in_dir.display(),
+        ));
+    let blocked = s.sample.join("t-%p.vtrace");
+    vramtrace()
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("-o")
+        .arg(&blocked)
+        .args(["--", "true"])
+        .assert()
+        .code(2)
+        .stderr(format!(
+            "error: -o {}: cannot create directory {}: file exists (os error 17)\n",
+            blocked.display(),
+            s.sample.display()
         ));
 }

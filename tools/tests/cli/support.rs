@@ -211,3 +211,58 @@ pub fn write_workload(dir: &Path, name: &str) -> (PathBuf, u64) {
     w.finish().unwrap();
     (path, boundary)
 }
+
+/// A training run of six steps, each begun with a step mark: step 1 allocates a 16 MiB
+/// workspace that stays (a one-off that bends device 0's own line so it is no steady line),
+/// and every later step leaks 1 MiB at one call site (steady growth at that site), as does the
+/// end of the run. Nothing is freed: right after step `k > 1` began, `16 + (k - 2)` MiB is live;
+/// at the end (the peak, event 13) 22 MiB in 7 objects.
+pub fn training() -> Vec<Record> {
+    let mut e = Events { seq: 0 };
+    let mut r = vec![
+        module(1, "/usr/bin/python3.12", APP),
+        module(2, "/usr/lib/libtorch_cuda.so", TORCH),
+    ];
+    let mut ptr = 0x7000_0000_0000;
+    for step in 1..=6 {
+        let mark = e.event(Api::TracerMarkStep, Op::MarkStep { step }, APP + 0x70);
+        r.push(Record::Event(mark));
+        if step == 1 {
+            r.push(Record::Event(e.malloc(
+                0x7100_0000_0000,
+                16 * MIB,
+                APP + 0x80,
+            )));
+        } else {
+            r.push(Record::Event(e.malloc(ptr, MIB, TORCH + 0x1234)));
+            ptr += MIB;
+        }
+    }
+    r.push(Record::Event(e.malloc(ptr, MIB, TORCH + 0x1234)));
+    let stats = Stats {
+        dropped: 0,
+        late: 0,
+        hook_panics: 0,
+        missing_real: 0,
+        events: e.seq,
+    };
+    r.push(Record::Stats(stats.clone()));
+    r.push(Record::End(End {
+        time_ns: e.seq * 1_000 + 1,
+        stats,
+        reason: "exit".into(),
+    }));
+    r
+}
+
+/// Writes [`training`] to `dir/name`.
+pub fn write_training(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let file = std::fs::File::create(&path).unwrap();
+    let mut w = TraceWriter::new(file, &header()).unwrap();
+    for record in training() {
+        w.write(&record).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}

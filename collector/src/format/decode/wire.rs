@@ -163,9 +163,14 @@ fn pext_is_fast() -> bool {
         return false;
     }
     // Leaf 0: the vendor in EBX, EDX, ECX ("AuthenticAMD"); leaf 1: the family in EAX.
-    let vendor = std::arch::x86_64::__cpuid(0);
+    // SAFETY: every x86-64 processor has cpuid. The intrinsic is an `unsafe fn` up to Rust 1.89
+    // at least (the declared rust-version is older) and safe in later ones, hence the allow.
+    #[allow(unused_unsafe)]
+    let (vendor, eax) = unsafe {
+        use std::arch::x86_64::__cpuid;
+        (__cpuid(0), __cpuid(1).eax)
+    };
     let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-    let eax = std::arch::x86_64::__cpuid(1).eax;
     let base = (eax >> 8) & 0xf;
     let family = if base == 0xf {
         base + ((eax >> 20) & 0xff)

@@ -132,3 +132,36 @@ captest!(wl_framework_one_orphan_per_ended_communicator, |dir| {
     want.sort();
     assert_eq!(got, want);
 });
+
+// NCCL allocating inside an intercepted `ncclCommInitRank` (wl_train's process group): the
+// captured stack passes through that hook's frames, but the stack a report prints goes from
+// libnccl straight to the framework that called it — no frame of the tracer's own.
+captest!(
+    stacks_inside_an_intercepted_call_show_no_tracer_frames,
+    |dir| {
+        let trace = Workload::new("wl_train").run_traced(dir).single_trace();
+        let e = trace
+            .of(Api::CuMemAlloc)
+            .into_iter()
+            .find(|e| trace.owner(e).as_deref() == Some("libnccl.so.2"))
+            .expect("NCCL's first channel buffer");
+        let mut symbols = Symbolizer::new(SymbolSearch::only(Vec::new()));
+        let mut a = Attribution::of_state(&trace.state, &mut symbols);
+        let mut modules: Vec<String> = a
+            .stack(CallRef::from(e))
+            .into_iter()
+            .map(|f| f.module.unwrap_or_default())
+            .collect();
+        modules.dedup();
+        assert_eq!(
+            modules,
+            [
+                "libnccl.so.2",
+                "libtorch_standin.so",
+                "wl_train",
+                "libc.so.6",
+                "wl_train"
+            ]
+        );
+    }
+);
