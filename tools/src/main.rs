@@ -5,10 +5,12 @@
 //! reported as one `error: …` line on stderr.
 
 mod cli;
+mod html;
 mod load;
 mod replay;
 mod report;
 mod run;
+mod timeline;
 mod units;
 
 use std::process::ExitCode;

@@ -103,7 +103,8 @@ fn holder_line(h: &HolderGrowth, unit: &str) -> String {
     )
 }
 
-fn summary(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
+/// The FINDINGS block: one line per question, the answer first.
+pub(crate) fn summary(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
     writeln!(out, "\nFINDINGS")?;
     let o = &a.orphans;
     let kinds: Vec<String> = o
