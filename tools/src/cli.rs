@@ -24,6 +24,10 @@ pub enum Command {
     /// and report what was live then.
     #[command(after_help = crate::replay::EXAMPLES)]
     Replay(crate::replay::ReplayArgs),
+    /// Write a trace in the formats other viewers read: Perfetto / Chrome trace JSON, a flame
+    /// graph SVG, a PyTorch memory snapshot pickle, CSV.
+    #[command(after_help = crate::export::EXAMPLES)]
+    Export(crate::export::ExportArgs),
     /// Run a program under the tracer and summarise the traces it wrote.
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),

@@ -15,7 +15,7 @@ use vramtrace_collector::live::{Holder, LiveState, SiteId};
 
 use crate::load::Observer;
 
-mod bands;
+pub mod bands;
 
 pub use bands::bands;
 
