@@ -109,7 +109,9 @@ fn op_fields(op: &Op) -> (&'static str, u64, u64, &str) {
         Op::PrimaryCtxReset { .. } => ("primary-context-reset", 0, 0, ""),
         Op::DeviceReset { .. } => ("device-reset", 0, 0, ""),
         Op::CommInit { comm, .. } => ("comm-init", *comm, 0, ""),
-        Op::CommInitAll { comms, .. } => ("comm-init-all", comms.first().copied().unwrap_or(0), 0, ""),
+        Op::CommInitAll { comms, .. } => {
+            ("comm-init-all", comms.first().copied().unwrap_or(0), 0, "")
+        }
         Op::CommEnd { comm, .. } => ("comm-end", *comm, 0, ""),
         Op::NcclMemAlloc { ptr, size } => ("nccl-mem-alloc", *ptr, *size, ""),
         Op::NcclMemFree { ptr } => ("nccl-mem-free", *ptr, 0, ""),
@@ -172,8 +174,11 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     let progress = Progress::new(&args.trace, "exporting");
     let mut rows = 0u64;
     let mut failed = None;
-    read(&args.trace, StepSource::Marks, &progress, |state, e| {
-        match w.write_record(event_row(e, state.steps())) {
+    read(
+        &args.trace,
+        StepSource::Marks,
+        &progress,
+        |state, e| match w.write_record(event_row(e, state.steps())) {
             Ok(()) => {
                 rows += 1;
                 Flow::Apply
@@ -182,8 +187,8 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
                 failed = Some(err);
                 Flow::Stop
             }
-        }
-    })?;
+        },
+    )?;
     if let Some(err) = failed {
         return Err(anyhow!(err).context("writing the table"));
     }

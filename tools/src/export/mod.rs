@@ -73,7 +73,12 @@ pub struct ExportArgs {
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
     /// What to write.
-    #[arg(short, long, value_enum, value_name = "perfetto|flamegraph|pytorch|csv-live|csv-events")]
+    #[arg(
+        short,
+        long,
+        value_enum,
+        value_name = "perfetto|flamegraph|pytorch|csv-live|csv-events"
+    )]
     pub format: Format,
     /// Where to write it; `-` for standard output.
     #[arg(short, long, value_name = "PATH")]

@@ -57,7 +57,13 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     let pid = trace.header.pid;
     let mut symbols = Symbolizer::from_env();
     let mut naming = Attribution::of_state(state, &mut symbols);
-    let holders = bands(&timeline, state, &mut naming, Granularity::Python, HOLDER_TRACKS);
+    let holders = bands(
+        &timeline,
+        state,
+        &mut naming,
+        Granularity::Python,
+        HOLDER_TRACKS,
+    );
 
     out.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")?;
     let mut w = EventWriter { out, count: 0 };
@@ -71,8 +77,10 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         .join(" ");
     w.push(&json!({"name": "process_name", "ph": "M", "pid": pid,
         "args": {"name": format!("{program} (pid {pid}, vramtrace)")}}))?;
-    w.push(&json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEPS_TID,
-        "args": {"name": "steps"}}))?;
+    w.push(
+        &json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEPS_TID,
+        "args": {"name": "steps"}}),
+    )?;
 
     // Live bytes per device, then per holder on each device.
     let mut counters = 0u64;
@@ -111,18 +119,24 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     let steps = &timeline.step_starts;
     for (i, &start) in steps.iter().enumerate() {
         let end = steps.get(i + 1).copied().unwrap_or(timeline.last_ns);
-        w.push(&json!({"name": format!("step {i}"), "cat": "step", "ph": "X", "pid": pid,
+        w.push(
+            &json!({"name": format!("step {i}"), "cat": "step", "ph": "X", "pid": pid,
             "tid": STEPS_TID, "ts": ts(&timeline, start),
-            "dur": end.saturating_sub(start) as f64 / 1000.0, "args": {"step": i}}))?;
+            "dur": end.saturating_sub(start) as f64 / 1000.0, "args": {"step": i}}),
+        )?;
     }
     for r in &timeline.ranges {
-        w.push(&json!({"name": r.name, "cat": "nvtx", "ph": "X", "pid": pid, "tid": r.thread,
+        w.push(
+            &json!({"name": r.name, "cat": "nvtx", "ph": "X", "pid": pid, "tid": r.thread,
             "ts": ts(&timeline, r.start_ns),
-            "dur": r.end_ns.saturating_sub(r.start_ns) as f64 / 1000.0}))?;
+            "dur": r.end_ns.saturating_sub(r.start_ns) as f64 / 1000.0}),
+        )?;
     }
     for m in &timeline.marks {
-        w.push(&json!({"name": m.name, "cat": "nvtx", "ph": "i", "s": "t", "pid": pid,
-            "tid": m.thread, "ts": ts(&timeline, m.time_ns)}))?;
+        w.push(
+            &json!({"name": m.name, "cat": "nvtx", "ph": "i", "s": "t", "pid": pid,
+            "tid": m.thread, "ts": ts(&timeline, m.time_ns)}),
+        )?;
     }
     let mut failures = 0u64;
     for f in state.failures().iter() {
@@ -131,12 +145,14 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         } else {
             "failed"
         };
-        w.push(&json!({"name": format!("{} {what}", f.api.name()), "cat": "failure",
+        w.push(
+            &json!({"name": format!("{} {what}", f.api.name()), "cat": "failure",
             "ph": "i", "s": "p", "pid": pid, "tid": f.origin.thread,
             "ts": ts(&timeline, f.time_ns),
             "args": {"api": f.api.name(), "result": f.result, "out_of_memory": f.out_of_memory,
                 "request_bytes": f.request_bytes, "device": f.device,
-                "live_device_bytes": f.live_device_bytes, "seq": f.seq}}))?;
+                "live_device_bytes": f.live_device_bytes, "seq": f.seq}}),
+        )?;
         failures += 1;
     }
     let events = w.count;

@@ -267,7 +267,11 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     let mut stacks = Stacks::new(&mut naming);
 
     let live: BTreeMap<u64, Live> = recorder.live.iter().map(|(&a, &l)| (a, l)).collect();
-    let mut devices = live.values().map(|l| slot(l.device)).max().map_or(0, |d| d + 1);
+    let mut devices = live
+        .values()
+        .map(|l| slot(l.device))
+        .max()
+        .map_or(0, |d| d + 1);
     devices = devices.max(
         recorder
             .ring

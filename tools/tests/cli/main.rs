@@ -2,6 +2,8 @@
 //! and error lines out.
 
 mod errors;
+mod exports;
+mod html;
 mod report;
 mod run;
 mod support;
