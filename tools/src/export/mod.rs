@@ -10,6 +10,7 @@ mod csv;
 mod flamegraph;
 mod frames;
 mod perfetto;
+mod pickle;
 mod pytorch;
 
 use std::fs::File;
@@ -88,7 +89,7 @@ pub struct ExportArgs {
     pub at: Moment,
     /// PyTorch snapshot: entries of the latest allocations and frees kept in its trace, as
     /// PyTorch's recorder keeps a ring of them (each allocation is two entries, each free three).
-    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
     pub max_entries: usize,
     /// Perfetto: samples of the counter tracks (each the lowest and highest value of a stretch
     /// of events).

@@ -12,88 +12,28 @@
 //! the entries back from the segments, which they do. Memory mapped through the virtual memory
 //! API (`cuMemCreate` + `cuMemMap`) is not in the snapshot.
 //!
-//! Integers are written as signed 64-bit values: PyTorch's JavaScript viewer reads wider pickle
-//! integers as `BigInt`, which its arithmetic on addresses cannot mix with numbers.
+//! Each stack's frame list is written once and shared by every entry made there, as in
+//! PyTorch's own snapshots (see [`super::pickle`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write;
+use std::rc::Rc;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::live::{LiveState, StepSource};
 use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 
 use super::frames::{Frame, Stacks};
+use super::pickle::{self, Value};
 use super::ExportArgs;
 use crate::load::{read, Flow, Progress};
 
-/// Frames kept per entry: PyTorch's pickles share one list between entries, serde-pickle
-/// writes each out, so long stacks would multiply the file's size. The program's Python frames
-/// say the most; native frames fill the rest, innermost first.
-const MAX_FRAMES: usize = 24;
+/// Frames kept per stack. The program's Python frames say the most; native frames fill the
+/// rest, innermost first.
+const MAX_FRAMES: usize = 32;
 /// Native frames kept above the Python frames of a call that has both.
-const NATIVE_WITH_PYTHON: usize = 6;
-
-#[derive(Serialize)]
-struct Snapshot {
-    segments: Vec<Segment>,
-    device_traces: Vec<Vec<TraceEntry>>,
-    /// Not read by the viewers; says where the snapshot came from.
-    vramtrace: Provenance,
-}
-
-#[derive(Serialize)]
-struct Provenance {
-    version: String,
-    trace: String,
-    view: &'static str,
-    entries_omitted: i64,
-}
-
-#[derive(Serialize)]
-struct PyFrame {
-    name: String,
-    filename: String,
-    line: i64,
-}
-
-#[derive(Serialize)]
-struct Segment {
-    device: i64,
-    address: i64,
-    total_size: i64,
-    allocated_size: i64,
-    active_size: i64,
-    requested_size: i64,
-    stream: i64,
-    segment_type: &'static str,
-    segment_pool_id: (i64, i64),
-    is_expandable: bool,
-    frames: Vec<PyFrame>,
-    blocks: Vec<Block>,
-}
-
-#[derive(Serialize)]
-struct Block {
-    address: i64,
-    size: i64,
-    requested_size: i64,
-    state: &'static str,
-    frames: Vec<PyFrame>,
-}
-
-#[derive(Serialize)]
-struct TraceEntry {
-    action: &'static str,
-    addr: i64,
-    size: i64,
-    stream: i64,
-    time_us: i64,
-    compile_context: &'static str,
-    user_metadata: &'static str,
-    frames: Vec<PyFrame>,
-}
+const NATIVE_WITH_PYTHON: usize = 8;
 
 /// A live pointer allocation, as the replay of allocations and frees has it.
 #[derive(Clone, Copy)]
@@ -221,30 +161,46 @@ fn slot(device: i32) -> usize {
     device.max(0) as usize
 }
 
-/// The frames of `call`, innermost first as PyTorch lists them: the innermost native frames
-/// (the library that asked), then the Python frames.
-fn frames(stacks: &mut Stacks<'_, '_>, call: CallRef) -> Vec<PyFrame> {
-    let f = stacks.of(call);
-    let natives = if f.python.is_empty() {
-        MAX_FRAMES
-    } else {
-        NATIVE_WITH_PYTHON
-    };
-    let native = f.native.iter().rev().take(natives);
-    let python = f.python.iter().rev();
-    native
-        .chain(python)
-        .take(MAX_FRAMES)
-        .map(|f: &Frame| PyFrame {
-            name: f.name.clone(),
-            filename: f.filename.clone(),
-            line: i64::from(f.line),
-        })
-        .collect()
+/// The frame lists of calls, each built once and shared in the pickle.
+struct FrameLists<'s, 'n, 'a> {
+    stacks: &'s mut Stacks<'n, 'a>,
+    ids: HashMap<CallRef, Value>,
 }
 
-fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
+impl FrameLists<'_, '_, '_> {
+    /// The frames of `call`, innermost first as PyTorch lists them: the innermost native frames
+    /// (the library that asked), then the Python frames.
+    fn of(&mut self, call: CallRef) -> Value {
+        let next = self.ids.len() as u32;
+        let stacks = &mut *self.stacks;
+        self.ids
+            .entry(call)
+            .or_insert_with(|| {
+                let f = stacks.of(call);
+                let natives = if f.python.is_empty() {
+                    MAX_FRAMES
+                } else {
+                    NATIVE_WITH_PYTHON
+                };
+                let frames = f
+                    .native
+                    .iter()
+                    .rev()
+                    .take(natives)
+                    .chain(f.python.iter().rev())
+                    .take(MAX_FRAMES)
+                    .map(|f: &Frame| {
+                        Value::Dict(vec![
+                            ("name", Value::Str(f.name.clone())),
+                            ("filename", Value::Str(f.filename.clone())),
+                            ("line", Value::Int(i64::from(f.line))),
+                        ])
+                    })
+                    .collect();
+                Value::Shared(next, Rc::new(Value::List(frames)))
+            })
+            .clone()
+    }
 }
 
 /// Writes the snapshot; returns what it holds.
@@ -266,75 +222,89 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     let mut naming = Attribution::of_state(state, &mut symbols);
     let mut stacks = Stacks::new(&mut naming);
 
+    let mut frames = FrameLists {
+        stacks: &mut stacks,
+        ids: HashMap::new(),
+    };
+
     let live: BTreeMap<u64, Live> = recorder.live.iter().map(|(&a, &l)| (a, l)).collect();
-    let mut devices = live
+    let devices = live
         .values()
-        .map(|l| slot(l.device))
+        .map(|l| slot(l.device) + 1)
+        .chain(recorder.ring.iter().map(|a| slot(a.device) + 1))
         .max()
-        .map_or(0, |d| d + 1);
-    devices = devices.max(
-        recorder
-            .ring
-            .iter()
-            .map(|a| slot(a.device) + 1)
-            .max()
-            .unwrap_or(0),
-    );
-    let segments: Vec<Segment> = live
+        .unwrap_or(0);
+    let segments: Vec<Value> = live
         .iter()
         .map(|(&addr, l)| {
-            let f = frames(&mut stacks, l.call);
-            Segment {
-                device: slot(l.device) as i64,
-                address: int(addr),
-                total_size: int(l.size),
-                allocated_size: int(l.size),
-                active_size: int(l.size),
-                requested_size: int(l.size),
-                stream: int(l.stream),
-                segment_type: "large",
-                segment_pool_id: (0, 0),
-                is_expandable: false,
-                blocks: vec![Block {
-                    address: int(addr),
-                    size: int(l.size),
-                    requested_size: int(l.size),
-                    state: "active_allocated",
-                    frames: frames(&mut stacks, l.call),
-                }],
-                frames: f,
-            }
+            let f = frames.of(l.call);
+            let size = Value::uint(l.size);
+            let block = Value::Dict(vec![
+                ("address", Value::uint(addr)),
+                ("size", size.clone()),
+                ("requested_size", size.clone()),
+                ("state", Value::Str("active_allocated".into())),
+                ("frames", f.clone()),
+            ]);
+            Value::Dict(vec![
+                ("device", Value::Int(slot(l.device) as i64)),
+                ("address", Value::uint(addr)),
+                ("total_size", size.clone()),
+                ("allocated_size", size.clone()),
+                ("active_size", size.clone()),
+                ("requested_size", size),
+                ("stream", Value::uint(l.stream)),
+                ("segment_type", Value::Str("large".into())),
+                (
+                    "segment_pool_id",
+                    Value::Pair(Box::new(Value::Int(0)), Box::new(Value::Int(0))),
+                ),
+                ("is_expandable", Value::Bool(false)),
+                ("frames", f),
+                ("blocks", Value::List(vec![block])),
+            ])
         })
         .collect();
-    let mut device_traces: Vec<Vec<TraceEntry>> = (0..devices).map(|_| Vec::new()).collect();
+    let mut device_traces: Vec<Vec<Value>> = (0..devices).map(|_| Vec::new()).collect();
     let entries = recorder.ring.len();
     for a in &recorder.ring {
-        device_traces[slot(a.device)].push(TraceEntry {
-            action: a.action,
-            addr: int(a.addr),
-            size: int(a.size),
-            stream: int(a.stream),
-            time_us: int(a.time_ns / 1000),
-            compile_context: "N/A",
-            user_metadata: "",
-            frames: frames(&mut stacks, a.call),
-        });
+        device_traces[slot(a.device)].push(Value::Dict(vec![
+            ("action", Value::Str(a.action.into())),
+            ("addr", Value::uint(a.addr)),
+            ("size", Value::uint(a.size)),
+            ("stream", Value::uint(a.stream)),
+            ("time_us", Value::uint(a.time_ns / 1000)),
+            ("compile_context", Value::Str("N/A".into())),
+            ("user_metadata", Value::Str(String::new())),
+            ("frames", frames.of(a.call)),
+        ]));
     }
-    let snapshot = Snapshot {
-        segments,
-        device_traces,
-        vramtrace: Provenance {
-            version: trace.header.tool_version.clone(),
-            trace: trace.path.display().to_string(),
-            view: "driver-level allocations: one segment, one block per allocation",
-            entries_omitted: int(recorder.omitted),
-        },
-    };
-    serde_pickle::to_writer(&mut &mut *out, &snapshot, serde_pickle::SerOptions::new())
-        .context("writing the snapshot")?;
+    let segment_count = segments.len();
+    let snapshot = Value::Dict(vec![
+        ("segments", Value::List(segments)),
+        (
+            "device_traces",
+            Value::List(device_traces.into_iter().map(Value::List).collect()),
+        ),
+        // Not read by the viewers: where the snapshot came from.
+        (
+            "vramtrace",
+            Value::Dict(vec![
+                ("version", Value::Str(trace.header.tool_version.clone())),
+                ("trace", Value::Str(trace.path.display().to_string())),
+                (
+                    "view",
+                    Value::Str(
+                        "driver-level allocations: one segment, one block per allocation".into(),
+                    ),
+                ),
+                ("entries_omitted", Value::uint(recorder.omitted)),
+            ]),
+        ),
+    ]);
+    pickle::write(out, &snapshot).context("writing the snapshot")?;
     Ok(format!(
-        "{} segments live at the end, {entries} trace entries on {devices} devices{}",
-        snapshot.segments.len(),
+        "{segment_count} segments live at the end, {entries} trace entries on {devices} devices{}",
         if recorder.omitted > 0 {
             format!(", {} older entries left out", recorder.omitted)
         } else {
