@@ -48,6 +48,9 @@
   }
 
   function fmtTime(us) {
+    if (us === 0) {
+      return '0';
+    }
     const s = us / 1e6;
     if (s >= 100) {
       return `${s.toFixed(0)} s`;
@@ -161,6 +164,13 @@
       label.textContent = p.name;
     }
 
+    // Step boundaries behind everything else, where there are few enough to tell apart.
+    if (data.steps.length <= 60) {
+      for (const s of data.steps) {
+        el('line', {class: 'step-grid', x1: sx(s), x2: sx(s), y1: TOP, y2: TOP + PLOT_H}, svg);
+      }
+    }
+
     for (const t of ticks(ymax, 5, 2)) {
       el('line', {class: 'grid', x1: LEFT, x2: W - RIGHT, y1: sy(t), y2: sy(t)}, svg);
       const label = el('text', {class: 'axis', x: LEFT - 6, y: sy(t) + 4, 'text-anchor': 'end'}, svg);
@@ -226,9 +236,6 @@
     laneLabel('steps', laneTop + 8);
     for (const s of data.steps) {
       el('line', {class: 'step', x1: sx(s), x2: sx(s), y1: laneTop, y2: laneTop + lanes.steps}, svg);
-      if (data.steps.length <= 60) {
-        el('line', {class: 'step-grid', x1: sx(s), x2: sx(s), y1: TOP, y2: TOP + PLOT_H}, svg);
-      }
     }
     const rangeTop = laneTop + lanes.steps + 2;
     if (depth > 0) {
