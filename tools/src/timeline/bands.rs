@@ -21,6 +21,14 @@ pub struct Band {
     pub values: Vec<u64>,
 }
 
+/// A holder being gathered: its bytes per stretch, and the call holding the most at any one
+/// time with that amount.
+struct Group {
+    values: Vec<u64>,
+    example: Option<CallRef>,
+    example_bytes: u64,
+}
+
 /// The label of the band of every site the most sites did not make it into.
 pub const OTHER: &str = "other";
 
@@ -48,8 +56,7 @@ pub fn bands(
     let mut labels: HashMap<SiteId, Option<(String, CallRef)>> = HashMap::new();
     let mut out = Vec::new();
     for &device in timeline.devices() {
-        // label -> (values, example call, its highest value)
-        let mut groups: HashMap<String, (Vec<u64>, Option<CallRef>, u64)> = HashMap::new();
+        let mut groups: HashMap<String, Group> = HashMap::new();
         for (i, stretch) in timeline.stretches.iter().enumerate() {
             for &(d, site, bytes) in &stretch.sites {
                 if d != device {
@@ -66,25 +73,34 @@ pub fn bands(
                     Some((label, call)) => (label.clone(), Some(*call)),
                     None => (OTHER.to_string(), None),
                 };
-                let g = groups.entry(label).or_insert_with(|| (vec![0; n], None, 0));
-                g.0[i] += bytes;
-                if call.is_some() && bytes > g.2 {
-                    g.1 = call;
-                    g.2 = bytes;
+                let g = groups.entry(label).or_insert_with(|| Group {
+                    values: vec![0; n],
+                    example: None,
+                    example_bytes: 0,
+                });
+                g.values[i] += bytes;
+                if call.is_some() && bytes > g.example_bytes {
+                    g.example = call;
+                    g.example_bytes = bytes;
                 }
             }
         }
-        let mut ranked: Vec<(String, (Vec<u64>, Option<CallRef>, u64))> =
-            groups.into_iter().collect();
-        let highest = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
+        let mut ranked: Vec<(String, Group)> = groups.into_iter().collect();
+        let highest = |g: &Group| g.values.iter().copied().max().unwrap_or(0);
         ranked.sort_by(|a, b| {
-            (b.0 != OTHER, highest(&b.1 .0))
-                .cmp(&(a.0 != OTHER, highest(&a.1 .0)))
+            (b.0 != OTHER, highest(&b.1))
+                .cmp(&(a.0 != OTHER, highest(&a.1)))
                 .then(a.0.cmp(&b.0))
         });
         let mut rest = vec![0u64; n];
         let mut any_rest = false;
-        for (label, (values, example, _)) in ranked {
+        for (
+            label,
+            Group {
+                values, example, ..
+            },
+        ) in ranked
+        {
             if label != OTHER && out.iter().filter(|b: &&Band| b.device == device).count() < top {
                 out.push(Band {
                     device,

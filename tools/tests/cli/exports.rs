@@ -87,7 +87,7 @@ fn trace_events(doc: &Value) -> Vec<&Value> {
 }
 
 /// `(ts, value)` of the counter track `name` (its only series, `bytes`).
-fn counter<'a>(events: &[&'a Value], name: &str) -> Vec<(f64, u64)> {
+fn counter(events: &[&Value], name: &str) -> Vec<(f64, u64)> {
     events
         .iter()
         .filter(|e| e["ph"] == "C" && e["name"] == name)
@@ -416,7 +416,7 @@ fn csv_has_a_row_per_event_and_per_live_object() {
     assert_eq!(leak_rows.len(), 12);
     assert!(leak_rows
         .iter()
-        .all(|r| &r[col("device_bytes")] == MIB.to_string()));
+        .all(|r| r[col("device_bytes")] == MIB.to_string()));
     let total: u64 = rows
         .iter()
         .map(|r| r[col("device_bytes")].parse::<u64>().unwrap())
