@@ -13,8 +13,8 @@ mod perfetto;
 mod pickle;
 mod pytorch;
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -99,38 +99,85 @@ pub struct ExportArgs {
     pub analysis: AnalysisArgs,
 }
 
-/// A buffered writer to `path`, or to standard output for `-`.
-fn create(path: &Path) -> Result<Box<dyn Write>> {
-    if path == Path::new("-") {
-        return Ok(Box::new(BufWriter::new(std::io::stdout().lock())));
+/// Where the export goes: standard output for `-`, else a temporary file beside the output that
+/// takes its name only once complete, so that a failed export leaves no partial file behind.
+enum Destination {
+    Stdout,
+    File(tempfile::NamedTempFile),
+}
+
+impl Destination {
+    fn open(path: &Path) -> Result<Self> {
+        if path == Path::new("-") {
+            return Ok(Destination::Stdout);
+        }
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        // The file a user asked for gets the modes any new file gets (0666 less the umask), not
+        // a temporary file's 0600.
+        let file = tempfile::Builder::new()
+            .prefix(".vramtrace-export-")
+            .permissions(std::fs::Permissions::from_mode(0o666))
+            .tempfile_in(dir)
+            .map_err(|e| {
+                // The OS's own message, without the temporary name tempfile adds to it.
+                let message = e.to_string();
+                let reason = message
+                    .split(" at path ")
+                    .next()
+                    .unwrap_or(&message)
+                    .to_string();
+                anyhow::anyhow!(
+                    "creating {}: {}",
+                    path.display(),
+                    crate::load::lower_first(reason)
+                )
+            })?;
+        Ok(Destination::File(file))
     }
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    Ok(Box::new(BufWriter::new(file)))
 }
 
 /// Runs `vramtrace export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    let mut out = create(&args.output)?;
-    let what = match args.format {
-        Format::Perfetto => perfetto::write(args, &mut out)?,
-        Format::Flamegraph => flamegraph::write(args, &mut out)?,
-        Format::Pytorch => pytorch::write(args, &mut out)?,
-        Format::CsvLive => csv::write_live(args, &mut out)?,
-        Format::CsvEvents => csv::write_events(args, &mut out)?,
-    };
-    out.flush()
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    drop(out);
-    if args.output != Path::new("-") {
-        let size = std::fs::metadata(&args.output).map_or(0, |m| m.len());
-        eprintln!(
-            "wrote {} ({}, {}) in {:.2} s",
-            args.output.display(),
-            what,
-            crate::units::bytes(size),
-            started.elapsed().as_secs_f64()
-        );
+    match Destination::open(&args.output)? {
+        Destination::Stdout => {
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            write(args, &mut out)?;
+            out.flush().context("writing to standard output")?;
+        }
+        Destination::File(file) => {
+            let what = {
+                let mut out = BufWriter::new(file.as_file());
+                let what = write(args, &mut out)?;
+                out.flush()
+                    .with_context(|| format!("writing {}", args.output.display()))?;
+                what
+            };
+            file.persist(&args.output)
+                .map_err(|e| anyhow::anyhow!("writing {}: {}", args.output.display(), e.error))?;
+            let size = std::fs::metadata(&args.output).map_or(0, |m| m.len());
+            eprintln!(
+                "wrote {} ({}, {}) in {:.2} s",
+                args.output.display(),
+                what,
+                crate::units::bytes(size),
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
     Ok(())
+}
+
+/// Writes the format asked for to `out`; returns what was written, in words.
+fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
+    match args.format {
+        Format::Perfetto => perfetto::write(args, out),
+        Format::Flamegraph => flamegraph::write(args, out),
+        Format::Pytorch => pytorch::write(args, out),
+        Format::CsvLive => csv::write_live(args, out),
+        Format::CsvEvents => csv::write_events(args, out),
+    }
 }

@@ -341,3 +341,52 @@ pub fn load_with_timeline(
 ) -> anyhow::Result<(crate::load::LoadedTrace, Timeline)> {
     crate::load::load_analyzed_observing(path, growth, || Timeline::new(cap, max_ranges))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stretch(start_ns: u64, end_ns: u64, levels: &[(i32, u64, u64, u64)]) -> Stretch {
+        Stretch {
+            start_ns,
+            end_ns,
+            levels: levels
+                .iter()
+                .map(|&(device, min, max, last)| Level {
+                    device,
+                    min,
+                    max,
+                    last,
+                })
+                .collect(),
+            sites: vec![(0, 7, end_ns)],
+        }
+    }
+
+    #[test]
+    fn merged_stretches_keep_the_lowest_highest_and_last_values() {
+        let a = stretch(0, 10, &[(0, 5, 90, 20)]);
+        let b = stretch(11, 20, &[(0, 1, 40, 30), (1, 3, 3, 3)]);
+        let m = a.merge(b);
+        assert_eq!((m.start_ns, m.end_ns), (0, 20));
+        assert_eq!(
+            m.levels,
+            [
+                Level {
+                    device: 0,
+                    min: 1,
+                    max: 90,
+                    last: 30
+                },
+                Level {
+                    device: 1,
+                    min: 3,
+                    max: 3,
+                    last: 3
+                }
+            ]
+        );
+        // What sites held is taken at the end of the later stretch.
+        assert_eq!(m.sites, [(0, 7, 20)]);
+    }
+}

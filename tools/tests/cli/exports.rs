@@ -442,6 +442,8 @@ fn export_errors_are_one_line() {
         "{err}"
     );
     assert!(err.contains("missing.vtrace"), "{err}");
+    // A failed export leaves nothing behind: no output, no temporary file.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     // A flame graph of growth in a trace where nothing grows says so.
     let (healthy, _) = write_workload(dir.path(), "w.vtrace");
     let out = vramtrace()

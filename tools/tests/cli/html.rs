@@ -181,3 +181,30 @@ fn the_page_draws_its_chart_in_headless_chromium() {
     );
     assert!(dom.contains(r#"class="failure oom""#), "the OOM is marked");
 }
+
+#[test]
+fn a_long_trace_is_downsampled_without_losing_its_peak() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_pairs(dir.path(), "pairs.vtrace", 5000);
+    let html = dir.path().join("pairs.html");
+    vramtrace()
+        .args(["report", "--html"])
+        .arg(&html)
+        .arg(&trace)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&html).unwrap();
+    let start = text.find(r#"id="vramtrace-data">"#).unwrap() + r#"id="vramtrace-data">"#.len();
+    let end = text[start..].find("</script>").unwrap() + start;
+    let data: serde_json::Value = serde_json::from_str(&text[start..end]).unwrap();
+    // 10,000 events in at most 800 stretches, at least half of them kept.
+    let x = data["x"].as_array().unwrap();
+    assert!((400..=800).contains(&x.len()), "{}", x.len());
+    let device = &data["devices"][0];
+    let max = device["max"].as_array().unwrap();
+    let highest = max.iter().map(|v| v.as_u64().unwrap()).max();
+    assert_eq!(highest, Some(5 * MIB), "the one-event peak survives");
+    assert!(device["min"].as_array().unwrap().iter().all(|v| v == 0));
+    // The table keeps the exact number.
+    assert!(text.contains(r#"title="5242880 bytes""#));
+}

@@ -340,3 +340,26 @@ pub fn write_training(dir: &Path, name: &str) -> PathBuf {
     w.finish().unwrap();
     path
 }
+
+/// `pairs` allocations of 1 MiB, each freed by the next event, but the one in the middle is of
+/// 5 MiB: a trace long enough to be downsampled whose peak, 5 MiB, lasts one event.
+pub fn write_pairs(dir: &Path, name: &str, pairs: u64) -> PathBuf {
+    let mut e = Events { seq: 0 };
+    let mut r = vec![module(2, "/usr/lib/libtorch_cuda.so", TORCH)];
+    for i in 0..pairs {
+        let size = if i == pairs / 2 { 5 * MIB } else { MIB };
+        r.push(Record::Event(e.malloc(
+            0x7400_0000_0000,
+            size,
+            TORCH + 0x10,
+        )));
+        r.push(Record::Event(e.free(0x7400_0000_0000, TORCH + 0x20)));
+    }
+    let path = dir.join(name);
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header()).unwrap();
+    for record in &r {
+        w.write(record).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
