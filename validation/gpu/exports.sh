@@ -14,7 +14,9 @@
 #
 # For each trace: `report --html` and every `export` format, each timed, with its size; then
 # `python3 -m torch.cuda._memory_viz stats|trace|trace_plot|segment_plot` on the pickle, and
-# torch's own readers (segsum, trace, memory, segments) called in Python. Results:
+# torch's own readers (segsum, trace, memory, segments) called in Python. A healthy trace's
+# growth flame graph ends rc=2 "nothing to draw (no call site grows steadily)": that is its
+# answer, not a failure. Results:
 # $OUT/exports.txt (the table), $OUT/memory_viz.txt, and the smaller outputs of the first trace
 # under $OUT/files/.
 set -u
