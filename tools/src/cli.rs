@@ -24,6 +24,10 @@ pub enum Command {
     /// and report what was live then.
     #[command(after_help = crate::replay::EXAMPLES)]
     Replay(crate::replay::ReplayArgs),
+    /// Write a trace in the formats other viewers read: Perfetto / Chrome trace JSON, a flame
+    /// graph SVG, a PyTorch memory snapshot pickle, CSV.
+    #[command(after_help = crate::export::EXAMPLES)]
+    Export(crate::export::ExportArgs),
     /// Run a program under the tracer and summarise the traces it wrote.
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
@@ -42,7 +46,11 @@ EXAMPLES:
         VRAMTRACE_SYMBOL_PATH=/srv/builds/2024-06 vramtrace report --by python --full-stacks run.vtrace
 
     Machine-readable output (schema in docs/report-json.md), exact bytes:
-        vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json";
+        vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json
+
+    One self-contained page to open in a browser or mail: the chart of live memory over
+    time, the findings and every table (nothing is loaded from the network):
+        vramtrace report --html report.html vramtrace-4242.vtrace";
 
 const RUN_EXAMPLES: &str = "\
 EXAMPLES:
@@ -92,6 +100,10 @@ pub struct ReportArgs {
     /// Print one JSON document instead of tables (schema: docs/report-json.md).
     #[arg(long)]
     pub json: bool,
+    /// Write the report as one self-contained HTML page (chart, findings, tables) to PATH
+    /// instead of printing it.
+    #[arg(long, value_name = "PATH", conflicts_with = "json")]
+    pub html: Option<PathBuf>,
     /// What the ranking table groups live memory by. Symbols come from the binaries the trace
     /// names (checked by build id), /usr/lib/debug, and the directories in VRAMTRACE_SYMBOL_PATH.
     #[arg(

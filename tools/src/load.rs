@@ -125,18 +125,51 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
 /// Reads the trace at `path` for analysis: when it has no step marks but a repeating
 /// allocation, a second pass takes that allocation as the step boundary.
 pub fn load_analyzed(path: &Path, growth: GrowthConfig) -> Result<LoadedTrace> {
+    load_analyzed_observing(path, growth, || ()).map(|(trace, ())| trace)
+}
+
+/// What reading a trace for analysis gathers besides the state, event by event: the course of
+/// live memory over time for a chart, say.
+pub trait Observer {
+    /// Called before `e` is applied to `state`.
+    fn event(&mut self, state: &LiveState, e: &Event);
+    /// Called once after the last event was applied.
+    fn finish(&mut self, state: &LiveState);
+}
+
+impl Observer for () {
+    fn event(&mut self, _: &LiveState, _: &Event) {}
+    fn finish(&mut self, _: &LiveState) {}
+}
+
+/// [`load_analyzed`], with an observer (from `new`) that sees every event of the pass whose
+/// state is kept.
+pub fn load_analyzed_observing<O: Observer>(
+    path: &Path,
+    growth: GrowthConfig,
+    new: impl Fn() -> O,
+) -> Result<(LoadedTrace, O)> {
     let progress = Progress::new(path, "reading");
-    let first = read(path, StepSource::Marks, &progress, |_, _| Flow::Apply)?;
+    let mut observer = new();
+    let first = read(path, StepSource::Marks, &progress, |state, e| {
+        observer.event(state, e);
+        Flow::Apply
+    })?;
     let trace = match first.state.step_pattern() {
         Some(pattern) if first.state.marks() == 0 => {
             progress.restart("pass 2 (steps from the repeating allocation)");
-            let mut second = read(path, pattern.source(), &progress, |_, _| Flow::Apply)?;
+            observer = new();
+            let mut second = read(path, pattern.source(), &progress, |state, e| {
+                observer.event(state, e);
+                Flow::Apply
+            })?;
             second.passes = 2;
             second
         }
         _ => first,
     };
-    Ok(LoadedTrace { growth, ..trace })
+    observer.finish(&trace.state);
+    Ok((LoadedTrace { growth, ..trace }, observer))
 }
 
 /// Reads the trace at `path` with steps from `source`, asking `visit` before each event whether

@@ -1,14 +1,18 @@
-//! `vramtrace`: run a program under the GPU memory tracer, and report what its traces hold.
+//! `vramtrace`: run a program under the GPU memory tracer, report what its traces hold, and
+//! export them to other viewers.
 //!
 //! Exit codes: 0 when all went well; for `run`, the traced program's own exit code (128 + the
 //! signal that killed it); 2 for an error of vramtrace's own (a bad flag, an unreadable trace),
 //! reported as one `error: …` line on stderr.
 
 mod cli;
+mod export;
+mod html;
 mod load;
 mod replay;
 mod report;
 mod run;
+mod timeline;
 mod units;
 
 use std::process::ExitCode;
@@ -29,6 +33,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args).map(|()| 0),
         Command::Run(args) => run::run(args),
         Command::Replay(args) => replay::run(args).map(|()| 0),
+        Command::Export(args) => export::run(args).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),

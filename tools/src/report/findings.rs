@@ -170,7 +170,8 @@ fn counted(count: u64, noun: &str) -> String {
     format!("{count} {noun}{s}")
 }
 
-fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
+/// The FINDINGS block: one line per question, the answer first.
+pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
     writeln!(out, "\nFINDINGS")?;
     writeln!(out, "  orphans        {}", orphans_line(&a.orphans))?;
     let unit = unit(a);

@@ -36,6 +36,9 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 
 /// Runs `vramtrace report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
+    if let Some(path) = &args.html {
+        return run_html(args, path);
+    }
     let trace = load_analyzed(&args.trace, args.analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
@@ -49,6 +52,21 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     } else {
         text::render(&mut out, &report, args.by, args.full_stacks).context("writing the report")?;
     }
+    Ok(())
+}
+
+/// `vramtrace report --html PATH`: the page, and one line on stderr saying where it went.
+fn run_html(args: &ReportArgs, path: &std::path::Path) -> Result<()> {
+    let (trace, timeline) = crate::timeline::load_with_timeline(
+        &args.trace,
+        args.analysis.config(),
+        crate::html::CHART_STRETCHES,
+        crate::html::CHART_RANGES,
+    )?;
+    let mut symbols = Symbolizer::from_env();
+    let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
+    let size = crate::html::write(path, &trace, &report, &timeline, &mut symbols)?;
+    eprintln!("wrote {} ({})", path.display(), crate::units::bytes(size));
     Ok(())
 }
 

@@ -2,6 +2,8 @@
 //! and error lines out.
 
 mod errors;
+mod exports;
+mod html;
 mod replay;
 mod report;
 mod run;

@@ -21,7 +21,7 @@ fn replay_text(path: &std::path::Path, args: &[&str]) -> String {
 #[test]
 fn a_mid_run_replay_is_titled_by_its_moment() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_training(dir.path(), "train.vtrace");
+    let path = write_six_step_training(dir.path(), "train.vtrace");
     let text = replay_text(&path, &["--at", "step 5", "--device-memory", "512MiB"]);
     insta::assert_snapshot!("replay_at_step", text);
     assert!(!text.contains("at the end"), "{text}");

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use vramtrace_collector::event::{Api, CommEnd, Event, MemKind, Op};
 use vramtrace_collector::format::{
-    End, Header, Lookup, Module, Record, Segment, StackDef, Stats, TraceWriter,
+    End, Header, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,
+    TraceWriter,
 };
 
 pub const TORCH: u64 = 0x7f00_0000_0000;
@@ -217,7 +218,7 @@ pub fn write_workload(dir: &Path, name: &str) -> (PathBuf, u64) {
 /// and every later step leaks 1 MiB at one call site (steady growth at that site), as does the
 /// end of the run. Nothing is freed: right after step `k > 1` began, `16 + (k - 2)` MiB is live;
 /// at the end (the peak, event 13) 22 MiB in 7 objects.
-pub fn training() -> Vec<Record> {
+pub fn six_step_training() -> Vec<Record> {
     let mut e = Events { seq: 0 };
     let mut r = vec![
         module(1, "/usr/bin/python3.12", APP),
@@ -255,13 +256,164 @@ pub fn training() -> Vec<Record> {
     r
 }
 
-/// Writes [`training`] to `dir/name`.
-pub fn write_training(dir: &Path, name: &str) -> PathBuf {
+/// Writes [`six_step_training`] to `dir/name`.
+pub fn write_six_step_training(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
     let file = std::fs::File::create(&path).unwrap();
     let mut w = TraceWriter::new(file, &header()).unwrap();
-    for record in training() {
+    for record in six_step_training() {
         w.write(&record).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// The training-loop trace's application library (not an interpreter, so its frames show).
+pub const TRAINER: u64 = 0x7f30_0000_0000;
+/// Steps in [`write_training`]'s trace.
+pub const TRAINING_STEPS: u64 = 12;
+/// Events in [`write_training`]'s trace.
+pub const TRAINING_EVENTS: u64 = 1 + 6 * TRAINING_STEPS + 2;
+
+/// A training loop with planted truth, written to `dir/name`: an NCCL buffer of 2 MiB live
+/// throughout; then 12 steps, each a step mark, an NVTX range "forward" around an 8 MiB
+/// temporary (freed within the step; Python line `train.py:30 in forward`) and a 1 MiB leak
+/// (never freed; `train.py:42 in step`); a mark "checkpoint" after step 6; and after the last
+/// step a `cudaMalloc` of 64 GiB that fails out of memory. Events are 1 ms apart.
+///
+/// At the end 14 MiB of device memory is live in 13 objects (12 MiB at the leak site); the
+/// peak is 22 MiB, in the last step while its temporary is live.
+pub fn write_training(dir: &Path, name: &str) -> PathBuf {
+    let mut e = Events { seq: 0 };
+    let time = |ev: &mut Event| ev.time_ns = 1_000_000 * ev.seq;
+    let mut r = vec![
+        module(1, "/opt/app/libtrainer.so", TRAINER),
+        module(2, "/usr/lib/libtorch_cuda.so", TORCH),
+        module(3, "/usr/local/cuda/lib64/libcudart.so.13", CUDART),
+        module(4, "/usr/lib/libnccl.so.2", NCCL),
+        Record::Stack(StackDef {
+            id: 1,
+            frames: vec![TORCH + 0x1234, TRAINER + 0x10],
+        }),
+        Record::Stack(StackDef {
+            id: 2,
+            frames: vec![TORCH + 0x2000, TRAINER + 0x110],
+        }),
+        Record::PyCode(PyCode {
+            id: 1,
+            file: "/work/app/train.py".into(),
+            function: "<module>".into(),
+            first_line: 1,
+        }),
+        Record::PyCode(PyCode {
+            id: 2,
+            file: "/work/app/train.py".into(),
+            function: "step".into(),
+            first_line: 40,
+        }),
+        Record::PyCode(PyCode {
+            id: 3,
+            file: "/work/app/train.py".into(),
+            function: "forward".into(),
+            first_line: 28,
+        }),
+        // Innermost first: the leak at line 42 of step(), called from line 88.
+        Record::PyStack(PyStackDef {
+            id: 1,
+            frames: vec![PyFrame { code: 2, line: 42 }, PyFrame { code: 1, line: 88 }],
+        }),
+        Record::PyStack(PyStackDef {
+            id: 2,
+            frames: vec![
+                PyFrame { code: 3, line: 30 },
+                PyFrame { code: 2, line: 41 },
+                PyFrame { code: 1, line: 88 },
+            ],
+        }),
+    ];
+    let mut nccl = e.malloc(0x7100_0000_0000, 2 * MIB, NCCL + 0x500);
+    time(&mut nccl);
+    r.push(Record::Event(nccl));
+    for step in 0..TRAINING_STEPS {
+        let mut mark = e.event(Api::TracerMarkStep, Op::MarkStep { step }, TRAINER + 0x200);
+        time(&mut mark);
+        let mut push = e.event(
+            Api::NvtxRangePush,
+            Op::RangePush {
+                name: "forward".into(),
+            },
+            TRAINER + 0x300,
+        );
+        time(&mut push);
+        let temp_ptr = 0x7200_0000_0000;
+        let mut temp = e.malloc(temp_ptr, 8 * MIB, TORCH + 0x2000);
+        temp.stack = 2;
+        temp.py_stack = 2;
+        time(&mut temp);
+        let mut leak = e.malloc(0x7300_0000_0000 + step * MIB, MIB, TORCH + 0x1234);
+        leak.stack = 1;
+        leak.py_stack = 1;
+        time(&mut leak);
+        let mut free = e.free(temp_ptr, TORCH + 0x2100);
+        time(&mut free);
+        let mut pop = e.event(Api::NvtxRangePop, Op::RangePop, TRAINER + 0x310);
+        time(&mut pop);
+        r.extend([mark, push, temp, leak, free, pop].map(Record::Event));
+        if step == 5 {
+            let mut m = e.event(
+                Api::NvtxMark,
+                Op::Mark {
+                    name: "checkpoint".into(),
+                },
+                TRAINER + 0x400,
+            );
+            time(&mut m);
+            r.push(Record::Event(m));
+        }
+    }
+    let mut oom = e.malloc(0, 64 << 30, TORCH + 0x1234);
+    oom.stack = 1;
+    oom.py_stack = 1;
+    oom.result = 2;
+    time(&mut oom);
+    r.push(Record::Event(oom));
+    let stats = Stats {
+        events: e.seq,
+        ..Stats::default()
+    };
+    assert_eq!(e.seq, TRAINING_EVENTS);
+    r.push(Record::End(End {
+        time_ns: (e.seq + 1) * 1_000_000,
+        stats,
+        reason: "exit".into(),
+    }));
+    let path = dir.join(name);
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header()).unwrap();
+    for record in &r {
+        w.write(record).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// `pairs` allocations of 1 MiB, each freed by the next event, but the one in the middle is of
+/// 5 MiB: a trace long enough to be downsampled whose peak, 5 MiB, lasts one event.
+pub fn write_pairs(dir: &Path, name: &str, pairs: u64) -> PathBuf {
+    let mut e = Events { seq: 0 };
+    let mut r = vec![module(2, "/usr/lib/libtorch_cuda.so", TORCH)];
+    for i in 0..pairs {
+        let size = if i == pairs / 2 { 5 * MIB } else { MIB };
+        r.push(Record::Event(e.malloc(
+            0x7400_0000_0000,
+            size,
+            TORCH + 0x10,
+        )));
+        r.push(Record::Event(e.free(0x7400_0000_0000, TORCH + 0x20)));
+    }
+    let path = dir.join(name);
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header()).unwrap();
+    for record in &r {
+        w.write(record).unwrap();
     }
     w.finish().unwrap();
     path

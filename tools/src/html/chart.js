@@ -1,0 +1,344 @@
+// The report page's chart: live device memory over time per device, drawn by hand as SVG from
+// the JSON embedded in the page (no library, nothing fetched). Bands stack what each holder
+// held at the end of each stretch of events; the grey envelope spans the lowest and highest
+// value inside each stretch, so a short peak between two samples still shows. Steps, NVTX
+// ranges and marks, allocation failures and the analysis' phases are drawn on the same time
+// axis. Clicking a band, a legend entry or a table row shows the stack behind it.
+(function () {
+  'use strict';
+  const errors = [];
+  window.addEventListener('error', (e) => {
+    errors.push(String(e.message));
+    document.body.dataset.errors = errors.join(' | ');
+  });
+
+  const SVG = 'http://www.w3.org/2000/svg';
+  const COLORS = ['#4e79a7', '#f28e2c', '#e15759', '#76b7b2', '#59a14f', '#edc949',
+    '#af7aa1', '#ff9da7', '#9c755f', '#6b8fd6'];
+  const OTHER_COLOR = '#c9c9c9';
+  const W = 1000;
+  const PLOT_H = 280;
+  const LEFT = 78;
+  const RIGHT = 12;
+  const TOP = 12;
+
+  const data = JSON.parse(document.getElementById('vramtrace-data').textContent);
+
+  function el(name, attrs, parent) {
+    const node = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      node.setAttribute(k, String(v));
+    }
+    if (parent) {
+      parent.appendChild(node);
+    }
+    return node;
+  }
+
+  function fmtBytes(n) {
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+    let v = Math.abs(n);
+    let u = 0;
+    while (v >= 1024 && u + 1 < units.length) {
+      v /= 1024;
+      u += 1;
+    }
+    const sign = n < 0 ? '-' : '';
+    return u === 0 ? `${sign}${v} B` : `${sign}${v.toFixed(1)} ${units[u]}`;
+  }
+
+  function fmtTime(us) {
+    if (us === 0) {
+      return '0';
+    }
+    const s = us / 1e6;
+    if (s >= 100) {
+      return `${s.toFixed(0)} s`;
+    }
+    if (s >= 1) {
+      return `${s.toFixed(2)} s`;
+    }
+    return `${(us / 1000).toFixed(1)} ms`;
+  }
+
+  // Round tick steps: 1, 2 or 5 times a power of `base`.
+  function ticks(max, count, base) {
+    if (!(max > 0)) {
+      return [0];
+    }
+    const raw = max / count;
+    let p = 1;
+    while (p * base <= raw) {
+      p *= base;
+    }
+    while (p > raw && p > 1e-9) {
+      p /= base;
+    }
+    let step = p;
+    for (const m of [1, 2, 5, 10, 20, 50, 100, 200, 500]) {
+      if (p * m >= raw) {
+        step = p * m;
+        break;
+      }
+    }
+    const out = [];
+    for (let v = 0; v <= max * 1.0001; v += step) {
+      out.push(v);
+    }
+    return out;
+  }
+
+  function showStack(key, title) {
+    const panel = document.getElementById('stack');
+    const lines = data.stacks[key];
+    document.getElementById('stack-title').textContent = title;
+    document.getElementById('stack-lines').textContent = lines && lines.length
+      ? lines.join('\n')
+      : 'No stack was recorded for this holder.';
+    panel.hidden = false;
+  }
+
+  document.addEventListener('click', (e) => {
+    const target = e.target.closest('[data-stack]');
+    if (!target) {
+      return;
+    }
+    e.preventDefault();
+    showStack(target.dataset.stack, target.dataset.title || target.textContent);
+    document.getElementById('stack').scrollIntoView({block: 'nearest'});
+  });
+
+  // The index of the last x at or before `us`.
+  function indexAt(xs, us) {
+    let lo = 0;
+    let hi = xs.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (xs[mid] <= us) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return lo;
+  }
+
+  function drawDevice(container, dev, by) {
+    const xs = data.x;
+    const duration = Math.max(data.duration_us, xs.length ? xs[xs.length - 1] : 0, 1);
+    const bands = (dev.bands[by] || []);
+    const depth = Math.min(data.range_depth, 4);
+    const lanes = {steps: 10, ranges: depth * 9, events: 12};
+    const laneTop = TOP + PLOT_H + 22;
+    const H = laneTop + lanes.steps + lanes.ranges + lanes.events + 6;
+    const plotW = W - LEFT - RIGHT;
+    let ymax = 0;
+    for (const v of dev.max) {
+      ymax = Math.max(ymax, v);
+    }
+    ymax = ymax > 0 ? ymax * 1.06 : 1;
+    const sx = (us) => LEFT + (us / duration) * plotW;
+    const sy = (b) => TOP + PLOT_H - (b / ymax) * PLOT_H;
+
+    const figure = document.createElement('figure');
+    figure.className = 'device-chart';
+    const caption = document.createElement('figcaption');
+    caption.textContent = `Device ${dev.device}: peak ${fmtBytes(dev.peak_bytes)}` +
+      `, ${fmtBytes(dev.end_bytes)} at the end`;
+    figure.appendChild(caption);
+    const svg = el('svg', {
+      id: `chart-device-${dev.device}`,
+      class: 'chart',
+      viewBox: `0 0 ${W} ${H}`,
+      role: 'img',
+      'aria-label': `live bytes on device ${dev.device} over time`,
+    }, figure);
+    let points = 0;
+
+    for (const p of data.phases) {
+      const x0 = sx(p.start_us);
+      const x1 = sx(p.end_us);
+      el('rect', {class: `phase phase-${p.name}`, x: x0, y: TOP, width: Math.max(x1 - x0, 0.5),
+        height: PLOT_H}, svg);
+      const label = el('text', {class: 'phase-label', x: x0 + 4, y: TOP + 12}, svg);
+      label.textContent = p.name;
+    }
+
+    // Step boundaries behind everything else, where there are few enough to tell apart.
+    if (data.steps.length <= 60) {
+      for (const s of data.steps) {
+        el('line', {class: 'step-grid', x1: sx(s), x2: sx(s), y1: TOP, y2: TOP + PLOT_H}, svg);
+      }
+    }
+
+    for (const t of ticks(ymax, 5, 2)) {
+      el('line', {class: 'grid', x1: LEFT, x2: W - RIGHT, y1: sy(t), y2: sy(t)}, svg);
+      const label = el('text', {class: 'axis', x: LEFT - 6, y: sy(t) + 4, 'text-anchor': 'end'}, svg);
+      label.textContent = fmtBytes(t);
+    }
+    for (const t of ticks(duration, 8, 10)) {
+      el('line', {class: 'tick', x1: sx(t), x2: sx(t), y1: TOP + PLOT_H, y2: TOP + PLOT_H + 4}, svg);
+      const label = el('text', {class: 'axis', x: sx(t), y: TOP + PLOT_H + 16, 'text-anchor': 'middle'},
+        svg);
+      label.textContent = fmtTime(t);
+    }
+
+    // The envelope: lowest to highest value within each stretch.
+    if (xs.length) {
+      const top = xs.map((x, i) => `${sx(x).toFixed(1)},${sy(dev.max[i]).toFixed(1)}`);
+      const bottom = xs.map((x, i) => `${sx(x).toFixed(1)},${sy(dev.min[i]).toFixed(1)}`).reverse();
+      el('polygon', {class: 'envelope', points: top.concat(bottom).join(' ')}, svg);
+      points += xs.length * 2;
+    }
+
+    // Stacked bands, largest holder at the bottom.
+    const base = xs.map(() => 0);
+    bands.forEach((band, k) => {
+      const lower = base.slice();
+      band.values.forEach((v, i) => {
+        base[i] += v;
+      });
+      const top = xs.map((x, i) => `${sx(x).toFixed(1)},${sy(base[i]).toFixed(1)}`);
+      const bottom = xs.map((x, i) => `${sx(x).toFixed(1)},${sy(lower[i]).toFixed(1)}`).reverse();
+      const color = band.stack ? COLORS[k % COLORS.length] : OTHER_COLOR;
+      const area = el('polygon', {class: 'band', points: top.concat(bottom).join(' '), fill: color},
+        svg);
+      if (band.stack) {
+        area.dataset.stack = band.stack;
+        area.dataset.title = band.label;
+      }
+      const title = el('title', {}, area);
+      title.textContent = band.label;
+      band.color = color;
+      points += xs.length * 2;
+    });
+
+    // The highest value of each stretch as a line: peaks between two band samples stay visible.
+    if (xs.length) {
+      const line = xs.map((x, i) => `${sx(x).toFixed(1)},${sy(dev.max[i]).toFixed(1)}`);
+      el('polyline', {class: 'max-line', points: line.join(' ')}, svg);
+      points += xs.length;
+    }
+
+    if (dev.peak_bytes > 0) {
+      const px = sx(dev.peak_us);
+      const py = sy(dev.peak_bytes);
+      el('circle', {class: 'peak', cx: px, cy: py, r: 4}, svg);
+      const label = el('text', {class: 'peak-label', x: Math.min(px + 6, W - 140), y: Math.max(py - 6, TOP + 10)}, svg);
+      label.textContent = `peak ${fmtBytes(dev.peak_bytes)}`;
+    }
+
+    // Lanes under the plot: steps, NVTX ranges by depth, marks and failures.
+    const laneLabel = (text, y) => {
+      const t = el('text', {class: 'lane-label', x: LEFT - 6, y: y, 'text-anchor': 'end'}, svg);
+      t.textContent = text;
+    };
+    laneLabel('steps', laneTop + 8);
+    for (const s of data.steps) {
+      el('line', {class: 'step', x1: sx(s), x2: sx(s), y1: laneTop, y2: laneTop + lanes.steps}, svg);
+    }
+    const rangeTop = laneTop + lanes.steps + 2;
+    if (depth > 0) {
+      laneLabel('NVTX', rangeTop + 8);
+    }
+    for (const r of data.ranges) {
+      if (r.depth >= depth) {
+        continue;
+      }
+      const x0 = sx(r.start_us);
+      const rect = el('rect', {class: 'range', x: x0, y: rangeTop + r.depth * 9, height: 8,
+        width: Math.max(sx(r.end_us) - x0, 0.8)}, svg);
+      const title = el('title', {}, rect);
+      title.textContent = `${r.name} (thread ${r.thread}, ${fmtTime(r.end_us - r.start_us)})`;
+    }
+    const eventTop = rangeTop + lanes.ranges + 2;
+    for (const m of data.marks) {
+      const mark = el('path', {class: 'mark', d: `M${sx(m.t_us)},${eventTop} l4,8 l-8,0 z`}, svg);
+      const title = el('title', {}, mark);
+      title.textContent = `mark: ${m.name}`;
+    }
+    for (const f of data.failures) {
+      if (f.device !== dev.device) {
+        continue;
+      }
+      const x = sx(f.t_us);
+      el('line', {class: 'failure-line', x1: x, x2: x, y1: TOP, y2: TOP + PLOT_H}, svg);
+      const marker = el('circle', {class: f.oom ? 'failure oom' : 'failure', cx: x, cy: eventTop + 5,
+        r: 4}, svg);
+      const title = el('title', {}, marker);
+      title.textContent = `${f.api} of ${fmtBytes(f.bytes)} failed (${f.oom ? 'out of memory' : `error ${f.result}`})`;
+    }
+
+    // Hover: the values at the stretch under the pointer.
+    const cursor = el('line', {class: 'cursor', x1: 0, x2: 0, y1: TOP, y2: TOP + PLOT_H,
+      visibility: 'hidden'}, svg);
+    const readout = document.createElement('div');
+    readout.className = 'readout';
+    readout.textContent = 'Point at the chart for the values at a moment.';
+    svg.addEventListener('mousemove', (e) => {
+      if (!xs.length) {
+        return;
+      }
+      const box = svg.getBoundingClientRect();
+      const vx = ((e.clientX - box.left) / box.width) * W;
+      const us = ((vx - LEFT) / plotW) * duration;
+      const i = indexAt(xs, us);
+      cursor.setAttribute('x1', sx(xs[i]));
+      cursor.setAttribute('x2', sx(xs[i]));
+      cursor.setAttribute('visibility', 'visible');
+      const parts = bands.filter((band) => band.values[i] > 0).slice(0, 4)
+        .map((band) => `${band.label}: ${fmtBytes(band.values[i])}`);
+      readout.textContent = `${fmtTime(xs[i])}: ${fmtBytes(dev.last[i])} live` +
+        ` (${fmtBytes(dev.min[i])}..${fmtBytes(dev.max[i])} in this stretch)` +
+        (parts.length ? ` · ${parts.join(' · ')}` : '');
+    });
+    figure.appendChild(readout);
+
+    const legend = document.createElement('ul');
+    legend.className = 'legend';
+    for (const band of bands) {
+      const item = document.createElement('li');
+      const swatch = document.createElement('span');
+      swatch.className = 'swatch';
+      swatch.style.background = band.color;
+      item.appendChild(swatch);
+      const name = document.createElement(band.stack ? 'a' : 'span');
+      name.textContent = band.label;
+      if (band.stack) {
+        name.href = '#stack';
+        name.dataset.stack = band.stack;
+        name.dataset.title = band.label;
+      }
+      item.appendChild(name);
+      legend.appendChild(item);
+    }
+    figure.appendChild(legend);
+    svg.dataset.points = String(points);
+    container.appendChild(figure);
+    return points;
+  }
+
+  function draw(by) {
+    const charts = document.getElementById('charts');
+    charts.replaceChildren();
+    let points = 0;
+    for (const dev of data.devices) {
+      points += drawDevice(charts, dev, by);
+    }
+    if (!data.devices.length) {
+      const p = document.createElement('p');
+      p.textContent = 'No device memory was ever live in this trace.';
+      charts.appendChild(p);
+    }
+    document.body.dataset.chartPoints = String(points);
+    for (const b of document.querySelectorAll('.controls button')) {
+      b.classList.toggle('on', b.dataset.by === by);
+    }
+  }
+
+  for (const b of document.querySelectorAll('.controls button')) {
+    b.addEventListener('click', () => draw(b.dataset.by));
+  }
+  draw('python');
+  document.body.dataset.chart = 'drawn';
+})();

@@ -1,0 +1,139 @@
+//! `vramtrace report --html`: the report as one self-contained page — the FINDINGS, the chart of
+//! live device memory over time, and the analyses' tables — that opens in any browser without a
+//! network and can be mailed.
+//!
+//! The tables come from the same [`Report`] the terminal and JSON reports render, through the
+//! template `page.html` (exact bytes in each cell's title); the chart is drawn in the browser by
+//! `chart.js` from the [`Timeline`] gathered while the trace was read, embedded as JSON. Stacks
+//! are looked up here, once, for every holder a click can ask about.
+
+mod data;
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use minijinja::value::Serde;
+use minijinja::{AutoEscape, Environment};
+use serde::Serialize;
+use vramtrace_collector::symbols::Symbolizer;
+
+use crate::load::LoadedTrace;
+use crate::report::Report;
+use crate::timeline::Timeline;
+use crate::units::{bytes, signed_bytes};
+
+const PAGE: &str = include_str!("page.html");
+const SCRIPT: &str = include_str!("chart.js");
+const STYLE: &str = include_str!("page.css");
+
+/// Stretches the chart keeps: enough for a wide screen, few enough that the page stays small.
+pub const CHART_STRETCHES: usize = 800;
+/// NVTX ranges and marks the chart keeps.
+pub const CHART_RANGES: usize = 2000;
+
+/// Everything the template reads.
+#[derive(Serialize)]
+struct Page<'a> {
+    title: String,
+    report: &'a Report<'a>,
+    findings: String,
+    top: usize,
+    duration: String,
+    chart_note: String,
+    style: &'static str,
+    script: &'static str,
+    /// The chart's data as JSON, safe inside a `<script>` element.
+    data: String,
+}
+
+/// JSON that cannot end the `<script>` element it sits in: every `<` is escaped (it can only
+/// occur inside strings, where `\u003c` means the same).
+fn script_json(value: &impl Serialize) -> Result<String> {
+    let json = serde_json::to_string(value).context("encoding the chart data")?;
+    Ok(json.replace('<', "\\u003c"))
+}
+
+/// `1.5 s`, `120 ms`.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        n if n >= 60_000_000_000 => format!("{:.1} min", n as f64 / 6e10),
+        n if n >= 1_000_000_000 => format!("{:.2} s", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
+        n => format!("{} µs", n / 1000),
+    }
+}
+
+/// Renders the page of `report` (of `trace`, read with `timeline`).
+pub fn render(
+    trace: &LoadedTrace,
+    report: &Report<'_>,
+    timeline: &Timeline,
+    symbols: &mut Symbolizer,
+) -> Result<String> {
+    let chart = data::chart(trace, report, timeline, symbols);
+    let mut findings = Vec::new();
+    crate::report::findings::summary(&mut findings, &report.analysis, "at the end")
+        .context("writing the findings")?;
+    let findings = String::from_utf8_lossy(&findings)
+        .trim_start_matches('\n')
+        .trim_start_matches("FINDINGS\n")
+        .to_string();
+    let span = timeline
+        .last_ns
+        .saturating_sub(timeline.first_ns.unwrap_or(0));
+    let chart_note =
+        format!(
+        "Each point covers {} consecutive events; the grey envelope spans the lowest and highest \
+         live bytes within them, the bands what each holder held at their end. {} steps{}. \
+         The tables hold exact numbers.",
+        timeline.stride(),
+        timeline.step_starts.len(),
+        if chart.steps.len() < timeline.step_starts.len() {
+            format!(" (every {}th drawn)", timeline.step_starts.len() / chart.steps.len().max(1))
+        } else {
+            String::new()
+        }
+    );
+    let page = Page {
+        title: format!(
+            "vramtrace: {}",
+            report
+                .trace
+                .command_line
+                .first()
+                .map_or("trace", |c| c.rsplit('/').next().unwrap_or(c))
+        ),
+        report,
+        findings,
+        top: report.top,
+        duration: duration(span),
+        chart_note,
+        style: STYLE,
+        script: SCRIPT,
+        data: script_json(&chart)?,
+    };
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::Html);
+    env.add_filter("bytes", |n: u64| bytes(n));
+    env.add_filter("signed_bytes", |n: f64| signed_bytes(n));
+    env.add_filter("duration", |n: u64| duration(n));
+    env.add_template("page.html", PAGE)
+        .context("reading the page template")?;
+    let template = env.get_template("page.html")?;
+    template
+        .render(Serde(&page))
+        .map_err(|e| anyhow::anyhow!("rendering the page: {e:#}"))
+}
+
+/// Writes the page to `path`; returns its size in bytes.
+pub fn write(
+    path: &Path,
+    trace: &LoadedTrace,
+    report: &Report<'_>,
+    timeline: &Timeline,
+    symbols: &mut Symbolizer,
+) -> Result<u64> {
+    let page = render(trace, report, timeline, symbols)?;
+    std::fs::write(path, &page).with_context(|| format!("writing {}", path.display()))?;
+    Ok(page.len() as u64)
+}
