@@ -6,6 +6,7 @@
 //! same code, so "what is live" has one definition.
 
 pub mod analysis;
+pub mod attached;
 pub mod event;
 pub mod fasthash;
 pub mod format;

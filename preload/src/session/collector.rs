@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use vramtrace_collector::format::{
-    End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
+    Attachment, End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
 use super::lifecycle::{self, warn};
@@ -94,6 +94,8 @@ struct Collector {
     last_stats: Stats,
     /// Event times arrive as raw clock readings (TSC ticks where invariant).
     calibration: Calibration,
+    /// Payloads written so far (the last `Attachment` id).
+    attachments: u32,
 }
 
 fn env_i32(name: &str) -> Option<i32> {
@@ -263,6 +265,38 @@ impl Collector {
         }
     }
 
+    /// Writes the payloads the program handed over, each in pieces that fit a chunk, and puts
+    /// them on disk at once: one handed over at an out-of-memory error may be the last thing the
+    /// process does.
+    fn write_attachments(&mut self) {
+        let mut wrote = false;
+        while let Some(a) = self.session.attachments.pop() {
+            self.attachments += 1;
+            let total = a.data.len();
+            let mut offset = 0;
+            loop {
+                let end = total.min(offset + Attachment::PIECE_BYTES);
+                self.sink.write(&Record::Attachment(Attachment {
+                    kind: a.kind.clone(),
+                    id: self.attachments,
+                    offset: offset as u64,
+                    total: total as u64,
+                    time_ns: a.time_ns,
+                    after_seq: a.after_seq,
+                    data: a.data[offset..end].to_vec(),
+                }));
+                offset = end;
+                if offset >= total {
+                    break;
+                }
+            }
+            wrote = true;
+        }
+        if wrote {
+            self.sink.flush();
+        }
+    }
+
     /// Writes every event that is next in sequence. Gives up on a number nobody claimed when
     /// its hook dropped it, when it has been missing for `reorder_wait`, or with `drain` (exit,
     /// fatal signal), when it also stops waiting for hooks still writing. Returns how many events
@@ -351,6 +385,7 @@ impl Collector {
             let got = self.consume(finish != 0 || flush_now, reorder_wait);
             self.session.set_consumed(self.next_seq);
             self.write_lookups();
+            self.write_attachments();
             if finish != 0 {
                 self.end(finish);
                 return;
@@ -479,6 +514,7 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 dropped_seqs: BTreeSet::new(),
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
+                attachments: 0,
             };
             c.calibration.publish();
             for w in warnings {

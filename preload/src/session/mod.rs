@@ -21,6 +21,17 @@ use vramtrace_collector::format::{Lookup, PyFrame};
 
 pub use config::Config;
 
+/// A payload the program handed to the tracer (`vramtrace_attach`), waiting for the collector
+/// thread to write it.
+pub struct Attached {
+    pub kind: String,
+    pub data: Vec<u8>,
+    /// `CLOCK_MONOTONIC` nanoseconds when it was handed over.
+    pub time_ns: u64,
+    /// The last sequence number handed out then.
+    pub after_seq: u64,
+}
+
 /// An event as a hook hands it over: the stacks still raw, interned by the collector.
 pub struct Captured {
     pub event: Event,
@@ -110,6 +121,8 @@ pub struct Session {
     pub dropped_seqs: SegQueue<u64>,
     /// Driver entry points handed out unwrapped, to be written as `Lookup` records.
     pub lookups: SegQueue<Lookup>,
+    /// Payloads handed over by the program, to be written as `Attachment` records.
+    pub attachments: SegQueue<Attached>,
     pub control: Control,
     pub forked_from: Option<u32>,
 }
@@ -266,6 +279,7 @@ fn start_slow() -> Option<&'static Session> {
         after_end: AtomicU64::new(0),
         dropped_seqs: SegQueue::new(),
         lookups: SegQueue::new(),
+        attachments: SegQueue::new(),
         control: Control::default(),
         forked_from,
     }));
