@@ -15,6 +15,7 @@ pub mod modules;
 pub mod python;
 #[cfg(feature = "symbols")]
 pub mod symbols;
+pub mod torch;
 
 pub use event::{Api, Event, MemKind, Op};
 pub use format::{Header, Record, TraceError, TraceReader, TraceWriter};

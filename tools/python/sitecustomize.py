@@ -1,0 +1,48 @@
+"""vramtrace's start-up hook for Python programs (docs/pytorch.md).
+
+`vramtrace run` puts the directory holding this file first on PYTHONPATH, so the interpreter's
+`site` module imports it at start-up in place of any other `sitecustomize`. It runs that other
+one first, exactly as `site` would have (its errors reach `site` unchanged), then installs
+`vramtrace_hooks`, which waits for the program to import torch and does nothing before.
+"""
+
+
+def _vramtrace_chain():
+    """Runs the `sitecustomize` the interpreter would have found without vramtrace: the first one
+    on `sys.path` outside every directory holding vramtrace's hooks (nested `vramtrace run`s put
+    one such directory each)."""
+    import os
+    import sys
+    from importlib.machinery import PathFinder
+    from importlib.util import module_from_spec
+
+    def ours(entry):
+        return os.path.isfile(os.path.join(entry or os.curdir, "vramtrace_hooks.py"))
+
+    path = [p for p in sys.path if isinstance(p, str) and not ours(p)]
+    spec = PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = module_from_spec(spec)
+    # The other module takes the name, as if it had been imported in our place.
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+def _vramtrace_install():
+    try:
+        import vramtrace_hooks
+
+        vramtrace_hooks.install()
+    except Exception as e:  # never the program's problem
+        import os
+        import sys
+
+        if os.environ.get("VRAMTRACE_QUIET", "0") in ("", "0"):
+            sys.stderr.write("vramtrace: warning: Python hooks not installed: %r\n" % (e,))
+
+
+try:
+    _vramtrace_chain()
+finally:
+    _vramtrace_install()
