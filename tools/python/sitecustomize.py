@@ -2,8 +2,9 @@
 
 `vramtrace run` puts the directory holding this file first on PYTHONPATH, so the interpreter's
 `site` module imports it at start-up in place of any other `sitecustomize`. It runs that other
-one first, exactly as `site` would have (its errors reach `site` unchanged), then installs
-`vramtrace_hooks`, which waits for the program to import torch and does nothing before.
+one first, exactly as `site` would have (its errors reach `site` unchanged), then puts a finder
+on `sys.meta_path` that waits for `import torch`: only then is `vramtrace_hooks` imported. A
+program that never imports torch pays one string comparison per import, nothing more.
 """
 
 
@@ -29,17 +30,23 @@ def _vramtrace_chain():
     spec.loader.exec_module(module)
 
 
+class _VramtraceTorchWatch:
+    """Hands `import torch` to vramtrace_hooks, which hooks torch once it is imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            import vramtrace_hooks
+        except Exception:
+            return None
+        return vramtrace_hooks.find_torch_spec(self, name, path, target)
+
+
 def _vramtrace_install():
-    try:
-        import vramtrace_hooks
+    import sys
 
-        vramtrace_hooks.install()
-    except Exception as e:  # never the program's problem
-        import os
-        import sys
-
-        if os.environ.get("VRAMTRACE_QUIET", "0") in ("", "0"):
-            sys.stderr.write("vramtrace: warning: Python hooks not installed: %r\n" % (e,))
+    sys.meta_path.insert(0, _VramtraceTorchWatch())
 
 
 try:

@@ -6,9 +6,9 @@ allocator (settings, and the history of every tensor block) handed to the tracer
 `LD_PRELOAD=libvramtrace.so`), put this directory on PYTHONPATH, or call
 `vramtrace_hooks.install()` at the top of the program.
 
-`install()` only puts a finder on `sys.meta_path` that waits for `import torch`; a program that
-never imports torch pays one string comparison per import. Once torch is imported (and the finder
-has removed itself), and only if the tracer is loaded in the process, the hooks:
+Both only put a finder on `sys.meta_path` that waits for `import torch`; a program that never
+imports torch pays one string comparison per import. Once torch is imported (and the finder has
+removed itself), and only if the tracer is loaded in the process, the hooks:
 
 - mark one training step per iteration from a global optimizer step post-hook: an optimizer
   marks a step when it steps again before the others that stepped since the last mark (so a GAN's
@@ -28,7 +28,9 @@ Settings (environment):
   recorder off.
 """
 
+import collections
 import sys
+import time
 
 #: Entries kept by PyTorch's memory history recorder unless VRAMTRACE_TORCH_HISTORY says.
 DEFAULT_HISTORY = 100000
@@ -40,13 +42,20 @@ SNAPSHOT_FORMAT = "vramtrace-torch-snapshot/1"
 #: The allocator settings variables, in the order torch reads them (the first set wins).
 ALLOC_CONF_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
+#: Step marks kept with their wall-clock time (the last ones), handed over with the history:
+#: torch stamps its actions with the same clock, so steps and actions line up to the microsecond.
+MARKS_KEPT = 100000
+
 _installed = False
-_finder = None
+_hooked = False
+#: (step number, time.time_ns()) of the marks made here.
+_marks = collections.deque(maxlen=MARKS_KEPT)
 
 
 def install():
-    """Installs the hooks: now if torch is already imported, else when it is. Idempotent."""
-    global _installed, _finder
+    """Installs the hooks: now if torch is already imported, else when it is. Idempotent (and a
+    no-op beside the watch `vramtrace run`'s sitecustomize installs)."""
+    global _installed
     if _installed:
         return
     _installed = True
@@ -54,62 +63,66 @@ def install():
     if torch is not None and getattr(torch, "optim", None) is not None:
         _torch_imported(torch)
         return
-    _finder = _TorchFinder()
-    sys.meta_path.insert(0, _finder)
+    sys.meta_path.insert(0, _TorchWatch())
 
 
-class _TorchFinder:
-    """Waits for `import torch`: finds torch's spec with the finders after it, and has torch's
-    own loader run the hooks once torch's module has executed (the loader object stays the one
-    the import system would have used, so `torch.__loader__` and `__spec__` are unchanged)."""
+class _TorchWatch:
+    """Waits for `import torch` (see find_torch_spec)."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
-        meta_path = sys.meta_path
-        try:
-            later = meta_path[meta_path.index(self) + 1 :]
-        except ValueError:
-            return None
-        for finder in later:
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        original = getattr(loader, "exec_module", None)
-        if original is None:
-            return spec
-        finder = self
+        return find_torch_spec(self, name, path, target)
 
-        def exec_module(module):
-            try:
-                original(module)
-            finally:
-                try:
-                    del loader.exec_module
-                except AttributeError:
-                    pass
-            # torch is whole: stop watching imports, then hook it.
-            try:
-                sys.meta_path.remove(finder)
-            except ValueError:
-                pass
-            _torch_imported(module)
 
-        try:
-            loader.exec_module = exec_module
-        except (AttributeError, TypeError):
-            _warn("cannot watch torch's import (its loader takes no attributes); no torch hooks")
-            try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
+def find_torch_spec(watch, name, path, target):
+    """torch's spec, found by the finders after `watch` on `sys.meta_path`, with torch's own
+    loader made to run the hooks once torch's module has executed, and `watch` removed then. The
+    loader object stays the one the import system would have used (`torch.__loader__` and
+    `__spec__` are unchanged); only its `exec_module` is wrapped, for this one call."""
+    meta_path = sys.meta_path
+    try:
+        later = meta_path[meta_path.index(watch) + 1 :]
+    except ValueError:
+        return None
+    for finder in later:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        spec = find(name, path, target)
+        if spec is not None:
+            break
+    else:
+        return None
+    loader = spec.loader
+    original = getattr(loader, "exec_module", None)
+    if original is None:
         return spec
+
+    def exec_module(module):
+        try:
+            original(module)
+        finally:
+            try:
+                del loader.exec_module
+            except AttributeError:
+                pass
+        # torch is whole: stop watching imports, then hook it.
+        try:
+            sys.meta_path.remove(watch)
+        except ValueError:
+            pass
+        _torch_imported(module)
+
+    try:
+        loader.exec_module = exec_module
+    except (AttributeError, TypeError):
+        _warn("cannot watch torch's import (its loader takes no attributes); no torch hooks")
+        try:
+            sys.meta_path.remove(watch)
+        except ValueError:
+            pass
+    return spec
 
 
 def _warn(message):
@@ -174,6 +187,10 @@ class _Tracer:
 
 
 def _torch_imported(torch):
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
     try:
         tracer = _tracer()
         if tracer is None:
@@ -205,13 +222,19 @@ class StepClock:
         key = id(optimizer)
         if not self._since_mark or key in self._since_mark:
             self._since_mark = {key}
-            self._mark()
+            step = self._mark()
+            _marks.append((step, time.time_ns()))
         else:
             self._since_mark.add(key)
 
 
 def _install_step_clock(torch, tracer):
-    optimizer = getattr(getattr(torch, "optim", None), "optimizer", None)
+    # torch.optim deletes its `optimizer` attribute; the module stays in sys.modules.
+    optimizer = sys.modules.get("torch.optim.optimizer")
+    if optimizer is None:
+        import importlib
+
+        optimizer = importlib.import_module("torch.optim.optimizer")
     register = getattr(optimizer, "register_optimizer_step_post_hook", None)
     if register is None:
         _warn("this torch has no global optimizer step hook; steps come from the trace alone")
@@ -310,7 +333,7 @@ class _AllocatorView:
             return
         try:
             snapshot = self.torch.cuda.memory._snapshot()
-            payload = compact_snapshot(snapshot, reason, self.history, oom)
+            payload = compact_snapshot(snapshot, reason, self.history, oom, list(_marks))
             if not self.tracer.attach(KIND_SNAPSHOT, payload):
                 _warn("the tracer did not take torch's memory history (%s)" % reason)
         except Exception as e:
@@ -342,18 +365,17 @@ def _scalar(value):
 TRACE_COLUMNS = ("action", "addr", "size", "stream", "time_us", "stack")
 
 
-def compact_snapshot(snapshot, reason, max_entries, oom=None):
+def compact_snapshot(snapshot, reason, max_entries, oom=None, marks=()):
     """`torch.cuda.memory._snapshot()` as compact JSON bytes: segments and blocks keep their
     keys (scalar values only), trace entries become rows of TRACE_COLUMNS, and every `frames`
     list becomes `stack`, a 1-based index into a table of interned stacks of interned frames
-    (0: none).
+    (0: none). `marks` are the step marks made here, as (step number, time.time_ns()).
 
     Torch shares one dict per distinct frame and one list per distinct stack between entries,
     so stacks are interned by object first (one lookup per entry) and by content only once per
     distinct list.
     """
     import json
-    import time
 
     frames = []  # [filename, line, name]
     frame_ids = {}
@@ -435,5 +457,6 @@ def compact_snapshot(snapshot, reason, max_entries, oom=None):
         "device_traces": traces,
         "allocator_settings": plain(settings) if isinstance(settings, dict) else None,
         "oom": oom,
+        "step_marks": [list(m) for m in marks],
     }
     return json.dumps(document, separators=(",", ":"), default=str).encode()

@@ -180,6 +180,17 @@ pub struct OomFacts {
     pub device_free: u64,
 }
 
+/// A step mark the bootstrap made (`vramtrace_mark_step` from an optimizer step), on torch's
+/// clock: the boundary lines up with the allocator's actions to the microsecond, where the
+/// trace's own event times (a calibrated cycle counter) may be off by up to a millisecond.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepMark {
+    /// The number `vramtrace_mark_step` returned (the trace's `MarkStep { step }`).
+    pub step: u64,
+    /// µs since the Unix epoch.
+    pub time_us: i64,
+}
+
 /// A recorder snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatorSnapshot {
@@ -199,6 +210,8 @@ pub struct AllocatorSnapshot {
     pub alloc_conf: Option<String>,
     pub expandable_segments: Option<bool>,
     pub oom: Option<OomFacts>,
+    /// The step marks the bootstrap made (its last ones), oldest first.
+    pub step_marks: Vec<StepMark>,
     /// Entries or blocks that could not be read and were left out.
     pub unreadable: u64,
 }
@@ -241,6 +254,8 @@ struct RawDoc {
     allocator_settings: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     oom: Option<OomFacts>,
+    #[serde(default)]
+    step_marks: Vec<(u64, u64)>,
 }
 
 fn as_u64(v: Option<&Value>) -> u64 {
@@ -493,6 +508,14 @@ impl AllocatorSnapshot {
                 .and_then(|s| s.get("expandable_segments"))
                 .and_then(Value::as_bool),
             oom: raw.oom,
+            step_marks: raw
+                .step_marks
+                .iter()
+                .map(|&(step, unix_ns)| StepMark {
+                    step,
+                    time_us: (unix_ns / 1000) as i64,
+                })
+                .collect(),
             unreadable,
         })
     }
@@ -583,7 +606,7 @@ mod tests {
           "device_traces":[[["segment_alloc",4096,2097152,0,1000,0],["alloc",4096,1000,0,1001,1],
             ["oom",77,9,0,1002,0],["annotate",4096,0,0,1003,0]]],
           "allocator_settings":{"PYTORCH_CUDA_ALLOC_CONF":"expandable_segments:False","expandable_segments":false},
-          "oom":null}"#;
+          "oom":null,"step_marks":[[1,5000000],[2,5002000]]}"#;
         let a = AllocatorSnapshot::parse(torch, None).unwrap();
         let b = AllocatorSnapshot::parse(compact, None).unwrap();
         assert_eq!(a.frames, b.frames);
@@ -604,6 +627,19 @@ mod tests {
         assert_eq!(a.alloc_conf.as_deref(), Some("expandable_segments:False"));
         assert_eq!(b.expandable_segments, Some(false));
         assert_eq!(b.reason, "exit");
+        assert_eq!(
+            b.step_marks,
+            [
+                StepMark {
+                    step: 1,
+                    time_us: 5000
+                },
+                StepMark {
+                    step: 2,
+                    time_us: 5002
+                }
+            ]
+        );
         assert!(b.ring_full());
         assert!(!a.ring_full(), "no ring size known");
         // The library frame is passed over.

@@ -52,8 +52,11 @@ pub struct LineSeries {
 /// Live tensor bytes at chosen moments, in all and per line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Series {
-    /// The moments, on the trace's clock (`CLOCK_MONOTONIC` ns), as given.
+    /// The moments on the trace's clock (`CLOCK_MONOTONIC` ns); empty when the snapshot has no
+    /// clock anchor.
     pub at_ns: Vec<u64>,
+    /// The same moments on torch's clock (µs since the Unix epoch).
+    pub at_us: Vec<i64>,
     pub total: Vec<u64>,
     /// Every line live at some sample, largest peak first.
     pub lines: Vec<LineSeries>,
@@ -265,17 +268,29 @@ impl<'a> TensorHistory<'a> {
     }
 
     /// Live tensor bytes at each of `at_ns` (trace clock, ascending), in all and per line.
+    /// Empty without a clock anchor.
     pub fn series(&mut self, at_ns: &[u64]) -> Series {
-        let mut lines: Vec<LineSeries> = Vec::new();
-        let mut total = vec![0u64; at_ns.len()];
-        let Some(clock) = self.snapshot.clock else {
-            return Series {
-                at_ns: at_ns.to_vec(),
-                total,
-                lines,
-                complete_from: at_ns.len(),
-            };
+        let at_us = match self.snapshot.clock {
+            Some(clock) => at_ns.iter().map(|&t| clock.time_us(t)).collect(),
+            None => Vec::new(),
         };
+        self.series_us(at_us)
+    }
+
+    /// Live tensor bytes right after each step mark the bootstrap made
+    /// ([`AllocatorSnapshot::step_marks`]: on torch's own clock, exact), in all and per line.
+    pub fn series_at_marks(&mut self) -> Series {
+        let at_us = self.snapshot.step_marks.iter().map(|m| m.time_us).collect();
+        self.series_us(at_us)
+    }
+
+    fn series_us(&mut self, at_us: Vec<i64>) -> Series {
+        let at_ns = match self.snapshot.clock {
+            Some(clock) => at_us.iter().map(|&t| clock.trace_ns(t)).collect(),
+            None => Vec::new(),
+        };
+        let mut lines: Vec<LineSeries> = Vec::new();
+        let mut total = vec![0u64; at_us.len()];
         // Changes of live bytes in time order: (µs, line slot, +bytes or -bytes).
         let mut slot_of: HashMap<Option<u32>, usize> = HashMap::new();
         let mut changes: Vec<(i64, usize, i128)> = Vec::with_capacity(self.tensors.len() * 2);
@@ -287,7 +302,7 @@ impl<'a> TensorHistory<'a> {
             if slot == lines.len() {
                 lines.push(LineSeries {
                     frame: line,
-                    bytes: vec![0; at_ns.len()],
+                    bytes: vec![0; at_us.len()],
                 });
             }
             changes.push((t.allocated_us.unwrap_or(i64::MIN), slot, i128::from(t.size)));
@@ -296,13 +311,13 @@ impl<'a> TensorHistory<'a> {
             }
         }
         changes.sort_by_key(|c| c.0);
-        let mut order: Vec<usize> = (0..at_ns.len()).collect();
-        order.sort_by_key(|&i| at_ns[i]);
+        let mut order: Vec<usize> = (0..at_us.len()).collect();
+        order.sort_by_key(|&i| at_us[i]);
         let mut live = vec![0i128; lines.len()];
         let mut sum: i128 = 0;
         let mut next = 0;
         for i in order {
-            let t = clock.time_us(at_ns[i]);
+            let t = at_us[i];
             while next < changes.len() && changes[next].0 <= t {
                 let (_, slot, delta) = changes[next];
                 live[slot] += delta;
@@ -319,13 +334,13 @@ impl<'a> TensorHistory<'a> {
             let peak = |l: &LineSeries| l.bytes.iter().copied().max().unwrap_or(0);
             peak(b).cmp(&peak(a)).then(a.frame.cmp(&b.frame))
         });
-        let start = self.window_start_ns();
-        let complete_from = match start {
+        let complete_from = match self.window_start_us {
             None => 0,
-            Some(s) => at_ns.iter().filter(|&&t| t < s).count(),
+            Some(w) => at_us.iter().filter(|&&t| t < w).count(),
         };
         Series {
-            at_ns: at_ns.to_vec(),
+            at_ns,
+            at_us,
             total,
             lines,
             complete_from,
@@ -334,12 +349,23 @@ impl<'a> TensorHistory<'a> {
 
     /// For the tensors live at the end, per line: the bytes allocated in each step between
     /// `boundaries_ns` (the steps' starts on the trace clock, ascending) — the growth that stays.
-    /// Largest live bytes first.
+    /// Largest live bytes first; empty without a clock anchor.
     pub fn survivor_growth(&mut self, boundaries_ns: &[u64]) -> Vec<LineGrowth> {
         let Some(clock) = self.snapshot.clock else {
             return Vec::new();
         };
         let bounds: Vec<i64> = boundaries_ns.iter().map(|&b| clock.time_us(b)).collect();
+        self.survivor_growth_us(&bounds)
+    }
+
+    /// [`TensorHistory::survivor_growth`] between the step marks the bootstrap made (exact, on
+    /// torch's clock): `per_step[i]` is the step that starts at `step_marks[i]`.
+    pub fn survivor_growth_at_marks(&mut self) -> Vec<LineGrowth> {
+        let bounds: Vec<i64> = self.snapshot.step_marks.iter().map(|m| m.time_us).collect();
+        self.survivor_growth_us(&bounds)
+    }
+
+    fn survivor_growth_us(&mut self, bounds: &[i64]) -> Vec<LineGrowth> {
         let steps = bounds.len();
         let mut by_line: HashMap<Option<u32>, LineGrowth> = HashMap::new();
         let survivors: Vec<Tensor> = self
@@ -388,7 +414,9 @@ impl<'a> TensorHistory<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::snapshot::{ClockAnchor, Frame, SnapshotBlock, SnapshotSegment, TraceEntry};
+    use super::super::snapshot::{
+        ClockAnchor, Frame, SnapshotBlock, SnapshotSegment, StepMark, TraceEntry,
+    };
     use super::*;
 
     const MIB: u64 = 1 << 20;
@@ -559,6 +587,35 @@ mod tests {
         let weight = &growth[1];
         assert_eq!(named(&s, weight.frame), "train.py:5 in <module>");
         assert_eq!((weight.before, weight.bytes_per_step), (4 * MIB, 0.0));
+    }
+
+    #[test]
+    fn the_bootstraps_marks_are_exact_boundaries() {
+        let mut s = planted();
+        // Marks at the end of each step (after its free), on torch's clock.
+        s.step_marks = (0..5)
+            .map(|k| StepMark {
+                step: k as u64 + 1,
+                time_us: 1000 * k + 400,
+            })
+            .collect();
+        // Without a clock anchor the marks still place everything.
+        s.clock = None;
+        let mut h = TensorHistory::new(&s);
+        let series = h.series_at_marks();
+        assert!(series.at_ns.is_empty());
+        assert_eq!(series.at_us, [400, 1400, 2400, 3400, 4400]);
+        assert_eq!(series.total, [5 * MIB, 6 * MIB, 7 * MIB, 8 * MIB, 9 * MIB]);
+        let growth = h.survivor_growth_at_marks();
+        let kept = &growth[0];
+        assert_eq!(kept.before, MIB);
+        assert_eq!(kept.per_step, [MIB, MIB, MIB, MIB, 0]);
+        // Steps 0-3 are closed and start inside the window (from 100 µs).
+        assert_eq!((kept.steps_measured, kept.bytes_per_step), (4, MIB as f64));
+        assert!(
+            h.survivor_growth(&[1]).is_empty(),
+            "trace times need an anchor"
+        );
     }
 
     #[test]

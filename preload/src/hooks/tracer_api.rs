@@ -4,11 +4,12 @@
 
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use vramtrace_collector::event::{Api, Op};
 
 use crate::capture::{clock, Call, Order};
-use crate::session::{self, Attached, HOOK_PANICS};
+use crate::session::{self, Attached, Session, HOOK_PANICS};
 
 static STEP: AtomicU64 = AtomicU64::new(0);
 
@@ -40,9 +41,10 @@ pub const MAX_KIND_BYTES: usize = 128;
 pub const MAX_ATTACH_BYTES: usize = 1 << 30;
 
 /// Hands the tracer a payload to write into the trace as it is, under `kind` (a NUL-terminated
-/// name such as `torch.memory_snapshot`). The bytes are copied before it returns; the collector
-/// thread writes them with the time they arrived and the last sequence number handed out then,
-/// so a reader can place them among the events. Returns [`ATTACH_OK`] or a negative code.
+/// name such as `torch.memory_snapshot`). The collector thread writes the bytes with the time
+/// they arrived and the last sequence number handed out then, so a reader can place them among
+/// the events; the call returns once they are on disk (or after 10 s). Returns [`ATTACH_OK`] or
+/// a negative code.
 ///
 /// Callable from Python: `ctypes.CDLL(None).vramtrace_attach(b"kind", data, len(data))`.
 ///
@@ -82,14 +84,40 @@ fn attach(kind: &CStr, bytes: &[u8]) -> c_int {
     let Some(session) = session::current() else {
         return ATTACH_OFF;
     };
-    session.attachments.push(Attached {
+    let payload = Attached {
         kind: kind.to_string_lossy().into_owned(),
         data: bytes.to_vec(),
         time_ns: clock::monotonic_ns(),
         after_seq: session.last_seq(),
-    });
+    };
+    let number = {
+        let Ok(mut queue) = session.attachments.lock() else {
+            return ATTACH_FAILED;
+        };
+        queue.waiting.push(payload);
+        queue.queued += 1;
+        queue.queued
+    };
     if let Some(t) = session.control.collector.get() {
         t.unpark();
     }
+    wait_until_written(session, number);
     ATTACH_OK
+}
+
+/// How long `vramtrace_attach` waits for its payload to reach the file.
+const ATTACH_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits (at most [`ATTACH_WAIT`]) until payload `number` is written and flushed, so a process
+/// that dies right after handing it over (the usual end of an out-of-memory error) still leaves
+/// it in the trace. The collector never needs the caller (nor Python's lock) to get there.
+fn wait_until_written(session: &Session, number: u64) {
+    let start = Instant::now();
+    while session.attachments_written.load(Ordering::Acquire) < number
+        && session.control.finished.load(Ordering::Acquire) == 0
+        && session.control.collector_tid.load(Ordering::Acquire) != crate::capture::thread::tid()
+        && start.elapsed() < ATTACH_WAIT
+    {
+        std::thread::sleep(Duration::from_micros(500));
+    }
 }

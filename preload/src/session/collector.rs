@@ -265,12 +265,20 @@ impl Collector {
         }
     }
 
-    /// Writes the payloads the program handed over, each in pieces that fit a chunk, and puts
-    /// them on disk at once: one handed over at an out-of-memory error may be the last thing the
-    /// process does.
+    /// Writes the payloads the program handed over, each in pieces that fit a chunk, puts them
+    /// on disk at once (one handed over at an out-of-memory error may be the last thing the
+    /// process does), and says so to the threads waiting for them. The queue is only tried: a
+    /// thread stopped by a fatal signal while holding it must not stop the collector.
     fn write_attachments(&mut self) {
-        let mut wrote = false;
-        while let Some(a) = self.session.attachments.pop() {
+        let waiting = match self.session.attachments.try_lock() {
+            Ok(mut q) => std::mem::take(&mut q.waiting),
+            Err(_) => return,
+        };
+        if waiting.is_empty() {
+            return;
+        }
+        let count = waiting.len() as u64;
+        for a in waiting {
             self.attachments += 1;
             let total = a.data.len();
             let mut offset = 0;
@@ -290,11 +298,11 @@ impl Collector {
                     break;
                 }
             }
-            wrote = true;
         }
-        if wrote {
-            self.sink.flush();
-        }
+        self.sink.flush();
+        self.session
+            .attachments_written
+            .fetch_add(count, Ordering::Release);
     }
 
     /// Writes every event that is next in sequence. Gives up on a number nobody claimed when

@@ -32,6 +32,14 @@ pub struct Attached {
     pub after_seq: u64,
 }
 
+/// Payloads waiting for the collector thread, in the order they were numbered.
+#[derive(Default)]
+pub struct AttachQueue {
+    pub waiting: Vec<Attached>,
+    /// Payloads queued so far: the last one's number.
+    pub queued: u64,
+}
+
 /// An event as a hook hands it over: the stacks still raw, interned by the collector.
 pub struct Captured {
     pub event: Event,
@@ -122,7 +130,9 @@ pub struct Session {
     /// Driver entry points handed out unwrapped, to be written as `Lookup` records.
     pub lookups: SegQueue<Lookup>,
     /// Payloads handed over by the program, to be written as `Attachment` records.
-    pub attachments: SegQueue<Attached>,
+    pub attachments: std::sync::Mutex<AttachQueue>,
+    /// Payloads written and flushed so far (they are numbered from 1 as they are queued).
+    pub attachments_written: AtomicU64,
     pub control: Control,
     pub forked_from: Option<u32>,
 }
@@ -279,7 +289,8 @@ fn start_slow() -> Option<&'static Session> {
         after_end: AtomicU64::new(0),
         dropped_seqs: SegQueue::new(),
         lookups: SegQueue::new(),
-        attachments: SegQueue::new(),
+        attachments: std::sync::Mutex::new(AttachQueue::default()),
+        attachments_written: AtomicU64::new(0),
         control: Control::default(),
         forked_from,
     }));
