@@ -26,6 +26,10 @@ pub struct Tensor {
     /// The allocation's stack ([`AllocatorSnapshot::stack`]); 0 when unknown (allocated before
     /// the window, freed inside it).
     pub stack: u32,
+    /// The allocation had no stack of its own (it ran on a thread without Python frames, like
+    /// the autograd engine's in the backward pass): `stack` is the last one recorded before it
+    /// on its device, as the trace's own Python stacks infer them.
+    pub inferred: bool,
     /// µs since the Unix epoch; `None`: before the ring's window.
     pub allocated_us: Option<i64>,
     /// µs since the Unix epoch; `None`: live when the snapshot was taken.
@@ -40,6 +44,8 @@ pub struct LineBytes {
     pub frame: Option<u32>,
     pub bytes: u64,
     pub count: u64,
+    /// Of `bytes`, those whose line was inferred ([`Tensor::inferred`]).
+    pub inferred_bytes: u64,
 }
 
 /// One line's live tensor bytes at each sample of a [`Series`].
@@ -110,6 +116,19 @@ impl<'a> TensorHistory<'a> {
             stack: u32,
             freed_us: Option<i64>,
         }
+        // The last stack recorded before each action on its device, for allocations without one.
+        let mut last: HashMap<i32, u32> = HashMap::new();
+        let before: Vec<u32> = snapshot
+            .traces
+            .iter()
+            .map(|e| {
+                let seen = last.get(&e.device).copied().unwrap_or(0);
+                if e.stack != 0 {
+                    last.insert(e.device, e.stack);
+                }
+                seen
+            })
+            .collect();
         let mut open: HashMap<(i32, u64), Open> = HashMap::new();
         for s in &snapshot.segments {
             for b in s
@@ -134,18 +153,22 @@ impl<'a> TensorHistory<'a> {
         }
         let mut tensors = Vec::new();
         let mut unmatched = 0;
-        for e in snapshot.traces.iter().rev() {
+        for (i, e) in snapshot.traces.iter().enumerate().rev() {
             let key = (e.device, e.addr);
             if e.action == Action::Alloc {
                 match open.remove(&key) {
-                    Some(o) => tensors.push(Tensor {
-                        device: e.device,
-                        addr: e.addr,
-                        size: if e.size > 0 { e.size } else { o.size },
-                        stack: if e.stack != 0 { e.stack } else { o.stack },
-                        allocated_us: Some(e.time_us),
-                        freed_us: o.freed_us,
-                    }),
+                    Some(o) => {
+                        let own = if e.stack != 0 { e.stack } else { o.stack };
+                        tensors.push(Tensor {
+                            device: e.device,
+                            addr: e.addr,
+                            size: if e.size > 0 { e.size } else { o.size },
+                            stack: if own != 0 { own } else { before[i] },
+                            inferred: own == 0 && before[i] != 0,
+                            allocated_us: Some(e.time_us),
+                            freed_us: o.freed_us,
+                        })
+                    }
                     // Neither freed later nor live at the end: the ring lost its free.
                     None => unmatched += 1,
                 }
@@ -165,6 +188,7 @@ impl<'a> TensorHistory<'a> {
             addr,
             size: o.size,
             stack: o.stack,
+            inferred: false,
             allocated_us: None,
             freed_us: o.freed_us,
         }));
@@ -222,11 +246,11 @@ impl<'a> TensorHistory<'a> {
 
     /// Tensors live at the end, per line, largest first.
     pub fn live_at_end(&mut self) -> Vec<LineBytes> {
-        let live: Vec<(u32, u64)> = self
+        let live: Vec<Tensor> = self
             .tensors
             .iter()
             .filter(|t| t.freed_us.is_none())
-            .map(|t| (t.stack, t.size))
+            .copied()
             .collect();
         self.group(live)
     }
@@ -238,31 +262,32 @@ impl<'a> TensorHistory<'a> {
             return Vec::new();
         };
         let t = clock.time_us(at_ns);
-        let live: Vec<(u32, u64)> = self
+        let live: Vec<Tensor> = self
             .tensors
             .iter()
             .filter(|x| x.allocated_us.is_none_or(|a| a <= t) && x.freed_us.is_none_or(|f| f > t))
-            .map(|x| (x.stack, x.size))
+            .copied()
             .collect();
         self.group(live)
     }
 
-    fn group(&mut self, tensors: Vec<(u32, u64)>) -> Vec<LineBytes> {
-        let mut by_line: HashMap<Option<u32>, (u64, u64)> = HashMap::new();
-        for (stack, size) in tensors {
-            let line = self.line(stack);
-            let e = by_line.entry(line).or_default();
-            e.0 += size;
-            e.1 += 1;
-        }
-        let mut out: Vec<LineBytes> = by_line
-            .into_iter()
-            .map(|(frame, (bytes, count))| LineBytes {
+    fn group(&mut self, tensors: Vec<Tensor>) -> Vec<LineBytes> {
+        let mut by_line: HashMap<Option<u32>, LineBytes> = HashMap::new();
+        for t in tensors {
+            let frame = self.line(t.stack);
+            let e = by_line.entry(frame).or_insert(LineBytes {
                 frame,
-                bytes,
-                count,
-            })
-            .collect();
+                bytes: 0,
+                count: 0,
+                inferred_bytes: 0,
+            });
+            e.bytes += t.size;
+            e.count += 1;
+            if t.inferred {
+                e.inferred_bytes += t.size;
+            }
+        }
+        let mut out: Vec<LineBytes> = by_line.into_values().collect();
         out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.frame.cmp(&b.frame)));
         out
     }
@@ -616,6 +641,22 @@ mod tests {
             h.survivor_growth(&[1]).is_empty(),
             "trace times need an anchor"
         );
+    }
+
+    #[test]
+    fn allocations_without_a_stack_take_the_last_one_before_them() {
+        let mut s = planted();
+        // A gradient made on the autograd engine's thread after the last step's kept tensor.
+        s.traces.push(entry(Action::Alloc, 0x5000, 512, 5000, 0));
+        s.segments[0].blocks.push(block(0x5000, 512, 0));
+        let mut h = TensorHistory::new(&s);
+        let end = h.live_at_end();
+        assert_eq!(named(&s, end[0].frame), "train.py:20 in step");
+        assert_eq!(
+            (end[0].bytes, end[0].count, end[0].inferred_bytes),
+            (5 * MIB + 512, 6, 512)
+        );
+        assert_eq!(h.tensors().iter().filter(|t| t.inferred).count(), 1);
     }
 
     #[test]

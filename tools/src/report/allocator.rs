@@ -60,6 +60,9 @@ pub struct TensorLine {
     pub line: Option<String>,
     pub bytes: u64,
     pub count: u64,
+    /// Of `bytes`, those allocated on a thread without Python frames (the autograd engine's),
+    /// attributed to the last line recorded before them.
+    pub inferred_bytes: u64,
 }
 
 /// An out-of-memory error PyTorch's allocator raised.
@@ -118,6 +121,7 @@ impl AllocatorFacts {
                         line: l.frame.map(|f| s.frames[f as usize].to_string()),
                         bytes: l.bytes,
                         count: l.count,
+                        inferred_bytes: l.inferred_bytes,
                     })
                     .collect(),
                 out_of_memory: oom,
