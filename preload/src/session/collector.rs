@@ -6,8 +6,9 @@ use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use vramtrace_collector::attached;
 use vramtrace_collector::format::{
-    Attachment, End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
+    End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
 use super::lifecycle::{self, warn};
@@ -280,23 +281,9 @@ impl Collector {
         let count = waiting.len() as u64;
         for a in waiting {
             self.attachments += 1;
-            let total = a.data.len();
-            let mut offset = 0;
-            loop {
-                let end = total.min(offset + Attachment::PIECE_BYTES);
-                self.sink.write(&Record::Attachment(Attachment {
-                    kind: a.kind.clone(),
-                    id: self.attachments,
-                    offset: offset as u64,
-                    total: total as u64,
-                    time_ns: a.time_ns,
-                    after_seq: a.after_seq,
-                    data: a.data[offset..end].to_vec(),
-                }));
-                offset = end;
-                if offset >= total {
-                    break;
-                }
+            let id = self.attachments;
+            for piece in attached::pieces(&a.kind, id, a.time_ns, a.after_seq, &a.data) {
+                self.sink.write(&Record::Attachment(piece));
             }
         }
         self.sink.flush();
