@@ -6,6 +6,7 @@
 //! same code, so "what is live" has one definition.
 
 pub mod analysis;
+pub mod attached;
 pub mod event;
 pub mod fasthash;
 pub mod format;
@@ -14,6 +15,7 @@ pub mod modules;
 pub mod python;
 #[cfg(feature = "symbols")]
 pub mod symbols;
+pub mod torch;
 
 pub use event::{Api, Event, MemKind, Op};
 pub use format::{Header, Record, TraceError, TraceReader, TraceWriter};

@@ -61,7 +61,10 @@ EXAMPLES:
         vramtrace run -o traces/job-rank%r-%p.vtrace --stack-depth 64 -- torchrun train.py
 
     Use a tracer library from elsewhere, and skip the summary:
-        vramtrace run --lib ./target/release/libvramtrace.so --no-summary -- ./app";
+        vramtrace run --lib ./target/release/libvramtrace.so --no-summary -- ./app
+
+    See every PyTorch tensor as a driver allocation (the cudaMallocAsync backend):
+        vramtrace run --per-tensor -- python train.py";
 
 /// How the report ranks live memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -150,6 +153,16 @@ pub struct RunArgs {
     /// Do not summarise the traces after the program exits.
     #[arg(long)]
     pub no_summary: bool,
+    /// Run PyTorch with its cudaMallocAsync allocator backend (merged into PYTORCH_ALLOC_CONF
+    /// and PYTORCH_CUDA_ALLOC_CONF, other settings kept): every tensor is then one driver
+    /// allocation in the trace, instead of a block of the caching allocator's segments. It
+    /// changes the allocator the program runs with (docs/pytorch.md).
+    #[arg(long)]
+    pub per_tensor: bool,
+    /// Do not put vramtrace's Python hooks on PYTHONPATH (its sitecustomize: steps from
+    /// PyTorch optimizer steps, PyTorch's allocator settings and memory history).
+    #[arg(long)]
+    pub no_python_hooks: bool,
     /// The tracer library to preload (default: VRAMTRACE_LIB, else libvramtrace.so beside this
     /// program or in ../lib/).
     #[arg(long, value_name = "PATH")]

@@ -41,6 +41,6 @@ pub use header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 pub use packing::Packing;
 pub use reader::{Ending, RecordRef, TraceReader};
 pub use record::{
-    End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,
+    Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,
 };
 pub use writer::TraceWriter;

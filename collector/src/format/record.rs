@@ -111,6 +111,33 @@ pub struct End {
     pub reason: String,
 }
 
+/// A piece of a payload the traced program handed to the tracer (`vramtrace_attach`): a framework's
+/// own view of its memory, such as PyTorch's allocator history (`crate::torch`). Payloads are
+/// written in pieces of at most [`Attachment::PIECE_BYTES`], in order, so no record outgrows a
+/// chunk; a reader puts the pieces of one `id` back together (`crate::attached`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// What the payload is, named by whoever attached it (`torch.allocator`, ...).
+    pub kind: String,
+    /// Numbered from 1 within the trace; every piece of one payload carries its number.
+    pub id: u32,
+    /// Where this piece starts in the payload.
+    pub offset: u64,
+    /// The whole payload's length.
+    pub total: u64,
+    /// `CLOCK_MONOTONIC` nanoseconds when the tracer received the payload.
+    pub time_ns: u64,
+    /// The last event sequence number handed out when it was received: the payload follows every
+    /// event up to it.
+    pub after_seq: u64,
+    pub data: Vec<u8>,
+}
+
+impl Attachment {
+    /// The largest piece written in one record.
+    pub const PIECE_BYTES: usize = 1 << 20;
+}
+
 /// Everything that can follow the header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
@@ -124,6 +151,7 @@ pub enum Record {
     End(End),
     PyCode(PyCode),
     PyStack(PyStackDef),
+    Attachment(Attachment),
 }
 
 pub(crate) const TAG_EVENT: u64 = 1;
@@ -135,6 +163,7 @@ pub(crate) const TAG_WARNING: u64 = 6;
 pub(crate) const TAG_END: u64 = 7;
 pub(crate) const TAG_PY_CODE: u64 = 8;
 pub(crate) const TAG_PY_STACK: u64 = 9;
+pub(crate) const TAG_ATTACHMENT: u64 = 10;
 
 impl Record {
     pub(crate) fn tag(&self) -> u64 {
@@ -148,6 +177,7 @@ impl Record {
             Record::End(_) => TAG_END,
             Record::PyCode(_) => TAG_PY_CODE,
             Record::PyStack(_) => TAG_PY_STACK,
+            Record::Attachment(_) => TAG_ATTACHMENT,
         }
     }
 
@@ -163,6 +193,7 @@ impl Record {
             Record::End(v) => postcard::to_extend(v, out),
             Record::PyCode(v) => postcard::to_extend(v, out),
             Record::PyStack(v) => postcard::to_extend(v, out),
+            Record::Attachment(v) => postcard::to_extend(v, out),
         }
     }
 
@@ -182,6 +213,7 @@ impl Record {
             TAG_END => Record::End(de(payload)?),
             TAG_PY_CODE => Record::PyCode(de(payload)?),
             TAG_PY_STACK => Record::PyStack(de(payload)?),
+            TAG_ATTACHMENT => Record::Attachment(de(payload)?),
             _ => return None,
         })
     }

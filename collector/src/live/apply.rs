@@ -45,6 +45,7 @@ impl LiveState {
             }
             Record::PyCode(c) => self.python.add_code(c),
             Record::PyStack(s) => self.python.add_stack(s),
+            Record::Attachment(a) => self.attachments.add(a),
         }
     }
 

@@ -69,6 +69,7 @@ use self::objects::api_name;
 pub(crate) use self::objects::{hex, hex_opt};
 use self::tracked::{ObjectRef, Store};
 use self::vmm::VmmTables;
+use crate::attached::Attachments;
 use crate::event::Api;
 use crate::format::{End, Lookup, Stats};
 use crate::python::PythonStacks;
@@ -139,12 +140,19 @@ pub struct LiveState {
     notes: TracerNotes,
     /// Driver-reported used memory per device against the traced live bytes.
     devices: BTreeMap<i32, DeviceAccount>,
+    /// Payloads the program handed to the tracer (PyTorch's allocator view: `crate::torch`).
+    attachments: Attachments,
 }
 
 impl LiveState {
     /// An empty state; steps come from the program's step marks.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The payloads the program handed to the tracer (`vramtrace_attach`).
+    pub fn attachments(&self) -> &Attachments {
+        &self.attachments
     }
 
     /// An empty state whose steps come from `source` (see [`LiveState::step_pattern`]).

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use vramtrace_collector::attached;
 use vramtrace_collector::format::{
     End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
@@ -94,6 +95,8 @@ struct Collector {
     last_stats: Stats,
     /// Event times arrive as raw clock readings (TSC ticks where invariant).
     calibration: Calibration,
+    /// Payloads written so far (the last `Attachment` id).
+    attachments: u32,
 }
 
 fn env_i32(name: &str) -> Option<i32> {
@@ -263,6 +266,32 @@ impl Collector {
         }
     }
 
+    /// Writes the payloads the program handed over, each in pieces that fit a chunk, puts them
+    /// on disk at once (one handed over at an out-of-memory error may be the last thing the
+    /// process does), and says so to the threads waiting for them. The queue is only tried: a
+    /// thread stopped by a fatal signal while holding it must not stop the collector.
+    fn write_attachments(&mut self) {
+        let waiting = match self.session.attachments.try_lock() {
+            Ok(mut q) => std::mem::take(&mut q.waiting),
+            Err(_) => return,
+        };
+        if waiting.is_empty() {
+            return;
+        }
+        let count = waiting.len() as u64;
+        for a in waiting {
+            self.attachments += 1;
+            let id = self.attachments;
+            for piece in attached::pieces(&a.kind, id, a.time_ns, a.after_seq, &a.data) {
+                self.sink.write(&Record::Attachment(piece));
+            }
+        }
+        self.sink.flush();
+        self.session
+            .attachments_written
+            .fetch_add(count, Ordering::Release);
+    }
+
     /// Writes every event that is next in sequence. Gives up on a number nobody claimed when
     /// its hook dropped it, when it has been missing for `reorder_wait`, or with `drain` (exit,
     /// fatal signal), when it also stops waiting for hooks still writing. Returns how many events
@@ -351,6 +380,7 @@ impl Collector {
             let got = self.consume(finish != 0 || flush_now, reorder_wait);
             self.session.set_consumed(self.next_seq);
             self.write_lookups();
+            self.write_attachments();
             if finish != 0 {
                 self.end(finish);
                 return;
@@ -479,6 +509,7 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 dropped_seqs: BTreeSet::new(),
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
+                attachments: 0,
             };
             c.calibration.publish();
             for w in warnings {

@@ -22,6 +22,25 @@ use vramtrace_collector::format::{Lookup, PyFrame};
 
 pub use config::Config;
 
+/// A payload the program handed to the tracer (`vramtrace_attach`), waiting for the collector
+/// thread to write it.
+pub struct Attached {
+    pub kind: String,
+    pub data: Vec<u8>,
+    /// `CLOCK_MONOTONIC` nanoseconds when it was handed over.
+    pub time_ns: u64,
+    /// The last sequence number handed out then.
+    pub after_seq: u64,
+}
+
+/// Payloads waiting for the collector thread, in the order they were numbered.
+#[derive(Default)]
+pub struct AttachQueue {
+    pub waiting: Vec<Attached>,
+    /// Payloads queued so far: the last one's number.
+    pub queued: u64,
+}
+
 /// An event as a hook hands it over: the stacks still raw, interned by the collector.
 pub struct Captured {
     pub event: Event,
@@ -111,6 +130,10 @@ pub struct Session {
     pub dropped_seqs: SegQueue<u64>,
     /// Driver entry points handed out unwrapped, to be written as `Lookup` records.
     pub lookups: SegQueue<Lookup>,
+    /// Payloads handed over by the program, to be written as `Attachment` records.
+    pub attachments: std::sync::Mutex<AttachQueue>,
+    /// Payloads written and flushed so far (they are numbered from 1 as they are queued).
+    pub attachments_written: AtomicU64,
     pub control: Control,
     pub forked_from: Option<u32>,
 }
@@ -267,6 +290,8 @@ fn start_slow() -> Option<&'static Session> {
         after_end: AtomicU64::new(0),
         dropped_seqs: SegQueue::new(),
         lookups: SegQueue::new(),
+        attachments: std::sync::Mutex::new(AttachQueue::default()),
+        attachments_written: AtomicU64::new(0),
         control: Control::default(),
         forked_from,
     }));

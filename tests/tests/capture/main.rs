@@ -32,6 +32,7 @@ mod driver;
 mod libraries;
 mod nccl;
 mod processes;
+mod python_hooks;
 mod replay;
 mod runtime;
 mod settings;

@@ -4,6 +4,7 @@
 //! serialized `Report`, schema in `docs/report-json.md`) are two renderings of it, so they never
 //! disagree.
 
+mod allocator;
 mod attribution;
 pub(crate) mod findings;
 pub(crate) mod labels;
@@ -75,6 +76,9 @@ fn run_html(args: &ReportArgs, path: &std::path::Path) -> Result<()> {
 pub struct Report<'a> {
     pub schema: &'static str,
     pub trace: TraceFacts<'a>,
+    /// PyTorch's allocator: its configuration and its own per-tensor view; `null` for a trace
+    /// without PyTorch's hooks.
+    pub allocator: Option<allocator::AllocatorFacts>,
     pub reading: Reading,
     pub tracer: TracerCounters,
     pub events: EventCounts,
@@ -308,6 +312,7 @@ impl<'a> Report<'a> {
                     .map(|(name, value)| Setting { name, value })
                     .collect(),
             },
+            allocator: allocator::AllocatorFacts::of(state, header, top),
             reading: Reading {
                 complete: trace.ending.is_complete(),
                 ending: EndingFacts::new(&trace.ending),

@@ -96,6 +96,9 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     writeln!(out, "  process   {process}")?;
     writeln!(out, "  command   {}", t.command_line.join(" "))?;
     writeln!(out, "  tracer    vramtrace {}", t.tool_version)?;
+    if let Some(a) = &r.allocator {
+        writeln!(out, "  allocator {}", a.describe())?;
+    }
     let reading = &r.reading;
     let mut ending = reading.ending.description.clone();
     if let Some(reason) = &reading.end_reason {

@@ -1,6 +1,7 @@
 //! `vramtrace run`: starts a program with the tracer preloaded, passes signals on, exits as the
 //! program did, then summarises the traces it wrote.
 
+mod python;
 mod signals;
 mod status;
 mod traces;
@@ -57,6 +58,29 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     if let Some(range) = &args.step_range {
         command.env("VRAMTRACE_STEP_RANGE", range);
     }
+    // Kept until the program has exited: its directory is removed on drop.
+    let bootstrap = if args.no_python_hooks {
+        None
+    } else {
+        match python::Bootstrap::write() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!("vramtrace: warning: {e:#}; Python programs run without the hooks");
+                None
+            }
+        }
+    };
+    if let Some(b) = &bootstrap {
+        command.env(
+            "PYTHONPATH",
+            python::python_path(b.path(), std::env::var_os("PYTHONPATH")),
+        );
+    }
+    if args.per_tensor {
+        for (name, value) in python::per_tensor_env(|name| std::env::var(name).ok()) {
+            command.env(name, value);
+        }
+    }
     if !args.no_nvtx {
         // NVTX loads one injection library; a profiler the user already named keeps its place.
         match std::env::var_os("NVTX_INJECTION64_PATH").filter(|v| !v.is_empty()) {
@@ -94,6 +118,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         let loaded = status_dir.as_ref().map(StatusDir::read);
         traces::summarize(&mut err, &written, loaded).context("writing the summary")?;
     }
+    drop(bootstrap);
     Ok(exit_code(status))
 }
 

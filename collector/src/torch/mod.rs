@@ -1,0 +1,129 @@
+//! PyTorch's caching allocator seen from inside, beside the driver-level trace.
+//!
+//! With PyTorch's default (native) caching allocator the driver sees segments — large
+//! `cudaMalloc`s the allocator carves tensors from and keeps — not tensors. PyTorch's own memory
+//! history recorder sees every tensor block with its Python stack. The Python bootstrap that
+//! `vramtrace run` installs (`tools/python/vramtrace_hooks.py`, `docs/pytorch.md`) hands the
+//! tracer two payloads (`crate::attached`):
+//!
+//! - `torch.allocator`, when torch initialises CUDA: the allocator configuration
+//!   ([`AllocatorConfig`]: `PYTORCH_ALLOC_CONF` / `PYTORCH_CUDA_ALLOC_CONF`, the backend torch
+//!   uses, the recorder's settings);
+//! - `torch.memory_snapshot`, at exit and at the first out-of-memory error: the recorder's
+//!   snapshot ([`AllocatorSnapshot`]: segments and blocks now, and the ring of the last allocator
+//!   actions with their times and Python stacks), with a clock anchor that puts the allocator's
+//!   times on the trace's clock.
+//!
+//! [`TensorHistory`] rebuilds every tensor's life from a snapshot and answers per Python line:
+//! tensor bytes live at the end, live over time or at step boundaries, and the per-step growth of
+//! the tensors still live at the end. It is a second source of line evidence beside the driver
+//! view; [`View`] names which one a finding rests on.
+
+mod config;
+mod snapshot;
+mod tensors;
+
+use serde::Serialize;
+
+pub use config::{AllocatorConfig, RecorderSettings};
+pub use snapshot::{
+    Action, AllocatorSnapshot, BlockState, ClockAnchor, Frame, OomFacts, SnapshotBlock,
+    SnapshotError, SnapshotSegment, TraceEntry,
+};
+pub use tensors::{LineBytes, LineGrowth, LineSeries, Series, Tensor, TensorHistory};
+
+use crate::attached::Attachments;
+
+/// The payload kind of the allocator configuration.
+pub const KIND_ALLOCATOR: &str = "torch.allocator";
+/// The payload kind of a recorder snapshot.
+pub const KIND_SNAPSHOT: &str = "torch.memory_snapshot";
+
+/// Which view of memory a finding rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum View {
+    /// The driver-level trace: every CUDA, driver and NCCL allocation the process made. With
+    /// PyTorch's caching allocator these are segments, not tensors.
+    Driver,
+    /// PyTorch's recorder: the tensor blocks of the caching allocator, with their Python stacks.
+    AllocatorTensors,
+}
+
+/// Where a PyTorch program's tensors can be seen one by one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TensorView {
+    /// The `cudaMallocAsync` backend: every tensor is one driver allocation in the trace.
+    Driver,
+    /// The native caching allocator with PyTorch's recorder: tensors come from its snapshot.
+    Recorder,
+    /// The native caching allocator without a recorder snapshot: the trace holds segments only.
+    SegmentsOnly,
+}
+
+/// What a trace says about PyTorch's allocator.
+#[derive(Debug, Default)]
+pub struct TorchView {
+    /// The configuration torch reported when it initialised CUDA (the last one, if several).
+    pub config: Option<AllocatorConfig>,
+    /// The last recorder snapshot (the one taken at exit, when the process got there).
+    pub snapshot: Option<AllocatorSnapshot>,
+    /// The snapshot taken at the first out-of-memory error, when a later one followed it (when
+    /// the process died of that error, it is [`TorchView::snapshot`], with reason `oom`).
+    pub at_oom: Option<AllocatorSnapshot>,
+    /// Payloads that could not be read, one line each.
+    pub problems: Vec<String>,
+}
+
+impl TorchView {
+    /// Reads the PyTorch payloads of a trace; `fallback` places allocator times on the trace's
+    /// clock for a snapshot without its own anchor (the trace header's start times).
+    pub fn read(attachments: &Attachments, fallback: Option<ClockAnchor>) -> TorchView {
+        let mut view = TorchView::default();
+        if let Some(last) = attachments.of_kind(KIND_ALLOCATOR).last() {
+            match AllocatorConfig::parse(&last.data) {
+                Ok(c) => view.config = Some(c),
+                Err(e) => view.problems.push(format!("{KIND_ALLOCATOR}: {e}")),
+            }
+        }
+        let snapshots = attachments.of_kind(KIND_SNAPSHOT);
+        let mut parse =
+            |a: &crate::attached::Attached| match AllocatorSnapshot::parse(&a.data, fallback) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    view.problems.push(format!("{KIND_SNAPSHOT} {}: {e}", a.id));
+                    None
+                }
+            };
+        let last = snapshots.last().and_then(&mut parse);
+        let oom = snapshots
+            .iter()
+            .take(snapshots.len().saturating_sub(1))
+            .find(|a| snapshot::reason_of(&a.data) == Some("oom"))
+            .and_then(&mut parse);
+        view.snapshot = last;
+        view.at_oom = oom;
+        view
+    }
+
+    /// Whether the trace says anything about PyTorch.
+    pub fn is_empty(&self) -> bool {
+        self.config.is_none() && self.snapshot.is_none() && self.problems.is_empty()
+    }
+
+    /// The allocator backend torch used (`native`, `cudaMallocAsync`), when known.
+    pub fn backend(&self) -> Option<&str> {
+        self.config.as_ref().and_then(|c| c.backend.as_deref())
+    }
+
+    /// Where the tensors can be seen one by one; `None` for a trace without PyTorch payloads.
+    pub fn tensor_view(&self) -> Option<TensorView> {
+        match self.backend() {
+            Some("cudaMallocAsync") => Some(TensorView::Driver),
+            _ if self.snapshot.is_some() => Some(TensorView::Recorder),
+            Some(_) => Some(TensorView::SegmentsOnly),
+            None => None,
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! `vramtrace run`'s Python hooks end to end, on the PyTorch stand-in (`tests/standins/torch/`,
+//! installed as `<dir>/site-packages/torch`) over the CUDA runtime stand-in: steps from optimizer
+//! steps (one per iteration with several optimizers), the user's own `sitecustomize` still run,
+//! PyTorch's allocator settings and memory history landing in the trace and read back per
+//! Python line with exact bytes, `--per-tensor`'s allocator backend, the history handed over at
+//! an out-of-memory error by a process that dies right after, and nothing at all for a program
+//! that never imports torch. Each program's output is the same with and without vramtrace.
+//!
+//! An optional last test runs a real PyTorch (CPU) when `VRAMTRACE_TEST_TORCH_PYTHON` names an
+//! interpreter that has it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use vramtrace_collector::event::{MemKind, Op};
+use vramtrace_collector::torch::{TensorHistory, TensorView, TorchView};
+use vramtrace_tests::standin_ld_library_path;
+use vramtrace_tests::trace::Trace;
+use vramtrace_tests::traced::{text, trace_files, vramtrace_command};
+
+use crate::{vramtrace_json, MIB};
+
+/// The line of `# @marker` in `script`.
+fn line_of(script: &str, marker: &str) -> u32 {
+    let tag = format!("# @{marker}");
+    script
+        .lines()
+        .position(|l| l.ends_with(&tag))
+        .unwrap_or_else(|| panic!("no {tag}")) as u32
+        + 1
+}
+
+/// A leak in a loop of 5 steps: each step makes a 2 MiB activation and drops it, and keeps a
+/// 1 MiB tensor; a 4 MiB weight is made before the loop.
+const TRAIN: &str = r#"import sys
+import torch
+
+weight = torch.empty(4 << 20)  # @weight
+opt = torch.optim.SGD([weight])
+kept = []
+for step in range(5):
+    act = torch.empty(2 << 20)  # @activation
+    kept.append(torch.empty(1 << 20))  # @kept
+    del act
+    opt.step()
+print("trained", len(kept), "steps")
+"#;
+
+/// A GAN's two optimizers, in either order, 7 iterations.
+const GAN: &str = r#"import torch
+
+d = torch.optim.SGD([])
+g = torch.optim.SGD([])
+for i in range(7):
+    first, second = (d, g) if i % 2 == 0 else (g, d)
+    first.step()
+    second.step()
+print("gan done")
+"#;
+
+/// No torch at all.
+const PLAIN: &str = r#"import sys
+print("hello", "torch" in sys.modules, "ctypes" in sys.modules)
+"#;
+
+/// Three tensors kept, then an out-of-memory error, caught, and a hard exit (no atexit, no
+/// library destructors: only what was written before survives).
+const OOM: &str = r#"import os
+import torch
+
+kept = []
+for _ in range(3):
+    kept.append(torch.empty(1 << 20))  # @oom_kept
+try:
+    torch.empty(2 << 30)
+except torch.cuda.OutOfMemoryError as e:
+    print("caught:", e)
+    os._exit(3)
+"#;
+
+/// A fresh directory with the torch stand-in installed, a user `sitecustomize` that says it ran,
+/// and the scripts.
+struct Setup {
+    dir: PathBuf,
+    python_path: String,
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else if e.path().extension().is_some_and(|x| x == "py") {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+fn setup(dir: &Path) -> Setup {
+    let standin = Path::new(env!("CARGO_MANIFEST_DIR")).join("standins/torch/torch");
+    let site = dir.join("site-packages");
+    copy_dir(&standin, &site.join("torch"));
+    let user = dir.join("user");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("sitecustomize.py"),
+        "print(\"user sitecustomize ran\")\n",
+    )
+    .unwrap();
+    for (name, script) in [
+        ("train.py", TRAIN),
+        ("gan.py", GAN),
+        ("plain.py", PLAIN),
+        ("oom.py", OOM),
+    ] {
+        std::fs::write(dir.join(name), script).unwrap();
+    }
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    Setup {
+        dir: dir.to_path_buf(),
+        python_path: format!("{}:{}", site.display(), user.display()),
+    }
+}
+
+impl Setup {
+    fn plain(&self, script: &str) -> Output {
+        Command::new("python3")
+            .arg(self.dir.join(script))
+            .env("PYTHONPATH", &self.python_path)
+            .env("LD_LIBRARY_PATH", standin_ld_library_path())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env_remove("PYTORCH_ALLOC_CONF")
+            .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+            .current_dir(&self.dir)
+            .output()
+            .unwrap()
+    }
+
+    fn traced(&self, script: &str, flags: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = vramtrace_command();
+        c.arg("run")
+            .args(flags)
+            .arg("-o")
+            .arg(self.dir.join("out/t-%p.vtrace"))
+            .arg("--")
+            .arg("python3")
+            .arg(self.dir.join(script))
+            .env("PYTHONPATH", &self.python_path)
+            .env("LD_LIBRARY_PATH", standin_ld_library_path())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env_remove("PYTORCH_ALLOC_CONF")
+            .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+            .current_dir(&self.dir);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    }
+
+    fn trace(&self) -> Trace {
+        let files = trace_files(&self.dir.join("out"));
+        assert_eq!(files.len(), 1, "{files:?}");
+        Trace::load(&files[0])
+    }
+}
+
+fn marks(t: &Trace) -> Vec<u64> {
+    t.events
+        .iter()
+        .filter(|e| matches!(e.op, Op::MarkStep { .. }))
+        .map(|e| e.time_ns)
+        .collect()
+}
+
+/// The line `file:N in <module>` of a script in the setup's directory.
+fn at(s: &Setup, script: &str, line: u32) -> String {
+    format!("{}:{line} in <module>", s.dir.join(script).display())
+}
+
+// The leak program: its output (with the user's sitecustomize first) is unchanged, each
+// optimizer step marks a step, the allocator settings are those of the run, and the history
+// handed over at exit names the kept tensors' line with 5 MiB in 5 tensors, growing 1 MiB a
+// step, beside the 4 MiB weight made before the loop.
+captest!(torch_steps_settings_and_tensor_history, |dir| {
+    let s = setup(dir);
+    let plain = s.plain("train.py");
+    let conf = [("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")];
+    let traced = s.traced("train.py", &[], &conf);
+    assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+    assert_eq!(
+        text(&plain.stdout),
+        "user sitecustomize ran\ntrained 5 steps\n"
+    );
+    assert_eq!(text(&traced.stdout), text(&plain.stdout));
+    assert!(
+        !text(&traced.stderr).contains("warning"),
+        "{}",
+        text(&traced.stderr)
+    );
+
+    let t = s.trace();
+    let marks = marks(&t);
+    assert_eq!(marks.len(), 5);
+    let view = TorchView::read(t.state.attachments(), None);
+    assert!(view.problems.is_empty(), "{:?}", view.problems);
+    let config = view.config.as_ref().expect("the allocator settings");
+    assert_eq!(config.backend.as_deref(), Some("native"));
+    assert_eq!(config.torch_version, "2.11.0+standin");
+    assert_eq!(config.alloc_conf.as_deref(), Some("max_split_size_mb:64"));
+    assert_eq!(
+        config.alloc_conf_variable.as_deref(),
+        Some("PYTORCH_CUDA_ALLOC_CONF")
+    );
+    assert_eq!(config.recorder.state, "on");
+    assert_eq!(config.recorder.max_entries, 100_000);
+    assert_eq!(view.tensor_view(), Some(TensorView::Recorder));
+
+    let snapshot = view.snapshot.as_ref().expect("the history at exit");
+    assert_eq!(snapshot.reason, "exit");
+    assert_eq!(snapshot.alloc_conf.as_deref(), Some("max_split_size_mb:64"));
+    assert!(!snapshot.ring_full());
+    let mut tensors = TensorHistory::new(snapshot);
+    assert_eq!(tensors.unmatched(), 0);
+    // Weight, 5 activations, 5 kept.
+    assert_eq!(tensors.tensors().len(), 11);
+    let named = |frame: Option<u32>| frame.map(|f| snapshot.frames[f as usize].to_string());
+    let end: Vec<(Option<String>, u64, u64)> = tensors
+        .live_at_end()
+        .into_iter()
+        .map(|l| (named(l.frame), l.bytes, l.count))
+        .collect();
+    let kept = at(&s, "train.py", line_of(TRAIN, "kept"));
+    let weight = at(&s, "train.py", line_of(TRAIN, "weight"));
+    assert_eq!(
+        end,
+        [
+            (Some(kept.clone()), 5 * MIB, 5),
+            (Some(weight.clone()), 4 * MIB, 1)
+        ]
+    );
+    // The payload carries the same marks on torch's clock (the trace's event times come from a
+    // calibrated cycle counter, within a millisecond of them).
+    let steps: Vec<u64> = snapshot.step_marks.iter().map(|m| m.step).collect();
+    assert_eq!(steps, [1, 2, 3, 4, 5]);
+    let clock = snapshot.clock.unwrap();
+    for (m, &trace_ns) in snapshot.step_marks.iter().zip(&marks) {
+        let ns = clock.trace_ns(m.time_us);
+        assert!(ns.abs_diff(trace_ns) < 5_000_000, "{ns} vs {trace_ns}");
+    }
+    // The marks come after each optimizer step: the first iteration's tensor is before the
+    // first mark, the next four fall one in each step, the last step (to the end) has none.
+    let growth = tensors.survivor_growth_at_marks();
+    assert_eq!(named(growth[0].frame), Some(kept.clone()));
+    assert_eq!(growth[0].before, MIB);
+    assert_eq!(growth[0].per_step, [MIB, MIB, MIB, MIB, 0]);
+    assert_eq!(
+        (growth[0].steps_measured, growth[0].bytes_per_step),
+        (4, MIB as f64)
+    );
+    assert_eq!(named(growth[1].frame), Some(weight.clone()));
+    assert_eq!((growth[1].before, growth[1].bytes_per_step), (4 * MIB, 0.0));
+    // Over time: at each mark, the weight, the kept tensors so far, no activation.
+    let series = tensors.series_at_marks();
+    let totals: Vec<u64> = (1..=5).map(|k| (4 + k) * MIB).collect();
+    assert_eq!(series.total, totals);
+    assert_eq!(series.complete_from, 0);
+
+    // The report names the allocator configuration and the recorder's view.
+    let files = trace_files(&s.dir.join("out"));
+    let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), files[0].as_os_str()]);
+    let a = &r["allocator"];
+    assert_eq!(a["backend"], "native");
+    assert_eq!(a["alloc_conf"], "max_split_size_mb:64");
+    assert_eq!(a["alloc_conf_variable"], "PYTORCH_CUDA_ALLOC_CONF");
+    assert_eq!(a["tensor_view"], "recorder");
+    assert_eq!(a["recorder"]["snapshot"], "exit");
+    assert_eq!(a["recorder"]["live_tensors"], 6);
+    assert_eq!(a["recorder"]["live_bytes"], 9 * MIB);
+    assert_eq!(a["recorder"]["by_line"][0]["line"], kept.as_str());
+    assert_eq!(a["recorder"]["by_line"][0]["bytes"], 5 * MIB);
+    assert_eq!(r["events"]["steps"], 5);
+    let out = vramtrace_command()
+        .arg("report")
+        .arg(&files[0])
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert!(
+        report.contains(
+            "  allocator PyTorch 2.11.0+standin caching allocator (native), \
+             PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64; tensors: PyTorch's recorder \
+             (all 24 allocator actions), 9.0 MiB in 6 tensors live at exit\n"
+        ),
+        "{report}"
+    );
+});
+
+// Two optimizers stepping once each per iteration, in either order, mark one step per
+// iteration.
+captest!(two_optimizers_mark_one_step_per_iteration, |dir| {
+    let s = setup(dir);
+    let traced = s.traced("gan.py", &[], &[]);
+    assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+    assert_eq!(text(&traced.stdout), text(&s.plain("gan.py").stdout));
+    let t = s.trace();
+    assert_eq!(marks(&t).len(), 7);
+    // No CUDA was used: no allocator payloads.
+    assert!(TorchView::read(t.state.attachments(), None).is_empty());
+});
+
+// A program that never imports torch: the same output, torch and ctypes never imported, no
+// trace at all (it made no GPU call and marked no step).
+captest!(a_program_without_torch_is_untouched, |dir| {
+    let s = setup(dir);
+    let plain = s.plain("plain.py");
+    let traced = s.traced("plain.py", &[], &[]);
+    assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+    assert_eq!(
+        text(&plain.stdout),
+        "user sitecustomize ran\nhello False False\n"
+    );
+    assert_eq!(text(&traced.stdout), text(&plain.stdout));
+    assert!(trace_files(&s.dir.join("out")).is_empty());
+    // Without the hooks the program is the same again.
+    let bare = s.traced("plain.py", &["--no-python-hooks"], &[]);
+    assert_eq!(text(&bare.stdout), text(&plain.stdout));
+});
+
+// `--per-tensor`: the program runs with the cudaMallocAsync backend (added to the settings it
+// had), every tensor is a driver allocation (the weight, 5 activations, 5 kept; all freed when
+// the interpreter tears the module down), and the report says so.
+captest!(per_tensor_runs_the_async_backend, |dir| {
+    let s = setup(dir);
+    let conf = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")];
+    let traced = s.traced("train.py", &["--per-tensor"], &conf);
+    assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+    assert_eq!(text(&traced.stdout), text(&s.plain("train.py").stdout));
+    let t = s.trace();
+    let view = TorchView::read(t.state.attachments(), None);
+    let config = view.config.as_ref().unwrap();
+    assert_eq!(config.backend.as_deref(), Some("cudaMallocAsync"));
+    assert_eq!(
+        config.alloc_conf.as_deref(),
+        Some("expandable_segments:True,backend:cudaMallocAsync")
+    );
+    assert_eq!(
+        config.alloc_conf_variable.as_deref(),
+        Some("PYTORCH_ALLOC_CONF")
+    );
+    assert_eq!(config.recorder.state, "not available with this backend");
+    assert!(view.snapshot.is_none());
+    assert_eq!(view.tensor_view(), Some(TensorView::Driver));
+    let mut sizes: Vec<u64> = t
+        .events
+        .iter()
+        .filter_map(|e| match e.op {
+            Op::Alloc {
+                kind: MemKind::Async,
+                size,
+                ..
+            } => Some(size),
+            _ => None,
+        })
+        .collect();
+    sizes.sort();
+    let mut want = vec![MIB; 5];
+    want.extend([2 * MIB; 5]);
+    want.push(4 * MIB);
+    assert_eq!(sizes, want);
+    let files = trace_files(&s.dir.join("out"));
+    let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), files[0].as_os_str()]);
+    assert_eq!(r["allocator"]["tensor_view"], "driver");
+    assert_eq!(r["allocator"]["backend"], "cudaMallocAsync");
+});
+
+// An out-of-memory error: the history is handed over before the error reaches the program,
+// and is in the file although the process then exits without running any exit handler.
+captest!(the_history_is_handed_over_at_out_of_memory, |dir| {
+    let s = setup(dir);
+    let traced = s.traced("oom.py", &[], &[]);
+    assert_eq!(traced.status.code(), Some(3), "{}", text(&traced.stderr));
+    assert_eq!(text(&traced.stdout), text(&s.plain("oom.py").stdout));
+    let t = s.trace();
+    assert!(!t.ending.is_complete());
+    let view = TorchView::read(t.state.attachments(), None);
+    let snapshot = view.snapshot.as_ref().expect("the history at the error");
+    assert_eq!(snapshot.reason, "oom");
+    let oom = snapshot.oom.unwrap();
+    assert_eq!((oom.requested, oom.device_free), (2 << 30, MIB));
+    let mut tensors = TensorHistory::new(snapshot);
+    let end = tensors.live_at_end();
+    assert_eq!(end.len(), 1);
+    let f = end[0].frame.unwrap();
+    assert_eq!(
+        snapshot.frames[f as usize].to_string(),
+        at(&s, "oom.py", line_of(OOM, "oom_kept"))
+    );
+    assert_eq!((end[0].bytes, end[0].count), (3 * MIB, 3));
+});
+
+// A real PyTorch on the CPU (when VRAMTRACE_TEST_TORCH_PYTHON names an interpreter that has
+// it): 4 optimizer steps are 4 steps, and the program's output does not change.
+captest!(real_torch_steps_when_available, |dir| {
+    let Some(python) = std::env::var_os("VRAMTRACE_TEST_TORCH_PYTHON") else {
+        eprintln!("skipped: VRAMTRACE_TEST_TORCH_PYTHON is not set");
+        return;
+    };
+    let script = dir.join("real.py");
+    std::fs::write(
+        &script,
+        "import torch\nm = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n\
+         for _ in range(4):\n    opt.zero_grad()\n    m(torch.ones(3, 4)).sum().backward()\n    opt.step()\n\
+         print('real torch done')\n",
+    )
+    .unwrap();
+    let out = vramtrace_command()
+        .arg("run")
+        .arg("-o")
+        .arg(dir.join("t-%p.vtrace"))
+        .arg("--")
+        .arg(&python)
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "real torch done\n");
+    assert!(
+        !text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
+    let files = trace_files(dir);
+    assert_eq!(files.len(), 1, "{}", text(&out.stderr));
+    assert_eq!(marks(&Trace::load(&files[0])).len(), 4);
+});
