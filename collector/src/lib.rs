@@ -6,6 +6,8 @@
 //! same code, so "what is live" has one definition.
 
 pub mod analysis;
+#[cfg(feature = "symbols")]
+pub mod compare;
 pub mod event;
 pub mod fasthash;
 pub mod format;
