@@ -24,6 +24,10 @@ pub enum Command {
     /// and report what was live then.
     #[command(after_help = crate::replay::EXAMPLES)]
     Replay(crate::replay::ReplayArgs),
+    /// Compare two runs call site by call site (or one rank of a job with the median of the
+    /// others), and say whether the second regressed.
+    #[command(after_help = crate::diff::EXAMPLES)]
+    Diff(crate::diff::DiffArgs),
     /// Run a program under the tracer and summarise the traces it wrote.
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
@@ -42,7 +46,10 @@ EXAMPLES:
         VRAMTRACE_SYMBOL_PATH=/srv/builds/2024-06 vramtrace report --by python --full-stacks run.vtrace
 
     Machine-readable output (schema in docs/report-json.md), exact bytes:
-        vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json";
+        vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json
+
+    Every rank of a torchrun job: the rank that differs from the others first, then each report:
+        vramtrace report traces/";
 
 const RUN_EXAMPLES: &str = "\
 EXAMPLES:
@@ -86,9 +93,10 @@ impl RankBy {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The trace file to read.
-    #[arg(value_name = "TRACE")]
-    pub trace: PathBuf,
+    /// The trace file to read; several files, or directories of traces (one per rank or
+    /// process), give the rank table and then the report of each trace.
+    #[arg(value_name = "TRACE", required = true, num_args = 1..)]
+    pub traces: Vec<PathBuf>,
     /// Print one JSON document instead of tables (schema: docs/report-json.md).
     #[arg(long)]
     pub json: bool,

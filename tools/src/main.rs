@@ -1,14 +1,19 @@
 //! `vramtrace`: run a program under the GPU memory tracer, and report what its traces hold.
 //!
 //! Exit codes: 0 when all went well; for `run`, the traced program's own exit code (128 + the
-//! signal that killed it); 2 for an error of vramtrace's own (a bad flag, an unreadable trace),
-//! reported as one `error: …` line on stderr.
+//! signal that killed it); for `diff`, 1 when the second run regressed beyond the thresholds; 2
+//! for an error of vramtrace's own (a bad flag, an unreadable trace), reported as one
+//! `error: …` line on stderr.
 
 mod cli;
+mod diff;
+mod inputs;
 mod load;
+mod ranks;
 mod replay;
 mod report;
 mod run;
+mod tables;
 mod units;
 
 use std::process::ExitCode;
@@ -27,6 +32,7 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::Report(args) => report::run(args).map(|()| 0),
+        Command::Diff(args) => diff::run(args),
         Command::Run(args) => run::run(args),
         Command::Replay(args) => replay::run(args).map(|()| 0),
     };

@@ -7,6 +7,7 @@
 mod attribution;
 pub(crate) mod findings;
 pub(crate) mod labels;
+mod many;
 mod stacks;
 mod text;
 
@@ -34,9 +35,17 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
 }
 
-/// Runs `vramtrace report`.
+/// Runs `vramtrace report`: of one trace, or of several (see [`many`]).
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let trace = load_analyzed(&args.trace, args.analysis.config())?;
+    let paths = crate::inputs::expand(&args.traces)?;
+    if let [one] = &paths[..] {
+        return report_one(args, one);
+    }
+    many::run(args, &paths)
+}
+
+fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<()> {
+    let trace = load_analyzed(path, args.analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
     let stdout = std::io::stdout();
