@@ -11,7 +11,11 @@
 //!    side has them (their Python lines disagree: an edited line, or calls that came from one
 //!    line in one run and several in the other);
 //! 3. **Python line**: unpaired sites with the same (mapped) Python line, when exactly one on
-//!    each side has it (the native frames differ: another build of a library).
+//!    each side has it (the native frames differ: another build of a library);
+//! 4. **similar stack**: unpaired sites with the same Python line (or none) whose native stacks
+//!    share the most innermost frames, when no other pairing shares as many (stacks that differ
+//!    only far from the allocation: the interpreter's frames under a deeper Python call path,
+//!    cut at the stack depth at another frame).
 //!
 //! Every pairing but an exact one with unmoved lines is a guess, and says so.
 
@@ -79,6 +83,8 @@ pub enum MatchHow {
     NativeStack,
     /// The same Python line; the native frames differ.
     PythonLine,
+    /// The same Python line (or none), and the longest run of the same innermost native frames.
+    SimilarStack,
     /// No partner.
     OnlyInA,
     OnlyInB,
@@ -93,6 +99,7 @@ impl MatchHow {
             MatchHow::FunctionStart => "function-start",
             MatchHow::NativeStack => "native-stack",
             MatchHow::PythonLine => "python-line",
+            MatchHow::SimilarStack => "similar-stack",
             MatchHow::OnlyInA => "only-in-a",
             MatchHow::OnlyInB => "only-in-b",
         }
@@ -106,6 +113,7 @@ impl MatchHow {
                 | MatchHow::FunctionStart
                 | MatchHow::NativeStack
                 | MatchHow::PythonLine
+                | MatchHow::SimilarStack
         )
     }
 }
@@ -177,6 +185,12 @@ impl Matching {
             |j| mapped[j].as_ref().and_then(|m| m.0.python.clone()),
             MatchHow::PythonLine,
         );
+        pair_similar(
+            &mut pairs,
+            (&mut a_free, &mut b_free),
+            |i| &a.sites[i].identity,
+            |j| mapped[j].as_ref().map(|m| &m.0),
+        );
         pairs.extend((0..a.sites.len()).filter(|&i| a_free[i]).map(|i| SitePair {
             a: Some(i),
             b: None,
@@ -228,6 +242,53 @@ fn pair_unique<K: Ord>(
                 how,
                 guessed: true,
             });
+        }
+    }
+}
+
+/// Pairs the still unpaired sites with the same Python line (or none) by the number of
+/// innermost native frames their stacks share: longest first, and only where neither site has
+/// another candidate sharing as many.
+fn pair_similar<'a>(
+    pairs: &mut Vec<SitePair>,
+    (a_free, b_free): (&mut [bool], &mut [bool]),
+    a: impl Fn(usize) -> &'a SiteIdentity,
+    b: impl Fn(usize) -> Option<&'a SiteIdentity>,
+) {
+    let mut candidates: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+    for i in (0..a_free.len()).filter(|&i| a_free[i]) {
+        for j in (0..b_free.len()).filter(|&j| b_free[j]) {
+            let (x, Some(y)) = (a(i), b(j)) else {
+                continue;
+            };
+            if x.python != y.python {
+                continue;
+            }
+            let shared = (x.native.iter().zip(&y.native))
+                .take_while(|(p, q)| p == q)
+                .count();
+            if shared > 0 {
+                candidates.entry(shared).or_default().push((i, j));
+            }
+        }
+    }
+    for (_, group) in candidates.into_iter().rev() {
+        let open: Vec<(usize, usize)> = (group.iter())
+            .filter(|&&(i, j)| a_free[i] && b_free[j])
+            .copied()
+            .collect();
+        for &(i, j) in &open {
+            let rivals = open.iter().filter(|&&(x, y)| x == i || y == j).count();
+            if rivals == 1 {
+                a_free[i] = false;
+                b_free[j] = false;
+                pairs.push(SitePair {
+                    a: Some(i),
+                    b: Some(j),
+                    how: MatchHow::SimilarStack,
+                    guessed: true,
+                });
+            }
         }
     }
 }

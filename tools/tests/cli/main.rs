@@ -1,8 +1,11 @@
 //! The `vramtrace` command line, run as a user would: known traces in, exact numbers, exit codes
 //! and error lines out.
 
+mod diff;
 mod errors;
+mod gpu;
 mod report;
 mod run;
+mod runs;
 mod support;
 mod symbols;
