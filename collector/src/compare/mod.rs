@@ -15,6 +15,7 @@
 
 pub mod diff;
 pub mod identity;
+mod lines;
 pub mod matching;
 pub mod median;
 pub mod profile;

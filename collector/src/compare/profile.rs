@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::identity::{base_name, native_identity, FrameId, PythonLine, SiteIdentity};
+use super::lines::{line_metrics, live_by_call, Span};
 use super::tally::{CallCounts, CallTally};
 use crate::analysis::growth::Growth;
 use crate::analysis::{Analysis, SiteName};
@@ -172,6 +173,9 @@ pub struct SiteProfile {
     pub python_lines: Vec<PythonLine>,
     /// Whether some of those lines were inferred (the call's thread ran no Python).
     pub python_inferred: bool,
+    /// Whether the site is one of several Python lines that reached one native stack: its peak
+    /// and growth are then estimated from the objects it still holds (see `compare::lines`).
+    pub shared_stack: bool,
     /// The mixed stack of its largest call.
     #[serde(skip)]
     pub frames: Vec<StackFrame>,
@@ -250,30 +254,37 @@ impl Profile {
             unit,
         };
         let gathered = gather(analysis, tally);
+        let live = live_by_call(state, analysis);
+        let span = Span::of(state, unit);
         let python = state.python_stacks();
         let mut naming = Attribution::of_state(state, symbols);
         let mut by_identity: BTreeMap<SiteIdentity, (SiteProfile, u64)> = BTreeMap::new();
         for (key, g) in gathered {
-            let named = name_site(&mut naming, python, key, &g);
-            let size = g.metrics.live_bytes + g.metrics.host_bytes + g.metrics.allocated_bytes;
-            match by_identity.get_mut(&named.identity) {
-                Some((site, largest)) => {
-                    site.metrics.add(&g.metrics);
-                    for line in named.python_lines {
-                        if !site.python_lines.contains(&line) {
-                            site.python_lines.push(line);
-                        }
-                    }
-                    site.python_lines.sort();
-                    site.python_inferred |= named.python_inferred;
-                    if size > *largest {
-                        site.frames = named.frames;
-                        *largest = size;
-                    }
-                }
-                None => {
-                    by_identity.insert(named.identity.clone(), (named, size));
-                }
+            let lines = by_line(python, &g.calls);
+            let shared = lines.len() > 1;
+            let parts: Vec<(Option<PythonLine>, &[(CallRef, CallCounts)], SiteMetrics)> = if shared
+            {
+                (lines.iter())
+                    .map(|(line, calls)| {
+                        let m = line_metrics(calls, &live, span);
+                        (line.clone(), &calls[..], m)
+                    })
+                    .collect()
+            } else {
+                let line = lines.into_keys().next().flatten();
+                vec![(line, &g.calls[..], g.metrics)]
+            };
+            for (line, calls, metrics) in parts {
+                let site = Site {
+                    key,
+                    caller: g.caller,
+                    line,
+                    calls,
+                    metrics,
+                    shared,
+                };
+                let named = name_site(&mut naming, python, &site);
+                add_site(&mut by_identity, named);
             }
         }
         let mut sites: Vec<SiteProfile> = by_identity.into_values().map(|(s, _)| s).collect();
@@ -369,43 +380,85 @@ fn program_line(python: &PythonStacks, py_stack: u32) -> Option<PythonLine> {
     })
 }
 
-/// Names one site: its identity, label and stack.
-fn name_site(
-    naming: &mut Attribution<'_>,
-    python: &PythonStacks,
+/// One site to name: a native site, or one Python line of it.
+struct Site<'a> {
     key: SiteKey,
-    g: &Gathered,
-) -> SiteProfile {
-    // The site's Python line is part of its identity only when every call there had its own
-    // Python stack and all of them name the same program line.
-    let mut own: BTreeSet<PythonLine> = BTreeSet::new();
-    let mut lines: BTreeSet<PythonLine> = BTreeSet::new();
-    let (mut all_own, mut inferred) = (!g.calls.is_empty(), false);
-    let mut example_py = 0;
-    let mut example_size = 0;
-    for (call, c) in &g.calls {
-        let line = program_line(python, call.py_stack);
-        let mine = c.own_python > 0 && c.inferred_python == 0;
-        inferred |= c.inferred_python > 0;
-        all_own &= mine && line.is_some();
-        if let Some(l) = line {
-            if mine {
-                own.insert(l.clone());
+    caller: u64,
+    /// Its Python line, when it has one of its own.
+    line: Option<PythonLine>,
+    calls: &'a [(CallRef, CallCounts)],
+    metrics: SiteMetrics,
+    shared: bool,
+}
+
+/// The Python line a call counts under: its program line when its Python stack was its own,
+/// else none (no Python, or a line inferred from another thread).
+fn line_of(python: &PythonStacks, call: &CallRef, counts: &CallCounts) -> Option<PythonLine> {
+    (counts.own_python > 0 && counts.inferred_python == 0)
+        .then(|| program_line(python, call.py_stack))
+        .flatten()
+}
+
+/// The calls of a site by the Python line they count under.
+fn by_line(
+    python: &PythonStacks,
+    calls: &[(CallRef, CallCounts)],
+) -> BTreeMap<Option<PythonLine>, Vec<(CallRef, CallCounts)>> {
+    let mut lines: BTreeMap<Option<PythonLine>, Vec<(CallRef, CallCounts)>> = BTreeMap::new();
+    for (call, counts) in calls {
+        lines
+            .entry(line_of(python, call, counts))
+            .or_default()
+            .push((*call, *counts));
+    }
+    lines
+}
+
+/// Adds a named site, or its numbers to the site of the same identity.
+fn add_site(by_identity: &mut BTreeMap<SiteIdentity, (SiteProfile, u64)>, named: SiteProfile) {
+    let m = &named.metrics;
+    let size = m.live_bytes + m.host_bytes + m.allocated_bytes;
+    match by_identity.get_mut(&named.identity) {
+        Some((site, largest)) => {
+            site.metrics.add(&named.metrics);
+            for line in named.python_lines {
+                if !site.python_lines.contains(&line) {
+                    site.python_lines.push(line);
+                }
             }
+            site.python_lines.sort();
+            site.python_inferred |= named.python_inferred;
+            site.shared_stack |= named.shared_stack;
+            if size > *largest {
+                site.frames = named.frames;
+                *largest = size;
+            }
+        }
+        None => {
+            by_identity.insert(named.identity.clone(), (named, size));
+        }
+    }
+}
+
+/// Names one site: its identity, label and stack.
+fn name_site(naming: &mut Attribution<'_>, python: &PythonStacks, site: &Site<'_>) -> SiteProfile {
+    let mut lines: BTreeSet<PythonLine> = BTreeSet::new();
+    let mut inferred = false;
+    let (mut example_py, mut example_size) = (0, 0);
+    for (call, c) in site.calls {
+        inferred |= c.inferred_python > 0;
+        if let Some(l) = program_line(python, call.py_stack) {
             lines.insert(l);
         }
         let size = c.allocated_bytes.max(1);
-        if call.py_stack != 0 && (mine || example_py == 0) && size > example_size {
+        if call.py_stack != 0 && size > example_size {
             example_py = call.py_stack;
             example_size = size;
         }
     }
-    let python_line = (all_own && own.len() == 1)
-        .then(|| own.into_iter().next())
-        .flatten();
     let native_call = CallRef {
-        caller: g.caller,
-        stack: key.stack,
+        caller: site.caller,
+        stack: site.key.stack,
         py_stack: 0,
     };
     let native_frames = naming.stack(native_call);
@@ -418,21 +471,22 @@ fn name_site(
         .iter()
         .find(|f| f.kind == FrameKind::Native && !f.in_cuda_library())
         .and_then(|f| f.module.clone());
-    let label = match &python_line {
+    let label = match &site.line {
         Some(p) => p.to_string(),
         None => native_label(&native_frames),
     };
     SiteProfile {
         identity: SiteIdentity {
-            python: python_line,
+            python: site.line.clone(),
             native,
         },
         label,
         module,
         python_lines: lines.into_iter().collect(),
         python_inferred: inferred,
+        shared_stack: site.shared,
         frames,
-        metrics: g.metrics,
+        metrics: site.metrics,
     }
 }
 

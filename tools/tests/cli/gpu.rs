@@ -46,7 +46,7 @@ fn two_runs_of_the_unchanged_program_do_not_differ() {
         assert_eq!(code, 0, "{b}");
         assert_eq!(d["verdict"]["regression"], false);
         let s = &d["sites"];
-        assert_eq!(s["matched"], 44, "{b}");
+        assert_eq!(s["matched"], 45, "{b}");
         assert_eq!(
             (&s["only_in_a"], &s["only_in_b"]),
             (&Value::from(0), &Value::from(0))
@@ -108,7 +108,7 @@ fn the_added_line_comes_first_and_every_other_line_is_matched() {
     let s = &d["sites"];
     assert_eq!(
         (&s["matched"], &s["only_in_a"], &s["only_in_b"]),
-        (&Value::from(44), &Value::from(0), &Value::from(0))
+        (&Value::from(45), &Value::from(0), &Value::from(0))
     );
     // The loss line moved from 51 to 53 and grew by one 128 MiB segment.
     let loss = (s["list"].as_array().unwrap().iter())
@@ -130,7 +130,7 @@ fn without_the_sources_sites_are_still_paired_by_their_native_stacks() {
     let s = &d["sites"];
     assert_eq!(
         (&s["matched"], &s["only_in_a"], &s["only_in_b"]),
-        (&Value::from(44), &Value::from(0), &Value::from(0))
+        (&Value::from(45), &Value::from(0), &Value::from(0))
     );
     let loss = (s["list"].as_array().unwrap().iter())
         .find(|x| x["label"] == "gpt_leaky.py:53 in <module>")
