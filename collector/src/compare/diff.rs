@@ -313,10 +313,8 @@ pub struct Diff {
     pub files: Vec<FilePair>,
     /// Code lines added in B or removed from A, in the paired files whose sources were read.
     pub source_changes: Vec<SourceChange>,
-    /// When B regressed: the lines B added in code it ran, lines in loops first. A line the
-    /// trace saw allocate is a site above; these are for memory the trace saw appear elsewhere
-    /// (a caching allocator hands a leaked tensor memory it already held, and asks the driver
-    /// for more later, on another line or another thread). A guess from the sources.
+    /// When B regressed: the lines B added in code it ran, most likely first (see
+    /// [`suspects`]). A guess from the sources.
     pub suspects: Vec<SourceChange>,
 }
 
@@ -357,12 +355,7 @@ impl Diff {
         });
         let source_changes = source_changes(a, b, &matching.files);
         let suspects = if verdict.regression {
-            let mut s: Vec<SourceChange> = (source_changes.iter())
-                .filter(|c| c.kind == LineChangeKind::Added && c.executed)
-                .cloned()
-                .collect();
-            s.sort_by_key(|c| (Reverse(c.in_loop), c.file.clone(), c.line));
-            s
+            suspects(b, &sites, &source_changes)
         } else {
             Vec::new()
         };
@@ -460,6 +453,40 @@ fn verdict(a: &Profile, b: &Profile, t: &TotalsDiff, th: &Thresholds) -> Verdict
         checks,
         notes,
     }
+}
+
+/// The lines B added in code it ran, most likely cause of a regression first: a line a changed
+/// site of B allocated at (the trace saw it); then lines in loops (they run every step); then
+/// lines in the functions where changed sites allocated (a caching allocator hands a leaked
+/// tensor memory it already holds and asks the driver for more later, on another line of the
+/// same code, or on another thread); then the rest, in file order.
+fn suspects(b: &Profile, sites: &[SiteDiff], changes: &[SourceChange]) -> Vec<SourceChange> {
+    let lines: Vec<&PythonLine> = sites.iter().flat_map(|s| s.b_python.iter()).collect();
+    let rank = |c: &SourceChange| {
+        let at = |l: &&PythonLine| l.file == c.file && l.line == c.line;
+        if lines.iter().any(at) {
+            return 0;
+        }
+        if c.in_loop {
+            return 1;
+        }
+        let function = (b.codes.iter())
+            .filter(|k| k.file == c.file && k.first_line <= c.line)
+            .max_by_key(|k| k.first_line)
+            .map(|k| k.function.as_str());
+        let near = |l: &&PythonLine| l.file == c.file && Some(l.function.as_str()) == function;
+        if lines.iter().any(near) {
+            2
+        } else {
+            3
+        }
+    };
+    let mut s: Vec<SourceChange> = (changes.iter())
+        .filter(|c| c.kind == LineChangeKind::Added && c.executed)
+        .cloned()
+        .collect();
+    s.sort_by_key(|c| (rank(c), c.file.clone(), c.line));
+    s
 }
 
 /// The code lines that differ in the file pairs whose sources were read.

@@ -12,7 +12,10 @@
 //!    line in one run and several in the other);
 //! 3. **Python line**: unpaired sites with the same (mapped) Python line, when exactly one on
 //!    each side has it (the native frames differ: another build of a library);
-//! 4. **similar stack**: unpaired sites with the same Python line (or none) whose native stacks
+//! 4. **function**: unpaired sites in the same Python function with the same native frames,
+//!    when exactly one on each side is (a line of a function that did not move whole, such as
+//!    the module's own code, when the sources are not there to match it by its text);
+//! 5. **similar stack**: unpaired sites with the same Python line (or none) whose native stacks
 //!    share the most innermost frames, when no other pairing shares as many (stacks that differ
 //!    only far from the allocation: the interpreter's frames under a deeper Python call path,
 //!    cut at the stack depth at another frame).
@@ -83,6 +86,8 @@ pub enum MatchHow {
     NativeStack,
     /// The same Python line; the native frames differ.
     PythonLine,
+    /// The same Python function and native frames; the lines differ.
+    SameFunction,
     /// The same Python line (or none), and the longest run of the same innermost native frames.
     SimilarStack,
     /// No partner.
@@ -99,6 +104,7 @@ impl MatchHow {
             MatchHow::FunctionStart => "function-start",
             MatchHow::NativeStack => "native-stack",
             MatchHow::PythonLine => "python-line",
+            MatchHow::SameFunction => "same-function",
             MatchHow::SimilarStack => "similar-stack",
             MatchHow::OnlyInA => "only-in-a",
             MatchHow::OnlyInB => "only-in-b",
@@ -113,6 +119,7 @@ impl MatchHow {
                 | MatchHow::FunctionStart
                 | MatchHow::NativeStack
                 | MatchHow::PythonLine
+                | MatchHow::SameFunction
                 | MatchHow::SimilarStack
         )
     }
@@ -184,6 +191,23 @@ impl Matching {
             |i| a.sites[i].identity.python.clone(),
             |j| mapped[j].as_ref().and_then(|m| m.0.python.clone()),
             MatchHow::PythonLine,
+        );
+        let function_a = |i: usize| {
+            let s = &a.sites[i].identity;
+            (s.python.as_ref()).map(|p| (p.file.clone(), p.function.clone(), s.native.clone()))
+        };
+        let function_b = |j: usize| {
+            let s = &b.sites[j].identity;
+            let p = s.python.as_ref()?;
+            let file = &files.iter().find(|f| f.b == p.file)?.a;
+            Some((file.clone(), p.function.clone(), s.native.clone()))
+        };
+        pair_unique(
+            &mut pairs,
+            (&mut a_free, &mut b_free),
+            function_a,
+            function_b,
+            MatchHow::SameFunction,
         );
         pair_similar(
             &mut pairs,
