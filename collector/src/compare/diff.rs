@@ -101,7 +101,7 @@ impl TotalsDiff {
             live_count: Count::of(x.live_count, y.live_count),
             host_bytes: Count::of(x.host_bytes, y.host_bytes),
             peak_bytes: Count::of(x.peak_bytes, y.peak_bytes),
-            growth: same_unit.then(|| Rate {
+            growth: same_unit.then_some(Rate {
                 a: x.growth,
                 b: y.growth,
                 change: y.growth - x.growth,

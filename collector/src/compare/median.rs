@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::identity::SiteIdentity;
-use super::profile::{GrowthUnit, Profile, RunTotals, SiteMetrics, SiteProfile, StepFacts};
+use super::profile::{
+    ExecutedLines, GrowthUnit, Profile, RunTotals, SiteMetrics, SiteProfile, StepFacts,
+};
 
 /// The median of integers (the mean of the two middle ones, rounded down, for an even count);
 /// 0 for none.
@@ -122,7 +124,7 @@ impl Profile {
             .iter()
             .flat_map(|p| p.codes.iter().cloned())
             .collect();
-        let mut executed: BTreeMap<(String, String), BTreeSet<u32>> = BTreeMap::new();
+        let mut executed = ExecutedLines::new();
         for p in profiles {
             for (k, lines) in &p.executed {
                 executed.entry(k.clone()).or_default().extend(lines);

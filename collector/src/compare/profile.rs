@@ -183,6 +183,9 @@ pub struct SiteProfile {
     pub metrics: SiteMetrics,
 }
 
+/// Lines seen executing per `(file, function)`.
+pub type ExecutedLines = BTreeMap<(String, String), BTreeSet<u32>>;
+
 /// A Python code object the trace named.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct CodeFacts {
@@ -203,7 +206,7 @@ pub struct Profile {
     /// Python code objects, sorted.
     pub codes: Vec<CodeFacts>,
     /// Lines seen executing per `(file, function)`, in any frame of a call's Python stack.
-    pub executed: BTreeMap<(String, String), BTreeSet<u32>>,
+    pub executed: ExecutedLines,
     /// The program's main script: the file of the outermost Python frame most calls had.
     pub main_script: Option<String>,
 }
@@ -262,29 +265,26 @@ impl Profile {
         for (key, g) in gathered {
             let lines = by_line(python, &g.calls);
             let shared = lines.len() > 1;
-            let parts: Vec<(Option<PythonLine>, &[(CallRef, CallCounts)], SiteMetrics)> = if shared
-            {
+            let site = |line: Option<PythonLine>, calls, metrics| Site {
+                key,
+                caller: g.caller,
+                line,
+                calls,
+                metrics,
+                shared,
+            };
+            let sites: Vec<Site<'_>> = if shared {
                 (lines.iter())
                     .map(|(line, calls)| {
-                        let m = line_metrics(calls, &live, span);
-                        (line.clone(), &calls[..], m)
+                        site(line.clone(), calls, line_metrics(calls, &live, span))
                     })
                     .collect()
             } else {
-                let line = lines.into_keys().next().flatten();
-                vec![(line, &g.calls[..], g.metrics)]
+                let line = lines.keys().next().cloned().flatten();
+                vec![site(line, &g.calls, g.metrics)]
             };
-            for (line, calls, metrics) in parts {
-                let site = Site {
-                    key,
-                    caller: g.caller,
-                    line,
-                    calls,
-                    metrics,
-                    shared,
-                };
-                let named = name_site(&mut naming, python, &site);
-                add_site(&mut by_identity, named);
+            for s in &sites {
+                add_site(&mut by_identity, name_site(&mut naming, python, s));
             }
         }
         let mut sites: Vec<SiteProfile> = by_identity.into_values().map(|(s, _)| s).collect();
@@ -512,11 +512,8 @@ pub fn native_label(frames: &[StackFrame]) -> String {
 }
 
 /// Lines executed per code object, and the main script.
-fn python_facts(
-    python: &PythonStacks,
-    tally: &CallTally,
-) -> (BTreeMap<(String, String), BTreeSet<u32>>, Option<String>) {
-    let mut executed: BTreeMap<(String, String), BTreeSet<u32>> = BTreeMap::new();
+fn python_facts(python: &PythonStacks, tally: &CallTally) -> (ExecutedLines, Option<String>) {
+    let mut executed = ExecutedLines::new();
     let mut outermost: BTreeMap<String, u64> = BTreeMap::new();
     let stacks: BTreeSet<u32> = tally
         .iter()

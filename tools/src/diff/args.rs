@@ -102,3 +102,22 @@ fn parse_threshold(text: &str) -> Result<u64, String> {
     }
     parse_size(text)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn the_default_limits_are_the_comparisons_own() {
+        let cli = Cli::parse_from(["vramtrace", "diff", "a.vtrace", "b.vtrace"]);
+        let Command::Diff(args) = cli.command else {
+            panic!("not diff")
+        };
+        assert_eq!(args.thresholds.thresholds(), Thresholds::default());
+        assert_eq!(parse_threshold("0"), Ok(0));
+        assert_eq!(parse_threshold("2MiB"), Ok(2 << 20));
+    }
+}

@@ -304,3 +304,45 @@ fn two_jobs_are_compared_rank_by_rank() {
     let (code, _) = json(&["diff", "--json", path(y.path()), path(x.path())]);
     assert_eq!(code, 1, "the other way round, rank 5 regressed");
 }
+
+/// The fields of the table under `heading` (`## Diff`, `### SiteDiff`) in
+/// docs/report-json.md, sorted (a row may name several: `` `a`, `b` ``).
+fn documented(heading: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/report-json.md"
+    ))
+    .unwrap();
+    let body = doc.split(&format!("\n{heading}\n")).nth(1).unwrap();
+    let section = body.split("\n#").next().unwrap();
+    let mut fields: Vec<String> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .flat_map(|l| {
+            let cell = l.split(" |").next().unwrap_or("");
+            cell.split(", ")
+                .map(|f| f.trim_matches('`').to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    fields.sort();
+    fields
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn every_field_is_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    job(dir.path());
+    let (_, d) = json(&["diff", "--json", "--rank", "5", path(dir.path())]);
+    assert_eq!(keys(&d), documented("## Diff"));
+    assert_eq!(keys(&d["sites"]["list"][0]), documented("### SiteDiff"));
+    let (_, r) = json(&["report", "--json", path(dir.path())]);
+    assert_eq!(keys(&r), documented("## Ranks"));
+    assert_eq!(keys(&r["ranks"][0]), documented("### RankRow"));
+}
