@@ -288,7 +288,8 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
     if d.sites.is_empty() {
         return Ok(());
     }
-    let unit = c.diff.totals.growth_unit.map_or("unit", |u| u.name());
+    // Growth compares only in one unit (both runs with steps, or both without).
+    let unit = c.diff.totals.growth_unit.map(|u| u.name());
     let headers = [
         "#",
         "status",
@@ -313,7 +314,9 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
             held(s.b.as_ref()),
             signed(s.change.live_bytes + s.change.host_bytes),
             signed(s.change.peak_bytes),
-            format!("{}/{unit}", signed_bytes(s.change.growth)),
+            unit.map_or("-".to_string(), |u| {
+                format!("{}/{u}", signed_bytes(s.change.growth))
+            }),
             format!("{} → {}", allocs(s.a.as_ref()), allocs(s.b.as_ref())),
             s.label.clone(),
             how(s.how, s.guessed),
