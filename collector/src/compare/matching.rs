@@ -376,7 +376,7 @@ fn pair_files(a: &Profile, b: &Profile, sources: &SourceSearch) -> Vec<FilePair>
     found
         .into_iter()
         .map(|(af, bf, paired_by)| {
-            let read = sources.read(af).zip(sources.read(bf));
+            let read = fitting(sources, a, af).zip(fitting(sources, b, bf));
             let map = read.as_ref().map(|(x, y)| LineMap::between(x, y));
             let (added, removed) = match (&map, &read) {
                 (Some(m), Some((sa, sb))) => code_changes(m, sa, sb),
@@ -471,6 +471,23 @@ fn nearest(codes: &[CodeFacts], file: &str, function: &str, start: u32) -> Optio
         .filter(|c| c.file == file && c.function == function)
         .map(|c| c.first_line)
         .min_by_key(|&s| s.abs_diff(start))
+}
+
+/// The source of `file` as `run` executed it: the first candidate whose functions start where
+/// the run's code objects say they do, and whose lines the run was seen executing are code (a
+/// file edited since the run, or another run's version, would misplace every line).
+fn fitting(sources: &SourceSearch, run: &Profile, file: &str) -> Option<Source> {
+    sources.read_fitting(file, |source| {
+        let codes = run.codes.iter().filter(|c| c.file == file);
+        let defined = codes
+            .clone()
+            .all(|c| source.defines(&c.function, c.first_line));
+        let executed = codes
+            .filter_map(|c| run.executed.get(&(c.file.clone(), c.function.clone())))
+            .flatten()
+            .all(|&line| source.is_code(line));
+        defined && executed
+    })
 }
 
 /// Code lines (not blank, not comments) added in B and removed from A.

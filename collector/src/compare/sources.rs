@@ -32,10 +32,11 @@ impl SourceSearch {
         SourceSearch { dirs }
     }
 
-    /// The file holding the source a trace recorded as `recorded`: under each directory, the
-    /// longest trailing part of the recorded path that exists there (`/tmp/x/train.py` is found
-    /// as `DIR/x/train.py`, else `DIR/train.py`), else the recorded path itself.
-    pub fn find(&self, recorded: &str) -> Option<PathBuf> {
+    /// The files that may hold the source a trace recorded as `recorded`, in order: under each
+    /// directory, the trailing parts of the recorded path that exist there, longest first
+    /// (`/tmp/x/train.py` is looked for as `DIR/tmp/x/train.py`, `DIR/x/train.py`,
+    /// `DIR/train.py`); then the recorded path itself.
+    pub fn candidates(&self, recorded: &str) -> Vec<PathBuf> {
         let parts: Vec<&OsStr> = Path::new(recorded)
             .components()
             .filter_map(|c| match c {
@@ -43,25 +44,40 @@ impl SourceSearch {
                 _ => None,
             })
             .collect();
+        let mut found = Vec::new();
         for dir in &self.dirs {
             for start in 0..parts.len() {
                 let candidate = parts[start..].iter().fold(dir.clone(), |p, c| p.join(c));
                 if candidate.is_file() {
-                    return Some(candidate);
+                    found.push(candidate);
                 }
             }
         }
-        Some(PathBuf::from(recorded)).filter(|p| p.is_file())
+        found.extend(Some(PathBuf::from(recorded)).filter(|p| p.is_file()));
+        found
+    }
+
+    /// The first of the [`candidates`](Self::candidates) that can be read.
+    pub fn find(&self, recorded: &str) -> Option<PathBuf> {
+        self.candidates(recorded).into_iter().next()
+    }
+
+    /// The first readable candidate for `recorded` that `fits` (the version of the file a run
+    /// executed: another version read in its place would misplace every line).
+    pub fn read_fitting(&self, recorded: &str, fits: impl Fn(&Source) -> bool) -> Option<Source> {
+        self.candidates(recorded).into_iter().find_map(|path| {
+            let text = std::fs::read_to_string(&path).ok()?;
+            let source = Source {
+                path,
+                lines: text.lines().map(str::to_string).collect(),
+            };
+            fits(&source).then_some(source)
+        })
     }
 
     /// The lines of the source recorded as `recorded`, when it can be found and read.
     pub fn read(&self, recorded: &str) -> Option<Source> {
-        let path = self.find(recorded)?;
-        let text = std::fs::read_to_string(&path).ok()?;
-        Some(Source {
-            path,
-            lines: text.lines().map(str::to_string).collect(),
-        })
+        self.read_fitting(recorded, |_| true)
     }
 }
 
@@ -86,6 +102,39 @@ impl Source {
             let t = l.trim();
             !t.is_empty() && !t.starts_with('#')
         })
+    }
+
+    /// Whether this version of the file can be the one that ran a function `function` (a
+    /// qualified name) whose code starts at `first_line`: that line defines it (`def`, `async
+    /// def`, `class`), or starts the decorators above its definition. The module's own code,
+    /// lambdas and comprehensions fit any version.
+    pub fn defines(&self, function: &str, first_line: u32) -> bool {
+        let name = function.rsplit('.').next().unwrap_or(function);
+        if name.starts_with('<') {
+            return true;
+        }
+        let defines = |t: &str| {
+            let t = t.trim_start().trim_start_matches("async ");
+            ["def ", "class "].iter().any(|k| {
+                t.strip_prefix(k).is_some_and(|rest| {
+                    rest.trim_start().starts_with(name)
+                        && !rest.trim_start()[name.len()..]
+                            .starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                })
+            })
+        };
+        let Some(first) = self.line(first_line) else {
+            return false;
+        };
+        if defines(first) {
+            return true;
+        }
+        // A decorated function's code starts at its first decorator.
+        first.trim_start().starts_with('@')
+            && (first_line + 1..first_line + 16)
+                .map_while(|n| self.line(n))
+                .find(|l| !l.trim_start().starts_with('@'))
+                .is_some_and(defines)
     }
 
     /// Whether line `n` lies in the body of a `for` or `while` loop of its function (read from
@@ -232,6 +281,20 @@ mod tests {
             .map(|c| c.line)
             .collect();
         assert_eq!(removed, [3, 7]);
+    }
+
+    #[test]
+    fn a_version_fits_the_functions_it_defines_where_they_start() {
+        let v = source("import x\n\n@torch.no_grad()\n@other\ndef evaluate(m):\n    pass\nclass Model:\n    async def step(self):\n        pass\n    def stepper(self):\n        pass\n");
+        assert!(v.defines("evaluate", 3), "at its first decorator");
+        assert!(v.defines("evaluate", 5));
+        assert!(v.defines("Model", 7));
+        assert!(v.defines("Model.step", 8));
+        assert!(v.defines("Model.stepper", 10));
+        assert!(!v.defines("Model.step", 10), "stepper is not step");
+        assert!(!v.defines("Model.step", 9));
+        assert!(v.defines("<module>", 1) && v.defines("f.<locals>.<lambda>", 99));
+        assert!(!v.defines("missing", 99));
     }
 
     #[test]

@@ -21,8 +21,8 @@ EXAMPLES:
     Rank 3 of a job against the median of the other ranks:
         vramtrace diff --rank 3 traces/
 
-    Python sources moved since the runs (lines are matched by their text when both versions
-    can be read; the directories are searched for the recorded paths' trailing parts):
+    Python sources from two checkouts (each run's file is the first version found whose
+    functions start where the run's did; lines moved by an edit are matched by their text):
         vramtrace diff --source-dir ~/src/v1 --source-dir ~/src/v2 v1.vtrace v2.vtrace
 
     Machine-readable output (schema in docs/report-json.md, \"Diff\"):
@@ -55,8 +55,9 @@ pub struct DiffArgs {
     #[arg(long)]
     pub full_stacks: bool,
     /// A directory to look for the Python sources the traces name, before their recorded paths
-    /// (repeatable; VRAMTRACE_SOURCE_PATH adds more). With both versions of a file readable,
-    /// moved lines are matched by their text and the changed lines are listed.
+    /// (repeatable; VRAMTRACE_SOURCE_PATH adds more). A version is used for a run only when its
+    /// functions start where the run's did. With both versions of a file found, moved lines are
+    /// matched by their text and the changed lines are listed.
     #[arg(long = "source-dir", value_name = "DIR")]
     pub source_dirs: Vec<PathBuf>,
     #[command(flatten)]

@@ -44,23 +44,33 @@ sys.exit(rc)
 const INSERTED: &str = "import os\nimport math\nimport time";
 const LEAK: &str = "    q = ctypes.c_void_p()\n    rc |= runtime.cudaMalloc(ctypes.byref(q), 4 << 20)  # the leak\n    kept.append(q.value)";
 
-/// Writes version 1 (or 2, with the lines inserted and the leak) of the script to
-/// `dir/v/train.py`, runs it traced, and returns the script and its trace.
-fn run_version(dir: &Path, version: u32) -> (PathBuf, PathBuf) {
-    let d = subdir(dir, &format!("v{version}"));
-    let source = match version {
+/// Version 1 of the script, or version 2 (the lines inserted and the leak).
+fn version(v: u32) -> String {
+    match v {
         1 => SCRIPT.to_string(),
         _ => SCRIPT
             .replace("# INSERTED", INSERTED)
             .replace("    # LEAK", LEAK),
-    };
-    let script = d.join("train.py");
-    std::fs::write(&script, source).unwrap();
-    let traces = subdir(&d, "traces");
-    let out = traced_program("python3", &traces).arg(&script).output();
+    }
+}
+
+/// Writes version `v` of the script to `script`, runs it traced (the trace in `traces`), and
+/// returns the trace.
+fn run_at(script: &Path, v: u32, traces: &Path) -> PathBuf {
+    std::fs::write(script, version(v)).unwrap();
+    let out = traced_program("python3", traces).arg(script).output();
     let out = out.expect("running python3 (required by this test)");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    (script, the_trace(&traces))
+    the_trace(traces)
+}
+
+/// Writes version `v` to `dir/v<v>/train.py`, runs it traced, and returns the script and its
+/// trace.
+fn run_version(dir: &Path, v: u32) -> (PathBuf, PathBuf) {
+    let d = subdir(dir, &format!("v{v}"));
+    let script = d.join("train.py");
+    let trace = run_at(&script, v, &subdir(&d, "traces"));
+    (script, trace)
 }
 
 fn labels(d: &Value) -> Vec<(String, String)> {
@@ -156,3 +166,41 @@ captest!(
         );
     }
 );
+
+// One script edited in place between the runs: its recorded path now holds version 2 only, which
+// does not fit run A (its functions start elsewhere), so A's lines are matched by their function's
+// start; with a copy of version 1 under --source-dir, each run gets the version that fits it
+// (the copy does not fit run B) and lines are matched by their text.
+captest!(each_run_reads_the_version_of_its_file_that_fits_it, |dir| {
+    let job = subdir(dir, "job");
+    let script = job.join("train.py");
+    let a = run_at(&script, 1, &subdir(dir, "a"));
+    let old = subdir(dir, "old");
+    std::fs::write(old.join("train.py"), version(1)).unwrap();
+    let b = run_at(&script, 2, &subdir(dir, "b"));
+    let (code, d) = diff_json([&a, &b]);
+    assert_eq!(code, 1);
+    let pair = &d["files"][0];
+    assert_eq!(
+        (&pair["lines"], &pair["a_source"]),
+        (&Value::from("function-start"), &Value::Null)
+    );
+    assert_eq!(d["sites"]["changed"], 1, "{:?}", labels(&d));
+    let (code, d) = diff_json([
+        std::ffi::OsStr::new("--source-dir"),
+        old.as_os_str(),
+        a.as_os_str(),
+        b.as_os_str(),
+    ]);
+    assert_eq!(code, 1);
+    let pair = &d["files"][0];
+    assert_eq!(pair["lines"], "source-text");
+    assert_eq!(pair["a_source"], old.join("train.py").display().to_string());
+    assert_eq!(pair["b_source"], script.display().to_string());
+    assert_eq!(
+        (&pair["added"], &d["sites"]["changed"]),
+        (&Value::from(6), &Value::from(1))
+    );
+    let leak_line = line_of(&script, "# the leak");
+    assert_eq!(d["suspects"][0]["line"], leak_line);
+});
