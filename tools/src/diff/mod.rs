@@ -54,7 +54,7 @@ struct Compared {
     facts: RunFacts,
     profile: Profile,
     /// For the rank table of `--rank`.
-    rank: vramtrace_collector::compare::RankInput,
+    rank_input: vramtrace_collector::compare::RankInput,
 }
 
 fn profile_of(run: Run) -> Result<Compared> {
@@ -71,7 +71,7 @@ fn profile_of(run: Run) -> Result<Compared> {
             steps: profile.steps.steps,
             median_of: Vec::new(),
         },
-        rank: rank_input(&run),
+        rank_input: rank_input(&run),
         profile,
     })
 }
@@ -315,7 +315,7 @@ fn against_median(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Re
         steps: median.steps.steps,
         median_of: others.iter().map(|c| c.facts.path.clone()).collect(),
     };
-    let inputs: Vec<_> = runs.iter().map(|c| c.rank.clone()).collect();
+    let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
     Ok(Comparison {
         diff: compare(&median, &target.profile, sources, t),
         a: facts,
