@@ -39,6 +39,10 @@ const WORKLOAD_LINKS: &[(&str, &[&str])] = &[
     ("bench_calls", &["libcudart.so.13"]),
 ];
 
+/// Workloads built a second time from another's source with extra flags: `(name, source, flags)`.
+const VARIANTS: &[(&str, &str, &[&str])] =
+    &[("wl_train_moved", "wl_train.c", &["-DWL_TRAIN_MOVED"])];
+
 struct Ctx {
     cc: String,
     src: PathBuf,
@@ -195,7 +199,21 @@ fn main() {
 
     // Workloads, two at a time per available core.
     let wl_src = manifest.join("workloads");
-    let workloads = c_files(&wl_src);
+    let mut workloads: Vec<(String, String, &[&str])> = c_files(&wl_src)
+        .into_iter()
+        .map(|src| {
+            let name = Path::new(&src)
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            (name, src, &[][..])
+        })
+        .collect();
+    for &(name, source, flags) in VARIANTS {
+        let src = wl_src.join(source).display().to_string();
+        workloads.push((name.to_string(), src, flags));
+    }
     let fw_inc = cx.src.join("framework");
     std::thread::scope(|s| {
         let jobs = std::thread::available_parallelism()
@@ -205,20 +223,18 @@ fn main() {
         for chunk in workloads.chunks(workloads.len().div_ceil(jobs).max(1)) {
             let (cx, wl_dir, fw_inc, wl_src) = (&cx, &wl_dir, &fw_inc, &wl_src);
             s.spawn(move || {
-                for src in chunk {
-                    let name = Path::new(src)
-                        .file_stem()
-                        .unwrap()
-                        .to_string_lossy()
-                        .to_string();
+                for (name, src, flags) in chunk {
                     let mut a = cx.base_args();
+                    a.extend(flags.iter().map(|f| f.to_string()));
                     a.push(format!("-I{}", fw_inc.display()));
                     a.push(format!("-I{}", wl_src.display()));
                     a.push(src.clone());
                     a.push("-Wl,--no-as-needed".into());
+                    // A variant links what its source's workload links.
+                    let base = Path::new(src).file_stem().unwrap().to_string_lossy();
                     let links = WORKLOAD_LINKS
                         .iter()
-                        .find(|(n, _)| *n == name)
+                        .find(|(n, _)| *n == base)
                         .map(|(_, l)| *l);
                     for l in links.unwrap_or(&[]) {
                         a.push(cx.lib(l));
@@ -226,8 +242,8 @@ fn main() {
                     a.push("-ldl".into());
                     a.push("-Wl,-rpath,$ORIGIN/../standins/lib".into());
                     a.push("-o".into());
-                    a.push(wl_dir.join(&name).display().to_string());
-                    cx.run(&a, &name);
+                    a.push(wl_dir.join(name).display().to_string());
+                    cx.run(&a, name);
                 }
             });
         }

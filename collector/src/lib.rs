@@ -7,6 +7,8 @@
 
 pub mod analysis;
 pub mod attached;
+#[cfg(feature = "symbols")]
+pub mod compare;
 pub mod event;
 pub mod fasthash;
 pub mod format;

@@ -44,6 +44,11 @@ impl PythonStacks {
         self.codes.get(&id)
     }
 
+    /// Every code object the trace named, in no particular order.
+    pub fn codes(&self) -> impl Iterator<Item = &PyCode> {
+        self.codes.values()
+    }
+
     /// The raw frames of stack `id`, innermost first; `None` for 0 or an undefined id.
     pub fn raw_frames(&self, id: StackId) -> Option<&[PyFrame]> {
         self.stacks.get(&id).map(|f| &f[..])

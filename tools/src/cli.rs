@@ -24,6 +24,10 @@ pub enum Command {
     /// and report what was live then.
     #[command(after_help = crate::replay::EXAMPLES)]
     Replay(crate::replay::ReplayArgs),
+    /// Compare two runs call site by call site (or one rank of a job with the median of the
+    /// others), and say whether the second regressed.
+    #[command(after_help = crate::diff::EXAMPLES)]
+    Diff(crate::diff::DiffArgs),
     /// Write a trace in the formats other viewers read: Perfetto / Chrome trace JSON, a flame
     /// graph SVG, a PyTorch memory snapshot pickle, CSV.
     #[command(after_help = crate::export::EXAMPLES)]
@@ -50,7 +54,10 @@ EXAMPLES:
 
     One self-contained page to open in a browser or mail: the chart of live memory over
     time, the findings and every table (nothing is loaded from the network):
-        vramtrace report --html report.html vramtrace-4242.vtrace";
+        vramtrace report --html report.html vramtrace-4242.vtrace
+
+    Every rank of a torchrun job: the rank that differs from the others first, then each report:
+        vramtrace report traces/";
 
 const RUN_EXAMPLES: &str = "\
 EXAMPLES:
@@ -97,9 +104,10 @@ impl RankBy {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The trace file to read.
-    #[arg(value_name = "TRACE")]
-    pub trace: PathBuf,
+    /// The trace file to read; several files, or directories of traces (one per rank or
+    /// process), give the rank table and then the report of each trace.
+    #[arg(value_name = "TRACE", required = true, num_args = 1..)]
+    pub traces: Vec<PathBuf>,
     /// Print one JSON document instead of tables (schema: docs/report-json.md).
     #[arg(long)]
     pub json: bool,

@@ -9,7 +9,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{Ending, Header, TraceError, TraceReader};
@@ -68,6 +68,13 @@ impl Progress {
             bar
         });
         Progress { bar }
+    }
+
+    /// A bar for reading `path` among the bars of `group` (traces read at the same time).
+    pub fn in_group(group: &MultiProgress, path: &Path, message: &str) -> Self {
+        let mut p = Progress::new(path, message);
+        p.bar = p.bar.take().map(|b| group.add(b));
+        p
     }
 
     /// A new pass over the file.

@@ -2,16 +2,21 @@
 //! export them to other viewers.
 //!
 //! Exit codes: 0 when all went well; for `run`, the traced program's own exit code (128 + the
-//! signal that killed it); 2 for an error of vramtrace's own (a bad flag, an unreadable trace),
-//! reported as one `error: …` line on stderr.
+//! signal that killed it); for `diff`, 1 when the second run regressed beyond the thresholds; 2
+//! for an error of vramtrace's own (a bad flag, an unreadable trace), reported as one
+//! `error: …` line on stderr.
 
 mod cli;
+mod diff;
 mod export;
 mod html;
+mod inputs;
 mod load;
+mod ranks;
 mod replay;
 mod report;
 mod run;
+mod tables;
 mod timeline;
 mod units;
 
@@ -31,6 +36,7 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::Report(args) => report::run(args).map(|()| 0),
+        Command::Diff(args) => diff::run(args),
         Command::Run(args) => run::run(args),
         Command::Replay(args) => replay::run(args).map(|()| 0),
         Command::Export(args) => export::run(args).map(|()| 0),

@@ -51,8 +51,7 @@ impl Failure {
             Op::Create { device, .. } => device,
             _ => event.device,
         };
-        let out_of_memory = event.result == CUDA_OUT_OF_MEMORY
-            && matches!(event.api.layer(), Layer::Runtime | Layer::Driver);
+        let out_of_memory = means_out_of_memory(event);
         Failure {
             api: event.api,
             result: event.result,
@@ -65,6 +64,13 @@ impl Failure {
             origin,
         }
     }
+}
+
+/// Whether a failed `event` ran out of memory: the runtime's and the driver's out-of-memory code
+/// (NCCL's codes mean other things).
+pub fn means_out_of_memory(event: &Event) -> bool {
+    event.result == CUDA_OUT_OF_MEMORY
+        && matches!(event.api.layer(), Layer::Runtime | Layer::Driver)
 }
 
 /// Bytes an operation asks for.

@@ -46,7 +46,9 @@ use self::steps::StepDetector;
 
 pub use anomaly::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
 pub use device_memory::DeviceAccount;
-pub use failure::{Failure, Failures, MAX_FIRST_FAILURES, MAX_RECENT_FAILURES};
+pub use failure::{
+    means_out_of_memory, Failure, Failures, MAX_FIRST_FAILURES, MAX_RECENT_FAILURES,
+};
 pub use ledger::{Holder, PeakPoint, PoolUse};
 pub use objects::{
     Accounting, Allocation, Array, Category, CommState, Communicator, Context, Flag, Flags,

@@ -28,6 +28,7 @@ mod analyses;
 mod attribution;
 mod cli;
 mod closure;
+mod diff;
 mod driver;
 mod libraries;
 mod nccl;

@@ -8,6 +8,7 @@ mod allocator;
 mod attribution;
 pub(crate) mod findings;
 pub(crate) mod labels;
+mod many;
 mod stacks;
 mod text;
 
@@ -35,12 +36,23 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
 }
 
-/// Runs `vramtrace report`.
+/// Runs `vramtrace report`: of one trace, or of several (see [`many`]).
 pub fn run(args: &ReportArgs) -> Result<()> {
-    if let Some(path) = &args.html {
-        return run_html(args, path);
+    let paths = crate::inputs::expand(&args.traces)?;
+    if let Some(html) = &args.html {
+        let [one] = &paths[..] else {
+            anyhow::bail!("--html takes one trace ({} given)", paths.len());
+        };
+        return run_html(args, one, html);
     }
-    let trace = load_analyzed(&args.trace, args.analysis.config())?;
+    if let [one] = &paths[..] {
+        return report_one(args, one);
+    }
+    many::run(args, &paths)
+}
+
+fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<()> {
+    let trace = load_analyzed(path, args.analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
     let stdout = std::io::stdout();
@@ -57,9 +69,9 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 }
 
 /// `vramtrace report --html PATH`: the page, and one line on stderr saying where it went.
-fn run_html(args: &ReportArgs, path: &std::path::Path) -> Result<()> {
+fn run_html(args: &ReportArgs, trace: &std::path::Path, path: &std::path::Path) -> Result<()> {
     let (trace, timeline) = crate::timeline::load_with_timeline(
-        &args.trace,
+        trace,
         args.analysis.config(),
         crate::html::CHART_STRETCHES,
         crate::html::CHART_RANGES,

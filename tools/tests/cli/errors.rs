@@ -70,11 +70,14 @@ fn missing_empty_and_directory_paths() {
             empty.display()
         )
     );
+    // A directory is read as the traces in it (one per rank or process).
+    let nothing = dir.path().join("nothing");
+    std::fs::create_dir(&nothing).unwrap();
     assert_eq!(
-        report_error(dir.path()),
+        report_error(&nothing),
         format!(
-            "error: {}: is a directory, not a trace\n",
-            dir.path().display()
+            "error: {}: no trace files (*.vtrace) in this directory\n",
+            nothing.display()
         )
     );
 }

@@ -1,11 +1,14 @@
 //! The `vramtrace` command line, run as a user would: known traces in, exact numbers, exit codes
 //! and error lines out.
 
+mod diff;
 mod errors;
 mod exports;
+mod gpu;
 mod html;
 mod replay;
 mod report;
 mod run;
+mod runs;
 mod support;
 mod symbols;

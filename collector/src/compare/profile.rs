@@ -1,0 +1,567 @@
+//! One trace as the comparisons see it: totals, the device's live bytes at each step, and per
+//! call site (named by [`SiteIdentity`]) what it holds at the end and held at the peak, how fast
+//! it grows, what it allocated, its orphans and its failures.
+//!
+//! Everything but allocations and failures comes from the collector's per-site answers
+//! ([`Analysis`]: leaks, peaks, steady growth, orphans), keyed by the live state's call sites
+//! (native stacks); allocations and failures from a [`CallTally`]. Sites whose names agree
+//! (two stacks that differ only inside the CUDA libraries) are added together.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::identity::{base_name, native_identity, FrameId, PythonLine, SiteIdentity};
+use super::lines::{line_metrics, live_by_call, Span};
+use super::tally::{CallCounts, CallTally};
+use crate::analysis::growth::Growth;
+use crate::analysis::{Analysis, SiteName};
+use crate::live::{Holder, LiveState, SampleAxis, SiteKey};
+use crate::python::PythonStacks;
+use crate::symbols::{Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
+
+/// What growth is measured against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GrowthUnit {
+    /// Bytes per training step (the trace has steps).
+    Step,
+    /// Bytes per second (no steps: growth was sampled in time windows).
+    Second,
+}
+
+impl GrowthUnit {
+    /// `step` or `second`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GrowthUnit::Step => "step",
+            GrowthUnit::Second => "second",
+        }
+    }
+}
+
+/// Where a trace's steps came from and how many there were.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StepFacts {
+    /// `marks`, `pattern` or `none` (as in the report's analysis).
+    pub source: &'static str,
+    pub steps: u64,
+    /// The unit of every growth figure of the trace.
+    pub unit: GrowthUnit,
+}
+
+/// The numbers compared per call site.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SiteMetrics {
+    /// Objects and device bytes live at the end.
+    pub live_count: u64,
+    pub live_bytes: u64,
+    /// Pinned and registered host bytes live at the end.
+    pub host_bytes: u64,
+    /// Device bytes it held when its device peaked (added over devices).
+    pub peak_bytes: u64,
+    /// Steady growth in bytes per [`GrowthUnit`] (0 when it does not grow steadily).
+    pub growth: f64,
+    /// Allocations made over the whole run, and the bytes they asked for.
+    pub allocations: u64,
+    pub allocated_bytes: u64,
+    /// Live objects whose owner is gone, and their device bytes.
+    pub orphans: u64,
+    pub orphan_bytes: u64,
+    /// Failed calls, and out-of-memory failures among them.
+    pub failures: u64,
+    pub out_of_memory: u64,
+}
+
+impl SiteMetrics {
+    /// Adds another site's numbers.
+    pub fn add(&mut self, o: &SiteMetrics) {
+        self.live_count += o.live_count;
+        self.live_bytes += o.live_bytes;
+        self.host_bytes += o.host_bytes;
+        self.peak_bytes += o.peak_bytes;
+        self.growth += o.growth;
+        self.allocations += o.allocations;
+        self.allocated_bytes += o.allocated_bytes;
+        self.orphans += o.orphans;
+        self.orphan_bytes += o.orphan_bytes;
+        self.failures += o.failures;
+        self.out_of_memory += o.out_of_memory;
+    }
+
+    fn add_calls(&mut self, c: &CallCounts) {
+        self.allocations += c.allocations;
+        self.allocated_bytes += c.allocated_bytes;
+        self.failures += c.failures;
+        self.out_of_memory += c.out_of_memory;
+    }
+}
+
+/// A trace's totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct RunTotals {
+    /// Device objects and bytes live at the end; pinned host bytes live at the end.
+    pub live_count: u64,
+    pub live_bytes: u64,
+    pub host_bytes: u64,
+    /// The devices' peaks, added.
+    pub peak_bytes: u64,
+    /// Sustained growth of the devices (their steadily growing sites' slopes), per unit.
+    pub growth: f64,
+    pub allocations: u64,
+    pub allocated_bytes: u64,
+    pub orphans: u64,
+    pub orphan_bytes: u64,
+    pub failures: u64,
+    pub out_of_memory: u64,
+    /// Communicators not destroyed or aborted at the end, and the device bytes attributed to
+    /// communicators (live or ended) at the end.
+    pub communicators: u64,
+    pub communicator_bytes: u64,
+}
+
+impl RunTotals {
+    /// The totals of a trace read into `state`, with its `analysis` and `tally`.
+    pub fn of(state: &LiveState, analysis: &Analysis, tally: &CallTally) -> Self {
+        let per_unit = unit_converter(&analysis.growth);
+        let calls = tally.total();
+        let summary = state.summary();
+        RunTotals {
+            live_count: analysis.leaks.device.count,
+            live_bytes: analysis.leaks.device.bytes,
+            host_bytes: analysis.leaks.host.bytes,
+            peak_bytes: analysis
+                .peaks
+                .holders
+                .iter()
+                .filter(|h| is_device(h.holder))
+                .map(|h| h.peak.bytes)
+                .sum(),
+            growth: per_unit(
+                analysis
+                    .growth
+                    .holders
+                    .iter()
+                    .filter(|h| is_device(h.holder))
+                    .map(|h| h.steady_growth)
+                    .sum(),
+            ),
+            allocations: calls.allocations,
+            allocated_bytes: calls.allocated_bytes,
+            orphans: analysis.orphans.total.count,
+            orphan_bytes: analysis.orphans.total.bytes,
+            failures: state.failures().total(),
+            out_of_memory: analysis.ooms.total,
+            communicators: state.communicators().filter(|c| !c.state.is_gone()).count() as u64,
+            communicator_bytes: summary.by_communicator.iter().map(|c| c.bytes).sum(),
+        }
+    }
+}
+
+/// One call site of a trace.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SiteProfile {
+    #[serde(skip)]
+    pub identity: SiteIdentity,
+    /// The site in words: its Python line, else its native frame and the frame that called into
+    /// that frame's module.
+    pub label: String,
+    /// The module that asked (first frame outside the CUDA libraries).
+    pub module: Option<String>,
+    /// The program's Python lines its calls came from (several when the site is a native stack
+    /// reached from several lines).
+    pub python_lines: Vec<PythonLine>,
+    /// Whether some of those lines were inferred (the call's thread ran no Python).
+    pub python_inferred: bool,
+    /// Whether the site is one of several Python lines that reached one native stack: its peak
+    /// and growth are then estimated from the objects it still holds (see `compare::lines`).
+    pub shared_stack: bool,
+    /// The mixed stack of its largest call.
+    #[serde(skip)]
+    pub frames: Vec<StackFrame>,
+    #[serde(flatten)]
+    pub metrics: SiteMetrics,
+}
+
+/// Lines seen executing per `(file, function)`.
+pub type ExecutedLines = BTreeMap<(String, String), BTreeSet<u32>>;
+
+/// A Python code object the trace named.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct CodeFacts {
+    pub file: String,
+    pub function: String,
+    pub first_line: u32,
+}
+
+/// One trace, ready to be compared.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    pub steps: StepFacts,
+    pub totals: RunTotals,
+    /// With steps: device bytes live at each sampled step boundary, `(step, bytes)`.
+    pub step_series: Vec<(u64, u64)>,
+    /// Call sites, most live device memory first.
+    pub sites: Vec<SiteProfile>,
+    /// Python code objects, sorted.
+    pub codes: Vec<CodeFacts>,
+    /// Lines seen executing per `(file, function)`, in any frame of a call's Python stack.
+    pub executed: ExecutedLines,
+    /// The program's main script: the file of the outermost Python frame most calls had.
+    pub main_script: Option<String>,
+}
+
+fn is_device(h: Holder) -> bool {
+    matches!(h, Holder::Device { .. })
+}
+
+/// Turns the growth analysis's slopes (per step, or per time window) into bytes per
+/// [`GrowthUnit`].
+fn unit_converter(g: &Growth) -> impl Fn(f64) -> f64 {
+    let window = match (g.axis, g.window_ns) {
+        (SampleAxis::Time, Some(w)) if w > 0 => Some(w as f64),
+        _ => None,
+    };
+    move |slope| window.map_or(slope, |w| slope * 1e9 / w)
+}
+
+/// The growth unit of an analysis.
+pub fn growth_unit(g: &Growth) -> GrowthUnit {
+    match g.axis {
+        SampleAxis::Steps => GrowthUnit::Step,
+        SampleAxis::Time => GrowthUnit::Second,
+    }
+}
+
+/// A site's numbers and calls, before naming.
+#[derive(Default)]
+struct Gathered {
+    metrics: SiteMetrics,
+    caller: u64,
+    calls: Vec<(CallRef, CallCounts)>,
+}
+
+impl Profile {
+    /// The profile of a trace read into `state`, with its `analysis` and the `tally` of its
+    /// calls; `symbols` names the native frames.
+    pub fn build(
+        state: &LiveState,
+        analysis: &Analysis,
+        tally: &CallTally,
+        symbols: &mut Symbolizer,
+    ) -> Profile {
+        let unit = growth_unit(&analysis.growth);
+        let steps = StepFacts {
+            source: analysis.steps.source,
+            steps: analysis.steps.steps,
+            unit,
+        };
+        let gathered = gather(analysis, tally);
+        let live = live_by_call(state, analysis);
+        let span = Span::of(state, unit);
+        let python = state.python_stacks();
+        let mut naming = Attribution::of_state(state, symbols);
+        let mut by_identity: BTreeMap<SiteIdentity, (SiteProfile, u64)> = BTreeMap::new();
+        for (key, g) in gathered {
+            let lines = by_line(python, &g.calls);
+            let shared = lines.len() > 1;
+            let site = |line: Option<PythonLine>, calls, metrics| Site {
+                key,
+                caller: g.caller,
+                line,
+                calls,
+                metrics,
+                shared,
+            };
+            let sites: Vec<Site<'_>> = if shared {
+                (lines.iter())
+                    .map(|(line, calls)| {
+                        site(line.clone(), calls, line_metrics(calls, &live, span))
+                    })
+                    .collect()
+            } else {
+                let line = lines.keys().next().cloned().flatten();
+                vec![site(line, &g.calls, g.metrics)]
+            };
+            for s in &sites {
+                add_site(&mut by_identity, name_site(&mut naming, python, s));
+            }
+        }
+        let mut sites: Vec<SiteProfile> = by_identity.into_values().map(|(s, _)| s).collect();
+        sites.sort_by(|a, b| {
+            (b.metrics.live_bytes, b.metrics.host_bytes)
+                .cmp(&(a.metrics.live_bytes, a.metrics.host_bytes))
+                .then_with(|| a.identity.cmp(&b.identity))
+        });
+        let (executed, main_script) = python_facts(python, tally);
+        let mut codes: Vec<CodeFacts> = python
+            .codes()
+            .map(|c| CodeFacts {
+                file: c.file.clone(),
+                function: c.function.clone(),
+                first_line: c.first_line,
+            })
+            .collect();
+        codes.sort();
+        Profile {
+            steps,
+            totals: RunTotals::of(state, analysis, tally),
+            step_series: match unit {
+                GrowthUnit::Step => step_series(state),
+                GrowthUnit::Second => Vec::new(),
+            },
+            sites,
+            codes,
+            executed,
+            main_script,
+        }
+    }
+}
+
+/// The numbers of every call site the analysis or the tally names, by the live state's site.
+fn gather(analysis: &Analysis, tally: &CallTally) -> BTreeMap<SiteKey, Gathered> {
+    let per_unit = unit_converter(&analysis.growth);
+    let mut sites: BTreeMap<SiteKey, Gathered> = BTreeMap::new();
+    fn at<'m>(sites: &'m mut BTreeMap<SiteKey, Gathered>, name: &SiteName) -> &'m mut Gathered {
+        let g = sites
+            .entry(SiteKey::of(name.caller, name.stack))
+            .or_default();
+        g.caller = name.caller;
+        g
+    }
+    for s in &analysis.leaks.sites {
+        let m = &mut at(&mut sites, &s.site).metrics;
+        m.live_count += s.count;
+        m.live_bytes += s.bytes;
+        m.host_bytes += s.host_bytes;
+        m.orphans += s.orphans;
+    }
+    for o in &analysis.orphans.objects {
+        at(&mut sites, &o.site).metrics.orphan_bytes += o.device_bytes;
+    }
+    for h in analysis
+        .peaks
+        .holders
+        .iter()
+        .filter(|h| is_device(h.holder))
+    {
+        for s in &h.by_site {
+            at(&mut sites, &s.site).metrics.peak_bytes += s.bytes;
+        }
+    }
+    let growing = analysis.growth.steady.iter();
+    for s in growing.filter(|s| is_device(s.holder)) {
+        at(&mut sites, &s.site).metrics.growth += per_unit(s.course.slope());
+    }
+    for (call, counts) in tally.iter() {
+        let g = sites
+            .entry(SiteKey::of(call.caller, call.stack))
+            .or_default();
+        if g.caller == 0 {
+            g.caller = call.caller;
+        }
+        g.metrics.add_calls(counts);
+        g.calls.push((*call, *counts));
+    }
+    for g in sites.values_mut() {
+        g.calls.sort_by_key(|(call, _)| *call);
+    }
+    sites
+}
+
+/// The program frame of a Python stack as a [`PythonLine`].
+fn program_line(python: &PythonStacks, py_stack: u32) -> Option<PythonLine> {
+    python.program_frame(py_stack).map(|f| PythonLine {
+        file: f.file.unwrap_or("<unknown>").to_string(),
+        function: f
+            .function
+            .map_or_else(|| format!("<code {}>", f.code), str::to_string),
+        line: f.line,
+    })
+}
+
+/// One site to name: a native site, or one Python line of it.
+struct Site<'a> {
+    key: SiteKey,
+    caller: u64,
+    /// Its Python line, when it has one of its own.
+    line: Option<PythonLine>,
+    calls: &'a [(CallRef, CallCounts)],
+    metrics: SiteMetrics,
+    shared: bool,
+}
+
+/// The Python line a call counts under: its program line when its Python stack was its own,
+/// else none (no Python, or a line inferred from another thread).
+fn line_of(python: &PythonStacks, call: &CallRef, counts: &CallCounts) -> Option<PythonLine> {
+    (counts.own_python > 0 && counts.inferred_python == 0)
+        .then(|| program_line(python, call.py_stack))
+        .flatten()
+}
+
+/// The calls of a site by the Python line they count under.
+fn by_line(
+    python: &PythonStacks,
+    calls: &[(CallRef, CallCounts)],
+) -> BTreeMap<Option<PythonLine>, Vec<(CallRef, CallCounts)>> {
+    let mut lines: BTreeMap<Option<PythonLine>, Vec<(CallRef, CallCounts)>> = BTreeMap::new();
+    for (call, counts) in calls {
+        lines
+            .entry(line_of(python, call, counts))
+            .or_default()
+            .push((*call, *counts));
+    }
+    lines
+}
+
+/// Adds a named site, or its numbers to the site of the same identity.
+fn add_site(by_identity: &mut BTreeMap<SiteIdentity, (SiteProfile, u64)>, named: SiteProfile) {
+    let m = &named.metrics;
+    let size = m.live_bytes + m.host_bytes + m.allocated_bytes;
+    match by_identity.get_mut(&named.identity) {
+        Some((site, largest)) => {
+            site.metrics.add(&named.metrics);
+            for line in named.python_lines {
+                if !site.python_lines.contains(&line) {
+                    site.python_lines.push(line);
+                }
+            }
+            site.python_lines.sort();
+            site.python_inferred |= named.python_inferred;
+            site.shared_stack |= named.shared_stack;
+            if size > *largest {
+                site.frames = named.frames;
+                *largest = size;
+            }
+        }
+        None => {
+            by_identity.insert(named.identity.clone(), (named, size));
+        }
+    }
+}
+
+/// Names one site: its identity, label and stack.
+fn name_site(naming: &mut Attribution<'_>, python: &PythonStacks, site: &Site<'_>) -> SiteProfile {
+    let mut lines: BTreeSet<PythonLine> = BTreeSet::new();
+    let mut inferred = false;
+    let (mut example_py, mut example_size) = (0, 0);
+    for (call, c) in site.calls {
+        inferred |= c.inferred_python > 0;
+        if let Some(l) = program_line(python, call.py_stack) {
+            lines.insert(l);
+        }
+        let size = c.allocated_bytes.max(1);
+        if call.py_stack != 0 && size > example_size {
+            example_py = call.py_stack;
+            example_size = size;
+        }
+    }
+    let native_call = CallRef {
+        caller: site.caller,
+        stack: site.key.stack,
+        py_stack: 0,
+    };
+    let native_frames = naming.stack(native_call);
+    let native = native_identity(&native_frames);
+    let frames = naming.stack(CallRef {
+        py_stack: example_py,
+        ..native_call
+    });
+    let module = native_frames
+        .iter()
+        .find(|f| f.kind == FrameKind::Native && !f.in_cuda_library())
+        .and_then(|f| f.module.clone());
+    let label = match &site.line {
+        Some(p) => p.to_string(),
+        None => native_label(&native_frames),
+    };
+    SiteProfile {
+        identity: SiteIdentity {
+            python: site.line.clone(),
+            native,
+        },
+        label,
+        module,
+        python_lines: lines.into_iter().collect(),
+        python_inferred: inferred,
+        shared_stack: site.shared,
+        frames,
+        metrics: site.metrics,
+    }
+}
+
+/// A native site in words: the frame that asked (the first outside the CUDA libraries) and,
+/// when it has one, the first frame of another module that led there: `fw_alloc ← main at
+/// wl_train.c:88`.
+pub fn native_label(frames: &[StackFrame]) -> String {
+    let mut outside = frames
+        .iter()
+        .filter(|f| f.kind == FrameKind::Native && !f.in_cuda_library());
+    let Some(owner) = outside.next() else {
+        return "(no stack)".to_string();
+    };
+    let caller = outside.find(|f| f.module != owner.module);
+    let asked = match FrameId::of(owner) {
+        FrameId::Function { function, .. } => function,
+        id => id.to_string(),
+    };
+    match caller {
+        Some(c) => format!("{asked} ← {}", FrameId::of(c)),
+        None => asked,
+    }
+}
+
+/// Lines executed per code object, and the main script.
+fn python_facts(python: &PythonStacks, tally: &CallTally) -> (ExecutedLines, Option<String>) {
+    let mut executed = ExecutedLines::new();
+    let mut outermost: BTreeMap<String, u64> = BTreeMap::new();
+    let stacks: BTreeSet<u32> = tally
+        .iter()
+        .map(|(c, _)| c.py_stack)
+        .filter(|&s| s != 0)
+        .collect();
+    for id in stacks {
+        let mut last = None;
+        for f in python.frames(id) {
+            let (Some(file), Some(function)) = (f.file, f.function) else {
+                continue;
+            };
+            executed
+                .entry((file.to_string(), function.to_string()))
+                .or_default()
+                .insert(f.line);
+            last = Some(file);
+        }
+        if let Some(file) = last {
+            *outermost.entry(file.to_string()).or_default() += 1;
+        }
+    }
+    let main = outermost
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(f, _)| f);
+    (executed, main)
+}
+
+/// Device bytes live at each sampled step boundary, devices added.
+fn step_series(state: &LiveState) -> Vec<(u64, u64)> {
+    let mut by_step: BTreeMap<u64, u64> = BTreeMap::new();
+    for h in state.holders().into_iter().filter(|h| is_device(h.holder)) {
+        for (step, bytes) in state.holder_series(h.holder, SampleAxis::Steps) {
+            *by_step.entry(step).or_default() += bytes;
+        }
+    }
+    by_step.into_iter().collect()
+}
+
+impl Profile {
+    /// The site named `label` (tests and tools look sites up by what they print).
+    pub fn site(&self, label: &str) -> Option<&SiteProfile> {
+        self.sites.iter().find(|s| s.label == label)
+    }
+
+    /// The base name of the main script, when the program is Python.
+    pub fn main_script_name(&self) -> Option<&str> {
+        self.main_script.as_deref().map(base_name)
+    }
+}

@@ -1,0 +1,123 @@
+//! Comparing real traces (GPU run 1, trace format 4, in `tests/fixtures/gpu/`): the healthy GPT
+//! training program against `gpt_leaky.py`, the same program with 3 lines inserted above its
+//! loop and a leaking line added in it. Every Python line the runs share is matched to its line
+//! in the other version, found by the text of both sources; without them, by native stacks.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use vramtrace_collector::analysis::{analyze, GrowthConfig};
+use vramtrace_collector::compare::{CallTally, MatchHow, Matching, Profile, SourceSearch};
+use vramtrace_collector::format::TraceReader;
+use vramtrace_collector::live::LiveState;
+use vramtrace_collector::symbols::{SymbolSearch, Symbolizer};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gpu")
+}
+
+/// The profile of a fixture trace (none of them has a repeating allocation for steps, so one
+/// pass reads them as the tools do).
+fn profile(name: &str) -> Profile {
+    let mut reader = TraceReader::open(fixtures().join(name)).unwrap();
+    let mut state = LiveState::new();
+    let mut tally = CallTally::new();
+    state.replay_visiting(
+        &mut reader,
+        |_, e| {
+            tally.note(e);
+            true
+        },
+        |_| {},
+    );
+    assert!(state.step_pattern().is_none());
+    let analysis = analyze(&state, &GrowthConfig::default());
+    let mut symbols = Symbolizer::new(SymbolSearch::only(Vec::new()));
+    Profile::build(&state, &analysis, &tally, &mut symbols)
+}
+
+/// The line of `healthy_gpt.py` that line `b` of `gpt_leaky.py` is: 3 lines replaced the one
+/// `# DIFF-LEAK-SETUP` line 45, so every line below 47 moved down by 2.
+fn healthy_line(b: u32) -> u32 {
+    if b > 47 {
+        b - 2
+    } else {
+        b
+    }
+}
+
+#[test]
+fn every_python_line_is_matched_across_the_inserted_lines() {
+    let (a, b) = (
+        profile("healthy_gpt-traced.vtrace"),
+        profile("gpt_leaky-traced.vtrace"),
+    );
+    assert_eq!(a.main_script_name(), Some("healthy_gpt.py"));
+    assert_eq!(b.main_script_name(), Some("gpt_leaky.py"));
+    let m = Matching::of(&a, &b, &SourceSearch::new(vec![fixtures()]));
+    assert!(
+        m.pairs.iter().all(|p| p.a.is_some() && p.b.is_some()),
+        "every site paired"
+    );
+    assert_eq!(m.pairs.len(), a.sites.len());
+    assert_eq!(a.sites.len(), b.sites.len());
+    let mut lines = BTreeSet::new();
+    for p in &m.pairs {
+        let (sa, sb) = (&a.sites[p.a.unwrap()], &b.sites[p.b.unwrap()]);
+        match (&sa.identity.python, &sb.identity.python) {
+            (Some(x), Some(y)) => {
+                assert_eq!(x.function, y.function);
+                assert_eq!(x.line, healthy_line(y.line), "{x} against {y}");
+                let how = if x.line == y.line {
+                    MatchHow::Exact
+                } else {
+                    MatchHow::SourceText
+                };
+                assert_eq!(p.how, how, "{x} against {y}");
+                // The files are the two main scripts, paired by a guess.
+                assert!(p.guessed);
+                lines.insert((y.function.clone(), y.line));
+            }
+            (None, None) => assert_eq!(sa.identity.native, sb.identity.native),
+            other => panic!("a Python line on one side only: {other:?}"),
+        }
+    }
+    let lines: Vec<(&str, u32)> = lines.iter().map(|(f, l)| (f.as_str(), *l)).collect();
+    assert_eq!(
+        lines,
+        [
+            ("<module>", 40),
+            ("<module>", 53),
+            ("<module>", 56),
+            ("<module>", 63),
+            ("GPT.forward", 30),
+            ("GPT.forward", 31),
+            ("GPT.forward", 32)
+        ]
+    );
+}
+
+#[test]
+fn without_the_sources_the_moved_lines_pair_by_native_stack() {
+    let (a, b) = (
+        profile("healthy_gpt-traced.vtrace"),
+        profile("gpt_leaky-traced.vtrace"),
+    );
+    let nowhere = SourceSearch::new(vec![PathBuf::from("/nonexistent")]);
+    let m = Matching::of(&a, &b, &nowhere);
+    assert!(m.pairs.iter().all(|p| p.a.is_some() && p.b.is_some()));
+    for p in &m.pairs {
+        let (sa, sb) = (&a.sites[p.a.unwrap()], &b.sites[p.b.unwrap()]);
+        if let (Some(x), Some(y)) = (&sa.identity.python, &sb.identity.python) {
+            assert_eq!(x.line, healthy_line(y.line), "{x} against {y}");
+            // GPT.forward did not move; `<module>` starts at line 1 in both, so its moved
+            // lines are only found by their native stacks.
+            let how = if x.line == y.line {
+                MatchHow::Exact
+            } else {
+                MatchHow::NativeStack
+            };
+            assert_eq!(p.how, how, "{x} against {y}");
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! wl_train against itself: in another run (ASLR moves every library), rebuilt (wl_train_moved:
+//! the same lines, main at other offsets), with `--extra-leak` (4 MiB more kept every step),
+//! with `--fix-leak` (the 1 MiB history tensor freed in its step), and as eight ranks of which
+//! rank 3 has the extra leak.
+
+use std::path::Path;
+
+use serde_json::Value;
+use vramtrace_tests::source::{line_of, standin_source, workload_source};
+use vramtrace_tests::trace::Trace;
+use vramtrace_tests::traced::{text, vramtrace_command, Workload};
+
+use super::{diff_json, frames_in, subdir, the_trace};
+use crate::MIB;
+
+/// Runs `w` traced into `dir/name/` and returns its trace.
+fn traced(dir: &Path, name: &str, w: Workload) -> std::path::PathBuf {
+    let d = subdir(dir, name);
+    let run = w.run_both(&d);
+    assert!(run.output.status.success(), "{}", run.stderr());
+    the_trace(&d)
+}
+
+fn plain(dir: &Path, name: &str) -> std::path::PathBuf {
+    traced(dir, name, Workload::new("wl_train"))
+}
+
+/// Where the module named `file_name` was loaded in a trace.
+fn base_of(trace: &Trace, file_name: &str) -> u64 {
+    let modules = trace.state.modules().modules();
+    let m = modules.iter().find(|m| m.file_name() == file_name);
+    m.unwrap_or_else(|| panic!("{file_name} not in the trace"))
+        .base
+}
+
+/// The sites of `d` that changed, as `(status, label)`.
+fn changed(d: &Value) -> Vec<(String, String)> {
+    d["sites"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["status"].as_str().unwrap().into(),
+                s["label"].as_str().unwrap().into(),
+            )
+        })
+        .collect()
+}
+
+/// The history tensor's site: fw_alloc's cudaMallocAsync called from main's history line.
+fn history_frames() -> Vec<(String, u64)> {
+    let train = workload_source("wl_train.c");
+    vec![(
+        "main".into(),
+        line_of(&train, "history[step] = alloc(1 * MiB, FW_MODE_ASYNC);").into(),
+    )]
+}
+
+fn fw_alloc_frames() -> Vec<(String, u64)> {
+    let fw = standin_source("framework/fw_alloc.c");
+    let call = "if (cudaMallocAsync(&p, size, NULL) == cudaSuccess)";
+    vec![("fw_alloc".into(), line_of(&fw, call).into())]
+}
+
+// Two runs of the same program: every library at another address (the test checks they moved),
+// and not one site differs; exit 0.
+captest!(two_runs_at_other_addresses_do_not_differ, |dir| {
+    let (a, b) = (plain(dir, "a"), plain(dir, "b"));
+    let (ta, tb) = (Trace::load(&a), Trace::load(&b));
+    for module in [
+        "libtorch_standin.so",
+        "libcudart.so.13",
+        "libc.so.6",
+        "wl_train",
+    ] {
+        assert_ne!(
+            base_of(&ta, module),
+            base_of(&tb, module),
+            "{module} loaded at the same address in both runs: is ASLR off?"
+        );
+    }
+    let (code, d) = diff_json([&a, &b]);
+    assert_eq!(code, 0);
+    let s = &d["sites"];
+    assert_eq!(s["changed"], 0, "{:?}", changed(&d));
+    assert_eq!(
+        (&s["only_in_a"], &s["only_in_b"], &s["guessed"]),
+        (&Value::from(0), &Value::from(0), &Value::from(0))
+    );
+    assert_eq!(s["matched"], s["unchanged"]);
+    assert_eq!(d["steps"]["aligned"], true);
+    assert_eq!(d["steps"]["first_difference"], Value::Null);
+    assert_eq!(d["totals"]["live_bytes"]["a"], 20 * MIB);
+});
+
+// The same program rebuilt with code placed before main: main's instructions sit at other
+// offsets of the executable, its function, file and lines are the same, and so are its sites.
+captest!(
+    a_rebuilt_program_is_matched_by_function_file_and_line,
+    |dir| {
+        let a = plain(dir, "a");
+        let b = traced(dir, "b", Workload::new("wl_train_moved"));
+        // The history allocation's frame in main, as an offset into the executable.
+        let main_offset = |path: &Path, exe: &str| {
+            let t = Trace::load(path);
+            let e = t
+            .events
+            .iter()
+            .rev()
+            .find(|e| matches!(e.op, vramtrace_collector::event::Op::Alloc { size, .. } if size == MIB))
+            .expect("a history allocation");
+            let base = base_of(&t, exe);
+            let module = t
+                .state
+                .modules()
+                .modules()
+                .iter()
+                .find(|m| m.file_name() == exe)
+                .unwrap()
+                .clone();
+            let frames = &t.stacks[&e.stack];
+            let inside = frames
+                .iter()
+                .find(|&&f| module.contains(f))
+                .expect("a frame in main");
+            inside - base
+        };
+        let (oa, ob) = (
+            main_offset(&a, "wl_train"),
+            main_offset(&b, "wl_train_moved"),
+        );
+        assert_ne!(oa, ob, "the rebuild did not move main");
+        let (code, d) = diff_json([&a, &b]);
+        assert_eq!(code, 0);
+        let s = &d["sites"];
+        assert_eq!(s["changed"], 0, "{:?}", changed(&d));
+        assert_eq!(
+            (&s["only_in_a"], &s["only_in_b"], &s["guessed"]),
+            (&Value::from(0), &Value::from(0), &Value::from(0))
+        );
+    }
+);
+
+// One more leak: exactly one site differs, new in B, at fw_alloc called from main's extra line,
+// holding 20 × 4 MiB and growing 4 MiB per step; the verdict is a regression (exit 1) on live
+// memory and growth.
+captest!(an_extra_leak_is_the_one_difference, |dir| {
+    let a = plain(dir, "a");
+    let b = traced(dir, "b", Workload::new("wl_train").arg("--extra-leak"));
+    let (code, d) = diff_json([&a, &b]);
+    assert_eq!(code, 1);
+    let s = &d["sites"];
+    assert_eq!(
+        (&s["changed"], &s["only_in_b"], &s["only_in_a"]),
+        (&Value::from(1), &Value::from(1), &Value::from(0))
+    );
+    let leak = &s["list"][0];
+    let train = workload_source("wl_train.c");
+    let line = line_of(&train, "extra[step] = alloc(4 * MiB, FW_MODE_ASYNC);");
+    assert_eq!(
+        leak["label"],
+        format!("fw_alloc ← main at wl_train.c:{line}")
+    );
+    assert_eq!(
+        frames_in(leak, &train),
+        [("main".to_string(), u64::from(line))]
+    );
+    let fw = standin_source("framework/fw_alloc.c");
+    assert_eq!(frames_in(leak, &fw), fw_alloc_frames());
+    assert_eq!(
+        (&leak["status"], &leak["match"]),
+        (&Value::from("new"), &Value::from("only-in-b"))
+    );
+    let b_site = &leak["b"];
+    assert_eq!(b_site["live_bytes"], 80 * MIB);
+    assert_eq!(b_site["live_count"], 20);
+    assert_eq!(b_site["allocations"], 20);
+    assert_eq!(b_site["growth"], (4 * MIB) as f64);
+    assert_eq!(b_site["peak_bytes"], 80 * MIB);
+    assert_eq!(d["totals"]["growth"]["change"], (4 * MIB) as f64);
+    let exceeded: Vec<&str> = (d["verdict"]["checks"].as_array().unwrap().iter())
+        .filter(|c| c["exceeded"] == true)
+        .map(|c| c["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(exceeded, ["live_bytes", "growth_per_step"]);
+    // Step N against step N: 4 MiB more after every step.
+    let rows = d["steps"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 20);
+    for r in rows {
+        assert_eq!(
+            r["change"].as_u64().unwrap(),
+            r["step"].as_u64().unwrap() * 4 * MIB,
+            "{r}"
+        );
+    }
+    assert_eq!(d["steps"]["first_difference"], 1);
+});
+
+// The history leak fixed: its site is gone (20 MiB live in A, nothing in B, 1 MiB a step less),
+// which is no regression (exit 0).
+captest!(a_fixed_leak_is_gone, |dir| {
+    let a = plain(dir, "a");
+    let b = traced(dir, "b", Workload::new("wl_train").arg("--fix-leak"));
+    let (code, d) = diff_json([&a, &b]);
+    assert_eq!(code, 0);
+    let top = &d["sites"]["list"][0];
+    assert_eq!(top["status"], "gone");
+    assert_eq!(top["match"], "exact");
+    assert_eq!(
+        frames_in(top, &workload_source("wl_train.c")),
+        history_frames()
+    );
+    assert_eq!(
+        (&top["a"]["live_bytes"], &top["b"]["live_bytes"]),
+        (&Value::from(20 * MIB), &Value::from(0))
+    );
+    assert_eq!(top["change"]["growth"], -((MIB) as f64));
+    assert_eq!(top["a"]["allocations"], top["b"]["allocations"]);
+    assert_eq!(d["totals"]["live_bytes"]["change"], -((20 * MIB) as i64));
+    assert_eq!(d["verdict"]["regression"], false);
+});
+
+/// Eight ranks of wl_train in `dir`, rank 3 with the extra leak.
+fn eight_ranks(dir: &Path) {
+    for rank in 0..8 {
+        let mut w = Workload::new("wl_train").env("RANK", rank.to_string());
+        if rank == 3 {
+            w = w.arg("--extra-leak");
+        }
+        let run = w.run_traced(dir);
+        assert!(run.output.status.success(), "{}", run.stderr());
+    }
+    assert_eq!(vramtrace_tests::traced::trace_files(dir).len(), 8);
+}
+
+// A directory of eight ranks: the rank table names rank 3 first (live memory 100 MiB against a
+// median of 20 MiB), and rank 3 against the median of the others is exactly its extra leak.
+captest!(eight_ranks_name_the_odd_one_first, |dir| {
+    eight_ranks(dir);
+    let out = vramtrace_command()
+        .args(["report", "--json"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ranks = r["ranks"].as_array().unwrap();
+    let order: Vec<i64> = ranks.iter().map(|x| x["rank"].as_i64().unwrap()).collect();
+    assert_eq!(order, [3, 0, 1, 2, 4, 5, 6, 7]);
+    assert_eq!(ranks[0]["differs_in"], "live_bytes");
+    assert_eq!(
+        (&ranks[0]["value"], &ranks[0]["median"]),
+        (
+            &Value::from((100 * MIB) as f64),
+            &Value::from((20 * MIB) as f64)
+        )
+    );
+    assert_eq!(ranks[0]["growth"], (5 * MIB) as f64);
+    assert!(ranks[1..]
+        .iter()
+        .all(|x| x["distance"] == 0.0 && x["live_bytes"] == 20 * MIB));
+    let text_out = vramtrace_command().arg("report").arg(dir).output().unwrap();
+    let shown = text(&text_out.stdout);
+    assert!(
+        shown.contains("Ranks (8 traces): rank 3 differs most: live at end 100.0 MiB against a median of 20.0 MiB"),
+        "{shown}"
+    );
+
+    let (code, d) = diff_json([
+        std::ffi::OsStr::new("--rank"),
+        "3".as_ref(),
+        dir.as_os_str(),
+    ]);
+    assert_eq!(code, 1);
+    assert_eq!(d["a"]["path"], "median of 7 traces");
+    assert_eq!(d["sites"]["changed"], 1);
+    let leak = &d["sites"]["list"][0];
+    let train = workload_source("wl_train.c");
+    let line = line_of(&train, "extra[step] = alloc(4 * MiB, FW_MODE_ASYNC);");
+    assert_eq!(
+        frames_in(leak, &train),
+        [("main".to_string(), u64::from(line))]
+    );
+    assert_eq!(leak["change"]["live_bytes"], 80 * MIB);
+    let (code, d) = diff_json([
+        std::ffi::OsStr::new("--rank"),
+        "6".as_ref(),
+        dir.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "rank 6 is like the median of the others");
+    assert_eq!(d["sites"]["changed"], 0);
+});

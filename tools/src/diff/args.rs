@@ -1,0 +1,124 @@
+//! The flags of `vramtrace diff`, and its help examples.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use vramtrace_collector::compare::Thresholds;
+
+use crate::units::parse_size;
+
+pub const EXAMPLES: &str = "\
+EXAMPLES:
+    Compare today's run with last week's; exit 1 if today's regressed:
+        vramtrace diff last-week.vtrace today.vtrace
+
+    The same, failing only on more than 256 MiB left live or 4 MiB of growth per step:
+        vramtrace diff --max-live 256MiB --max-growth 4MiB before.vtrace after.vtrace
+
+    Two runs of a torchrun job, one directory of traces each, compared rank by rank:
+        vramtrace diff runs/before/ runs/after/
+
+    Rank 3 of a job against the median of the other ranks:
+        vramtrace diff --rank 3 traces/
+
+    Python sources from two checkouts (each run's file is the first version found whose
+    functions start where the run's did; lines moved by an edit are matched by their text):
+        vramtrace diff --source-dir ~/src/v1 --source-dir ~/src/v2 v1.vtrace v2.vtrace
+
+    Machine-readable output (schema in docs/report-json.md, \"Diff\"):
+        vramtrace diff --json a.vtrace b.vtrace > diff.json
+
+EXIT STATUS:
+    0 no regression beyond the thresholds, 1 regression, 2 error.";
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Run A then run B, each a trace or a directory of traces (one per rank, compared rank by
+    /// rank); with --rank or --pid, the traces of one job (files or directories).
+    #[arg(value_name = "TRACES", required = true, num_args = 1..)]
+    pub inputs: Vec<PathBuf>,
+    /// Compare the trace of this rank with the median of the other traces given.
+    #[arg(long, value_name = "N", conflicts_with = "pid")]
+    pub rank: Option<i32>,
+    /// Compare the trace of this process with the median of the other traces given (for
+    /// traces without ranks, such as forked workers).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Print one JSON document instead of tables (schema: docs/report-json.md, "Diff").
+    #[arg(long)]
+    pub json: bool,
+    /// How many changed call sites to list.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    /// Print every frame of the stacks; by default runs of frames inside the CUDA libraries and
+    /// the tracer are collapsed into one line.
+    #[arg(long)]
+    pub full_stacks: bool,
+    /// A directory to look for the Python sources the traces name, before their recorded paths
+    /// (repeatable; VRAMTRACE_SOURCE_PATH adds more). A version is used for a run only when its
+    /// functions start where the run's did. With both versions of a file found, moved lines are
+    /// matched by their text and the changed lines are listed.
+    #[arg(long = "source-dir", value_name = "DIR")]
+    pub source_dirs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub thresholds: ThresholdArgs,
+}
+
+/// How much B may exceed A: above any of these, B regressed (exit 1).
+#[derive(Debug, Args)]
+pub struct ThresholdArgs {
+    /// Largest increase of device memory live at the end that is no regression.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_threshold)]
+    pub max_live: u64,
+    /// Largest increase of the devices' peak.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_threshold)]
+    pub max_peak: u64,
+    /// Largest increase of sustained growth per step (checked when both runs have steps).
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = parse_threshold)]
+    pub max_growth: u64,
+    /// Largest increase of device memory held by orphans (memory whose owner is gone).
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_threshold)]
+    pub max_orphans: u64,
+    /// Largest increase of failed calls.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_failures: u64,
+}
+
+impl ThresholdArgs {
+    pub fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            live_bytes: self.max_live,
+            peak_bytes: self.max_peak,
+            growth_per_step: self.max_growth,
+            orphan_bytes: self.max_orphans,
+            failures: self.max_failures,
+        }
+    }
+}
+
+/// A size as [`parse_size`] reads it, or 0.
+fn parse_threshold(text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    parse_size(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn the_default_limits_are_the_comparisons_own() {
+        let cli = Cli::parse_from(["vramtrace", "diff", "a.vtrace", "b.vtrace"]);
+        let Command::Diff(args) = cli.command else {
+            panic!("not diff")
+        };
+        assert_eq!(args.thresholds.thresholds(), Thresholds::default());
+        assert_eq!(parse_threshold("0"), Ok(0));
+        assert_eq!(parse_threshold("2MiB"), Ok(2 << 20));
+    }
+}

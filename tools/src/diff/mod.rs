@@ -1,0 +1,325 @@
+//! `vramtrace diff`: two runs side by side, call site by call site, matched by symbols (never by
+//! address), ranked by what changed most, with a verdict against thresholds that sets the exit
+//! code: 0 no regression, 1 regression, 2 error (ripgrep's habit).
+//!
+//! Three shapes of input: two traces (A, then B); two directories of traces of one job each,
+//! compared rank by rank; and `--rank N` (or `--pid P`) with the traces of one job, which
+//! compares that trace with the median of the others. The comparison itself is
+//! `vramtrace_collector::compare`; this module reads the traces (in parallel), and renders.
+
+mod args;
+mod text;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{anyhow, Context, Result};
+use serde::Serialize;
+use vramtrace_collector::analysis::GrowthConfig;
+use vramtrace_collector::compare::diff::{SourceChange, StepAlignment, TotalsDiff, Verdict};
+use vramtrace_collector::compare::matching::FilePair;
+use vramtrace_collector::compare::{
+    rank_rows, Diff, Matching, Profile, RankRow, SiteDiff, SourceSearch, Thresholds,
+};
+use vramtrace_collector::symbols::Symbolizer;
+
+pub use args::{DiffArgs, EXAMPLES};
+
+use crate::inputs::{expand, load_all, Run};
+use crate::ranks::{rank_input, who};
+
+/// Version of the document's shape (one comparison).
+pub const SCHEMA: &str = "vramtrace-diff/1";
+/// Version of the document of a rank-by-rank comparison of two directories.
+pub const SET_SCHEMA: &str = "vramtrace-diff-set/1";
+
+/// A run as the document names it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunFacts {
+    /// The trace file; for a median, `median of N traces`.
+    pub path: String,
+    pub pid: Option<u32>,
+    pub rank: Option<i32>,
+    pub host: Option<String>,
+    /// Where its steps came from (`marks`, `pattern`, `none`), and how many.
+    pub step_source: &'static str,
+    pub steps: u64,
+    /// For a median: the traces it is the median of.
+    pub median_of: Vec<String>,
+}
+
+/// A run ready to compare: its facts and profile.
+struct Compared {
+    facts: RunFacts,
+    profile: Profile,
+    /// For the rank table of `--rank`.
+    rank_input: vramtrace_collector::compare::RankInput,
+}
+
+fn profile_of(run: Run) -> Result<Compared> {
+    let mut symbols = Symbolizer::from_env();
+    let t = &run.trace;
+    let profile = Profile::build(&t.state, &run.analysis, &run.tally, &mut symbols);
+    Ok(Compared {
+        facts: RunFacts {
+            path: t.path.display().to_string(),
+            pid: Some(t.header.pid),
+            rank: t.header.rank,
+            host: Some(t.header.host.clone()),
+            step_source: profile.steps.source,
+            steps: profile.steps.steps,
+            median_of: Vec::new(),
+        },
+        rank_input: rank_input(&run),
+        profile,
+    })
+}
+
+/// One comparison, as printed.
+#[derive(Serialize)]
+pub struct DiffDocument<'a> {
+    pub schema: &'static str,
+    pub a: &'a RunFacts,
+    pub b: &'a RunFacts,
+    pub verdict: &'a Verdict,
+    pub thresholds: &'a Thresholds,
+    pub totals: &'a TotalsDiff,
+    pub steps: &'a StepAlignment,
+    pub sites: SiteList<'a>,
+    pub files: &'a [FilePair],
+    pub source_changes: &'a [SourceChange],
+    pub suspects: &'a [SourceChange],
+    /// With `--rank`/`--pid`: the rank table of every trace given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<&'a [RankRow]>,
+}
+
+/// The sites of a comparison: counts, and the most changed (at most `--top`).
+#[derive(Serialize)]
+pub struct SiteList<'a> {
+    pub matched: usize,
+    pub guessed: usize,
+    pub only_in_a: usize,
+    pub only_in_b: usize,
+    pub unchanged: usize,
+    /// Sites that changed, in all.
+    pub changed: usize,
+    pub list: &'a [SiteDiff],
+}
+
+/// A comparison and what it compared.
+pub struct Comparison {
+    pub a: RunFacts,
+    pub b: RunFacts,
+    pub diff: Diff,
+    pub ranks: Option<Vec<RankRow>>,
+}
+
+impl Comparison {
+    /// The document of this comparison, its sites cut to `top`.
+    pub fn document<'a>(&'a self, thresholds: &'a Thresholds, top: usize) -> DiffDocument<'a> {
+        let d = &self.diff;
+        DiffDocument {
+            schema: SCHEMA,
+            a: &self.a,
+            b: &self.b,
+            verdict: &d.verdict,
+            thresholds,
+            totals: &d.totals,
+            steps: &d.steps,
+            sites: SiteList {
+                matched: d.matched,
+                guessed: d.guessed,
+                only_in_a: d.only_in_a,
+                only_in_b: d.only_in_b,
+                unchanged: d.unchanged,
+                changed: d.sites.len(),
+                list: &d.sites[..d.sites.len().min(top)],
+            },
+            files: &d.files,
+            source_changes: &d.source_changes,
+            suspects: &d.suspects,
+            ranks: self.ranks.as_deref(),
+        }
+    }
+}
+
+fn compare(a: &Profile, b: &Profile, sources: &SourceSearch, t: &Thresholds) -> Diff {
+    Diff::of(a, b, Matching::of(a, b, sources), t)
+}
+
+/// Runs `vramtrace diff`; the exit code is 1 when a comparison found a regression.
+pub fn run(args: &DiffArgs) -> Result<u8> {
+    let thresholds = args.thresholds.thresholds();
+    let sources = SourceSearch::with_env(args.source_dirs.clone());
+    let comparisons = if args.rank.is_some() || args.pid.is_some() {
+        vec![against_median(args, &sources, &thresholds)?]
+    } else {
+        two_runs(args, &sources, &thresholds)?
+    };
+    let regression = comparisons.iter().any(|c| c.diff.verdict.regression);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        if let [one] = &comparisons[..] {
+            write_json(&mut out, &one.document(&thresholds, args.top))?;
+        } else {
+            #[derive(Serialize)]
+            struct Set<'a> {
+                schema: &'static str,
+                regression: bool,
+                pairs: Vec<DiffDocument<'a>>,
+            }
+            let pairs = (comparisons.iter())
+                .map(|c| c.document(&thresholds, args.top))
+                .collect();
+            write_json(
+                &mut out,
+                &Set {
+                    schema: SET_SCHEMA,
+                    regression,
+                    pairs,
+                },
+            )?;
+        }
+    } else {
+        let w = || "writing the comparison";
+        if comparisons.len() > 1 {
+            text::pairs_summary(&mut out, &comparisons).with_context(w)?;
+        }
+        for c in &comparisons {
+            text::render(&mut out, c, args).with_context(w)?;
+        }
+    }
+    Ok(u8::from(regression))
+}
+
+fn write_json(out: &mut impl Write, doc: &impl Serialize) -> Result<()> {
+    serde_json::to_writer_pretty(&mut *out, doc)
+        .map_err(std::io::Error::from)
+        .context("writing the comparison")?;
+    writeln!(out).context("writing the comparison")
+}
+
+/// `diff A B`: two traces, or two directories compared rank by rank.
+fn two_runs(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Result<Vec<Comparison>> {
+    let [a, b] = &args.inputs[..] else {
+        return Err(anyhow!(
+            "diff takes two runs, A and B (traces or directories of traces), or --rank N with \
+             the traces of one job; got {} inputs",
+            args.inputs.len()
+        ));
+    };
+    let (a_paths, b_paths) = (
+        expand(std::slice::from_ref(a))?,
+        expand(std::slice::from_ref(b))?,
+    );
+    let all: Vec<PathBuf> = a_paths.iter().chain(&b_paths).cloned().collect();
+    let mut compared = load_all(&all, GrowthConfig::default(), profile_of)?;
+    let b_runs = compared.split_off(a_paths.len());
+    let a_runs = compared;
+    let pairs = pair_runs(&a_runs, &b_runs)?;
+    Ok(pairs
+        .into_iter()
+        .map(|(i, j)| {
+            let (x, y) = (&a_runs[i], &b_runs[j]);
+            Comparison {
+                a: x.facts.clone(),
+                b: y.facts.clone(),
+                diff: compare(&x.profile, &y.profile, sources, t),
+                ranks: None,
+            }
+        })
+        .collect())
+}
+
+/// Pairs the traces of two runs: one each; else by rank when every trace has one and both runs
+/// have the same ranks; else in name order when both have as many traces.
+fn pair_runs(a: &[Compared], b: &[Compared]) -> Result<Vec<(usize, usize)>> {
+    if a.len() == 1 && b.len() == 1 {
+        return Ok(vec![(0, 0)]);
+    }
+    let ranks = |runs: &[Compared]| -> Option<BTreeMap<i32, usize>> {
+        let map: BTreeMap<i32, usize> = (runs.iter().enumerate())
+            .map(|(i, r)| r.facts.rank.map(|rank| (rank, i)))
+            .collect::<Option<_>>()?;
+        (map.len() == runs.len()).then_some(map)
+    };
+    if let (Some(ra), Some(rb)) = (ranks(a), ranks(b)) {
+        if ra.keys().eq(rb.keys()) {
+            return Ok(ra.iter().map(|(r, &i)| (i, rb[r])).collect());
+        }
+        return Err(anyhow!(
+            "the two runs have different ranks (A: {:?}, B: {:?})",
+            ra.keys().collect::<Vec<_>>(),
+            rb.keys().collect::<Vec<_>>()
+        ));
+    }
+    if a.len() == b.len() {
+        return Ok((0..a.len()).map(|i| (i, i)).collect());
+    }
+    Err(anyhow!(
+        "cannot pair the traces of the two runs: A has {} and B {}, not all with ranks",
+        a.len(),
+        b.len()
+    ))
+}
+
+/// `diff --rank N TRACES…`: that trace against the median of the others.
+fn against_median(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Result<Comparison> {
+    let paths = expand(&args.inputs)?;
+    let chosen = |c: &Compared| match (args.rank, args.pid) {
+        (Some(r), _) => c.facts.rank == Some(r),
+        (None, Some(p)) => c.facts.pid == Some(p),
+        (None, None) => false,
+    };
+    let wanted = match (args.rank, args.pid) {
+        (Some(r), _) => format!("rank {r}"),
+        (None, pid) => format!("pid {}", pid.unwrap_or(0)),
+    };
+    if paths.len() < 2 {
+        return Err(anyhow!(
+            "--rank and --pid compare one trace with the others of its job: give at least two \
+             traces (or a directory of them)"
+        ));
+    }
+    let runs = load_all(&paths, GrowthConfig::default(), profile_of)?;
+    let (mine, others): (Vec<&Compared>, Vec<&Compared>) = runs.iter().partition(|c| chosen(c));
+    let target = match mine[..] {
+        [one] => one,
+        [] => {
+            let have: Vec<String> = (runs.iter())
+                .map(|c| who(c.facts.rank, c.facts.pid.unwrap_or(0)))
+                .collect();
+            return Err(anyhow!(
+                "no trace of {wanted} among the {} given ({})",
+                runs.len(),
+                have.join(", ")
+            ));
+        }
+        _ => {
+            return Err(anyhow!(
+                "{} traces are {wanted}; give the traces of one job",
+                mine.len()
+            ))
+        }
+    };
+    let median = Profile::median(&others.iter().map(|c| &c.profile).collect::<Vec<_>>());
+    let facts = RunFacts {
+        path: format!("median of {} traces", others.len()),
+        pid: None,
+        rank: None,
+        host: None,
+        step_source: median.steps.source,
+        steps: median.steps.steps,
+        median_of: others.iter().map(|c| c.facts.path.clone()).collect(),
+    };
+    let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
+    Ok(Comparison {
+        diff: compare(&median, &target.profile, sources, t),
+        a: facts,
+        b: target.facts.clone(),
+        ranks: Some(rank_rows(&inputs)),
+    })
+}

@@ -1,0 +1,410 @@
+//! A comparison as terminal tables: the verdict first, then the likely cause when the sources
+//! tell one, the totals, the aligned steps, the changed call sites with their stacks, and how
+//! Python files and lines were matched.
+
+use std::io::{self, Write};
+
+use vramtrace_collector::compare::diff::{Check, Count, SiteStatus, StepRow};
+use vramtrace_collector::compare::identity::base_name;
+use vramtrace_collector::compare::matching::{LineMapping, PairedBy};
+use vramtrace_collector::compare::sources::LineChangeKind;
+use vramtrace_collector::compare::{GrowthUnit, MatchHow, PythonLine, SiteMetrics};
+use vramtrace_collector::symbols::collapse;
+
+use super::{Comparison, DiffArgs, RunFacts};
+use crate::ranks;
+use crate::tables::{emit, table};
+use crate::units::{bytes, signed_bytes};
+
+/// Steps shown at most in the aligned-steps table.
+const STEP_ROWS: usize = 12;
+
+fn run_line(f: &RunFacts) -> String {
+    let steps = match f.step_source {
+        "marks" => format!("{} steps from step marks", f.steps),
+        "pattern" => format!("{} steps from a repeating allocation", f.steps),
+        _ => "no steps".to_string(),
+    };
+    let mut who = Vec::new();
+    if let Some(pid) = f.pid {
+        who.push(format!("pid {pid}"));
+    }
+    if let Some(rank) = f.rank {
+        who.push(format!("rank {rank}"));
+    }
+    if let Some(host) = &f.host {
+        who.push(format!("host {host}"));
+    }
+    who.push(steps);
+    format!("{}  ({})", f.path, who.join(", "))
+}
+
+fn signed(n: i64) -> String {
+    signed_bytes(n as f64)
+}
+
+fn growth(g: f64, unit: GrowthUnit) -> String {
+    format!("{}/{}", signed_bytes(g), unit.name())
+}
+
+fn check_line(c: &Check) -> String {
+    let (change, limit) = match c.metric {
+        "failures" => (format!("{:+}", c.change as i64), c.threshold.to_string()),
+        "growth_per_step" => (
+            format!("{} per step", signed_bytes(c.change)),
+            bytes(c.threshold as u64),
+        ),
+        _ => (signed_bytes(c.change), bytes(c.threshold as u64)),
+    };
+    let name = match c.metric {
+        "live_bytes" => "live at end",
+        "peak_bytes" => "peak",
+        "growth_per_step" => "growth",
+        "orphan_bytes" => "orphaned memory",
+        "failures" => "failed calls",
+        other => other,
+    };
+    format!("{name} {change} (limit {limit})")
+}
+
+/// The summary table of a rank-by-rank comparison.
+pub fn pairs_summary(out: &mut impl Write, all: &[Comparison]) -> io::Result<()> {
+    let headers = ["rank", "A", "B", "live at end", "peak", "growth", "verdict"];
+    let mut t = table(&headers, &[0, 3, 4, 5]);
+    for c in all {
+        let d = &c.diff;
+        t.add_row(vec![
+            c.b.rank.map_or("-".to_string(), |r| r.to_string()),
+            c.a.path.clone(),
+            c.b.path.clone(),
+            signed(d.totals.live_bytes.change),
+            signed(d.totals.peak_bytes.change),
+            match (d.totals.growth, d.totals.growth_unit) {
+                (Some(g), Some(u)) => growth(g.change, u),
+                _ => "-".to_string(),
+            },
+            if d.verdict.regression {
+                "REGRESSION"
+            } else {
+                "ok"
+            }
+            .to_string(),
+        ]);
+    }
+    let bad = all.iter().filter(|c| c.diff.verdict.regression).count();
+    emit(
+        out,
+        &format!(
+            "Rank by rank ({} pairs, {bad} regressed; each compared below)",
+            all.len()
+        ),
+        &t,
+    )
+}
+
+/// Writes one comparison.
+pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()> {
+    let d = &c.diff;
+    writeln!(out, "vramtrace diff")?;
+    writeln!(out, "  A  {}", run_line(&c.a))?;
+    writeln!(out, "  B  {}", run_line(&c.b))?;
+    if let Some(rows) = &c.ranks {
+        ranks::render(out, rows)?;
+    }
+    let exceeded: Vec<String> = (d.verdict.checks.iter())
+        .filter(|c| c.exceeded)
+        .map(check_line)
+        .collect();
+    if exceeded.is_empty() {
+        writeln!(out, "\nVERDICT  no regression (exit 0)")?;
+    } else {
+        writeln!(
+            out,
+            "\nVERDICT  REGRESSION (exit 1): {}",
+            exceeded.join("; ")
+        )?;
+    }
+    for note in &d.verdict.notes {
+        writeln!(out, "  note: {note}")?;
+    }
+    suspects(out, c)?;
+    totals(out, c)?;
+    steps(out, &d.steps.rows, d.steps.first_difference)?;
+    sites(out, c, args)?;
+    files(out, c)
+}
+
+fn suspects(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
+    let d = &c.diff;
+    if d.suspects.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nLikely cause (a guess from the sources: lines B added in code it ran, lines in loops \
+         first)"
+    )?;
+    for s in &d.suspects {
+        let where_ = if s.in_loop { ", in a loop" } else { "" };
+        writeln!(
+            out,
+            "  {}:{}  {}   (added in B{where_})",
+            base_name(&s.file),
+            s.line,
+            s.text
+        )?;
+    }
+    Ok(())
+}
+
+fn totals(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
+    let t = &c.diff.totals;
+    let mut tab = table(&["", "A", "B", "change"], &[1, 2, 3]);
+    let b = |x: &Count| vec![bytes(x.a), bytes(x.b), signed(x.change)];
+    let n = |x: &Count| vec![x.a.to_string(), x.b.to_string(), format!("{:+}", x.change)];
+    let mut row = |name: &str, cells: Vec<String>| {
+        let mut r = vec![name.to_string()];
+        r.extend(cells);
+        tab.add_row(r);
+    };
+    row("live at end", b(&t.live_bytes));
+    row("live objects", n(&t.live_count));
+    row("host memory at end", b(&t.host_bytes));
+    row("peak", b(&t.peak_bytes));
+    match (t.growth, t.growth_unit) {
+        (Some(g), Some(u)) => row(
+            "growth",
+            vec![growth(g.a, u), growth(g.b, u), growth(g.change, u)],
+        ),
+        _ => row(
+            "growth",
+            vec!["-".into(), "-".into(), "not comparable".into()],
+        ),
+    }
+    row("allocations", n(&t.allocations));
+    row("allocated", b(&t.allocated_bytes));
+    row("orphans", n(&t.orphans));
+    row("orphaned memory", b(&t.orphan_bytes));
+    row("failed calls", n(&t.failures));
+    row("out of memory", n(&t.out_of_memory));
+    row("communicators live", n(&t.communicators));
+    row("communicator memory", b(&t.communicator_bytes));
+    emit(out, "Totals", &tab)
+}
+
+/// The rows to show: all of a short run; else the first, the last, the first difference and
+/// its neighbours, and evenly spaced ones between.
+fn shown_rows(n: usize, first_difference: Option<usize>) -> Vec<usize> {
+    if n <= STEP_ROWS {
+        return (0..n).collect();
+    }
+    let mut keep: Vec<usize> = vec![0, 1, n - 2, n - 1];
+    if let Some(i) = first_difference {
+        keep.extend([i.saturating_sub(1), i, (i + 1).min(n - 1)]);
+    }
+    let spare = STEP_ROWS.saturating_sub(keep.len()).max(1);
+    keep.extend((1..=spare).map(|k| k * (n - 1) / (spare + 1)));
+    keep.sort_unstable();
+    keep.dedup();
+    keep
+}
+
+fn steps(out: &mut impl Write, rows: &[StepRow], first: Option<u64>) -> io::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let at = first.and_then(|s| rows.iter().position(|r| r.step == s));
+    let mut t = table(&["step", "A", "B", "change"], &[0, 1, 2, 3]);
+    let mut last = None;
+    for i in shown_rows(rows.len(), at) {
+        if last.is_some_and(|l| i > l + 1) {
+            t.add_row(vec!["…", "", "", ""]);
+        }
+        let r = &rows[i];
+        t.add_row(vec![
+            r.step.to_string(),
+            bytes(r.a),
+            bytes(r.b),
+            signed(r.change),
+        ]);
+        last = Some(i);
+    }
+    let title = match first {
+        Some(s) => format!(
+            "Device memory live at each step (step N of A against step N of B): first differs \
+             at step {s}"
+        ),
+        None => "Device memory live at each step (step N of A against step N of B): the same"
+            .to_string(),
+    };
+    emit(out, &title, &t)
+}
+
+fn status(s: SiteStatus) -> &'static str {
+    match s {
+        SiteStatus::New => "new",
+        SiteStatus::Gone => "gone",
+        SiteStatus::Grew => "grew",
+        SiteStatus::Shrank => "shrank",
+        SiteStatus::Changed => "changed",
+    }
+}
+
+fn held(m: Option<&SiteMetrics>) -> String {
+    m.map_or("-".to_string(), |m| bytes(m.live_bytes + m.host_bytes))
+}
+
+fn how(how: MatchHow, guessed: bool) -> String {
+    if guessed && how == MatchHow::Exact {
+        "exact (files guessed)".to_string()
+    } else if guessed {
+        format!("{} (guess)", how.name())
+    } else {
+        how.name().to_string()
+    }
+}
+
+fn lines(l: &[PythonLine]) -> String {
+    let mut v: Vec<String> = l.iter().take(3).map(|p| p.to_string()).collect();
+    if l.len() > 3 {
+        v.push(format!("and {} more", l.len() - 3));
+    }
+    v.join(", ")
+}
+
+fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()> {
+    let d = &c.diff;
+    writeln!(
+        out,
+        "\nCall sites: {} paired ({} by a guess), {} only in A, {} only in B; {} unchanged, {} \
+         changed",
+        d.matched,
+        d.guessed,
+        d.only_in_a,
+        d.only_in_b,
+        d.unchanged,
+        d.sites.len()
+    )?;
+    if d.sites.is_empty() {
+        return Ok(());
+    }
+    // Growth compares only in one unit (both runs with steps, or both without).
+    let unit = c.diff.totals.growth_unit.map(|u| u.name());
+    let headers = [
+        "#",
+        "status",
+        "live A",
+        "live B",
+        "change",
+        "peak change",
+        "growth change",
+        "allocations A → B",
+        "site",
+        "match",
+    ];
+    let mut t = table(&headers, &[0, 2, 3, 4, 5, 6, 7]);
+    let shown = &d.sites[..d.sites.len().min(args.top)];
+    for (i, s) in shown.iter().enumerate() {
+        let allocs =
+            |m: Option<&SiteMetrics>| m.map_or("-".to_string(), |m| m.allocations.to_string());
+        t.add_row(vec![
+            (i + 1).to_string(),
+            status(s.status).to_string(),
+            held(s.a.as_ref()),
+            held(s.b.as_ref()),
+            signed(s.change.live_bytes + s.change.host_bytes),
+            signed(s.change.peak_bytes),
+            unit.map_or("-".to_string(), |u| {
+                format!("{}/{u}", signed_bytes(s.change.growth))
+            }),
+            format!("{} → {}", allocs(s.a.as_ref()), allocs(s.b.as_ref())),
+            s.label.clone(),
+            how(s.how, s.guessed),
+        ]);
+    }
+    let title = format!(
+        "Changed call sites, most changed first ({} of {})",
+        shown.len(),
+        d.sites.len()
+    );
+    emit(out, &title, &t)?;
+    writeln!(
+        out,
+        "\nStacks, innermost frame first (CUDA-library frames collapsed; --full-stacks shows them)"
+    )?;
+    for (i, s) in shown.iter().enumerate() {
+        writeln!(out, "  #{} {}", i + 1, s.label)?;
+        if let Some(a) = &s.a_label {
+            writeln!(out, "      (in A: {a})")?;
+        }
+        let (pa, pb) = (lines(&s.a_python), lines(&s.b_python));
+        let named_by_line = s.a_python.len() <= 1
+            && s.b_python.len() <= 1
+            && (s.b_python.first().or(s.a_python.first()))
+                .is_some_and(|p| p.to_string() == s.label);
+        if !named_by_line && (!pa.is_empty() || !pb.is_empty()) {
+            let inferred = if s.python_inferred {
+                " (some inferred: a thread without Python)"
+            } else {
+                ""
+            };
+            writeln!(out, "      Python lines{inferred}: A {pa}; B {pb}")?;
+        }
+        for line in collapse(&s.frames, args.full_stacks) {
+            writeln!(out, "      {line}")?;
+        }
+    }
+    Ok(())
+}
+
+fn files(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
+    let d = &c.diff;
+    let moved: Vec<_> = d
+        .files
+        .iter()
+        .filter(|f| f.a != f.b || f.added + f.removed > 0)
+        .collect();
+    if !moved.is_empty() {
+        writeln!(out, "\nPython files (A ↔ B)")?;
+        for f in moved {
+            let paired = match f.paired_by {
+                PairedBy::MainScript => "paired as the main scripts (a guess)",
+                _ => "the same file",
+            };
+            let lines = match f.lines {
+                LineMapping::SourceText => format!(
+                    "lines matched by their text ({} code lines added, {} removed)",
+                    f.added, f.removed
+                ),
+                LineMapping::FunctionStart => {
+                    "lines matched by their offset in their function (sources not found: \
+                     --source-dir)"
+                        .to_string()
+                }
+            };
+            writeln!(out, "  {} ↔ {}: {paired}; {lines}", f.a, f.b)?;
+        }
+    }
+    if !d.source_changes.is_empty() {
+        writeln!(out, "\nSource changes (code lines)")?;
+        for s in &d.source_changes {
+            let sign = match s.kind {
+                LineChangeKind::Added => "+",
+                LineChangeKind::Removed => "-",
+            };
+            let run = match s.kind {
+                LineChangeKind::Added => "B",
+                LineChangeKind::Removed => "A",
+            };
+            let loop_ = if s.in_loop { " (in a loop)" } else { "" };
+            writeln!(
+                out,
+                "  {sign} {}:{} [{run}]  {}{loop_}",
+                base_name(&s.file),
+                s.line,
+                s.text
+            )?;
+        }
+    }
+    Ok(())
+}

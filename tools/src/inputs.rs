@@ -1,0 +1,108 @@
+//! The traces a command was given: trace files, and directories of traces (one per rank or
+//! process, as `torchrun` and forked workers write them), read in parallel, one trace per core,
+//! with what the comparisons need besides the live state: the analyses, and a tally of every
+//! call's allocations and failures taken on the way.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use indicatif::MultiProgress;
+use rayon::prelude::*;
+use vramtrace_collector::analysis::{analyze, Analysis, GrowthConfig};
+use vramtrace_collector::compare::CallTally;
+use vramtrace_collector::live::StepSource;
+
+use crate::load::{read, Flow, LoadedTrace, Progress};
+
+/// The trace files named by `inputs`: each file as given, each directory's `*.vtrace` files in
+/// name order.
+pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut traces = Vec::new();
+    for input in inputs {
+        if input.is_dir() {
+            let found = traces_in(input)?;
+            if found.is_empty() {
+                return Err(anyhow!(
+                    "{}: no trace files (*.vtrace) in this directory",
+                    input.display()
+                ));
+            }
+            traces.extend(found);
+        } else {
+            traces.push(input.clone());
+        }
+    }
+    Ok(traces)
+}
+
+/// The `*.vtrace` files of `dir`, sorted by name.
+fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        anyhow!(
+            "{}: {}",
+            dir.display(),
+            crate::load::lower_first(e.to_string())
+        )
+    })?;
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "vtrace"))
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// A trace read to its end, with its analyses and the tally of its calls.
+pub struct Run {
+    pub trace: LoadedTrace,
+    pub analysis: Analysis,
+    pub tally: CallTally,
+}
+
+/// Reads the trace at `path` as [`crate::load::load_analyzed`] does (a second pass when its
+/// steps must come from a repeating allocation), tallying its calls in the pass that counts.
+pub fn load_run(path: &Path, growth: GrowthConfig, progress: &Progress) -> Result<Run> {
+    let pass = |source: StepSource| -> Result<(LoadedTrace, CallTally)> {
+        let mut tally = CallTally::new();
+        let trace = read(path, source, progress, |_, e| {
+            tally.note(e);
+            Flow::Apply
+        })?;
+        Ok((trace, tally))
+    };
+    let (first, tally) = pass(StepSource::Marks)?;
+    let (trace, tally) = match first.state.step_pattern() {
+        Some(pattern) if first.state.marks() == 0 => {
+            progress.restart("pass 2 (steps from the repeating allocation)");
+            let (mut second, tally) = pass(pattern.source())?;
+            second.passes = 2;
+            (second, tally)
+        }
+        _ => (first, tally),
+    };
+    let analysis = analyze(&trace.state, &growth);
+    Ok(Run {
+        trace: LoadedTrace { growth, ..trace },
+        analysis,
+        tally,
+    })
+}
+
+/// Reads every trace of `paths` in parallel, then hands each to `then` (also in parallel);
+/// results keep the order of `paths`. The first trace that cannot be read is the error.
+pub fn load_all<T: Send>(
+    paths: &[PathBuf],
+    growth: GrowthConfig,
+    then: impl Fn(Run) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    let group = MultiProgress::new();
+    paths
+        .par_iter()
+        .map(|path| {
+            let progress = Progress::in_group(&group, path, "reading");
+            let run = load_run(path, growth, &progress)?;
+            drop(progress);
+            then(run).with_context(|| path.display().to_string())
+        })
+        .collect()
+}

@@ -1,0 +1,348 @@
+//! `vramtrace diff` and `vramtrace report` of several traces on synthetic runs of one program
+//! (see [`crate::runs`]): sites matched across ASLR and moved lines, exactly the planted leak
+//! found, the JSON document (snapshot), exit codes, the rank table.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::runs::{write_run, Variant, STEPS};
+use crate::support::*;
+
+/// Runs `vramtrace ARGS` and returns its exit code and stdout.
+fn run(args: &[&str]) -> (i32, String) {
+    let out = vramtrace().args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+fn json(args: &[&str]) -> (i32, Value) {
+    let (code, out) = run(args);
+    (code, serde_json::from_str(&out).expect("one JSON document"))
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The base run, and run B: libraries loaded 0x1234000 further, two lines inserted above
+/// `Model.step`, and `extra` when asked.
+fn pair(dir: &Path, extra: bool) -> (std::path::PathBuf, std::path::PathBuf) {
+    let a = write_run(
+        dir,
+        "a.vtrace",
+        Variant {
+            pid: 100,
+            ..Variant::default()
+        },
+    );
+    let b = write_run(
+        dir,
+        "b.vtrace",
+        Variant {
+            aslr: 0x123_4000,
+            inserted_lines: 2,
+            extra_leak: extra,
+            pid: 200,
+            rank: None,
+        },
+    );
+    (a, b)
+}
+
+#[test]
+fn moved_libraries_and_lines_give_an_empty_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = pair(dir.path(), false);
+    let (code, d) = json(&["diff", "--json", path(&a), path(&b)]);
+    assert_eq!(code, 0);
+    assert_eq!(d["verdict"]["regression"], false);
+    let s = &d["sites"];
+    assert_eq!(
+        (
+            &s["matched"],
+            &s["only_in_a"],
+            &s["only_in_b"],
+            &s["changed"]
+        ),
+        (
+            &Value::from(2),
+            &Value::from(0),
+            &Value::from(0),
+            &Value::from(0)
+        )
+    );
+    // Both Python lines moved by 2 and were matched by their offset in Model.step: a guess.
+    assert_eq!(s["guessed"], 2);
+    assert_eq!(d["files"][0]["lines"], "function-start");
+    assert_eq!(d["steps"]["aligned"], true);
+    assert_eq!(d["steps"]["first_difference"], Value::Null);
+    assert_eq!(d["steps"]["rows"].as_array().unwrap().len(), STEPS as usize);
+}
+
+#[test]
+fn the_planted_leak_is_the_only_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = pair(dir.path(), true);
+    let (code, d) = json(&["diff", "--json", path(&a), path(&b)]);
+    assert_eq!(code, 1, "a regression");
+    let s = &d["sites"];
+    assert_eq!(
+        (&s["changed"], &s["only_in_b"]),
+        (&Value::from(1), &Value::from(1))
+    );
+    let leak = &s["list"][0];
+    assert_eq!(leak["label"], "train.py:15 in Model.step");
+    assert_eq!(leak["status"], "new");
+    assert_eq!(leak["match"], "only-in-b");
+    assert_eq!(leak["b"]["live_bytes"], 40 * MIB);
+    assert_eq!(leak["b"]["live_count"], 10);
+    assert_eq!(leak["b"]["allocations"], 10);
+    assert_eq!(leak["b"]["growth"], 4.0 * MIB as f64);
+    assert_eq!(leak["change"]["live_bytes"], 40 * MIB);
+    let checks: Vec<(&str, bool)> = d["verdict"]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["metric"].as_str().unwrap(),
+                c["exceeded"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("live_bytes", false),
+            ("peak_bytes", false),
+            ("growth_per_step", true),
+            ("orphan_bytes", false),
+            ("failures", false)
+        ]
+    );
+    // Step N of A against step N of B: B holds 4 MiB more after each step.
+    let rows = d["steps"]["rows"].as_array().unwrap();
+    assert_eq!(d["steps"]["first_difference"], 1);
+    let changes: Vec<u64> = rows.iter().map(|r| r["change"].as_u64().unwrap()).collect();
+    assert_eq!(changes, (0..STEPS).map(|k| k * 4 * MIB).collect::<Vec<_>>());
+
+    // Thresholds decide the exit code.
+    let (code, _) = run(&["diff", "--max-growth", "8MiB", path(&a), path(&b)]);
+    assert_eq!(code, 0);
+    let (code, _) = run(&[
+        "diff",
+        "--max-growth",
+        "8MiB",
+        "--max-live",
+        "32MiB",
+        path(&a),
+        path(&b),
+    ]);
+    assert_eq!(code, 1);
+    // B against A: the leak is gone, and that is no regression.
+    let (code, d) = json(&["diff", "--json", path(&b), path(&a)]);
+    assert_eq!(code, 0);
+    assert_eq!(d["sites"]["list"][0]["status"], "gone");
+    assert_eq!(d["sites"]["list"][0]["label"], "train.py:15 in Model.step");
+}
+
+/// The document, with the temporary directory replaced: its shape is the schema of
+/// docs/report-json.md ("Diff").
+#[test]
+fn the_json_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = pair(dir.path(), true);
+    let (code, out) = run(&["diff", "--json", path(&a), path(&b)]);
+    assert_eq!(code, 1);
+    let out = out.replace(path(dir.path()), "[dir]");
+    insta::assert_snapshot!("diff_json", out);
+}
+
+#[test]
+fn the_tables_say_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = pair(dir.path(), true);
+    let (code, out) = run(&["diff", path(&a), path(&b)]);
+    assert_eq!(code, 1);
+    for line in [
+        "VERDICT  REGRESSION (exit 1): growth +4.0 MiB per step (limit 1.0 MiB)",
+        "Call sites: 2 paired (2 by a guess), 0 only in A, 1 only in B; 2 unchanged, 1 changed",
+        "train.py:15 in Model.step",
+        "first differs at step 1",
+    ] {
+        assert!(out.contains(line), "{line:?} missing from:\n{out}");
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = pair(dir.path(), false);
+    let err = |args: &[&str]| {
+        let out = vramtrace().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    assert!(err(&["diff", path(&a)]).starts_with("error: diff takes two runs"));
+    let missing = dir.path().join("missing.vtrace");
+    assert_eq!(
+        err(&["diff", path(&a), path(&missing)]),
+        format!(
+            "error: {}: no such file or directory (os error 2)\n",
+            missing.display()
+        )
+    );
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert_eq!(
+        err(&["diff", path(&a), path(&empty)]),
+        format!(
+            "error: {}: no trace files (*.vtrace) in this directory\n",
+            empty.display()
+        )
+    );
+    assert!(err(&["diff", "--rank", "5", path(&a)]).starts_with("error: --rank and --pid"));
+    assert!(err(&["diff", "--rank", "1", "--pid", "2", path(&a)]).starts_with("error: "));
+    assert!(err(&["diff", "--max-live", "lots", path(&a), path(&a)]).starts_with("error: "));
+}
+
+/// Eight ranks of one job, rank 5 with the extra leak.
+fn job(dir: &Path) {
+    for rank in 0..8 {
+        write_run(
+            dir,
+            &format!("rank{rank}.vtrace"),
+            Variant {
+                aslr: rank as u64 * 0x10_0000,
+                extra_leak: rank == 5,
+                pid: 1000 + rank as u32,
+                rank: Some(rank),
+                ..Variant::default()
+            },
+        );
+    }
+}
+
+#[test]
+fn report_of_a_directory_names_the_odd_rank_first() {
+    let dir = tempfile::tempdir().unwrap();
+    job(dir.path());
+    let (code, d) = json(&["report", "--json", path(dir.path())]);
+    assert_eq!(code, 0);
+    assert_eq!(d["schema"], "vramtrace-ranks/1");
+    let ranks = d["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 8);
+    assert_eq!(ranks[0]["rank"], 5);
+    assert_eq!(ranks[0]["differs_in"], "live_bytes");
+    assert_eq!(ranks[0]["live_bytes"], 50 * MIB);
+    assert_eq!(ranks[0]["median"], (10 * MIB) as f64);
+    assert!(ranks[1..].iter().all(|r| r["distance"] == 0.0));
+    assert_eq!(d["reports"][0]["trace"]["rank"], 5);
+    assert_eq!(d["reports"].as_array().unwrap().len(), 8);
+    let (code, out) = run(&["report", path(dir.path())]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("Ranks (8 traces): rank 5 differs most: live at end 50.0 MiB against a median of 10.0 MiB"),
+        "{out}"
+    );
+}
+
+#[test]
+fn one_rank_against_the_median_of_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    job(dir.path());
+    let (code, d) = json(&["diff", "--json", "--rank", "5", path(dir.path())]);
+    assert_eq!(code, 1);
+    assert_eq!(d["a"]["path"], "median of 7 traces");
+    assert_eq!(d["a"]["median_of"].as_array().unwrap().len(), 7);
+    assert_eq!(d["b"]["rank"], 5);
+    assert_eq!(d["ranks"][0]["rank"], 5);
+    assert_eq!(d["sites"]["changed"], 1);
+    assert_eq!(d["sites"]["list"][0]["label"], "train.py:13 in Model.step");
+    assert_eq!(d["sites"]["list"][0]["status"], "new");
+    let (code, d) = json(&["diff", "--json", "--pid", "1002", path(dir.path())]);
+    assert_eq!(code, 0, "rank 2 is like the others");
+    assert_eq!(d["sites"]["changed"], 0);
+}
+
+#[test]
+fn two_jobs_are_compared_rank_by_rank() {
+    let (x, y) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    job(x.path());
+    job(y.path());
+    std::fs::remove_file(y.path().join("rank5.vtrace")).unwrap();
+    write_run(
+        y.path(),
+        "rank5.vtrace",
+        Variant {
+            pid: 1005,
+            rank: Some(5),
+            ..Variant::default()
+        },
+    );
+    let (code, d) = json(&["diff", "--json", path(x.path()), path(y.path())]);
+    assert_eq!(code, 0, "rank 5 lost its leak: no regression");
+    assert_eq!(d["schema"], "vramtrace-diff-set/1");
+    let pairs = d["pairs"].as_array().unwrap();
+    let changed: Vec<(i64, u64)> = pairs
+        .iter()
+        .map(|p| {
+            (
+                p["b"]["rank"].as_i64().unwrap(),
+                p["sites"]["changed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        (0..8).map(|r| (r, u64::from(r == 5))).collect::<Vec<_>>()
+    );
+    let (code, _) = json(&["diff", "--json", path(y.path()), path(x.path())]);
+    assert_eq!(code, 1, "the other way round, rank 5 regressed");
+}
+
+/// The fields of the table under `heading` (`## Diff`, `### SiteDiff`) in
+/// docs/report-json.md, sorted (a row may name several: `` `a`, `b` ``).
+fn documented(heading: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/report-json.md"
+    ))
+    .unwrap();
+    let body = doc.split(&format!("\n{heading}\n")).nth(1).unwrap();
+    let section = body.split("\n#").next().unwrap();
+    let mut fields: Vec<String> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .flat_map(|l| {
+            let cell = l.split(" |").next().unwrap_or("");
+            cell.split(", ")
+                .map(|f| f.trim_matches('`').to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    fields.sort();
+    fields
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn every_field_is_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    job(dir.path());
+    let (_, d) = json(&["diff", "--json", "--rank", "5", path(dir.path())]);
+    assert_eq!(keys(&d), documented("## Diff"));
+    assert_eq!(keys(&d["sites"]["list"][0]), documented("### SiteDiff"));
+    let (_, r) = json(&["report", "--json", path(dir.path())]);
+    assert_eq!(keys(&r), documented("## Ranks"));
+    assert_eq!(keys(&r["ranks"][0]), documented("### RankRow"));
+}
