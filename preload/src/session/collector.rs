@@ -2,7 +2,6 @@
 //! order, names new modules, interns stacks, and writes the trace in chunks.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -10,10 +9,11 @@ use vramtrace_collector::format::{
     End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
-use super::lifecycle::{self, warn};
+use super::lifecycle::{warn, Ending};
 use super::modules::ModuleTracker;
 use super::output::{self, Naming};
 use super::ring::Take;
+use super::trace_file::{CreateError, TraceFile};
 use super::{Captured, Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
 
@@ -22,7 +22,7 @@ const POLL: Duration = Duration::from_millis(2);
 
 /// Where records go: the trace file, or nowhere once writing failed (the program runs on).
 struct Sink {
-    writer: Option<TraceWriter<File>>,
+    writer: Option<TraceWriter<TraceFile>>,
     path: String,
     events: u64,
     lost: u64,
@@ -91,6 +91,8 @@ struct Collector {
     next_seq: u64,
     gap_since: Option<Instant>,
     dropped_seqs: BTreeSet<u64>,
+    /// Numbers passed over without an event that no hook reported dropped.
+    given_up: u64,
     last_stats: Stats,
     /// Event times arrive as raw clock readings (TSC ticks where invariant).
     calibration: Calibration,
@@ -110,18 +112,8 @@ fn host_name() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-fn command_line() -> Vec<String> {
-    std::fs::read("/proc/self/cmdline")
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Opens the trace file and writes its header; `None` (with a warning) when it cannot.
+/// Creates the trace file with its header; a sink that writes nothing (after a warning) when it
+/// cannot.
 fn open_sink(session: &Session) -> Sink {
     let pid = std::process::id();
     let start_unix = SystemTime::now();
@@ -146,7 +138,11 @@ fn open_sink(session: &Session) -> Sink {
         rank: env_i32("RANK"),
         local_rank: env_i32("LOCAL_RANK"),
         world_size: env_i32("WORLD_SIZE"),
-        command_line: command_line(),
+        command_line: if session.config.store_command_line {
+            super::cmdline::current()
+        } else {
+            Vec::new()
+        },
         start_unix_ns: start_unix
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -155,37 +151,57 @@ fn open_sink(session: &Session) -> Sink {
         pointer_size: std::mem::size_of::<usize>() as u8,
         settings: session.config.describe(),
     };
-    let failed = |path: &str, e: &dyn std::fmt::Display| {
-        warn(&format!(
-            "cannot write the trace {path}: {e}; the program runs on untraced"
-        ));
+    let quiet = session.config.quiet;
+    let untraced = |path: &std::path::Path, why: String| {
+        if !quiet {
+            warn(&format!("{why}; the program runs on untraced"));
+        }
         Sink {
             writer: None,
-            path: path.to_string(),
+            path: path.display().to_string(),
             events: 0,
             lost: 0,
         }
     };
-    let (path, file) =
-        match output::create(&session.config.output, &naming, lifecycle::process_start()) {
-            Ok(x) => x,
-            Err(e) => return failed(&session.config.output, &e),
-        };
-    match TraceWriter::new(file, &header) {
-        Ok(w) => Sink {
-            writer: Some(w.with_chunk_bytes(256 * 1024)),
-            path,
-            events: 0,
-            lost: 0,
-        },
-        Err(e) => failed(&path, &e),
+    let pattern = &session.config.output;
+    let first = output::first_choice(pattern, &naming);
+    // The header is written into the staged file, which appears under its name with it.
+    let mut writer = match TraceWriter::new(TraceFile::staged(), &header) {
+        Ok(w) => w.with_chunk_bytes(256 * 1024),
+        Err(e) => return untraced(&first, format!("cannot write the trace header: {e}")),
+    };
+    let path = match writer
+        .get_mut()
+        .create(output::candidates(&first, pattern, pid))
+    {
+        Ok(path) => path.to_path_buf(),
+        Err(e @ CreateError::NotRegular(_)) => return untraced(&first, e.to_string()),
+        Err(e) => return untraced(&first, format!("cannot write the trace: {e}")),
+    };
+    // A forked child's trace beside its parent's is expected; anyone else is told once.
+    let wanted = std::path::absolute(&first).unwrap_or(first);
+    if path != wanted && session.forked_from.is_none() && !quiet {
+        warn(&format!(
+            "{} already exists and is left alone; this process writes its trace to {}",
+            wanted.display(),
+            path.display()
+        ));
+    }
+    Sink {
+        writer: Some(writer),
+        path: path.display().to_string(),
+        events: 0,
+        lost: 0,
     }
 }
 
 impl Collector {
+    /// The tracer's counters. `dropped` counts every event lost before the end: those the hooks
+    /// dropped and those the collector gave up waiting for (a hook still inside its call when the
+    /// process ended); each left a gap in the sequence numbers.
     fn stats(&self) -> Stats {
         Stats {
-            dropped: self.session.dropped.load(Ordering::Relaxed),
+            dropped: self.session.dropped.load(Ordering::Relaxed) + self.given_up,
             late: self.session.late.load(Ordering::Relaxed),
             hook_panics: HOOK_PANICS.load(Ordering::Relaxed),
             missing_real: MISSING_REAL.load(Ordering::Relaxed),
@@ -263,15 +279,18 @@ impl Collector {
         }
     }
 
-    /// Writes every event that is next in sequence. Gives up on a number nobody claimed when
-    /// its hook dropped it, when it has been missing for `reorder_wait`, or with `drain` (exit,
-    /// fatal signal), when it also stops waiting for hooks still writing. Returns how many events
-    /// were written.
-    fn consume(&mut self, drain: bool, reorder_wait: Duration) -> usize {
+    /// Writes every event that is next in sequence, up to number `last`. Gives up on a number
+    /// nobody claimed when its hook dropped it, when it has been missing for `reorder_wait`, or
+    /// with `drain` (exit, fatal signal, flush), when it also stops waiting for hooks still
+    /// writing. Returns how many events were written.
+    fn consume(&mut self, drain: bool, reorder_wait: Duration, last: u64) -> usize {
         self.choose_packing(drain);
         let ring = &self.session.ring;
         let mut written: usize = 0;
         loop {
+            if self.next_seq > last {
+                return written;
+            }
             match ring.take(self.next_seq) {
                 Take::Ready(c) => {
                     self.next_seq += 1;
@@ -293,13 +312,15 @@ impl Collector {
                             self.dropped_seqs.insert(s);
                         }
                     }
-                    let give_up = self.dropped_seqs.remove(&self.next_seq)
+                    let reported = self.dropped_seqs.remove(&self.next_seq);
+                    let give_up = reported
                         || drain
                         || self.gap_since.is_some_and(|t| t.elapsed() >= reorder_wait);
                     if give_up {
                         if ring.skip(self.next_seq) {
                             self.next_seq += 1;
                             self.gap_since = None;
+                            self.given_up += u64::from(!reported);
                         }
                         continue;
                     }
@@ -313,6 +334,7 @@ impl Collector {
                         return written;
                     }
                     self.next_seq += 1;
+                    self.given_up += 1;
                 }
                 _ => return written,
             }
@@ -348,7 +370,15 @@ impl Collector {
             let flush_gen = control.flush_request.load(Ordering::Acquire);
             let flush_now = flush_gen != control.flushed.load(Ordering::Acquire);
             let finish = control.finish.load(Ordering::Acquire);
-            let got = self.consume(finish != 0 || flush_now, reorder_wait);
+            // A flush or the end takes what was numbered when it was asked for: threads that go
+            // on making calls cannot keep it (and the program waiting on it) going.
+            let drain = finish != 0 || flush_now;
+            let last = if drain {
+                self.session.last_seq()
+            } else {
+                u64::MAX
+            };
+            let got = self.consume(drain, reorder_wait, last);
             self.session.set_consumed(self.next_seq);
             self.write_lookups();
             if finish != 0 {
@@ -371,12 +401,9 @@ impl Collector {
     }
 
     fn end(&mut self, finish: u32) {
-        let reason = match finish {
-            1 => "exit".to_string(),
-            n if n >= 1000 => format!("signal {}", n - 1000),
-            n => format!("code {n}"),
-        };
+        let reason = Ending::reason(finish);
         let stats = self.stats();
+        let lost = stats.dropped;
         self.sink.write(&Record::Stats(stats.clone()));
         self.sink.write(&Record::End(End {
             time_ns: clock::monotonic_ns(),
@@ -384,10 +411,12 @@ impl Collector {
             reason,
         }));
         self.sink.flush();
-        let dropped = self.session.dropped.load(Ordering::Relaxed);
-        if dropped > 0 && !self.session.config.quiet {
+        // Closed (if still ours): a process whose exec failed goes on with a new trace.
+        self.sink.writer = None;
+        if lost > 0 && !self.session.config.quiet {
             warn(&format!(
-                "{dropped} events were dropped (channel full); the trace {} says so",
+                "{lost} events were lost (the buffer was full, or their call had not returned at \
+                 the end); the trace {} says so and where",
                 self.sink.path
             ));
         }
@@ -477,6 +506,7 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 next_seq: 1,
                 gap_since: None,
                 dropped_seqs: BTreeSet::new(),
+                given_up: 0,
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
             };

@@ -1,10 +1,58 @@
-//! Process lifecycle: the library constructor, the exit flush, fork, and fatal signals.
+//! Process lifecycle: the library constructor, the exit flush, fork, exec, `_exit` and fatal
+//! signals.
+//!
+//! However a process ends — `exit`, `_exit`, an `exec`, a fatal signal — its trace gets every
+//! event the program made before that point and an end record saying how it ended. The writer
+//! stops at the last event numbered when the end was asked for (threads still allocating cannot
+//! keep it busy), so the program's exit waits only for what is already in the buffer: at most
+//! [`END_WAIT`] even if writing hangs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{config, mark_ended, reset_after_fork, running};
+use super::{config, mark_ended, reset_after_fork, resume_after_exec, running};
+
+/// How a trace ended, as the end record names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// `exit` (the library destructor).
+    Exit,
+    /// `_exit` or `_Exit`.
+    UnderscoreExit,
+    /// An `exec*` call replaced the image.
+    Exec,
+    /// A fatal signal.
+    Signal(i32),
+}
+
+impl Ending {
+    /// The collector's finish code (0 is "not finishing").
+    pub fn code(self) -> u32 {
+        match self {
+            Ending::Exit => 1,
+            Ending::UnderscoreExit => 2,
+            Ending::Exec => 3,
+            Ending::Signal(sig) => 1000 + sig as u32,
+        }
+    }
+
+    /// The end record's reason for a finish code.
+    pub fn reason(code: u32) -> String {
+        match code {
+            1 => "exit".to_string(),
+            2 => "_exit".to_string(),
+            3 => "exec".to_string(),
+            n if n >= 1000 => format!("signal {}", n - 1000),
+            n => format!("code {n}"),
+        }
+    }
+}
+
+/// The longest the program's end waits for its trace to be written out. The writer only has
+/// what the buffer held when the end was asked for (writing a full buffer of 65536 events takes
+/// milliseconds); this bound is for a write that hangs (a stalled network file system).
+pub const END_WAIT: Duration = Duration::from_secs(2);
 
 static PROCESS_START: OnceLock<SystemTime> = OnceLock::new();
 static INSTALLED: AtomicBool = AtomicBool::new(false);
@@ -46,6 +94,9 @@ pub fn install() {
     }
     process_start();
     crate::resolve::dl::init();
+    // The process hooks work whether tracing is on or off: find their real functions now, not
+    // in a signal handler.
+    crate::hooks::process::resolve();
     let cfg = config();
     if cfg.disabled {
         return;
@@ -74,6 +125,7 @@ extern "C" fn after_fork_in_child() {
     // SAFETY: getppid has no preconditions.
     let parent = unsafe { libc::getppid() } as u32;
     crate::capture::thread::reset_after_fork();
+    super::trace_file::close_inherited();
     reset_after_fork(parent);
 }
 
@@ -153,7 +205,7 @@ extern "C" fn on_fatal_signal(
     let wait = Duration::from_nanos(SIGNAL_WAIT_NS.load(Ordering::Relaxed));
     if handler == libc::SIG_DFL {
         // The process is about to die: finish the trace, then let the default action happen.
-        flush_and_wait(1000 + sig as u32, wait);
+        flush_and_wait(Ending::Signal(sig).code(), wait);
         mark_ended();
         // SAFETY: restores the previous (default) action and re-raises; the signal is blocked
         // while we run, so it is delivered with the default action when we return.
@@ -179,10 +231,30 @@ extern "C" fn on_fatal_signal(
 
 /// Runs from the library destructor at exit: writes everything and the end record.
 pub fn finish_at_exit() {
-    if !flush_and_wait(1, Duration::from_secs(10)) {
-        warn(
-            "the collector did not finish writing within 10 s at exit; the trace may lack its end",
-        );
+    end_before_leaving(Ending::Exit);
+}
+
+/// Writes this process's events and the end record before it goes (`exit`, `_exit`, `exec`);
+/// returns whether a trace was ended. A call from another process that shares our memory (a
+/// `vfork` child) leaves the session alone.
+pub fn end_before_leaving(ending: Ending) -> bool {
+    let Some(s) = running() else { return false };
+    // SAFETY: getpid has no preconditions (and is not cached: a vfork child sees its own pid).
+    if s.pid != unsafe { libc::getpid() } as u32 {
+        return false;
+    }
+    if !flush_and_wait(ending.code(), END_WAIT) {
+        warn(&format!(
+            "the trace was not written out within {} s of the process's end; it may lack its last events",
+            END_WAIT.as_secs()
+        ));
     }
     mark_ended();
+    true
+}
+
+/// An `exec` that ended the trace failed: the process goes on, and its next traced call starts
+/// a new trace. Touches only atomics (errno stays the failed call's).
+pub fn resume_after_failed_exec() {
+    resume_after_exec();
 }

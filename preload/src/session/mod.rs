@@ -5,12 +5,14 @@
 //! A session starts only when the first event arrives, so processes that never touch CUDA (the
 //! shell and tools a training script starts) leave no trace file behind.
 
+pub mod cmdline;
 pub mod collector;
 pub mod config;
 pub mod lifecycle;
 pub mod modules;
 pub mod output;
 pub mod ring;
+pub mod trace_file;
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -68,7 +70,7 @@ pub struct Control {
     pub flush_request: AtomicU64,
     /// The last flush request the collector completed.
     pub flushed: AtomicU64,
-    /// Nonzero: finish the trace with this reason (1 = exit, else a signal number + 1000).
+    /// Nonzero: finish the trace with this reason ([`lifecycle::Ending::code`]).
     pub finish: AtomicU32,
     /// The collector has written its end record and exited.
     pub finished: AtomicU8,
@@ -112,6 +114,8 @@ pub struct Session {
     pub lookups: SegQueue<Lookup>,
     pub control: Control,
     pub forked_from: Option<u32>,
+    /// The process the session belongs to (a `vfork` child shares its memory, not its trace).
+    pub pid: u32,
 }
 
 impl Session {
@@ -129,22 +133,28 @@ impl Session {
         self.reserve_slow()
     }
 
+    /// A full ring: wait up to `full_wait`, then drop the event. A dropped event still takes a
+    /// number (given up at once by the collector, never claimed), so the trace shows the gap
+    /// where it was lost: the reader knows which findings a lost event could explain. Once the
+    /// end was asked for, nothing is waited for: the trace ends at the numbers already given.
     #[cold]
     fn reserve_slow(&self) -> Option<u64> {
         let start = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
+            if self.control.finish.load(Ordering::Acquire) != 0 {
+                self.after_end.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
             if self.seq.load(Ordering::Relaxed) + 1
                 < self.consumed.load(Ordering::Acquire) + self.ring.capacity()
             {
                 return Some(self.seq.fetch_add(1, Ordering::Relaxed) + 1);
             }
             if start.elapsed() >= self.config.full_wait {
-                if self.control.finished.load(Ordering::Acquire) != 0 {
-                    self.after_end.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                }
+                let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.dropped_seqs.push(seq);
                 return None;
             }
             spins += 1;
@@ -268,6 +278,7 @@ fn start_slow() -> Option<&'static Session> {
         lookups: SegQueue::new(),
         control: Control::default(),
         forked_from,
+        pid: std::process::id(),
     }));
     let warnings = CONFIG_WARNINGS.get().cloned().unwrap_or_default();
     match collector::spawn(session, warnings) {
@@ -299,6 +310,11 @@ pub fn running() -> Option<&'static Session> {
 /// Marks the session over: later events pass through untraced.
 pub(crate) fn mark_ended() {
     STATE.store(ENDED, Ordering::Release);
+}
+
+/// After a failed `exec` ended the trace: the next event starts a new session.
+pub(crate) fn resume_after_exec() {
+    let _ = STATE.compare_exchange(ENDED, IDLE, Ordering::AcqRel, Ordering::Relaxed);
 }
 
 /// In a forked child: forget the parent's session (its collector thread does not exist here) so
