@@ -1,7 +1,7 @@
 //! The collector thread: receives events from the hooks, puts them back in causal (sequence)
 //! order, names new modules, interns stacks, and writes the trace in chunks.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -93,6 +93,10 @@ struct Collector {
     dropped_seqs: BTreeSet<u64>,
     /// Numbers passed over without an event that no hook reported dropped.
     given_up: u64,
+    /// Events dropped before they had a number, by the last number handed out then.
+    drop_marks: BTreeMap<u64, u64>,
+    /// How far the numbers written are ahead of the hooks' numbers: one per such drop placed.
+    renumbered: u64,
     last_stats: Stats,
     /// Event times arrive as raw clock readings (TSC ticks where invariant).
     calibration: Calibration,
@@ -224,6 +228,7 @@ impl Collector {
         if let Some(py) = py_frames {
             event.py_stack = self.intern_python(py);
         }
+        event.seq = self.written_number(event.seq);
         event.time_ns = self.calibration.to_ns(event.time_ns);
         let modules = &mut self.modules;
         let unknown = !modules.knows(event.caller)
@@ -249,6 +254,25 @@ impl Collector {
             event.stack = id;
         }
         self.sink.write_event(&event);
+    }
+
+    /// The number event `seq` is written with: a gap is left for every event dropped before it
+    /// had a number while the hooks' numbers were below `seq`, so a lost event is a missing
+    /// number in the trace, where it was lost.
+    #[inline]
+    fn written_number(&mut self, seq: u64) -> u64 {
+        if !self.session.drop_marks.is_empty() {
+            while let Some(mark) = self.session.drop_marks.pop() {
+                *self.drop_marks.entry(mark).or_default() += 1;
+            }
+        }
+        while let Some(entry) = self.drop_marks.first_entry() {
+            if *entry.key() >= seq {
+                break;
+            }
+            self.renumbered += entry.remove();
+        }
+        seq + self.renumbered
     }
 
     /// The id of a Python stack, writing it (and the names of code objects it is the first to
@@ -507,6 +531,8 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 gap_since: None,
                 dropped_seqs: BTreeSet::new(),
                 given_up: 0,
+                drop_marks: BTreeMap::new(),
+                renumbered: 0,
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
             };

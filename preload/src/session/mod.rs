@@ -110,6 +110,9 @@ pub struct Session {
     pub after_end: AtomicU64,
     /// Sequence numbers of dropped events, so the collector does not wait for them.
     pub dropped_seqs: SegQueue<u64>,
+    /// For each event dropped before it had a number, the last number handed out then: the
+    /// collector leaves a gap after that event.
+    pub drop_marks: SegQueue<u64>,
     /// Driver entry points handed out unwrapped, to be written as `Lookup` records.
     pub lookups: SegQueue<Lookup>,
     pub control: Control,
@@ -133,10 +136,12 @@ impl Session {
         self.reserve_slow()
     }
 
-    /// A full ring: wait up to `full_wait`, then drop the event. A dropped event still takes a
-    /// number (given up at once by the collector, never claimed), so the trace shows the gap
-    /// where it was lost: the reader knows which findings a lost event could explain. Once the
-    /// end was asked for, nothing is waited for: the trace ends at the numbers already given.
+    /// A full ring: wait up to `full_wait`, then drop the event. The drop is marked with the
+    /// last number handed out, so the collector leaves a gap in the trace's numbers right after
+    /// that event: the reader knows where each event was lost, and so which findings it could
+    /// explain. (A number of its own would cost the collector a skip per drop, and in a storm the
+    /// numbers would run away from it.) Once the end was asked for, nothing is waited for: the
+    /// trace ends at the numbers already given.
     #[cold]
     fn reserve_slow(&self) -> Option<u64> {
         let start = std::time::Instant::now();
@@ -152,9 +157,8 @@ impl Session {
                 return Some(self.seq.fetch_add(1, Ordering::Relaxed) + 1);
             }
             if start.elapsed() >= self.config.full_wait {
-                let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                self.dropped_seqs.push(seq);
+                self.drop_marks.push(self.seq.load(Ordering::Acquire));
                 return None;
             }
             spins += 1;
@@ -275,6 +279,7 @@ fn start_slow() -> Option<&'static Session> {
         late: AtomicU64::new(0),
         after_end: AtomicU64::new(0),
         dropped_seqs: SegQueue::new(),
+        drop_marks: SegQueue::new(),
         lookups: SegQueue::new(),
         control: Control::default(),
         forked_from,

@@ -430,6 +430,13 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
 
 fn anomalies(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let a = &r.anomalies;
+    if a.uncertain > 0 {
+        writeln!(
+            out,
+            "\nAnomalies that lost events could explain (not counted): {}",
+            a.uncertain
+        )?;
+    }
     if a.total == 0 {
         return writeln!(out, "\nAnomalies: none");
     }
