@@ -114,7 +114,10 @@ pub struct ReportArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Where traces go; %p is replaced with the process id of each traced process.
+    /// Where traces go; %p is replaced with the process id of each traced process. Default:
+    /// VRAMTRACE_OUTPUT from the environment, else vramtrace-%p.vtrace here; -o wins over the
+    /// environment. An existing file is never replaced: a process whose name is taken writes
+    /// beside it (NAME.PID.EXT).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Native stack frames to capture per call (VRAMTRACE_STACK_DEPTH).

@@ -29,6 +29,7 @@ mod attribution;
 mod cli;
 mod closure;
 mod driver;
+mod harm;
 mod libraries;
 mod nccl;
 mod processes;

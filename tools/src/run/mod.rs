@@ -23,7 +23,8 @@ const DEFAULT_OUTPUT: &str = "vramtrace-%p.vtrace";
 /// Runs `vramtrace run`; returns the exit code to leave with.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let lib = find_library(args.lib.as_deref())?;
-    let output = output_path(args.output.as_deref())?;
+    let (given, from) = output_setting(args.output.as_deref());
+    let output = output_path(&given, from)?;
     let pattern = OutputPattern::new(&output);
     let before = pattern.snapshot();
 
@@ -158,17 +159,42 @@ fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
 }
 
-/// The absolute output pattern; its directory must exist.
-fn output_path(flag: Option<&Path>) -> Result<PathBuf> {
-    let given = flag.unwrap_or(Path::new(DEFAULT_OUTPUT));
+/// Where traces go: `-o`, else `VRAMTRACE_OUTPUT` from the environment, else the default.
+/// `-o` wins, and says so when the environment named another place. Also returns where the
+/// setting came from, for errors.
+fn output_setting(flag: Option<&Path>) -> (PathBuf, &'static str) {
+    let env = std::env::var_os("VRAMTRACE_OUTPUT").filter(|v| !v.is_empty());
+    match (flag, env) {
+        (Some(flag), Some(env)) => {
+            if Path::new(&env) != flag {
+                eprintln!(
+                    "vramtrace: -o {} is used, not VRAMTRACE_OUTPUT={} from the environment",
+                    flag.display(),
+                    Path::new(&env).display()
+                );
+            }
+            (flag.to_path_buf(), "-o")
+        }
+        (Some(flag), None) => (flag.to_path_buf(), "-o"),
+        (None, Some(env)) => (PathBuf::from(env), "VRAMTRACE_OUTPUT"),
+        (None, None) => (PathBuf::from(DEFAULT_OUTPUT), "-o"),
+    }
+}
+
+/// The absolute output pattern; its directory must exist. A directory gets the default name
+/// inside, as the tracer would give it.
+fn output_path(given: &Path, from: &str) -> Result<PathBuf> {
     if given.as_os_str().is_empty() || given.file_name().is_none() {
-        bail!("-o {}: not a file path", given.display());
+        bail!("{from} {}: not a file path", given.display());
+    }
+    if given.is_dir() {
+        return absolute(&given.join(DEFAULT_OUTPUT));
     }
     let path = absolute(given)?;
     let dir = path.parent().unwrap_or(Path::new("/"));
     if !dir.is_dir() {
         bail!(
-            "-o {}: directory {} does not exist",
+            "{from} {}: directory {} does not exist",
             given.display(),
             dir.display()
         );
