@@ -19,6 +19,31 @@ use crate::capture::clock::{self, Calibration};
 
 /// How long the loop sleeps when the channel is empty.
 const POLL: Duration = Duration::from_millis(2);
+/// How long the end (exit, `_exit`, exec, a fatal signal) spends writing the events still in the
+/// buffer while the program goes on making calls: its exit waits for it. Threads that still
+/// allocate leave the writer little of the CPU, so what is not written by then is counted as lost
+/// (the report leaves out what it could explain). A program that has gone quiet gets its whole
+/// buffer written (a full one takes milliseconds on a free core).
+const END_BUDGET: Duration = Duration::from_millis(20);
+
+/// When the end was first seen, and how busy the program was then.
+#[derive(Clone, Copy, Debug)]
+struct EndSeen {
+    at: Instant,
+    last_seq: u64,
+    after_end: u64,
+}
+
+/// How much the collector's pass over the ring must take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drain {
+    /// Its usual pass: a bounded batch.
+    No,
+    /// Someone waits for what is ready to be written (a signal handler that chains on).
+    Flush,
+    /// The process is ending: everything numbered so far, giving up on what is not ready.
+    End,
+}
 
 /// Where records go: the trace file, or nowhere once writing failed (the program runs on).
 struct Sink {
@@ -97,6 +122,9 @@ struct Collector {
     drop_marks: BTreeMap<u64, u64>,
     /// How far the numbers written are ahead of the hooks' numbers: one per such drop placed.
     renumbered: u64,
+    /// When the end was first seen: the end's writing stops [`END_BUDGET`] after, if the
+    /// program is still making calls.
+    end_seen: Option<EndSeen>,
     last_stats: Stats,
     /// Event times arrive as raw clock readings (TSC ticks where invariant).
     calibration: Calibration,
@@ -305,14 +333,24 @@ impl Collector {
 
     /// Writes every event that is next in sequence, up to number `last`. Gives up on a number
     /// nobody claimed when its hook dropped it, when it has been missing for `reorder_wait`, or
-    /// with `drain` (exit, fatal signal, flush), when it also stops waiting for hooks still
-    /// writing. Returns how many events were written.
-    fn consume(&mut self, drain: bool, reorder_wait: Duration, last: u64) -> usize {
-        self.choose_packing(drain);
+    /// at the end (`Drain::End`: exit, fatal signal), which also stops waiting for hooks still
+    /// inside their call. A flush (`Drain::Flush`) writes all that is ready without a pause but
+    /// gives nothing up: the process goes on, and a number passed over while its hook still
+    /// writes would leave that slot a lap behind for good. Returns how many events were written.
+    fn consume(&mut self, drain: Drain, reorder_wait: Duration, last: u64) -> usize {
+        let end = drain == Drain::End;
+        self.choose_packing(drain != Drain::No);
         let ring = &self.session.ring;
         let mut written: usize = 0;
+        let seen = self.end_seen;
         loop {
             if self.next_seq > last {
+                return written;
+            }
+            if end && written % 16 == 15 && seen.is_some_and(|s| self.out_of_time(s)) {
+                // Out of time: what is left is lost, and counted.
+                self.given_up += last + 1 - self.next_seq;
+                self.next_seq = last + 1;
                 return written;
             }
             match ring.take(self.next_seq) {
@@ -321,10 +359,17 @@ impl Collector {
                     self.gap_since = None;
                     self.write_event(c);
                     written += 1;
-                    if written.is_multiple_of(1024) {
-                        self.session.set_consumed(self.next_seq);
+                    if written.is_multiple_of(64) {
+                        if written.is_multiple_of(1024) {
+                            self.session.set_consumed(self.next_seq);
+                        }
+                        // The end was asked for: its own pass (bounded) takes over at once.
+                        if !end && self.session.control.finish.load(Ordering::Relaxed) != 0 {
+                            self.session.set_consumed(self.next_seq);
+                            return written;
+                        }
                     }
-                    if written >= 1 << 16 && !drain {
+                    if written >= 1 << 16 && drain == Drain::No {
                         self.session.set_consumed(self.next_seq);
                         return written;
                     }
@@ -338,7 +383,7 @@ impl Collector {
                     }
                     let reported = self.dropped_seqs.remove(&self.next_seq);
                     let give_up = reported
-                        || drain
+                        || end
                         || self.gap_since.is_some_and(|t| t.elapsed() >= reorder_wait);
                     if give_up {
                         if ring.skip(self.next_seq) {
@@ -351,7 +396,7 @@ impl Collector {
                     self.gap_since.get_or_insert_with(Instant::now);
                     return written;
                 }
-                Take::Writing | Take::Behind if drain => {
+                Take::Writing | Take::Behind if end => {
                     // Exit or a fatal signal: a hook still inside its real call will not be
                     // waited for.
                     if self.next_seq > self.session.last_seq() {
@@ -363,6 +408,14 @@ impl Collector {
                 _ => return written,
             }
         }
+    }
+
+    /// Whether the end's writing must stop: its budget is spent while the program still makes
+    /// calls (numbers taken, or calls refused, since the end was asked for).
+    fn out_of_time(&self, seen: EndSeen) -> bool {
+        seen.at.elapsed() >= END_BUDGET
+            && (self.session.last_seq() != seen.last_seq
+                || self.session.after_end.load(Ordering::Relaxed) != seen.after_end)
     }
 
     /// Compression that keeps up (see [`packing_for`]).
@@ -394,13 +447,24 @@ impl Collector {
             let flush_gen = control.flush_request.load(Ordering::Acquire);
             let flush_now = flush_gen != control.flushed.load(Ordering::Acquire);
             let finish = control.finish.load(Ordering::Acquire);
+            if finish != 0 && self.end_seen.is_none() {
+                self.end_seen = Some(EndSeen {
+                    at: Instant::now(),
+                    last_seq: self.session.last_seq(),
+                    after_end: self.session.after_end.load(Ordering::Relaxed),
+                });
+            }
             // A flush or the end takes what was numbered when it was asked for: threads that go
             // on making calls cannot keep it (and the program waiting on it) going.
-            let drain = finish != 0 || flush_now;
-            let last = if drain {
-                self.session.last_seq()
-            } else {
+            let drain = match (finish != 0, flush_now) {
+                (true, _) => Drain::End,
+                (false, true) => Drain::Flush,
+                (false, false) => Drain::No,
+            };
+            let last = if drain == Drain::No {
                 u64::MAX
+            } else {
+                self.session.last_seq()
             };
             let got = self.consume(drain, reorder_wait, last);
             self.session.set_consumed(self.next_seq);
@@ -533,6 +597,7 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 given_up: 0,
                 drop_marks: BTreeMap::new(),
                 renumbered: 0,
+                end_seen: None,
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
             };

@@ -286,6 +286,7 @@ fn start_slow() -> Option<&'static Session> {
         pid: std::process::id(),
     }));
     let warnings = CONFIG_WARNINGS.get().cloned().unwrap_or_default();
+    lifecycle::on_session_start();
     match collector::spawn(session, warnings) {
         Ok(()) => {
             SESSION.store(session as *const Session as *mut Session, Ordering::Release);

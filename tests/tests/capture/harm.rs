@@ -453,6 +453,77 @@ captest!(multiprocessing_spawn_workers_trace_themselves, |dir| {
     multiprocessing_workers(dir, "spawn", "exit");
 });
 
+// The forkserver start method: its server process makes no GPU call (no trace) and restores the
+// signal handlers it found; its workers end with os._exit.
+captest!(multiprocessing_forkserver_workers_trace_themselves, |dir| {
+    multiprocessing_workers(dir, "forkserver", "_exit");
+});
+
+/// A Python program that reads its signal handlers before and after its first GPU call, is
+/// interrupted by SIGINT, and saves and restores a handler.
+const SIGNALS: &str = r#"import ctypes
+import os
+import signal
+import time
+
+rt = ctypes.CDLL("libcudart.so.13")
+rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+rt.cudaFree.argtypes = [ctypes.c_void_p]
+print(signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+p = ctypes.c_void_p()
+assert rt.cudaMalloc(ctypes.byref(p), 4096) == 0
+print(signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, old)
+assert rt.cudaFree(p) == 0
+print("done")
+"#;
+
+// The tracer's handlers were installed when the library loaded, before Python's: Python then
+// saw SIGINT's handler as None, installed no KeyboardInterrupt handler (Ctrl-C killed the
+// program), and code that saves and restores a handler failed (multiprocessing's forkserver).
+// Now the handlers are installed at the first GPU call and chain to the program's: Python sees
+// its own handlers, SIGINT raises KeyboardInterrupt, and the trace goes on.
+captest!(a_python_program_keeps_its_signal_handlers, |dir| {
+    let script = dir.join("signals.py");
+    std::fs::write(&script, SIGNALS).unwrap();
+    let plain = std::process::Command::new("python3")
+        .arg(&script)
+        .env(
+            "LD_LIBRARY_PATH",
+            vramtrace_tests::standin_ld_library_path(),
+        )
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("running python3 (required by this test)");
+    let traces = dir.join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    let traced = traced_program("python3", &traces)
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_same_behaviour("signals.py", &plain, &traced);
+    assert_eq!(
+        text(&traced.stdout),
+        "<built-in function default_int_handler> 0\n\
+         <built-in function default_int_handler> 0\nKeyboardInterrupt\ndone\n"
+    );
+    let files = trace_files(&traces);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let trace = Trace::load(&files[0]);
+    trace.assert_clean("exit");
+    assert_eq!(
+        trace.counts(),
+        [(CudaMalloc, 1), (CudaFree, 1)].into_iter().collect()
+    );
+});
+
 // Defect 6: 16 threads storming a 1024-event buffer with no waiting lose most events, and the
 // lost ones became anomalies and leaks that do not exist. Now the report counts them apart; the
 // one leak no lost event could explain (3 MiB made after the storm) is still reported, alone.
