@@ -97,9 +97,10 @@ impl LiveState {
         &self.losses
     }
 
-    /// Events the tracer says it lost that no gap accounts for: lost after the last event read.
+    /// Events the tracer says it lost (dropped, or late: both left a gap) that no gap accounts
+    /// for: lost after the last event read.
     pub fn lost_at_the_end(&self) -> u64 {
-        let counted = self.notes.stats.as_ref().map_or(0, |s| s.dropped);
+        let counted = self.notes.stats.as_ref().map_or(0, |s| s.dropped + s.late);
         counted.saturating_sub(self.losses.missing)
     }
 

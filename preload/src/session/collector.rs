@@ -228,12 +228,15 @@ fn open_sink(session: &Session) -> Sink {
 }
 
 impl Collector {
-    /// The tracer's counters. `dropped` counts every event lost before the end: those the hooks
-    /// dropped and those the collector gave up waiting for (a hook still inside its call when the
-    /// process ended); each left a gap in the sequence numbers.
+    /// The tracer's counters. `dropped` and `late` count every event lost before the end, once
+    /// each: those the hooks dropped, those the collector gave up waiting for (a hook still inside
+    /// its call when the process ended) — less the ones whose hook arrived after all and counted
+    /// itself `late`. Each left a gap in the sequence numbers.
     fn stats(&self) -> Stats {
+        let late = self.session.late.load(Ordering::Relaxed);
         Stats {
-            dropped: self.session.dropped.load(Ordering::Relaxed) + self.given_up,
+            dropped: self.session.dropped.load(Ordering::Relaxed)
+                + self.given_up.saturating_sub(late),
             late: self.session.late.load(Ordering::Relaxed),
             hook_panics: HOOK_PANICS.load(Ordering::Relaxed),
             missing_real: MISSING_REAL.load(Ordering::Relaxed),

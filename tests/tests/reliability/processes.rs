@@ -312,7 +312,9 @@ fn exit_delay() -> Row {
         trials,
         survived,
         detail: format!(
-            "exit took {:.1} ms median, {:.1} ms at most (untraced, same runs: {:.1} ms median,              {:.1} ms at most); the tracer added {:.1} ms at most (bound: {} ms); every trace              whole, ended `exit`",
+            "exit took {:.1} ms median, {:.1} ms at most (untraced, same runs: {:.1} ms median, \
+             {:.1} ms at most); the tracer added {:.1} ms at most (bound: {} ms); every trace \
+             whole, ended `exit`",
             median(&traced_all),
             max(&traced_all),
             median(&plain_all),
