@@ -521,6 +521,15 @@ impl Drop for TraceFile {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+    use std::sync::Mutex;
+
+    /// The tests place descriptors at the same high numbers and one closes and reuses its own:
+    /// one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
     fn created(dir: &Path, name: &str, header: &[u8]) -> TraceFile {
         let mut f = TraceFile::staged();
@@ -531,6 +540,7 @@ mod tests {
 
     #[test]
     fn the_file_appears_with_its_header_mode_0600_and_a_high_descriptor() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let mut f = created(dir.path(), "t.vtrace", b"HEAD");
         f.write_all(b"-body").unwrap();
@@ -546,6 +556,7 @@ mod tests {
 
     #[test]
     fn an_existing_name_is_left_alone() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let taken = dir.path().join("t.vtrace");
         std::fs::write(&taken, b"checkpoint").unwrap();
@@ -568,6 +579,7 @@ mod tests {
 
     #[test]
     fn a_fifo_is_not_a_place_for_a_trace() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("pipe");
         let c = cstring(&fifo).unwrap();
@@ -587,6 +599,7 @@ mod tests {
 
     #[test]
     fn a_closed_and_reused_descriptor_is_not_written() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let mut f = created(dir.path(), "t.vtrace", b"HEAD");
         let Some(fd) = f.held() else { return };

@@ -115,7 +115,8 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         "0 events (nothing was lost)".to_string()
     } else {
         format!(
-            "{} events LOST (the tracer's channel was full): the live set below may be wrong",
+            "{} events LOST (the tracer's buffer was full, or their call had not returned at the \
+             end): the live set below may be wrong; the findings leave out what they could explain",
             tracer.dropped
         )
     };
