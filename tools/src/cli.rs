@@ -141,7 +141,9 @@ pub struct RunArgs {
     /// vramtrace-PID.vtrace per process. In the file name, each traced process fills in %p (its
     /// process id), %r (its rank: RANK, else LOCAL_RANK, else x), %h (the host name) and %t (its
     /// start, Unix seconds); %% is a percent sign. A missing directory is created (mode 0755).
-    /// Default: vramtrace-%p.vtrace in the current directory.
+    /// Default: VRAMTRACE_OUTPUT from the environment, else vramtrace-%p.vtrace in the current
+    /// directory; -o wins over the environment. An existing file is never replaced: a process
+    /// whose name is taken writes beside it (NAME.PID.EXT).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Native stack frames to capture per call (VRAMTRACE_STACK_DEPTH).

@@ -5,7 +5,9 @@
 //! Reading streams: memory follows what is live, not the length of the trace. A progress bar on
 //! stderr follows the bytes read when stderr is a terminal.
 
-use std::io::IsTerminal;
+use std::fs::File;
+use std::io::{BufReader, IsTerminal};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
@@ -123,6 +125,37 @@ fn open_error(path: &Path, err: TraceError) -> anyhow::Error {
     }
 }
 
+/// Opens the trace at `path` and reads its header. Only a regular file is read: a FIFO would
+/// block (and a device never end), so the kind of file is checked before opening, and the open
+/// itself cannot block (`O_NONBLOCK`; a name swapped for a FIFO in between is caught after).
+pub fn open_trace(path: &Path) -> Result<TraceReader<BufReader<File>>> {
+    let not_regular = || {
+        anyhow!(
+            "{}: not a regular file (a FIFO, device or socket); a trace is a file",
+            path.display()
+        )
+    };
+    let meta = std::fs::metadata(path)
+        .map_err(|e| anyhow!("{}: {}", path.display(), lower_first(e.to_string())))?;
+    if meta.is_dir() {
+        return Err(anyhow!("{}: is a directory, not a trace", path.display()));
+    }
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| anyhow!("{}: {}", path.display(), lower_first(e.to_string())))?;
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(not_regular());
+    }
+    let reader = TraceReader::new(BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| open_error(path, e))?;
+    Ok(reader.prefetching())
+}
+
 /// Reads every record of the trace at `path` into a fresh [`LiveState`].
 pub fn load(path: &Path) -> Result<LoadedTrace> {
     let progress = Progress::new(path, "reading");
@@ -187,10 +220,7 @@ pub fn read(
     progress: &Progress,
     mut visit: impl FnMut(&LiveState, &Event) -> Flow,
 ) -> Result<LoadedTrace> {
-    if path.is_dir() {
-        return Err(anyhow!("{}: is a directory, not a trace", path.display()));
-    }
-    let mut reader = TraceReader::open(path).map_err(|e| open_error(path, e))?;
+    let mut reader = open_trace(path)?;
     let mut state = LiveState::with_step_source(source);
     let stopped = state.replay_visiting(
         &mut reader,

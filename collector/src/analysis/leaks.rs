@@ -2,7 +2,9 @@
 //! site that made it, with when the oldest and newest of each group were made.
 //!
 //! Anything freed before the end (a temporary, a cache emptied at shutdown, memory torn down with
-//! its context) is not here, whatever its size; what is here is exactly the live set.
+//! its context) is not here, whatever its size; what is here is exactly the live set — except
+//! objects that an event the tracer lost after they were made may have freed: those are counted
+//! apart ([`Leaks::uncertain`]), never reported as leaks.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,14 +48,44 @@ pub struct Leaks {
     pub views: u64,
     /// Sites, largest device memory first (then host memory, then count).
     pub sites: Vec<LeakSite>,
+    /// Live objects left out of the above: an event the tracer lost after each was made may have
+    /// freed it.
+    pub uncertain: UncertainLive,
+}
+
+/// Live objects whose free may be among the events the tracer lost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UncertainLive {
+    /// Device memory.
+    pub device: Totals,
+    /// Host memory.
+    pub host: Totals,
+    /// Objects holding no memory of their own.
+    pub views: u64,
+}
+
+impl UncertainLive {
+    /// Objects in all.
+    pub fn count(&self) -> u64 {
+        self.device.count + self.host.count + self.views
+    }
 }
 
 /// The live set of `state`, by call site.
 pub fn leaks(state: &LiveState) -> Leaks {
     let mut sites: BTreeMap<SiteId, LeakSite> = BTreeMap::new();
     let (mut device, mut host, mut views) = (Totals::default(), Totals::default(), 0);
+    let mut uncertain = UncertainLive::default();
     for o in state.live_objects() {
         let origin = o.origin;
+        if state.lost_after(origin.seq) {
+            match o.category.accounting() {
+                Accounting::Device => uncertain.device.add(o.bytes),
+                Accounting::Host => uncertain.host.add(o.bytes),
+                Accounting::VirtualAddress | Accounting::None => uncertain.views += 1,
+            }
+            continue;
+        }
         let s = sites.entry(origin.site).or_insert_with(|| LeakSite {
             site: name(state, origin.site),
             count: 0,
@@ -102,5 +134,6 @@ pub fn leaks(state: &LiveState) -> Leaks {
         host,
         views,
         sites,
+        uncertain,
     }
 }

@@ -3,7 +3,9 @@
 //! into a freed reservation, a registration whose buffer was freed or whose communicator is gone.
 //!
 //! Each orphan is named by its first reason in [`OrphanKind`] order (a registration whose buffer
-//! and communicator are both gone counts once), and all its reasons are listed.
+//! and communicator are both gone counts once), and all its reasons are listed. An orphan that an
+//! event the tracer lost after it was made may have freed is counted apart
+//! ([`Orphans::uncertain`]), never listed.
 
 use std::collections::BTreeMap;
 
@@ -95,6 +97,9 @@ pub struct Orphans {
     pub by_kind: Vec<OrphanGroup>,
     /// Each orphan, most device memory first, then by age.
     pub objects: Vec<Orphan>,
+    /// Orphans left out of the above (and the device memory they hold): an event the tracer lost
+    /// after each was made may have freed it.
+    pub uncertain: Totals,
 }
 
 fn kinds_of(state: &LiveState, o: &LiveObject<'_>) -> Vec<OrphanKind> {
@@ -136,9 +141,14 @@ pub fn orphans(state: &LiveState) -> Orphans {
     let mut objects = Vec::new();
     let mut total = Totals::default();
     let mut by_kind: BTreeMap<OrphanKind, Totals> = BTreeMap::new();
+    let mut uncertain = Totals::default();
     for o in state.orphans() {
         let kinds = kinds_of(state, &o);
         let Some(&kind) = kinds.first() else { continue };
+        if state.lost_after(o.origin.seq) {
+            uncertain.add(o.device_bytes());
+            continue;
+        }
         total.add(o.device_bytes());
         by_kind.entry(kind).or_default().add(o.device_bytes());
         objects.push(Orphan {
@@ -168,5 +178,6 @@ pub fn orphans(state: &LiveState) -> Orphans {
             })
             .collect(),
         objects,
+        uncertain,
     }
 }

@@ -2,7 +2,9 @@
 //! never allocated, a double free, an unmap that cuts a mapping in two, ...
 //!
 //! Each is either a bug in the program or an event the tracer missed; either way the user should
-//! see it. Counts are exact; details are kept for the first [`MAX_ANOMALY_DETAILS`].
+//! see it. Counts are exact; details are kept for the first [`MAX_ANOMALY_DETAILS`]. Anomalies
+//! that an event the tracer lost could explain (see `losses`) are counted apart, as doubtful: a
+//! lost event never becomes a finding.
 
 use std::collections::BTreeMap;
 
@@ -102,63 +104,120 @@ pub struct Anomaly {
     pub related_seq: Option<u64>,
 }
 
-/// Anomaly counts per kind, and the first details.
+/// Counts per kind and the first details, of one class of anomalies.
 #[derive(Clone, Debug, Default)]
-pub struct Anomalies {
+struct Tally {
     counts: BTreeMap<AnomalyKind, u64>,
     details: Vec<Anomaly>,
 }
 
-impl Anomalies {
-    pub(crate) fn record(&mut self, anomaly: Anomaly) {
+impl Tally {
+    fn record(&mut self, anomaly: Anomaly) {
         *self.counts.entry(anomaly.kind).or_default() += 1;
         if self.details.len() < MAX_ANOMALY_DETAILS {
             self.details.push(anomaly);
         }
     }
 
-    /// Takes back an anomaly that a late event explained (the free that arrived after the
-    /// allocation reusing its address).
-    pub(crate) fn retract(&mut self, kind: AnomalyKind, matches: impl Fn(&Anomaly) -> bool) {
+    /// Takes back one anomaly of `kind`: the detail that `matches`, if kept. `false` when there
+    /// is none of that kind (or, with `must_match`, none kept that matches).
+    fn retract(
+        &mut self,
+        kind: AnomalyKind,
+        matches: &dyn Fn(&Anomaly) -> bool,
+        must_match: bool,
+    ) -> bool {
+        let at = self
+            .details
+            .iter()
+            .position(|a| a.kind == kind && matches(a));
+        if must_match && at.is_none() {
+            return false;
+        }
         let Some(count) = self.counts.get_mut(&kind) else {
-            return;
+            return false;
         };
         *count -= 1;
         if *count == 0 {
             self.counts.remove(&kind);
         }
-        if let Some(i) = self
-            .details
-            .iter()
-            .position(|a| a.kind == kind && matches(a))
-        {
+        if let Some(i) = at {
             self.details.remove(i);
+        }
+        true
+    }
+
+    fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+}
+
+/// Anomaly counts per kind, and the first details; those that lost events could explain apart.
+#[derive(Clone, Debug, Default)]
+pub struct Anomalies {
+    certain: Tally,
+    doubtful: Tally,
+}
+
+impl Anomalies {
+    /// Records an anomaly; `doubtful` when an event the tracer lost could explain it.
+    pub(crate) fn record(&mut self, anomaly: Anomaly, doubtful: bool) {
+        if doubtful {
+            self.doubtful.record(anomaly);
+        } else {
+            self.certain.record(anomaly);
         }
     }
 
-    /// All anomalies.
+    /// Takes back an anomaly that a late event explained (the free that arrived after the
+    /// allocation reusing its address).
+    pub(crate) fn retract(&mut self, kind: AnomalyKind, matches: impl Fn(&Anomaly) -> bool) {
+        // Where its detail is kept, else wherever one of its kind is counted.
+        let _ = self.doubtful.retract(kind, &matches, true)
+            || self.certain.retract(kind, &matches, true)
+            || self.certain.retract(kind, &matches, false)
+            || self.doubtful.retract(kind, &matches, false);
+    }
+
+    /// All anomalies (those lost events could explain are not among them).
     pub fn total(&self) -> u64 {
-        self.counts.values().sum()
+        self.certain.total()
+    }
+
+    /// Anomalies that an event the tracer lost could explain, not counted in [`Anomalies::total`].
+    pub fn doubtful(&self) -> u64 {
+        self.doubtful.total()
+    }
+
+    /// Doubtful anomalies per kind.
+    pub fn doubtful_counts(&self) -> impl Iterator<Item = (AnomalyKind, u64)> + '_ {
+        self.doubtful.counts.iter().map(|(&k, &n)| (k, n))
+    }
+
+    /// The doubtful anomalies kept in detail, in the order they were seen.
+    pub fn doubtful_details(&self) -> &[Anomaly] {
+        &self.doubtful.details
     }
 
     /// Anomalies of one kind.
     pub fn count(&self, kind: AnomalyKind) -> u64 {
-        self.counts.get(&kind).copied().unwrap_or(0)
+        self.certain.counts.get(&kind).copied().unwrap_or(0)
     }
 
     /// Counts per kind, for the kinds that occurred.
     pub fn counts(&self) -> impl Iterator<Item = (AnomalyKind, u64)> + '_ {
-        self.counts.iter().map(|(&k, &n)| (k, n))
+        self.certain.counts.iter().map(|(&k, &n)| (k, n))
     }
 
     /// The anomalies kept in detail, in the order they were seen.
     pub fn details(&self) -> &[Anomaly] {
-        &self.details
+        &self.certain.details
     }
 
     /// Anomalies counted but not kept in detail.
     pub fn omitted(&self) -> u64 {
-        self.total().saturating_sub(self.details.len() as u64)
+        self.total()
+            .saturating_sub(self.certain.details.len() as u64)
     }
 }
 
@@ -181,9 +240,9 @@ mod tests {
     fn details_are_bounded_and_counts_exact() {
         let mut a = Anomalies::default();
         for i in 0..(MAX_ANOMALY_DETAILS as u64 + 5) {
-            a.record(anomaly(AnomalyKind::UnknownFree, i));
+            a.record(anomaly(AnomalyKind::UnknownFree, i), false);
         }
-        a.record(anomaly(AnomalyKind::DoubleFree, 9999));
+        a.record(anomaly(AnomalyKind::DoubleFree, 9999), false);
         assert_eq!(a.count(AnomalyKind::UnknownFree), 1005);
         assert_eq!(a.total(), 1006);
         assert_eq!(a.details().len(), MAX_ANOMALY_DETAILS);
@@ -193,8 +252,8 @@ mod tests {
     #[test]
     fn retraction_removes_count_and_detail() {
         let mut a = Anomalies::default();
-        a.record(anomaly(AnomalyKind::AddressReused, 1));
-        a.record(anomaly(AnomalyKind::AddressReused, 2));
+        a.record(anomaly(AnomalyKind::AddressReused, 1), false);
+        a.record(anomaly(AnomalyKind::AddressReused, 2), false);
         a.retract(AnomalyKind::AddressReused, |x| x.seq == 1);
         assert_eq!(a.count(AnomalyKind::AddressReused), 1);
         assert_eq!(a.details()[0].seq, 2);
@@ -202,5 +261,24 @@ mod tests {
         assert_eq!(a.total(), 0);
         a.retract(AnomalyKind::AddressReused, |_| true);
         assert_eq!(a.total(), 0, "retracting nothing is harmless");
+    }
+
+    #[test]
+    fn doubtful_anomalies_are_apart_and_retracted_where_they_are() {
+        let mut a = Anomalies::default();
+        a.record(anomaly(AnomalyKind::UnknownFree, 1), false);
+        a.record(anomaly(AnomalyKind::UnknownFree, 2), true);
+        a.record(anomaly(AnomalyKind::UnknownFree, 3), true);
+        assert_eq!((a.total(), a.doubtful()), (1, 2));
+        assert_eq!(a.details().len(), 1);
+        assert_eq!(a.doubtful_details()[1].seq, 3);
+        a.retract(AnomalyKind::UnknownFree, |x| x.seq == 2);
+        assert_eq!((a.total(), a.doubtful()), (1, 1));
+        a.retract(AnomalyKind::UnknownFree, |x| x.seq == 1);
+        assert_eq!((a.total(), a.doubtful()), (0, 1));
+        assert_eq!(
+            a.doubtful_counts().collect::<Vec<_>>(),
+            [(AnomalyKind::UnknownFree, 1)]
+        );
     }
 }

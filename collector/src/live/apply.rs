@@ -120,6 +120,9 @@ impl LiveState {
     #[inline]
     pub fn apply_event(&mut self, e: &Event) {
         self.events += 1;
+        if e.seq != self.last_seq + 1 {
+            self.sequence_break(e.seq);
+        }
         self.last_seq = self.last_seq.max(e.seq);
         self.count_call(e.api);
         if let StepSource::Allocation { site, bytes } = self.step_source {
@@ -330,6 +333,8 @@ impl LiveState {
         self.failures.record(failure);
     }
 
+    /// Records an anomaly, apart from the others when an event lost since the last one the
+    /// tracer saw of the object (`related_seq`, else the start) could explain it.
     pub(super) fn anomaly(
         &mut self,
         e: &Event,
@@ -337,14 +342,18 @@ impl LiveState {
         address: u64,
         related_seq: Option<u64>,
     ) {
-        self.anomalies.record(Anomaly {
-            kind,
-            seq: e.seq,
-            api: e.api,
-            thread: e.thread,
-            address,
-            related_seq,
-        });
+        let doubtful = self.losses().between(related_seq.unwrap_or(0), e.seq);
+        self.anomalies.record(
+            Anomaly {
+                kind,
+                seq: e.seq,
+                api: e.api,
+                thread: e.thread,
+                address,
+                related_seq,
+            },
+            doubtful,
+        );
     }
 
     /// Records an anomaly of `kind` unless the object an event named was `known`.

@@ -120,14 +120,18 @@ impl LiveState {
             Inserted::SetAside { live_seq } => {
                 // Recorded against the live occupant's reuse, like the in-order case, so the
                 // late free that resolves it can take it back.
-                self.anomalies.record(super::Anomaly {
-                    kind: AnomalyKind::AddressReused,
-                    seq: live_seq,
-                    api: e.api,
-                    thread: e.thread,
-                    address: ptr,
-                    related_seq: Some(seq),
-                });
+                let doubtful = self.losses().between(seq.min(live_seq), seq.max(live_seq));
+                self.anomalies.record(
+                    super::Anomaly {
+                        kind: AnomalyKind::AddressReused,
+                        seq: live_seq,
+                        api: e.api,
+                        thread: e.thread,
+                        address: ptr,
+                        related_seq: Some(seq),
+                    },
+                    doubtful,
+                );
             }
             Inserted::AlreadyFreed { free_seq } => {
                 self.anomalies.retract(AnomalyKind::UnknownFree, |a| {

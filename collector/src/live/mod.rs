@@ -20,6 +20,7 @@ mod device_memory;
 mod failure;
 mod ledger;
 mod listing;
+mod losses;
 mod memory;
 mod nccl;
 mod objects;
@@ -50,6 +51,7 @@ pub use failure::{
     means_out_of_memory, Failure, Failures, MAX_FIRST_FAILURES, MAX_RECENT_FAILURES,
 };
 pub use ledger::{Holder, PeakPoint, PoolUse};
+pub use losses::Losses;
 pub use objects::{
     Accounting, Allocation, Array, Category, CommState, Communicator, Context, Flag, Flags,
     HostRegistration, IpcMapping, LiveObject, Mapping, NcclBuffer, Origin, PhysicalHandle, Pool,
@@ -133,6 +135,8 @@ pub struct LiveState {
     teardown: Teardown,
     events: u64,
     last_seq: u64,
+    /// Gaps in the sequence numbers: events the tracer lost.
+    losses: Losses,
     steps: u64,
     marks: u64,
     pool_trims: u64,

@@ -119,15 +119,24 @@ impl Builder {
 
     /// The same trace without its step marks.
     pub fn without_marks(&self) -> Builder {
+        // Numbered as a tracer that saw no marks would number them: a gap would be a lost event.
+        let mut seq = 0;
         let records = self
             .records
             .iter()
             .filter(|r| !matches!(r, Record::Event(e) if matches!(e.op, Op::MarkStep { .. })))
             .cloned()
+            .map(|mut r| {
+                if let Record::Event(e) = &mut r {
+                    seq += 1;
+                    e.seq = seq;
+                }
+                r
+            })
             .collect();
         Builder {
             records,
-            seq: self.seq,
+            seq,
             tick_ns: self.tick_ns,
             time_ns: self.time_ns,
             device: self.device,

@@ -278,9 +278,14 @@ fn a_free_written_before_its_allocation_cancels_it() {
             stream: 0,
         },
     );
-    assert_eq!(t.state.anomalies().count(AnomalyKind::UnknownFree), 1);
+    // Numbers 1 to 4 are missing so far: a lost event could explain it.
+    assert_eq!(
+        t.state.anomalies().doubtful_counts().collect::<Vec<_>>(),
+        [(AnomalyKind::UnknownFree, 1)]
+    );
     t.at(2, Api::CudaMalloc, alloc(MemKind::Device, 0x1000, 100));
     assert_eq!(t.state.anomalies().total(), 0);
+    assert_eq!(t.state.anomalies().doubtful(), 0);
     assert_eq!(t.state.live_objects().count(), 0);
     assert_eq!(t.state.device_bytes(0), 0);
 }

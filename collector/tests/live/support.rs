@@ -116,8 +116,11 @@ impl Trace {
 
     /// Applies a successful call with an explicit sequence number (for late events).
     pub fn at(&mut self, seq: u64, api: Api, op: Op) {
+        let before = self.seq;
         let mut e = self.make(api, op);
         e.seq = seq;
+        // Later events follow the highest number so far: a gap means a lost event.
+        self.seq = before.max(seq);
         self.apply(e);
     }
 

@@ -10,6 +10,7 @@ pub mod driver_objects;
 pub mod driver_vmm;
 pub mod nccl;
 pub mod nvtx;
+pub mod process;
 pub mod runtime;
 pub mod tracer_api;
 

@@ -1,8 +1,7 @@
 //! The collector thread: receives events from the hooks, puts them back in causal (sequence)
 //! order, names new modules, interns stacks, and writes the trace in chunks.
 
-use std::collections::{BTreeSet, HashMap};
-use std::fs::File;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -11,19 +10,45 @@ use vramtrace_collector::format::{
     End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
-use super::lifecycle::{self, warn};
+use super::lifecycle::{warn, Ending};
 use super::modules::ModuleTracker;
 use super::output::{self, Naming};
 use super::ring::Take;
+use super::trace_file::{CreateError, TraceFile};
 use super::{Captured, Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
 
 /// How long the loop sleeps when the channel is empty.
 const POLL: Duration = Duration::from_millis(2);
+/// How long the end (exit, `_exit`, exec, a fatal signal) spends writing the events still in the
+/// buffer while the program goes on making calls: its exit waits for it. Threads that still
+/// allocate leave the writer little of the CPU, so what is not written by then is counted as lost
+/// (the report leaves out what it could explain). A program that has gone quiet gets its whole
+/// buffer written (a full one takes milliseconds on a free core).
+const END_BUDGET: Duration = Duration::from_millis(20);
+
+/// When the end was first seen, and how busy the program was then.
+#[derive(Clone, Copy, Debug)]
+struct EndSeen {
+    at: Instant,
+    last_seq: u64,
+    after_end: u64,
+}
+
+/// How much the collector's pass over the ring must take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drain {
+    /// Its usual pass: a bounded batch.
+    No,
+    /// Someone waits for what is ready to be written (a signal handler that chains on).
+    Flush,
+    /// The process is ending: everything numbered so far, giving up on what is not ready.
+    End,
+}
 
 /// Where records go: the trace file, or nowhere once writing failed (the program runs on).
 struct Sink {
-    writer: Option<TraceWriter<File>>,
+    writer: Option<TraceWriter<TraceFile>>,
     path: String,
     events: u64,
     lost: u64,
@@ -92,6 +117,15 @@ struct Collector {
     next_seq: u64,
     gap_since: Option<Instant>,
     dropped_seqs: BTreeSet<u64>,
+    /// Numbers passed over without an event that no hook reported dropped.
+    given_up: u64,
+    /// Events dropped before they had a number, by the last number handed out then.
+    drop_marks: BTreeMap<u64, u64>,
+    /// How far the numbers written are ahead of the hooks' numbers: one per such drop placed.
+    renumbered: u64,
+    /// When the end was first seen: the end's writing stops [`END_BUDGET`] after, if the
+    /// program is still making calls.
+    end_seen: Option<EndSeen>,
     last_stats: Stats,
     /// Event times arrive as raw clock readings (TSC ticks where invariant).
     calibration: Calibration,
@@ -113,18 +147,8 @@ fn host_name() -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-fn command_line() -> Vec<String> {
-    std::fs::read("/proc/self/cmdline")
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Opens the trace file and writes its header; `None` (with a warning) when it cannot.
+/// Creates the trace file with its header; a sink that writes nothing (after a warning) when it
+/// cannot.
 fn open_sink(session: &Session) -> Sink {
     let pid = std::process::id();
     let start_unix = SystemTime::now();
@@ -149,7 +173,11 @@ fn open_sink(session: &Session) -> Sink {
         rank: env_i32("RANK"),
         local_rank: env_i32("LOCAL_RANK"),
         world_size: env_i32("WORLD_SIZE"),
-        command_line: command_line(),
+        command_line: if session.config.store_command_line {
+            super::cmdline::current()
+        } else {
+            Vec::new()
+        },
         start_unix_ns: start_unix
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -158,37 +186,60 @@ fn open_sink(session: &Session) -> Sink {
         pointer_size: std::mem::size_of::<usize>() as u8,
         settings: session.config.describe(),
     };
-    let failed = |path: &str, e: &dyn std::fmt::Display| {
-        warn(&format!(
-            "cannot write the trace {path}: {e}; the program runs on untraced"
-        ));
+    let quiet = session.config.quiet;
+    let untraced = |path: &std::path::Path, why: String| {
+        if !quiet {
+            warn(&format!("{why}; the program runs on untraced"));
+        }
         Sink {
             writer: None,
-            path: path.to_string(),
+            path: path.display().to_string(),
             events: 0,
             lost: 0,
         }
     };
-    let (path, file) =
-        match output::create(&session.config.output, &naming, lifecycle::process_start()) {
-            Ok(x) => x,
-            Err(e) => return failed(&session.config.output, &e),
-        };
-    match TraceWriter::new(file, &header) {
-        Ok(w) => Sink {
-            writer: Some(w.with_chunk_bytes(256 * 1024)),
-            path,
-            events: 0,
-            lost: 0,
-        },
-        Err(e) => failed(&path, &e),
+    let pattern = &session.config.output;
+    let first = output::first_choice(pattern, &naming);
+    // The header is written into the staged file, which appears under its name with it.
+    let mut writer = match TraceWriter::new(TraceFile::staged(), &header) {
+        Ok(w) => w.with_chunk_bytes(256 * 1024),
+        Err(e) => return untraced(&first, format!("cannot write the trace header: {e}")),
+    };
+    let path = match writer
+        .get_mut()
+        .create(output::candidates(&first, pattern, pid))
+    {
+        Ok(path) => path.to_path_buf(),
+        Err(e @ CreateError::NotRegular(_)) => return untraced(&first, e.to_string()),
+        Err(e) => return untraced(&first, format!("cannot write the trace: {e}")),
+    };
+    // A forked child's trace beside its parent's is expected; anyone else is told once.
+    let wanted = std::path::absolute(&first).unwrap_or(first);
+    if path != wanted && session.forked_from.is_none() && !quiet {
+        warn(&format!(
+            "{} already exists and is left alone; this process writes its trace to {}",
+            wanted.display(),
+            path.display()
+        ));
+    }
+    Sink {
+        writer: Some(writer),
+        path: path.display().to_string(),
+        events: 0,
+        lost: 0,
     }
 }
 
 impl Collector {
+    /// The tracer's counters. `dropped` and `late` count every event lost before the end, once
+    /// each: those the hooks dropped, those the collector gave up waiting for (a hook still inside
+    /// its call when the process ended) — less the ones whose hook arrived after all and counted
+    /// itself `late`. Each left a gap in the sequence numbers.
     fn stats(&self) -> Stats {
+        let late = self.session.late.load(Ordering::Relaxed);
         Stats {
-            dropped: self.session.dropped.load(Ordering::Relaxed),
+            dropped: self.session.dropped.load(Ordering::Relaxed)
+                + self.given_up.saturating_sub(late),
             late: self.session.late.load(Ordering::Relaxed),
             hook_panics: HOOK_PANICS.load(Ordering::Relaxed),
             missing_real: MISSING_REAL.load(Ordering::Relaxed),
@@ -211,6 +262,7 @@ impl Collector {
         if let Some(py) = py_frames {
             event.py_stack = self.intern_python(py);
         }
+        event.seq = self.written_number(event.seq);
         event.time_ns = self.calibration.to_ns(event.time_ns);
         let modules = &mut self.modules;
         let unknown = !modules.knows(event.caller)
@@ -236,6 +288,25 @@ impl Collector {
             event.stack = id;
         }
         self.sink.write_event(&event);
+    }
+
+    /// The number event `seq` is written with: a gap is left for every event dropped before it
+    /// had a number while the hooks' numbers were below `seq`, so a lost event is a missing
+    /// number in the trace, where it was lost.
+    #[inline]
+    fn written_number(&mut self, seq: u64) -> u64 {
+        if !self.session.drop_marks.is_empty() {
+            while let Some(mark) = self.session.drop_marks.pop() {
+                *self.drop_marks.entry(mark).or_default() += 1;
+            }
+        }
+        while let Some(entry) = self.drop_marks.first_entry() {
+            if *entry.key() >= seq {
+                break;
+            }
+            self.renumbered += entry.remove();
+        }
+        seq + self.renumbered
     }
 
     /// The id of a Python stack, writing it (and the names of code objects it is the first to
@@ -292,25 +363,45 @@ impl Collector {
             .fetch_add(count, Ordering::Release);
     }
 
-    /// Writes every event that is next in sequence. Gives up on a number nobody claimed when
-    /// its hook dropped it, when it has been missing for `reorder_wait`, or with `drain` (exit,
-    /// fatal signal), when it also stops waiting for hooks still writing. Returns how many events
-    /// were written.
-    fn consume(&mut self, drain: bool, reorder_wait: Duration) -> usize {
-        self.choose_packing(drain);
+    /// Writes every event that is next in sequence, up to number `last`. Gives up on a number
+    /// nobody claimed when its hook dropped it, when it has been missing for `reorder_wait`, or
+    /// at the end (`Drain::End`: exit, fatal signal), which also stops waiting for hooks still
+    /// inside their call. A flush (`Drain::Flush`) writes all that is ready without a pause but
+    /// gives nothing up: the process goes on, and a number passed over while its hook still
+    /// writes would leave that slot a lap behind for good. Returns how many events were written.
+    fn consume(&mut self, drain: Drain, reorder_wait: Duration, last: u64) -> usize {
+        let end = drain == Drain::End;
+        self.choose_packing(drain != Drain::No);
         let ring = &self.session.ring;
         let mut written: usize = 0;
+        let seen = self.end_seen;
         loop {
+            if self.next_seq > last {
+                return written;
+            }
+            if end && written % 16 == 15 && seen.is_some_and(|s| self.out_of_time(s)) {
+                // Out of time: what is left is lost, and counted.
+                self.given_up += last + 1 - self.next_seq;
+                self.next_seq = last + 1;
+                return written;
+            }
             match ring.take(self.next_seq) {
                 Take::Ready(c) => {
                     self.next_seq += 1;
                     self.gap_since = None;
                     self.write_event(c);
                     written += 1;
-                    if written.is_multiple_of(1024) {
-                        self.session.set_consumed(self.next_seq);
+                    if written.is_multiple_of(64) {
+                        if written.is_multiple_of(1024) {
+                            self.session.set_consumed(self.next_seq);
+                        }
+                        // The end was asked for: its own pass (bounded) takes over at once.
+                        if !end && self.session.control.finish.load(Ordering::Relaxed) != 0 {
+                            self.session.set_consumed(self.next_seq);
+                            return written;
+                        }
                     }
-                    if written >= 1 << 16 && !drain {
+                    if written >= 1 << 16 && drain == Drain::No {
                         self.session.set_consumed(self.next_seq);
                         return written;
                     }
@@ -322,30 +413,41 @@ impl Collector {
                             self.dropped_seqs.insert(s);
                         }
                     }
-                    let give_up = self.dropped_seqs.remove(&self.next_seq)
-                        || drain
+                    let reported = self.dropped_seqs.remove(&self.next_seq);
+                    let give_up = reported
+                        || end
                         || self.gap_since.is_some_and(|t| t.elapsed() >= reorder_wait);
                     if give_up {
                         if ring.skip(self.next_seq) {
                             self.next_seq += 1;
                             self.gap_since = None;
+                            self.given_up += u64::from(!reported);
                         }
                         continue;
                     }
                     self.gap_since.get_or_insert_with(Instant::now);
                     return written;
                 }
-                Take::Writing | Take::Behind if drain => {
+                Take::Writing | Take::Behind if end => {
                     // Exit or a fatal signal: a hook still inside its real call will not be
                     // waited for.
                     if self.next_seq > self.session.last_seq() {
                         return written;
                     }
                     self.next_seq += 1;
+                    self.given_up += 1;
                 }
                 _ => return written,
             }
         }
+    }
+
+    /// Whether the end's writing must stop: its budget is spent while the program still makes
+    /// calls (numbers taken, or calls refused, since the end was asked for).
+    fn out_of_time(&self, seen: EndSeen) -> bool {
+        seen.at.elapsed() >= END_BUDGET
+            && (self.session.last_seq() != seen.last_seq
+                || self.session.after_end.load(Ordering::Relaxed) != seen.after_end)
     }
 
     /// Compression that keeps up (see [`packing_for`]).
@@ -377,7 +479,26 @@ impl Collector {
             let flush_gen = control.flush_request.load(Ordering::Acquire);
             let flush_now = flush_gen != control.flushed.load(Ordering::Acquire);
             let finish = control.finish.load(Ordering::Acquire);
-            let got = self.consume(finish != 0 || flush_now, reorder_wait);
+            if finish != 0 && self.end_seen.is_none() {
+                self.end_seen = Some(EndSeen {
+                    at: Instant::now(),
+                    last_seq: self.session.last_seq(),
+                    after_end: self.session.after_end.load(Ordering::Relaxed),
+                });
+            }
+            // A flush or the end takes what was numbered when it was asked for: threads that go
+            // on making calls cannot keep it (and the program waiting on it) going.
+            let drain = match (finish != 0, flush_now) {
+                (true, _) => Drain::End,
+                (false, true) => Drain::Flush,
+                (false, false) => Drain::No,
+            };
+            let last = if drain == Drain::No {
+                u64::MAX
+            } else {
+                self.session.last_seq()
+            };
+            let got = self.consume(drain, reorder_wait, last);
             self.session.set_consumed(self.next_seq);
             self.write_lookups();
             self.write_attachments();
@@ -401,12 +522,9 @@ impl Collector {
     }
 
     fn end(&mut self, finish: u32) {
-        let reason = match finish {
-            1 => "exit".to_string(),
-            n if n >= 1000 => format!("signal {}", n - 1000),
-            n => format!("code {n}"),
-        };
+        let reason = Ending::reason(finish);
         let stats = self.stats();
+        let lost = stats.dropped;
         self.sink.write(&Record::Stats(stats.clone()));
         self.sink.write(&Record::End(End {
             time_ns: clock::monotonic_ns(),
@@ -414,10 +532,12 @@ impl Collector {
             reason,
         }));
         self.sink.flush();
-        let dropped = self.session.dropped.load(Ordering::Relaxed);
-        if dropped > 0 && !self.session.config.quiet {
+        // Closed (if still ours): a process whose exec failed goes on with a new trace.
+        self.sink.writer = None;
+        if lost > 0 && !self.session.config.quiet {
             warn(&format!(
-                "{dropped} events were dropped (channel full); the trace {} says so",
+                "{lost} events were lost (the buffer was full, or their call had not returned at \
+                 the end); the trace {} says so and where",
                 self.sink.path
             ));
         }
@@ -507,6 +627,10 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 next_seq: 1,
                 gap_since: None,
                 dropped_seqs: BTreeSet::new(),
+                given_up: 0,
+                drop_marks: BTreeMap::new(),
+                renumbered: 0,
+                end_seen: None,
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
                 attachments: 0,

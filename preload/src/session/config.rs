@@ -1,5 +1,6 @@
 //! `VRAMTRACE_*` settings. A bad value is one warning on stderr and the default, never a crash.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 /// Which layers produce events.
@@ -17,8 +18,9 @@ pub struct Capture {
 pub struct Config {
     /// Pass everything through untouched: no events, no wrapped pointers.
     pub disabled: bool,
-    /// Output path pattern (`%p` pid, `%r` rank, `%h` host, `%t` start time in seconds).
-    pub output: String,
+    /// Output path pattern (`%p` pid, `%r` rank, `%h` host, `%t` start time in seconds); any
+    /// bytes, as paths are.
+    pub output: OsString,
     /// Native frames captured per event; 0 turns stack capture off.
     pub stack_depth: usize,
     /// Python frames captured per allocation (through the C API when the thread holds the GIL,
@@ -40,13 +42,15 @@ pub struct Config {
     pub reorder_wait: Duration,
     /// No messages on stderr.
     pub quiet: bool,
+    /// Store the (redacted) command line in the trace header.
+    pub store_command_line: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             disabled: false,
-            output: String::new(),
+            output: OsString::new(),
             stack_depth: 32,
             python_depth: 32,
             step_range: None,
@@ -62,6 +66,7 @@ impl Default for Config {
             full_wait: Duration::from_millis(50),
             reorder_wait: Duration::from_millis(1000),
             quiet: false,
+            store_command_line: true,
         }
     }
 }
@@ -80,6 +85,7 @@ pub const SETTINGS: &[&str] = &[
     "VRAMTRACE_FULL_WAIT_MS",
     "VRAMTRACE_REORDER_WAIT_MS",
     "VRAMTRACE_QUIET",
+    "VRAMTRACE_STORE_CMDLINE",
 ];
 
 fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
@@ -148,11 +154,19 @@ fn parse_capture(v: &str, warnings: &mut Vec<String>) -> Capture {
 }
 
 impl Config {
-    /// Reads the settings through `get` (the environment, or a map in tests); returns the
+    /// Reads the settings through `get_os` (the environment, or a map in tests); returns the
     /// configuration and one warning per bad value.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+    pub fn from_lookup(get_os: impl Fn(&str) -> Option<OsString>) -> (Config, Vec<String>) {
         let mut c = Config::default();
         let mut w = Vec::new();
+        // Every setting but the output path is text; one that is not says so.
+        let get = |name: &str| -> Option<String> {
+            let v = get_os(name)?;
+            match v.into_string() {
+                Ok(s) => Some(s),
+                Err(v) => Some(v.to_string_lossy().into_owned()),
+            }
+        };
         if let Some(v) = get("VRAMTRACE_DISABLE") {
             c.disabled = parse_bool("VRAMTRACE_DISABLE", &v, &mut w).unwrap_or(false);
         }
@@ -160,14 +174,18 @@ impl Config {
             c.quiet = parse_bool("VRAMTRACE_QUIET", &v, &mut w).unwrap_or(false);
         }
         let rank_known = get("RANK").is_some() || get("LOCAL_RANK").is_some();
-        c.output = match get("VRAMTRACE_OUTPUT") {
-            Some(v) if !v.trim().is_empty() => v,
+        c.output = match get_os("VRAMTRACE_OUTPUT") {
+            Some(v) if !v.to_string_lossy().trim().is_empty() => v,
             Some(_) => {
                 w.push("VRAMTRACE_OUTPUT is empty; using the default name".into());
                 default_output(rank_known)
             }
             None => default_output(rank_known),
         };
+        if let Some(v) = get("VRAMTRACE_STORE_CMDLINE") {
+            c.store_command_line =
+                parse_bool("VRAMTRACE_STORE_CMDLINE", &v, &mut w).unwrap_or(true);
+        }
         if let Some(v) = get("VRAMTRACE_STACK_DEPTH") {
             c.stack_depth = parse_range("VRAMTRACE_STACK_DEPTH", &v, 0, 256, 32, &mut w) as usize;
         }
@@ -243,7 +261,7 @@ impl Config {
 
     /// Reads the settings from the process environment.
     pub fn from_env() -> (Config, Vec<String>) {
-        Config::from_lookup(|k| std::env::var(k).ok())
+        Config::from_lookup(|k| std::env::var_os(k))
     }
 
     /// The settings in effect, for the trace header.
@@ -261,7 +279,10 @@ impl Config {
             }
         }
         vec![
-            ("VRAMTRACE_OUTPUT".into(), self.output.clone()),
+            (
+                "VRAMTRACE_OUTPUT".into(),
+                self.output.to_string_lossy().into_owned(),
+            ),
             ("VRAMTRACE_STACK_DEPTH".into(), self.stack_depth.to_string()),
             ("VRAMTRACE_CAPTURE".into(), layers.join(",")),
             (
@@ -280,11 +301,15 @@ impl Config {
                 "VRAMTRACE_REORDER_WAIT_MS".into(),
                 self.reorder_wait.as_millis().to_string(),
             ),
+            (
+                "VRAMTRACE_STORE_CMDLINE".into(),
+                u8::from(self.store_command_line).to_string(),
+            ),
         ]
     }
 }
 
-fn default_output(rank_known: bool) -> String {
+fn default_output(rank_known: bool) -> OsString {
     if rank_known {
         "vramtrace-rank%r-%p.vtrace".into()
     } else {
@@ -298,11 +323,28 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> (Config, Vec<String>) {
-        let m: HashMap<String, String> = pairs
+        let m: HashMap<String, OsString> = pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
         Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn an_output_path_that_is_not_utf8_is_taken_as_it_is() {
+        use std::os::unix::ffi::OsStringExt;
+        let path = OsString::from_vec(b"/tmp/\xffrun-%p.vtrace".to_vec());
+        let (c, w) = Config::from_lookup(|k| (k == "VRAMTRACE_OUTPUT").then(|| path.clone()));
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.output, path);
+    }
+
+    #[test]
+    fn the_command_line_can_be_left_out() {
+        let (c, w) = cfg(&[("VRAMTRACE_STORE_CMDLINE", "0")]);
+        assert!(w.is_empty());
+        assert!(!c.store_command_line);
+        assert!(cfg(&[]).0.store_command_line);
     }
 
     #[test]

@@ -1,13 +1,63 @@
-//! Process lifecycle: the library constructor, the exit flush, fork, and fatal signals.
+//! Process lifecycle: the library constructor, the exit flush, fork, exec, `_exit` and fatal
+//! signals.
+//!
+//! However a process ends — `exit`, `_exit`, an `exec`, a fatal signal — its trace gets the
+//! events the program made before that point and an end record saying how it ended. The writer
+//! stops at the last event numbered when the end was asked for (threads still allocating cannot
+//! keep it busy); while they go on making calls it spends at most 20 ms writing what the buffer
+//! holds (what it cannot write in that time is counted as lost, see `collector::END_BUDGET`), so
+//! the program's exit waits tens of milliseconds at most. [`END_WAIT`] bounds a write that hangs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{config, mark_ended, reset_after_fork, running};
+use super::{config, mark_ended, reset_after_fork, resume_after_exec, running};
+
+/// How a trace ended, as the end record names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// `exit` (the library destructor).
+    Exit,
+    /// `_exit` or `_Exit`.
+    UnderscoreExit,
+    /// An `exec*` call replaced the image.
+    Exec,
+    /// A fatal signal.
+    Signal(i32),
+}
+
+impl Ending {
+    /// The collector's finish code (0 is "not finishing").
+    pub fn code(self) -> u32 {
+        match self {
+            Ending::Exit => 1,
+            Ending::UnderscoreExit => 2,
+            Ending::Exec => 3,
+            Ending::Signal(sig) => 1000 + sig as u32,
+        }
+    }
+
+    /// The end record's reason for a finish code.
+    pub fn reason(code: u32) -> String {
+        match code {
+            1 => "exit".to_string(),
+            2 => "_exit".to_string(),
+            3 => "exec".to_string(),
+            n if n >= 1000 => format!("signal {}", n - 1000),
+            n => format!("code {n}"),
+        }
+    }
+}
+
+/// The longest the program's end waits for its trace to be written out. The writer only has
+/// what the buffer held when the end was asked for (writing a full buffer of 65536 events takes
+/// milliseconds); this bound is for a write that hangs (a stalled network file system).
+pub const END_WAIT: Duration = Duration::from_secs(2);
 
 static PROCESS_START: OnceLock<SystemTime> = OnceLock::new();
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+static SIGNALS_INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// When this process (image) started being traced.
 pub fn process_start() -> SystemTime {
@@ -19,6 +69,20 @@ pub fn warn(msg: &str) {
     let line = format!("vramtrace: warning: {msg}\n");
     // SAFETY: writes our own buffer to fd 2.
     unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
+}
+
+/// [`warn`] without allocating, for paths that may run in a signal handler (`_exit` may be
+/// called from one): the line is put together on the stack, cut at 256 bytes.
+fn warn_from_anywhere(msg: &str) {
+    const PREFIX: &[u8] = b"vramtrace: warning: ";
+    let mut line = [0u8; 256];
+    let text = &msg.as_bytes()[..msg.len().min(line.len() - PREFIX.len() - 1)];
+    let n = PREFIX.len() + text.len();
+    line[..PREFIX.len()].copy_from_slice(PREFIX);
+    line[PREFIX.len()..n].copy_from_slice(text);
+    line[n] = b'\n';
+    // SAFETY: writes our own stack buffer to fd 2.
+    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, n + 1) };
 }
 
 /// Signals whose default action ends the process; their handler flushes the trace first.
@@ -46,6 +110,9 @@ pub fn install() {
     }
     process_start();
     crate::resolve::dl::init();
+    // The process hooks work whether tracing is on or off: find their real functions now, not
+    // in a signal handler.
+    crate::hooks::process::resolve();
     let cfg = config();
     super::announce::loaded(cfg.disabled);
     if cfg.disabled {
@@ -59,6 +126,18 @@ pub fn install() {
             Some(after_fork_in_child),
         )
     };
+}
+
+/// Runs when this process's first session starts: installs the fatal-signal handlers then, not
+/// at load time. A process that never touches the GPU keeps its signal dispositions exactly as
+/// they were, and a program that sets up its own handlers at start (Python installs its SIGINT
+/// handler only where the disposition is still the default, and reports any other as `None`, which
+/// `multiprocessing`'s forkserver cannot restore) has done so before its first GPU call: the
+/// tracer's handlers then chain to them. A forked child inherits them with the rest.
+pub fn on_session_start() {
+    if SIGNALS_INSTALLED.swap(true, Ordering::AcqRel) {
+        return;
+    }
     install_signal_handlers();
 }
 
@@ -75,6 +154,7 @@ extern "C" fn after_fork_in_child() {
     // SAFETY: getppid has no preconditions.
     let parent = unsafe { libc::getppid() } as u32;
     crate::capture::thread::reset_after_fork();
+    super::trace_file::close_inherited();
     reset_after_fork(parent);
 }
 
@@ -86,17 +166,18 @@ fn install_signal_handlers() {
         act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         // SAFETY: sa_mask is ours to initialise.
         unsafe { libc::sigemptyset(&mut act.sa_mask) };
-        // SAFETY: installs a handler; PREVIOUS[i] receives the old action (written only here, at
-        // constructor time, before any signal can arrive through our handler).
+        // SAFETY: PREVIOUS[i] is written only here, once, and before our handler is installed,
+        // so the handler never reads it half written; the program's action is read first.
         unsafe {
             let prev = std::ptr::addr_of_mut!(PREVIOUS[i]);
-            if libc::sigaction(sig, &act, prev) != 0 {
+            if libc::sigaction(sig, std::ptr::null(), prev) != 0 {
                 continue;
             }
             // Leave a program's deliberate "ignore" alone.
             if (*prev).sa_sigaction == libc::SIG_IGN {
-                libc::sigaction(sig, prev, std::ptr::null_mut());
+                continue;
             }
+            libc::sigaction(sig, &act, std::ptr::null_mut());
         }
     }
 }
@@ -148,13 +229,13 @@ extern "C" fn on_fatal_signal(
     let Some(i) = FATAL.iter().position(|&s| s == sig) else {
         return;
     };
-    // SAFETY: PREVIOUS is written once at install time, before this handler can run.
+    // SAFETY: PREVIOUS[i] is written once, before this handler was installed.
     let prev = unsafe { std::ptr::addr_of!(PREVIOUS[i]).read() };
     let handler = prev.sa_sigaction;
     let wait = Duration::from_nanos(SIGNAL_WAIT_NS.load(Ordering::Relaxed));
     if handler == libc::SIG_DFL {
         // The process is about to die: finish the trace, then let the default action happen.
-        flush_and_wait(1000 + sig as u32, wait);
+        flush_and_wait(Ending::Signal(sig).code(), wait);
         mark_ended();
         // SAFETY: restores the previous (default) action and re-raises; the signal is blocked
         // while we run, so it is delivered with the default action when we return.
@@ -180,10 +261,31 @@ extern "C" fn on_fatal_signal(
 
 /// Runs from the library destructor at exit: writes everything and the end record.
 pub fn finish_at_exit() {
-    if !flush_and_wait(1, Duration::from_secs(10)) {
-        warn(
-            "the collector did not finish writing within 10 s at exit; the trace may lack its end",
+    end_before_leaving(Ending::Exit);
+}
+
+/// Writes this process's events and the end record before it goes (`exit`, `_exit`, `exec`);
+/// returns whether a trace was ended. A call from another process that shares our memory (a
+/// `vfork` child) leaves the session alone. Allocates nothing: `_exit` may come from a signal
+/// handler.
+pub fn end_before_leaving(ending: Ending) -> bool {
+    let Some(s) = running() else { return false };
+    // SAFETY: getpid has no preconditions (and is not cached: a vfork child sees its own pid).
+    if s.pid != unsafe { libc::getpid() } as u32 {
+        return false;
+    }
+    if !flush_and_wait(ending.code(), END_WAIT) {
+        warn_from_anywhere(
+            "the trace was not written out within 2 s of the process's end; it may lack its last \
+             events",
         );
     }
     mark_ended();
+    true
+}
+
+/// An `exec` that ended the trace failed: the process goes on, and its next traced call starts
+/// a new trace. Touches only atomics (errno stays the failed call's).
+pub fn resume_after_failed_exec() {
+    resume_after_exec();
 }

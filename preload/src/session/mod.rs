@@ -6,12 +6,14 @@
 //! shell and tools a training script starts) leave no trace file behind.
 
 pub mod announce;
+pub mod cmdline;
 pub mod collector;
 pub mod config;
 pub mod lifecycle;
 pub mod modules;
 pub mod output;
 pub mod ring;
+pub mod trace_file;
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -88,7 +90,7 @@ pub struct Control {
     pub flush_request: AtomicU64,
     /// The last flush request the collector completed.
     pub flushed: AtomicU64,
-    /// Nonzero: finish the trace with this reason (1 = exit, else a signal number + 1000).
+    /// Nonzero: finish the trace with this reason ([`lifecycle::Ending::code`]).
     pub finish: AtomicU32,
     /// The collector has written its end record and exited.
     pub finished: AtomicU8,
@@ -128,6 +130,9 @@ pub struct Session {
     pub after_end: AtomicU64,
     /// Sequence numbers of dropped events, so the collector does not wait for them.
     pub dropped_seqs: SegQueue<u64>,
+    /// For each event dropped before it had a number, the last number handed out then: the
+    /// collector leaves a gap after that event.
+    pub drop_marks: SegQueue<u64>,
     /// Driver entry points handed out unwrapped, to be written as `Lookup` records.
     pub lookups: SegQueue<Lookup>,
     /// Payloads handed over by the program, to be written as `Attachment` records.
@@ -136,6 +141,8 @@ pub struct Session {
     pub attachments_written: AtomicU64,
     pub control: Control,
     pub forked_from: Option<u32>,
+    /// The process the session belongs to (a `vfork` child shares its memory, not its trace).
+    pub pid: u32,
 }
 
 impl Session {
@@ -153,22 +160,29 @@ impl Session {
         self.reserve_slow()
     }
 
+    /// A full ring: wait up to `full_wait`, then drop the event. The drop is marked with the
+    /// last number handed out, so the collector leaves a gap in the trace's numbers right after
+    /// that event: the reader knows where each event was lost, and so which findings it could
+    /// explain. (A number of its own would cost the collector a skip per drop, and in a storm the
+    /// numbers would run away from it.) Once the end was asked for, nothing is waited for: the
+    /// trace ends at the numbers already given.
     #[cold]
     fn reserve_slow(&self) -> Option<u64> {
         let start = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
+            if self.control.finish.load(Ordering::Acquire) != 0 {
+                self.after_end.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
             if self.seq.load(Ordering::Relaxed) + 1
                 < self.consumed.load(Ordering::Acquire) + self.ring.capacity()
             {
                 return Some(self.seq.fetch_add(1, Ordering::Relaxed) + 1);
             }
             if start.elapsed() >= self.config.full_wait {
-                if self.control.finished.load(Ordering::Acquire) != 0 {
-                    self.after_end.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                }
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.drop_marks.push(self.seq.load(Ordering::Acquire));
                 return None;
             }
             spins += 1;
@@ -289,13 +303,16 @@ fn start_slow() -> Option<&'static Session> {
         late: AtomicU64::new(0),
         after_end: AtomicU64::new(0),
         dropped_seqs: SegQueue::new(),
+        drop_marks: SegQueue::new(),
         lookups: SegQueue::new(),
         attachments: std::sync::Mutex::new(AttachQueue::default()),
         attachments_written: AtomicU64::new(0),
         control: Control::default(),
         forked_from,
+        pid: std::process::id(),
     }));
     let warnings = CONFIG_WARNINGS.get().cloned().unwrap_or_default();
+    lifecycle::on_session_start();
     match collector::spawn(session, warnings) {
         Ok(()) => {
             SESSION.store(session as *const Session as *mut Session, Ordering::Release);
@@ -325,6 +342,11 @@ pub fn running() -> Option<&'static Session> {
 /// Marks the session over: later events pass through untraced.
 pub(crate) fn mark_ended() {
     STATE.store(ENDED, Ordering::Release);
+}
+
+/// After a failed `exec` ended the trace: the next event starts a new session.
+pub(crate) fn resume_after_exec() {
+    let _ = STATE.compare_exchange(ENDED, IDLE, Ordering::AcqRel, Ordering::Relaxed);
 }
 
 /// In a forked child: forget the parent's session (its collector thread does not exist here) so

@@ -30,6 +30,7 @@ mod cli;
 mod closure;
 mod diff;
 mod driver;
+mod harm;
 mod libraries;
 mod nccl;
 mod processes;

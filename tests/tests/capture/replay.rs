@@ -346,3 +346,32 @@ captest!(the_demo_reads_the_same_in_lines_and_tables, |dir| {
         .unwrap_or_else(|| panic!("no orphan row: {shown}"));
     assert!(row.contains(" 4.0 MiB "), "{row}");
 });
+
+// `--at -1s` was a flag error of the command-line parser, and a time past the end was clamped
+// while a step past the end was an error. Now a negative point is a clear one-line error, and a
+// time past the end is an error like a step's, saying how long the trace lasts.
+captest!(replay_times_follow_the_same_rule_as_steps, |dir| {
+    let trace = Workload::new("wl_runtime").run_traced(dir).single_trace();
+    let out = replay(&trace.path, &["--at", "-1s"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "error: invalid value '-1s' for '--at <POINT>': '-1s': a point of a trace is never \
+         negative (steps, events and times count from the start of the trace) (see --help)\n"
+    );
+    let s = &trace.state;
+    let span = (s.last_time_ns() - s.first_time_ns()) as f64 / 1e9;
+    let n = trace.seqs.len();
+    let p = trace.path.display();
+    assert_error(
+        &trace.path,
+        &["--at", "3600s"],
+        &format!(
+            "error: {p}: the trace ends before 3600s after the first event (it has {n} events \
+             over {span}s, 0 steps and 1 out-of-memory failures)"
+        ),
+    );
+    // A time inside the trace is reached as before.
+    let half = format!("{}ns", (span * 1e9 / 2.0) as u64);
+    assert_eq!(replay(&trace.path, &["--at", &half]).status.code(), Some(0));
+});

@@ -132,10 +132,19 @@ captest!(a_full_channel_counts_every_dropped_event, |dir| {
         trace.events.windows(2).all(|w| w[0].seq < w[1].seq),
         "sequence order"
     );
+    // Every number stands for one call, written or lost: none beyond the 32138 made, and the
+    // events lost mid-run left gaps where they were lost (those lost after the last event
+    // written leave none; a collector starved for the whole run may write nothing after them).
     let last = trace.events.last().map_or(0, |e| e.seq);
     assert!(
-        last <= 32137,
+        last <= 32138,
         "no sequence number beyond the calls made: {last}"
+    );
+    let missing = trace.state.losses().missing();
+    assert!(missing <= s.dropped + s.late, "{missing} {s:?}");
+    assert_eq!(
+        last + trace.state.lost_at_the_end(),
+        s.events + s.dropped + s.late
     );
 
     let report = vramtrace_command()

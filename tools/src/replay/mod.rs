@@ -49,11 +49,13 @@ pub struct ReplayArgs {
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
     /// Where to stop: 'step N', 'event N', a time since the first event ('12.5s', '300ms'),
-    /// 'peak', 'oom' (the first out-of-memory failure) or 'oom N'.
-    #[arg(long, value_name = "POINT", value_parser = Point::parse)]
+    /// 'peak', 'oom' (the first out-of-memory failure) or 'oom N'. A point past the end of the
+    /// trace — a step, event, time or failure it does not reach — is an error that says how far
+    /// the trace goes.
+    #[arg(long, value_name = "POINT", value_parser = Point::parse, allow_hyphen_values = true)]
     pub at: Point,
     /// Step through from --at to this point: one snapshot at every step boundary between.
-    #[arg(long, value_name = "POINT", value_parser = Point::parse)]
+    #[arg(long, value_name = "POINT", value_parser = Point::parse, allow_hyphen_values = true)]
     pub until: Option<Point>,
     /// Print one JSON document instead of tables (schema: docs/report-json.md, "Replay").
     #[arg(long)]
@@ -176,7 +178,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         return Err(anyhow!(
             "{}: the trace ends before {point} ({})",
             path.display(),
-            ends(&trace.state)
+            ends(&trace.state, point)
         ));
     }
     if until.is_some() {
@@ -238,9 +240,16 @@ fn when(point: Point, at: &Moment) -> String {
 }
 
 /// How far a trace goes, for the error when a point is past its end.
-fn ends(state: &LiveState) -> String {
+fn ends(state: &LiveState, point: Point) -> String {
+    let span = match point {
+        Point::Time(_) => format!(
+            " over {}s",
+            state.last_time_ns().saturating_sub(state.first_time_ns()) as f64 / 1e9
+        ),
+        _ => String::new(),
+    };
     format!(
-        "it has {} events, {} steps and {} out-of-memory failures",
+        "it has {} events{span}, {} steps and {} out-of-memory failures",
         state.events(),
         state.steps(),
         state.ooms().total()
@@ -299,7 +308,11 @@ impl Target {
         match self {
             Target::Event(n) => state.events() >= n,
             Target::Step(n) => state.steps() >= n,
-            Target::Time(_) => state.events() > 0,
+            // The same rule as a step or an event: the trace must reach the time.
+            Target::Time(t) => {
+                state.events() > 0
+                    && state.last_time_ns().saturating_sub(state.first_time_ns()) >= t
+            }
             Target::Oom(n) => state.ooms().total() >= n,
         }
     }

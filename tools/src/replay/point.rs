@@ -23,6 +23,12 @@ impl Point {
     /// `oom 2`.
     pub fn parse(text: &str) -> Result<Point, String> {
         let t = text.trim().to_ascii_lowercase();
+        if t.starts_with('-') || t.contains(" -") || t.contains(":-") || t.contains("=-") {
+            return Err(format!(
+                "'{text}': a point of a trace is never negative (steps, events and times count \
+                 from the start of the trace)"
+            ));
+        }
         let (word, rest) = match t.find([' ', ':', '=']) {
             Some(i) => (&t[..i], t[i + 1..].trim()),
             None => (t.as_str(), ""),
@@ -105,5 +111,9 @@ mod tests {
         assert!(Point::parse("step x").is_err());
         assert!(Point::parse("yesterday").is_err());
         assert!(Point::parse("12").is_err());
+        for negative in ["-1s", "step -1", "event=-3", "time -2ms"] {
+            let e = Point::parse(negative).unwrap_err();
+            assert!(e.contains("never negative"), "{negative}: {e}");
+        }
     }
 }

@@ -259,6 +259,26 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         an.count(AnomalyKind::DoubleFree),
         an.count(AnomalyKind::UnknownFree),
         an.count(AnomalyKind::UnmapUnmapped)
+    )?;
+    lost_events(out, a)
+}
+
+/// What the events the tracer lost could explain, and was therefore left out above.
+fn lost_events(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
+    let lost = a.anomalies.lost_events;
+    if lost == 0 {
+        return Ok(());
+    }
+    let u = &a.leaks.uncertain;
+    writeln!(
+        out,
+        "  lost events    {lost} events were lost; left out above because they could explain them: \
+         {} anomalies, {} live objects ({} device, {} host), {} orphans",
+        a.anomalies.uncertain,
+        u.count(),
+        bytes(u.device.bytes),
+        bytes(u.host.bytes),
+        a.orphans.uncertain.count
     )
 }
 

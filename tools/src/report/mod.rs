@@ -251,6 +251,8 @@ pub struct AnomalyList<'a> {
     pub omitted: u64,
     pub by_kind: Vec<KindTally>,
     pub list: &'a [Anomaly],
+    /// Anomalies not counted above because an event the tracer lost could explain each.
+    pub uncertain: u64,
 }
 
 #[derive(Serialize)]
@@ -296,7 +298,11 @@ impl<'a> Report<'a> {
         let mut analysis = analyze(state, &trace.growth);
         labels::label_sites(&mut analysis, &mut naming);
         let symbols = attribution::symbol_facts(naming.symbolizer());
-        let mut orphans: Vec<LiveObject<'a>> = state.orphans().collect();
+        // An orphan an event lost after it may have freed is not one (docs/report-json.md).
+        let mut orphans: Vec<LiveObject<'a>> = state
+            .orphans()
+            .filter(|o| !state.lost_after(o.origin.seq))
+            .collect();
         let orphans_total = orphans.len();
         orphans.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.origin.seq.cmp(&b.origin.seq)));
         orphans.truncate(top);
@@ -378,6 +384,7 @@ impl<'a> Report<'a> {
                     .map(|(kind, count)| KindTally { kind, count })
                     .collect(),
                 list: anomalies.details(),
+                uncertain: anomalies.doubtful(),
             },
             calls: state.calls(),
             teardown: state.teardown(),

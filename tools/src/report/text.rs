@@ -92,7 +92,8 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         "0 events (nothing was lost)".to_string()
     } else {
         format!(
-            "{} events LOST (the tracer's channel was full): the live set below may be wrong",
+            "{} events LOST (the tracer's buffer was full, or their call had not returned at the \
+             end): the live set below may be wrong; the findings leave out what they could explain",
             tracer.dropped
         )
     };
@@ -407,6 +408,13 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
 
 fn anomalies(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let a = &r.anomalies;
+    if a.uncertain > 0 {
+        writeln!(
+            out,
+            "\nAnomalies that lost events could explain (not counted): {}",
+            a.uncertain
+        )?;
+    }
     if a.total == 0 {
         return writeln!(out, "\nAnomalies: none");
     }

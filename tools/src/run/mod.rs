@@ -32,7 +32,8 @@ const PLACEHOLDERS: [&str; 4] = ["%p", "%r", "%h", "%t"];
 /// Runs `vramtrace run`; returns the exit code to leave with.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let lib = find_library(args.lib.as_deref())?;
-    let output = output_path(args.output.as_deref())?;
+    let (given, from) = output_setting(args.output.as_deref());
+    let output = output_path(&given, from)?;
     let pattern = OutputPattern::new(&output);
     let before = pattern.snapshot();
     let status_dir = StatusDir::new();
@@ -196,19 +197,40 @@ fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
 }
 
+/// Where traces go: `-o`, else `VRAMTRACE_OUTPUT` from the environment, else the default.
+/// `-o` wins, and says so when the environment named another place. Also returns where the
+/// setting came from, for errors.
+fn output_setting(flag: Option<&Path>) -> (PathBuf, &'static str) {
+    let env = std::env::var_os("VRAMTRACE_OUTPUT").filter(|v| !v.is_empty());
+    match (flag, env) {
+        (Some(flag), Some(env)) => {
+            if Path::new(&env) != flag {
+                eprintln!(
+                    "vramtrace: -o {} is used, not VRAMTRACE_OUTPUT={} from the environment",
+                    flag.display(),
+                    Path::new(&env).display()
+                );
+            }
+            (flag.to_path_buf(), "-o")
+        }
+        (Some(flag), None) => (flag.to_path_buf(), "-o"),
+        (None, Some(env)) => (PathBuf::from(env), "VRAMTRACE_OUTPUT"),
+        (None, None) => (PathBuf::from(DEFAULT_OUTPUT), "-o"),
+    }
+}
+
 /// The absolute output pattern. A directory (`DIR/`, or one that exists) gets one file per
 /// process inside; a missing directory is created, mode 0755 like any output directory: the
 /// traces in it are 0644, meant to be copied and reported elsewhere (the umask narrows both).
-fn output_path(flag: Option<&Path>) -> Result<PathBuf> {
-    let given = flag.unwrap_or(Path::new(DEFAULT_OUTPUT));
+fn output_path(given: &Path, from: &str) -> Result<PathBuf> {
     if given.as_os_str().is_empty() {
-        bail!("-o: not a file path");
+        bail!("{from}: not a file path");
     }
     let path = absolute(given)?;
     let path = if given.to_string_lossy().ends_with('/') || path.is_dir() {
         path.join(IN_DIRECTORY)
     } else if given.file_name().is_none() {
-        bail!("-o {}: not a file path", given.display());
+        bail!("{from} {}: not a file path", given.display());
     } else {
         path
     };
@@ -218,7 +240,7 @@ fn output_path(flag: Option<&Path>) -> Result<PathBuf> {
         .any(|p| dir.to_string_lossy().contains(p))
     {
         bail!(
-            "-o {}: placeholders ({}) go in the file name, not in the directory",
+            "{from} {}: placeholders ({}) go in the file name, not in the directory",
             given.display(),
             PLACEHOLDERS.join(", ")
         );
@@ -230,7 +252,7 @@ fn output_path(flag: Option<&Path>) -> Result<PathBuf> {
             .create(dir)
             .map_err(|e| {
                 anyhow!(
-                    "-o {}: cannot create directory {}: {}",
+                    "{from} {}: cannot create directory {}: {}",
                     given.display(),
                     dir.display(),
                     lower_first(e.to_string())

@@ -1,9 +1,11 @@
 //! Finding the traces a run wrote and summarising each.
 //!
 //! Every traced process (the program, its forks, what it execs) writes its own file, named by the
-//! output pattern with its placeholders filled in (`%p` pid, `%r` rank, `%h` host, `%t` start
-//! time). The run's traces are the files in the output directory that the pattern can produce,
-//! new or changed since the run started.
+//! output pattern (`%p` the pid, `%r` the rank, `%h` the host, `%t` the start time). A process
+//! whose name was taken writes beside it with a tag before the extension (`run.4242.vtrace`,
+//! `t-42.1.vtrace`: the tracer never replaces a file). The run's traces are the files in the
+//! output directory matching the pattern, tagged or not, that are new, or changed, since the run
+//! started.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -20,46 +22,138 @@ use crate::units::bytes;
 /// Call sites listed per trace in the summary.
 const SUMMARY_SITES: usize = 5;
 
+/// One part of a file name pattern.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    /// `%p`, `%t`: a number.
+    Number,
+    /// `%r`: a number, or `x` when the rank is unknown.
+    Rank,
+    /// `%h`: a host name.
+    Host,
+}
+
 /// An output path pattern such as `/tmp/job-%p.vtrace`.
 #[derive(Clone, Debug)]
 pub struct OutputPattern {
     dir: PathBuf,
-    /// The file name, split at its placeholders.
-    name: Vec<Part>,
-}
-
-/// A piece of a file name pattern, as the tracer expands it (`session::output::expand`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Part {
-    Text(String),
-    /// `%p` (pid) or `%t` (start time, Unix seconds).
-    Number,
-    /// `%r`: the rank, `x` when unknown.
-    Rank,
-    /// `%h`: the host name.
-    Host,
+    name: Vec<Piece>,
+    /// The name has no extension: tags go at its end.
+    tags_at_end: bool,
 }
 
 /// What the matching files looked like before the run: (modified, length).
 pub type Snapshot = HashMap<PathBuf, (Option<SystemTime>, u64)>;
 
+fn pieces(name: &str) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut chars = name.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            text.push(c);
+            continue;
+        }
+        let piece = match chars.next() {
+            Some('p') | Some('t') => Piece::Number,
+            Some('r') => Piece::Rank,
+            Some('h') => Piece::Host,
+            Some('%') => {
+                text.push('%');
+                continue;
+            }
+            Some(other) => {
+                text.push('%');
+                text.push(other);
+                continue;
+            }
+            None => {
+                text.push('%');
+                continue;
+            }
+        };
+        if !text.is_empty() {
+            out.push(Piece::Text(std::mem::take(&mut text)));
+        }
+        out.push(piece);
+    }
+    if !text.is_empty() {
+        out.push(Piece::Text(text));
+    }
+    out
+}
+
+/// Whether `name` is what `pattern` expands to for some values.
+fn fits(pattern: &[Piece], name: &str) -> bool {
+    let Some((first, rest)) = pattern.split_first() else {
+        return name.is_empty();
+    };
+    let number_len = name.bytes().take_while(u8::is_ascii_digit).count();
+    match first {
+        Piece::Text(t) => name.strip_prefix(t.as_str()).is_some_and(|r| fits(rest, r)),
+        Piece::Number => (1..=number_len).any(|n| fits(rest, &name[n..])),
+        Piece::Rank => {
+            if let Some(r) = name.strip_prefix('x') {
+                return fits(rest, r);
+            }
+            let sign = usize::from(name.starts_with('-'));
+            let digits = name[sign..].bytes().take_while(u8::is_ascii_digit).count();
+            (1..=digits).any(|n| fits(rest, &name[sign + n..]))
+        }
+        Piece::Host => name
+            .char_indices()
+            .skip(1)
+            .map(|(i, _)| i)
+            .chain(std::iter::once(name.len()))
+            .filter(|&i| i > 0)
+            .any(|i| fits(rest, &name[i..])),
+    }
+}
+
+/// `name` without the tags (`.N`) the tracer puts before the extension of a taken name (at the
+/// end, for a pattern without one): the name itself, then with one and two tags removed.
+fn untagged(name: &str, at_end: bool) -> Vec<String> {
+    fn strip_tag(stem: &str) -> Option<&str> {
+        let (head, tag) = stem.rsplit_once('.')?;
+        (!tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()) && !head.is_empty())
+            .then_some(head)
+    }
+    let mut out = vec![name.to_string()];
+    let (mut stem, ext) = match name.rsplit_once('.') {
+        Some((s, e)) if !s.is_empty() && !at_end => (s, format!(".{e}")),
+        _ => (name, String::new()),
+    };
+    for _ in 0..2 {
+        if let Some(s) = strip_tag(stem) {
+            stem = s;
+            out.push(format!("{s}{ext}"));
+        }
+    }
+    out
+}
+
 impl OutputPattern {
-    /// Splits an absolute output path's file name at its placeholders.
+    /// The pattern of an absolute output path.
     pub fn new(path: &Path) -> Self {
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let name = path
             .file_name()
             .map(OsStr::to_string_lossy)
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_owned();
         OutputPattern {
             dir,
-            name: parts(&name),
+            tags_at_end: !name.get(1..).is_some_and(|n| n.contains('.')),
+            name: pieces(&name),
         }
     }
 
     /// Whether a file name is one this pattern produces.
     fn matches(&self, name: &str) -> bool {
-        matches(&self.name, name)
+        untagged(name, self.tags_at_end)
+            .iter()
+            .any(|n| fits(&self.name, n))
     }
 
     /// The matching files now, with their modification time and length.
@@ -91,70 +185,7 @@ impl OutputPattern {
     }
 }
 
-/// A file name pattern in parts; `%%` is a percent sign, an unknown `%x` stays as it is.
-fn parts(pattern: &str) -> Vec<Part> {
-    let mut out = Vec::new();
-    let mut text = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            text.push(c);
-            continue;
-        }
-        let part = match chars.next() {
-            Some('p' | 't') => Part::Number,
-            Some('r') => Part::Rank,
-            Some('h') => Part::Host,
-            Some('%') | None => {
-                text.push('%');
-                continue;
-            }
-            Some(other) => {
-                text.push('%');
-                text.push(other);
-                continue;
-            }
-        };
-        if !text.is_empty() {
-            out.push(Part::Text(std::mem::take(&mut text)));
-        }
-        out.push(part);
-    }
-    if !text.is_empty() {
-        out.push(Part::Text(text));
-    }
-    out
-}
-
-/// Whether `name` is what `parts` expand to for some pid, rank, host and time.
-fn matches(parts: &[Part], name: &str) -> bool {
-    let Some((first, rest)) = parts.split_first() else {
-        return name.is_empty();
-    };
-    let digits = |s: &str| s.bytes().take_while(u8::is_ascii_digit).count();
-    match first {
-        Part::Text(t) => name
-            .strip_prefix(t.as_str())
-            .is_some_and(|n| matches(rest, n)),
-        Part::Number => (1..=digits(name)).any(|end| matches(rest, &name[end..])),
-        Part::Rank => {
-            if let Some(n) = name.strip_prefix('x') {
-                return matches(rest, n);
-            }
-            let sign = usize::from(name.starts_with('-'));
-            (1..=digits(&name[sign..])).any(|end| matches(rest, &name[sign + end..]))
-        }
-        Part::Host => name
-            .char_indices()
-            .skip(1)
-            .map(|(i, _)| i)
-            .chain([name.len()])
-            .any(|end| matches(rest, &name[end..])),
-    }
-}
-
-/// Prints a short summary of each trace; without traces, why there are none (`loaded`: what
-/// the run's processes reported, `None` when the run could not ask).
+/// Prints a short summary of each trace.
 pub fn summarize(
     out: &mut impl Write,
     traces: &[PathBuf],
@@ -263,5 +294,26 @@ mod tests {
         let fixed = OutputPattern::new(Path::new("/t/run.vtrace"));
         assert!(fixed.matches("run.vtrace"));
         assert!(!fixed.matches("run.vtrace.1"));
+    }
+
+    #[test]
+    fn patterns_match_every_placeholder_and_the_names_of_taken_names() {
+        let p = OutputPattern::new(Path::new("/t/job-%h-r%r-%p.vtrace"));
+        assert!(p.matches("job-node1-r3-42.vtrace"));
+        assert!(p.matches("job-node-a.b-rx-42.vtrace"));
+        assert!(p.matches("job-node1-r3-42.1.vtrace"), "an exec'd image's");
+        assert!(!p.matches("job--r3-42.vtrace"));
+        assert!(!p.matches("job-node1-ry-42.vtrace"));
+        let fixed = OutputPattern::new(Path::new("/t/run.vtrace"));
+        assert!(
+            fixed.matches("run.4242.vtrace"),
+            "a child's beside the parent's"
+        );
+        assert!(fixed.matches("run.4242.3.vtrace"));
+        assert!(!fixed.matches("run.x.vtrace"));
+        assert!(!fixed.matches("run.4.2.1.vtrace"));
+        let bare = OutputPattern::new(Path::new("/t/run"));
+        assert!(bare.matches("run.4242") && bare.matches("run.4242.1"));
+        assert!(!bare.matches("runs"));
     }
 }

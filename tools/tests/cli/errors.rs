@@ -154,3 +154,30 @@ fn every_subcommand_has_examples_in_its_help() {
         assert!(help.contains(&format!("vramtrace {sub} ")), "{sub}: {help}");
     }
 }
+
+// `report` and `replay` on a FIFO blocked, waiting for a writer. A FIFO (or a device) is refused
+// from its metadata before it is opened: exit 2 at once, one line.
+#[test]
+fn a_fifo_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("run.vtrace");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let line = format!(
+        "error: {}: not a regular file (a FIFO, device or socket); a trace is a file\n",
+        fifo.display()
+    );
+    for args in [&["report"][..], &["replay", "--at", "peak"]] {
+        vramtrace()
+            .args(args)
+            .arg(&fifo)
+            .timeout(std::time::Duration::from_secs(20))
+            .assert()
+            .code(2)
+            .stdout("")
+            .stderr(line.clone());
+    }
+}

@@ -392,3 +392,84 @@ fn bad_run_requests_are_one_line_errors() {
             s.sample.display()
         ));
 }
+
+// `vramtrace run` ignored VRAMTRACE_OUTPUT from the environment. Now it is used when -o is not
+// given, and -o wins over it with one line saying so.
+#[test]
+fn the_environments_output_is_used_unless_o_is_given() {
+    let s = setup();
+    let pattern = s.out.join("env-%p.vtrace");
+    let script = r#"echo "$VRAMTRACE_OUTPUT"; cp "$1" "${VRAMTRACE_OUTPUT%/*}/env-$$.vtrace""#;
+    let assert = vramtrace()
+        .env_remove("LD_PRELOAD")
+        .env("VRAMTRACE_OUTPUT", &pattern)
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(&s.sample)
+        .assert()
+        .success();
+    let out = assert.get_output();
+    assert_eq!(text(&out.stdout), format!("{}\n", pattern.display()));
+    let stderr = text(&out.stderr);
+    let written: Vec<_> = std::fs::read_dir(&s.out).unwrap().collect();
+    assert_eq!(written.len(), 1);
+    let path = written[0].as_ref().unwrap().path();
+    assert!(
+        stderr.contains(&format!("vramtrace: {}: pid 4242", path.display())),
+        "{stderr}"
+    );
+
+    let other = s.out.join("o-%p.vtrace");
+    let assert = vramtrace()
+        .env_remove("LD_PRELOAD")
+        .env("VRAMTRACE_OUTPUT", &pattern)
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("-o")
+        .arg(&other)
+        .args([
+            "--no-summary",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$VRAMTRACE_OUTPUT""#,
+        ])
+        .assert()
+        .success()
+        .stdout(format!("{}\n", other.display()));
+    let stderr = text(&assert.get_output().stderr);
+    let note = format!(
+        "vramtrace: -o {} is used, not VRAMTRACE_OUTPUT={} from the environment\n",
+        other.display(),
+        pattern.display()
+    );
+    assert!(stderr.starts_with(&note), "{stderr}");
+}
+
+// A process whose name was taken writes beside it (NAME.PID.EXT): the summary lists those too.
+#[test]
+fn the_summary_lists_traces_written_beside_a_taken_name() {
+    let s = setup();
+    let fixed = s.out.join("run.vtrace");
+    let script = r#"cp "$1" "$VRAMTRACE_OUTPUT"; cp "$1" "${VRAMTRACE_OUTPUT%.vtrace}.$$.vtrace""#;
+    let assert = vramtrace()
+        .env_remove("LD_PRELOAD")
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("-o")
+        .arg(&fixed)
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(&s.sample)
+        .assert()
+        .success();
+    let stderr = text(&assert.get_output().stderr);
+    let listed = stderr
+        .lines()
+        .filter(|l| l.starts_with("vramtrace: ") && l.contains(": pid 4242"))
+        .count();
+    assert_eq!(listed, 2, "{stderr}");
+}

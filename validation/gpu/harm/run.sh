@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The tracer does no harm on the real CUDA stack (issue 16), in one `device` call:
+#
+#   run(command="VRAMTRACE_BUILD=target/gpu validation/gpu/harm/run.sh", carry=["target/gpu"])
+#
+# Each mode of job.py runs plain and under `vramtrace run`: stdout and exit code must match; the
+# traces left behind are listed with how each ended (`vramtrace report --json`). Also: an existing
+# file named by -o is left alone, and the exit delay with a thread still allocating is timed
+# (plain and traced, 5 runs each). Results: $OUT/summary.txt and $OUT/harm.tar.gz.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+BUILD=${VRAMTRACE_BUILD:-$ROOT/target/release}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+VT=$BUILD/vramtrace
+OUTDIR=${OUT:-/tmp/vramtrace-harm-out}
+WORK=$(mktemp -d /tmp/vt-harm.XXXXXX)
+[ -x "$VT" ] || { echo "missing $VT"; exit 2; }
+mkdir -p "$OUTDIR"
+export PYTHONUNBUFFERED=1
+S=$WORK/summary.txt
+: > "$S"
+describe() {  # one line per trace: file, pid, ending, end reason, events, command line
+    for t in "$1"/*; do
+        [ -f "$t" ] || continue
+        "$VT" report --json "$t" 2>&1 | python3 -c '
+import json, sys
+try:
+    d = json.load(sys.stdin)
+except ValueError:
+    print("  unreadable:", sys.argv[1]); sys.exit()
+r = d["reading"]
+print("  %s pid %s: %s, ended %s, %d events, lost %d; cmd %s" % (sys.argv[1].rsplit("/", 1)[1],
+      d["trace"]["pid"], r["ending"]["kind"], r["end_reason"], d["events"]["applied"],
+      d["analysis"]["anomalies"]["lost_events"], " ".join(d["trace"]["command_line"][-3:])))' "$t"
+    done
+}
+for m in loader spawn sigint secret; do
+    d=$WORK/$m
+    mkdir -p "$d/traces"
+    args=("$m")
+    [ "$m" = secret ] && args=("$m" --hf-token=hf_SECRET --api-key SECRET2)
+    python3 "$HERE/job.py" "${args[@]}" > "$d/plain.out" 2> "$d/plain.err"; echo $? > "$d/plain.rc"
+    "$VT" run --no-summary -o "$d/traces/t-%p.vtrace" -- python3 "$HERE/job.py" "${args[@]}" \
+        > "$d/traced.out" 2> "$d/traced.err"; echo $? > "$d/traced.rc"
+    same=same; cmp -s "$d/plain.out" "$d/traced.out" || same=DIFFERENT
+    echo "$m: exit $(cat "$d/plain.rc") plain, $(cat "$d/traced.rc") traced; stdout $same; $(ls "$d/traces" | wc -l) traces" >> "$S"
+    describe "$d/traces" >> "$S"
+    grep -h SECRET "$d/traces"/* > /dev/null 2>&1 && echo "  SECRET FOUND IN A TRACE" >> "$S"
+done
+# An existing file named by -o stays as it was; the trace goes beside it.
+d=$WORK/existing; mkdir -p "$d"; echo "model weights" > "$d/model.pt"
+"$VT" run --no-summary -o "$d/model.pt" -- python3 "$HERE/job.py" secret > /dev/null 2> "$d/err"
+echo "existing: model.pt now '$(cat "$d/model.pt")'; files: $(ls "$d" | tr '\n' ' ')" >> "$S"
+# Exit delay with a thread still allocating.
+for how in plain traced; do
+    for i in 1 2 3 4 5; do
+        d=$WORK/exit-$how-$i; mkdir -p "$d"
+        if [ $how = plain ]; then cmd=(python3 "$HERE/job.py" exitbusy)
+        else cmd=("$VT" run --no-summary -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy); fi
+        python3 - "${cmd[@]}" >> "$WORK/exit.txt" <<'PY'
+import subprocess, sys, time
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+line = p.stdout.readline()
+t = time.monotonic()
+p.wait()
+print("%.1f" % ((time.monotonic() - t) * 1e3))
+PY
+    done
+    echo "exit delay $how (ms): $(tail -5 "$WORK/exit.txt" | tr '\n' ' ')" >> "$S"
+done
+for i in 1 2 3 4 5; do describe "$WORK/exit-traced-$i"; done >> "$S"
+cp "$S" "$OUTDIR/summary.txt"
+tar czf "$OUTDIR/harm.tar.gz" -C "$WORK" .
+cat "$S"
