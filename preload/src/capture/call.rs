@@ -11,9 +11,14 @@ use std::sync::atomic::Ordering;
 
 use vramtrace_collector::event::{Api, Event, Layer, Op};
 
+use std::mem::MaybeUninit;
+
+use super::python::{self, PyStack};
+use super::stack::{self, StopAt};
 use super::thread::{self, RuntimeScope, ThreadState};
-use super::{clock, context, meminfo, python, stack};
-use crate::session::{self, Captured, Session, HOOK_PANICS};
+use super::{clock, context, intern, meminfo};
+use crate::profile::{self, Stage, Watch};
+use crate::session::{self, Session, HOOK_PANICS};
 
 /// Where a call takes its sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,11 +171,11 @@ impl Call {
     /// Starts tracing a call to `api` made from return address `caller`.
     #[inline]
     pub fn begin(api: Api, caller: usize, order: Order) -> Call {
-        guarded(|| Call::begin_call(api, caller, order)).unwrap_or(Call::OFF)
+        guarded(|| Call::begin_call(api, caller, order, &mut profile::Off)).unwrap_or(Call::OFF)
     }
 
     #[inline]
-    fn begin_call(api: Api, caller: usize, order: Order) -> Call {
+    fn begin_call<W: Watch>(api: Api, caller: usize, order: Order, w: &mut W) -> Call {
         let Some(session) = session::current() else {
             return Call::OFF;
         };
@@ -218,12 +223,14 @@ impl Call {
             }
         };
         if call.mode == Mode::Traced && order == Order::Destroy {
+            w.lap(Stage::Enter);
             // Numbered and claimed before the real call: the collector then waits for this event
             // (the slot is WRITING) however long the real call takes.
             match session.reserve() {
                 Some(seq) if session.claim(seq) => call.seq = seq,
                 _ => call.mode = Mode::Dropped,
             }
+            w.lap(Stage::Claim);
         }
         call
     }
@@ -238,7 +245,7 @@ impl Call {
         if changes_contexts(self.api) {
             context::invalidate();
         }
-        guarded(|| self.end_inner(result, op));
+        guarded(|| self.end_inner(result, op, &mut profile::Off));
     }
 
     /// One intercepted call, whole, under a single unwind guard: `real` calls the real function
@@ -250,6 +257,9 @@ impl Call {
     /// after the guard; a panic after it loses only the event (counted either way). One guard
     /// instead of one per phase keeps the call's state in the hook's own frame (moving it out of
     /// a guard's buffer stalls on the stores that just wrote it).
+    ///
+    /// With the self-profile on (`VRAMTRACE_SELF_PROFILE`), the same steps run in a copy that
+    /// times each stage; this branch is all the profile costs when off.
     #[inline(always)]
     pub fn run(
         api: Api,
@@ -258,18 +268,43 @@ impl Call {
         real: impl Fn() -> i32,
         op: impl FnOnce(i32) -> Op,
     ) -> i32 {
+        if profile::enabled() {
+            Call::run_watched::<profile::On>(api, caller, order, real, op)
+        } else {
+            Call::run_watched::<profile::Off>(api, caller, order, real, op)
+        }
+    }
+
+    /// [`Call::run`], its stages timed by `W`.
+    #[inline(always)]
+    fn run_watched<W: Watch>(
+        api: Api,
+        caller: usize,
+        order: Order,
+        real: impl Fn() -> i32,
+        op: impl FnOnce(i32) -> Op,
+    ) -> i32 {
         let mut result: Option<i32> = None;
         let traced = catch_unwind(AssertUnwindSafe(|| {
-            let call = Call::begin_call(api, caller, order);
+            let mut w = W::start();
+            let call = Call::begin_call(api, caller, order, &mut w);
+            let traced = call.mode == Mode::Traced || call.mode == Mode::Dropped;
+            if call.mode == Mode::Merged {
+                w.lap(Stage::Nested);
+            } else if traced && order == Order::Create {
+                w.lap(Stage::Enter);
+            }
             let r = real();
             result = Some(r);
-            if call.mode != Mode::Traced && call.mode != Mode::Dropped {
+            if !traced {
                 return;
             }
+            w.lap(Stage::Real);
+            w.traced();
             if changes_contexts(call.api) {
                 context::invalidate();
             }
-            call.end_inner(r, || op(r));
+            call.end_inner(r, || op(r), &mut w);
         }));
         if traced.is_err() {
             HOOK_PANICS.fetch_add(1, Ordering::Relaxed);
@@ -281,7 +316,7 @@ impl Call {
         }
     }
 
-    fn end_inner(mut self, result: i32, op: impl FnOnce() -> Op) {
+    fn end_inner<W: Watch>(mut self, result: i32, op: impl FnOnce() -> Op, w: &mut W) {
         let Some(session) = self.session else { return };
         // SAFETY: set in `begin` from this thread's thread-local, which lives as long as the
         // thread; a Call never leaves the thread that made it (it holds a raw pointer: !Send).
@@ -316,23 +351,24 @@ impl Call {
             } else {
                 (-1, 0)
             };
-            let frames = match session.config.stack_depth {
-                0 => None,
-                depth => stack::capture(depth, self.caller as u64),
-            };
+            w.lap(Stage::Context);
             // Python frames name the line that asked for memory: allocations only.
-            let py = if self.order == Order::Create
+            let (py_stack, py_inferred, stop) = if self.order == Order::Create
                 && layer != Layer::Tracer
                 && session.config.python_depth != 0
                 && !python::absent()
             {
-                python::capture(session.config.python_depth)
+                python_stack(session.config.python_depth, w)
             } else {
-                None
+                (0, false, StopAt::NEVER)
             };
-            let (py_frames, py_inferred) = match py {
-                Some((f, inferred)) => (Some(f), inferred),
-                None => (None, false),
+            // A release's stack names a site only when it fails (successful frees make nothing
+            // that a report attributes): the walk is saved for half the events of a training
+            // loop.
+            let stack = match session.config.stack_depth {
+                0 => 0,
+                _ if self.order == Order::Destroy && result == 0 => 0,
+                depth => native_stack(depth, self.caller as u64, stop, w),
             };
             let (api, outer, caller) = (self.api, self.outer, self.caller as u64);
             let nccl_scope = if layer == Layer::Nccl {
@@ -344,26 +380,22 @@ impl Call {
             // closure's captures are copied around first).
             macro_rules! event {
                 ($seq:expr, $op:expr) => {
-                    Captured {
-                        event: Event {
-                            seq: $seq,
-                            time_ns: time,
-                            thread,
-                            api,
-                            inner,
-                            outer,
-                            result,
-                            device,
-                            context,
-                            caller,
-                            stack: 0,
-                            py_stack: 0,
-                            py_inferred,
-                            nccl_scope,
-                            op: $op,
-                        },
-                        frames,
-                        py_frames,
+                    Event {
+                        seq: $seq,
+                        time_ns: time,
+                        thread,
+                        api,
+                        inner,
+                        outer,
+                        result,
+                        device,
+                        context,
+                        caller,
+                        stack,
+                        py_stack,
+                        py_inferred,
+                        nccl_scope,
+                        op: $op,
                     }
                 };
             }
@@ -378,6 +410,7 @@ impl Call {
                 if !session.claim(seq) {
                     break 'built;
                 }
+                w.lap(Stage::Claim);
                 session.fill_with(seq, || event!(seq, op));
             } else {
                 // Claimed in `begin`: built straight into the slot, `op` read straight into it (a
@@ -385,6 +418,7 @@ impl Call {
                 let seq = self.seq;
                 session.fill_with(seq, || event!(seq, op()));
             }
+            w.lap(Stage::Fill);
             if self.order == Order::Create && result == 0 {
                 // The event's clock reading serves the interval check (one TSC read less).
                 if let Some((free, total)) = meminfo::sample_due(
@@ -399,7 +433,42 @@ impl Call {
         }
         std::mem::forget(unwinding);
         t.set_busy(false);
+        w.lap(Stage::Leave);
     }
+}
+
+/// The calling thread's Python stack, interned: its id, whether it was inferred (the thread
+/// runs no Python), and where the native walk may stop (the interpreter's loop, when the Python
+/// frames are the thread's own). Out of line: its frame buffer is only on the stack meanwhile.
+#[inline(never)]
+fn python_stack<W: Watch>(depth: usize, w: &mut W) -> (u32, bool, StopAt) {
+    let mut frames = [MaybeUninit::uninit(); 256];
+    let found = python::capture(&mut frames[..depth.min(256)]);
+    w.lap(Stage::Python);
+    match found {
+        PyStack::Own(n) => {
+            // SAFETY: `capture` initialised the first `n` elements.
+            let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr().cast(), n) };
+            let id = python::intern(frames);
+            w.lap(Stage::Intern);
+            (id, false, python::interpreter())
+        }
+        PyStack::Inferred(id) => (id, true, StopAt::NEVER),
+        PyStack::None => (0, false, StopAt::NEVER),
+    }
+}
+
+/// The calling thread's native stack from `caller` outward, interned. Out of line, as above.
+#[inline(never)]
+fn native_stack<W: Watch>(depth: usize, caller: u64, stop: StopAt, w: &mut W) -> u32 {
+    let mut frames = [MaybeUninit::uninit(); stack::MAX_DEPTH];
+    let n = stack::capture_into(depth, caller, stop, &mut frames);
+    w.lap(Stage::Native);
+    // SAFETY: `capture_into` initialised the first `n` elements.
+    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr().cast(), n) };
+    let id = intern::NATIVE.intern(frames);
+    w.lap(Stage::Intern);
+    id
 }
 
 /// Undoes [`Call::end_inner`]'s setup when building the event panics: dropped only while
@@ -434,26 +503,22 @@ fn device_memory_event(
 ) {
     if let Some(seq) = session.reserve().filter(|&s| session.claim(s)) {
         let time = clock::now();
-        session.fill_with(seq, || Captured {
-            event: Event {
-                seq,
-                time_ns: time,
-                thread,
-                api: Api::TracerMemInfo,
-                inner: None,
-                outer: None,
-                result: 0,
-                device,
-                context,
-                caller,
-                stack: 0,
-                py_stack: 0,
-                py_inferred: false,
-                nccl_scope: 0,
-                op: Op::DeviceMemory { free, total },
-            },
-            frames: None,
-            py_frames: None,
+        session.fill_with(seq, || Event {
+            seq,
+            time_ns: time,
+            thread,
+            api: Api::TracerMemInfo,
+            inner: None,
+            outer: None,
+            result: 0,
+            device,
+            context,
+            caller,
+            stack: 0,
+            py_stack: 0,
+            py_inferred: false,
+            nccl_scope: 0,
+            op: Op::DeviceMemory { free, total },
         });
     }
 }

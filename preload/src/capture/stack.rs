@@ -36,11 +36,11 @@ use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder};
 
 use self::modules::ModuleList;
-use self::rules::Rule;
+use self::rules::{Rule, Stepped};
 use self::thread::ThreadUnwind;
 
 /// Most frames kept (`VRAMTRACE_STACK_DEPTH`'s upper bound).
-const MAX_DEPTH: usize = 256;
+pub const MAX_DEPTH: usize = 256;
 
 /// Most frames walked before `caller` is found: the tracer's own frames between the hook and
 /// [`capture`] are about eight.
@@ -50,23 +50,58 @@ const MAX_OWN_FRAMES: usize = 64;
 /// was cached (a walk that needs framehop always checks first).
 const RECHECK_EVERY: u32 = 64;
 
+/// Where a walk may end early: the first frame whose return address lies in `lo..hi` is kept
+/// and ends the stack. Used with the interpreter's evaluation loop when the event also gets a
+/// Python stack: the Python frames then say where the call came from, and the native frames
+/// beyond the loop are only more of the interpreter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StopAt {
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl StopAt {
+    /// Never stops early.
+    pub const NEVER: StopAt = StopAt { lo: 0, hi: 0 };
+
+    #[inline(always)]
+    fn holds(self, address: u64) -> bool {
+        address.wrapping_sub(self.lo) < self.hi.wrapping_sub(self.lo)
+    }
+}
+
 /// Captures up to `depth` return addresses, starting at the frame that called the hook
 /// (`caller`); the tracer's own frames are cut off.
-#[inline(never)]
 pub fn capture(depth: usize, caller: u64) -> Option<Box<[u64]>> {
     if depth == 0 {
         return None;
     }
-    let depth = depth.min(MAX_DEPTH);
-    let start = Registers::here();
     let mut frames = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+    let n = capture_into(depth, caller, StopAt::NEVER, &mut frames);
+    // SAFETY: `capture_into` initialised the first `n` elements.
+    Some(Box::from(unsafe {
+        std::slice::from_raw_parts(frames.as_ptr() as *const u64, n)
+    }))
+}
+
+/// Writes up to `depth` return addresses from `caller` outward into `out`; returns how many (at
+/// least one: `caller` itself is certain).
+#[inline(always)]
+pub fn capture_into(
+    depth: usize,
+    caller: u64,
+    stop: StopAt,
+    out: &mut [MaybeUninit<u64>; MAX_DEPTH],
+) -> usize {
+    let depth = depth.clamp(1, MAX_DEPTH);
+    let start = Registers::here();
     let walked = thread::with(|t| {
         t.captures = t.captures.wrapping_add(1);
         if t.captures.is_multiple_of(RECHECK_EVERY) {
             // Bounds how long rules of an unloaded object can outlive it (see `rules`).
             t.rules.follow(modules::current()?);
         }
-        match walk(t, start, caller, &mut frames[..depth]) {
+        match walk(t, start, caller, stop, &mut out[..depth]) {
             Walk::NotReached => {
                 // An object loaded or unloaded since the rules were found can only matter for a
                 // walk that went wrong: look again, once, if it did.
@@ -75,21 +110,20 @@ pub fn capture(depth: usize, caller: u64) -> Option<Box<[u64]>> {
                     Some(Walk::NotReached)
                 } else {
                     t.rules.follow(list);
-                    Some(walk(t, start, caller, &mut frames[..depth]))
+                    Some(walk(t, start, caller, stop, &mut out[..depth]))
                 }
             }
             other => Some(other),
         }
     });
-    Some(match walked.flatten() {
-        Some(Walk::Reached(n)) => {
-            // SAFETY: `walk` initialised the first `n` elements.
-            let kept = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
-            Box::from(kept)
+    match walked.flatten() {
+        Some(Walk::Reached(n)) => n,
+        Some(Walk::NotReached) => {
+            out[0].write(caller);
+            1
         }
-        Some(Walk::NotReached) => Box::new([caller]),
-        Some(Walk::NoFirstStep) | None => capture_with_libgcc(depth, caller),
-    })
+        Some(Walk::NoFirstStep) | None => capture_with_libgcc(caller, &mut out[..depth]),
+    }
 }
 
 /// The registers a walk starts from.
@@ -132,65 +166,146 @@ enum Walk {
     NoFirstStep,
 }
 
-/// Walks from `start` and writes the return addresses from `caller` outward into `out`.
-fn walk(t: &mut ThreadUnwind, start: Registers, caller: u64, out: &mut [MaybeUninit<u64>]) -> Walk {
+/// Walks from `start` and writes the return addresses from `caller` outward into `out`, up to
+/// the first one `stop` holds.
+///
+/// The common step (a rule cached for the address) is inlined here: a lookup in the rule cache
+/// and one or two reads of the stack. Anything else goes through framehop, out of line.
+fn walk(
+    t: &mut ThreadUnwind,
+    start: Registers,
+    caller: u64,
+    stop: StopAt,
+    out: &mut [MaybeUninit<u64>],
+) -> Walk {
     let (stack_lo, stack_hi) = t.stack;
     if start.sp < stack_lo || start.sp >= stack_hi {
         return Walk::NoFirstStep;
     }
     // Everything the walk needs lies between this frame and the top of the stack: what is
     // below is dead, what is outside is not this thread's stack (and may not be mapped).
-    let lo = start.sp;
-    let read = move |addr: u64| -> Result<u64, ()> {
-        if addr >= lo && addr <= stack_hi - 8 && addr.is_multiple_of(8) {
+    let bounds = Bounds {
+        lo: start.sp,
+        hi: stack_hi - 8,
+    };
+    let mut frame = Frame {
+        sp: start.sp,
+        bp: start.bp,
+    };
+    // The first step leaves this capture's own frame, from an instruction pointer rather than a
+    // return address.
+    let Some(mut ra) = step(t, start.ip, true, &mut frame, bounds) else {
+        return Walk::NoFirstStep;
+    };
+    // Out through the tracer's own frames to the intercepted call's.
+    let mut own = 0;
+    while ra != caller {
+        own += 1;
+        if own > MAX_OWN_FRAMES {
+            return Walk::NotReached;
+        }
+        match step(t, ra, false, &mut frame, bounds) {
+            Some(next) => ra = next,
+            None => return Walk::NotReached,
+        }
+    }
+    // The end of the stack, an unreadable word or a rule that cannot be applied: the stack ends
+    // there.
+    let mut n = 0;
+    loop {
+        out[n].write(ra);
+        n += 1;
+        if n == out.len() || stop.holds(ra) {
+            break;
+        }
+        match step(t, ra, false, &mut frame, bounds) {
+            Some(next) => ra = next,
+            None => break,
+        }
+    }
+    Walk::Reached(n)
+}
+
+/// The part of the stack a walk may read: aligned words in `lo..=hi`.
+#[derive(Clone, Copy)]
+struct Bounds {
+    lo: u64,
+    /// The highest readable word.
+    hi: u64,
+}
+
+impl Bounds {
+    #[inline(always)]
+    fn read(self, addr: u64) -> Result<u64, ()> {
+        if addr >= self.lo && addr <= self.hi && addr.is_multiple_of(8) {
             // SAFETY: an aligned word inside this thread's live stack, which is mapped; volatile
             // because the words belong to other frames' locals, which this code does not own.
             Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
         } else {
             Err(())
         }
+    }
+}
+
+/// The registers a step changes.
+#[derive(Clone, Copy)]
+struct Frame {
+    sp: u64,
+    bp: u64,
+}
+
+/// One step out of the frame at `address` (the first frame's instruction pointer when
+/// `first`, else a return address): by its cached rule, else through framehop (out of line).
+/// Returns the caller's return address.
+#[inline(always)]
+fn step(
+    t: &mut ThreadUnwind,
+    address: u64,
+    first: bool,
+    frame: &mut Frame,
+    bounds: Bounds,
+) -> Option<u64> {
+    // Return addresses are looked up one byte back, inside the call instruction.
+    let lookup = address - u64::from(!first);
+    if let Some(rule) = t.rules.get(lookup) {
+        match rule.apply(frame.sp, frame.bp, bounds.lo, bounds.hi) {
+            Stepped::Next { ra, sp, bp } => {
+                *frame = Frame { sp, bp };
+                return Some(ra);
+            }
+            Stepped::End => return None,
+            Stepped::Slow => {}
+        }
+    }
+    step_slow(t, address, first, frame, bounds)
+}
+
+#[cold]
+#[inline(never)]
+fn step_slow(
+    t: &mut ThreadUnwind,
+    address: u64,
+    first: bool,
+    frame: &mut Frame,
+    bounds: Bounds,
+) -> Option<u64> {
+    let at = if first {
+        FrameAddress::from_instruction_pointer(address)
+    } else {
+        FrameAddress::from_return_address(address)?
     };
+    let mut regs = UnwindRegsX86_64::new(address, frame.sp, frame.bp);
     let mut w = Walker {
         t,
         list: None,
-        read,
+        read: |a| bounds.read(a),
     };
-    let mut regs = UnwindRegsX86_64::new(start.ip, start.sp, start.bp);
-    // The first step leaves this capture's own frame, from an instruction pointer rather than a
-    // return address.
-    let Some(mut ra) = w.step(FrameAddress::from_instruction_pointer(start.ip), &mut regs) else {
-        return Walk::NoFirstStep;
+    let ra = w.step(at, &mut regs)?;
+    *frame = Frame {
+        sp: regs.sp(),
+        bp: regs.bp(),
     };
-    let mut own = 0;
-    let mut n = 0;
-    loop {
-        if n == 0 && ra != caller {
-            own += 1;
-            if own > MAX_OWN_FRAMES {
-                break;
-            }
-        } else {
-            out[n].write(ra);
-            n += 1;
-            if n == out.len() {
-                break;
-            }
-        }
-        let Some(address) = FrameAddress::from_return_address(ra) else {
-            break;
-        };
-        // The end of the stack, an unreadable word or a rule that cannot be applied: the stack
-        // ends here.
-        match w.step(address, &mut regs) {
-            Some(next) => ra = next,
-            None => break,
-        }
-    }
-    if n == 0 {
-        Walk::NotReached
-    } else {
-        Walk::Reached(n)
-    }
+    Some(ra)
 }
 
 /// One walk's access to the unwinding state.
@@ -207,7 +322,7 @@ impl<F: FnMut(u64) -> Result<u64, ()>> Walker<'_, F> {
     #[inline]
     fn step(&mut self, address: FrameAddress, regs: &mut UnwindRegsX86_64) -> Option<u64> {
         let key = address.address_for_lookup();
-        match self.t.rules.get(key) {
+        match self.t.rules.get(key).map(rules::Packed::rule) {
             Some(Rule::Delegate) => self.framehop(address, regs),
             Some(rule) => rule.apply(regs, &mut self.read),
             None => {
@@ -244,8 +359,9 @@ impl<F: FnMut(u64) -> Result<u64, ()>> Walker<'_, F> {
 }
 
 /// The stack as libgcc's `_Unwind_Backtrace` walks it: DWARF CFI read afresh for every frame.
-fn capture_with_libgcc(depth: usize, caller: u64) -> Box<[u64]> {
-    let mut frames: Vec<u64> = Vec::with_capacity(depth);
+/// Writes into `out` (as many frames as it holds); returns how many.
+fn capture_with_libgcc(caller: u64, out: &mut [MaybeUninit<u64>]) -> usize {
+    let mut n = 0;
     let mut started = false;
     let mut own = 0;
     // SAFETY: trace_unsynchronized only requires that no other unwinder runs concurrently on this
@@ -264,15 +380,15 @@ fn capture_with_libgcc(depth: usize, caller: u64) -> Box<[u64]> {
                 }
                 started = true;
             }
-            frames.push(ip);
-            frames.len() < depth
+            out[n].write(ip);
+            n += 1;
+            n < out.len()
         });
     }
     if !started {
         // The unwinder did not reach the caller (no unwind info): the caller alone is certain.
-        frames.clear();
-        frames.push(caller);
+        out[0].write(caller);
+        n = 1;
     }
-    frames.truncate(depth);
-    frames.into_boxed_slice()
+    n
 }

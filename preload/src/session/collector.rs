@@ -1,46 +1,61 @@
 //! The collector thread: receives events from the hooks, puts them back in causal (sequence)
 //! order, names new modules, interns stacks, and writes the trace in chunks.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{
-    End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
+    End, Header, Packing, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
 use super::lifecycle::{self, warn};
 use super::modules::ModuleTracker;
 use super::output::{self, Naming};
 use super::ring::Take;
-use super::{Captured, Session, HOOK_PANICS, MISSING_REAL};
+use super::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
+use crate::capture::{intern, python};
+use crate::profile::{self, Stage, TimedWrite, WriterWatch};
 
 /// How long the loop sleeps when the channel is empty.
 const POLL: Duration = Duration::from_millis(2);
 
 /// Where records go: the trace file, or nowhere once writing failed (the program runs on).
 struct Sink {
-    writer: Option<TraceWriter<File>>,
+    writer: Option<TraceWriter<TimedWrite<File>>>,
     path: String,
     events: u64,
     lost: u64,
 }
 
 impl Sink {
-    fn write_event(&mut self, e: &vramtrace_collector::event::Event) {
+    /// Writes an event; `true` when that wrote a chunk out.
+    fn write_event(&mut self, e: &vramtrace_collector::event::Event) -> bool {
         match self.writer.as_mut() {
             Some(w) => {
+                let pending = w.pending_records();
                 if let Err(err) = w.write_event(e) {
                     self.fail(&err);
                     self.lost += 1;
+                    false
                 } else {
                     self.events += 1;
+                    w.pending_records() <= pending
                 }
             }
-            None => self.lost += 1,
+            None => {
+                self.lost += 1;
+                false
+            }
         }
+    }
+
+    /// Clock ticks spent in `write(2)` since the last call (self-profile).
+    fn write_ticks(&mut self) -> u64 {
+        self.writer.as_mut().map_or(0, |w| w.get_mut().take_ticks())
     }
 
     fn fail(&mut self, e: &dyn std::fmt::Display) {
@@ -85,8 +100,11 @@ struct Collector {
     session: &'static Session,
     sink: Sink,
     modules: ModuleTracker,
-    stacks: HashMap<Box<[u64]>, u32>,
-    py_stacks: HashMap<std::sync::Arc<[PyFrame]>, u32>,
+    /// Native stacks: the trace's id of each id of `intern::NATIVE` (0: not written yet). The
+    /// trace numbers stacks densely in the order events first name them.
+    stacks: TraceIds,
+    /// Python stacks, the same way (`intern::PYTHON`).
+    py_stacks: TraceIds,
     py_codes_written: std::collections::HashSet<u32>,
     next_seq: u64,
     gap_since: Option<Instant>,
@@ -94,6 +112,34 @@ struct Collector {
     last_stats: Stats,
     /// Event times arrive as raw clock readings (TSC ticks where invariant).
     calibration: Calibration,
+    /// The self-profile's stopwatch (does nothing unless `VRAMTRACE_SELF_PROFILE` is on).
+    watch: WriterWatch,
+}
+
+/// The trace's ids of a table's stacks, by table id.
+#[derive(Default)]
+struct TraceIds {
+    ids: Vec<u32>,
+    written: u32,
+}
+
+impl TraceIds {
+    /// The trace id of table id `id`, if written.
+    #[inline]
+    fn get(&self, id: u32) -> Option<u32> {
+        self.ids.get(id as usize).copied().filter(|&t| t != 0)
+    }
+
+    /// Gives table id `id` the next trace id.
+    fn assign(&mut self, id: u32) -> u32 {
+        let i = id as usize;
+        if self.ids.len() <= i {
+            self.ids.resize(i + 1, 0);
+        }
+        self.written += 1;
+        self.ids[i] = self.written;
+        self.written
+    }
 }
 
 fn env_i32(name: &str) -> Option<i32> {
@@ -171,7 +217,7 @@ fn open_sink(session: &Session) -> Sink {
             Ok(x) => x,
             Err(e) => return failed(&session.config.output, &e),
         };
-    match TraceWriter::new(file, &header) {
+    match TraceWriter::new(TimedWrite::new(file), &header) {
         Ok(w) => Sink {
             writer: Some(w.with_chunk_bytes(256 * 1024)),
             path,
@@ -199,62 +245,71 @@ impl Collector {
         }
     }
 
-    fn write_event(&mut self, c: Captured) {
-        let Captured {
-            mut event,
-            frames,
-            py_frames,
-        } = c;
-        if let Some(py) = py_frames {
-            event.py_stack = self.intern_python(py);
+    fn write_event(&mut self, mut event: Event) {
+        if event.py_stack != 0 {
+            event.py_stack = match self.py_stacks.get(event.py_stack) {
+                Some(id) => id,
+                None => self.define_python(event.py_stack),
+            };
+        }
+        if event.stack != 0 {
+            event.stack = match self.stacks.get(event.stack) {
+                Some(id) => id,
+                None => self.define_native(event.stack),
+            };
         }
         event.time_ns = self.calibration.to_ns(event.time_ns);
-        let modules = &mut self.modules;
-        let unknown = !modules.knows(event.caller)
-            || frames
-                .as_deref()
-                .is_some_and(|f| f.iter().any(|&a| !modules.knows(a)));
-        if unknown {
+        if !self.modules.knows(event.caller) {
             self.write_modules();
         }
-        if let Some(frames) = frames {
-            let next = self.stacks.len() as u32 + 1;
-            let id = match self.stacks.get(&frames) {
-                Some(&id) => id,
-                None => {
-                    self.sink.write(&Record::Stack(StackDef {
-                        id: next,
-                        frames: frames.to_vec(),
-                    }));
-                    self.stacks.insert(frames, next);
-                    next
-                }
-            };
-            event.stack = id;
+        self.watch.lap(Stage::Define);
+        if self.sink.write_event(&event) {
+            let written = self.sink.write_ticks();
+            self.watch.lap_flush(written);
+        } else {
+            self.watch.lap(Stage::Encode);
         }
-        self.sink.write_event(&event);
     }
 
-    /// The id of a Python stack, writing it (and the names of code objects it is the first to
-    /// use) on first sight.
-    fn intern_python(&mut self, frames: std::sync::Arc<[PyFrame]>) -> u32 {
-        if let Some(&id) = self.py_stacks.get(&frames) {
-            return id;
+    /// Writes native stack `id` (a table id) on its first sight, after the modules its frames
+    /// lie in; returns its trace id (0 if the table does not know it).
+    #[cold]
+    fn define_native(&mut self, id: u32) -> u32 {
+        let Some(frames) = intern::NATIVE.frames(id) else {
+            return 0;
+        };
+        let modules = &mut self.modules;
+        if frames.iter().any(|&a| !modules.knows(a)) {
+            self.write_modules();
         }
-        for f in frames.iter() {
+        let trace_id = self.stacks.assign(id);
+        self.sink.write(&Record::Stack(StackDef {
+            id: trace_id,
+            frames: frames.to_vec(),
+        }));
+        trace_id
+    }
+
+    /// Writes Python stack `id` (a table id) on its first sight, with the names of code objects
+    /// it is the first to use; returns its trace id (0 if the table does not know it).
+    #[cold]
+    fn define_python(&mut self, id: u32) -> u32 {
+        let Some(frames) = python::frames(id) else {
+            return 0;
+        };
+        for f in &frames {
             if self.py_codes_written.insert(f.code) {
-                if let Some(code) = crate::capture::python::code(f.code) {
+                if let Some(code) = python::code(f.code) {
                     self.sink.write(&Record::PyCode(code));
                 }
             }
         }
-        let id = self.py_stacks.len() as u32 + 1;
+        let trace_id = self.py_stacks.assign(id);
         self.sink.write(&Record::PyStack(PyStackDef {
-            id,
-            frames: frames.to_vec(),
+            id: trace_id,
+            frames,
         }));
-        self.py_stacks.insert(frames, id);
-        id
+        trace_id
     }
 
     fn write_lookups(&mut self) {
@@ -271,9 +326,11 @@ impl Collector {
         self.choose_packing(drain);
         let ring = &self.session.ring;
         let mut written: usize = 0;
+        self.watch.reset();
         loop {
             match ring.take(self.next_seq) {
                 Take::Ready(c) => {
+                    self.watch.lap(Stage::Take);
                     self.next_seq += 1;
                     self.gap_since = None;
                     self.write_event(c);
@@ -349,6 +406,7 @@ impl Collector {
             let flush_now = flush_gen != control.flushed.load(Ordering::Acquire);
             let finish = control.finish.load(Ordering::Acquire);
             let got = self.consume(finish != 0 || flush_now, reorder_wait);
+            self.watch.events(got as u64);
             self.session.set_consumed(self.next_seq);
             self.write_lookups();
             if finish != 0 {
@@ -357,7 +415,10 @@ impl Collector {
             }
             if flush_now || last_flush.elapsed() >= flush_every {
                 self.write_stats_if_changed();
+                self.watch.reset();
                 self.sink.flush();
+                let written = self.sink.write_ticks();
+                self.watch.lap_flush(written);
                 self.calibration.refine();
                 self.calibration.publish();
                 last_flush = Instant::now();
@@ -365,7 +426,9 @@ impl Collector {
             }
             if got == 0 {
                 // Parked rather than slept: the exit path unparks it to finish at once.
+                self.watch.reset();
                 std::thread::park_timeout(POLL);
+                self.watch.lap(Stage::Idle);
             }
         }
     }
@@ -376,6 +439,16 @@ impl Collector {
             n if n >= 1000 => format!("signal {}", n - 1000),
             n => format!("code {n}"),
         };
+        let lost = intern::NATIVE.lost() + intern::PYTHON.lost();
+        if lost > 0 {
+            let msg = format!(
+                "{lost} stacks were not recorded: more distinct stacks than the tracer's tables hold"
+            );
+            if !self.session.config.quiet {
+                warn(&msg);
+            }
+            self.sink.write(&Record::Warning(msg));
+        }
         let stats = self.stats();
         self.sink.write(&Record::Stats(stats.clone()));
         self.sink.write(&Record::End(End {
@@ -385,6 +458,7 @@ impl Collector {
         }));
         self.sink.flush();
         let dropped = self.session.dropped.load(Ordering::Relaxed);
+        profile::print(self.watch.row(), dropped);
         if dropped > 0 && !self.session.config.quiet {
             warn(&format!(
                 "{dropped} events were dropped (channel full); the trace {} says so",
@@ -471,14 +545,15 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 session,
                 sink: open_sink(session),
                 modules: ModuleTracker::default(),
-                stacks: HashMap::new(),
-                py_stacks: HashMap::new(),
+                stacks: TraceIds::default(),
+                py_stacks: TraceIds::default(),
                 py_codes_written: std::collections::HashSet::new(),
                 next_seq: 1,
                 gap_since: None,
                 dropped_seqs: BTreeSet::new(),
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
+                watch: WriterWatch::new(),
             };
             c.calibration.publish();
             for w in warnings {

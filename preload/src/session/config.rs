@@ -40,6 +40,8 @@ pub struct Config {
     pub reorder_wait: Duration,
     /// No messages on stderr.
     pub quiet: bool,
+    /// Time the stages of every hook and of the writer, and print them on stderr at the end.
+    pub self_profile: bool,
 }
 
 impl Default for Config {
@@ -62,6 +64,7 @@ impl Default for Config {
             full_wait: Duration::from_millis(50),
             reorder_wait: Duration::from_millis(1000),
             quiet: false,
+            self_profile: false,
         }
     }
 }
@@ -80,6 +83,7 @@ pub const SETTINGS: &[&str] = &[
     "VRAMTRACE_FULL_WAIT_MS",
     "VRAMTRACE_REORDER_WAIT_MS",
     "VRAMTRACE_QUIET",
+    "VRAMTRACE_SELF_PROFILE",
 ];
 
 fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
@@ -158,6 +162,9 @@ impl Config {
         }
         if let Some(v) = get("VRAMTRACE_QUIET") {
             c.quiet = parse_bool("VRAMTRACE_QUIET", &v, &mut w).unwrap_or(false);
+        }
+        if let Some(v) = get("VRAMTRACE_SELF_PROFILE") {
+            c.self_profile = parse_bool("VRAMTRACE_SELF_PROFILE", &v, &mut w).unwrap_or(false);
         }
         let rank_known = get("RANK").is_some() || get("LOCAL_RANK").is_some();
         c.output = match get("VRAMTRACE_OUTPUT") {

@@ -13,21 +13,13 @@ pub mod output;
 pub mod ring;
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use crossbeam_queue::SegQueue;
 use vramtrace_collector::event::Event;
-use vramtrace_collector::format::{Lookup, PyFrame};
+use vramtrace_collector::format::Lookup;
 
 pub use config::Config;
-
-/// An event as a hook hands it over: the stacks still raw, interned by the collector.
-pub struct Captured {
-    pub event: Event,
-    pub frames: Option<Box<[u64]>>,
-    /// Python frames (code id, line), shared with the "last stack" kept for other threads.
-    pub py_frames: Option<Arc<[PyFrame]>>,
-}
 
 const IDLE: u8 = 0;
 const STARTING: u8 = 1;
@@ -51,6 +43,9 @@ pub static MISSING_REAL: AtomicU64 = AtomicU64::new(0);
 pub fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         let (c, warnings) = Config::from_env();
+        if c.self_profile {
+            crate::profile::enable();
+        }
         if !c.quiet {
             for w in &warnings {
                 lifecycle::warn(w);
@@ -94,8 +89,9 @@ impl<T> std::ops::Deref for Padded<T> {
 /// The live session of this process.
 pub struct Session {
     pub config: &'static Config,
-    /// The bounded lock-free ring from hooks to the collector, indexed by sequence number.
-    pub ring: ring::Ring<Captured>,
+    /// The bounded lock-free ring from hooks to the collector, indexed by sequence number. Its
+    /// events name their stacks by the ids of `capture::intern`'s tables.
+    pub ring: ring::Ring<Event>,
     /// Written by every traced call (its own cache line).
     seq: Padded<AtomicU64>,
     /// The next number the collector will read: numbers below it have left the ring (written by
@@ -187,7 +183,7 @@ impl Session {
 
     /// Builds the event of a claimed `seq` into its slot and hands it to the collector.
     #[inline]
-    pub fn fill_with(&self, seq: u64, build: impl FnOnce() -> Captured) {
+    pub fn fill_with(&self, seq: u64, build: impl FnOnce() -> Event) {
         self.ring.fill_with(seq, build);
     }
 
@@ -200,7 +196,7 @@ impl Session {
     /// Hands an event to the collector. Waits at most `full_wait` for room; an event that still
     /// does not fit is counted as dropped, never lost silently.
     #[inline]
-    pub fn publish(&self, seq: u64, c: Captured) {
+    pub fn publish(&self, seq: u64, c: Event) {
         if let Err((r, _)) = self.ring.publish(seq, c, self.config.full_wait) {
             self.refused(seq, r);
         }

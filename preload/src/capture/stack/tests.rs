@@ -11,6 +11,14 @@ use std::time::Instant;
 
 use super::*;
 
+/// libgcc's walk of at most `depth` frames from `caller`.
+fn libgcc(depth: usize, caller: u64) -> Box<[u64]> {
+    let mut out = [MaybeUninit::uninit(); MAX_DEPTH];
+    let n = capture_with_libgcc(caller, &mut out[..depth]);
+    // SAFETY: the first `n` were written.
+    Box::from(unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) })
+}
+
 /// What one call of [`hook`] saw.
 #[derive(Debug)]
 struct Seen {
@@ -140,11 +148,11 @@ fn the_libgcc_fallback_finds_the_same_frames() {
     #[inline(never)]
     fn fallback_hook() -> (Box<[u64]>, Vec<u64>) {
         let (caller, reference) = from_own_caller(fallback_hook as *const () as u64);
-        black_box((capture_with_libgcc(32, caller), reference))
+        black_box((libgcc(32, caller), reference))
     }
     let (captured, reference) = fallback_hook();
     assert_eq!(&captured[..], &reference[..reference.len().min(32)]);
-    assert_eq!(&capture_with_libgcc(8, 0x1000)[..], &[0x1000]);
+    assert_eq!(&libgcc(8, 0x1000)[..], &[0x1000]);
 }
 
 /// Walks from here with stack bounds made from this frame's stack pointer and the thread's
@@ -164,7 +172,7 @@ fn walk_hook(bounds: fn(u64, (u64, u64)) -> (u64, u64)) -> (Walk, Vec<u64>, Vec<
     // Twice: the first walk finds every rule through framehop, the second applies cached ones.
     let [(w, frames), (w2, frames2)] = [(); 2].map(|_| {
         let mut out = [MaybeUninit::uninit(); 64];
-        let w = walk(&mut t, start, caller, &mut out);
+        let w = walk(&mut t, start, caller, StopAt::NEVER, &mut out);
         let n = match w {
             Walk::Reached(n) => n,
             _ => 0,
@@ -179,7 +187,7 @@ fn walk_hook(bounds: fn(u64, (u64, u64)) -> (u64, u64)) -> (Walk, Vec<u64>, Vec<
     );
     // Every frame of this Rust and libc code has a rule of the simple shape.
     for &f in &frames[..frames.len().saturating_sub(1)] {
-        let rule = t.rules.get(f - 1);
+        let rule = t.rules.get(f - 1).map(rules::Packed::rule);
         assert!(matches!(rule, Some(Rule::Step { .. })), "{f:x}: {rule:?}");
     }
     assert_eq!(
@@ -340,7 +348,7 @@ fn time_here(depth: usize) -> (f64, f64, usize) {
         per[ROUNDS / 2]
     };
     let framehop = median_ns(&|| capture(depth, caller).unwrap());
-    let libgcc = median_ns(&|| capture_with_libgcc(depth, caller));
+    let libgcc = median_ns(&|| libgcc(depth, caller));
     (framehop, libgcc, frames)
 }
 
