@@ -353,21 +353,23 @@ impl Call {
             };
             w.lap(Stage::Context);
             // Python frames name the line that asked for memory: allocations only.
-            let (py_stack, py_inferred, stop) = if self.order == Order::Create
-                && layer != Layer::Tracer
-                && session.config.python_depth != 0
-                && !python::absent()
-            {
-                python_stack(session.config.python_depth, w)
+            let python = session.config.python_depth != 0 && !python::absent();
+            let (py_stack, py_inferred) =
+                if python && self.order == Order::Create && layer != Layer::Tracer {
+                    python_stack(session.config.python_depth, w)
+                } else {
+                    (0, false)
+                };
+            // With Python stacks on, the native walk ends at the interpreter's evaluation loop:
+            // an allocation's Python frames say where it came from, and beyond the loop a
+            // release's native frames are only the interpreter's own.
+            let stop = if python {
+                python::interpreter()
             } else {
-                (0, false, StopAt::NEVER)
+                StopAt::NEVER
             };
-            // A release's stack names a site only when it fails (successful frees make nothing
-            // that a report attributes): the walk is saved for half the events of a training
-            // loop.
             let stack = match session.config.stack_depth {
                 0 => 0,
-                _ if self.order == Order::Destroy && result == 0 => 0,
                 depth => native_stack(depth, self.caller as u64, stop, w),
             };
             let (api, outer, caller) = (self.api, self.outer, self.caller as u64);
@@ -437,11 +439,10 @@ impl Call {
     }
 }
 
-/// The calling thread's Python stack, interned: its id, whether it was inferred (the thread
-/// runs no Python), and where the native walk may stop (the interpreter's loop, when the Python
-/// frames are the thread's own). Out of line: its frame buffer is only on the stack meanwhile.
+/// The calling thread's Python stack, interned: its id, and whether it was inferred (the thread
+/// runs no Python). Out of line: its frame buffer is only on the stack meanwhile.
 #[inline(never)]
-fn python_stack<W: Watch>(depth: usize, w: &mut W) -> (u32, bool, StopAt) {
+fn python_stack<W: Watch>(depth: usize, w: &mut W) -> (u32, bool) {
     let mut frames = [MaybeUninit::uninit(); 256];
     let found = python::capture(&mut frames[..depth.min(256)]);
     w.lap(Stage::Python);
@@ -451,23 +452,25 @@ fn python_stack<W: Watch>(depth: usize, w: &mut W) -> (u32, bool, StopAt) {
             let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr().cast(), n) };
             let id = python::intern(frames);
             w.lap(Stage::Intern);
-            (id, false, python::interpreter())
+            (id, false)
         }
-        PyStack::Inferred(id) => (id, true, StopAt::NEVER),
-        PyStack::None => (0, false, StopAt::NEVER),
+        PyStack::Inferred(id) => (id, true),
+        PyStack::None => (0, false),
     }
 }
 
-/// The calling thread's native stack from `caller` outward, interned. Out of line, as above.
+/// The calling thread's native stack from `caller` outward, interned (a walk this thread
+/// remembers gives its id without walking or interning). Out of line: its frame buffer is only
+/// on the stack meanwhile.
 #[inline(never)]
 fn native_stack<W: Watch>(depth: usize, caller: u64, stop: StopAt, w: &mut W) -> u32 {
-    let mut frames = [MaybeUninit::uninit(); stack::MAX_DEPTH];
-    let n = stack::capture_into(depth, caller, stop, &mut frames);
+    let id = stack::capture_id(depth, caller, stop, true, |frames| {
+        w.lap(Stage::Native);
+        let id = intern::NATIVE.intern(frames);
+        w.lap(Stage::Intern);
+        id
+    });
     w.lap(Stage::Native);
-    // SAFETY: `capture_into` initialised the first `n` elements.
-    let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr().cast(), n) };
-    let id = intern::NATIVE.intern(frames);
-    w.lap(Stage::Intern);
     id
 }
 

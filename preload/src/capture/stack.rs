@@ -23,6 +23,7 @@
 //! stack pointer outside the thread's known stack (a coroutine or signal stack), or no
 //! per-thread state (the thread is exiting, or a capture is already running on it).
 
+mod memo;
 mod modules;
 mod rules;
 mod thread;
@@ -76,53 +77,134 @@ pub fn capture(depth: usize, caller: u64) -> Option<Box<[u64]>> {
     if depth == 0 {
         return None;
     }
-    let mut frames = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
-    let n = capture_into(depth, caller, StopAt::NEVER, &mut frames);
-    // SAFETY: `capture_into` initialised the first `n` elements.
-    Some(Box::from(unsafe {
-        std::slice::from_raw_parts(frames.as_ptr() as *const u64, n)
-    }))
+    let mut frames = None;
+    capture_id(depth, caller, StopAt::NEVER, false, |f| {
+        frames = Some(Box::from(f));
+        0
+    });
+    frames
 }
 
-/// Writes up to `depth` return addresses from `caller` outward into `out`; returns how many (at
-/// least one: `caller` itself is certain).
+/// Walks the calling thread's stack from `caller` outward (at most `depth` frames, up to the
+/// first that `stop` holds) and returns what `intern` makes of the frames: the stack's id.
+///
+/// With `remember`, a walk this thread remembered that is proven to come out the same
+/// ([`memo`]) gives its id without walking (and without `intern`), and a new walk is remembered.
 #[inline(always)]
-pub fn capture_into(
+pub fn capture_id(
     depth: usize,
     caller: u64,
     stop: StopAt,
-    out: &mut [MaybeUninit<u64>; MAX_DEPTH],
-) -> usize {
+    remember: bool,
+    intern: impl FnOnce(&[u64]) -> u32,
+) -> u32 {
     let depth = depth.clamp(1, MAX_DEPTH);
     let start = Registers::here();
-    let walked = thread::with(|t| {
+    let mut out = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+    let mut intern = Some(intern);
+    let got = thread::with(|t| {
         t.captures = t.captures.wrapping_add(1);
         if t.captures.is_multiple_of(RECHECK_EVERY) {
             // Bounds how long rules of an unloaded object can outlive it (see `rules`).
             t.rules.follow(modules::current()?);
         }
-        match walk(t, start, caller, stop, &mut out[..depth]) {
-            Walk::NotReached => {
-                // An object loaded or unloaded since the rules were found can only matter for a
-                // walk that went wrong: look again, once, if it did.
-                let list = modules::current()?;
-                if t.rules.follows(list) {
-                    Some(Walk::NotReached)
-                } else {
-                    t.rules.follow(list);
-                    Some(walk(t, start, caller, stop, &mut out[..depth]))
-                }
+        let key = memo::Start {
+            caller,
+            ip: start.ip,
+            sp: start.sp,
+            bp: start.bp,
+            depth: depth as u32,
+            stop,
+            epoch: t.rules.epoch(),
+        };
+        if remember {
+            // SAFETY: `key.sp` is this capture's own stack pointer, and the memos are this
+            // thread's own.
+            if let Some(id) = unsafe { t.memos.find(&key) } {
+                return Some(id);
             }
-            other => Some(other),
+            let mut log = memo::Log::new(start.sp);
+            let walked =
+                walk_again_if_stale(t, start, caller, stop, &mut out[..depth], &mut log, || {
+                    memo::Log::new(start.sp)
+                })?;
+            let n = kept(walked, caller, &mut out)?;
+            let id = intern.take()?(frames(&out, n));
+            // Only a walk that reached the caller under unchanged rules is remembered.
+            if matches!(walked, Walk::Reached(_)) && t.rules.epoch() == key.epoch {
+                t.memos.store(&key, &log, id);
+            }
+            Some(id)
+        } else {
+            let walked = walk_again_if_stale(
+                t,
+                start,
+                caller,
+                stop,
+                &mut out[..depth],
+                &mut memo::Forget,
+                || memo::Forget,
+            )?;
+            let n = kept(walked, caller, &mut out)?;
+            Some(intern.take()?(frames(&out, n)))
         }
     });
-    match walked.flatten() {
-        Some(Walk::Reached(n)) => n,
-        Some(Walk::NotReached) => {
-            out[0].write(caller);
-            1
+    match got.flatten() {
+        Some(id) => id,
+        None => {
+            let n = capture_with_libgcc(caller, &mut out[..depth]);
+            intern.take().map_or(0, |f| f(frames(&out, n)))
         }
-        Some(Walk::NoFirstStep) | None => capture_with_libgcc(caller, &mut out[..depth]),
+    }
+}
+
+/// The frames kept by a walk that ended as `walked`: its own, or `caller` alone when it did not
+/// reach the caller; `None` when it could not even start (libgcc's turn).
+#[inline(always)]
+fn kept(walked: Walk, caller: u64, out: &mut [MaybeUninit<u64>; MAX_DEPTH]) -> Option<usize> {
+    match walked {
+        Walk::Reached(n) => Some(n),
+        Walk::NotReached => {
+            out[0].write(caller);
+            Some(1)
+        }
+        Walk::NoFirstStep => None,
+    }
+}
+
+/// The first `n` frames of `out`.
+#[inline(always)]
+fn frames(out: &[MaybeUninit<u64>; MAX_DEPTH], n: usize) -> &[u64] {
+    // SAFETY: the walks and the libgcc fallback initialise the first `n` elements they report.
+    unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) }
+}
+
+/// [`walk`], and once more with fresh rules (and a fresh record from `fresh`) if it did not reach
+/// the caller while the loaded objects changed. `None` when the module list cannot be read.
+#[inline(always)]
+fn walk_again_if_stale<R: memo::Record>(
+    t: &mut ThreadUnwind,
+    start: Registers,
+    caller: u64,
+    stop: StopAt,
+    out: &mut [MaybeUninit<u64>],
+    rec: &mut R,
+    fresh: impl FnOnce() -> R,
+) -> Option<Walk> {
+    match walk(t, start, caller, stop, out, rec) {
+        Walk::NotReached => {
+            // An object loaded or unloaded since the rules were found can only matter for a
+            // walk that went wrong: look again, once, if it did.
+            let list = modules::current()?;
+            if t.rules.follows(list) {
+                Some(Walk::NotReached)
+            } else {
+                t.rules.follow(list);
+                *rec = fresh();
+                Some(walk(t, start, caller, stop, out, rec))
+            }
+        }
+        other => Some(other),
     }
 }
 
@@ -156,7 +238,7 @@ impl Registers {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Walk {
     /// `caller` was found; this many frames were written.
     Reached(usize),
@@ -171,12 +253,13 @@ enum Walk {
 ///
 /// The common step (a rule cached for the address) is inlined here: a lookup in the rule cache
 /// and one or two reads of the stack. Anything else goes through framehop, out of line.
-fn walk(
+fn walk<R: memo::Record>(
     t: &mut ThreadUnwind,
     start: Registers,
     caller: u64,
     stop: StopAt,
     out: &mut [MaybeUninit<u64>],
+    rec: &mut R,
 ) -> Walk {
     let (stack_lo, stack_hi) = t.stack;
     if start.sp < stack_lo || start.sp >= stack_hi {
@@ -194,7 +277,7 @@ fn walk(
     };
     // The first step leaves this capture's own frame, from an instruction pointer rather than a
     // return address.
-    let Some(mut ra) = step(t, start.ip, true, &mut frame, bounds) else {
+    let Some(mut ra) = step(t, start.ip, true, &mut frame, bounds, rec) else {
         return Walk::NoFirstStep;
     };
     // Out through the tracer's own frames to the intercepted call's.
@@ -204,7 +287,7 @@ fn walk(
         if own > MAX_OWN_FRAMES {
             return Walk::NotReached;
         }
-        match step(t, ra, false, &mut frame, bounds) {
+        match step(t, ra, false, &mut frame, bounds, rec) {
             Some(next) => ra = next,
             None => return Walk::NotReached,
         }
@@ -218,7 +301,7 @@ fn walk(
         if n == out.len() || stop.holds(ra) {
             break;
         }
-        match step(t, ra, false, &mut frame, bounds) {
+        match step(t, ra, false, &mut frame, bounds, rec) {
             Some(next) => ra = next,
             None => break,
         }
@@ -258,17 +341,18 @@ struct Frame {
 /// `first`, else a return address): by its cached rule, else through framehop (out of line).
 /// Returns the caller's return address.
 #[inline(always)]
-fn step(
+fn step<R: memo::Record>(
     t: &mut ThreadUnwind,
     address: u64,
     first: bool,
     frame: &mut Frame,
     bounds: Bounds,
+    rec: &mut R,
 ) -> Option<u64> {
     // Return addresses are looked up one byte back, inside the call instruction.
     let lookup = address - u64::from(!first);
     if let Some(rule) = t.rules.get(lookup) {
-        match rule.apply(frame.sp, frame.bp, bounds.lo, bounds.hi) {
+        match rule.apply(frame.sp, frame.bp, bounds.lo, bounds.hi, rec) {
             Stepped::Next { ra, sp, bp } => {
                 *frame = Frame { sp, bp };
                 return Some(ra);
@@ -277,18 +361,20 @@ fn step(
             Stepped::Slow => {}
         }
     }
-    step_slow(t, address, first, frame, bounds)
+    step_slow(t, address, first, frame, bounds, rec)
 }
 
 #[cold]
 #[inline(never)]
-fn step_slow(
+fn step_slow<R: memo::Record>(
     t: &mut ThreadUnwind,
     address: u64,
     first: bool,
     frame: &mut Frame,
     bounds: Bounds,
+    rec: &mut R,
 ) -> Option<u64> {
+    rec.rule(None);
     let at = if first {
         FrameAddress::from_instruction_pointer(address)
     } else {
@@ -298,7 +384,11 @@ fn step_slow(
     let mut w = Walker {
         t,
         list: None,
-        read: |a| bounds.read(a),
+        read: |a| {
+            let held = bounds.read(a)?;
+            rec.read(a, held);
+            Ok(held)
+        },
     };
     let ra = w.step(at, &mut regs)?;
     *frame = Frame {

@@ -34,7 +34,8 @@ pub struct Config {
     pub buffer_events: usize,
     /// Longest time between chunk writes.
     pub flush_interval: Duration,
-    /// How long a hook waits for room in a full channel before dropping its event.
+    /// How long a hook waits for room in a full channel while the collector makes no progress
+    /// at all, before dropping its event (while it makes progress, hooks wait for it).
     pub full_wait: Duration,
     /// How long the collector waits for an event that is missing from the sequence.
     pub reorder_wait: Duration,
@@ -61,7 +62,7 @@ impl Default for Config {
             },
             buffer_events: 1 << 16,
             flush_interval: Duration::from_millis(200),
-            full_wait: Duration::from_millis(50),
+            full_wait: Duration::from_millis(1000),
             reorder_wait: Duration::from_millis(1000),
             quiet: false,
             self_profile: false,
@@ -231,7 +232,7 @@ impl Config {
                 &v,
                 0,
                 10_000,
-                50,
+                1000,
                 &mut w,
             ));
         }

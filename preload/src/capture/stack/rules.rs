@@ -25,6 +25,7 @@
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
+use super::memo::Record;
 use super::modules::ModuleList;
 
 /// How to leave a frame whose code address has a cached rule.
@@ -159,9 +160,10 @@ impl Packed {
     }
 
     /// Applies the rule to a frame with stack pointer `sp` and frame pointer `bp`, reading the
-    /// stack only inside `lo..=hi` (aligned words). The same steps as [`Rule::apply`].
+    /// stack only inside `lo..=hi` (aligned words), and telling `rec` what it reads. The same
+    /// steps as [`Rule::apply`].
     #[inline(always)]
-    pub fn apply(self, sp: u64, bp: u64, lo: u64, hi: u64) -> Stepped {
+    pub fn apply(self, sp: u64, bp: u64, lo: u64, hi: u64, rec: &mut impl Record) -> Stepped {
         let kind = self.0 >> 56;
         if kind > Self::FROM_BP {
             return if kind == Self::END {
@@ -170,6 +172,10 @@ impl Packed {
                 Stepped::Slow
             };
         }
+        rec.rule(Some((
+            kind == Self::FROM_BP,
+            self.0 & Self::RESTORES_BP != 0,
+        )));
         let base = if kind == Self::FROM_BP {
             if bp == 0 {
                 return Stepped::End;
@@ -192,13 +198,16 @@ impl Packed {
         // SAFETY: an aligned word inside the calling thread's live stack (the caller's bounds),
         // which is mapped; volatile because it belongs to other frames' locals.
         let ra = unsafe { std::ptr::read_volatile(ra_at as *const u64) };
+        rec.read(ra_at, ra);
         let bp = if self.0 & Self::RESTORES_BP != 0 {
             let bp_at = cfa.wrapping_add(((self.0 >> 40) as u8 as i8 as i64 * 8) as u64);
             if !readable(bp_at) {
                 return Stepped::End;
             }
             // SAFETY: as above.
-            unsafe { std::ptr::read_volatile(bp_at as *const u64) }
+            let held = unsafe { std::ptr::read_volatile(bp_at as *const u64) };
+            rec.read_bp(bp_at, held);
+            held
         } else {
             bp
         };
@@ -233,6 +242,9 @@ pub struct RuleCache {
     sets: Box<[[Entry; WAYS]; SETS]>,
     /// The module list the rules were found under (its address); rules for another are stale.
     list: usize,
+    /// Bumped whenever the rules are forgotten: walks remembered under another epoch may have
+    /// applied rules that no longer hold (`memo`).
+    epoch: u32,
 }
 
 impl RuleCache {
@@ -240,6 +252,7 @@ impl RuleCache {
         RuleCache {
             sets: Box::new([[EMPTY; WAYS]; SETS]),
             list: 0,
+            epoch: 0,
         }
     }
 
@@ -253,7 +266,14 @@ impl RuleCache {
         if !self.follows(list) {
             self.sets.fill([EMPTY; WAYS]);
             self.list = list as *const ModuleList as usize;
+            self.epoch = self.epoch.wrapping_add(1);
         }
+    }
+
+    /// Changes whenever the rules are forgotten.
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     fn set(address: u64) -> usize {

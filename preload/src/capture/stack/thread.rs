@@ -13,6 +13,7 @@ use std::ptr;
 
 use framehop::x86_64::CacheX86_64;
 
+use super::memo::Memos;
 use super::rules::RuleCache;
 
 /// The unwinding state of one thread.
@@ -21,6 +22,8 @@ pub struct ThreadUnwind {
     pub stack: (u64, u64),
     pub cache: CacheX86_64,
     pub rules: RuleCache,
+    /// Walks remembered, to be proven again rather than repeated.
+    pub memos: Memos,
     /// Captures so far (wrapping), to pace the checks of the loaded objects.
     pub captures: u32,
 }
@@ -98,6 +101,7 @@ fn first_use() -> Option<usize> {
         stack: stack_bounds().unwrap_or((0, 0)),
         cache: CacheX86_64::new(),
         rules: RuleCache::new(),
+        memos: Memos::new(),
         captures: 0,
     })) as usize)
 }
