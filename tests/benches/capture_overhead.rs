@@ -328,7 +328,9 @@ fn writer_capacity(lib: &Path, dir: &Path) -> Option<f64> {
 }
 
 fn flood_part(libs: &[Library], dir: &Path) {
-    println!("\nflood with the default settings (wl_threads), counted by `vramtrace report --json`");
+    println!(
+        "\nflood with the default settings (wl_threads), counted by `vramtrace report --json`"
+    );
     println!(
         "{:<12} {:<22} {:>9} {:>12} {:>14} {:>9} {:>6}",
         "library", "run", "seconds", "events", "events/s", "dropped", "late"
@@ -490,8 +492,8 @@ fn main() {
     // `cargo bench` passes --bench; nothing else is accepted.
     let libs = libraries();
     let dir = tempfile::tempdir().expect("temp dir");
-    let parts = std::env::var("VRAMTRACE_BENCH_PARTS")
-        .unwrap_or_else(|_| "calls,flood,python".into());
+    let parts =
+        std::env::var("VRAMTRACE_BENCH_PARTS").unwrap_or_else(|_| "calls,flood,python".into());
     for part in parts.split(',').map(str::trim) {
         match part {
             "calls" => calls_part(&libs, dir.path()),
