@@ -21,8 +21,8 @@
 //!   `ctypes.PyDLL` (the GIL held, so the tracer reads the frames), with no stacks, 32 native
 //!   frames, and the default (32 native + 32 Python frames). Skipped without `python3`.
 //! - `callgrind`: instructions per call instead of time (exact, whatever the load), with
-//!   `valgrind --tool=callgrind`: the hook thread's instructions of `bench_calls 20000 1`
-//!   traced, less plain, per pair.
+//!   `valgrind --tool=callgrind`: the instructions of `bench_calls 20000 1` inside its loop
+//!   (the calls and their hooks), traced less plain, per pair.
 //!
 //! With `VRAMTRACE_BENCH_BASE=<an older libvramtrace.so>`, every part also runs that library in
 //! the same interleaved rounds, so before and after are measured side by side.
@@ -448,10 +448,16 @@ fn callgrind_instructions(
 ) -> Option<u64> {
     let out_file = dir.join("cg.out");
     let mut cmd = command("valgrind", lib, env, dir);
-    cmd.args(["--tool=callgrind", "--separate-threads=yes"])
-        .arg(format!("--callgrind-out-file={}", out_file.display()))
-        .arg(workload("bench_calls"))
-        .args(["20000", "1", measure]);
+    // Only what runs inside bench_calls' `run` (the calls and their hooks) is counted: not the
+    // start, and not the wait at exit for the writer to finish.
+    cmd.args([
+        "--tool=callgrind",
+        "--separate-threads=yes",
+        "--toggle-collect=run",
+    ])
+    .arg(format!("--callgrind-out-file={}", out_file.display()))
+    .arg(workload("bench_calls"))
+    .args(["20000", "1", measure]);
     let out = cmd.output().ok()?;
     if !out.status.success() {
         return None;

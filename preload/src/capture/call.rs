@@ -15,7 +15,7 @@ use std::mem::MaybeUninit;
 
 use super::python::{self, PyStack};
 use super::stack::{self, StopAt};
-use super::thread::{self, RuntimeScope, ThreadState};
+use super::thread::{self, ThreadState};
 use super::{clock, context, intern, meminfo};
 use crate::profile::{self, Stage, Watch};
 use crate::session::{self, Session, HOOK_PANICS};
@@ -52,15 +52,65 @@ pub struct Call {
     mode: Mode,
     seq: u64,
     outer: Option<Api>,
-    saved_runtime: Option<RuntimeScope>,
+    /// The runtime call in progress before this one (`ThreadState::runtime_word`).
+    saved_runtime: u32,
     saved_scope: u64,
     scope: u64,
 }
 
+/// Entry points as a set: a bit per `Api` index. The hooks classify calls with one load and a
+/// bit test instead of walking `match`es on every call.
+#[derive(Clone, Copy)]
+struct ApiSet([u64; 4]);
+
+const APIS: usize = Api::ALL.len();
+const _: () = assert!(APIS <= 256, "ApiSet holds 256 entry points");
+
+impl ApiSet {
+    #[inline(always)]
+    const fn contains(&self, api: Api) -> bool {
+        let i = api as usize;
+        self.0[i / 64] >> (i % 64) & 1 != 0
+    }
+
+    const fn with(mut self, api: Api) -> ApiSet {
+        let i = api as usize;
+        self.0[i / 64] |= 1 << (i % 64);
+        self
+    }
+}
+
+/// For each runtime entry point (by index), the driver calls that are its own work.
+static MERGES: [ApiSet; APIS] = {
+    let mut table = [ApiSet([0; 4]); APIS];
+    let mut r = 0;
+    while r < APIS {
+        let mut d = 0;
+        while d < APIS {
+            if merges(Api::ALL[r], Api::ALL[d]) {
+                table[r] = table[r].with(Api::ALL[d]);
+            }
+            d += 1;
+        }
+        r += 1;
+    }
+    table
+};
+
+/// The entry points this process traces (by layer, and host memory, from the settings).
+fn traced(session: &Session) -> &'static ApiSet {
+    static TRACED: std::sync::OnceLock<ApiSet> = std::sync::OnceLock::new();
+    TRACED.get_or_init(|| {
+        Api::ALL
+            .iter()
+            .filter(|&&a| layer_on(a, session) && (session.config.capture.host || !is_host(a)))
+            .fold(ApiSet([0; 4]), |set, &a| set.with(a))
+    })
+}
+
 /// Whether a driver call made inside a runtime call is that runtime call's own work (and so one
 /// event, not two).
-#[inline]
-fn merges(runtime: Api, driver: Api) -> bool {
+const fn merges(runtime: Api, driver: Api) -> bool {
     use Api::*;
     matches!(
         (runtime, driver),
@@ -163,7 +213,7 @@ impl Call {
         mode: Mode::Off,
         seq: 0,
         outer: None,
-        saved_runtime: None,
+        saved_runtime: 0,
         saved_scope: 0,
         scope: 0,
     };
@@ -179,7 +229,7 @@ impl Call {
         let Some(session) = session::current() else {
             return Call::OFF;
         };
-        if !layer_on(api, session) || (!session.config.capture.host && is_host(api)) {
+        if !traced(session).contains(api) {
             return Call::OFF;
         }
         let mut call = Call {
@@ -196,27 +246,28 @@ impl Call {
         } else {
             match api.layer() {
                 Layer::Runtime => {
-                    call.saved_runtime =
-                        t.replace_runtime(Some(RuntimeScope { api, merged: None }));
+                    call.saved_runtime = t.replace_runtime_word(api as u32 + 1);
                     Mode::Traced
                 }
-                Layer::Driver => match t.runtime() {
-                    Some(mut scope) if scope.merged.is_none() && merges(scope.api, api) => {
-                        scope.merged = Some(api);
-                        t.set_runtime(Some(scope));
+                Layer::Driver => {
+                    // The runtime call in progress (its index + 1 in the low half, a merged
+                    // driver call's in the high half; see `ThreadState::runtime_word`).
+                    let word = t.runtime_word();
+                    let outer = (word & 0xffff) as usize;
+                    if outer != 0 && word >> 16 == 0 && MERGES[outer - 1].contains(api) {
+                        t.set_runtime_word(word | (api as u32 + 1) << 16);
                         Mode::Merged
-                    }
-                    scope => {
-                        call.outer = scope.map(|s| s.api);
+                    } else {
+                        call.outer = outer.checked_sub(1).map(|i| Api::ALL[i]);
                         Mode::Traced
                     }
-                },
+                }
                 Layer::Nccl => {
                     call.scope = session.next_scope();
                     call.saved_scope = t.replace_nccl_scope(call.scope);
                     // A runtime call inside NCCL (its own static runtime is invisible, but a
                     // dynamic one is not) must not swallow NCCL's driver calls.
-                    call.saved_runtime = t.replace_runtime(None);
+                    call.saved_runtime = t.replace_runtime_word(0);
                     Mode::Traced
                 }
                 Layer::Tracer => Mode::Traced,
@@ -325,11 +376,12 @@ impl Call {
         let mut inner = None;
         match layer {
             Layer::Runtime => {
-                inner = t.replace_runtime(self.saved_runtime).and_then(|s| s.merged);
+                let word = t.replace_runtime_word(self.saved_runtime);
+                inner = (word >> 16).checked_sub(1).map(|i| Api::ALL[i as usize]);
             }
             Layer::Nccl => {
                 t.replace_nccl_scope(self.saved_scope);
-                t.set_runtime(self.saved_runtime);
+                t.set_runtime_word(self.saved_runtime);
             }
             _ => {}
         }

@@ -175,6 +175,24 @@ impl ThreadState {
         self.runtime.set(RuntimeScope::pack(s));
     }
 
+    /// The runtime call in progress as one word: `(api + 1) | (merged + 1) << 16`, 0 when none
+    /// (what [`RuntimeScope`] packs), for the hooks' path.
+    #[inline]
+    pub fn runtime_word(&self) -> u32 {
+        self.runtime.get()
+    }
+
+    #[inline]
+    pub fn set_runtime_word(&self, word: u32) {
+        self.runtime.set(word);
+    }
+
+    /// Sets the runtime call in progress as a word, returning the previous one.
+    #[inline]
+    pub fn replace_runtime_word(&self, word: u32) -> u32 {
+        self.runtime.replace(word)
+    }
+
     /// Sets the runtime call in progress, returning the previous one.
     #[inline]
     pub fn replace_runtime(&self, s: Option<RuntimeScope>) -> Option<RuntimeScope> {
