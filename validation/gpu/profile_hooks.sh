@@ -49,8 +49,10 @@ for alloc in async caching; do
     env $(alloc_env $alloc) LD_PRELOAD="$LIB" VRAMTRACE_SELF_PROFILE=1 \
         VRAMTRACE_OUTPUT="$WORK/profile-$alloc-%p.vtrace" $LOOP \
         >"$WORK/profile-$alloc.out" 2>"$OUTDIR/profile-$alloc.txt"
-    echo "== self-profile, $alloc ($(grep step_ms "$WORK/profile-$alloc.out"), $((STEPS + 5)) steps)"
-    grep -v '^$' "$OUTDIR/profile-$alloc.txt" | grep -v 'Warning\|warn(' | tail -40
+    calls=$(sed -n 's/^vramtrace self-profile: \([0-9]*\) traced calls.*/\1/p' "$OUTDIR/profile-$alloc.txt")
+    echo "== self-profile, $alloc: $(grep step_ms "$WORK/profile-$alloc.out"), $((STEPS + 5)) steps," \
+        "$(( ${calls:-0} / (STEPS + 5) )) traced calls a step"
+    cat "$OUTDIR/profile-$alloc.txt"
 done
 
 # 2. Step time, interleaved.

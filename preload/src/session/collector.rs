@@ -456,7 +456,10 @@ impl Collector {
             stats,
             reason,
         }));
+        self.watch.reset();
         self.sink.flush();
+        let written = self.sink.write_ticks();
+        self.watch.lap_flush(written);
         let dropped = self.session.dropped.load(Ordering::Relaxed);
         profile::print(self.watch.row(), dropped);
         if dropped > 0 && !self.session.config.quiet {
