@@ -577,3 +577,19 @@ fn device_memory_event(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_merge_table_is_the_merge_rule() {
+        for &r in Api::ALL {
+            for &d in Api::ALL {
+                assert_eq!(MERGES[r as usize].contains(d), merges(r, d), "{r:?} {d:?}");
+            }
+        }
+        assert!(MERGES[Api::CudaMallocAsync as usize].contains(Api::CuMemAllocAsyncPtsz));
+        assert!(!MERGES[Api::CudaMallocAsync as usize].contains(Api::CuMemFreeAsync));
+    }
+}
