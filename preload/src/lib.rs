@@ -11,7 +11,8 @@
 //! - [`closure`]: the resolvers (`dlsym`, `cuGetProcAddress`, ...) that hand out wrappers;
 //! - [`resolve`]: finding real functions, also in local scopes;
 //! - [`capture`]: per-thread state, event building, stacks;
-//! - [`session`]: settings, the collector thread, the trace file, fork/exit/signals.
+//! - [`session`]: settings, the collector thread, the trace file, fork/exit/signals;
+//! - [`profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`).
 
 #[macro_use]
 #[path = "hooks/macros.rs"]
@@ -21,6 +22,7 @@ pub mod capture;
 pub mod closure;
 pub mod ffi;
 pub mod hooks;
+pub mod profile;
 pub mod resolve;
 pub mod session;
 

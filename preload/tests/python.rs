@@ -18,7 +18,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use vramtrace_collector::event::{Event, Op};
-use vramtrace_collector::format::{PyCode, PyFrame, Record, TraceReader};
+use vramtrace_collector::format::{Module, PyCode, PyFrame, Record, TraceReader};
 
 #[path = "python/scripts.rs"]
 mod scripts;
@@ -151,6 +151,8 @@ struct Trace {
     events: Vec<Event>,
     codes: HashMap<u32, PyCode>,
     stacks: HashMap<u32, Vec<PyFrame>>,
+    native: HashMap<u32, Vec<u64>>,
+    modules: Vec<Module>,
 }
 
 /// A Python frame as a user reads it.
@@ -169,6 +171,8 @@ impl Trace {
             events: Vec::new(),
             codes: HashMap::new(),
             stacks: HashMap::new(),
+            native: HashMap::new(),
+            modules: Vec::new(),
         };
         for r in TraceReader::open(&files[0]).expect("a readable trace") {
             match r {
@@ -179,6 +183,10 @@ impl Trace {
                 Record::PyStack(s) => {
                     t.stacks.insert(s.id, s.frames);
                 }
+                Record::Stack(s) => {
+                    t.native.insert(s.id, s.frames);
+                }
+                Record::Module(m) => t.modules.push(m),
                 _ => {}
             }
         }
@@ -194,6 +202,22 @@ impl Trace {
             .collect();
         assert_eq!(found.len(), 1, "allocations of {size} bytes");
         found[0]
+    }
+
+    /// The native frames of an event as (object file name, offset in it), innermost first:
+    /// comparable between runs whatever the load addresses.
+    fn native_frames(&self, e: &Event) -> Vec<(String, u64)> {
+        self.native[&e.stack]
+            .iter()
+            .map(|&a| {
+                let m = self
+                    .modules
+                    .iter()
+                    .find(|m| m.contains(a))
+                    .unwrap_or_else(|| panic!("no module holds {a:#x}"));
+                (m.file_name().to_string(), a - m.base)
+            })
+            .collect()
     }
 
     /// The Python frames of an event, innermost first.
@@ -214,6 +238,16 @@ impl Trace {
 /// Runs `script` with `python` without and with the tracer (traces in `dir`); checks that the
 /// output is the same.
 fn run_both(python: &Path, script: &Path, dir: &Path) -> (Trace, Output) {
+    run_both_with(python, script, dir, &[])
+}
+
+/// [`run_both`] with settings `env` for the traced run.
+fn run_both_with(
+    python: &Path,
+    script: &Path,
+    dir: &Path,
+    env: &[(&str, &str)],
+) -> (Trace, Output) {
     let f = fixture();
     let command = || {
         let mut c = Command::new(python);
@@ -230,7 +264,8 @@ fn run_both(python: &Path, script: &Path, dir: &Path) -> (Trace, Output) {
     let mut traced = command();
     traced
         .env("LD_PRELOAD", tracer())
-        .env("VRAMTRACE_OUTPUT", dir.join("t-%p.vtrace"));
+        .env("VRAMTRACE_OUTPUT", dir.join("t-%p.vtrace"))
+        .envs(env.iter().copied());
     let traced = traced.output().unwrap();
     assert_eq!(
         text(&plain.stdout),
@@ -404,6 +439,57 @@ fn threads_allocating_together_each_get_their_own_frames() {
             }
         }
         assert_eq!(threads.len(), 4);
+    }
+}
+
+/// Whether an object file is the interpreter (`libpython3.x.so`, or a `python3.x` executable
+/// that links it in).
+fn interpreter(file: &str) -> bool {
+    file.starts_with("libpython") || file.starts_with("python")
+}
+
+/// With Python frames taken, an allocation's native stack ends at the first frame in the
+/// interpreter's evaluation loop (the Python frames say the rest); with them off
+/// (`VRAMTRACE_PYTHON_DEPTH=0`) the same frames come first and the walk goes on through the
+/// interpreter. A free takes no Python frames, and ends at the loop as well.
+#[test]
+fn native_stacks_end_at_the_interpreter_when_python_frames_are_taken() {
+    let python = resolve("python3").expect("python3");
+    let (with, without) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (with, _) = run_both(&python, &fixture().script, with.path());
+    let (without, _) = run_both_with(
+        &python,
+        &fixture().script,
+        without.path(),
+        &[("VRAMTRACE_PYTHON_DEPTH", "0")],
+    );
+    for size in [1001, 1002, 1003, 1004] {
+        let short = with.native_frames(with.alloc(size));
+        let long = without.native_frames(without.alloc(size));
+        let (last, _) = short.last().unwrap();
+        assert!(interpreter(last), "{size}: {short:?}");
+        assert!(
+            long.len() > short.len() && long[..short.len()] == short[..],
+            "{size}: {short:?} against {long:?}"
+        );
+        // Beyond the stop, the walk without Python frames is still in the interpreter.
+        assert_eq!(&long[short.len()].0, last, "{size}: {long:?}");
+    }
+    // Frees from Python threads end there too: a few frames of the interpreter's call
+    // machinery, then the loop, never the interpreter's own callers beyond it.
+    let dir = tempfile::tempdir().unwrap();
+    let (threads, _) = run_both(&python, &fixture().threads_script, dir.path());
+    let frees: Vec<&Event> = (threads.events.iter())
+        .filter(|e| matches!(e.op, Op::Free { .. }))
+        .collect();
+    assert_eq!(frees.len(), 1200);
+    for e in frees {
+        let frames = threads.native_frames(e);
+        let in_interpreter = frames.iter().filter(|(m, _)| interpreter(m)).count();
+        assert!(
+            in_interpreter <= 3 && interpreter(&frames.last().unwrap().0),
+            "{frames:?}"
+        );
     }
 }
 

@@ -227,9 +227,19 @@ fn bench_calls_prints_three_measures() {
             .skip(1)
             .map(|x| x.parse().unwrap())
             .collect();
-        assert_eq!(v.len(), 2, "{l}");
-        assert!(v[0] >= v[1] && v[1] > 0.0, "{l}");
+        // Median and fastest wall time, median CPU time of the calling thread.
+        assert_eq!(v.len(), 3, "{l}");
+        assert!(v[0] >= v[1] && v[1] > 0.0 && v[2] > 0.0, "{l}");
     }
+    // One measure alone when asked.
+    let o = run("bench_calls", &["2000", "3", "driver"], &[]);
+    assert!(o.status.success());
+    let s = stdout(&o);
+    let names: Vec<&str> = s
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["driver_async_gpa"], "{s}");
 }
 
 fn probe(scenario: &str, env: &[(&str, &str)]) -> String {

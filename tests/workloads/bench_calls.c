@@ -1,6 +1,7 @@
 /*
  * bench_calls.c -- per-call cost of the stand-in's hot allocation paths, for tracer overhead
- * budgets.  argv: iterations (default 1000000) and rounds (default 7).
+ * budgets.  argv: iterations (default 1000000), rounds (default 7), and optionally which measure
+ * to run (runtime, driver or baseline; default all three).
  *
  * Mimics: PyTorch's backend:cudaMallocAsync mode, where one cudaMallocAsync/cudaFreeAsync pair
  * per tensor is the hottest memory path (about 1.2 us a pair on the real H200, see
@@ -8,13 +9,16 @@
  *   runtime_async_pair   cudaMallocAsync + cudaFreeAsync (4096 B) through libcudart
  *   driver_async_gpa     cuMemAllocAsync + cuMemFreeAsync through pointers from cuGetProcAddress
  *   baseline_ctx_device  two cuCtxGetDevice calls (dlsym'd; not a memory call, so un-hooked)
- * and prints one line per measure: `name ns_per_call_median ns_per_call_min` (per CALL, i.e. the
- * time of a pair / 2).  Output is timing, so it is not deterministic.
+ * and prints one line per measure: `name ns_per_call_median ns_per_call_min cpu_ns_per_call_median`
+ * (per CALL, i.e. the time of a pair / 2; the last column is the calling thread's own CPU time,
+ * CLOCK_THREAD_CPUTIME_ID, which time spent waiting or preempted does not count).  Output is
+ * timing, so it is not deterministic.
  */
 #include "cuda_standin.h"
 #include "wl_common.h"
 
 #include <dlfcn.h>
+#include <string.h>
 #include <time.h>
 
 #define FN(type, p) ((type)(uintptr_t)(p))
@@ -24,10 +28,10 @@ static PFN_cuMemAllocAsync_v11020 drv_alloc;
 static PFN_cuMemFreeAsync_v11020 drv_free;
 static PFN_cuCtxGetDevice_v2000 get_device;
 
-static double now_ns(void)
+static double clock_ns(clockid_t c)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(c, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
@@ -63,8 +67,9 @@ int main(int argc, char **argv)
     if (argc > 1)
         iters = strtol(argv[1], NULL, 10);
     long rounds = argc > 2 ? strtol(argv[2], NULL, 10) : 7;
+    const char *only = argc > 3 ? argv[3] : NULL;
     if (iters < 1 || rounds < 1 || rounds > 1000) {
-        fprintf(stderr, "usage: bench_calls [iterations] [rounds]\n");
+        fprintf(stderr, "usage: bench_calls [iterations] [rounds] [runtime|driver|baseline]\n");
         return 2;
     }
     void *warm = NULL;
@@ -85,19 +90,26 @@ int main(int argc, char **argv)
     if (!drv_alloc || !drv_free || !get_device)
         return 1;
     static const char *names[3] = {"runtime_async_pair", "driver_async_gpa", "baseline_ctx_device"};
+    static const char *short_names[3] = {"runtime", "driver", "baseline"};
     double *t = calloc((size_t)rounds, sizeof *t);
+    double *cpu = calloc((size_t)rounds, sizeof *cpu);
     for (int w = 0; w < 3; w++) {
+        if (only && strcmp(only, short_names[w]) != 0)
+            continue;
         if (run(w, iters / 10 + 1))
             return 1;
         for (long r = 0; r < rounds; r++) {
-            double t0 = now_ns();
+            double t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
             if (run(w, iters))
                 return 1;
-            t[r] = (now_ns() - t0) / (double)iters / 2.0;
+            cpu[r] = (clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0) / (double)iters / 2.0;
+            t[r] = (clock_ns(CLOCK_MONOTONIC) - t0) / (double)iters / 2.0;
         }
         qsort(t, (size_t)rounds, sizeof *t, cmp);
-        out("%s %.1f %.1f", names[w], t[rounds / 2], t[0]);
+        qsort(cpu, (size_t)rounds, sizeof *cpu, cmp);
+        out("%s %.1f %.1f %.1f", names[w], t[rounds / 2], t[0], cpu[rounds / 2]);
     }
     free(t);
+    free(cpu);
     return 0;
 }

@@ -11,9 +11,14 @@ use std::sync::atomic::Ordering;
 
 use vramtrace_collector::event::{Api, Event, Layer, Op};
 
-use super::thread::{self, RuntimeScope, ThreadState};
-use super::{clock, context, meminfo, python, stack};
-use crate::session::{self, Captured, Session, HOOK_PANICS};
+use std::mem::MaybeUninit;
+
+use super::python::{self, PyStack};
+use super::stack::{self, StopAt};
+use super::thread::{self, ThreadState};
+use super::{clock, context, intern, meminfo};
+use crate::profile::{self, Stage, Watch};
+use crate::session::{self, Session, HOOK_PANICS};
 
 /// Where a call takes its sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,15 +52,65 @@ pub struct Call {
     mode: Mode,
     seq: u64,
     outer: Option<Api>,
-    saved_runtime: Option<RuntimeScope>,
+    /// The runtime call in progress before this one (`ThreadState::runtime_word`).
+    saved_runtime: u32,
     saved_scope: u64,
     scope: u64,
 }
 
+/// Entry points as a set: a bit per `Api` index. The hooks classify calls with one load and a
+/// bit test instead of walking `match`es on every call.
+#[derive(Clone, Copy)]
+struct ApiSet([u64; 4]);
+
+const APIS: usize = Api::ALL.len();
+const _: () = assert!(APIS <= 256, "ApiSet holds 256 entry points");
+
+impl ApiSet {
+    #[inline(always)]
+    const fn contains(&self, api: Api) -> bool {
+        let i = api as usize;
+        self.0[i / 64] >> (i % 64) & 1 != 0
+    }
+
+    const fn with(mut self, api: Api) -> ApiSet {
+        let i = api as usize;
+        self.0[i / 64] |= 1 << (i % 64);
+        self
+    }
+}
+
+/// For each runtime entry point (by index), the driver calls that are its own work.
+static MERGES: [ApiSet; APIS] = {
+    let mut table = [ApiSet([0; 4]); APIS];
+    let mut r = 0;
+    while r < APIS {
+        let mut d = 0;
+        while d < APIS {
+            if merges(Api::ALL[r], Api::ALL[d]) {
+                table[r] = table[r].with(Api::ALL[d]);
+            }
+            d += 1;
+        }
+        r += 1;
+    }
+    table
+};
+
+/// The entry points this process traces (by layer, and host memory, from the settings).
+fn traced(session: &Session) -> &'static ApiSet {
+    static TRACED: std::sync::OnceLock<ApiSet> = std::sync::OnceLock::new();
+    TRACED.get_or_init(|| {
+        Api::ALL
+            .iter()
+            .filter(|&&a| layer_on(a, session) && (session.config.capture.host || !is_host(a)))
+            .fold(ApiSet([0; 4]), |set, &a| set.with(a))
+    })
+}
+
 /// Whether a driver call made inside a runtime call is that runtime call's own work (and so one
 /// event, not two).
-#[inline]
-fn merges(runtime: Api, driver: Api) -> bool {
+const fn merges(runtime: Api, driver: Api) -> bool {
     use Api::*;
     matches!(
         (runtime, driver),
@@ -158,7 +213,7 @@ impl Call {
         mode: Mode::Off,
         seq: 0,
         outer: None,
-        saved_runtime: None,
+        saved_runtime: 0,
         saved_scope: 0,
         scope: 0,
     };
@@ -166,15 +221,15 @@ impl Call {
     /// Starts tracing a call to `api` made from return address `caller`.
     #[inline]
     pub fn begin(api: Api, caller: usize, order: Order) -> Call {
-        guarded(|| Call::begin_call(api, caller, order)).unwrap_or(Call::OFF)
+        guarded(|| Call::begin_call(api, caller, order, &mut profile::Off)).unwrap_or(Call::OFF)
     }
 
     #[inline]
-    fn begin_call(api: Api, caller: usize, order: Order) -> Call {
+    fn begin_call<W: Watch>(api: Api, caller: usize, order: Order, w: &mut W) -> Call {
         let Some(session) = session::current() else {
             return Call::OFF;
         };
-        if !layer_on(api, session) || (!session.config.capture.host && is_host(api)) {
+        if !traced(session).contains(api) {
             return Call::OFF;
         }
         let mut call = Call {
@@ -191,39 +246,42 @@ impl Call {
         } else {
             match api.layer() {
                 Layer::Runtime => {
-                    call.saved_runtime =
-                        t.replace_runtime(Some(RuntimeScope { api, merged: None }));
+                    call.saved_runtime = t.replace_runtime_word(api as u32 + 1);
                     Mode::Traced
                 }
-                Layer::Driver => match t.runtime() {
-                    Some(mut scope) if scope.merged.is_none() && merges(scope.api, api) => {
-                        scope.merged = Some(api);
-                        t.set_runtime(Some(scope));
+                Layer::Driver => {
+                    // The runtime call in progress (its index + 1 in the low half, a merged
+                    // driver call's in the high half; see `ThreadState::runtime_word`).
+                    let word = t.runtime_word();
+                    let outer = (word & 0xffff) as usize;
+                    if outer != 0 && word >> 16 == 0 && MERGES[outer - 1].contains(api) {
+                        t.set_runtime_word(word | (api as u32 + 1) << 16);
                         Mode::Merged
-                    }
-                    scope => {
-                        call.outer = scope.map(|s| s.api);
+                    } else {
+                        call.outer = outer.checked_sub(1).map(|i| Api::ALL[i]);
                         Mode::Traced
                     }
-                },
+                }
                 Layer::Nccl => {
                     call.scope = session.next_scope();
                     call.saved_scope = t.replace_nccl_scope(call.scope);
                     // A runtime call inside NCCL (its own static runtime is invisible, but a
                     // dynamic one is not) must not swallow NCCL's driver calls.
-                    call.saved_runtime = t.replace_runtime(None);
+                    call.saved_runtime = t.replace_runtime_word(0);
                     Mode::Traced
                 }
                 Layer::Tracer => Mode::Traced,
             }
         };
         if call.mode == Mode::Traced && order == Order::Destroy {
+            w.lap(Stage::Enter);
             // Numbered and claimed before the real call: the collector then waits for this event
             // (the slot is WRITING) however long the real call takes.
             match session.reserve() {
                 Some(seq) if session.claim(seq) => call.seq = seq,
                 _ => call.mode = Mode::Dropped,
             }
+            w.lap(Stage::Claim);
         }
         call
     }
@@ -238,7 +296,7 @@ impl Call {
         if changes_contexts(self.api) {
             context::invalidate();
         }
-        guarded(|| self.end_inner(result, op));
+        guarded(|| self.end_inner(result, op, &mut profile::Off));
     }
 
     /// One intercepted call, whole, under a single unwind guard: `real` calls the real function
@@ -250,6 +308,9 @@ impl Call {
     /// after the guard; a panic after it loses only the event (counted either way). One guard
     /// instead of one per phase keeps the call's state in the hook's own frame (moving it out of
     /// a guard's buffer stalls on the stores that just wrote it).
+    ///
+    /// With the self-profile on (`VRAMTRACE_SELF_PROFILE`), the same steps run in a copy that
+    /// times each stage; this branch is all the profile costs when off.
     #[inline(always)]
     pub fn run(
         api: Api,
@@ -258,18 +319,43 @@ impl Call {
         real: impl Fn() -> i32,
         op: impl FnOnce(i32) -> Op,
     ) -> i32 {
+        if profile::enabled() {
+            Call::run_watched::<profile::On>(api, caller, order, real, op)
+        } else {
+            Call::run_watched::<profile::Off>(api, caller, order, real, op)
+        }
+    }
+
+    /// [`Call::run`], its stages timed by `W`.
+    #[inline(always)]
+    fn run_watched<W: Watch>(
+        api: Api,
+        caller: usize,
+        order: Order,
+        real: impl Fn() -> i32,
+        op: impl FnOnce(i32) -> Op,
+    ) -> i32 {
         let mut result: Option<i32> = None;
         let traced = catch_unwind(AssertUnwindSafe(|| {
-            let call = Call::begin_call(api, caller, order);
+            let mut w = W::start();
+            let call = Call::begin_call(api, caller, order, &mut w);
+            let traced = call.mode == Mode::Traced || call.mode == Mode::Dropped;
+            if call.mode == Mode::Merged {
+                w.lap(Stage::Nested);
+            } else if traced && order == Order::Create {
+                w.lap(Stage::Enter);
+            }
             let r = real();
             result = Some(r);
-            if call.mode != Mode::Traced && call.mode != Mode::Dropped {
+            if !traced {
                 return;
             }
+            w.lap(Stage::Real);
+            w.traced();
             if changes_contexts(call.api) {
                 context::invalidate();
             }
-            call.end_inner(r, || op(r));
+            call.end_inner(r, || op(r), &mut w);
         }));
         if traced.is_err() {
             HOOK_PANICS.fetch_add(1, Ordering::Relaxed);
@@ -281,7 +367,7 @@ impl Call {
         }
     }
 
-    fn end_inner(mut self, result: i32, op: impl FnOnce() -> Op) {
+    fn end_inner<W: Watch>(mut self, result: i32, op: impl FnOnce() -> Op, w: &mut W) {
         let Some(session) = self.session else { return };
         // SAFETY: set in `begin` from this thread's thread-local, which lives as long as the
         // thread; a Call never leaves the thread that made it (it holds a raw pointer: !Send).
@@ -290,11 +376,12 @@ impl Call {
         let mut inner = None;
         match layer {
             Layer::Runtime => {
-                inner = t.replace_runtime(self.saved_runtime).and_then(|s| s.merged);
+                let word = t.replace_runtime_word(self.saved_runtime);
+                inner = (word >> 16).checked_sub(1).map(|i| Api::ALL[i as usize]);
             }
             Layer::Nccl => {
                 t.replace_nccl_scope(self.saved_scope);
-                t.set_runtime(self.saved_runtime);
+                t.set_runtime_word(self.saved_runtime);
             }
             _ => {}
         }
@@ -316,23 +403,26 @@ impl Call {
             } else {
                 (-1, 0)
             };
-            let frames = match session.config.stack_depth {
-                0 => None,
-                depth => stack::capture(depth, self.caller as u64),
-            };
+            w.lap(Stage::Context);
             // Python frames name the line that asked for memory: allocations only.
-            let py = if self.order == Order::Create
-                && layer != Layer::Tracer
-                && session.config.python_depth != 0
-                && !python::absent()
-            {
-                python::capture(session.config.python_depth)
+            let python = session.config.python_depth != 0 && !python::absent();
+            let (py_stack, py_inferred) =
+                if python && self.order == Order::Create && layer != Layer::Tracer {
+                    python_stack(session.config.python_depth, w)
+                } else {
+                    (0, false)
+                };
+            // With Python stacks on, the native walk ends at the interpreter's evaluation loop:
+            // an allocation's Python frames say where it came from, and beyond the loop a
+            // release's native frames are only the interpreter's own.
+            let stop = if python {
+                python::interpreter()
             } else {
-                None
+                StopAt::NEVER
             };
-            let (py_frames, py_inferred) = match py {
-                Some((f, inferred)) => (Some(f), inferred),
-                None => (None, false),
+            let stack = match session.config.stack_depth {
+                0 => 0,
+                depth => native_stack(depth, self.caller as u64, stop, w),
             };
             let (api, outer, caller) = (self.api, self.outer, self.caller as u64);
             let nccl_scope = if layer == Layer::Nccl {
@@ -344,26 +434,22 @@ impl Call {
             // closure's captures are copied around first).
             macro_rules! event {
                 ($seq:expr, $op:expr) => {
-                    Captured {
-                        event: Event {
-                            seq: $seq,
-                            time_ns: time,
-                            thread,
-                            api,
-                            inner,
-                            outer,
-                            result,
-                            device,
-                            context,
-                            caller,
-                            stack: 0,
-                            py_stack: 0,
-                            py_inferred,
-                            nccl_scope,
-                            op: $op,
-                        },
-                        frames,
-                        py_frames,
+                    Event {
+                        seq: $seq,
+                        time_ns: time,
+                        thread,
+                        api,
+                        inner,
+                        outer,
+                        result,
+                        device,
+                        context,
+                        caller,
+                        stack,
+                        py_stack,
+                        py_inferred,
+                        nccl_scope,
+                        op: $op,
                     }
                 };
             }
@@ -378,6 +464,7 @@ impl Call {
                 if !session.claim(seq) {
                     break 'built;
                 }
+                w.lap(Stage::Claim);
                 session.fill_with(seq, || event!(seq, op));
             } else {
                 // Claimed in `begin`: built straight into the slot, `op` read straight into it (a
@@ -385,6 +472,7 @@ impl Call {
                 let seq = self.seq;
                 session.fill_with(seq, || event!(seq, op()));
             }
+            w.lap(Stage::Fill);
             if self.order == Order::Create && result == 0 {
                 // The event's clock reading serves the interval check (one TSC read less).
                 if let Some((free, total)) = meminfo::sample_due(
@@ -399,7 +487,43 @@ impl Call {
         }
         std::mem::forget(unwinding);
         t.set_busy(false);
+        w.lap(Stage::Leave);
     }
+}
+
+/// The calling thread's Python stack, interned: its id, and whether it was inferred (the thread
+/// runs no Python). Out of line: its frame buffer is only on the stack meanwhile.
+#[inline(never)]
+fn python_stack<W: Watch>(depth: usize, w: &mut W) -> (u32, bool) {
+    let mut frames = [MaybeUninit::uninit(); 256];
+    let found = python::capture(&mut frames[..depth.min(256)]);
+    w.lap(Stage::Python);
+    match found {
+        PyStack::Own(n) => {
+            // SAFETY: `capture` initialised the first `n` elements.
+            let frames = unsafe { std::slice::from_raw_parts(frames.as_ptr().cast(), n) };
+            let id = python::intern(frames);
+            w.lap(Stage::Intern);
+            (id, false)
+        }
+        PyStack::Inferred(id) => (id, true),
+        PyStack::None => (0, false),
+    }
+}
+
+/// The calling thread's native stack from `caller` outward, interned (a walk this thread
+/// remembers gives its id without walking or interning). Out of line: its frame buffer is only
+/// on the stack meanwhile.
+#[inline(never)]
+fn native_stack<W: Watch>(depth: usize, caller: u64, stop: StopAt, w: &mut W) -> u32 {
+    let id = stack::capture_id(depth, caller, stop, true, |frames| {
+        w.lap(Stage::Native);
+        let id = intern::NATIVE.intern(frames);
+        w.lap(Stage::Intern);
+        id
+    });
+    w.lap(Stage::Native);
+    id
 }
 
 /// Undoes [`Call::end_inner`]'s setup when building the event panics: dropped only while
@@ -434,26 +558,38 @@ fn device_memory_event(
 ) {
     if let Some(seq) = session.reserve().filter(|&s| session.claim(s)) {
         let time = clock::now();
-        session.fill_with(seq, || Captured {
-            event: Event {
-                seq,
-                time_ns: time,
-                thread,
-                api: Api::TracerMemInfo,
-                inner: None,
-                outer: None,
-                result: 0,
-                device,
-                context,
-                caller,
-                stack: 0,
-                py_stack: 0,
-                py_inferred: false,
-                nccl_scope: 0,
-                op: Op::DeviceMemory { free, total },
-            },
-            frames: None,
-            py_frames: None,
+        session.fill_with(seq, || Event {
+            seq,
+            time_ns: time,
+            thread,
+            api: Api::TracerMemInfo,
+            inner: None,
+            outer: None,
+            result: 0,
+            device,
+            context,
+            caller,
+            stack: 0,
+            py_stack: 0,
+            py_inferred: false,
+            nccl_scope: 0,
+            op: Op::DeviceMemory { free, total },
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_merge_table_is_the_merge_rule() {
+        for &r in Api::ALL {
+            for &d in Api::ALL {
+                assert_eq!(MERGES[r as usize].contains(d), merges(r, d), "{r:?} {d:?}");
+            }
+        }
+        assert!(MERGES[Api::CudaMallocAsync as usize].contains(Api::CuMemAllocAsyncPtsz));
+        assert!(!MERGES[Api::CudaMallocAsync as usize].contains(Api::CuMemFreeAsync));
     }
 }

@@ -161,8 +161,11 @@ impl Calibration {
         if !self.tsc {
             return raw;
         }
-        let delta = raw as i128 - self.base_raw as i128;
-        (self.base_ns as i128 + (delta as f64 * self.ns_per_tick) as i128).max(0) as u64
+        // Differences of 64-bit values in 64-bit arithmetic (an `i128` conversion to and from
+        // `f64` is a library call, on the writer's path for every event).
+        let delta = raw.wrapping_sub(self.base_raw) as i64;
+        let ns = (delta as f64 * self.ns_per_tick) as i64;
+        self.base_ns.saturating_add_signed(ns)
     }
 }
 

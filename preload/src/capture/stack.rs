@@ -23,6 +23,7 @@
 //! stack pointer outside the thread's known stack (a coroutine or signal stack), or no
 //! per-thread state (the thread is exiting, or a capture is already running on it).
 
+mod memo;
 mod modules;
 mod rules;
 mod thread;
@@ -36,11 +37,11 @@ use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder};
 
 use self::modules::ModuleList;
-use self::rules::Rule;
+use self::rules::{Rule, Stepped};
 use self::thread::ThreadUnwind;
 
 /// Most frames kept (`VRAMTRACE_STACK_DEPTH`'s upper bound).
-const MAX_DEPTH: usize = 256;
+pub const MAX_DEPTH: usize = 256;
 
 /// Most frames walked before `caller` is found: the tracer's own frames between the hook and
 /// [`capture`] are about eight.
@@ -50,46 +51,161 @@ const MAX_OWN_FRAMES: usize = 64;
 /// was cached (a walk that needs framehop always checks first).
 const RECHECK_EVERY: u32 = 64;
 
+/// Where a walk may end early: the first frame whose return address lies in `lo..hi` is kept
+/// and ends the stack. Used with the interpreter's evaluation loop when the event also gets a
+/// Python stack: the Python frames then say where the call came from, and the native frames
+/// beyond the loop are only more of the interpreter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StopAt {
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl StopAt {
+    /// Never stops early.
+    pub const NEVER: StopAt = StopAt { lo: 0, hi: 0 };
+
+    #[inline(always)]
+    fn holds(self, address: u64) -> bool {
+        address.wrapping_sub(self.lo) < self.hi.wrapping_sub(self.lo)
+    }
+}
+
 /// Captures up to `depth` return addresses, starting at the frame that called the hook
 /// (`caller`); the tracer's own frames are cut off.
-#[inline(never)]
 pub fn capture(depth: usize, caller: u64) -> Option<Box<[u64]>> {
     if depth == 0 {
         return None;
     }
-    let depth = depth.min(MAX_DEPTH);
+    let mut frames = None;
+    capture_id(depth, caller, StopAt::NEVER, false, |f| {
+        frames = Some(Box::from(f));
+        0
+    });
+    frames
+}
+
+/// Walks the calling thread's stack from `caller` outward (at most `depth` frames, up to the
+/// first that `stop` holds) and returns what `intern` makes of the frames: the stack's id.
+///
+/// With `remember`, a walk this thread remembered that is proven to come out the same
+/// ([`memo`]) gives its id without walking (and without `intern`), and a new walk is remembered.
+#[inline(always)]
+pub fn capture_id(
+    depth: usize,
+    caller: u64,
+    stop: StopAt,
+    remember: bool,
+    intern: impl FnOnce(&[u64]) -> u32,
+) -> u32 {
+    let depth = depth.clamp(1, MAX_DEPTH);
     let start = Registers::here();
-    let mut frames = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
-    let walked = thread::with(|t| {
+    let mut out = [MaybeUninit::<u64>::uninit(); MAX_DEPTH];
+    let mut intern = Some(intern);
+    let got = thread::with(|t| {
         t.captures = t.captures.wrapping_add(1);
         if t.captures.is_multiple_of(RECHECK_EVERY) {
             // Bounds how long rules of an unloaded object can outlive it (see `rules`).
             t.rules.follow(modules::current()?);
         }
-        match walk(t, start, caller, &mut frames[..depth]) {
-            Walk::NotReached => {
-                // An object loaded or unloaded since the rules were found can only matter for a
-                // walk that went wrong: look again, once, if it did.
-                let list = modules::current()?;
-                if t.rules.follows(list) {
-                    Some(Walk::NotReached)
-                } else {
-                    t.rules.follow(list);
-                    Some(walk(t, start, caller, &mut frames[..depth]))
-                }
+        let key = memo::Start {
+            caller,
+            ip: start.ip,
+            sp: start.sp,
+            bp: start.bp,
+            depth: depth as u32,
+            stop,
+            epoch: t.rules.epoch(),
+        };
+        if remember {
+            // SAFETY: `key.sp` is this capture's own stack pointer, and the memos are this
+            // thread's own.
+            if let Some(id) = unsafe { t.memos.find(&key) } {
+                return Some(id);
             }
-            other => Some(other),
+            let mut log = memo::Log::new(start.sp);
+            let walked =
+                walk_again_if_stale(t, start, caller, stop, &mut out[..depth], &mut log, || {
+                    memo::Log::new(start.sp)
+                })?;
+            let n = kept(walked, caller, &mut out)?;
+            let id = intern.take()?(frames(&out, n));
+            // Only a walk that reached the caller under unchanged rules is remembered.
+            if matches!(walked, Walk::Reached(_)) && t.rules.epoch() == key.epoch {
+                t.memos.store(&key, &log, id);
+            }
+            Some(id)
+        } else {
+            let walked = walk_again_if_stale(
+                t,
+                start,
+                caller,
+                stop,
+                &mut out[..depth],
+                &mut memo::Forget,
+                || memo::Forget,
+            )?;
+            let n = kept(walked, caller, &mut out)?;
+            Some(intern.take()?(frames(&out, n)))
         }
     });
-    Some(match walked.flatten() {
-        Some(Walk::Reached(n)) => {
-            // SAFETY: `walk` initialised the first `n` elements.
-            let kept = unsafe { std::slice::from_raw_parts(frames.as_ptr() as *const u64, n) };
-            Box::from(kept)
+    match got.flatten() {
+        Some(id) => id,
+        None => {
+            let n = capture_with_libgcc(caller, &mut out[..depth]);
+            intern.take().map_or(0, |f| f(frames(&out, n)))
         }
-        Some(Walk::NotReached) => Box::new([caller]),
-        Some(Walk::NoFirstStep) | None => capture_with_libgcc(depth, caller),
-    })
+    }
+}
+
+/// The frames kept by a walk that ended as `walked`: its own, or `caller` alone when it did not
+/// reach the caller; `None` when it could not even start (libgcc's turn).
+#[inline(always)]
+fn kept(walked: Walk, caller: u64, out: &mut [MaybeUninit<u64>; MAX_DEPTH]) -> Option<usize> {
+    match walked {
+        Walk::Reached(n) => Some(n),
+        Walk::NotReached => {
+            out[0].write(caller);
+            Some(1)
+        }
+        Walk::NoFirstStep => None,
+    }
+}
+
+/// The first `n` frames of `out`.
+#[inline(always)]
+fn frames(out: &[MaybeUninit<u64>; MAX_DEPTH], n: usize) -> &[u64] {
+    // SAFETY: the walks and the libgcc fallback initialise the first `n` elements they report.
+    unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) }
+}
+
+/// [`walk`], and once more with fresh rules (and a fresh record from `fresh`) if it did not reach
+/// the caller while the loaded objects changed. `None` when the module list cannot be read.
+#[inline(always)]
+fn walk_again_if_stale<R: memo::Record>(
+    t: &mut ThreadUnwind,
+    start: Registers,
+    caller: u64,
+    stop: StopAt,
+    out: &mut [MaybeUninit<u64>],
+    rec: &mut R,
+    fresh: impl FnOnce() -> R,
+) -> Option<Walk> {
+    match walk(t, start, caller, stop, out, rec) {
+        Walk::NotReached => {
+            // An object loaded or unloaded since the rules were found can only matter for a
+            // walk that went wrong: look again, once, if it did.
+            let list = modules::current()?;
+            if t.rules.follows(list) {
+                Some(Walk::NotReached)
+            } else {
+                t.rules.follow(list);
+                *rec = fresh();
+                Some(walk(t, start, caller, stop, out, rec))
+            }
+        }
+        other => Some(other),
+    }
 }
 
 /// The registers a walk starts from.
@@ -122,7 +238,7 @@ impl Registers {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Walk {
     /// `caller` was found; this many frames were written.
     Reached(usize),
@@ -132,65 +248,154 @@ enum Walk {
     NoFirstStep,
 }
 
-/// Walks from `start` and writes the return addresses from `caller` outward into `out`.
-fn walk(t: &mut ThreadUnwind, start: Registers, caller: u64, out: &mut [MaybeUninit<u64>]) -> Walk {
+/// Walks from `start` and writes the return addresses from `caller` outward into `out`, up to
+/// the first one `stop` holds.
+///
+/// The common step (a rule cached for the address) is inlined here: a lookup in the rule cache
+/// and one or two reads of the stack. Anything else goes through framehop, out of line.
+fn walk<R: memo::Record>(
+    t: &mut ThreadUnwind,
+    start: Registers,
+    caller: u64,
+    stop: StopAt,
+    out: &mut [MaybeUninit<u64>],
+    rec: &mut R,
+) -> Walk {
     let (stack_lo, stack_hi) = t.stack;
     if start.sp < stack_lo || start.sp >= stack_hi {
         return Walk::NoFirstStep;
     }
     // Everything the walk needs lies between this frame and the top of the stack: what is
     // below is dead, what is outside is not this thread's stack (and may not be mapped).
-    let lo = start.sp;
-    let read = move |addr: u64| -> Result<u64, ()> {
-        if addr >= lo && addr <= stack_hi - 8 && addr.is_multiple_of(8) {
+    let bounds = Bounds {
+        lo: start.sp,
+        hi: stack_hi - 8,
+    };
+    let mut frame = Frame {
+        sp: start.sp,
+        bp: start.bp,
+    };
+    // The first step leaves this capture's own frame, from an instruction pointer rather than a
+    // return address.
+    let Some(mut ra) = step(t, start.ip, true, &mut frame, bounds, rec) else {
+        return Walk::NoFirstStep;
+    };
+    // Out through the tracer's own frames to the intercepted call's.
+    let mut own = 0;
+    while ra != caller {
+        own += 1;
+        if own > MAX_OWN_FRAMES {
+            return Walk::NotReached;
+        }
+        match step(t, ra, false, &mut frame, bounds, rec) {
+            Some(next) => ra = next,
+            None => return Walk::NotReached,
+        }
+    }
+    // The end of the stack, an unreadable word or a rule that cannot be applied: the stack ends
+    // there.
+    let mut n = 0;
+    loop {
+        out[n].write(ra);
+        n += 1;
+        if n == out.len() || stop.holds(ra) {
+            break;
+        }
+        match step(t, ra, false, &mut frame, bounds, rec) {
+            Some(next) => ra = next,
+            None => break,
+        }
+    }
+    Walk::Reached(n)
+}
+
+/// The part of the stack a walk may read: aligned words in `lo..=hi`.
+#[derive(Clone, Copy)]
+struct Bounds {
+    lo: u64,
+    /// The highest readable word.
+    hi: u64,
+}
+
+impl Bounds {
+    #[inline(always)]
+    fn read(self, addr: u64) -> Result<u64, ()> {
+        if addr >= self.lo && addr <= self.hi && addr.is_multiple_of(8) {
             // SAFETY: an aligned word inside this thread's live stack, which is mapped; volatile
             // because the words belong to other frames' locals, which this code does not own.
             Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
         } else {
             Err(())
         }
+    }
+}
+
+/// The registers a step changes.
+#[derive(Clone, Copy)]
+struct Frame {
+    sp: u64,
+    bp: u64,
+}
+
+/// One step out of the frame at `address` (the first frame's instruction pointer when
+/// `first`, else a return address): by its cached rule, else through framehop (out of line).
+/// Returns the caller's return address.
+#[inline(always)]
+fn step<R: memo::Record>(
+    t: &mut ThreadUnwind,
+    address: u64,
+    first: bool,
+    frame: &mut Frame,
+    bounds: Bounds,
+    rec: &mut R,
+) -> Option<u64> {
+    // Return addresses are looked up one byte back, inside the call instruction.
+    let lookup = address - u64::from(!first);
+    if let Some(rule) = t.rules.get(lookup) {
+        match rule.apply(frame.sp, frame.bp, bounds.lo, bounds.hi, rec) {
+            Stepped::Next { ra, sp, bp } => {
+                *frame = Frame { sp, bp };
+                return Some(ra);
+            }
+            Stepped::End => return None,
+            Stepped::Slow => {}
+        }
+    }
+    step_slow(t, address, first, frame, bounds, rec)
+}
+
+#[cold]
+#[inline(never)]
+fn step_slow<R: memo::Record>(
+    t: &mut ThreadUnwind,
+    address: u64,
+    first: bool,
+    frame: &mut Frame,
+    bounds: Bounds,
+    rec: &mut R,
+) -> Option<u64> {
+    rec.rule(None);
+    let at = if first {
+        FrameAddress::from_instruction_pointer(address)
+    } else {
+        FrameAddress::from_return_address(address)?
     };
+    let mut regs = UnwindRegsX86_64::new(address, frame.sp, frame.bp);
     let mut w = Walker {
         t,
         list: None,
-        read,
+        read: |a| {
+            let held = bounds.read(a)?;
+            rec.read(a, held);
+            Ok(held)
+        },
     };
-    let mut regs = UnwindRegsX86_64::new(start.ip, start.sp, start.bp);
-    // The first step leaves this capture's own frame, from an instruction pointer rather than a
-    // return address.
-    let Some(mut ra) = w.step(FrameAddress::from_instruction_pointer(start.ip), &mut regs) else {
-        return Walk::NoFirstStep;
+    let ra = w.step(at, &mut regs)?;
+    *frame = Frame {
+        sp: regs.sp(),
+        bp: regs.bp(),
     };
-    let mut own = 0;
-    let mut n = 0;
-    loop {
-        if n == 0 && ra != caller {
-            own += 1;
-            if own > MAX_OWN_FRAMES {
-                break;
-            }
-        } else {
-            out[n].write(ra);
-            n += 1;
-            if n == out.len() {
-                break;
-            }
-        }
-        let Some(address) = FrameAddress::from_return_address(ra) else {
-            break;
-        };
-        // The end of the stack, an unreadable word or a rule that cannot be applied: the stack
-        // ends here.
-        match w.step(address, &mut regs) {
-            Some(next) => ra = next,
-            None => break,
-        }
-    }
-    if n == 0 {
-        Walk::NotReached
-    } else {
-        Walk::Reached(n)
-    }
+    Some(ra)
 }
 
 /// One walk's access to the unwinding state.
@@ -207,7 +412,7 @@ impl<F: FnMut(u64) -> Result<u64, ()>> Walker<'_, F> {
     #[inline]
     fn step(&mut self, address: FrameAddress, regs: &mut UnwindRegsX86_64) -> Option<u64> {
         let key = address.address_for_lookup();
-        match self.t.rules.get(key) {
+        match self.t.rules.get(key).map(rules::Packed::rule) {
             Some(Rule::Delegate) => self.framehop(address, regs),
             Some(rule) => rule.apply(regs, &mut self.read),
             None => {
@@ -244,8 +449,9 @@ impl<F: FnMut(u64) -> Result<u64, ()>> Walker<'_, F> {
 }
 
 /// The stack as libgcc's `_Unwind_Backtrace` walks it: DWARF CFI read afresh for every frame.
-fn capture_with_libgcc(depth: usize, caller: u64) -> Box<[u64]> {
-    let mut frames: Vec<u64> = Vec::with_capacity(depth);
+/// Writes into `out` (as many frames as it holds); returns how many.
+fn capture_with_libgcc(caller: u64, out: &mut [MaybeUninit<u64>]) -> usize {
+    let mut n = 0;
     let mut started = false;
     let mut own = 0;
     // SAFETY: trace_unsynchronized only requires that no other unwinder runs concurrently on this
@@ -264,15 +470,15 @@ fn capture_with_libgcc(depth: usize, caller: u64) -> Box<[u64]> {
                 }
                 started = true;
             }
-            frames.push(ip);
-            frames.len() < depth
+            out[n].write(ip);
+            n += 1;
+            n < out.len()
         });
     }
     if !started {
         // The unwinder did not reach the caller (no unwind info): the caller alone is certain.
-        frames.clear();
-        frames.push(caller);
+        out[0].write(caller);
+        n = 1;
     }
-    frames.truncate(depth);
-    frames.into_boxed_slice()
+    n
 }

@@ -50,7 +50,8 @@ pub struct ThreadState {
     _pad: [u8; 2],
     tid: Cell<u32>,
     runtime: Cell<u32>,
-    _pad2: u32,
+    /// This thread's row in the self-profile (`crate::profile`), 1-based; 0: none yet.
+    profile_row: Cell<u32>,
     /// The NCCL call in progress on this thread (0 when none).
     nccl_scope: Cell<u64>,
     /// The last context this thread asked about (see `context`), its device + 1 (0: none), and
@@ -58,7 +59,9 @@ pub struct ThreadState {
     last_ctx: Cell<u64>,
     last_dev: Cell<u64>,
     last_gen: Cell<u64>,
-    _spare: [u64; 2],
+    /// This thread's unwinding state (`stack::thread`): a pointer or one of its sentinels.
+    unwind: Cell<usize>,
+    _spare: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<ThreadState>() == 64);
@@ -172,6 +175,24 @@ impl ThreadState {
         self.runtime.set(RuntimeScope::pack(s));
     }
 
+    /// The runtime call in progress as one word: `(api + 1) | (merged + 1) << 16`, 0 when none
+    /// (what [`RuntimeScope`] packs), for the hooks' path.
+    #[inline]
+    pub fn runtime_word(&self) -> u32 {
+        self.runtime.get()
+    }
+
+    #[inline]
+    pub fn set_runtime_word(&self, word: u32) {
+        self.runtime.set(word);
+    }
+
+    /// Sets the runtime call in progress as a word, returning the previous one.
+    #[inline]
+    pub fn replace_runtime_word(&self, word: u32) -> u32 {
+        self.runtime.replace(word)
+    }
+
     /// Sets the runtime call in progress, returning the previous one.
     #[inline]
     pub fn replace_runtime(&self, s: Option<RuntimeScope>) -> Option<RuntimeScope> {
@@ -195,6 +216,18 @@ impl ThreadState {
         self.last_ctx.set(ctx);
         self.last_dev.set(device as u64 + 1);
         self.last_gen.set(generation);
+    }
+
+    /// The word holding this thread's unwinding state (`stack::thread` gives it meaning).
+    #[inline]
+    pub fn unwind(&self) -> &Cell<usize> {
+        &self.unwind
+    }
+
+    /// This thread's row in the self-profile.
+    #[inline]
+    pub fn profile_row(&self) -> &Cell<u32> {
+        &self.profile_row
     }
 
     /// Sets the NCCL call in progress, returning the previous one.

@@ -1,13 +1,14 @@
 //! The collector thread: receives events from the hooks, puts them back in causal (sequence)
 //! order, names new modules, interns stacks, and writes the trace in chunks.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use vramtrace_collector::attached;
+use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{
-    End, Header, Packing, PyFrame, PyStackDef, Record, StackDef, Stats, TraceWriter,
+    End, Header, Packing, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
 use super::lifecycle::{warn, Ending};
@@ -15,8 +16,10 @@ use super::modules::ModuleTracker;
 use super::output::{self, Naming};
 use super::ring::Take;
 use super::trace_file::{CreateError, TraceFile};
-use super::{Captured, Session, HOOK_PANICS, MISSING_REAL};
+use super::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
+use crate::capture::{intern, python};
+use crate::profile::{self, Stage, TimedWrite, WriterWatch};
 
 /// How long the loop sleeps when the channel is empty.
 const POLL: Duration = Duration::from_millis(2);
@@ -48,25 +51,37 @@ enum Drain {
 
 /// Where records go: the trace file, or nowhere once writing failed (the program runs on).
 struct Sink {
-    writer: Option<TraceWriter<TraceFile>>,
+    writer: Option<TraceWriter<TimedWrite<TraceFile>>>,
     path: String,
     events: u64,
     lost: u64,
 }
 
 impl Sink {
-    fn write_event(&mut self, e: &vramtrace_collector::event::Event) {
+    /// Writes an event; `true` when that wrote a chunk out.
+    fn write_event(&mut self, e: &vramtrace_collector::event::Event) -> bool {
         match self.writer.as_mut() {
             Some(w) => {
+                let pending = w.pending_records();
                 if let Err(err) = w.write_event(e) {
                     self.fail(&err);
                     self.lost += 1;
+                    false
                 } else {
                     self.events += 1;
+                    w.pending_records() <= pending
                 }
             }
-            None => self.lost += 1,
+            None => {
+                self.lost += 1;
+                false
+            }
         }
+    }
+
+    /// Clock ticks spent in `write(2)` since the last call (self-profile).
+    fn write_ticks(&mut self) -> u64 {
+        self.writer.as_mut().map_or(0, |w| w.get_mut().take_ticks())
     }
 
     fn fail(&mut self, e: &dyn std::fmt::Display) {
@@ -111,8 +126,11 @@ struct Collector {
     session: &'static Session,
     sink: Sink,
     modules: ModuleTracker,
-    stacks: HashMap<Box<[u64]>, u32>,
-    py_stacks: HashMap<std::sync::Arc<[PyFrame]>, u32>,
+    /// Native stacks: the trace's id of each id of `intern::NATIVE` (0: not written yet). The
+    /// trace numbers stacks densely in the order events first name them.
+    stacks: TraceIds,
+    /// Python stacks, the same way (`intern::PYTHON`).
+    py_stacks: TraceIds,
     py_codes_written: std::collections::HashSet<u32>,
     next_seq: u64,
     gap_since: Option<Instant>,
@@ -131,6 +149,34 @@ struct Collector {
     calibration: Calibration,
     /// Payloads written so far (the last `Attachment` id).
     attachments: u32,
+    /// The self-profile's stopwatch (does nothing unless `VRAMTRACE_SELF_PROFILE` is on).
+    watch: WriterWatch,
+}
+
+/// The trace's ids of a table's stacks, by table id.
+#[derive(Default)]
+struct TraceIds {
+    ids: Vec<u32>,
+    written: u32,
+}
+
+impl TraceIds {
+    /// The trace id of table id `id`, if written.
+    #[inline]
+    fn get(&self, id: u32) -> Option<u32> {
+        self.ids.get(id as usize).copied().filter(|&t| t != 0)
+    }
+
+    /// Gives table id `id` the next trace id.
+    fn assign(&mut self, id: u32) -> u32 {
+        let i = id as usize;
+        if self.ids.len() <= i {
+            self.ids.resize(i + 1, 0);
+        }
+        self.written += 1;
+        self.ids[i] = self.written;
+        self.written
+    }
 }
 
 fn env_i32(name: &str) -> Option<i32> {
@@ -201,11 +247,12 @@ fn open_sink(session: &Session) -> Sink {
     let pattern = &session.config.output;
     let first = output::first_choice(pattern, &naming);
     // The header is written into the staged file, which appears under its name with it.
-    let mut writer = match TraceWriter::new(TraceFile::staged(), &header) {
+    let mut writer = match TraceWriter::new(TimedWrite::new(TraceFile::staged()), &header) {
         Ok(w) => w.with_chunk_bytes(256 * 1024),
         Err(e) => return untraced(&first, format!("cannot write the trace header: {e}")),
     };
     let path = match writer
+        .get_mut()
         .get_mut()
         .create(output::candidates(&first, pattern, pid))
     {
@@ -253,41 +300,31 @@ impl Collector {
         }
     }
 
-    fn write_event(&mut self, c: Captured) {
-        let Captured {
-            mut event,
-            frames,
-            py_frames,
-        } = c;
-        if let Some(py) = py_frames {
-            event.py_stack = self.intern_python(py);
+    fn write_event(&mut self, mut event: Event) {
+        if event.py_stack != 0 {
+            event.py_stack = match self.py_stacks.get(event.py_stack) {
+                Some(id) => id,
+                None => self.define_python(event.py_stack),
+            };
+        }
+        if event.stack != 0 {
+            event.stack = match self.stacks.get(event.stack) {
+                Some(id) => id,
+                None => self.define_native(event.stack),
+            };
         }
         event.seq = self.written_number(event.seq);
         event.time_ns = self.calibration.to_ns(event.time_ns);
-        let modules = &mut self.modules;
-        let unknown = !modules.knows(event.caller)
-            || frames
-                .as_deref()
-                .is_some_and(|f| f.iter().any(|&a| !modules.knows(a)));
-        if unknown {
+        if !self.modules.knows(event.caller) {
             self.write_modules();
         }
-        if let Some(frames) = frames {
-            let next = self.stacks.len() as u32 + 1;
-            let id = match self.stacks.get(&frames) {
-                Some(&id) => id,
-                None => {
-                    self.sink.write(&Record::Stack(StackDef {
-                        id: next,
-                        frames: frames.to_vec(),
-                    }));
-                    self.stacks.insert(frames, next);
-                    next
-                }
-            };
-            event.stack = id;
+        self.watch.lap(Stage::Define);
+        if self.sink.write_event(&event) {
+            let written = self.sink.write_ticks();
+            self.watch.lap_flush(written);
+        } else {
+            self.watch.lap(Stage::Encode);
         }
-        self.sink.write_event(&event);
     }
 
     /// The number event `seq` is written with: a gap is left for every event dropped before it
@@ -309,26 +346,45 @@ impl Collector {
         seq + self.renumbered
     }
 
-    /// The id of a Python stack, writing it (and the names of code objects it is the first to
-    /// use) on first sight.
-    fn intern_python(&mut self, frames: std::sync::Arc<[PyFrame]>) -> u32 {
-        if let Some(&id) = self.py_stacks.get(&frames) {
-            return id;
+    /// Writes native stack `id` (a table id) on its first sight, after the modules its frames
+    /// lie in; returns its trace id (0 if the table does not know it).
+    #[cold]
+    fn define_native(&mut self, id: u32) -> u32 {
+        let Some(frames) = intern::NATIVE.frames(id) else {
+            return 0;
+        };
+        let modules = &mut self.modules;
+        if frames.iter().any(|&a| !modules.knows(a)) {
+            self.write_modules();
         }
-        for f in frames.iter() {
+        let trace_id = self.stacks.assign(id);
+        self.sink.write(&Record::Stack(StackDef {
+            id: trace_id,
+            frames: frames.to_vec(),
+        }));
+        trace_id
+    }
+
+    /// Writes Python stack `id` (a table id) on its first sight, with the names of code objects
+    /// it is the first to use; returns its trace id (0 if the table does not know it).
+    #[cold]
+    fn define_python(&mut self, id: u32) -> u32 {
+        let Some(frames) = python::frames(id) else {
+            return 0;
+        };
+        for f in &frames {
             if self.py_codes_written.insert(f.code) {
-                if let Some(code) = crate::capture::python::code(f.code) {
+                if let Some(code) = python::code(f.code) {
                     self.sink.write(&Record::PyCode(code));
                 }
             }
         }
-        let id = self.py_stacks.len() as u32 + 1;
+        let trace_id = self.py_stacks.assign(id);
         self.sink.write(&Record::PyStack(PyStackDef {
-            id,
-            frames: frames.to_vec(),
+            id: trace_id,
+            frames,
         }));
-        self.py_stacks.insert(frames, id);
-        id
+        trace_id
     }
 
     fn write_lookups(&mut self) {
@@ -375,6 +431,7 @@ impl Collector {
         let ring = &self.session.ring;
         let mut written: usize = 0;
         let seen = self.end_seen;
+        self.watch.reset();
         loop {
             if self.next_seq > last {
                 return written;
@@ -387,6 +444,7 @@ impl Collector {
             }
             match ring.take(self.next_seq) {
                 Take::Ready(c) => {
+                    self.watch.lap(Stage::Take);
                     self.next_seq += 1;
                     self.gap_since = None;
                     self.write_event(c);
@@ -499,6 +557,7 @@ impl Collector {
                 self.session.last_seq()
             };
             let got = self.consume(drain, reorder_wait, last);
+            self.watch.events(got as u64);
             self.session.set_consumed(self.next_seq);
             self.write_lookups();
             self.write_attachments();
@@ -508,7 +567,10 @@ impl Collector {
             }
             if flush_now || last_flush.elapsed() >= flush_every {
                 self.write_stats_if_changed();
+                self.watch.reset();
                 self.sink.flush();
+                let written = self.sink.write_ticks();
+                self.watch.lap_flush(written);
                 self.calibration.refine();
                 self.calibration.publish();
                 last_flush = Instant::now();
@@ -516,13 +578,25 @@ impl Collector {
             }
             if got == 0 {
                 // Parked rather than slept: the exit path unparks it to finish at once.
+                self.watch.reset();
                 std::thread::park_timeout(POLL);
+                self.watch.lap(Stage::Idle);
             }
         }
     }
 
     fn end(&mut self, finish: u32) {
         let reason = Ending::reason(finish);
+        let lost_stacks = intern::NATIVE.lost() + intern::PYTHON.lost();
+        if lost_stacks > 0 {
+            let msg = format!(
+                "{lost_stacks} stacks were not recorded: more distinct stacks than the tracer's tables hold"
+            );
+            if !self.session.config.quiet {
+                warn(&msg);
+            }
+            self.sink.write(&Record::Warning(msg));
+        }
         let stats = self.stats();
         let lost = stats.dropped;
         self.sink.write(&Record::Stats(stats.clone()));
@@ -531,7 +605,11 @@ impl Collector {
             stats,
             reason,
         }));
+        self.watch.reset();
         self.sink.flush();
+        let written = self.sink.write_ticks();
+        self.watch.lap_flush(written);
+        profile::print(self.watch.row(), lost);
         // Closed (if still ours): a process whose exec failed goes on with a new trace.
         self.sink.writer = None;
         if lost > 0 && !self.session.config.quiet {
@@ -621,8 +699,8 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 session,
                 sink: open_sink(session),
                 modules: ModuleTracker::default(),
-                stacks: HashMap::new(),
-                py_stacks: HashMap::new(),
+                stacks: TraceIds::default(),
+                py_stacks: TraceIds::default(),
                 py_codes_written: std::collections::HashSet::new(),
                 next_seq: 1,
                 gap_since: None,
@@ -634,6 +712,7 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 last_stats: Stats::default(),
                 calibration: Calibration::measure(Duration::from_millis(2)),
                 attachments: 0,
+                watch: WriterWatch::new(),
             };
             c.calibration.publish();
             for w in warnings {

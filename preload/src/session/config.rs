@@ -36,7 +36,8 @@ pub struct Config {
     pub buffer_events: usize,
     /// Longest time between chunk writes.
     pub flush_interval: Duration,
-    /// How long a hook waits for room in a full channel before dropping its event.
+    /// How long a hook waits for room in a full channel while the collector makes no progress
+    /// at all, before dropping its event (while it makes progress, hooks wait for it).
     pub full_wait: Duration,
     /// How long the collector waits for an event that is missing from the sequence.
     pub reorder_wait: Duration,
@@ -44,6 +45,8 @@ pub struct Config {
     pub quiet: bool,
     /// Store the (redacted) command line in the trace header.
     pub store_command_line: bool,
+    /// Time the stages of every hook and of the writer, and print them on stderr at the end.
+    pub self_profile: bool,
 }
 
 impl Default for Config {
@@ -63,10 +66,11 @@ impl Default for Config {
             },
             buffer_events: 1 << 16,
             flush_interval: Duration::from_millis(200),
-            full_wait: Duration::from_millis(50),
+            full_wait: Duration::from_millis(1000),
             reorder_wait: Duration::from_millis(1000),
             quiet: false,
             store_command_line: true,
+            self_profile: false,
         }
     }
 }
@@ -86,6 +90,7 @@ pub const SETTINGS: &[&str] = &[
     "VRAMTRACE_REORDER_WAIT_MS",
     "VRAMTRACE_QUIET",
     "VRAMTRACE_STORE_CMDLINE",
+    "VRAMTRACE_SELF_PROFILE",
 ];
 
 fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
@@ -173,6 +178,9 @@ impl Config {
         if let Some(v) = get("VRAMTRACE_QUIET") {
             c.quiet = parse_bool("VRAMTRACE_QUIET", &v, &mut w).unwrap_or(false);
         }
+        if let Some(v) = get("VRAMTRACE_SELF_PROFILE") {
+            c.self_profile = parse_bool("VRAMTRACE_SELF_PROFILE", &v, &mut w).unwrap_or(false);
+        }
         let rank_known = get("RANK").is_some() || get("LOCAL_RANK").is_some();
         c.output = match get_os("VRAMTRACE_OUTPUT") {
             Some(v) if !v.to_string_lossy().trim().is_empty() => v,
@@ -242,7 +250,7 @@ impl Config {
                 &v,
                 0,
                 10_000,
-                50,
+                1000,
                 &mut w,
             ));
         }

@@ -16,11 +16,11 @@ pub mod ring;
 pub mod trace_file;
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use crossbeam_queue::SegQueue;
 use vramtrace_collector::event::Event;
-use vramtrace_collector::format::{Lookup, PyFrame};
+use vramtrace_collector::format::Lookup;
 
 pub use config::Config;
 
@@ -41,14 +41,6 @@ pub struct AttachQueue {
     pub waiting: Vec<Attached>,
     /// Payloads queued so far: the last one's number.
     pub queued: u64,
-}
-
-/// An event as a hook hands it over: the stacks still raw, interned by the collector.
-pub struct Captured {
-    pub event: Event,
-    pub frames: Option<Box<[u64]>>,
-    /// Python frames (code id, line), shared with the "last stack" kept for other threads.
-    pub py_frames: Option<Arc<[PyFrame]>>,
 }
 
 const IDLE: u8 = 0;
@@ -73,6 +65,9 @@ pub static MISSING_REAL: AtomicU64 = AtomicU64::new(0);
 pub fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         let (c, warnings) = Config::from_env();
+        if c.self_profile {
+            crate::profile::enable();
+        }
         if !c.quiet {
             for w in &warnings {
                 lifecycle::warn(w);
@@ -116,8 +111,9 @@ impl<T> std::ops::Deref for Padded<T> {
 /// The live session of this process.
 pub struct Session {
     pub config: &'static Config,
-    /// The bounded lock-free ring from hooks to the collector, indexed by sequence number.
-    pub ring: ring::Ring<Captured>,
+    /// The bounded lock-free ring from hooks to the collector, indexed by sequence number. Its
+    /// events name their stacks by the ids of `capture::intern`'s tables.
+    pub ring: ring::Ring<Event>,
     /// Written by every traced call (its own cache line).
     seq: Padded<AtomicU64>,
     /// The next number the collector will read: numbers below it have left the ring (written by
@@ -125,6 +121,10 @@ pub struct Session {
     consumed: Padded<AtomicU64>,
     scope: AtomicU64,
     pub dropped: AtomicU64,
+    /// Set when hooks stopped waiting for a writer that made no progress: the value of
+    /// `consumed` then, plus one (0: not stalled). While `consumed` stays there, hooks drop
+    /// their events at once instead of each waiting out `full_wait` again.
+    stalled: AtomicU64,
     /// Events whose hook finished after the collector had given up waiting for them.
     pub late: AtomicU64,
     pub after_end: AtomicU64,
@@ -147,9 +147,10 @@ pub struct Session {
 
 impl Session {
     /// The next sequence number (starts at 1), when the ring has room for it. A full ring is
-    /// waited on for at most `full_wait`; after that the event is dropped (counted) *without*
-    /// taking a number, so the collector never waits for it and later events still flow — a
-    /// number is only handed out with a slot free for it.
+    /// waited on for as long as the collector makes progress (see [`Patience`]); an event that
+    /// still finds no room is dropped (counted) *without* taking a number, so the collector never
+    /// waits for it and later events still flow — a number is only handed out with a slot free
+    /// for it.
     #[inline]
     pub fn reserve(&self) -> Option<u64> {
         if self.seq.load(Ordering::Relaxed) + 1
@@ -168,8 +169,7 @@ impl Session {
     /// trace ends at the numbers already given.
     #[cold]
     fn reserve_slow(&self) -> Option<u64> {
-        let start = std::time::Instant::now();
-        let mut spins = 0u32;
+        let mut patience = Patience::new(self);
         loop {
             if self.control.finish.load(Ordering::Acquire) != 0 {
                 self.after_end.fetch_add(1, Ordering::Relaxed);
@@ -180,16 +180,14 @@ impl Session {
             {
                 return Some(self.seq.fetch_add(1, Ordering::Relaxed) + 1);
             }
-            if start.elapsed() >= self.config.full_wait {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                self.drop_marks.push(self.seq.load(Ordering::Acquire));
+            if !patience.wait() {
+                if self.control.finished.load(Ordering::Acquire) != 0 {
+                    self.after_end.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    self.drop_marks.push(self.seq.load(Ordering::Acquire));
+                }
                 return None;
-            }
-            spins += 1;
-            if spins < 128 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(20));
             }
         }
     }
@@ -214,18 +212,30 @@ impl Session {
     /// call). `false` when it could not (counted).
     #[inline]
     pub fn claim(&self, seq: u64) -> bool {
-        match self.ring.claim(seq, self.config.full_wait) {
+        match self.ring.try_claim(seq) {
             Ok(()) => true,
-            Err(r) => {
-                self.refused(seq, r);
-                false
+            Err(r) => self.claim_slow(seq, r),
+        }
+    }
+
+    /// [`Session::claim`] when the slot was not free at once: waits as [`Session::reserve`]
+    /// does.
+    #[cold]
+    fn claim_slow(&self, seq: u64, mut refused: ring::Refused) -> bool {
+        let mut patience = Patience::new(self);
+        while refused == ring::Refused::Full && patience.wait() {
+            match self.ring.try_claim(seq) {
+                Ok(()) => return true,
+                Err(r) => refused = r,
             }
         }
+        self.refused(seq, refused);
+        false
     }
 
     /// Builds the event of a claimed `seq` into its slot and hands it to the collector.
     #[inline]
-    pub fn fill_with(&self, seq: u64, build: impl FnOnce() -> Captured) {
+    pub fn fill_with(&self, seq: u64, build: impl FnOnce() -> Event) {
         self.ring.fill_with(seq, build);
     }
 
@@ -233,15 +243,6 @@ impl Session {
     pub fn abandon(&self, seq: u64) {
         self.ring.abandon(seq);
         self.refused(seq, ring::Refused::Full);
-    }
-
-    /// Hands an event to the collector. Waits at most `full_wait` for room; an event that still
-    /// does not fit is counted as dropped, never lost silently.
-    #[inline]
-    pub fn publish(&self, seq: u64, c: Captured) {
-        if let Err((r, _)) = self.ring.publish(seq, c, self.config.full_wait) {
-            self.refused(seq, r);
-        }
     }
 
     #[cold]
@@ -259,6 +260,52 @@ impl Session {
                 self.late.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+/// How a hook waits for room in a full ring: as long as the collector makes progress, however
+/// long that takes (the program then runs at the writer's pace rather than losing events), and
+/// at most `full_wait` without any progress (the writer is stuck: a stalled disk, a stopped
+/// thread). Once a hook gave up, others give up at once until the collector moves again. Waiting
+/// spins briefly, then yields the CPU in short sleeps (the collector may need it: on a machine
+/// with few cores the waiting threads would otherwise starve the one they wait for).
+struct Patience<'s> {
+    session: &'s Session,
+    progress: u64,
+    since: std::time::Instant,
+    spins: u32,
+}
+
+impl<'s> Patience<'s> {
+    fn new(session: &'s Session) -> Patience<'s> {
+        Patience {
+            session,
+            progress: session.consumed.load(Ordering::Acquire),
+            since: std::time::Instant::now(),
+            spins: 0,
+        }
+    }
+
+    /// Waits a moment; `false` when it is time to give up.
+    fn wait(&mut self) -> bool {
+        let s = self.session;
+        let consumed = s.consumed.load(Ordering::Acquire);
+        if consumed != self.progress {
+            self.progress = consumed;
+            self.since = std::time::Instant::now();
+        } else if s.stalled.load(Ordering::Relaxed) == consumed + 1
+            || self.since.elapsed() >= s.config.full_wait
+        {
+            s.stalled.store(consumed + 1, Ordering::Relaxed);
+            return false;
+        }
+        self.spins += 1;
+        if self.spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        true
     }
 }
 
@@ -300,6 +347,7 @@ fn start_slow() -> Option<&'static Session> {
         consumed: Padded(AtomicU64::new(1)),
         scope: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
+        stalled: AtomicU64::new(0),
         late: AtomicU64::new(0),
         after_end: AtomicU64::new(0),
         dropped_seqs: SegQueue::new(),

@@ -14,9 +14,10 @@
 //!   EMPTY(s) --collector gives up on s (dropped or never claimed)--> EMPTY(s+cap)
 //! ```
 //!
-//! A hook whose slot still serves an older lap (the ring is full) waits a bounded time, then
-//! drops its event and says so; a hook that finds its slot already past its number (the collector
-//! gave up on it) drops its event as late. Nothing blocks forever and nothing is lost silently.
+//! A hook whose slot still serves an older lap (the ring is full) waits (how long is the
+//! session's decision, see `Session::claim`), then drops its event and says so; a hook that finds
+//! its slot already past its number (the collector gave up on it) drops its event as late.
+//! Nothing blocks forever and nothing is lost silently.
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -98,35 +99,14 @@ impl<T> Ring<T> {
         &self.slots[(seq & self.mask) as usize]
     }
 
-    /// Claims the slot of `seq` for writing, waiting up to `wait` while the ring is full.
+    /// Claims the slot of `seq` for writing if it is free now: `Full` when it still serves an
+    /// older lap, `Late` when the collector already gave up on `seq`.
     #[inline]
-    pub fn claim(&self, seq: u64, wait: Duration) -> Result<(), Refused> {
+    pub fn try_claim(&self, seq: u64) -> Result<(), Refused> {
         let want = seq << 2 | EMPTY;
-        if self
-            .slot(seq)
-            .stamp
-            .compare_exchange(
-                want,
-                seq << 2 | WRITING,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
-            return Ok(());
-        }
-        self.claim_slow(seq, wait)
-    }
-
-    /// [`Ring::claim`] when the first attempt did not succeed.
-    #[cold]
-    fn claim_slow(&self, seq: u64, wait: Duration) -> Result<(), Refused> {
-        let slot = self.slot(seq);
-        let want = seq << 2 | EMPTY;
-        let mut started: Option<Instant> = None;
-        let mut spins = 0u32;
+        let stamp = &self.slot(seq).stamp;
         loop {
-            match slot.stamp.compare_exchange_weak(
+            match stamp.compare_exchange_weak(
                 want,
                 seq << 2 | WRITING,
                 Ordering::Acquire,
@@ -134,20 +114,20 @@ impl<T> Ring<T> {
             ) {
                 Ok(_) => return Ok(()),
                 Err(cur) if cur >> 2 > seq => return Err(Refused::Late),
+                // A spurious failure of the weak exchange.
                 Err(cur) if cur == want => continue,
-                Err(_) => {
-                    // The slot still serves an older lap: the ring is full.
-                    let t = *started.get_or_insert_with(Instant::now);
-                    if t.elapsed() >= wait {
-                        return Err(Refused::Full);
-                    }
-                    spins += 1;
-                    if spins < 128 {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(20));
-                    }
-                }
+                Err(_) => return Err(Refused::Full),
+            }
+        }
+    }
+
+    /// Claims the slot of `seq` for writing, waiting up to `wait` while the ring is full.
+    pub fn claim(&self, seq: u64, wait: Duration) -> Result<(), Refused> {
+        let start = Instant::now();
+        loop {
+            match self.try_claim(seq) {
+                Err(Refused::Full) if start.elapsed() < wait => std::thread::yield_now(),
+                other => return other,
             }
         }
     }

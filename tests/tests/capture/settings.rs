@@ -169,6 +169,46 @@ captest!(a_full_channel_counts_every_dropped_event, |dir| {
     );
 });
 
+// With the default settings nothing is dropped however fast calls come: one thread making
+// 100,000 allocate/free pairs back to back (200,000 events, three times the default channel),
+// and eight threads making 20,000 each at once. Hooks wait for the writer while it makes
+// progress instead of dropping. (`tests/benches/capture_overhead.rs` runs the full scale: 10 M
+// pairs on one thread, 8 threads × 1 M.)
+captest!(
+    the_default_settings_drop_nothing_under_a_flood_of_calls,
+    |dir| {
+        use vramtrace_collector::event::Api;
+        for (threads, pairs) in [(1u64, 100_000u64), (8, 20_000)] {
+            let sub = dir.join(threads.to_string());
+            std::fs::create_dir(&sub).unwrap();
+            let run = Workload::new("wl_threads")
+                .arg(threads.to_string())
+                .arg(pairs.to_string())
+                .run_both(&sub);
+            let trace = run.single_trace();
+            // Nothing dropped, nothing late, every event counted is in the file.
+            trace.assert_clean("exit");
+            let c = trace.counts();
+            let n = |api| c.get(&api).copied().unwrap_or(0);
+            let leaks = threads * (threads + 1) / 2;
+            // Odd threads pair cudaMallocAsync/cudaFreeAsync, even ones cudaMalloc/cudaFree; every
+            // thread leaks (index + 1) cudaMalloc buffers.
+            let async_pairs = threads / 2 * pairs;
+            let sync_pairs = threads * pairs - async_pairs;
+            assert_eq!(
+                (n(Api::CudaMalloc), n(Api::CudaFree)),
+                (sync_pairs + leaks, sync_pairs),
+                "{threads} threads"
+            );
+            assert_eq!(
+                (n(Api::CudaMallocAsync), n(Api::CudaFreeAsync)),
+                (async_pairs, async_pairs),
+                "{threads} threads"
+            );
+        }
+    }
+);
+
 // `VRAMTRACE_STACK_DEPTH=0`: no stacks at all, and owners still come out right from the
 // caller alone.
 captest!(stack_depth_zero_captures_no_stacks, |dir| {

@@ -17,6 +17,10 @@
 //!
 //! A thread without Python frames (PyTorch's autograd threads, a library's own C threads) gets
 //! the last Python stack captured on any thread, flagged as inferred.
+//!
+//! Stacks are interned where they are captured ([`intern`], in `capture::intern::PYTHON`): an
+//! event carries the id. Knowing the interpreter's evaluation loop ([`interpreter`]) also lets the
+//! native walk stop where the Python frames take over.
 
 mod layout;
 mod linetable;
@@ -25,11 +29,14 @@ mod raw;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_long, c_void, CStr};
 use std::mem::MaybeUninit;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 use vramtrace_collector::format::{PyCode, PyFrame};
 
+use super::intern::PYTHON;
 use super::spin::SpinLock;
+use super::stack::StopAt;
 use crate::resolve::dl;
 
 type Obj = *mut c_void;
@@ -147,18 +154,17 @@ static CODES: SpinLock<Codes> = SpinLock::new(Codes {
     raw: raw::RawNames::new(),
 });
 
-/// The last stack captured on any thread, for threads that run no Python themselves.
-static LAST: SpinLock<Option<Arc<[PyFrame]>>> = SpinLock::new(None);
+/// The id of the last stack captured on any thread, for threads that run no Python themselves
+/// (0: none yet).
+static LAST: AtomicU32 = AtomicU32::new(0);
 
 /// `pthread_atfork` prepare: no thread may be inside the tables while the process forks.
 pub fn before_fork() {
     CODES.acquire();
-    LAST.acquire();
 }
 
 /// `pthread_atfork` parent and child: the tables are usable again.
 pub fn after_fork() {
-    LAST.release();
     CODES.release();
 }
 
@@ -202,7 +208,7 @@ unsafe fn str_attr(api: &PyApi, code: Obj, name: &CStr) -> String {
 ///
 /// # Safety
 /// GIL held, `code` a live code object.
-unsafe fn intern(api: &PyApi, code: Obj) -> u32 {
+unsafe fn code_id(api: &PyApi, code: Obj) -> u32 {
     let known = CODES
         .lock()
         .ids
@@ -253,14 +259,28 @@ pub fn absent() -> bool {
     matches!(API.get(), Some(None))
 }
 
-/// The Python stack of the calling thread, innermost first, at most `depth` frames, and whether
-/// it was inferred (taken from the last stack seen on another thread). `None` without Python.
-pub fn capture(depth: usize) -> Option<(Arc<[PyFrame]>, bool)> {
-    if depth == 0 {
-        return None;
+/// What [`capture`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PyStack {
+    /// No Python stack (no Python in the process, or none captured yet on any thread).
+    None,
+    /// The calling thread's own frames: this many were written, innermost first.
+    Own(usize),
+    /// The thread runs no Python itself: the id of the last stack captured on any thread.
+    Inferred(u32),
+}
+
+/// Writes the Python stack of the calling thread into `out`, innermost first, at most
+/// `out.len()` frames; without frames of its own, the thread gets the last stack captured on any
+/// thread ([`PyStack::Inferred`]).
+pub fn capture(out: &mut [MaybeUninit<PyFrame>]) -> PyStack {
+    if out.is_empty() {
+        return PyStack::None;
     }
     // No CPython in the process: nothing to capture, and nothing to infer from.
-    let api = API.get_or_init(PyApi::find).as_ref()?;
+    let Some(api) = API.get_or_init(PyApi::find).as_ref() else {
+        return PyStack::None;
+    };
     // SAFETY: these three may be called from any thread at any time.
     let (ready, gil) = unsafe {
         let ready = (api.is_initialized)() != 0 && api.is_finalizing.is_none_or(|f| f() == 0);
@@ -269,36 +289,95 @@ pub fn capture(depth: usize) -> Option<(Arc<[PyFrame]>, bool)> {
     // Reading the frames directly is preferred whenever the interpreter's layout is known, GIL
     // or not: it is several times cheaper than the C API and has no side effect (the C API pauses
     // the collector and, on 3.11, materialises frame objects).
-    let own = if ready && !raw::available() && gil {
+    let depth = out.len().min(MAX_DEPTH);
+    let n = if ready && !raw::available() && gil {
         // SAFETY: the thread holds the GIL (checked above).
-        unsafe { walk(api, depth) }.map(|frames| share(&frames))
+        match unsafe { walk(api, depth) } {
+            Some(frames) => {
+                for (o, f) in out.iter_mut().zip(&frames) {
+                    o.write(*f);
+                }
+                frames.len().min(depth)
+            }
+            None => 0,
+        }
     } else if ready {
-        let mut buf = [MaybeUninit::<PyFrame>::uninit(); MAX_DEPTH];
         // SAFETY: the interpreter is running (checked above) and this thread, inside a hook
         // called from C, is not running Python: its frames are parked.
-        let n = unsafe { raw::capture(&mut buf[..depth.min(MAX_DEPTH)]) };
-        // SAFETY: `raw::capture` initialised the first `n` elements.
-        let frames = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<PyFrame>(), n) };
-        (n > 0).then(|| share(frames))
+        unsafe { raw::capture(&mut out[..depth]) }
     } else {
-        None
+        0
     };
-    match own {
-        Some(frames) => Some((frames, false)),
-        None => LAST.lock().clone().map(|f| (f, true)),
+    if n > 0 {
+        return PyStack::Own(n);
+    }
+    match LAST.load(Ordering::Relaxed) {
+        0 => PyStack::None,
+        id => PyStack::Inferred(id),
     }
 }
 
-/// `frames` as the last stack seen, shared: the previous one when it is the same (a loop
-/// allocating from one place costs no allocation here).
-fn share(frames: &[PyFrame]) -> Arc<[PyFrame]> {
-    let mut last = LAST.lock();
-    if let Some(l) = last.as_ref().filter(|l| ***l == *frames) {
-        return l.clone();
+/// The id of a stack of the calling thread's own (from [`capture`]), which also becomes the
+/// stack inferred for threads without Python; 0 when the table is full.
+#[inline]
+pub fn intern(frames: &[PyFrame]) -> u32 {
+    let mut words = [0u64; MAX_DEPTH];
+    let n = frames.len().min(MAX_DEPTH);
+    for (w, f) in words.iter_mut().zip(&frames[..n]) {
+        *w = u64::from(f.code) | u64::from(f.line) << 32;
     }
-    let shared: Arc<[PyFrame]> = Arc::from(frames);
-    *last = Some(shared.clone());
-    shared
+    let id = PYTHON.intern(&words[..n]);
+    if id != 0 && LAST.load(Ordering::Relaxed) != id {
+        LAST.store(id, Ordering::Relaxed);
+    }
+    id
+}
+
+/// The frames of interned stack `id` (for the writer thread).
+pub fn frames(id: u32) -> Option<Vec<PyFrame>> {
+    let words = PYTHON.frames(id)?;
+    Some(
+        words
+            .iter()
+            .map(|&w| PyFrame {
+                code: w as u32,
+                line: (w >> 32) as u32,
+            })
+            .collect(),
+    )
+}
+
+/// The interpreter's evaluation loop (`_PyEval_EvalFrameDefault`), once Python was found in the
+/// process; [`StopAt::NEVER`] otherwise.
+pub fn interpreter() -> StopAt {
+    static EVAL: OnceLock<StopAt> = OnceLock::new();
+    if !matches!(API.get(), Some(Some(_))) {
+        return StopAt::NEVER;
+    }
+    *EVAL.get_or_init(|| eval_loop().unwrap_or(StopAt::NEVER))
+}
+
+/// Where `_PyEval_EvalFrameDefault` lies: its address and size from the dynamic symbol table.
+fn eval_loop() -> Option<StopAt> {
+    const RTLD_DL_SYMENT: libc::c_int = 1;
+    let addr = sym(c"_PyEval_EvalFrameDefault")?;
+    // SAFETY: Dl_info is plain data dladdr1 fills; `entry` receives a pointer to the symbol's
+    // entry in the object's own (mapped, read-only) symbol table.
+    let size = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        let mut entry: *mut c_void = std::ptr::null_mut();
+        if libc::dladdr1(addr as *const c_void, &mut info, &mut entry, RTLD_DL_SYMENT) == 0
+            || entry.is_null()
+            || info.dli_saddr as usize != addr
+        {
+            return None;
+        }
+        (*(entry as *const libc::Elf64_Sym)).st_size
+    };
+    (size > 0).then(|| StopAt {
+        lo: addr as u64,
+        hi: addr as u64 + size,
+    })
 }
 
 /// # Safety
@@ -328,7 +407,7 @@ unsafe fn walk(api: &PyApi, depth: usize) -> Option<Vec<PyFrame>> {
             let code = (api.frame_code)(frame);
             let line = (api.frame_line)(frame);
             if !code.is_null() {
-                let id = intern(api, code);
+                let id = code_id(api, code);
                 (api.dec_ref)(code);
                 if id != 0 {
                     frames.push(PyFrame {

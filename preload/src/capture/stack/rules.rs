@@ -25,6 +25,7 @@
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
+use super::memo::Record;
 use super::modules::ModuleList;
 
 /// How to leave a frame whose code address has a cached rule.
@@ -95,11 +96,133 @@ impl Rule {
     }
 }
 
+/// A rule as the walk applies it: one word, decoded with shifts (the enum's layout costs a
+/// dozen instructions per frame to take apart).
+///
+/// Bits 0–31: the CFA offset; 32–39: the return address's offset from the CFA in words; 40–47:
+/// the saved frame pointer's, if [`Packed::RESTORES_BP`]; 56–63: the kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packed(u64);
+
+/// What one step of a walk found.
+pub enum Stepped {
+    /// The caller's return address, stack pointer and frame pointer.
+    Next { ra: u64, sp: u64, bp: u64 },
+    /// The stack ends here (the outermost frame, an unreadable word, or a rule that does not
+    /// apply).
+    End,
+    /// No simple rule: framehop must take this step.
+    Slow,
+}
+
+impl Packed {
+    const FROM_SP: u64 = 0;
+    const FROM_BP: u64 = 1;
+    const END: u64 = 2;
+    const DELEGATE: u64 = 3;
+    const RESTORES_BP: u64 = 1 << 48;
+
+    pub fn new(rule: Rule) -> Packed {
+        Packed(match rule {
+            Rule::End => Self::END << 56,
+            Rule::Delegate => Self::DELEGATE << 56,
+            Rule::Step {
+                from_bp,
+                cfa_offset,
+                ra_words,
+                bp_words,
+            } => {
+                let kind = if from_bp {
+                    Self::FROM_BP
+                } else {
+                    Self::FROM_SP
+                };
+                kind << 56
+                    | u64::from(cfa_offset as u32)
+                    | u64::from(ra_words as u8) << 32
+                    | bp_words.map_or(0, |w| u64::from(w as u8) << 40 | Self::RESTORES_BP)
+            }
+        })
+    }
+
+    /// The rule it packs.
+    pub fn rule(self) -> Rule {
+        match self.0 >> 56 {
+            Self::END => Rule::End,
+            Self::DELEGATE => Rule::Delegate,
+            kind => Rule::Step {
+                from_bp: kind == Self::FROM_BP,
+                cfa_offset: self.0 as u32 as i32,
+                ra_words: (self.0 >> 32) as u8 as i8,
+                bp_words: (self.0 & Self::RESTORES_BP != 0).then_some((self.0 >> 40) as u8 as i8),
+            },
+        }
+    }
+
+    /// Applies the rule to a frame with stack pointer `sp` and frame pointer `bp`, reading the
+    /// stack only inside `lo..=hi` (aligned words), and telling `rec` what it reads. The same
+    /// steps as [`Rule::apply`].
+    #[inline(always)]
+    pub fn apply(self, sp: u64, bp: u64, lo: u64, hi: u64, rec: &mut impl Record) -> Stepped {
+        let kind = self.0 >> 56;
+        if kind > Self::FROM_BP {
+            return if kind == Self::END {
+                Stepped::End
+            } else {
+                Stepped::Slow
+            };
+        }
+        rec.rule(Some((
+            kind == Self::FROM_BP,
+            self.0 & Self::RESTORES_BP != 0,
+        )));
+        let base = if kind == Self::FROM_BP {
+            if bp == 0 {
+                return Stepped::End;
+            }
+            bp
+        } else {
+            sp
+        };
+        let cfa = base.wrapping_add(self.0 as u32 as i32 as i64 as u64);
+        if cfa <= sp {
+            return Stepped::End;
+        }
+        // A word is readable when it lies in `lo..=hi` and is aligned: one subtraction checks
+        // both bounds.
+        let readable = |at: u64| at.wrapping_sub(lo) <= hi - lo && at.is_multiple_of(8);
+        let ra_at = cfa.wrapping_add(((self.0 >> 32) as u8 as i8 as i64 * 8) as u64);
+        if !readable(ra_at) {
+            return Stepped::End;
+        }
+        // SAFETY: an aligned word inside the calling thread's live stack (the caller's bounds),
+        // which is mapped; volatile because it belongs to other frames' locals.
+        let ra = unsafe { std::ptr::read_volatile(ra_at as *const u64) };
+        rec.read(ra_at, ra);
+        let bp = if self.0 & Self::RESTORES_BP != 0 {
+            let bp_at = cfa.wrapping_add(((self.0 >> 40) as u8 as i8 as i64 * 8) as u64);
+            if !readable(bp_at) {
+                return Stepped::End;
+            }
+            // SAFETY: as above.
+            let held = unsafe { std::ptr::read_volatile(bp_at as *const u64) };
+            rec.read_bp(bp_at, held);
+            held
+        } else {
+            bp
+        };
+        if ra == 0 {
+            return Stepped::End;
+        }
+        Stepped::Next { ra, sp: cfa, bp }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Entry {
     /// The lookup address (return address − 1); 0 marks an empty entry.
     address: u64,
-    rule: Rule,
+    rule: Packed,
 }
 
 const _: () = assert!(
@@ -109,7 +232,7 @@ const _: () = assert!(
 
 const EMPTY: Entry = Entry {
     address: 0,
-    rule: Rule::Delegate,
+    rule: Packed(Packed::DELEGATE << 56),
 };
 const WAYS: usize = 4;
 const SETS: usize = 512;
@@ -119,6 +242,9 @@ pub struct RuleCache {
     sets: Box<[[Entry; WAYS]; SETS]>,
     /// The module list the rules were found under (its address); rules for another are stale.
     list: usize,
+    /// Bumped whenever the rules are forgotten: walks remembered under another epoch may have
+    /// applied rules that no longer hold (`memo`).
+    epoch: u32,
 }
 
 impl RuleCache {
@@ -126,6 +252,7 @@ impl RuleCache {
         RuleCache {
             sets: Box::new([[EMPTY; WAYS]; SETS]),
             list: 0,
+            epoch: 0,
         }
     }
 
@@ -139,7 +266,14 @@ impl RuleCache {
         if !self.follows(list) {
             self.sets.fill([EMPTY; WAYS]);
             self.list = list as *const ModuleList as usize;
+            self.epoch = self.epoch.wrapping_add(1);
         }
+    }
+
+    /// Changes whenever the rules are forgotten.
+    #[inline]
+    pub fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     fn set(address: u64) -> usize {
@@ -147,12 +281,23 @@ impl RuleCache {
         (address.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SETS.trailing_zeros())) as usize
     }
 
-    #[inline]
-    pub fn get(&self, address: u64) -> Option<Rule> {
-        self.sets[Self::set(address)]
-            .iter()
-            .find(|e| e.address == address && address != 0)
-            .map(|e| e.rule)
+    /// The rule cached for `address` (never for 0).
+    #[inline(always)]
+    pub fn get(&self, address: u64) -> Option<Packed> {
+        let set = &self.sets[Self::set(address)];
+        // Unrolled: the four compares are independent, so they do not wait on one another.
+        let hit = if set[0].address == address {
+            0
+        } else if set[1].address == address {
+            1
+        } else if set[2].address == address {
+            2
+        } else if set[3].address == address {
+            3
+        } else {
+            return None;
+        };
+        (address != 0).then_some(set[hit].rule)
     }
 
     /// Adds a rule, evicting the oldest of its set.
@@ -162,7 +307,10 @@ impl RuleCache {
         }
         let set = &mut self.sets[Self::set(address)];
         set.copy_within(0..WAYS - 1, 1);
-        set[0] = Entry { address, rule };
+        set[0] = Entry {
+            address,
+            rule: Packed::new(rule),
+        };
     }
 }
 
@@ -335,6 +483,15 @@ mod tests {
             );
         }
         assert_eq!(c.get(same[0]), None);
+        assert_eq!(
+            c.get(same[4]).map(Packed::rule),
+            Some(Rule::Step {
+                from_bp: false,
+                cfa_offset: 40,
+                ra_words: -1,
+                bp_words: None,
+            })
+        );
         for &a in &same[1..] {
             assert!(c.get(a).is_some());
         }

@@ -11,6 +11,14 @@ use std::time::Instant;
 
 use super::*;
 
+/// libgcc's walk of at most `depth` frames from `caller`.
+fn libgcc(depth: usize, caller: u64) -> Box<[u64]> {
+    let mut out = [MaybeUninit::uninit(); MAX_DEPTH];
+    let n = capture_with_libgcc(caller, &mut out[..depth]);
+    // SAFETY: the first `n` were written.
+    Box::from(unsafe { std::slice::from_raw_parts(out.as_ptr() as *const u64, n) })
+}
+
 /// What one call of [`hook`] saw.
 #[derive(Debug)]
 struct Seen {
@@ -85,6 +93,60 @@ fn frames_match_libgcc_through_a_call_chain() {
     }
 }
 
+/// What one remembering capture from [`remembering_hook`] saw: the frames, whether the walk
+/// ran (else a remembered one proved them), and libgcc's frames.
+#[derive(Debug)]
+struct Remembered {
+    frames: Vec<u64>,
+    walked: bool,
+    reference: Vec<u64>,
+}
+
+/// Plays an intercepted call that captures as the hooks do: remembering walks, interning into a
+/// table of its own.
+#[inline(never)]
+fn remembering_hook(table: &'static super::super::intern::StackTable) -> Remembered {
+    let (caller, reference) = from_own_caller(remembering_hook as *const () as u64);
+    let mut walked = false;
+    let id = capture_id(32, caller, StopAt::NEVER, true, |f| {
+        walked = true;
+        table.intern(f)
+    });
+    let frames = table.frames(id).expect("an interned stack").to_vec();
+    black_box(Remembered {
+        frames,
+        walked,
+        reference,
+    })
+}
+
+/// `n` frames of its own, then [`remembering_hook`].
+#[inline(never)]
+fn remembering_chain(n: usize, table: &'static super::super::intern::StackTable) -> Remembered {
+    if n == 0 {
+        return remembering_hook(table);
+    }
+    black_box(remembering_chain(n - 1, table))
+}
+
+#[test]
+fn a_remembered_walk_gives_the_stack_a_walk_would() {
+    let table = Box::leak(Box::new(super::super::intern::StackTable::new()));
+    // The same call chain from the same place, five times: the first captures walk, the rest
+    // are proven from the remembered walk; the frames are libgcc's every time. (A walk is
+    // remembered from the second time at worst: one that needed framehop, which may use the
+    // frame pointer, depends on more words, some of which change from call to call.)
+    for n in [3, 5] {
+        let runs: Vec<Remembered> = (0..5).map(|_| remembering_chain(n, table)).collect();
+        for r in &runs {
+            assert_eq!(r.frames, r.reference[..r.reference.len().min(32)]);
+        }
+        let walked: Vec<bool> = runs.iter().map(|r| r.walked).collect();
+        assert!(walked[0], "{n}: {walked:?}");
+        assert_eq!(walked[2..], [false, false, false], "{n}: {walked:?}");
+    }
+}
+
 #[test]
 fn frames_match_libgcc_on_other_threads_at_once() {
     let threads: Vec<_> = (0..4)
@@ -140,11 +202,11 @@ fn the_libgcc_fallback_finds_the_same_frames() {
     #[inline(never)]
     fn fallback_hook() -> (Box<[u64]>, Vec<u64>) {
         let (caller, reference) = from_own_caller(fallback_hook as *const () as u64);
-        black_box((capture_with_libgcc(32, caller), reference))
+        black_box((libgcc(32, caller), reference))
     }
     let (captured, reference) = fallback_hook();
     assert_eq!(&captured[..], &reference[..reference.len().min(32)]);
-    assert_eq!(&capture_with_libgcc(8, 0x1000)[..], &[0x1000]);
+    assert_eq!(&libgcc(8, 0x1000)[..], &[0x1000]);
 }
 
 /// Walks from here with stack bounds made from this frame's stack pointer and the thread's
@@ -159,12 +221,20 @@ fn walk_hook(bounds: fn(u64, (u64, u64)) -> (u64, u64)) -> (Walk, Vec<u64>, Vec<
         stack: bounds(start.sp, stack),
         cache: framehop::x86_64::CacheX86_64::new(),
         rules: rules::RuleCache::new(),
+        memos: memo::Memos::new(),
         captures: 0,
     };
     // Twice: the first walk finds every rule through framehop, the second applies cached ones.
     let [(w, frames), (w2, frames2)] = [(); 2].map(|_| {
         let mut out = [MaybeUninit::uninit(); 64];
-        let w = walk(&mut t, start, caller, &mut out);
+        let w = walk(
+            &mut t,
+            start,
+            caller,
+            StopAt::NEVER,
+            &mut out,
+            &mut memo::Forget,
+        );
         let n = match w {
             Walk::Reached(n) => n,
             _ => 0,
@@ -179,7 +249,7 @@ fn walk_hook(bounds: fn(u64, (u64, u64)) -> (u64, u64)) -> (Walk, Vec<u64>, Vec<
     );
     // Every frame of this Rust and libc code has a rule of the simple shape.
     for &f in &frames[..frames.len().saturating_sub(1)] {
-        let rule = t.rules.get(f - 1);
+        let rule = t.rules.get(f - 1).map(rules::Packed::rule);
         assert!(matches!(rule, Some(Rule::Step { .. })), "{f:x}: {rule:?}");
     }
     assert_eq!(
@@ -340,7 +410,7 @@ fn time_here(depth: usize) -> (f64, f64, usize) {
         per[ROUNDS / 2]
     };
     let framehop = median_ns(&|| capture(depth, caller).unwrap());
-    let libgcc = median_ns(&|| capture_with_libgcc(depth, caller));
+    let libgcc = median_ns(&|| libgcc(depth, caller));
     (framehop, libgcc, frames)
 }
 

@@ -1,17 +1,19 @@
 //! Per-thread unwinding state: the bounds of this thread's stack (the only memory the unwinder
 //! may read) and the rule caches (framehop's and ours), which are mutable and so not shared.
 //!
-//! The state is allocated on a thread's first capture and reached through a `const` thread-local
-//! pointer without a destructor, so it can be asked for at any point of a thread's life, even
-//! while its other thread-locals are being destroyed. A second thread-local whose destructor
-//! frees the state is registered alongside; after it ran, captures on that thread fall back (see
-//! [`with`]).
+//! The state is allocated on a thread's first capture and reached through a word of the hooks'
+//! initial-exec thread state (`capture::thread`: one `%fs`-relative load, where a `thread_local!`
+//! in a shared object is a call to `__tls_get_addr`), which has no destructor, so it can be asked
+//! for at any point of a thread's life, even while its thread-locals are being destroyed. A
+//! thread-local whose destructor frees the state is registered on first use; after it ran,
+//! captures on that thread fall back (see [`with`]).
 
 use std::cell::Cell;
 use std::ptr;
 
 use framehop::x86_64::CacheX86_64;
 
+use super::memo::Memos;
 use super::rules::RuleCache;
 
 /// The unwinding state of one thread.
@@ -20,17 +22,25 @@ pub struct ThreadUnwind {
     pub stack: (u64, u64),
     pub cache: CacheX86_64,
     pub rules: RuleCache,
+    /// Walks remembered, to be proven again rather than repeated.
+    pub memos: Memos,
     /// Captures so far (wrapping), to pace the checks of the loaded objects.
     pub captures: u32,
 }
 
 /// Sentinels of [`STATE`] besides null (not yet allocated) and a live state.
-const IN_USE: *mut ThreadUnwind = ptr::without_provenance_mut(1);
-const GONE: *mut ThreadUnwind = ptr::without_provenance_mut(2);
+const IN_USE: usize = 1;
+const GONE: usize = 2;
 
 thread_local! {
-    static STATE: Cell<*mut ThreadUnwind> = const { Cell::new(ptr::null_mut()) };
     static RECLAIM: Reclaim = const { Reclaim };
+}
+
+/// The calling thread's word for the state: 0 (none yet), [`IN_USE`], [`GONE`], or a pointer
+/// from `Box::into_raw`.
+#[inline(always)]
+fn word() -> &'static Cell<usize> {
+    crate::capture::thread::current().unwind()
 }
 
 /// Frees the thread's state when the thread exits.
@@ -38,11 +48,11 @@ struct Reclaim;
 
 impl Drop for Reclaim {
     fn drop(&mut self) {
-        let p = STATE.replace(GONE);
-        if !p.is_null() && p != IN_USE && p != GONE {
+        let p = word().replace(GONE);
+        if p != 0 && p != IN_USE && p != GONE {
             // SAFETY: a live state pointer came from Box::into_raw in `with` and, having been
             // swapped out, is referenced by nothing else.
-            drop(unsafe { Box::from_raw(p) });
+            drop(unsafe { Box::from_raw(p as *mut ThreadUnwind) });
         }
     }
 }
@@ -51,37 +61,49 @@ impl Drop for Reclaim {
 /// is exiting (its state is freed), or a capture is already running on it (a signal handler that
 /// captures while the interrupted code captured) — the state is taken out while in use, so `f`
 /// has it exclusively.
+#[inline]
 pub fn with<R>(f: impl FnOnce(&mut ThreadUnwind) -> R) -> Option<R> {
-    let mut p = STATE.replace(IN_USE);
+    let word = word();
+    let mut p = word.replace(IN_USE);
     if p == IN_USE || p == GONE {
-        STATE.set(p);
+        word.set(p);
         return None;
     }
-    if p.is_null() {
-        // Registers the destructor; refused once the thread's thread-locals are torn down, when
-        // a state allocated now would never be freed.
-        if RECLAIM.try_with(|_| ()).is_err() {
-            STATE.set(GONE);
-            return None;
+    if p == 0 {
+        match first_use() {
+            Some(state) => p = state,
+            None => {
+                word.set(GONE);
+                return None;
+            }
         }
-        p = Box::into_raw(Box::new(ThreadUnwind {
-            stack: stack_bounds().unwrap_or((0, 0)),
-            cache: CacheX86_64::new(),
-            rules: RuleCache::new(),
-            captures: 0,
-        }));
     }
     // Puts the state back when `f` is done, even by a panic (which the hook's guard catches).
-    struct Restore(*mut ThreadUnwind);
-    impl Drop for Restore {
+    struct Restore<'w>(&'w Cell<usize>, usize);
+    impl Drop for Restore<'_> {
         fn drop(&mut self) {
-            STATE.set(self.0);
+            self.0.set(self.1);
         }
     }
-    let _restore = Restore(p);
-    // SAFETY: `p` is this thread's live state from Box::into_raw; STATE holds IN_USE meanwhile,
-    // so no other call (nested on this thread) can reach it, and no other thread ever does.
-    Some(f(unsafe { &mut *p }))
+    let _restore = Restore(word, p);
+    // SAFETY: `p` is this thread's live state from Box::into_raw; the word holds IN_USE
+    // meanwhile, so no other call (nested on this thread) can reach it, and no other thread ever
+    // does.
+    Some(f(unsafe { &mut *(p as *mut ThreadUnwind) }))
+}
+
+/// Allocates the thread's state and registers its destructor; `None` once the thread's
+/// thread-locals are torn down, when a state allocated now would never be freed.
+#[cold]
+fn first_use() -> Option<usize> {
+    RECLAIM.try_with(|_| ()).ok()?;
+    Some(Box::into_raw(Box::new(ThreadUnwind {
+        stack: stack_bounds().unwrap_or((0, 0)),
+        cache: CacheX86_64::new(),
+        rules: RuleCache::new(),
+        memos: Memos::new(),
+        captures: 0,
+    })) as usize)
 }
 
 /// The calling thread's stack, as the threads library knows it (for the main thread glibc reads
