@@ -179,11 +179,12 @@ def main():
                 % (r + 1, key[0], key[1], got[0], got[1], got[2] / 1024),
                 flush=True,
             )
+    # Each round's ratio to plain (same allocator, same round), then the median of those: the
+    # machine's drift between rounds cancels out of each ratio.
     print()
-    print("%-15s %-13s %12s %8s %9s %11s" % ("allocator", "mode", "ms/step", "ratio", "wall s", "trace KiB"))
+    print("%-15s %-13s %10s %9s %20s %8s %10s" % ("allocator", "mode", "ms/step", "ratio", "per-round ratios", "wall s", "trace KiB"))
     for a in allocators:
         base = results.get((a, "plain")) or []
-        base_ms = statistics.median(x[0] for x in base) if base else None
         for m in modes:
             runs = results.get((a, m))
             if not runs:
@@ -191,8 +192,10 @@ def main():
             ms = statistics.median(x[0] for x in runs)
             wall = statistics.median(x[1] for x in runs)
             size = statistics.median(x[2] for x in runs)
-            ratio = "%.4f" % (ms / base_ms) if base_ms else "-"
-            print("%-15s %-13s %12.3f %8s %9.1f %11.1f" % (a, m, ms, ratio, wall, size / 1024))
+            per = [x[0] / b[0] for x, b in zip(runs, base)] if len(base) == len(runs) else []
+            ratio = "%.4f" % statistics.median(per) if per else "-"
+            rounds = " ".join("%.3f" % p for p in per)
+            print("%-15s %-13s %10.3f %9s %20s %8.1f %10.1f" % (a, m, ms, ratio, rounds, wall, size / 1024))
     shutil.rmtree(workdir, ignore_errors=True)
 
 

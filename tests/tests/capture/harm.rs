@@ -573,7 +573,7 @@ captest!(
             "{out}"
         );
         assert!(
-            out.contains("live at end    3.0 MiB device in 1 objects"),
+            out.contains("live           at the end: 3.0 MiB device in 1 objects"),
             "{out}"
         );
     }
