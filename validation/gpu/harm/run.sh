@@ -6,7 +6,9 @@
 # Each mode of job.py runs plain and under `vramtrace run`: stdout and exit code must match; the
 # traces left behind are listed with how each ended (`vramtrace report --json`). Also: an existing
 # file named by -o is left alone, and the exit delay with a thread still allocating is timed
-# (plain and traced, 5 runs each). Results: $OUT/summary.txt and $OUT/harm.tar.gz.
+# (plain, traced by `vramtrace run`, and traced without its Python hooks — the library's own
+# exit path alone —, 5 runs each). `harm/run.sh exit` runs the exit delay only. Results:
+# $OUT/summary.txt and $OUT/harm.tar.gz.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -35,7 +37,9 @@ print("  %s pid %s: %s, ended %s, %d events, lost %d; cmd %s" % (sys.argv[1].rsp
       d["analysis"]["anomalies"]["lost_events"], " ".join(d["trace"]["command_line"][-3:])))' "$t"
     done
 }
-for m in loader spawn sigint secret; do
+MODES=(loader spawn sigint secret)
+[ "${1:-}" = exit ] && MODES=()
+for m in "${MODES[@]}"; do
     d=$WORK/$m
     mkdir -p "$d/traces"
     args=("$m")
@@ -49,27 +53,36 @@ for m in loader spawn sigint secret; do
     grep -h SECRET "$d/traces"/* > /dev/null 2>&1 && echo "  SECRET FOUND IN A TRACE" >> "$S"
 done
 # An existing file named by -o stays as it was; the trace goes beside it.
-d=$WORK/existing; mkdir -p "$d"; echo "model weights" > "$d/model.pt"
-"$VT" run --no-summary -o "$d/model.pt" -- python3 "$HERE/job.py" secret > /dev/null 2> "$d/err"
-echo "existing: model.pt now '$(cat "$d/model.pt")'; files: $(ls "$d" | tr '\n' ' ')" >> "$S"
+if [ "${1:-}" != exit ]; then
+    d=$WORK/existing; mkdir -p "$d"; echo "model weights" > "$d/model.pt"
+    "$VT" run --no-summary -o "$d/model.pt" -- python3 "$HERE/job.py" secret > /dev/null 2> "$d/err"
+    echo "existing: model.pt now '$(cat "$d/model.pt")'; files: $(ls "$d" | tr '\n' ' ')" >> "$S"
+fi
 # Exit delay with a thread still allocating.
-for how in plain traced; do
+for how in plain traced bare; do
     for i in 1 2 3 4 5; do
         d=$WORK/exit-$how-$i; mkdir -p "$d"
-        if [ $how = plain ]; then cmd=(python3 "$HERE/job.py" exitbusy)
-        else cmd=("$VT" run --no-summary -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy); fi
-        python3 - "${cmd[@]}" >> "$WORK/exit.txt" <<'PY'
+        case $how in
+            plain) cmd=(python3 "$HERE/job.py" exitbusy) ;;
+            traced) cmd=("$VT" run --no-summary -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
+            bare) cmd=("$VT" run --no-summary --no-python-hooks -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
+        esac
+        python3 - "$d/err" "${cmd[@]}" >> "$WORK/exit.txt" <<'PY'
 import subprocess, sys, time
-p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+p = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, stderr=open(sys.argv[1], "w"))
 line = p.stdout.readline()
 t = time.monotonic()
 p.wait()
 print("%.1f" % ((time.monotonic() - t) * 1e3))
 PY
+        echo "rc $?" >> "$d/err"
     done
     echo "exit delay $how (ms): $(tail -5 "$WORK/exit.txt" | tr '\n' ' ')" >> "$S"
+    echo "  last stderr line of run 1: $(grep -v '^rc ' "$WORK/exit-$how-1/err" | tail -1)" >> "$S"
 done
-for i in 1 2 3 4 5; do describe "$WORK/exit-traced-$i"; done >> "$S"
+for how in traced bare; do
+    for i in 1 2 3 4 5; do describe "$WORK/exit-$how-$i"; done >> "$S"
+done
 cp "$S" "$OUTDIR/summary.txt"
 tar czf "$OUTDIR/harm.tar.gz" -C "$WORK" .
 cat "$S"
