@@ -74,11 +74,11 @@ line = p.stdout.readline()
 t = time.monotonic()
 p.wait()
 print("%.1f" % ((time.monotonic() - t) * 1e3))
+open(sys.argv[1], "a").write("rc %d\n" % p.returncode)
 PY
-        echo "rc $?" >> "$d/err"
     done
     echo "exit delay $how (ms): $(tail -5 "$WORK/exit.txt" | tr '\n' ' ')" >> "$S"
-    echo "  last stderr line of run 1: $(grep -v '^rc ' "$WORK/exit-$how-1/err" | tail -1)" >> "$S"
+    echo "  run 1: $(tail -1 "$WORK/exit-$how-1/err"), last stderr line: $(grep -v '^rc ' "$WORK/exit-$how-1/err" | tail -1)" >> "$S"
 done
 for how in traced bare; do
     for i in 1 2 3 4 5; do describe "$WORK/exit-$how-$i"; done >> "$S"
