@@ -10,6 +10,9 @@
 # between back-to-back runs, and by much less between two runs made at once. Prints each round's
 # two rates (M events per CPU second of the replaying thread) and the median ratio new/old.
 # PHASE (default one-thread; or decode) picks the phase, EV the trace's events (default 10M).
+# TRACE=PATH replays that trace instead (both builds must read its format: a trace the bench
+# wrote with VRAMTRACE_BENCH_FORMAT=4 is read by builds before format 5 too), e.g. the recorded
+# mix of a GPU run's traces (VRAMTRACE_BENCH_MIX=recorded:DIR, collector/benches/replay.rs).
 # ALTERNATE=1 runs the two one after the other instead, each round old then new, unpinned: on a
 # 2-vCPU VM two runs at once contend for the shared caches, and the series in docs/performance.md
 # since the eighth session were made this way (EV=100000000, the bench's default trace).
@@ -23,8 +26,16 @@ cpus=$(nproc)
 [ "$cpus" -ge 2 ] || { echo "bench-ab: needs two CPUs" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+mix=${VRAMTRACE_BENCH_MIX:-plain}
+if [ -n "${TRACE:-}" ]; then
+    # Where the bench looks for its trace of the plain mix, in a directory of our own.
+    mkdir "$out/tmp"
+    ln -s "$(realpath "$TRACE")" "$out/tmp/vramtrace-bench-${EV:-10000000}.vtrace"
+    export TMPDIR="$out/tmp"
+    mix=plain
+fi
 run() { # cpu binary log
-    VRAMTRACE_BENCH_EVENTS=${EV:-10000000} VRAMTRACE_BENCH_REUSE=1 \
+    VRAMTRACE_BENCH_EVENTS=${EV:-10000000} VRAMTRACE_BENCH_REUSE=1 VRAMTRACE_BENCH_MIX=$mix \
         VRAMTRACE_BENCH_PHASES=${PHASE:-one-thread} taskset -c "$1" "$2" --bench >"$3" 2>&1
 }
 rate() {

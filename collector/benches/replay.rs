@@ -14,7 +14,11 @@
 //! freed (so the live set grows to a million objects by the end). `VRAMTRACE_BENCH_MIX=nested`
 //! makes the same mix as the runtime API over the driver, with stacks, records it: each call with
 //! the driver call it made inside (`inner`) and a native stack per call site, so that the events
-//! take the general reader (trace `vramtrace-bench-N-nested.vtrace`).
+//! take the general reader (trace `vramtrace-bench-N-nested.vtrace`). `VRAMTRACE_BENCH_MIX=
+//! recorded:DIR` takes the events of the traces under DIR (a GPU run's real programs) over and
+//! over (`replay/recorded.rs`; trace `vramtrace-bench-N-recorded.vtrace`). With
+//! `VRAMTRACE_BENCH_FORMAT=4` the generated trace is rewritten in format 4's framing (the same
+//! chunks), for builds that read only that (`validation/bench-ab.sh`).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom};
@@ -27,6 +31,9 @@ use vramtrace_collector::format::{
     Header, Module, Record, RecordRef, Segment, TraceReader, TraceWriter,
 };
 use vramtrace_collector::live::LiveState;
+
+#[path = "replay/recorded.rs"]
+mod recorded;
 
 const APP: u64 = 0x40_0000;
 const STEP_EVENTS: u64 = 1000;
@@ -149,10 +156,27 @@ fn alloc(kind: MemKind, ptr: u64, size: u64) -> Op {
     }
 }
 
+/// The events a trace is made of.
+enum Mix {
+    Plain,
+    Nested,
+    /// The events of the traces under a directory.
+    Recorded(PathBuf),
+}
+
 /// Writes a trace of `events` events of the mix to `path`.
-pub fn generate(path: &Path, events: u64, nested: bool) {
+fn generate(path: &Path, events: u64, mix: &Mix) {
     let file = BufWriter::with_capacity(1 << 20, File::create(path).expect("create the trace"));
     let mut w = TraceWriter::new(file, &Header::default()).expect("header");
+    let nested = match mix {
+        Mix::Plain => false,
+        Mix::Nested => true,
+        Mix::Recorded(dir) => {
+            recorded::generate(&mut w, dir, events);
+            w.finish().expect("finish");
+            return;
+        }
+    };
     w.write(&Record::Module(Module {
         id: 1,
         path: "/opt/bench/train".into(),
@@ -182,20 +206,54 @@ pub fn generate(path: &Path, events: u64, nested: bool) {
 }
 
 /// The format version of the trace at `path` and the decompressed bytes of its chunks (from the
-/// chunk headers: `u32` compressed length, `u32` raw length, ...).
+/// chunks' fixed parts, `docs/trace-format.md`).
 fn raw_bytes(path: &Path) -> (u32, u64) {
     let reader = TraceReader::new(BufReader::new(File::open(path).expect("open"))).expect("header");
     let (version, mut at) = (reader.version(), reader.offset());
     drop(reader);
+    // Version 5: sync marker, packed length, raw length, ... (40 bytes); version 4: packed
+    // length, raw length, ... (16 bytes).
+    let (head, lengths) = if version >= 5 { (40, 8) } else { (16, 0) };
     let mut file = File::open(path).expect("open");
     let mut raw = 0u64;
-    let mut head = [0u8; 16];
-    while file.seek(SeekFrom::Start(at)).is_ok() && file.read_exact(&mut head).is_ok() {
-        let word = |i: usize| u64::from(u32::from_le_bytes(head[i..i + 4].try_into().unwrap()));
-        raw += word(4);
-        at += 16 + word(0);
+    let mut fixed = vec![0u8; head];
+    while file.seek(SeekFrom::Start(at)).is_ok() && file.read_exact(&mut fixed).is_ok() {
+        let word = |i: usize| u64::from(u32::from_le_bytes(fixed[i..i + 4].try_into().unwrap()));
+        raw += word(lengths + 4);
+        at += head as u64 + word(lengths);
     }
     (version, raw)
+}
+
+/// Rewrites the format 5 trace at `path` in format 4's framing (`docs/trace-format.md`): the
+/// header block once, its checksum over the header alone, and each chunk's packed bytes behind
+/// format 4's fixed part.
+fn to_format_4(path: &Path) {
+    let bytes = std::fs::read(path).expect("read the trace");
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let n = word(12) as usize;
+    let body = &bytes[16..16 + n];
+    let mut out = bytes[..8].to_vec();
+    out.extend_from_slice(&4u32.to_le_bytes());
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    out.extend_from_slice(body);
+    out.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    let mut at = 2 * (20 + n);
+    while at < bytes.len() {
+        let packed = word(at + 8) as usize;
+        let chunk = &bytes[at + 40..at + 40 + packed];
+        for v in [
+            packed as u32,
+            word(at + 12),
+            word(at + 16),
+            crc32fast::hash(chunk),
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(chunk);
+        at += 40 + packed;
+    }
+    std::fs::write(path, out).expect("write the trace");
 }
 
 /// Peak resident memory of this process so far (VmHWM), in bytes.
@@ -298,24 +356,31 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if testing { 20_000 } else { 100_000_000 });
-    let nested = match std::env::var("VRAMTRACE_BENCH_MIX").as_deref() {
-        Ok("nested") => true,
-        Ok("") | Ok("plain") | Err(_) => false,
-        Ok(other) => {
-            eprintln!("replay bench: VRAMTRACE_BENCH_MIX={other:?}: expected `plain` or `nested`");
-            std::process::exit(2);
-        }
+    let setting = std::env::var("VRAMTRACE_BENCH_MIX").unwrap_or_default();
+    let mix = match setting.as_str() {
+        "nested" => Mix::Nested,
+        "" | "plain" => Mix::Plain,
+        other => match other.strip_prefix("recorded:") {
+            Some(dir) => Mix::Recorded(PathBuf::from(dir)),
+            None => {
+                eprintln!("replay bench: VRAMTRACE_BENCH_MIX={other:?}: expected `plain`, `nested` or `recorded:DIR`");
+                std::process::exit(2);
+            }
+        },
     };
-    let name = if nested {
-        format!("vramtrace-bench-{events}-nested.vtrace")
-    } else {
-        format!("vramtrace-bench-{events}.vtrace")
+    let name = match mix {
+        Mix::Plain => format!("vramtrace-bench-{events}.vtrace"),
+        Mix::Nested => format!("vramtrace-bench-{events}-nested.vtrace"),
+        Mix::Recorded(_) => format!("vramtrace-bench-{events}-recorded.vtrace"),
     };
     let path: PathBuf = std::env::temp_dir().join(name);
     let reuse = std::env::var("VRAMTRACE_BENCH_REUSE").is_ok_and(|v| v == "1") && path.exists();
     if !reuse {
         let t = Instant::now();
-        generate(&path, events, nested);
+        generate(&path, events, &mix);
+        if std::env::var("VRAMTRACE_BENCH_FORMAT").is_ok_and(|v| v == "4") {
+            to_format_4(&path);
+        }
         let s = t.elapsed().as_secs_f64();
         println!(
             "generate: {events} events in {s:.1} s ({})",

@@ -45,10 +45,14 @@ impl ModuleMap {
         let index = self.modules.len();
         for s in &module.segments {
             let end = s.start.saturating_add(s.len);
+            // The segments in the map do not overlap, so their ends follow their starts: those
+            // that overlap this one are the last ones starting before its end, back to the
+            // first that ends before its start (looking further made every insert scan the map).
             let stale: Vec<u64> = self
                 .by_start
                 .range(..end)
-                .filter(|(&start, &(e, _))| start < end && e > s.start)
+                .rev()
+                .take_while(|&(_, &(e, _))| e > s.start)
                 .map(|(&start, _)| start)
                 .collect();
             for k in stale {

@@ -1,12 +1,12 @@
 //! Reading a trace file into the live-allocation state, with the facts about how reading went:
-//! whole, up to a point (for `replay`), and twice when the steps of a trace without step marks
-//! must first be found in its repeating allocations.
+//! whole, up to a point (for `replay`), or finding the steps of a trace without step marks in its
+//! repeating allocations as it goes (`steps_found.rs`).
 //!
 //! Reading streams: memory follows what is live, not the length of the trace. A progress bar on
 //! stderr follows the bytes read when stderr is a terminal.
 
 use std::fs::File;
-use std::io::{BufReader, IsTerminal};
+use std::io::{BufReader, IsTerminal, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -14,8 +14,12 @@ use anyhow::{anyhow, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::event::Event;
-use vramtrace_collector::format::{Ending, Header, TraceError, TraceReader};
+use vramtrace_collector::format::{Ending, Header, TraceError, TraceReader, Unread};
 use vramtrace_collector::live::{LiveState, StepSource};
+
+use self::steps_found::Found;
+
+mod steps_found;
 
 /// Records between progress bar updates.
 const PROGRESS_EVERY: u64 = 1 << 16;
@@ -34,8 +38,10 @@ pub struct LoadedTrace {
     /// Bytes of the file that were read.
     pub bytes_read: u64,
     pub state: LiveState,
-    /// Passes over the file: 2 when the steps were found in a first one.
+    /// Passes over the records: 2 when the steps had to be found in a first one.
     pub passes: u32,
+    /// What of the file could not be read (damage), in file order.
+    pub unread: Vec<Unread>,
     /// Settings of the growth analysis.
     pub growth: GrowthConfig,
     /// Set when reading stopped before the end: where.
@@ -87,9 +93,16 @@ impl Progress {
         }
     }
 
-    fn set(&self, offset: u64) {
+    pub(crate) fn set(&self, offset: u64) {
         if let Some(b) = &self.bar {
             b.set_position(offset);
+        }
+    }
+
+    /// Follows `reader` (called after each record).
+    pub(crate) fn follow<R: Read>(&self, reader: &TraceReader<R>) {
+        if reader.records().is_multiple_of(PROGRESS_EVERY) {
+            self.set(reader.offset());
         }
     }
 }
@@ -115,7 +128,7 @@ pub fn lower_first(message: String) -> String {
 }
 
 /// The one-line error for a trace that cannot be opened.
-fn open_error(path: &Path, err: TraceError) -> anyhow::Error {
+pub(crate) fn open_error(path: &Path, err: TraceError) -> anyhow::Error {
     match err {
         // The reader names its source generically; name the file the user gave.
         TraceError::Io { source, .. } => {
@@ -125,10 +138,17 @@ fn open_error(path: &Path, err: TraceError) -> anyhow::Error {
     }
 }
 
-/// Opens the trace at `path` and reads its header. Only a regular file is read: a FIFO would
-/// block (and a device never end), so the kind of file is checked before opening, and the open
-/// itself cannot block (`O_NONBLOCK`; a name swapped for a FIFO in between is caught after).
+/// Opens the trace at `path` and reads its header; its chunks are then read ahead.
 pub fn open_trace(path: &Path) -> Result<TraceReader<BufReader<File>>> {
+    let reader = TraceReader::new(BufReader::with_capacity(1 << 20, open_file(path)?))
+        .map_err(|e| open_error(path, e))?;
+    Ok(reader.read_ahead())
+}
+
+/// Opens the file at `path` to read a trace. Only a regular file is read: a FIFO would block
+/// (and a device never end), so the kind of file is checked before opening, and the open itself
+/// cannot block (`O_NONBLOCK`; a name swapped for a FIFO in between is caught after).
+fn open_file(path: &Path) -> Result<File> {
     let not_regular = || {
         anyhow!(
             "{}: not a regular file (a FIFO, device or socket); a trace is a file",
@@ -151,9 +171,7 @@ pub fn open_trace(path: &Path) -> Result<TraceReader<BufReader<File>>> {
     if !file.metadata().is_ok_and(|m| m.is_file()) {
         return Err(not_regular());
     }
-    let reader = TraceReader::new(BufReader::with_capacity(1 << 20, file))
-        .map_err(|e| open_error(path, e))?;
-    Ok(reader.prefetching())
+    Ok(file)
 }
 
 /// Reads every record of the trace at `path` into a fresh [`LiveState`].
@@ -163,7 +181,8 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
 }
 
 /// Reads the trace at `path` for analysis: when it has no step marks but a repeating
-/// allocation, a second pass takes that allocation as the step boundary.
+/// allocation, that allocation is the step boundary. Read once ([`steps_found::read`]) unless
+/// the steps guessed from its first part turn out wrong.
 pub fn load_analyzed(path: &Path, growth: GrowthConfig) -> Result<LoadedTrace> {
     load_analyzed_observing(path, growth, || ()).map(|(trace, ())| trace)
 }
@@ -190,23 +209,18 @@ pub fn load_analyzed_observing<O: Observer>(
     new: impl Fn() -> O,
 ) -> Result<(LoadedTrace, O)> {
     let progress = Progress::new(path, "reading");
-    let mut observer = new();
-    let first = read(path, StepSource::Marks, &progress, |state, e| {
-        observer.event(state, e);
-        Flow::Apply
-    })?;
-    let trace = match first.state.step_pattern() {
-        Some(pattern) if first.state.marks() == 0 => {
+    let (trace, mut observer) = match steps_found::read(path, &progress, &new)? {
+        Found::Read(read) => *read,
+        Found::ReadAgain(source) => {
             progress.restart("pass 2 (steps from the repeating allocation)");
-            observer = new();
-            let mut second = read(path, pattern.source(), &progress, |state, e| {
+            let mut observer = new();
+            let mut second = read(path, source, &progress, |state, e| {
                 observer.event(state, e);
                 Flow::Apply
             })?;
             second.passes = 2;
-            second
+            (second, observer)
         }
-        _ => first,
     };
     observer.finish(&trace.state);
     Ok((LoadedTrace { growth, ..trace }, observer))
@@ -225,18 +239,23 @@ pub fn read(
     let stopped = state.replay_visiting(
         &mut reader,
         |state, e| visit(state, e) == Flow::Apply,
-        |reader| {
-            if reader.records() % PROGRESS_EVERY == 0 {
-                progress.set(reader.offset());
-            }
-        },
+        |reader| progress.follow(reader),
     );
-
     progress.set(reader.offset());
+    Ok(loaded(path, reader, state, stopped))
+}
+
+/// What reading `path` with `reader` into `state` gave; `stopped` when it stopped early.
+pub(crate) fn loaded<R: Read>(
+    path: &Path,
+    reader: TraceReader<R>,
+    state: LiveState,
+    stopped: bool,
+) -> LoadedTrace {
     let ending = reader.ending().cloned().unwrap_or(Ending::NoEndRecord {
         offset: reader.offset(),
     });
-    Ok(LoadedTrace {
+    LoadedTrace {
         path: path.to_path_buf(),
         header: reader.header().clone(),
         ending,
@@ -246,9 +265,10 @@ pub fn read(
         bytes_read: reader.offset(),
         state,
         passes: 1,
+        unread: reader.unread().to_vec(),
         growth: GrowthConfig::default(),
         stopped: stopped.then(String::new),
-    })
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! that asked), an interned native stack, and the NCCL call it ran inside of.
 
 mod api;
+pub mod records;
 
 pub use api::{Api, Layer};
 use serde::{Deserialize, Serialize};

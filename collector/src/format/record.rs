@@ -1,220 +1,63 @@
-//! The records a trace holds after its header, and their wire tags.
+//! The records a trace holds after its header (the types are the event model's,
+//! `event/records.rs`), and their wire tags.
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::event::records::{
+    Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Segment, StackDef, Stats,
+};
 use crate::event::Event;
 
-/// A loaded shared object (or the executable), so addresses can be named after the fact.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Module {
-    /// Small id, unique within the trace.
-    pub id: u32,
-    /// Path as the dynamic loader reports it (the executable's resolved path).
-    pub path: String,
-    /// Load bias: file virtual address + `base` = runtime address.
-    pub base: u64,
-    /// The loaded segments, in runtime addresses.
-    pub segments: Vec<Segment>,
-    /// GNU build id (from `.note.gnu.build-id`), empty when absent.
-    pub build_id: Vec<u8>,
+/// Declares [`Record`] with each kind's wire tag, and its payload's encoding (postcard's; events
+/// are written and read by `events.rs`).
+macro_rules! records {
+    ($($(#[$doc:meta])* $kind:ident($type:ty) = $tag:literal,)*) => {
+        /// Everything that can follow the header.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum Record {
+            $($(#[$doc])* $kind($type),)*
+        }
+
+        impl Record {
+            pub(crate) fn tag(&self) -> u64 {
+                match self {
+                    $(Record::$kind(_) => $tag,)*
+                }
+            }
+
+            /// Appends the payload (without tag) to `out`.
+            pub(crate) fn encode_payload(&self, out: Vec<u8>) -> postcard::Result<Vec<u8>> {
+                match self {
+                    $(Record::$kind(v) => postcard::to_extend(v, out),)*
+                }
+            }
+
+            /// Decodes a payload; `None` for a tag or variant this reader does not know. Trailing
+            /// bytes are allowed: a newer writer may append fields.
+            pub(crate) fn decode(tag: u64, payload: &[u8]) -> Option<Record> {
+                $(
+                    if tag == $tag {
+                        let (v, _) = postcard::take_from_bytes(payload).ok()?;
+                        return Some(Record::$kind(v));
+                    }
+                )*
+                None
+            }
+        }
+    };
 }
 
-impl Module {
-    /// Whether the runtime address lies in one of the module's segments.
-    pub fn contains(&self, addr: u64) -> bool {
-        self.segments
-            .iter()
-            .any(|s| addr >= s.start && addr - s.start < s.len)
-    }
-
-    /// The file name without directories (`libnccl.so.2`).
-    pub fn file_name(&self) -> &str {
-        self.path.rsplit('/').next().unwrap_or(&self.path)
-    }
-}
-
-/// One loaded segment of a module.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Segment {
-    pub start: u64,
-    pub len: u64,
-    pub executable: bool,
-}
-
-/// An interned native stack: return addresses, innermost first.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StackDef {
-    pub id: u32,
-    pub frames: Vec<u64>,
-}
-
-/// A Python code object (a function), named once: Python stacks refer to it by id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PyCode {
-    pub id: u32,
-    /// `co_filename`.
-    pub file: String,
-    /// `co_qualname` where the interpreter has it (3.11+), else `co_name`.
-    pub function: String,
-    /// `co_firstlineno`.
-    pub first_line: u32,
-}
-
-/// One Python frame: a code object and the line executing in it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct PyFrame {
-    pub code: u32,
-    pub line: u32,
-}
-
-/// An interned Python stack, innermost frame first.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PyStackDef {
-    pub id: u32,
-    pub frames: Vec<PyFrame>,
-}
-
-/// Counters the tracer keeps about itself, written periodically and at the end. Each is a running
-/// total, so the last one read is the one that counts.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stats {
-    /// Events that could not be handed to the collector (channel full) and are lost.
-    pub dropped: u64,
-    /// Events that reached the collector after later events were already written.
-    pub late: u64,
-    /// Panics caught inside hooks (the program carried on).
-    pub hook_panics: u64,
-    /// Hooks whose real function could not be found (the call returned an error code).
-    pub missing_real: u64,
-    /// Events written so far.
-    pub events: u64,
-}
-
-/// A driver function pointer that was handed out without a wrapper, so calls through it are not
-/// traced (an ABI version the tracer does not wrap, or a resolver table that was full).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lookup {
-    /// How it was obtained: `dlsym`, `cuGetProcAddress_v2`, `cudaGetDriverEntryPoint`, ...
-    pub via: String,
-    pub symbol: String,
-    pub cuda_version: u32,
-    pub flags: u64,
-    pub reason: String,
-}
-
-/// The clean end of a trace.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct End {
-    pub time_ns: u64,
-    pub stats: Stats,
-    /// Why the trace ended: `exit`, `signal 11`, `exec`, ...
-    pub reason: String,
-}
-
-/// A piece of a payload the traced program handed to the tracer (`vramtrace_attach`): a framework's
-/// own view of its memory, such as PyTorch's allocator history (`crate::torch`). Payloads are
-/// written in pieces of at most [`Attachment::PIECE_BYTES`], in order, so no record outgrows a
-/// chunk; a reader puts the pieces of one `id` back together (`crate::attached`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attachment {
-    /// What the payload is, named by whoever attached it (`torch.allocator`, ...).
-    pub kind: String,
-    /// Numbered from 1 within the trace; every piece of one payload carries its number.
-    pub id: u32,
-    /// Where this piece starts in the payload.
-    pub offset: u64,
-    /// The whole payload's length.
-    pub total: u64,
-    /// `CLOCK_MONOTONIC` nanoseconds when the tracer received the payload.
-    pub time_ns: u64,
-    /// The last event sequence number handed out when it was received: the payload follows every
-    /// event up to it.
-    pub after_seq: u64,
-    pub data: Vec<u8>,
-}
-
-impl Attachment {
-    /// The largest piece written in one record.
-    pub const PIECE_BYTES: usize = 1 << 20;
-}
-
-/// Everything that can follow the header.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Record {
-    Event(Event),
-    Module(Module),
-    Stack(StackDef),
-    Stats(Stats),
-    Lookup(Lookup),
+records! {
+    Event(Event) = 1,
+    Module(Module) = 2,
+    Stack(StackDef) = 3,
+    Stats(Stats) = 4,
+    Lookup(Lookup) = 5,
     /// A problem of the tracer's own (bad setting, failed write) that users should see.
-    Warning(String),
-    End(End),
-    PyCode(PyCode),
-    PyStack(PyStackDef),
-    Attachment(Attachment),
+    Warning(String) = 6,
+    End(End) = 7,
+    PyCode(PyCode) = 8,
+    PyStack(PyStackDef) = 9,
+    Attachment(Attachment) = 10,
 }
 
+/// The tag of event records.
 pub(crate) const TAG_EVENT: u64 = 1;
-pub(crate) const TAG_MODULE: u64 = 2;
-pub(crate) const TAG_STACK: u64 = 3;
-pub(crate) const TAG_STATS: u64 = 4;
-pub(crate) const TAG_LOOKUP: u64 = 5;
-pub(crate) const TAG_WARNING: u64 = 6;
-pub(crate) const TAG_END: u64 = 7;
-pub(crate) const TAG_PY_CODE: u64 = 8;
-pub(crate) const TAG_PY_STACK: u64 = 9;
-pub(crate) const TAG_ATTACHMENT: u64 = 10;
-
-impl Record {
-    pub(crate) fn tag(&self) -> u64 {
-        match self {
-            Record::Event(_) => TAG_EVENT,
-            Record::Module(_) => TAG_MODULE,
-            Record::Stack(_) => TAG_STACK,
-            Record::Stats(_) => TAG_STATS,
-            Record::Lookup(_) => TAG_LOOKUP,
-            Record::Warning(_) => TAG_WARNING,
-            Record::End(_) => TAG_END,
-            Record::PyCode(_) => TAG_PY_CODE,
-            Record::PyStack(_) => TAG_PY_STACK,
-            Record::Attachment(_) => TAG_ATTACHMENT,
-        }
-    }
-
-    /// Appends the postcard payload (without tag) to `out`.
-    pub(crate) fn encode_payload(&self, out: Vec<u8>) -> postcard::Result<Vec<u8>> {
-        match self {
-            Record::Event(v) => postcard::to_extend(v, out),
-            Record::Module(v) => postcard::to_extend(v, out),
-            Record::Stack(v) => postcard::to_extend(v, out),
-            Record::Stats(v) => postcard::to_extend(v, out),
-            Record::Lookup(v) => postcard::to_extend(v, out),
-            Record::Warning(v) => postcard::to_extend(v, out),
-            Record::End(v) => postcard::to_extend(v, out),
-            Record::PyCode(v) => postcard::to_extend(v, out),
-            Record::PyStack(v) => postcard::to_extend(v, out),
-            Record::Attachment(v) => postcard::to_extend(v, out),
-        }
-    }
-
-    /// Decodes a payload; `None` for a tag or variant this reader does not know.
-    pub(crate) fn decode(tag: u64, payload: &[u8]) -> Option<Record> {
-        fn de<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Option<T> {
-            // Trailing bytes are allowed: a newer writer may append fields.
-            postcard::take_from_bytes(b).ok().map(|(v, _)| v)
-        }
-        Some(match tag {
-            TAG_EVENT => Record::Event(super::decode::event(payload)?),
-            TAG_MODULE => Record::Module(de(payload)?),
-            TAG_STACK => Record::Stack(de(payload)?),
-            TAG_STATS => Record::Stats(de(payload)?),
-            TAG_LOOKUP => Record::Lookup(de(payload)?),
-            TAG_WARNING => Record::Warning(de(payload)?),
-            TAG_END => Record::End(de(payload)?),
-            TAG_PY_CODE => Record::PyCode(de(payload)?),
-            TAG_PY_STACK => Record::PyStack(de(payload)?),
-            TAG_ATTACHMENT => Record::Attachment(de(payload)?),
-            _ => return None,
-        })
-    }
-}

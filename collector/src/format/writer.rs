@@ -1,14 +1,15 @@
-//! Writes a trace: header first, then records gathered into compressed chunks.
+//! Writes a trace: the header block twice, then records gathered into compressed chunks.
 
 use std::io::Write;
 
-use super::compact::{self, Delta, InRecord, Split};
+use super::chunk::{self, COLUMNS, DEFINE, PLAIN, TABLE_BYTES};
 use super::error::TraceError;
-use super::header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
-use super::layout::{self, COLUMNS};
+use super::events::{self, Delta};
+use super::frame::{self, HEAD};
+use super::header::{self, Header};
 use super::packing::{Packer, Packing};
 use super::record::{Record, TAG_EVENT};
-use super::shapes::{self, Item, ShapeIndex};
+use super::shapes::{Item, ShapeIndex};
 use super::varint;
 use crate::event::Event;
 
@@ -20,78 +21,47 @@ const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 /// always complete, so a crash loses at most the chunk being gathered.
 pub struct TraceWriter<W: Write> {
     out: W,
-    /// The records of the chunk being gathered.
-    chunk: Vec<u8>,
-    /// Its columns (version 3).
+    /// The items of the chunk being gathered, and its columns.
+    items: Vec<u8>,
     columns: [Vec<u8>; COLUMNS],
-    /// The chunk's raw bytes as compressed (version 3: records and columns put together).
+    /// The chunk's raw bytes as compressed (table, items and columns put together).
     raw: Vec<u8>,
-    chunk_records: u32,
+    chunk_items: u32,
+    chunk_events: u32,
+    /// Events in the chunks written.
+    events_written: u64,
     scratch: Vec<u8>,
     chunk_limit: usize,
     packer: Packer,
     packed: Vec<u8>,
     bytes_written: u64,
-    /// The format version written: [`FORMAT_VERSION`], or an older one for readers of old traces
-    /// (tests).
-    version: u32,
-    /// What the next event of the chunk is written against (versions 2 to 4).
+    /// What the next event of the chunk is written against.
     delta: Delta,
-    /// The chunk's record shapes so far (version 4).
+    /// The chunk's record shapes so far.
     shapes: ShapeIndex,
 }
 
 impl<W: Write> TraceWriter<W> {
-    /// Writes the file header and returns a writer for the records.
-    pub fn new(out: W, header: &Header) -> Result<Self, TraceError> {
-        Self::with_format_version(out, header, FORMAT_VERSION)
-    }
-
-    /// [`TraceWriter::new`] writing an older format version (from [`OLDEST_VERSION`]): to test
-    /// readers on old traces.
-    pub fn with_format_version(
-        mut out: W,
-        header: &Header,
-        version: u32,
-    ) -> Result<Self, TraceError> {
-        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
-            return Err(TraceError::UnsupportedVersion {
-                found: version,
-                oldest: OLDEST_VERSION,
-                supported: FORMAT_VERSION,
-            });
-        }
-        let head = postcard::to_stdvec(header)?;
-        let mut prefix = Vec::with_capacity(head.len() + 20);
-        prefix.extend_from_slice(&MAGIC);
-        prefix.extend_from_slice(&version.to_le_bytes());
-        prefix.extend_from_slice(&(head.len() as u32).to_le_bytes());
-        prefix.extend_from_slice(&head);
-        prefix.extend_from_slice(&crc32fast::hash(&head).to_le_bytes());
-        out.write_all(&prefix).map_err(TraceError::Write)?;
+    /// Writes the header blocks and returns a writer for the records.
+    pub fn new(mut out: W, header: &Header) -> Result<Self, TraceError> {
+        let start = header::start_of_file(header)?;
+        out.write_all(&start).map_err(TraceError::Write)?;
         out.flush().map_err(TraceError::Write)?;
         Ok(TraceWriter {
             out,
-            chunk: Vec::with_capacity(DEFAULT_CHUNK_BYTES + 4096),
-            // Made up front, as the records' buffer is: a tracer that writes its last chunk on a
-            // fatal signal should not have to grow them then.
-            columns: if version >= 3 {
-                std::array::from_fn(|_| Vec::with_capacity(DEFAULT_CHUNK_BYTES / 4))
-            } else {
-                Default::default()
-            },
-            raw: if version >= 3 {
-                Vec::with_capacity(layout::TABLE_BYTES + DEFAULT_CHUNK_BYTES + 4096)
-            } else {
-                Vec::new()
-            },
-            chunk_records: 0,
+            // Made up front: a tracer that writes its last chunk on a fatal signal should not
+            // have to grow them then.
+            items: Vec::with_capacity(DEFAULT_CHUNK_BYTES + 4096),
+            columns: std::array::from_fn(|_| Vec::with_capacity(DEFAULT_CHUNK_BYTES / 4)),
+            raw: Vec::with_capacity(TABLE_BYTES + DEFAULT_CHUNK_BYTES + 4096),
+            chunk_items: 0,
+            chunk_events: 0,
+            events_written: 0,
             scratch: Vec::with_capacity(256),
             chunk_limit: DEFAULT_CHUNK_BYTES,
             packer: Packer::new().map_err(TraceError::Write)?,
             packed: Vec::new(),
-            bytes_written: prefix.len() as u64,
-            version,
+            bytes_written: start.len() as u64,
             delta: Delta::default(),
             shapes: ShapeIndex::default(),
         })
@@ -116,96 +86,53 @@ impl<W: Write> TraceWriter<W> {
 
     /// Appends one record, writing a chunk out when enough has gathered.
     pub fn write(&mut self, record: &Record) -> Result<(), TraceError> {
-        match record {
-            Record::Event(e) => self.write_event(e),
-            other => self.write_other(other),
+        if let Record::Event(e) = record {
+            return self.write_event(e);
         }
-    }
-
-    fn write_other(&mut self, record: &Record) -> Result<(), TraceError> {
-        if self.version >= 4 {
-            self.chunk.push(shapes::PLAIN);
-        }
+        self.items.push(PLAIN);
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         varint::put(&mut scratch, record.tag());
         let scratch = record.encode_payload(scratch)?;
-        varint::put(&mut self.chunk, scratch.len() as u64);
-        self.chunk.extend_from_slice(&scratch);
+        varint::put(&mut self.items, scratch.len() as u64);
+        self.items.extend_from_slice(&scratch);
         self.scratch = scratch;
         self.record_done()
     }
 
-    /// Appends one event record (the hot path of the tracer's collector): encoded in place
-    /// against the previous event of the chunk.
+    /// Appends one event record (the hot path of the tracer's collector): its record written
+    /// once per chunk and named afterwards, its varying values in the columns.
     pub fn write_event(&mut self, event: &Event) -> Result<(), TraceError> {
-        if self.version == 1 {
-            return self.write_event_v1(event);
-        }
-        // Version 4: the item byte first, `PLAIN` until the record is known to be a shape.
-        let item = self.chunk.len();
-        if self.version >= 4 {
-            self.chunk.push(shapes::PLAIN);
-        }
-        // The length goes first: one byte kept for it (nearly every event is under 128 bytes),
-        // widened afterwards when not. It covers the record, not the event's column values.
-        let at = self.chunk.len();
-        self.chunk.push(0);
-        self.chunk.push(TAG_EVENT as u8);
-        if self.version == 2 {
-            compact::encode(event, &mut self.delta, &mut InRecord(&mut self.chunk));
-        } else {
-            let lanes = &mut Split {
-                record: &mut self.chunk,
-                columns: &mut self.columns,
-            };
-            compact::encode(event, &mut self.delta, lanes);
-        }
-        let len = self.chunk.len() - at - 1;
+        // The item byte first, `PLAIN` until the record is known to be a shape; then the
+        // length: one byte kept for it (nearly every event is under 128 bytes), widened
+        // afterwards when not.
+        let item = self.items.len();
+        self.items.extend_from_slice(&[PLAIN, 0, TAG_EVENT as u8]);
+        let at = item + 1;
+        events::write(event, &mut self.delta, &mut self.items, &mut self.columns);
+        let len = self.items.len() - at - 1;
         if len < 0x80 {
-            self.chunk[at] = len as u8;
-            if self.version >= 4 {
-                // The record's values went to the columns: a record seen before is named.
-                match self.shapes.item(&mut self.chunk, at) {
-                    Item::Again(k) => {
-                        self.chunk.truncate(item);
-                        self.chunk.push(k);
-                    }
-                    Item::Define => self.chunk[item] = shapes::DEFINE,
-                    Item::Plain => {}
+            self.items[at] = len as u8;
+            match self.shapes.item(&mut self.items, at) {
+                Item::Again(k) => {
+                    self.items.truncate(item);
+                    self.items.push(k);
                 }
+                Item::Define => self.items[item] = DEFINE,
+                Item::Plain => {}
             }
         } else {
             let mut wide = Vec::with_capacity(10);
             varint::put(&mut wide, len as u64);
-            self.chunk.splice(at..at + 1, wide);
+            self.items.splice(at..at + 1, wide);
         }
-        self.record_done()
-    }
-
-    /// [`TraceWriter::write_event`] in version 1: postcard's layout, encoded into a stack
-    /// buffer in one pass, then copied once.
-    fn write_event_v1(&mut self, event: &Event) -> Result<(), TraceError> {
-        let mut buf = [0u8; 256];
-        buf[0] = TAG_EVENT as u8;
-        match postcard::to_slice(event, &mut buf[1..]) {
-            Ok(body) => {
-                let len = body.len() + 1;
-                varint::put(&mut self.chunk, len as u64);
-                self.chunk.extend_from_slice(&buf[..len]);
-            }
-            // An event with long lists (ncclCommInitAll of many devices): the general path.
-            Err(postcard::Error::SerializeBufferFull) => {
-                return self.write_other(&Record::Event(event.clone()));
-            }
-            Err(e) => return Err(e.into()),
-        }
+        self.chunk_events += 1;
         self.record_done()
     }
 
     fn record_done(&mut self) -> Result<(), TraceError> {
-        self.chunk_records += 1;
-        if self.chunk.len() + self.columns.iter().map(Vec::len).sum::<usize>() >= self.chunk_limit {
+        self.chunk_items += 1;
+        if self.items.len() + self.columns.iter().map(Vec::len).sum::<usize>() >= self.chunk_limit {
             self.flush_chunk()?;
         }
         Ok(())
@@ -213,39 +140,38 @@ impl<W: Write> TraceWriter<W> {
 
     /// Compresses and writes what has gathered, then flushes the output.
     pub fn flush_chunk(&mut self) -> Result<(), TraceError> {
-        if self.chunk.is_empty() {
+        if self.items.is_empty() {
             return self.out.flush().map_err(TraceError::Write);
         }
-        let raw = if self.version >= 3 {
-            self.raw.clear();
-            layout::assemble(&self.chunk, &self.columns, &mut self.raw);
-            &self.raw
-        } else {
-            &self.chunk
-        };
-        // The chunk header goes in front of the compressed bytes so the whole chunk is one
-        // write: a torn chunk at the end of the file stays rare (the reader handles it anyway).
-        let bound = zstd::zstd_safe::compress_bound(raw.len());
+        self.raw.clear();
+        chunk::assemble(&self.items, &self.columns, &mut self.raw);
+        // The fixed part goes in front of the compressed bytes so the whole chunk is one write:
+        // a torn chunk at the end of the file stays rare (the reader handles it anyway).
+        let bound = zstd::zstd_safe::compress_bound(self.raw.len());
         let mut whole = std::mem::take(&mut self.packed);
         whole.clear();
-        whole.resize(16 + bound, 0);
+        whole.resize(HEAD + bound, 0);
         let n = self
             .packer
-            .compress(raw, &mut whole[16..])
+            .compress(&self.raw, &mut whole[HEAD..])
             .map_err(TraceError::Write)?;
-        whole.truncate(16 + n);
-        whole[0..4].copy_from_slice(&(n as u32).to_le_bytes());
-        whole[4..8].copy_from_slice(&(raw.len() as u32).to_le_bytes());
-        whole[8..12].copy_from_slice(&self.chunk_records.to_le_bytes());
-        let crc = crc32fast::hash(&whole[16..]);
-        whole[12..16].copy_from_slice(&crc.to_le_bytes());
+        whole.truncate(HEAD + n);
+        let head = frame::head(
+            &whole[HEAD..],
+            self.raw.len(),
+            self.chunk_items,
+            self.chunk_events,
+            self.events_written,
+        );
+        whole[..HEAD].copy_from_slice(&head);
         self.out.write_all(&whole).map_err(TraceError::Write)?;
         self.out.flush().map_err(TraceError::Write)?;
         self.bytes_written += whole.len() as u64;
+        self.events_written += u64::from(self.chunk_events);
         self.packed = whole;
-        self.chunk.clear();
+        self.items.clear();
         self.columns.iter_mut().for_each(Vec::clear);
-        self.chunk_records = 0;
+        (self.chunk_items, self.chunk_events) = (0, 0);
         // Every chunk decodes on its own.
         self.delta = Delta::default();
         self.shapes.clear();
@@ -259,7 +185,7 @@ impl<W: Write> TraceWriter<W> {
 
     /// Records gathered but not yet written.
     pub fn pending_records(&self) -> u32 {
-        self.chunk_records
+        self.chunk_items
     }
 
     /// Writes what is left and returns the output.

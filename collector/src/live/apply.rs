@@ -15,8 +15,6 @@ use super::{
     Anomaly, AnomalyKind, Failure, LiveState, ObjectRef, StepSource, Store, MAX_TRACER_NOTES,
 };
 use crate::event::{Api, Event, Layer, Op};
-#[cfg(target_arch = "x86_64")]
-use crate::format::packs_with_pext;
 use crate::format::{Record, RecordRef, TraceReader};
 
 impl LiveState {
@@ -69,39 +67,10 @@ impl LiveState {
     pub fn replay_visiting<R: Read>(
         &mut self,
         reader: &mut TraceReader<R>,
-        visit: impl FnMut(&LiveState, &Event) -> bool,
-        after: impl FnMut(&TraceReader<R>),
-    ) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if packs_with_pext() {
-            // SAFETY: the CPU has BMI2 (checked just now).
-            return unsafe { self.replay_bmi2(reader, visit, after) };
-        }
-        self.replay_with::<false, R>(reader, visit, after)
-    }
-
-    /// [`LiveState::replay_visiting`] compiled for BMI2: the whole loop, so that reading each
-    /// event (varints packed with `pext`) is inlined into it rather than called across the
-    /// boundary of a function compiled for other instructions.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "bmi2")]
-    fn replay_bmi2<R: Read>(
-        &mut self,
-        reader: &mut TraceReader<R>,
-        visit: impl FnMut(&LiveState, &Event) -> bool,
-        after: impl FnMut(&TraceReader<R>),
-    ) -> bool {
-        self.replay_with::<true, R>(reader, visit, after)
-    }
-
-    #[inline(always)]
-    fn replay_with<const PEXT: bool, R: Read>(
-        &mut self,
-        reader: &mut TraceReader<R>,
         mut visit: impl FnMut(&LiveState, &Event) -> bool,
         mut after: impl FnMut(&TraceReader<R>),
     ) -> bool {
-        while let Some(record) = reader.next_event_or_record_with::<PEXT>() {
+        while let Some(record) = reader.next_event_or_record() {
             match record {
                 RecordRef::Event(e) => {
                     if !visit(self, e) {

@@ -142,16 +142,18 @@ captest!(run_writes_into_a_new_directory, |dir| {
 });
 
 /// Chunk start offsets of a trace and the record count of each chunk, from the documented
-/// layout: magic, version, header length, header, crc; then 16-byte chunk heads.
+/// layout (docs/trace-format.md): the header block twice (magic, version, header length,
+/// header, crc), then chunks with a 40-byte fixed part (sync, packed length, raw length, items,
+/// ...).
 fn chunks(bytes: &[u8]) -> (u64, Vec<(u64, u64, u64)>) {
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as u64;
-    let first = 16 + word(12) + 4;
+    let first = 2 * (20 + word(12));
     let mut at = first;
     let mut v = Vec::new();
     while at < bytes.len() as u64 {
-        let (packed, count) = (word(at as usize), word(at as usize + 8));
-        v.push((at, 16 + packed, count));
-        at += 16 + packed;
+        let (packed, count) = (word(at as usize + 8), word(at as usize + 16));
+        v.push((at, 40 + packed, count));
+        at += 40 + packed;
     }
     assert_eq!(at, bytes.len() as u64, "chunks end at the end of the file");
     (first, v)
@@ -161,9 +163,10 @@ fn chunks(bytes: &[u8]) -> (u64, Vec<(u64, u64, u64)>) {
 // between chunks it lacks its end record, inside a chunk it is truncated at that chunk's
 // start; the records of the complete chunks before are all read.
 captest!(a_cut_trace_reports_how_far_it_got, |dir| {
+    // Enough events for several chunks of 256 KiB, however fast the run.
     let run = Workload::new("wl_threads")
         .arg("16")
-        .arg("1000")
+        .arg("5000")
         .run_traced(dir);
     let full_path = run.single_trace().path;
     let bytes = std::fs::read(&full_path).unwrap();

@@ -16,7 +16,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use serde::{Serialize, Serializer};
-use vramtrace_collector::format::{Ending, Lookup};
+use vramtrace_collector::format::{Ending, Lookup, Unread};
 use vramtrace_collector::live::{
     Anomaly, AnomalyKind, ApiCount, CallSite, Communicator, Failure, LiveObject, Summary, Teardown,
 };
@@ -180,6 +180,39 @@ pub struct Reading {
     pub chunks: u64,
     pub skipped_records: u64,
     pub bytes_read: u64,
+    /// Passes over the records: 1, or 2 when the steps of a trace without marks could not be
+    /// told from its first part.
+    pub passes: u32,
+    /// What of the file could not be read.
+    pub unread: UnreadFacts,
+}
+
+/// The parts of a trace that could not be read (damage, or a chunk the file ends inside).
+#[derive(Serialize)]
+pub struct UnreadFacts {
+    pub bytes: u64,
+    /// Events in them, where the chunks around say how many (format 5).
+    pub events: u64,
+    /// Whether `events` counts every range's (false: some ranges' events are not known).
+    pub events_known: bool,
+    /// The ranges, in file order: at most [`MAX_UNREAD_RANGES`].
+    pub ranges: Vec<Unread>,
+    pub ranges_total: usize,
+}
+
+/// Unread ranges listed in detail.
+pub const MAX_UNREAD_RANGES: usize = 100;
+
+impl UnreadFacts {
+    fn new(unread: &[Unread]) -> Self {
+        UnreadFacts {
+            bytes: unread.iter().map(|u| u.bytes).sum(),
+            events: unread.iter().filter_map(|u| u.events).sum(),
+            events_known: unread.iter().all(|u| u.events.is_some()),
+            ranges: unread.iter().take(MAX_UNREAD_RANGES).cloned().collect(),
+            ranges_total: unread.len(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -339,6 +372,8 @@ impl<'a> Report<'a> {
                 chunks: trace.chunks,
                 skipped_records: trace.skipped,
                 bytes_read: trace.bytes_read,
+                passes: trace.passes,
+                unread: UnreadFacts::new(&trace.unread),
             },
             tracer: TracerCounters {
                 recorded: stats.is_some(),

@@ -84,6 +84,38 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         "  records   {} read in {} chunks ({} bytes); {} skipped (kinds this version does not know)",
         reading.records, reading.chunks, reading.bytes_read, reading.skipped_records
     )?;
+    let unread = &reading.unread;
+    if unread.ranges_total > 0 {
+        let events = if unread.events_known {
+            format!("{} events", unread.events)
+        } else if unread.events > 0 {
+            format!("at least {} events", unread.events)
+        } else {
+            "events unknown".to_string()
+        };
+        let ranges: Vec<String> = unread
+            .ranges
+            .iter()
+            .take(3)
+            .map(|u| format!("{}..{} ({})", u.offset, u.offset + u.bytes, u.reason))
+            .collect();
+        let more = unread.ranges_total.saturating_sub(ranges.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let places = match unread.ranges_total {
+            1 => "1 place".to_string(),
+            n => format!("{n} places"),
+        };
+        writeln!(
+            out,
+            "  unread    {} bytes in {places}, {events}: bytes {}{more}",
+            unread.bytes,
+            ranges.join(", ")
+        )?;
+    }
     let tracer = &r.tracer;
     let dropped = if !tracer.recorded {
         "unknown: the trace holds no tracer counters (it stops before the first stats record)"

@@ -34,17 +34,24 @@ fn a_random_file_is_not_a_trace() {
     );
 }
 
+/// A header block of a newer format (its checksum holds: not damage), as a newer tracer writes
+/// it: twice.
 #[test]
 fn a_wrong_version_names_both_versions() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = write_workload(dir.path(), "new.vtrace");
     let mut bytes = std::fs::read(&path).unwrap();
-    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let n = 20 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    for block in [0, n] {
+        bytes[block + 8..block + 12].copy_from_slice(&99u32.to_le_bytes());
+        let crc = crc32fast::hash(&bytes[block + 8..block + n - 4]);
+        bytes[block + n - 4..block + n].copy_from_slice(&crc.to_le_bytes());
+    }
     std::fs::write(&path, bytes).unwrap();
     assert_eq!(
         report_error(&path),
         format!(
-            "error: {}: trace format version 99 is not supported (this vramtrace reads versions 1 to 4)\n",
+            "error: {}: trace format version 99 is not supported (this vramtrace reads versions 4 to 5)\n",
             path.display()
         )
     );
@@ -96,9 +103,14 @@ fn a_header_cut_short_or_damaged_is_one_line() {
             "{err}"
         );
     }
+    // One damaged header block is read from its copy; both damaged, the trace cannot be read.
+    let n = 20 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
     let mut damaged = bytes.clone();
     damaged[20] ^= 0xff;
-    std::fs::write(&path, damaged).unwrap();
+    std::fs::write(&path, &damaged).unwrap();
+    vramtrace().arg("report").arg(&path).assert().success();
+    damaged[n + 20] ^= 0xff;
+    std::fs::write(&path, &damaged).unwrap();
     assert_eq!(
         report_error(&path),
         format!(

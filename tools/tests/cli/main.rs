@@ -6,6 +6,7 @@ mod errors;
 mod exports;
 mod gpu;
 mod html;
+mod reading;
 mod replay;
 mod report;
 mod run;
