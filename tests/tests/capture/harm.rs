@@ -491,9 +491,22 @@ print("done")
 // Now the handlers are installed at the first GPU call and chain to the program's: Python sees
 // its own handlers, SIGINT raises KeyboardInterrupt, and the trace goes on.
 captest!(a_python_program_keeps_its_signal_handlers, |dir| {
+    use std::os::unix::process::CommandExt;
+    // A test run started in the background of a non-interactive shell ignores SIGINT, and its
+    // children inherit that (Python then installs no KeyboardInterrupt handler): both programs
+    // start with SIGINT's default action, as from a terminal.
+    fn default_sigint(cmd: &mut std::process::Command) -> &mut std::process::Command {
+        // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            })
+        }
+    }
     let script = dir.join("signals.py");
     std::fs::write(&script, SIGNALS).unwrap();
-    let plain = std::process::Command::new("python3")
+    let plain = default_sigint(&mut std::process::Command::new("python3"))
         .arg(&script)
         .env(
             "LD_LIBRARY_PATH",
@@ -504,7 +517,7 @@ captest!(a_python_program_keeps_its_signal_handlers, |dir| {
         .expect("running python3 (required by this test)");
     let traces = dir.join("traces");
     std::fs::create_dir(&traces).unwrap();
-    let traced = traced_program("python3", &traces)
+    let traced = default_sigint(&mut traced_program("python3", &traces))
         .arg(&script)
         .output()
         .unwrap();
