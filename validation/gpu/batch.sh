@@ -7,14 +7,22 @@
 #       carry=["target/gpu"])
 #
 # Steps: acceptance (acceptance/run.sh validate), torch_hooks (check_torch_hooks.py), harm
-# (harm/run.sh), profile (profile_hooks.sh), bench (bench_step_time.py --rounds ${ROUNDS:-3}),
-# exports (exports.sh), multi (multi/run.sh), scenarios (run.sh: the capture scenarios).
+# (harm/run.sh), harm_exit (harm/run.sh exit: the exit delay only), profile (profile_hooks.sh),
+# bench (bench_step_time.py --rounds ${ROUNDS:-3} $BENCH_ARGS), exports (exports.sh), multi
+# (multi/run.sh), scenarios (run.sh: the capture scenarios).
 set -u
 GPU=$(cd "$(dirname "$0")" && pwd)
 FINAL=${OUT:-/tmp/vramtrace-batch-out}
 WORK=$(mktemp -d /tmp/vt-batch.XXXXXX)
 mkdir -p "$FINAL"
+# BATCH_BUDGET_S: steps not yet begun when this many seconds have passed are skipped, so that a
+# call ending at its time limit still brings back what the earlier steps wrote (packed after each).
+start=$(date +%s)
 for step in "$@"; do
+    if [ -n "${BATCH_BUDGET_S:-}" ] && [ $(( $(date +%s) - start )) -ge "$BATCH_BUDGET_S" ]; then
+        echo "== $step: skipped (BATCH_BUDGET_S=$BATCH_BUDGET_S passed)"
+        continue
+    fi
     export OUT=$WORK/$step
     mkdir -p "$OUT"
     t0=$(date +%s)
@@ -22,8 +30,9 @@ for step in "$@"; do
         acceptance) "$GPU/acceptance/run.sh" validate ;;
         torch_hooks) python3 "$GPU/check_torch_hooks.py" ;;
         harm) "$GPU/harm/run.sh" ;;
+        harm_exit) "$GPU/harm/run.sh" exit ;;
         profile) "$GPU/profile_hooks.sh" ;;
-        bench) python3 "$GPU/bench_step_time.py" --rounds "${ROUNDS:-3}" ;;
+        bench) python3 "$GPU/bench_step_time.py" --rounds "${ROUNDS:-3}" ${BENCH_ARGS:-} ;;
         exports) "$GPU/exports.sh" ;;
         multi) "$GPU/multi/run.sh" ;;
         scenarios) "$GPU/run.sh" ;;
@@ -31,6 +40,6 @@ for step in "$@"; do
     esac > "$WORK/$step.log" 2>&1
     echo "== $step: rc $?, $(( $(date +%s) - t0 )) s"
     tail -n "${TAIL:-25}" "$WORK/$step.log"
+    tar czf "$FINAL/batch.tar.gz" -C "$WORK" .
 done
-tar czf "$FINAL/batch.tar.gz" -C "$WORK" .
 ls -la "$FINAL"

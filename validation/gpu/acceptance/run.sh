@@ -7,8 +7,10 @@
 #       carry=["target/gpu"])
 #
 # Modes:
-#   validate  each program plain and under `vramtrace run` (stdout and exit code compared), the
-#             diff pair, and a report (text and --json) of every trace
+#   validate  each program plain, under `vramtrace run` (steps from the Python hooks: what a
+#             PyTorch user gets) and under `vramtrace run --no-python-hooks` (steps from the
+#             allocation pattern alone: what a JAX or CuPy user gets); stdout and exit code
+#             compared; the diff pair; a report (text and --json) of every trace
 #   explore   each program under `vramtrace run` as it is and with a step mark at every optimizer
 #             step (stepmark.py), and PyTorch's own recorder on two of them (record_snapshot.py):
 #             material for developing the analyses off the GPU machine
@@ -68,6 +70,7 @@ job() {
     case $variant in
         plain) cmd=(python3 "$prog") ;;
         traced|traced2) cmd=("$VT" run -o "$dir/$variant-%p.vtrace" --no-summary -- python3 "$prog") ;;
+        bare) cmd=("$VT" run -o "$dir/$variant-%p.vtrace" --no-summary --no-python-hooks -- python3 "$prog") ;;
         marks) cmd=("$VT" run -o "$dir/$variant-%p.vtrace" --no-summary -- python3 "$ACC/stepmark.py" "$prog") ;;
         record) cmd=(python3 "$ACC/record_snapshot.py" "$dir/record.pickle" 100000 "$prog") ;;
     esac
@@ -82,7 +85,7 @@ jobs=()
 i=0
 for p in "${PROGRAMS[@]}"; do
     case $MODE in
-        validate) variants=(plain traced) ;;
+        validate) variants=(plain traced bare) ;;
         explore) variants=(traced marks) ;;
         marks) variants=(marks) ;;
         *) echo "unknown mode $MODE"; exit 2 ;;
@@ -118,8 +121,8 @@ for d in "$WORK"/*/; do
     for rc in "$d"*.rc; do
         v=$(basename "$rc" .rc)
         same=""
-        if [ "$v" = traced ] && [ -f "$d/plain.out" ]; then
-            same=$(cmp -s "$d/plain.out" "$d/traced.out" && echo "stdout identical" || echo "stdout DIFFERENT")
+        if [ "$v" = traced ] || [ "$v" = bare ] && [ -f "$d/plain.out" ]; then
+            same=$(cmp -s "$d/plain.out" "$d/$v.out" && echo "stdout identical" || echo "stdout DIFFERENT")
         fi
         printf '%s %s: rc %s, %s ms, %s traces %s\n' "$name" "$v" "$(cat "$rc")" "$(cat "$d/$v.ms")" \
             "$(ls "$d$v"-*.vtrace 2>/dev/null | wc -l)" "$same" >> "$WORK/summary.txt"
