@@ -59,12 +59,15 @@ if [ "${1:-}" != exit ]; then
     echo "existing: model.pt now '$(cat "$d/model.pt")'; files: $(ls "$d" | tr '\n' ' ')" >> "$S"
 fi
 # Exit delay with a thread still allocating.
-for how in plain traced bare; do
+# norecorder: the Python hooks without PyTorch's recorder (VRAMTRACE_TORCH_HISTORY=0), which
+# separates the recorder's hand-over at exit from the rest of the hooks.
+for how in plain traced norecorder bare; do
     for i in 1 2 3 4 5; do
         d=$WORK/exit-$how-$i; mkdir -p "$d"
         case $how in
             plain) cmd=(python3 "$HERE/job.py" exitbusy) ;;
             traced) cmd=("$VT" run --no-summary -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
+            norecorder) cmd=(env VRAMTRACE_TORCH_HISTORY=0 "$VT" run --no-summary -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
             bare) cmd=("$VT" run --no-summary --no-python-hooks -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
         esac
         python3 - "$d/err" "${cmd[@]}" >> "$WORK/exit.txt" <<'PY'
@@ -80,7 +83,7 @@ PY
     echo "exit delay $how (ms): $(tail -5 "$WORK/exit.txt" | tr '\n' ' ')" >> "$S"
     echo "  run 1: $(tail -1 "$WORK/exit-$how-1/err"), last stderr line: $(grep -v '^rc ' "$WORK/exit-$how-1/err" | tail -1)" >> "$S"
 done
-for how in traced bare; do
+for how in traced norecorder bare; do
     for i in 1 2 3 4 5; do describe "$WORK/exit-$how-$i"; done >> "$S"
 done
 cp "$S" "$OUTDIR/summary.txt"
