@@ -10,7 +10,8 @@ use std::io::Read;
 
 use super::ledger::{Charge, Holder};
 use super::objects::Origin;
-use super::sites::{CallId, SiteKey};
+use super::sites::CallId;
+use super::steps::TokenKey;
 use super::{
     Anomaly, AnomalyKind, Failure, LiveState, ObjectRef, StepSource, Store, MAX_TRACER_NOTES,
 };
@@ -94,20 +95,8 @@ impl LiveState {
         }
         self.last_seq = self.last_seq.max(e.seq);
         self.count_call(e.api);
-        if let StepSource::Allocation { site, bytes } = self.step_source {
-            if let Op::Alloc {
-                kind, ptr, size, ..
-            } = e.op
-            {
-                let starts_step = e.ok()
-                    && ptr != 0
-                    && kind.on_device()
-                    && size == bytes
-                    && SiteKey::of(e.caller, e.stack) == site;
-                if starts_step {
-                    self.step_boundary();
-                }
-            }
+        if e.seq == self.next_boundary.seq {
+            self.pattern_boundary(e.time_ns);
         }
         self.ledger.begin_event(e.seq, e.time_ns, self.steps);
         self.apply_event_body(e);
@@ -119,10 +108,21 @@ impl LiveState {
         self.calls.0[api as usize] += 1;
     }
 
-    /// A step begins: series take their samples.
-    pub(super) fn step_boundary(&mut self) {
+    /// A step begins at `time_ns`: series take their samples.
+    pub(super) fn step_boundary(&mut self, time_ns: u64) {
         self.ledger.step_boundary(self.steps);
         self.steps += 1;
+        let first = self.step_times.map_or(time_ns, |t| t.0);
+        self.step_times = Some((first, time_ns));
+    }
+
+    /// The event about to be applied begins a step of the pattern the state replays with.
+    #[cold]
+    fn pattern_boundary(&mut self, time_ns: u64) {
+        self.step_boundary(time_ns);
+        if let StepSource::Pattern(p) = &self.step_source {
+            self.next_boundary = super::NextBoundary::of(p, self.next_boundary.index + 1);
+        }
     }
 
     /// The origin of an object that `call` makes in event `e`.
@@ -152,12 +152,13 @@ impl LiveState {
                 _ => None,
             };
             if let Some((ptr, host)) = freed {
-                self.sites.note_free(e.caller, e.stack, e.py_stack);
+                self.sites
+                    .note_free(&self.python, e.caller, e.stack, e.py_stack);
                 self.on_free(e, ptr, host);
                 return;
             }
         }
-        let call = self.sites.call_of(e, &mut self.owners);
+        let call = self.sites.call_of(e, &mut self.owners, &self.python);
         if !e.ok() {
             let origin = self.origin_of(call.id, e);
             self.on_failure(e, origin);
@@ -259,13 +260,17 @@ impl LiveState {
             }
             &Op::MarkStep { .. } => {
                 self.marks += 1;
-                self.detector.marked();
+                self.detector.turn_off();
                 if self.step_source == StepSource::Marks {
-                    self.step_boundary();
+                    self.step_boundary(e.time_ns);
                 }
                 None
             }
-            Op::RangePush { .. } | Op::RangePop | Op::Mark { .. } => None,
+            Op::RangePush { name } => {
+                self.detector.observe_range(name, e.seq, e.time_ns);
+                None
+            }
+            Op::RangePop | Op::Mark { .. } => None,
             &Op::DeviceMemory { free, total } => {
                 self.on_device_memory(e, free, total);
                 None
@@ -345,6 +350,7 @@ impl LiveState {
             holder,
             pool,
         };
+        self.observe_object(origin.site, bytes, true);
         self.ledger.charge(c, bytes);
     }
 
@@ -361,6 +367,16 @@ impl LiveState {
             holder,
             pool,
         };
+        self.observe_object(origin.site, bytes, false);
         self.ledger.discharge(c, bytes);
+    }
+
+    /// Gives the step detector an object of `bytes` made at `site` that became live (`live`)
+    /// or went away, at the current event.
+    #[inline]
+    pub(super) fn observe_object(&mut self, site: super::SiteId, bytes: u64, live: bool) {
+        let (seq, time_ns) = (self.ledger.seq(), self.ledger.time_ns());
+        self.detector
+            .observe(TokenKey::object(site, bytes, live), seq, time_ns);
     }
 }

@@ -83,8 +83,8 @@ impl LiveState {
         self.last_seq
     }
 
-    /// Steps begun: step marks applied, or occurrences of the step allocation when the state
-    /// was made with [`StepSource::Allocation`].
+    /// Steps begun: step marks applied, or boundaries of the pattern the state was made with
+    /// ([`StepSource::Pattern`]).
     pub fn steps(&self) -> u64 {
         self.steps
     }
@@ -95,14 +95,24 @@ impl LiveState {
     }
 
     /// Where steps come from.
-    pub fn step_source(&self) -> StepSource {
-        self.step_source
+    pub fn step_source(&self) -> &StepSource {
+        &self.step_source
     }
 
-    /// In a trace without step marks: the allocation that repeats once per step, if one does.
-    /// Replaying with its [`StepPattern::source`] then gives steps.
+    /// In a trace without step marks: the period of its allocation pattern, if one repeats
+    /// (replaying with its [`StepPattern::source`] then gives steps); the pattern replayed with,
+    /// when the state was made with one.
     pub fn step_pattern(&self) -> Option<StepPattern> {
-        self.detector.detect(&self.sites)
+        match &self.step_source {
+            StepSource::Pattern(p) => Some((**p).clone()),
+            StepSource::Marks => self.detector.detect(),
+        }
+    }
+
+    /// Mean nanoseconds between step boundaries, with at least two.
+    pub fn step_duration_ns(&self) -> Option<u64> {
+        let (first, last) = self.step_times?;
+        (self.steps >= 2).then(|| (last.saturating_sub(first)) / (self.steps - 1))
     }
 
     /// Out-of-memory snapshots.

@@ -60,8 +60,9 @@ pub use objects::{
 pub use oom::{OomLog, OomSnapshot, RecentSeries, SiteHolding, MAX_FIRST_OOMS, MAX_RECENT_OOMS};
 pub use origin::{CodeLocation, Owner, OwnerResolver};
 pub use query::{HolderState, SampleAxis};
+pub use sites::ProgramLine;
 pub use sites::{SiteId, SiteKey};
-pub use steps::{StepPattern, StepSource};
+pub use steps::{Anchor, StepPattern, StepSource};
 pub use summary::{
     CallSite, CategoryTotals, CommunicatorTotals, DeviceTotals, ModuleTotals, Summary, Totals,
 };
@@ -110,6 +111,33 @@ struct TracerNotes {
     warnings_total: u64,
 }
 
+/// The next step boundary of a pattern: its index, and the sequence number of the event it
+/// comes before (`u64::MAX`, which no event has, when none is left).
+#[derive(Clone, Copy, Debug)]
+struct NextBoundary {
+    index: usize,
+    seq: u64,
+}
+
+impl Default for NextBoundary {
+    fn default() -> Self {
+        NextBoundary {
+            index: 0,
+            seq: u64::MAX,
+        }
+    }
+}
+
+impl NextBoundary {
+    /// Boundary `index` of `pattern`.
+    fn of(pattern: &StepPattern, index: usize) -> Self {
+        NextBoundary {
+            index,
+            seq: pattern.boundaries.get(index).copied().unwrap_or(u64::MAX),
+        }
+    }
+}
+
 /// Everything live in a traced process, rebuilt from its records.
 #[derive(Debug, Default)]
 pub struct LiveState {
@@ -127,7 +155,11 @@ pub struct LiveState {
     ledger: Ledger,
     ooms: OomLog,
     step_source: StepSource,
+    /// With a pattern's steps: its next boundary, compared with every event.
+    next_boundary: NextBoundary,
     detector: StepDetector,
+    /// Times of the first and the latest step boundary.
+    step_times: Option<(u64, u64)>,
     anomalies: Anomalies,
     failures: Failures,
     /// Calls per entry point, indexed by `Api as usize`.
@@ -163,10 +195,13 @@ impl LiveState {
 
     /// An empty state whose steps come from `source` (see [`LiveState::step_pattern`]).
     pub fn with_step_source(source: StepSource) -> Self {
-        LiveState {
-            step_source: source,
-            ..Self::default()
+        let mut state = Self::default();
+        if let StepSource::Pattern(p) = &source {
+            state.detector.turn_off();
+            state.next_boundary = NextBoundary::of(p, 0);
         }
+        state.step_source = source;
+        state
     }
 }
 
