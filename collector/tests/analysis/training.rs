@@ -117,12 +117,29 @@ fn the_alert_threshold_is_a_share_of_device_memory() {
     let state = workload().replay();
     let gib = GrowthConfig {
         device_memory: Some(1 << 30),
+        horizon_steps: 900,
+        horizon_ns: 0,
         ..GrowthConfig::default()
     };
-    // 0.1% of 1 GiB is 1073741.8 bytes: 1 MiB (1048576) per step stays below it.
+    // 0.1% of 1 GiB is 1073741.8 bytes: 1 MiB (1048576) per step stays below it, and the
+    // 941 MiB left after the last step (64 MiB of weights and 19 of the leak live then) last
+    // 941 steps, beyond a horizon of 900 (this trace's steps last microseconds: no time horizon).
     let g = growth(&state, &gib);
     assert!(!g.alert && !g.holders[0].alert && !g.steady[0].alert);
     assert_eq!(g.steady.len(), 1, "still reported as steady growth");
+    let p = g.holders[0].projection.expect("a projection");
+    assert_eq!((p.headroom, p.steps_to_full), (941 * MIB, Some(941.0)));
+    assert!(!p.within_horizon);
+    // Within the default horizon of 10,000 steps, the same growth alerts.
+    let g = growth(
+        &state,
+        &GrowthConfig {
+            device_memory: Some(1 << 30),
+            ..GrowthConfig::default()
+        },
+    );
+    assert!(g.alert && g.holders[0].alert && g.steady[0].alert);
+    assert!(g.holders[0].projection.unwrap().within_horizon);
     let half = GrowthConfig {
         device_memory: Some(512 << 20),
         ..GrowthConfig::default()
@@ -169,9 +186,15 @@ fn without_marks_the_repeating_allocation_gives_the_same_steps() {
     let unmarked = workload().without_marks();
     let first = unmarked.replay();
     assert_eq!(first.marks(), 0);
-    let pattern = first.step_pattern().expect("a repeating allocation");
-    assert_eq!((pattern.bytes, pattern.steps), (2 * MIB, STEPS));
-    assert_eq!(pattern.site.caller, T1);
+    let pattern = first
+        .step_pattern()
+        .expect("a repeating allocation pattern");
+    // Every kind repeats once a step (the workspace, made once, does not recur); the first
+    // allocation of a step, the most regular, begins it.
+    let a = &pattern.anchor;
+    assert_eq!((a.event, a.bytes, pattern.steps), ("alloc", 2 * MIB, STEPS));
+    assert_eq!(first.site(a.site.unwrap()).unwrap().0.caller, T1);
+    assert_eq!((pattern.kinds, pattern.in_step), (4, 4));
     // Before the second replay growth can only be read over time.
     assert_eq!(
         growth(&first, &GrowthConfig::default()).axis,
@@ -209,4 +232,47 @@ fn a_trace_without_steps_is_sampled_per_time_window() {
     assert_eq!(device.course.fit.unwrap().slope, MIB as f64);
     assert_eq!(device.course.last_bytes, 99 * MIB);
     assert_eq!(device.steady_growth, MIB as f64);
+}
+
+/// Another view of memory (a framework allocator's records, by Python line) adds its own rows,
+/// judged on the same steps as the driver's.
+#[test]
+fn another_view_s_lines_are_judged_beside_the_driver_s() {
+    use vramtrace_collector::analysis::{growth_with, LineSeries, Place, SiteName};
+    let state = workload().replay();
+    let site = SiteName {
+        stack: 0,
+        caller: 0,
+        site: "train.py:46".into(),
+        module: None,
+        module_name: None,
+        py_stack: 0,
+        py_stacks_vary: false,
+        label: Some("train.py:46 in <module>".into()),
+        place: Place::Site(u32::MAX),
+    };
+    // 512 KiB a step kept by the allocator from step 5 on, on device 0.
+    let points = (0..STEPS)
+        .map(|k| (k, k.saturating_sub(5) * 512 * KIB))
+        .collect();
+    let line = LineSeries {
+        site,
+        holder: DEVICE0,
+        view: "allocator",
+        points,
+    };
+    let g = growth_with(&state, &GrowthConfig::default(), vec![line]);
+    let steady: Vec<(&str, f64, Option<u64>)> = g
+        .steady
+        .iter()
+        .map(|s| (s.view, s.course.rate, s.course.phases.growth_from))
+        .collect();
+    assert_eq!(
+        steady,
+        [
+            ("driver", MIB as f64, Some(0)),
+            ("allocator", (512 * KIB) as f64, Some(5))
+        ]
+    );
+    assert_eq!(g.holders[0].steady_growth, (MIB + 512 * KIB) as f64);
 }
