@@ -6,6 +6,7 @@
 
 mod allocator;
 mod attribution;
+mod diagnosis;
 pub(crate) mod findings;
 pub(crate) mod labels;
 mod many;
