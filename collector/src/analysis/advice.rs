@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use super::fragmentation::Fragmentation;
-use super::growth::{Growth, SiteGrowth};
+use super::growth::{Growth, SiteGrowth, DRIVER};
 use super::leaks::Leaks;
 use super::oom::OomReport;
 use super::orphans::{OrphanKind, Orphans};
@@ -139,6 +139,16 @@ fn owner(site: &SiteName) -> Owner {
     }
 }
 
+/// Cause and fix of tensors that stay live step after step.
+fn tensors_advice() -> (String, String) {
+    (
+        "tensors kept across steps (appended to a list, or stored with their autograd graph)"
+            .to_string(),
+        "store .detach() / .item() or move to CPU (.cpu()) before keeping; clear what is kept"
+            .to_string(),
+    )
+}
+
 /// Cause and fix of a steady growth at `site`.
 fn growth_advice(site: &SiteName) -> (String, String) {
     let module = site.module_name.as_deref().unwrap_or("(unknown module)");
@@ -155,12 +165,7 @@ fn growth_advice(site: &SiteName) -> (String, String) {
             "a cuBLAS workspace per new handle or stream".to_string(),
             "reuse streams and handles across steps".to_string(),
         ),
-        Owner::Framework => (
-            "tensors kept across steps (appended to a list, or stored with their autograd graph)"
-                .to_string(),
-            "store .detach() / .item() or move to CPU (.cpu()) before keeping; clear what is kept"
-                .to_string(),
-        ),
+        Owner::Framework => tensors_advice(),
         Owner::Extension => (
             format!("raw device allocations in {module} never freed"),
             "free them (cudaFree) when done, or allocate through the framework's allocator"
@@ -209,9 +214,23 @@ fn orphan_advice(kind: OrphanKind) -> (&'static str, &'static str) {
     }
 }
 
-fn steady_finding(g: &Growth, s: &SiteGrowth) -> Finding {
+/// A steady growth's finding; `tensors_seen` when another view (a framework allocator's records)
+/// shows the tensors themselves growing, so that a framework's segments in the driver's view are
+/// the allocator reserving for them.
+fn steady_finding(g: &Growth, s: &SiteGrowth, tensors_seen: bool) -> Finding {
     let c = &s.course;
-    let (cause, fix) = growth_advice(&s.site);
+    let (cause, fix) = if s.view != DRIVER {
+        tensors_advice()
+    } else if tensors_seen && owner(&s.site) == Owner::Framework {
+        (
+            "the caching allocator reserving more segments for tensors that stay live: the \
+             allocator's view names the line that keeps them"
+                .to_string(),
+            "fix the line the allocator's view names".to_string(),
+        )
+    } else {
+        growth_advice(&s.site)
+    };
     let holder = g.holders.iter().find(|h| h.holder == s.holder);
     let projection = holder.and_then(|h| h.projection);
     let freed = c.last_bytes.saturating_sub(s.now_bytes);
@@ -254,10 +273,13 @@ pub fn diagnose(
     device_peak: Option<u64>,
     at_end: bool,
 ) -> Vec<Finding> {
-    let mut out: Vec<Finding> = growth
-        .steady
-        .iter()
-        .map(|s| steady_finding(growth, s))
+    // Rows of another view name the lines whose tensors stay live: they come first.
+    let tensors_seen = growth.steady.iter().any(|s| s.view != DRIVER);
+    let mut steady: Vec<&SiteGrowth> = growth.steady.iter().collect();
+    steady.sort_by_key(|s| s.view == DRIVER);
+    let mut out: Vec<Finding> = steady
+        .into_iter()
+        .map(|s| steady_finding(growth, s, tensors_seen))
         .collect();
     for k in &orphans.by_kind {
         let (cause, fix) = orphan_advice(k.kind);

@@ -79,7 +79,8 @@ pub struct HolderGrowth {
     pub course: Course,
     /// Growth per step above which steady growth alerts (device holders only).
     pub threshold: Option<f64>,
-    /// Sustained growth: the rates of the places growing steadily on this holder, added up.
+    /// Sustained growth: the rates of the places growing steadily on this holder in the driver's
+    /// view, added up.
     pub steady_growth: f64,
     /// At that rate, when the device is full (devices with sustained growth only).
     pub projection: Option<Projection>,
@@ -202,6 +203,9 @@ struct Members {
     series: Vec<Vec<(u64, u64)>>,
     sites: Vec<(u64, SiteId)>,
 }
+
+/// The name of the driver's view: the calls the tracer saw.
+pub const DRIVER: &str = "driver";
 
 /// One series to judge: a place on a holder.
 struct Row {
@@ -355,7 +359,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             Row {
                 site: name(state, sites[0].1),
                 holder,
-                view: "driver",
+                view: DRIVER,
                 sites: sites.len(),
                 now_bytes,
                 points: sum(&series),
@@ -417,9 +421,11 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         });
     }
     for (h, _, memory) in &mut holders {
+        // The driver's view measures the device; another view's rows name lines, and would
+        // count the same growth twice.
         h.steady_growth = steady
             .iter()
-            .filter(|s| s.holder == h.holder)
+            .filter(|s| s.holder == h.holder && s.view == DRIVER)
             .map(|s| s.course.rate)
             .sum();
         if h.steady_growth > 0.0 {

@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 
 use clap::Args;
-use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
+use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth, DRIVER};
 use vramtrace_collector::analysis::orphans::Orphan;
 use vramtrace_collector::analysis::{Analysis, GrowthConfig, OrphanKind, Orphans, Shape, SiteName};
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
@@ -296,15 +296,23 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
     writeln!(out, "  orphans        {}", orphans_line(&a.orphans))?;
     let unit = unit(a);
     let g = &a.growth;
-    // The headline names the place whose memory stays live, and where it leads.
-    let growth = match g.steady.first() {
+    // The headline names the place whose memory stays live, and where it leads: the line a
+    // framework allocator's view sees keeping tensors, when it accounts for at least half the
+    // fastest growth (the driver's view of the same growth is its allocator's segments).
+    let top = g.steady.first();
+    let tensors = g
+        .steady
+        .iter()
+        .find(|s| s.view != DRIVER && top.is_some_and(|t| s.course.rate * 2.0 >= t.course.rate));
+    let growth = match tensors.or(top) {
         Some(s) => {
             let h = g.holders.iter().find(|h| h.holder == s.holder);
             let alert = h.is_some_and(|h| h.alert);
             let full = h
                 .and_then(full_in)
                 .map_or(String::new(), |f| format!("; {f}"));
-            let others = match g.steady.iter().filter(|o| o.holder == s.holder).count() {
+            let driver = |o: &&SiteGrowth| o.holder == s.holder && o.view == DRIVER;
+            let others = match g.steady.iter().filter(driver).count() {
                 1 => String::new(),
                 n => format!(
                     " ({} {unit} at {} places in all)",

@@ -18,6 +18,10 @@ use vramtrace_collector::symbols::{
 pub fn label_sites(analysis: &mut Analysis, naming: &mut Attribution<'_>) {
     let mut done: HashMap<(u32, u64, u32), Option<String>> = HashMap::new();
     for site in analysis.sites_mut() {
+        // A row of another view (a framework allocator's) comes named by its source.
+        if (site.stack, site.caller, site.py_stack) == (0, 0, 0) && site.label.is_some() {
+            continue;
+        }
         let key = (site.stack, site.caller, site.py_stack);
         let label = done
             .entry(key)
