@@ -11,7 +11,7 @@ use std::io::Read;
 use super::ledger::{Charge, Holder};
 use super::objects::Origin;
 use super::sites::CallId;
-use super::steps::TokenKey;
+use super::steps::{TokenEvent, TokenKey};
 use super::{
     Anomaly, AnomalyKind, Failure, LiveState, ObjectRef, StepSource, Store, MAX_TRACER_NOTES,
 };
@@ -95,8 +95,8 @@ impl LiveState {
         }
         self.last_seq = self.last_seq.max(e.seq);
         self.count_call(e.api);
-        if e.seq == self.next_boundary.seq {
-            self.pattern_boundary(e.time_ns);
+        if e.seq == self.next_boundary.seq || self.next_boundary.anchor && self.is_anchor(e) {
+            self.pattern_boundary(e.seq, e.time_ns);
         }
         self.ledger.begin_event(e.seq, e.time_ns, self.steps);
         self.apply_event_body(e);
@@ -118,10 +118,56 @@ impl LiveState {
 
     /// The event about to be applied begins a step of the pattern the state replays with.
     #[cold]
-    fn pattern_boundary(&mut self, time_ns: u64) {
+    fn pattern_boundary(&mut self, seq: u64, time_ns: u64) {
         self.step_boundary(time_ns);
+        self.applied_boundaries.push(seq);
         if let StepSource::Pattern(p) = &self.step_source {
             self.next_boundary = super::NextBoundary::of(p, self.next_boundary.index + 1);
+        }
+    }
+
+    /// Whether event `e`, about to be applied, is the anchor of the pattern the state replays
+    /// with (asked past the pattern's last known boundary): an allocation or handle of its size
+    /// at its site, a free of a live allocation of its size made there, or its NVTX range.
+    /// Asked before the event is applied (its objects belong to the step it begins), this
+    /// foresees the token the detector will note; a reader checks at the end that the steps
+    /// applied are the boundaries the detector found ([`LiveState::unapplied_steps`]).
+    #[cold]
+    fn is_anchor(&self, e: &Event) -> bool {
+        let StepSource::Pattern(p) = &self.step_source else {
+            return false;
+        };
+        let Some(key) = p.key else {
+            return false;
+        };
+        if !e.ok() {
+            return false;
+        }
+        let made = |size: u64| size == key.bytes && key.event == TokenEvent::Alloc;
+        match &e.op {
+            &Op::Alloc { ptr, size, .. } if ptr != 0 && made(size) => {
+                self.sites
+                    .site_of(&self.python, e.caller, e.stack, e.py_stack)
+                    == Some(key.site)
+            }
+            &Op::Create { size, .. } if made(size) => {
+                self.sites
+                    .site_of(&self.python, e.caller, e.stack, e.py_stack)
+                    == Some(key.site)
+            }
+            &Op::Free { ptr, .. } | &Op::FreeHost { ptr } if key.event == TokenEvent::Free => {
+                let host = matches!(e.op, Op::FreeHost { .. });
+                let table = if host {
+                    &self.memory.host
+                } else {
+                    &self.memory.device
+                };
+                table.live.get(ptr).is_some_and(|a| {
+                    a.size == key.bytes && self.sites.call(a.call).site == key.site
+                })
+            }
+            Op::RangePush { name } => key == TokenKey::range(name),
+            _ => false,
         }
     }
 

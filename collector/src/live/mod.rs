@@ -112,11 +112,14 @@ struct TracerNotes {
 }
 
 /// The next step boundary of a pattern: its index, and the sequence number of the event it
-/// comes before (`u64::MAX`, which no event has, when none is left).
+/// comes before (`u64::MAX`, which no event has, when none is left: then the anchor's next
+/// occurrence is).
 #[derive(Clone, Copy, Debug)]
 struct NextBoundary {
     index: usize,
     seq: u64,
+    /// Past the pattern's last boundary: each occurrence of its anchor begins a step.
+    anchor: bool,
 }
 
 impl Default for NextBoundary {
@@ -124,6 +127,7 @@ impl Default for NextBoundary {
         NextBoundary {
             index: 0,
             seq: u64::MAX,
+            anchor: false,
         }
     }
 }
@@ -131,9 +135,11 @@ impl Default for NextBoundary {
 impl NextBoundary {
     /// Boundary `index` of `pattern`.
     fn of(pattern: &StepPattern, index: usize) -> Self {
+        let seq = pattern.boundaries.get(index).copied();
         NextBoundary {
             index,
-            seq: pattern.boundaries.get(index).copied().unwrap_or(u64::MAX),
+            seq: seq.unwrap_or(u64::MAX),
+            anchor: seq.is_none() && pattern.key.is_some(),
         }
     }
 }
@@ -160,6 +166,9 @@ pub struct LiveState {
     detector: StepDetector,
     /// Times of the first and the latest step boundary.
     step_times: Option<(u64, u64)>,
+    /// With a pattern's steps: the sequence number of the event each step began before, the
+    /// boundaries it listed and the occurrences of its anchor past them.
+    applied_boundaries: Vec<u64>,
     anomalies: Anomalies,
     failures: Failures,
     /// Calls per entry point, indexed by `Api as usize`.
@@ -196,8 +205,9 @@ impl LiveState {
     /// An empty state whose steps come from `source` (see [`LiveState::step_pattern`]).
     pub fn with_step_source(source: StepSource) -> Self {
         let mut state = Self::default();
+        // The detector goes on watching: a reader that applies steps found in the first part of
+        // a trace checks them against what the whole trace shows.
         if let StepSource::Pattern(p) = &source {
-            state.detector.turn_off();
             state.next_boundary = NextBoundary::of(p, 0);
         }
         state.step_source = source;

@@ -241,20 +241,26 @@ impl<T: Clone + Default, const N: usize> Default for DirectMapped<T, N> {
     }
 }
 
+/// The program's own line in Python stack `py_stack`, if it has one.
+fn line_in(python: &PythonStacks, py_stack: StackId) -> ProgramLine {
+    python
+        .program_frame(py_stack)
+        .map_or(ProgramLine::NONE, |f| ProgramLine {
+            code: f.code,
+            line: f.line,
+        })
+}
+
 impl SiteTable {
     /// The program line of Python stack `py_stack` (looked up once per stack).
     fn program_line(&mut self, python: &PythonStacks, py_stack: StackId) -> ProgramLine {
         if py_stack == 0 {
             return ProgramLine::NONE;
         }
-        *self.lines.entry(py_stack).or_insert_with(|| {
-            python
-                .program_frame(py_stack)
-                .map_or(ProgramLine::NONE, |f| ProgramLine {
-                    code: f.code,
-                    line: f.line,
-                })
-        })
+        *self
+            .lines
+            .entry(py_stack)
+            .or_insert_with(|| line_in(python, py_stack))
     }
 
     /// The id of the site of a call from `caller` with `stack` and Python stack `py_stack`.
@@ -294,6 +300,23 @@ impl SiteTable {
     /// came from several Python stacks.
     pub(crate) fn python(&self, site: SiteId) -> Option<(StackId, bool)> {
         self.python.get(site as usize).copied().filter(|p| p.0 != 0)
+    }
+
+    /// The id of the site a call from `caller` with `stack` and Python stack `py_stack` has, if
+    /// a call reached it.
+    pub(crate) fn site_of(
+        &self,
+        python: &PythonStacks,
+        caller: u64,
+        stack: StackId,
+        py_stack: StackId,
+    ) -> Option<SiteId> {
+        let line = match self.lines.get(&py_stack) {
+            Some(&line) => line,
+            None if py_stack == 0 => ProgramLine::NONE,
+            None => line_in(python, py_stack),
+        };
+        self.ids.get(&SiteKey::of(caller, stack, line)).copied()
     }
 
     /// The key of site `id`, and the return address of the first call there.

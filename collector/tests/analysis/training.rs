@@ -2,7 +2,10 @@
 //! step, weights kept for the whole run, and a 32 MiB workspace live across two step boundaries:
 //! each analysis must find exactly the planted cases.
 
-use vramtrace_collector::analysis::{growth, leaks, peaks, step_info, GrowthConfig, Shape};
+use vramtrace_collector::analysis::{
+    analyze, growth, leaks, peaks, step_info, GrowthConfig, Shape,
+};
+use vramtrace_collector::format::Record;
 use vramtrace_collector::live::{Holder, SampleAxis, StepSource};
 
 use crate::support::*;
@@ -212,6 +215,85 @@ fn without_marks_the_repeating_allocation_gives_the_same_steps() {
     assert_eq!((l.sites[1].first_step, l.sites[1].last_step), (1, 20));
     // A trace that marks its steps needs no pattern.
     assert!(workload().replay().step_pattern().is_none());
+}
+
+/// The unmarked workload's records up to and including the first `events` events.
+fn first_events(b: &Builder, events: usize) -> Builder {
+    let mut seen = 0;
+    let mut first = Builder::new();
+    first.records = b
+        .records
+        .iter()
+        .take_while(|r| {
+            let more = seen < events;
+            seen += usize::from(matches!(r, Record::Event(_)));
+            more
+        })
+        .cloned()
+        .collect();
+    first
+}
+
+/// Steps found in the first part of a trace carry on through the rest: replayed with the
+/// pattern of its first 6 steps, the whole trace gets all 20 planted steps, exactly the
+/// boundaries the whole trace's own pattern names, and the same analyses as a replay with that.
+#[test]
+fn a_pattern_found_in_the_first_steps_carries_on_through_the_rest() {
+    let unmarked = workload().without_marks();
+    // Each step is 7 events (8 with the workspace's malloc at step 10 or its free at step 12),
+    // after the weights: 6 steps, and the first allocation of the seventh.
+    let prefix = first_events(&unmarked, 1 + 6 * 7 + 1);
+    let early = prefix
+        .replay()
+        .step_pattern()
+        .expect("a pattern in 6 steps");
+    assert_eq!((early.steps, early.boundaries.len()), (7, 7));
+    let whole = unmarked.replay().step_pattern().expect("the whole pattern");
+    assert_eq!((whole.steps, whole.boundaries.len()), (STEPS, 20));
+    assert_eq!(
+        (&early.anchor, early.first_seq),
+        (&whole.anchor, whole.first_seq)
+    );
+    assert!(early.last_seq < whole.last_seq);
+
+    let carried = replay(&unmarked.bytes(), early.source());
+    assert_eq!(carried.steps(), STEPS);
+    assert_eq!(carried.step_pattern().as_ref(), Some(&whole));
+    assert_eq!(carried.unapplied_steps(), None);
+    let leak = leaks(&carried);
+    let leak = leak
+        .sites
+        .iter()
+        .find(|s| s.site.site == name(LEAK))
+        .unwrap();
+    assert_eq!((leak.count, leak.first_step, leak.last_step), (20, 1, 20));
+    let g = growth(&carried, &GrowthConfig::default());
+    assert_eq!(g.steady[0].course.fit.unwrap().slope, MIB as f64);
+
+    // Exactly what a second replay with the whole trace's pattern gives.
+    let twice = replay(&unmarked.bytes(), whole.source());
+    let analyzed = |state| serde_json::to_value(analyze(state, &GrowthConfig::default())).unwrap();
+    assert_eq!(analyzed(&carried), analyzed(&twice));
+}
+
+/// Steps found in the first part that the rest of the trace does not keep to are not the
+/// trace's: a replay with them says which are.
+#[test]
+fn a_pattern_the_rest_of_the_trace_departs_from_is_not_the_trace_s() {
+    let unmarked = workload().without_marks();
+    let whole = unmarked.replay().step_pattern().unwrap();
+    // The same anchor from its second occurrence: the first step's boundary is not applied.
+    let mut late = whole.clone();
+    late.boundaries = whole.boundaries[1..2].into();
+    let state = replay(&unmarked.bytes(), late.source());
+    assert_eq!(state.steps(), STEPS - 1);
+    assert_eq!(state.step_pattern().unwrap().steps, STEPS - 1);
+    assert_eq!(state.unapplied_steps(), Some(whole.source()));
+    // With marks, marks are the steps.
+    let marked = replay(&workload().bytes(), whole.source());
+    assert_eq!(marked.unapplied_steps(), Some(StepSource::Marks));
+    assert_eq!(workload().replay().unapplied_steps(), None);
+    assert_eq!(unmarked.replay().unapplied_steps(), Some(whole.source()));
 }
 
 #[test]

@@ -6,8 +6,10 @@
 //! Without them, the detector follows the stream of tokens a loop repeats every step: each
 //! allocation and free (by site and size; a free counts under its allocation's site) and each
 //! NVTX range pushed. [`period::find`] takes the period of the whole pattern from that stream;
-//! the occurrences of its anchor token are the step boundaries, which a second replay applies
-//! ([`StepSource::Pattern`]).
+//! the occurrences of its anchor token are the step boundaries. A replay with
+//! [`StepSource::Pattern`] begins a step before each boundary the pattern lists and, past the
+//! last, before each event that is the anchor again: steps found in the first part of a trace
+//! carry on through the rest of it, so a reader can apply them as it goes.
 //!
 //! Memory is bounded: the first [`MAX_TOKENS`] tokens are kept (20 bytes each, with their
 //! sequence numbers and times) and at most [`MAX_KINDS`] distinct kinds followed. When the
@@ -37,8 +39,9 @@ pub enum StepSource {
     /// `vramtrace_mark_step` events (the default).
     #[default]
     Marks,
-    /// The boundaries a first replay found in the allocation pattern ([`StepPattern`]): a step
-    /// begins just before each of the events they name.
+    /// The boundaries a replay found in the allocation pattern ([`StepPattern`]): a step begins
+    /// just before each of the events they name, and past the last, before each occurrence of
+    /// the pattern's anchor.
     Pattern(Arc<StepPattern>),
 }
 
@@ -76,6 +79,9 @@ pub struct StepPattern {
     /// The sequence number of the event before which each step begins, in trace order.
     #[serde(skip)]
     pub boundaries: Arc<[u64]>,
+    /// The anchor as the replay recognises it in events.
+    #[serde(skip)]
+    pub(crate) key: Option<TokenKey>,
 }
 
 impl StepPattern {
@@ -88,14 +94,14 @@ impl StepPattern {
 /// What a token is: an allocation or free at a site of a size, or a range by name hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct TokenKey {
-    site: SiteId,
-    event: TokenEvent,
+    pub(crate) site: SiteId,
+    pub(crate) event: TokenEvent,
     /// Bytes, or the hash of the range's name.
-    bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum TokenEvent {
+pub(crate) enum TokenEvent {
     Alloc,
     Free,
     Range,
@@ -110,6 +116,17 @@ impl TokenKey {
             TokenEvent::Free
         };
         TokenKey { site, event, bytes }
+    }
+
+    /// An NVTX range pushed, by the hash of its name.
+    pub(crate) fn range(name: &str) -> Self {
+        let mut h = FxHasher::default();
+        h.write(name.as_bytes());
+        TokenKey {
+            site: SiteId::MAX,
+            event: TokenEvent::Range,
+            bytes: h.finish(),
+        }
     }
 
     /// The kind a token votes as: a free as its allocation.
@@ -170,16 +187,7 @@ impl StepDetector {
         if self.off {
             return;
         }
-        let key = TokenKey {
-            site: SiteId::MAX,
-            event: TokenEvent::Range,
-            bytes: {
-                let mut h = FxHasher::default();
-                h.write(name.as_bytes());
-                h.finish()
-            },
-        };
-        self.note(key, seq, time_ns, Some(name));
+        self.note(TokenKey::range(name), seq, time_ns, Some(name));
     }
 
     #[inline(never)]
@@ -298,6 +306,7 @@ impl StepDetector {
             first_seq: boundaries.first().copied().unwrap_or(0),
             last_seq: boundaries.last().copied().unwrap_or(0),
             boundaries,
+            key: Some(key),
         };
         Some((pattern, key))
     }
