@@ -31,7 +31,7 @@ static REAL_EXECVPE: AtomicUsize = AtomicUsize::new(0);
 static REAL_FEXECVE: AtomicUsize = AtomicUsize::new(0);
 static REAL_EXECVEAT: AtomicUsize = AtomicUsize::new(0);
 
-const TABLE: [(&std::ffi::CStr, &AtomicUsize); 8] = [
+static TABLE: [(&std::ffi::CStr, &AtomicUsize); 8] = [
     (c"_exit", &REAL_EXIT),
     (c"_Exit", &REAL_UNDER_EXIT),
     (c"execve", &REAL_EXECVE),
@@ -55,7 +55,7 @@ unsafe extern "C" {
 
 /// Finds the real functions (from the library constructor, while the process has one thread).
 pub fn resolve() {
-    for (name, slot) in TABLE {
+    for &(name, slot) in &TABLE {
         if slot.load(Ordering::Acquire) == 0 {
             if let Some(f) = crate::resolve::dl::find_real(name) {
                 slot.store(f, Ordering::Release);
