@@ -36,6 +36,7 @@ const WORKLOAD_LINKS: &[(&str, &[&str])] = &[
     ("wl_signal", &["libcudart.so.13"]),
     ("wl_harm", &["libcudart.so.13"]),
     ("wl_train", &[]),
+    ("wl_shapes", &[]),
     ("wl_probe", &["libcudart.so.13", "libcuda.so.1"]),
     ("bench_calls", &["libcudart.so.13"]),
 ];

@@ -1,6 +1,6 @@
 //! Reading a trace file into the live-allocation state, with the facts about how reading went:
 //! whole, up to a point (for `replay`), or finding the steps of a trace without step marks in its
-//! repeating allocations as it goes (`steps_found.rs`).
+//! allocation pattern as it goes (`steps_found.rs`).
 //!
 //! Reading streams: memory follows what is live, not the length of the trace. A progress bar on
 //! stderr follows the bytes read when stderr is a terminal.
@@ -181,8 +181,8 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
 }
 
 /// Reads the trace at `path` for analysis: when it has no step marks but a repeating
-/// allocation, that allocation is the step boundary. Read once ([`steps_found::read`]) unless
-/// the steps guessed from its first part turn out wrong.
+/// allocation pattern, each occurrence of the pattern's anchor begins a step. Read once
+/// ([`steps_found::read`]) unless the steps found in its first part turn out wrong.
 pub fn load_analyzed(path: &Path, growth: GrowthConfig) -> Result<LoadedTrace> {
     load_analyzed_observing(path, growth, || ()).map(|(trace, ())| trace)
 }
@@ -212,7 +212,7 @@ pub fn load_analyzed_observing<O: Observer>(
     let (trace, mut observer) = match steps_found::read(path, &progress, &new)? {
         Found::Read(read) => *read,
         Found::ReadAgain(source) => {
-            progress.restart("pass 2 (steps from the repeating allocation)");
+            progress.restart("pass 2 (steps from the allocation pattern)");
             let mut observer = new();
             let mut second = read(path, source, &progress, |state, e| {
                 observer.event(state, e);

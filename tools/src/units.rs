@@ -15,6 +15,15 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// A device ordinal for tables: `?` when the trace could not tell it (-1).
+pub fn device(d: i32) -> String {
+    if d < 0 {
+        "?".to_string()
+    } else {
+        d.to_string()
+    }
+}
+
 /// Bytes per unit of a growth slope, signed: `+1.0 MiB`, `-512 B`.
 pub fn signed_bytes(n: f64) -> String {
     let sign = if n < 0.0 { "-" } else { "+" };
@@ -54,6 +63,14 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_device_is_a_question_mark() {
+        assert_eq!(
+            (device(0), device(7), device(-1)),
+            ("0".into(), "7".into(), "?".into())
+        );
+    }
 
     #[test]
     fn sizes_parse_with_binary_units() {

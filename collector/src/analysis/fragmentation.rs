@@ -64,7 +64,8 @@ pub struct Fragmentation {
     /// physical memory.
     pub unusable_bytes: u64,
     /// `unusable_bytes` over all device memory allocated (in use plus unusable); `null` when
-    /// nothing is allocated.
+    /// nothing is in use (memory a pool keeps after everything was freed is a cache for reuse,
+    /// not fragmentation).
     pub unusable_share: Option<f64>,
 }
 
@@ -131,6 +132,6 @@ pub fn fragmentation(state: &LiveState) -> Fragmentation {
         physical,
         pools,
         unusable_bytes: unusable,
-        unusable_share: (allocated > 0).then(|| unusable as f64 / allocated as f64),
+        unusable_share: (in_use > 0).then(|| unusable as f64 / allocated as f64),
     }
 }

@@ -1,21 +1,29 @@
 //! Growth: live bytes sampled once per step (or per time window when the trace has no steps),
-//! a least-squares line through them per holder and per call site, and a verdict: steady growth
-//! (a leak that will run the device out of memory), a one-off peak, flat, or shrinking.
+//! per holder and per place (the program's Python line, else the native call site), judged on
+//! the steady state only ([`course`](super::course)): sustained growth (a leak that will run the
+//! device out of memory), a one-off peak, flat (warm-up included), or shrinking.
 //!
 //! Samples are taken at step boundaries, so memory allocated and freed inside a step never shows:
-//! only what a step leaves behind does. A holder alerts when it grows steadily by more than the
-//! threshold per step: by default 0.1% of device memory. How much memory a device has comes from
+//! only what a step leaves behind does. Call sites are merged by place: a line of a script
+//! reaches the allocator through many native paths, and the line is what the user can change.
+//! Another view of memory (a framework allocator's per-tensor records) can add its own rows,
+//! already by line ([`LineSeries`]).
+//!
+//! A holder alerts when its sustained growth (the rates of its steadily growing places, added
+//! up, so a one-off peak elsewhere does not hide it) exceeds the threshold per step, by default
+//! 0.1% of device memory, or when at that rate the device is full within the horizon (by
+//! default 10,000 steps or 24 hours). How much memory a device has comes from
 //! `GrowthConfig::device_memory`, else from the tracer's `cuMemGetInfo` samples; without either,
 //! the device's highest live point is taken as a lower bound, which makes the threshold stricter,
-//! never looser. Sustained growth is
-//! the sum of the steadily growing sites' slopes, so a one-off peak at another site does not
-//! mask it.
+//! never looser.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::fit::Fit;
-use super::site::{name, SiteName};
-use crate::live::{Holder, LiveState, SampleAxis};
+use super::course::{teardown_start, Bounds, Course, Shape};
+use super::site::{name, place, Place, SiteName};
+use crate::live::{Holder, LiveState, SampleAxis, SiteId};
 
 /// Settings of the growth verdicts.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -28,6 +36,10 @@ pub struct GrowthConfig {
     pub min_r2: f64,
     /// Least samples for a verdict other than flat.
     pub min_samples: usize,
+    /// Steady growth alerts when at its rate the device is full within this many steps...
+    pub horizon_steps: u64,
+    /// ...or within this many nanoseconds.
+    pub horizon_ns: u64,
 }
 
 impl Default for GrowthConfig {
@@ -37,77 +49,25 @@ impl Default for GrowthConfig {
             alert_fraction: 0.001,
             min_r2: 0.9,
             min_samples: 4,
+            horizon_steps: 10_000,
+            horizon_ns: 24 * 3600 * 1_000_000_000,
         }
     }
 }
 
-/// The course of a series.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Shape {
-    /// Grows along a line (fit at least `min_r2`) and ends higher than it began.
-    Steady,
-    /// Rose above both its start and its end, and came back down: a one-off peak.
-    Peak,
-    /// Falls along a line.
-    Shrinking,
-    /// Neither: constant, or too few samples, or irregular without a peak.
-    Flat,
-}
-
-impl Shape {
-    /// Short name used in reports (the same as its JSON spelling).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Shape::Steady => "steady",
-            Shape::Peak => "peak",
-            Shape::Shrinking => "shrinking",
-            Shape::Flat => "flat",
-        }
-    }
-}
-
-/// One series with its line and verdict.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Course {
-    /// The line through the samples; `None` with fewer than two.
-    pub fit: Option<Fit>,
-    pub samples: usize,
-    /// Bytes at the first and last sample, and the highest sample.
-    pub first_bytes: u64,
-    pub last_bytes: u64,
-    pub max_bytes: u64,
-    pub shape: Shape,
-}
-
-impl Course {
-    /// The course of `points` under `config`.
-    pub fn of(points: &[(u64, u64)], config: &GrowthConfig) -> Course {
-        let fit = Fit::of(points);
-        let first = points.first().map_or(0, |p| p.1);
-        let last = points.last().map_or(0, |p| p.1);
-        let max = points.iter().map(|p| p.1).max().unwrap_or(0);
-        let shape = match fit {
-            _ if points.len() < config.min_samples => Shape::Flat,
-            Some(f) if f.slope > 0.0 && f.r2 >= config.min_r2 && last > first => Shape::Steady,
-            Some(f) if f.slope < 0.0 && f.r2 >= config.min_r2 && last < first => Shape::Shrinking,
-            _ if max > first && max > last => Shape::Peak,
-            _ => Shape::Flat,
-        };
-        Course {
-            fit,
-            samples: points.len(),
-            first_bytes: first,
-            last_bytes: last,
-            max_bytes: max,
-            shape,
-        }
-    }
-
-    /// Bytes per sample unit of the line, 0 without one.
-    pub fn slope(&self) -> f64 {
-        self.fit.map_or(0.0, |f| f.slope)
-    }
+/// When a holder is full at its sustained rate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Projection {
+    /// Bytes left at the end of the steady state: the device's memory less what the trace held
+    /// live then and what the driver held beyond the trace at its first `cuMemGetInfo` sample
+    /// (the context, other processes).
+    pub headroom: u64,
+    /// Steps until full (steps axis).
+    pub steps_to_full: Option<f64>,
+    /// Seconds until full, from the mean step duration or the time axis.
+    pub seconds_to_full: Option<f64>,
+    /// Whether that is within the horizon.
+    pub within_horizon: bool,
 }
 
 /// One holder's growth.
@@ -119,24 +79,49 @@ pub struct HolderGrowth {
     pub course: Course,
     /// Growth per step above which steady growth alerts (device holders only).
     pub threshold: Option<f64>,
-    /// Sustained growth: the slopes of the call sites growing steadily on this holder, added up
-    /// (one-off peaks elsewhere do not hide it, as they can hide it in the holder's own line).
+    /// Sustained growth: the rates of the places growing steadily on this holder in the driver's
+    /// view, added up.
     pub steady_growth: f64,
-    /// Sustained growth above the threshold.
+    /// At that rate, when the device is full (devices with sustained growth only).
+    pub projection: Option<Projection>,
+    /// Bytes freed after the steady state: live at its last sample less live at the end.
+    pub teardown_freed: u64,
+    /// Sustained growth above the threshold, or full within the horizon.
     pub alert: bool,
 }
 
-/// One call site's growth on one holder.
+/// One place's growth on one holder.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SiteGrowth {
+    /// The place's largest call site (all of its sites share its Python line and module).
     #[serde(flatten)]
     pub site: SiteName,
     #[serde(flatten)]
     pub holder: Holder,
     #[serde(flatten)]
     pub course: Course,
-    /// Steady growth above its holder's threshold on its own.
+    /// Call sites merged into this row.
+    pub sites: usize,
+    /// Bytes the place holds at the end of the trace (after the teardown).
+    pub now_bytes: u64,
+    /// The view of memory the series comes from: `driver` (the calls the tracer saw), or the
+    /// name another source gave its rows.
+    pub view: &'static str,
+    /// Sustained growth above its holder's threshold on its own, or full within the horizon.
     pub alert: bool,
+}
+
+/// Live bytes of one place over the run from another view of memory than the driver's (say, a
+/// framework allocator's per-tensor records), on the same axis as the trace's samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LineSeries {
+    /// The place, named as a site (its Python stack names the line).
+    pub site: SiteName,
+    pub holder: Holder,
+    /// The view's name, e.g. `allocator`.
+    pub view: &'static str,
+    /// `(x, bytes)` on the axis the trace is sampled on.
+    pub points: Vec<(u64, u64)>,
 }
 
 /// Growth of everything live.
@@ -149,22 +134,29 @@ pub struct Growth {
     pub stride: u64,
     /// For the time axis: nanoseconds between kept samples.
     pub window_ns: Option<u64>,
+    /// For the steps axis: mean nanoseconds between step boundaries.
+    pub step_ns: Option<u64>,
     /// The device memory thresholds are computed from, and where it came from: `given` or
     /// `sampled` (the total the driver reported to the tracer's `cuMemGetInfo` samples), or
     /// `observed-peak` (the highest live point of the device, a lower bound).
     pub device_memory: Option<u64>,
     pub device_memory_source: &'static str,
     pub alert_fraction: f64,
+    pub horizon_steps: u64,
+    pub horizon_ns: u64,
     /// Whether any holder alerts.
     pub alert: bool,
     /// Every holder.
     pub holders: Vec<HolderGrowth>,
-    /// Sites growing steadily, fastest first.
+    /// Places growing steadily, fastest first.
     pub steady: Vec<SiteGrowth>,
-    /// Sites with a one-off peak, highest first.
+    /// Places with a one-off peak, highest first.
     pub peaks: Vec<SiteGrowth>,
-    /// Sites shrinking steadily, fastest first.
+    /// Places shrinking steadily, fastest first.
     pub shrinking: Vec<SiteGrowth>,
+    /// Places that rose once after the warm-up and stayed there (a one-off batch or evaluation
+    /// whose memory an allocator keeps), largest rise first.
+    pub one_off_rises: Vec<SiteGrowth>,
 }
 
 /// The axis a state's growth is read on: steps when at least two were sampled, else time.
@@ -184,7 +176,7 @@ pub(crate) fn in_units(points: Vec<(u64, u64)>, window_ns: Option<u64>) -> Vec<(
     }
 }
 
-/// The device memory thresholds come from for `holder`, and its source.
+/// The device memory thresholds come from for `device`, and its source.
 fn memory_of(state: &LiveState, config: &GrowthConfig, device: i32) -> (u64, &'static str) {
     // The driver's own total, from the tracer's cuMemGetInfo samples.
     let sampled = state
@@ -205,11 +197,83 @@ fn memory_of(state: &LiveState, config: &GrowthConfig, device: i32) -> (u64, &'s
     }
 }
 
+/// The call sites of one place on one holder: their series, and each one's highest point.
+#[derive(Default)]
+struct Members {
+    series: Vec<Vec<(u64, u64)>>,
+    sites: Vec<(u64, SiteId)>,
+}
+
+/// The name of the driver's view: the calls the tracer saw.
+pub const DRIVER: &str = "driver";
+
+/// One series to judge: a place on a holder.
+struct Row {
+    site: SiteName,
+    holder: Holder,
+    view: &'static str,
+    sites: usize,
+    now_bytes: u64,
+    points: Vec<(u64, u64)>,
+}
+
+/// Series summed point by point; a series has no points before it began (it held nothing).
+fn sum(parts: &[Vec<(u64, u64)>]) -> Vec<(u64, u64)> {
+    if let [one] = parts {
+        return one.clone();
+    }
+    let mut total: BTreeMap<u64, u64> = BTreeMap::new();
+    for part in parts {
+        for &(x, y) in part {
+            *total.entry(x).or_default() += y;
+        }
+    }
+    total.into_iter().collect()
+}
+
+/// The part of `points` before `teardown_x`.
+fn before(points: &[(u64, u64)], teardown_x: Option<u64>) -> Option<usize> {
+    let x = teardown_x?;
+    Some(points.iter().position(|p| p.0 >= x).unwrap_or(points.len()))
+}
+
+/// When a holder with `headroom` bytes left is full at `rate` per sample unit.
+fn project(
+    headroom: u64,
+    rate: f64,
+    axis: SampleAxis,
+    unit_ns: Option<u64>,
+    c: &GrowthConfig,
+) -> Projection {
+    let units = headroom as f64 / rate;
+    let seconds = unit_ns.map(|ns| units * ns as f64 / 1e9);
+    let steps = (axis == SampleAxis::Steps).then_some(units);
+    let within = steps.is_some_and(|s| s <= c.horizon_steps as f64)
+        || seconds.is_some_and(|s| s * 1e9 <= c.horizon_ns as f64);
+    Projection {
+        headroom,
+        steps_to_full: steps,
+        seconds_to_full: seconds,
+        within_horizon: within,
+    }
+}
+
 /// The growth of `state`.
 pub fn growth(state: &LiveState, config: &GrowthConfig) -> Growth {
+    growth_with(state, config, Vec::new())
+}
+
+/// The growth of `state`, with `extra` rows from another view of memory judged beside the
+/// driver's.
+pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeries>) -> Growth {
     let axis = axis_of(state);
     let (ticks, stride) = state.samples(axis);
     let window_ns = (axis == SampleAxis::Time).then(|| state.sample_width_ns());
+    let step_ns = (axis == SampleAxis::Steps)
+        .then(|| state.step_duration_ns())
+        .flatten();
+    // Nanoseconds per sample unit: a step, or a window (time samples are window indices).
+    let unit_ns = window_ns.or(step_ns);
     let mut source = if config.device_memory.is_some() {
         "given"
     } else if state.device_accounts().any(|a| a.total > 0) {
@@ -218,79 +282,191 @@ pub fn growth(state: &LiveState, config: &GrowthConfig) -> Growth {
         "observed-peak"
     };
     let mut device_memory = config.device_memory;
-    let mut holders: Vec<HolderGrowth> = state
+    // Per holder: its course, and where its teardown begins (time axis).
+    let mut holders: Vec<(HolderGrowth, Option<u64>, Option<u64>)> = state
         .holders()
         .iter()
         .map(|h| {
             let points = in_units(state.holder_series(h.holder, axis), window_ns);
-            let course = Course::of(&points, config);
-            let threshold = match h.holder {
+            let teardown = match axis {
+                SampleAxis::Time => teardown_start(&points),
+                SampleAxis::Steps => None,
+            };
+            let bounds = Bounds {
+                teardown,
+                warm_up_until: None,
+                time: axis == SampleAxis::Time,
+            };
+            let course = Course::within(&points, bounds, config);
+            // The memory a projection counts down from: only a device's known size (the
+            // observed peak is a lower bound, and would project every growth full at once).
+            let (threshold, memory) = match h.holder {
                 Holder::Device { device } => {
                     let (memory, from) = memory_of(state, config, device);
                     source = from;
                     device_memory = Some(device_memory.unwrap_or(0).max(memory));
-                    Some(memory as f64 * config.alert_fraction)
+                    let baseline = state
+                        .device_accounts()
+                        .find(|a| a.device == device)
+                        .map_or(0, |a| a.baseline());
+                    let known = (from != "observed-peak").then(|| memory.saturating_sub(baseline));
+                    (Some(memory as f64 * config.alert_fraction), known)
                 }
-                Holder::Host => None,
+                Holder::Host => (None, None),
             };
-            HolderGrowth {
+            let teardown_x = teardown.and_then(|t| points.get(t)).map(|p| p.0);
+            let growth = HolderGrowth {
                 holder: h.holder,
+                teardown_freed: course.last_bytes.saturating_sub(h.bytes),
                 course,
                 threshold,
                 steady_growth: 0.0,
+                projection: None,
                 alert: false,
+            };
+            (growth, teardown_x, memory)
+        })
+        .collect();
+    let holder_of = |holder: Holder| holders.iter().find(|h| h.0.holder == holder);
+
+    // The driver's series by place and holder, summed.
+    let mut places: BTreeMap<(Holder, Place), Members> = BTreeMap::new();
+    for (site, holder, points) in state.site_series(axis) {
+        let peak = points.iter().map(|p| p.1).max().unwrap_or(0);
+        let e = places.entry((holder, place(state, site))).or_default();
+        e.series.push(in_units(points, window_ns));
+        e.sites.push((peak, site));
+    }
+    let now: BTreeMap<(Holder, SiteId), u64> = holders
+        .iter()
+        .flat_map(|h| {
+            let holder = h.0.holder;
+            state
+                .site_holdings(holder)
+                .into_iter()
+                .map(move |s| ((holder, s.site), s.bytes))
+        })
+        .collect();
+    let mut rows: Vec<Row> = places
+        .into_iter()
+        .map(|((holder, _), Members { series, mut sites })| {
+            let now_bytes = sites
+                .iter()
+                .map(|&(_, id)| now.get(&(holder, id)).copied().unwrap_or(0))
+                .sum();
+            // The example: the site holding the most at its highest, then the first seen.
+            sites.sort_by_key(|&(peak, id)| (std::cmp::Reverse(peak), id));
+            Row {
+                site: name(state, sites[0].1),
+                holder,
+                view: DRIVER,
+                sites: sites.len(),
+                now_bytes,
+                points: sum(&series),
             }
         })
         .collect();
-    let threshold_of = |holder: Holder| {
-        holders
-            .iter()
-            .find(|h| h.holder == holder)
-            .and_then(|h| h.threshold)
-    };
+    rows.extend(extra.into_iter().map(|l| Row {
+        now_bytes: l.points.last().map_or(0, |p| p.1),
+        site: l.site,
+        holder: l.holder,
+        view: l.view,
+        sites: 1,
+        points: l.points,
+    }));
+
     let (mut steady, mut peaks, mut shrinking) = (Vec::new(), Vec::new(), Vec::new());
-    for (site, holder, points) in state.site_series(axis) {
-        let course = Course::of(&in_units(points, window_ns), config);
+    let mut one_off_rises = Vec::new();
+    for row in rows {
+        let Row {
+            site,
+            holder,
+            view,
+            sites,
+            now_bytes,
+            points,
+        } = row;
+        let Some((h, teardown_x, memory)) = holder_of(holder) else {
+            continue;
+        };
+        let bounds = Bounds {
+            teardown: before(&points, *teardown_x),
+            warm_up_until: Some(h.course.phases.steady_from),
+            time: axis == SampleAxis::Time,
+        };
+        let course = Course::within(&points, bounds, config);
         let list = match course.shape {
             Shape::Steady => &mut steady,
             Shape::Peak => &mut peaks,
             Shape::Shrinking => &mut shrinking,
+            Shape::Flat if course.phases.late_rise.is_some() => &mut one_off_rises,
             Shape::Flat => continue,
         };
         let alert = course.shape == Shape::Steady
-            && threshold_of(holder).is_some_and(|t| course.slope() > t);
+            && h.threshold.is_some_and(|t| {
+                let headroom = memory.map(|m| m.saturating_sub(h.course.last_bytes));
+                course.rate > t
+                    || headroom.is_some_and(|room| {
+                        project(room, course.rate, axis, unit_ns, config).within_horizon
+                    })
+            });
         list.push(SiteGrowth {
-            site: name(state, site),
+            site,
             holder,
             course,
+            sites,
+            now_bytes,
+            view,
             alert,
         });
     }
-    for h in &mut holders {
+    for (h, _, memory) in &mut holders {
+        // The driver's view measures the device; another view's rows name lines, and would
+        // count the same growth twice.
         h.steady_growth = steady
             .iter()
-            .filter(|s| s.holder == h.holder)
-            .map(|s| s.course.slope())
+            .filter(|s| s.holder == h.holder && s.view == DRIVER)
+            .map(|s| s.course.rate)
             .sum();
-        h.alert = h.threshold.is_some_and(|t| h.steady_growth > t);
+        if h.steady_growth > 0.0 {
+            let above = h.threshold.is_some_and(|t| h.steady_growth > t);
+            let live = h.course.last_bytes;
+            let p = memory.map(|m| {
+                project(
+                    m.saturating_sub(live),
+                    h.steady_growth,
+                    axis,
+                    unit_ns,
+                    config,
+                )
+            });
+            h.alert = above || p.is_some_and(|p| p.within_horizon);
+            h.projection = p;
+        }
     }
-    let by_slope =
+    let by_rate =
         |a: &SiteGrowth, b: &SiteGrowth| b.course.slope().abs().total_cmp(&a.course.slope().abs());
-    steady.sort_by(by_slope);
-    shrinking.sort_by(by_slope);
+    steady.sort_by(by_rate);
+    shrinking.sort_by(by_rate);
     peaks.sort_by_key(|s| std::cmp::Reverse(s.course.max_bytes));
+    one_off_rises.sort_by_key(|s| std::cmp::Reverse(s.course.phases.late_rise.map(|r| r.1)));
+    let holders: Vec<HolderGrowth> = holders.into_iter().map(|h| h.0).collect();
     Growth {
         axis,
         ticks,
         stride,
         window_ns,
+        step_ns,
         device_memory,
         device_memory_source: source,
         alert_fraction: config.alert_fraction,
+        horizon_steps: config.horizon_steps,
+        horizon_ns: config.horizon_ns,
         alert: holders.iter().any(|h| h.alert),
         holders,
         steady,
         peaks,
         shrinking,
+        one_off_rises,
     }
 }

@@ -1,5 +1,6 @@
-//! Leaks: everything still live at the end (or wherever the replay stopped), grouped by the call
-//! site that made it, with when the oldest and newest of each group were made.
+//! Leaks: everything still live at the end (or wherever the replay stopped), grouped by the place
+//! that made it (the program's Python line, else the native call site: see [`Place`]), with when
+//! the oldest and newest of each group were made.
 //!
 //! Anything freed before the end (a temporary, a cache emptied at shutdown, memory torn down with
 //! its context) is not here, whatever its size; what is here is exactly the live set — except
@@ -10,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::site::{name, SiteName};
+use super::site::{name, place, Place, SiteName};
 use crate::live::{Accounting, Category, LiveState, SiteId, Totals};
 
 /// What one call site left live.
@@ -34,6 +35,8 @@ pub struct LeakSite {
     pub first_step: u64,
     pub last_step: u64,
     pub categories: BTreeSet<Category>,
+    /// Call sites merged into this place.
+    pub sites: usize,
 }
 
 /// The live set by call site.
@@ -73,7 +76,8 @@ impl UncertainLive {
 
 /// The live set of `state`, by call site.
 pub fn leaks(state: &LiveState) -> Leaks {
-    let mut sites: BTreeMap<SiteId, LeakSite> = BTreeMap::new();
+    let mut sites: BTreeMap<Place, LeakSite> = BTreeMap::new();
+    let mut members: BTreeMap<Place, BTreeMap<SiteId, u64>> = BTreeMap::new();
     let (mut device, mut host, mut views) = (Totals::default(), Totals::default(), 0);
     let mut uncertain = UncertainLive::default();
     for o in state.live_objects() {
@@ -86,7 +90,13 @@ pub fn leaks(state: &LiveState) -> Leaks {
             }
             continue;
         }
-        let s = sites.entry(origin.site).or_insert_with(|| LeakSite {
+        let at = place(state, origin.site);
+        *members
+            .entry(at)
+            .or_default()
+            .entry(origin.site)
+            .or_default() += o.bytes;
+        let s = sites.entry(at).or_insert_with(|| LeakSite {
             site: name(state, origin.site),
             count: 0,
             bytes: 0,
@@ -99,6 +109,7 @@ pub fn leaks(state: &LiveState) -> Leaks {
             first_step: u64::MAX,
             last_step: 0,
             categories: BTreeSet::new(),
+            sites: 0,
         });
         s.count += 1;
         match o.category.accounting() {
@@ -122,6 +133,17 @@ pub fn leaks(state: &LiveState) -> Leaks {
         s.first_step = s.first_step.min(origin.step);
         s.last_step = s.last_step.max(origin.step);
         s.categories.insert(o.category);
+    }
+    // Each place is named by its site holding the most (the first seen among equals).
+    for (at, s) in &mut sites {
+        let ids = &members[at];
+        s.sites = ids.len();
+        if let Some((&id, _)) = ids
+            .iter()
+            .max_by_key(|&(&id, &b)| (b, std::cmp::Reverse(id)))
+        {
+            s.site = name(state, id);
+        }
     }
     let mut sites: Vec<LeakSite> = sites.into_values().collect();
     sites.sort_by(|a, b| {

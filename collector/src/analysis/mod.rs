@@ -8,7 +8,9 @@
 //! [`crate::live::LiveState::apply`]; every analysis reads it as of the last event applied, so
 //! the same functions answer at the end of a trace and at any point a replay stops.
 
+pub mod advice;
 pub mod anomalies;
+pub mod course;
 pub mod fit;
 pub mod fragmentation;
 pub mod growth;
@@ -20,46 +22,59 @@ pub mod site;
 
 use serde::Serialize;
 
+pub use advice::{diagnose, Evidence, Finding, FindingClass, Severity};
 pub use anomalies::{anomalies, AnomalyReport};
+pub use course::{Bounds, Course, Phases, Shape};
 pub use fit::Fit;
 pub use fragmentation::{fragmentation, Fragmentation};
-pub use growth::{growth, Growth, GrowthConfig, Shape};
+pub use growth::{growth, growth_with, Growth, GrowthConfig, LineSeries, Projection};
 pub use leaks::{leaks, Leaks};
 pub use oom::{ooms, OomReport};
 pub use orphans::{orphans, OrphanKind, Orphans};
 pub use peak::{peaks, Peaks};
-pub use site::{SiteAmount, SiteName};
+pub use site::{Place, SiteAmount, SiteName};
 
 use crate::live::{LiveState, StepPattern, StepSource};
 
 /// Where the steps of a replay came from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepInfo {
-    /// `marks` (the program's step marks), `pattern` (a repeating allocation, see `pattern`), or
-    /// `none` (growth is then sampled per time window).
+    /// `marks` (the program's step marks: `vramtrace_mark_step`, the Python bootstrap's
+    /// optimizer hook, an NVTX step range), `pattern` (the period of the allocation pattern, see
+    /// `pattern`), or `none` (growth is then sampled per time window).
     pub source: &'static str,
     /// Steps begun.
     pub steps: u64,
     /// Step marks in the trace.
     pub marks: u64,
-    /// The repeating allocation used as step boundary (source `pattern`), or found in a trace
-    /// without marks that was replayed without it.
+    /// Mean nanoseconds between step boundaries (with at least two).
+    pub step_ns: Option<u64>,
+    /// The pattern the steps came from (source `pattern`), or the one found in a trace without
+    /// marks that was replayed without it.
     pub pattern: Option<StepPattern>,
+    /// The call site of the pattern's anchor, when it is an allocation or a free.
+    pub anchor_site: Option<SiteName>,
 }
 
 /// The steps of a replay.
 pub fn step_info(state: &LiveState) -> StepInfo {
     let pattern = state.step_pattern();
     let source = match state.step_source() {
-        StepSource::Allocation { .. } => "pattern",
+        StepSource::Pattern(_) => "pattern",
         StepSource::Marks if state.marks() > 0 => "marks",
         StepSource::Marks => "none",
     };
+    let anchor_site = pattern
+        .as_ref()
+        .and_then(|p| p.anchor.site)
+        .map(|id| site::name(state, id));
     StepInfo {
         source,
         steps: state.steps(),
         marks: state.marks(),
+        step_ns: state.step_duration_ns(),
         pattern,
+        anchor_site,
     }
 }
 
@@ -74,6 +89,9 @@ pub struct Analysis {
     pub ooms: OomReport,
     pub fragmentation: Fragmentation,
     pub anomalies: AnomalyReport,
+    /// Every finding classed, with its likely cause, the usual fix and its evidence, most
+    /// urgent first.
+    pub diagnosis: Vec<Finding>,
 }
 
 impl Analysis {
@@ -86,6 +104,7 @@ impl Analysis {
             .iter_mut()
             .chain(g.peaks.iter_mut())
             .chain(g.shrinking.iter_mut())
+            .chain(g.one_off_rises.iter_mut())
             .map(|s| &mut s.site);
         let leaks = self.leaks.sites.iter_mut().map(|s| &mut s.site);
         let orphans = self.orphans.objects.iter_mut().map(|o| &mut o.site);
@@ -99,20 +118,51 @@ impl Analysis {
                 .chain(f.by_site.iter_mut().map(|s| &mut s.site))
                 .chain(f.growth_by_site.iter_mut().map(|s| &mut s.site))
         });
-        growth.chain(leaks).chain(orphans).chain(peaks).chain(ooms)
+        let steps = self.steps.anchor_site.iter_mut();
+        let diagnosis = self.diagnosis.iter_mut().filter_map(|f| f.site.as_mut());
+        growth
+            .chain(leaks)
+            .chain(orphans)
+            .chain(peaks)
+            .chain(ooms)
+            .chain(steps)
+            .chain(diagnosis)
     }
 }
 
 /// Runs every analysis on `state`.
 pub fn analyze(state: &LiveState, config: &GrowthConfig) -> Analysis {
+    analyze_with(state, config, Vec::new())
+}
+
+/// Runs every analysis on `state`, with `lines` from another view of memory (a framework
+/// allocator's per-tensor records, by Python line) judged for growth beside the driver's.
+pub fn analyze_with(state: &LiveState, config: &GrowthConfig, lines: Vec<LineSeries>) -> Analysis {
+    let growth = growth_with(state, config, lines);
+    let leaks = leaks(state);
+    let orphans = orphans(state);
+    let peaks = peaks(state);
+    let fragmentation = fragmentation(state);
+    let ooms = ooms(state, config);
+    let device_peak = peaks.highest_device().map(|p| p.peak.bytes);
+    let diagnosis = diagnose(
+        &growth,
+        &leaks,
+        &orphans,
+        &fragmentation,
+        &ooms,
+        device_peak,
+        state.end().is_some(),
+    );
     Analysis {
         steps: step_info(state),
-        orphans: orphans(state),
-        growth: growth(state, config),
-        leaks: leaks(state),
-        peaks: peaks(state),
-        ooms: ooms(state, config),
-        fragmentation: fragmentation(state),
+        orphans,
+        growth,
+        leaks,
+        peaks,
+        ooms,
+        fragmentation,
         anomalies: anomalies(state),
+        diagnosis,
     }
 }

@@ -1,10 +1,35 @@
 //! Naming a call site for reports: the frame that names its owner as `module+offset`, with the
 //! raw stack id, caller address and an example Python stack kept for symbolization, and a label
-//! a symbolizing reader fills in.
+//! a symbolizing reader fills in; and the place the analyses group sites by.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::live::{LiveState, SiteId};
+use crate::live::{LiveState, ProgramLine, SiteId};
+
+/// Where the analyses group call sites: the program's own Python line and the module that
+/// allocated for it (one line reaches the allocator through many native paths, and the line is
+/// what the user can change), or the native call site for a call without Python frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Place {
+    Line {
+        line: ProgramLine,
+        module: Option<u32>,
+    },
+    Site(SiteId),
+}
+
+/// The place of call site `id`.
+pub fn place(state: &LiveState, id: SiteId) -> Place {
+    match state.site(id) {
+        Some((key, caller)) if key.line.is_some() => Place::Line {
+            line: key.line,
+            module: state.owners().resolve(caller, key.stack).module,
+        },
+        _ => Place::Site(id),
+    }
+}
 
 /// A call site as reports show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -28,6 +53,9 @@ pub struct SiteName {
     /// by a reader with symbols ([`Analysis::sites_mut`](super::Analysis::sites_mut)); `null`
     /// otherwise.
     pub label: Option<String>,
+    /// The place the analyses group the site in.
+    #[serde(skip)]
+    pub place: Place,
 }
 
 /// Names call site `id` of `state`.
@@ -42,6 +70,7 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
             py_stack: 0,
             py_stacks_vary: false,
             label: None,
+            place: Place::Site(id),
         };
     };
     let (py_stack, py_stacks_vary) = state.site_python(id).unwrap_or((0, false));
@@ -58,29 +87,53 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
         py_stack,
         py_stacks_vary,
         label: None,
+        place: place(state, id),
     }
 }
 
-/// What one call site holds.
+/// What one place holds (see [`Place`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SiteAmount {
+    /// The place's largest call site.
     #[serde(flatten)]
     pub site: SiteName,
     pub count: u64,
     pub bytes: u64,
+    /// Call sites merged into it.
+    pub sites: usize,
 }
 
-/// Names a list of `(site, count, bytes)`.
+/// Names a list of `(site, count, bytes)`, merged by place, largest first.
 pub(crate) fn amounts(
     state: &LiveState,
     holdings: impl IntoIterator<Item = crate::live::SiteHolding>,
 ) -> Vec<SiteAmount> {
-    holdings
-        .into_iter()
-        .map(|h| SiteAmount {
-            site: name(state, h.site),
-            count: h.count,
-            bytes: h.bytes,
+    // Per place: objects, bytes, and each site's bytes.
+    type Tally = (u64, u64, Vec<(u64, SiteId)>);
+    let mut by_place: BTreeMap<Place, Tally> = BTreeMap::new();
+    for h in holdings {
+        let e = by_place.entry(place(state, h.site)).or_default();
+        e.0 += h.count;
+        e.1 += h.bytes;
+        e.2.push((h.bytes, h.site));
+    }
+    let mut list: Vec<SiteAmount> = by_place
+        .into_values()
+        .map(|(count, bytes, mut sites)| {
+            sites.sort_by_key(|&(b, id)| (std::cmp::Reverse(b), id));
+            SiteAmount {
+                site: name(state, sites[0].1),
+                count,
+                bytes,
+                sites: sites.len(),
+            }
         })
-        .collect()
+        .collect();
+    list.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(b.count.cmp(&a.count))
+            .then((a.site.stack, a.site.caller).cmp(&(b.site.stack, b.site.caller)))
+    });
+    list
 }

@@ -10,7 +10,7 @@
 
 use super::profile::{GrowthUnit, SiteMetrics};
 use super::tally::CallCounts;
-use crate::analysis::growth::Course;
+use crate::analysis::course::Course;
 use crate::analysis::{Analysis, GrowthConfig, Shape};
 use crate::fasthash::FxHashMap;
 use crate::live::{Holder, LiveState};

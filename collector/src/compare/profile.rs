@@ -14,9 +14,10 @@ use serde::Serialize;
 use super::identity::{base_name, native_identity, FrameId, PythonLine, SiteIdentity};
 use super::lines::{line_metrics, live_by_call, Span};
 use super::tally::{CallCounts, CallTally};
-use crate::analysis::growth::Growth;
-use crate::analysis::{Analysis, SiteName};
-use crate::live::{Holder, LiveState, SampleAxis, SiteKey};
+use crate::analysis::course::{Course, Shape};
+use crate::analysis::growth::{in_units, Growth};
+use crate::analysis::{Analysis, GrowthConfig};
+use crate::live::{Accounting, Holder, LiveState, ProgramLine, SampleAxis, SiteId, SiteKey};
 use crate::python::PythonStacks;
 use crate::symbols::{Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
 
@@ -256,7 +257,7 @@ impl Profile {
             steps: analysis.steps.steps,
             unit,
         };
-        let gathered = gather(analysis, tally);
+        let gathered = gather(state, analysis, tally);
         let live = live_by_call(state, analysis);
         let span = Span::of(state, unit);
         let python = state.python_stacks();
@@ -318,44 +319,71 @@ impl Profile {
     }
 }
 
-/// The numbers of every call site the analysis or the tally names, by the live state's site.
-fn gather(analysis: &Analysis, tally: &CallTally) -> BTreeMap<SiteKey, Gathered> {
+/// The numbers of every native call site the state or the tally names. The analyses merge call
+/// sites into places (a Python line's native paths together); runs are compared site by site,
+/// so the numbers are taken per native site here, from the state itself, with the analyses'
+/// rules: what a lost event may have freed is not live, growth is judged on each site's series.
+fn gather(
+    state: &LiveState,
+    analysis: &Analysis,
+    tally: &CallTally,
+) -> BTreeMap<SiteKey, Gathered> {
     let per_unit = unit_converter(&analysis.growth);
     let mut sites: BTreeMap<SiteKey, Gathered> = BTreeMap::new();
-    fn at<'m>(sites: &'m mut BTreeMap<SiteKey, Gathered>, name: &SiteName) -> &'m mut Gathered {
+    fn at(sites: &mut BTreeMap<SiteKey, Gathered>, caller: u64, stack: u32) -> &mut Gathered {
         let g = sites
-            .entry(SiteKey::of(name.caller, name.stack))
+            .entry(SiteKey::of(caller, stack, ProgramLine::NONE))
             .or_default();
-        g.caller = name.caller;
+        if g.caller == 0 {
+            g.caller = caller;
+        }
         g
     }
-    for s in &analysis.leaks.sites {
-        let m = &mut at(&mut sites, &s.site).metrics;
-        m.live_count += s.count;
-        m.live_bytes += s.bytes;
-        m.host_bytes += s.host_bytes;
-        m.orphans += s.orphans;
-    }
-    for o in &analysis.orphans.objects {
-        at(&mut sites, &o.site).metrics.orphan_bytes += o.device_bytes;
-    }
-    for h in analysis
-        .peaks
-        .holders
-        .iter()
-        .filter(|h| is_device(h.holder))
-    {
-        for s in &h.by_site {
-            at(&mut sites, &s.site).metrics.peak_bytes += s.bytes;
+    let native = |id: SiteId| state.site(id).map(|(key, caller)| (caller, key.stack));
+    for o in state.live_objects() {
+        if state.lost_after(o.origin.seq) {
+            continue;
+        }
+        let Some((caller, stack)) = native(o.origin.site) else {
+            continue;
+        };
+        let m = &mut at(&mut sites, caller, stack).metrics;
+        m.live_count += 1;
+        match o.category.accounting() {
+            Accounting::Device => m.live_bytes += o.bytes,
+            Accounting::Host => m.host_bytes += o.bytes,
+            Accounting::VirtualAddress | Accounting::None => {}
+        }
+        if o.flags.is_orphan() {
+            m.orphans += 1;
         }
     }
-    let growing = analysis.growth.steady.iter();
-    for s in growing.filter(|s| is_device(s.holder)) {
-        at(&mut sites, &s.site).metrics.growth += per_unit(s.course.slope());
+    for o in &analysis.orphans.objects {
+        at(&mut sites, o.site.caller, o.site.stack)
+            .metrics
+            .orphan_bytes += o.device_bytes;
+    }
+    for h in state.holders().iter().filter(|h| is_device(h.holder)) {
+        for s in state.peak_holdings(h.holder) {
+            if let Some((caller, stack)) = native(s.site) {
+                at(&mut sites, caller, stack).metrics.peak_bytes += s.bytes;
+            }
+        }
+    }
+    let g = &analysis.growth;
+    let config = GrowthConfig::default();
+    for (site, _, points) in state.site_series(g.axis).filter(|s| is_device(s.1)) {
+        let course = Course::of(&in_units(points, g.window_ns), &config);
+        if course.shape != Shape::Steady {
+            continue;
+        }
+        if let Some((caller, stack)) = native(site) {
+            at(&mut sites, caller, stack).metrics.growth += per_unit(course.slope());
+        }
     }
     for (call, counts) in tally.iter() {
         let g = sites
-            .entry(SiteKey::of(call.caller, call.stack))
+            .entry(SiteKey::of(call.caller, call.stack, ProgramLine::NONE))
             .or_default();
         if g.caller == 0 {
             g.caller = call.caller;

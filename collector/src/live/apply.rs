@@ -10,7 +10,8 @@ use std::io::Read;
 
 use super::ledger::{Charge, Holder};
 use super::objects::Origin;
-use super::sites::{CallId, SiteKey};
+use super::sites::CallId;
+use super::steps::{TokenEvent, TokenKey};
 use super::{
     Anomaly, AnomalyKind, Failure, LiveState, ObjectRef, StepSource, Store, MAX_TRACER_NOTES,
 };
@@ -94,20 +95,8 @@ impl LiveState {
         }
         self.last_seq = self.last_seq.max(e.seq);
         self.count_call(e.api);
-        if let StepSource::Allocation { site, bytes } = self.step_source {
-            if let Op::Alloc {
-                kind, ptr, size, ..
-            } = e.op
-            {
-                let starts_step = e.ok()
-                    && ptr != 0
-                    && kind.on_device()
-                    && size == bytes
-                    && SiteKey::of(e.caller, e.stack) == site;
-                if starts_step {
-                    self.step_boundary();
-                }
-            }
+        if e.seq == self.next_boundary.seq || self.next_boundary.anchor && self.is_anchor(e) {
+            self.pattern_boundary(e.seq, e.time_ns);
         }
         self.ledger.begin_event(e.seq, e.time_ns, self.steps);
         self.apply_event_body(e);
@@ -119,10 +108,67 @@ impl LiveState {
         self.calls.0[api as usize] += 1;
     }
 
-    /// A step begins: series take their samples.
-    pub(super) fn step_boundary(&mut self) {
+    /// A step begins at `time_ns`: series take their samples.
+    pub(super) fn step_boundary(&mut self, time_ns: u64) {
         self.ledger.step_boundary(self.steps);
         self.steps += 1;
+        let first = self.step_times.map_or(time_ns, |t| t.0);
+        self.step_times = Some((first, time_ns));
+    }
+
+    /// The event about to be applied begins a step of the pattern the state replays with.
+    #[cold]
+    fn pattern_boundary(&mut self, seq: u64, time_ns: u64) {
+        self.step_boundary(time_ns);
+        self.applied_boundaries.push(seq);
+        if let StepSource::Pattern(p) = &self.step_source {
+            self.next_boundary = super::NextBoundary::of(p, self.next_boundary.index + 1);
+        }
+    }
+
+    /// Whether event `e`, about to be applied, is the anchor of the pattern the state replays
+    /// with (asked past the pattern's last known boundary): an allocation or handle of its size
+    /// at its site, a free of a live allocation of its size made there, or its NVTX range.
+    /// Asked before the event is applied (its objects belong to the step it begins), this
+    /// foresees the token the detector will note; a reader checks at the end that the steps
+    /// applied are the boundaries the detector found ([`LiveState::unapplied_steps`]).
+    #[cold]
+    fn is_anchor(&self, e: &Event) -> bool {
+        let StepSource::Pattern(p) = &self.step_source else {
+            return false;
+        };
+        let Some(key) = p.key else {
+            return false;
+        };
+        if !e.ok() {
+            return false;
+        }
+        let made = |size: u64| size == key.bytes && key.event == TokenEvent::Alloc;
+        match &e.op {
+            &Op::Alloc { ptr, size, .. } if ptr != 0 && made(size) => {
+                self.sites
+                    .site_of(&self.python, e.caller, e.stack, e.py_stack)
+                    == Some(key.site)
+            }
+            &Op::Create { size, .. } if made(size) => {
+                self.sites
+                    .site_of(&self.python, e.caller, e.stack, e.py_stack)
+                    == Some(key.site)
+            }
+            &Op::Free { ptr, .. } | &Op::FreeHost { ptr } if key.event == TokenEvent::Free => {
+                let host = matches!(e.op, Op::FreeHost { .. });
+                let table = if host {
+                    &self.memory.host
+                } else {
+                    &self.memory.device
+                };
+                table.live.get(ptr).is_some_and(|a| {
+                    a.size == key.bytes && self.sites.call(a.call).site == key.site
+                })
+            }
+            Op::RangePush { name } => key == TokenKey::range(name),
+            _ => false,
+        }
     }
 
     /// The origin of an object that `call` makes in event `e`.
@@ -152,12 +198,13 @@ impl LiveState {
                 _ => None,
             };
             if let Some((ptr, host)) = freed {
-                self.sites.note_free(e.caller, e.stack, e.py_stack);
+                self.sites
+                    .note_free(&self.python, e.caller, e.stack, e.py_stack);
                 self.on_free(e, ptr, host);
                 return;
             }
         }
-        let call = self.sites.call_of(e, &mut self.owners);
+        let call = self.sites.call_of(e, &mut self.owners, &self.python);
         if !e.ok() {
             let origin = self.origin_of(call.id, e);
             self.on_failure(e, origin);
@@ -259,13 +306,17 @@ impl LiveState {
             }
             &Op::MarkStep { .. } => {
                 self.marks += 1;
-                self.detector.marked();
+                self.detector.turn_off();
                 if self.step_source == StepSource::Marks {
-                    self.step_boundary();
+                    self.step_boundary(e.time_ns);
                 }
                 None
             }
-            Op::RangePush { .. } | Op::RangePop | Op::Mark { .. } => None,
+            Op::RangePush { name } => {
+                self.detector.observe_range(name, e.seq, e.time_ns);
+                None
+            }
+            Op::RangePop | Op::Mark { .. } => None,
             &Op::DeviceMemory { free, total } => {
                 self.on_device_memory(e, free, total);
                 None
@@ -345,6 +396,7 @@ impl LiveState {
             holder,
             pool,
         };
+        self.observe_object(origin.site, bytes, true);
         self.ledger.charge(c, bytes);
     }
 
@@ -361,6 +413,16 @@ impl LiveState {
             holder,
             pool,
         };
+        self.observe_object(origin.site, bytes, false);
         self.ledger.discharge(c, bytes);
+    }
+
+    /// Gives the step detector an object of `bytes` made at `site` that became live (`live`)
+    /// or went away, at the current event.
+    #[inline]
+    pub(super) fn observe_object(&mut self, site: super::SiteId, bytes: u64, live: bool) {
+        let (seq, time_ns) = (self.ledger.seq(), self.ledger.time_ns());
+        self.detector
+            .observe(TokenKey::object(site, bytes, live), seq, time_ns);
     }
 }

@@ -83,8 +83,8 @@ impl LiveState {
         self.last_seq
     }
 
-    /// Steps begun: step marks applied, or occurrences of the step allocation when the state
-    /// was made with [`StepSource::Allocation`].
+    /// Steps begun: step marks applied, or boundaries of the pattern the state was made with
+    /// ([`StepSource::Pattern`]).
     pub fn steps(&self) -> u64 {
         self.steps
     }
@@ -95,14 +95,53 @@ impl LiveState {
     }
 
     /// Where steps come from.
-    pub fn step_source(&self) -> StepSource {
-        self.step_source
+    pub fn step_source(&self) -> &StepSource {
+        &self.step_source
     }
 
-    /// In a trace without step marks: the allocation that repeats once per step, if one does.
-    /// Replaying with its [`StepPattern::source`] then gives steps.
+    /// In a trace without step marks: the period of its allocation pattern, if one repeats
+    /// (replaying with its [`StepPattern::source`] then gives steps). When the state was made
+    /// with a pattern: the whole trace's, if the steps applied are its boundaries (as when a
+    /// pattern found in the first part of the trace carried on through the rest), else the
+    /// pattern replayed with and the steps it applied.
     pub fn step_pattern(&self) -> Option<StepPattern> {
-        self.detector.detect(&self.sites)
+        match &self.step_source {
+            StepSource::Pattern(p) => {
+                let applied = &self.applied_boundaries[..];
+                if let Some(found) = self.detector.detect().filter(|f| *f.boundaries == *applied) {
+                    return Some(found);
+                }
+                let mut p = (**p).clone();
+                p.steps = applied.len() as u64;
+                p.first_seq = applied.first().copied().unwrap_or(0);
+                p.last_seq = applied.last().copied().unwrap_or(0);
+                p.boundaries = applied.into();
+                Some(p)
+            }
+            StepSource::Marks => self.detector.detect(),
+        }
+    }
+
+    /// The steps the trace applied so far shows, when they are not those the state applied:
+    /// step marks, or the period of its allocation pattern with exactly its boundaries. `None`
+    /// when they are (a reader that applied steps found in the first part of a trace is then
+    /// done; otherwise it reads the trace again with these).
+    pub fn unapplied_steps(&self) -> Option<StepSource> {
+        let found = self.detector.detect();
+        match (&self.step_source, found) {
+            (StepSource::Marks, None) => None,
+            (StepSource::Marks, Some(p)) => Some(p.source()),
+            (StepSource::Pattern(_), None) => Some(StepSource::Marks),
+            (StepSource::Pattern(_), Some(p)) => {
+                (*p.boundaries != self.applied_boundaries[..]).then(|| p.source())
+            }
+        }
+    }
+
+    /// Mean nanoseconds between step boundaries, with at least two.
+    pub fn step_duration_ns(&self) -> Option<u64> {
+        let (first, last) = self.step_times?;
+        (self.steps >= 2).then(|| (last.saturating_sub(first)) / (self.steps - 1))
     }
 
     /// Out-of-memory snapshots.

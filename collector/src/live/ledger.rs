@@ -31,9 +31,10 @@ pub enum Holder {
 }
 
 impl Holder {
-    /// Short name for tables: `device 0`, `host`.
+    /// Short name for tables: `device 0`, `unknown device`, `host`.
     pub fn name(self) -> String {
         match self {
+            Holder::Device { device } if device < 0 => "unknown device".to_string(),
             Holder::Device { device } => format!("device {device}"),
             Holder::Host => "host".to_string(),
         }
@@ -315,6 +316,11 @@ impl Ledger {
     /// Time of the first event, from which time windows count.
     pub(crate) fn window_origin(&self) -> Option<u64> {
         self.window_origin
+    }
+
+    /// Sequence number of the current event.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
     }
 
     /// Time of the current event.

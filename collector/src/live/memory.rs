@@ -45,9 +45,20 @@ impl LiveState {
     /// stores that wrote it (and waits for them).
     #[inline]
     fn change_allocation<const ADD: bool>(&mut self, call: CallId, kind: MemKind, size: u64) {
+        if self.detector.is_on() {
+            self.observe_allocation::<ADD>(call, size);
+        }
         let sites = &self.sites;
         let charge = || charge_of(sites, call, kind);
         self.ledger.change_by_call::<ADD>(call, kind, charge, size);
+    }
+
+    /// Gives the step detector a pointer allocation made by `call` that became live (`ADD`) or
+    /// went away: out of line, as most traces mark their steps and turn the detector off.
+    #[inline(never)]
+    fn observe_allocation<const ADD: bool>(&mut self, call: CallId, size: u64) {
+        let site = self.sites.call(call).site;
+        self.observe_object(site, size, ADD);
     }
 
     /// Counts a pointer allocation as gone.
@@ -88,9 +99,6 @@ impl LiveState {
             pool
         };
         let call = self.sites.with_pool(call, pool);
-        if on_device {
-            self.detector.observe(self.sites.call(call).site, size, seq);
-        }
         // The event's fields are read where the entry is written: read before the probe, they
         // waited for it on the stack.
         let step = &self.steps;

@@ -60,8 +60,9 @@ pub use objects::{
 pub use oom::{OomLog, OomSnapshot, RecentSeries, SiteHolding, MAX_FIRST_OOMS, MAX_RECENT_OOMS};
 pub use origin::{CodeLocation, Owner, OwnerResolver};
 pub use query::{HolderState, SampleAxis};
+pub use sites::ProgramLine;
 pub use sites::{SiteId, SiteKey};
-pub use steps::{StepPattern, StepSource};
+pub use steps::{Anchor, StepPattern, StepSource};
 pub use summary::{
     CallSite, CategoryTotals, CommunicatorTotals, DeviceTotals, ModuleTotals, Summary, Totals,
 };
@@ -110,6 +111,39 @@ struct TracerNotes {
     warnings_total: u64,
 }
 
+/// The next step boundary of a pattern: its index, and the sequence number of the event it
+/// comes before (`u64::MAX`, which no event has, when none is left: then the anchor's next
+/// occurrence is).
+#[derive(Clone, Copy, Debug)]
+struct NextBoundary {
+    index: usize,
+    seq: u64,
+    /// Past the pattern's last boundary: each occurrence of its anchor begins a step.
+    anchor: bool,
+}
+
+impl Default for NextBoundary {
+    fn default() -> Self {
+        NextBoundary {
+            index: 0,
+            seq: u64::MAX,
+            anchor: false,
+        }
+    }
+}
+
+impl NextBoundary {
+    /// Boundary `index` of `pattern`.
+    fn of(pattern: &StepPattern, index: usize) -> Self {
+        let seq = pattern.boundaries.get(index).copied();
+        NextBoundary {
+            index,
+            seq: seq.unwrap_or(u64::MAX),
+            anchor: seq.is_none() && pattern.key.is_some(),
+        }
+    }
+}
+
 /// Everything live in a traced process, rebuilt from its records.
 #[derive(Debug, Default)]
 pub struct LiveState {
@@ -127,7 +161,14 @@ pub struct LiveState {
     ledger: Ledger,
     ooms: OomLog,
     step_source: StepSource,
+    /// With a pattern's steps: its next boundary, compared with every event.
+    next_boundary: NextBoundary,
     detector: StepDetector,
+    /// Times of the first and the latest step boundary.
+    step_times: Option<(u64, u64)>,
+    /// With a pattern's steps: the sequence number of the event each step began before, the
+    /// boundaries it listed and the occurrences of its anchor past them.
+    applied_boundaries: Vec<u64>,
     anomalies: Anomalies,
     failures: Failures,
     /// Calls per entry point, indexed by `Api as usize`.
@@ -163,10 +204,14 @@ impl LiveState {
 
     /// An empty state whose steps come from `source` (see [`LiveState::step_pattern`]).
     pub fn with_step_source(source: StepSource) -> Self {
-        LiveState {
-            step_source: source,
-            ..Self::default()
+        let mut state = Self::default();
+        // The detector goes on watching: a reader that applies steps found in the first part of
+        // a trace checks them against what the whole trace shows.
+        if let StepSource::Pattern(p) = &source {
+            state.next_boundary = NextBoundary::of(p, 0);
         }
+        state.step_source = source;
+        state
     }
 }
 

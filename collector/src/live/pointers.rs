@@ -118,7 +118,6 @@ impl PointerMap {
     }
 
     /// The live allocation at `ptr`.
-    #[cfg(test)]
     pub(crate) fn get(&self, ptr: u64) -> Option<&Allocation> {
         let s = self.slot_of(ptr)?;
         Some(&self.entries[entry(self.slots[s])])

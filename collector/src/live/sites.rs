@@ -2,8 +2,10 @@
 //! the interned [`Call`] that holds what all objects of alike calls share.
 //!
 //! A site is the interned native stack of the call when one was captured, else the call's return
-//! address alone (the same grouping the call-site table has always used). Sites get small dense
-//! ids in the order they are first seen, so replaying the same trace twice gives the same ids.
+//! address alone, together with the program's own Python line that made the call (see
+//! [`ProgramLine`]): one native path reached from two lines of a script is two sites, so the
+//! analyses can name the line whose allocations stay live. Sites get small dense ids in the order
+//! they are first seen, so replaying the same trace twice gives the same ids.
 //!
 //! A call is a site plus the rest of an object's origin that does not change from one object to
 //! the next: entry point, thread, device, context, Python stack, owner module, communicator, and
@@ -18,12 +20,34 @@ use super::origin::OwnerResolver;
 use crate::event::{Api, Event, StackId};
 use crate::fasthash::FxHashMap;
 use crate::modules::ModuleMap;
+use crate::python::PythonStacks;
 
 /// Dense id of a call site within one replay.
 pub type SiteId = u32;
 
 /// Dense id of an interned [`Call`] within one replay.
 pub(crate) type CallId = u32;
+
+/// The program's own Python line behind a call: the code object and line of the innermost
+/// Python frame outside installed packages and the standard library
+/// ([`PythonStacks::program_frame`]). A tensor made inside `torch/nn/functional.py` is the line
+/// of the script that called it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ProgramLine {
+    /// Code object id in the trace; 0 for a call without Python frames.
+    pub code: u32,
+    pub line: u32,
+}
+
+impl ProgramLine {
+    /// The line of a call without Python frames.
+    pub const NONE: ProgramLine = ProgramLine { code: 0, line: 0 };
+
+    /// Whether the call had Python frames.
+    pub fn is_some(self) -> bool {
+        self != Self::NONE
+    }
+}
 
 /// What identifies a call site in a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -33,15 +57,26 @@ pub struct SiteKey {
     /// Return address of the call when no stack was captured, else 0.
     #[serde(serialize_with = "super::objects::hex")]
     pub caller: u64,
+    /// The program's Python line that made the call.
+    #[serde(flatten)]
+    pub line: ProgramLine,
 }
 
 impl SiteKey {
-    /// The site of a call from `caller` with `stack`.
-    pub fn of(caller: u64, stack: StackId) -> Self {
+    /// The site of a call from `caller` with `stack`, made by Python line `line`.
+    pub fn of(caller: u64, stack: StackId, line: ProgramLine) -> Self {
         if stack != 0 {
-            SiteKey { stack, caller: 0 }
+            SiteKey {
+                stack,
+                caller: 0,
+                line,
+            }
         } else {
-            SiteKey { stack: 0, caller }
+            SiteKey {
+                stack: 0,
+                caller,
+                line,
+            }
         }
     }
 }
@@ -174,6 +209,11 @@ pub(crate) struct SiteTable {
     python: Vec<(StackId, bool)>,
     calls: Vec<Call>,
     call_ids: FxHashMap<Call, CallId>,
+    /// The device of each context seen with one, for calls made where the tracer could not
+    /// tell the device (no context current on the thread) but did see the context.
+    devices: FxHashMap<u64, i32>,
+    /// The program line of each Python stack seen (see [`ProgramLine`]).
+    lines: FxHashMap<StackId, ProgramLine>,
     /// Recent (caller, stack, Python stack) of frees whose site is interned and whose Python
     /// stack is noted: a direct-mapped cache (see [`SiteTable::note_free`]).
     frees: DirectMapped<[u64; 3], { 1 << FREE_BITS }>,
@@ -201,11 +241,38 @@ impl<T: Clone + Default, const N: usize> Default for DirectMapped<T, N> {
     }
 }
 
+/// The program's own line in Python stack `py_stack`, if it has one.
+fn line_in(python: &PythonStacks, py_stack: StackId) -> ProgramLine {
+    python
+        .program_frame(py_stack)
+        .map_or(ProgramLine::NONE, |f| ProgramLine {
+            code: f.code,
+            line: f.line,
+        })
+}
+
 impl SiteTable {
-    /// The id of the site of a call from `caller` with `stack`.
-    #[inline]
-    pub(crate) fn intern(&mut self, caller: u64, stack: StackId) -> SiteId {
-        let key = SiteKey::of(caller, stack);
+    /// The program line of Python stack `py_stack` (looked up once per stack).
+    fn program_line(&mut self, python: &PythonStacks, py_stack: StackId) -> ProgramLine {
+        if py_stack == 0 {
+            return ProgramLine::NONE;
+        }
+        *self
+            .lines
+            .entry(py_stack)
+            .or_insert_with(|| line_in(python, py_stack))
+    }
+
+    /// The id of the site of a call from `caller` with `stack` and Python stack `py_stack`.
+    pub(crate) fn intern(
+        &mut self,
+        python: &PythonStacks,
+        caller: u64,
+        stack: StackId,
+        py_stack: StackId,
+    ) -> SiteId {
+        let line = self.program_line(python, py_stack);
+        let key = SiteKey::of(caller, stack, line);
         let next = self.sites.len() as SiteId;
         let id = *self.ids.entry(key).or_insert(next);
         if id == next {
@@ -235,6 +302,23 @@ impl SiteTable {
         self.python.get(site as usize).copied().filter(|p| p.0 != 0)
     }
 
+    /// The id of the site a call from `caller` with `stack` and Python stack `py_stack` has, if
+    /// a call reached it.
+    pub(crate) fn site_of(
+        &self,
+        python: &PythonStacks,
+        caller: u64,
+        stack: StackId,
+        py_stack: StackId,
+    ) -> Option<SiteId> {
+        let line = match self.lines.get(&py_stack) {
+            Some(&line) => line,
+            None if py_stack == 0 => ProgramLine::NONE,
+            None => line_in(python, py_stack),
+        };
+        self.ids.get(&SiteKey::of(caller, stack, line)).copied()
+    }
+
     /// The key of site `id`, and the return address of the first call there.
     pub(crate) fn get(&self, id: SiteId) -> Option<(SiteKey, u64)> {
         self.sites.get(id as usize).copied()
@@ -255,7 +339,13 @@ impl SiteTable {
     /// as for any call. Both are idempotent, so a free like a recent one (nearly every free: a
     /// program frees from a handful of places) is one lookup in a small cache.
     #[inline]
-    pub(crate) fn note_free(&mut self, caller: u64, stack: StackId, py_stack: StackId) {
+    pub(crate) fn note_free(
+        &mut self,
+        python: &PythonStacks,
+        caller: u64,
+        stack: StackId,
+        py_stack: StackId,
+    ) {
         // Bit 32 of word 1 (above the stack id) is set, so a zeroed entry matches nothing.
         let key = [caller, u64::from(stack) | 1 << 32, u64::from(py_stack)];
         // Most frees come from where the last one did (a caching allocator frees from one
@@ -265,12 +355,18 @@ impl SiteTable {
         if (k[0] ^ key[0]) | (k[1] ^ key[1]) | (k[2] ^ key[2]) == 0 {
             return;
         }
-        self.note_other_free(caller, stack, py_stack);
+        self.note_other_free(python, caller, stack, py_stack);
     }
 
     /// [`SiteTable::note_free`] of a free from elsewhere than the last one.
     #[inline(never)]
-    fn note_other_free(&mut self, caller: u64, stack: StackId, py_stack: StackId) {
+    fn note_other_free(
+        &mut self,
+        python: &PythonStacks,
+        caller: u64,
+        stack: StackId,
+        py_stack: StackId,
+    ) {
         let key = [caller, u64::from(stack) | 1 << 32, u64::from(py_stack)];
         self.last_free = key;
         let h = (key[0] ^ key[1].rotate_left(23) ^ key[2].rotate_left(47))
@@ -282,7 +378,7 @@ impl SiteTable {
         if (k[0] ^ key[0]) | (k[1] ^ key[1]) | (k[2] ^ key[2]) == 0 {
             return;
         }
-        self.note_new_free(slot, key, caller, stack, py_stack);
+        self.note_new_free(python, slot, key, caller, stack, py_stack);
     }
 
     /// [`SiteTable::note_free`] for a free not in the cache: out of line, so that the way
@@ -291,13 +387,14 @@ impl SiteTable {
     #[inline(never)]
     fn note_new_free(
         &mut self,
+        python: &PythonStacks,
         slot: usize,
         key: [u64; 3],
         caller: u64,
         stack: StackId,
         py_stack: StackId,
     ) {
-        let site = self.intern(caller, stack);
+        let site = self.intern(python, caller, stack, py_stack);
         self.note_python(site, py_stack);
         self.frees.0[slot] = key;
     }
@@ -305,7 +402,12 @@ impl SiteTable {
     /// The call of event `e`, its site interned on the way. An event like one seen before, with
     /// no module or stack recorded since, finds it in a cache or with one hash lookup.
     #[inline]
-    pub(crate) fn call_of(&mut self, e: &Event, owners: &mut OwnerResolver) -> EventCall {
+    pub(crate) fn call_of(
+        &mut self,
+        e: &Event,
+        owners: &mut OwnerResolver,
+        python: &PythonStacks,
+    ) -> EventCall {
         let key = EventKey::of(e);
         let generation = owners.generation();
         let slot = key.slot();
@@ -317,7 +419,7 @@ impl SiteTable {
                 };
             }
         }
-        self.call_not_cached(e, owners, slot, generation)
+        self.call_not_cached(e, owners, python, slot, generation)
     }
 
     /// [`SiteTable::call_of`] for an event whose key the cache does not hold: out of line, so
@@ -329,6 +431,7 @@ impl SiteTable {
         &mut self,
         e: &Event,
         owners: &mut OwnerResolver,
+        python: &PythonStacks,
         slot: usize,
         generation: u64,
     ) -> EventCall {
@@ -343,9 +446,18 @@ impl SiteTable {
             }
         }
         // A first event at the site interns it here, so site ids keep first-seen order.
-        let site = self.intern(e.caller, e.stack);
+        let site = self.intern(python, e.caller, e.stack, e.py_stack);
         self.note_python(site, e.py_stack);
         let module = owners.owner(e.caller, e.stack).module;
+        let device = match e.device {
+            d if d >= 0 => {
+                if e.context != 0 {
+                    self.devices.insert(e.context, d);
+                }
+                d
+            }
+            d => self.devices.get(&e.context).copied().unwrap_or(d),
+        };
         let call = self.intern_call(Call {
             caller: e.caller,
             context: e.context,
@@ -355,7 +467,7 @@ impl SiteTable {
             stack: e.stack,
             py_stack: e.py_stack,
             thread: e.thread,
-            device: e.device,
+            device,
             site,
             api: e.api,
         });

@@ -20,12 +20,14 @@
 //! view; [`View`] names which one a finding rests on.
 
 mod config;
+mod lines;
 mod snapshot;
 mod tensors;
 
 use serde::Serialize;
 
 pub use config::{AllocatorConfig, RecorderSettings};
+pub use lines::{step_lines, VIEW};
 pub use snapshot::{
     Action, AllocatorSnapshot, BlockState, ClockAnchor, Frame, OomFacts, SnapshotBlock,
     SnapshotError, SnapshotSegment, TraceEntry,

@@ -1,6 +1,7 @@
 //! The analyses on synthetic traces with planted ground truth (written with `TraceWriter`, read
 //! back and replayed): each finds exactly the planted cases, with their exact numbers.
 
+mod devices;
 mod faults;
 mod oom;
 mod orphans;

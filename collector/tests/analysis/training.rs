@@ -2,7 +2,10 @@
 //! step, weights kept for the whole run, and a 32 MiB workspace live across two step boundaries:
 //! each analysis must find exactly the planted cases.
 
-use vramtrace_collector::analysis::{growth, leaks, peaks, step_info, GrowthConfig, Shape};
+use vramtrace_collector::analysis::{
+    analyze, growth, leaks, peaks, step_info, GrowthConfig, Shape,
+};
+use vramtrace_collector::format::Record;
 use vramtrace_collector::live::{Holder, SampleAxis, StepSource};
 
 use crate::support::*;
@@ -117,12 +120,29 @@ fn the_alert_threshold_is_a_share_of_device_memory() {
     let state = workload().replay();
     let gib = GrowthConfig {
         device_memory: Some(1 << 30),
+        horizon_steps: 900,
+        horizon_ns: 0,
         ..GrowthConfig::default()
     };
-    // 0.1% of 1 GiB is 1073741.8 bytes: 1 MiB (1048576) per step stays below it.
+    // 0.1% of 1 GiB is 1073741.8 bytes: 1 MiB (1048576) per step stays below it, and the
+    // 941 MiB left after the last step (64 MiB of weights and 19 of the leak live then) last
+    // 941 steps, beyond a horizon of 900 (this trace's steps last microseconds: no time horizon).
     let g = growth(&state, &gib);
     assert!(!g.alert && !g.holders[0].alert && !g.steady[0].alert);
     assert_eq!(g.steady.len(), 1, "still reported as steady growth");
+    let p = g.holders[0].projection.expect("a projection");
+    assert_eq!((p.headroom, p.steps_to_full), (941 * MIB, Some(941.0)));
+    assert!(!p.within_horizon);
+    // Within the default horizon of 10,000 steps, the same growth alerts.
+    let g = growth(
+        &state,
+        &GrowthConfig {
+            device_memory: Some(1 << 30),
+            ..GrowthConfig::default()
+        },
+    );
+    assert!(g.alert && g.holders[0].alert && g.steady[0].alert);
+    assert!(g.holders[0].projection.unwrap().within_horizon);
     let half = GrowthConfig {
         device_memory: Some(512 << 20),
         ..GrowthConfig::default()
@@ -169,9 +189,15 @@ fn without_marks_the_repeating_allocation_gives_the_same_steps() {
     let unmarked = workload().without_marks();
     let first = unmarked.replay();
     assert_eq!(first.marks(), 0);
-    let pattern = first.step_pattern().expect("a repeating allocation");
-    assert_eq!((pattern.bytes, pattern.steps), (2 * MIB, STEPS));
-    assert_eq!(pattern.site.caller, T1);
+    let pattern = first
+        .step_pattern()
+        .expect("a repeating allocation pattern");
+    // Every kind repeats once a step (the workspace, made once, does not recur); the first
+    // allocation of a step, the most regular, begins it.
+    let a = &pattern.anchor;
+    assert_eq!((a.event, a.bytes, pattern.steps), ("alloc", 2 * MIB, STEPS));
+    assert_eq!(first.site(a.site.unwrap()).unwrap().0.caller, T1);
+    assert_eq!((pattern.kinds, pattern.in_step), (4, 4));
     // Before the second replay growth can only be read over time.
     assert_eq!(
         growth(&first, &GrowthConfig::default()).axis,
@@ -189,6 +215,85 @@ fn without_marks_the_repeating_allocation_gives_the_same_steps() {
     assert_eq!((l.sites[1].first_step, l.sites[1].last_step), (1, 20));
     // A trace that marks its steps needs no pattern.
     assert!(workload().replay().step_pattern().is_none());
+}
+
+/// The unmarked workload's records up to and including the first `events` events.
+fn first_events(b: &Builder, events: usize) -> Builder {
+    let mut seen = 0;
+    let mut first = Builder::new();
+    first.records = b
+        .records
+        .iter()
+        .take_while(|r| {
+            let more = seen < events;
+            seen += usize::from(matches!(r, Record::Event(_)));
+            more
+        })
+        .cloned()
+        .collect();
+    first
+}
+
+/// Steps found in the first part of a trace carry on through the rest: replayed with the
+/// pattern of its first 6 steps, the whole trace gets all 20 planted steps, exactly the
+/// boundaries the whole trace's own pattern names, and the same analyses as a replay with that.
+#[test]
+fn a_pattern_found_in_the_first_steps_carries_on_through_the_rest() {
+    let unmarked = workload().without_marks();
+    // Each step is 7 events (8 with the workspace's malloc at step 10 or its free at step 12),
+    // after the weights: 6 steps, and the first allocation of the seventh.
+    let prefix = first_events(&unmarked, 1 + 6 * 7 + 1);
+    let early = prefix
+        .replay()
+        .step_pattern()
+        .expect("a pattern in 6 steps");
+    assert_eq!((early.steps, early.boundaries.len()), (7, 7));
+    let whole = unmarked.replay().step_pattern().expect("the whole pattern");
+    assert_eq!((whole.steps, whole.boundaries.len()), (STEPS, 20));
+    assert_eq!(
+        (&early.anchor, early.first_seq),
+        (&whole.anchor, whole.first_seq)
+    );
+    assert!(early.last_seq < whole.last_seq);
+
+    let carried = replay(&unmarked.bytes(), early.source());
+    assert_eq!(carried.steps(), STEPS);
+    assert_eq!(carried.step_pattern().as_ref(), Some(&whole));
+    assert_eq!(carried.unapplied_steps(), None);
+    let leak = leaks(&carried);
+    let leak = leak
+        .sites
+        .iter()
+        .find(|s| s.site.site == name(LEAK))
+        .unwrap();
+    assert_eq!((leak.count, leak.first_step, leak.last_step), (20, 1, 20));
+    let g = growth(&carried, &GrowthConfig::default());
+    assert_eq!(g.steady[0].course.fit.unwrap().slope, MIB as f64);
+
+    // Exactly what a second replay with the whole trace's pattern gives.
+    let twice = replay(&unmarked.bytes(), whole.source());
+    let analyzed = |state| serde_json::to_value(analyze(state, &GrowthConfig::default())).unwrap();
+    assert_eq!(analyzed(&carried), analyzed(&twice));
+}
+
+/// Steps found in the first part that the rest of the trace does not keep to are not the
+/// trace's: a replay with them says which are.
+#[test]
+fn a_pattern_the_rest_of_the_trace_departs_from_is_not_the_trace_s() {
+    let unmarked = workload().without_marks();
+    let whole = unmarked.replay().step_pattern().unwrap();
+    // The same anchor from its second occurrence: the first step's boundary is not applied.
+    let mut late = whole.clone();
+    late.boundaries = whole.boundaries[1..2].into();
+    let state = replay(&unmarked.bytes(), late.source());
+    assert_eq!(state.steps(), STEPS - 1);
+    assert_eq!(state.step_pattern().unwrap().steps, STEPS - 1);
+    assert_eq!(state.unapplied_steps(), Some(whole.source()));
+    // With marks, marks are the steps.
+    let marked = replay(&workload().bytes(), whole.source());
+    assert_eq!(marked.unapplied_steps(), Some(StepSource::Marks));
+    assert_eq!(workload().replay().unapplied_steps(), None);
+    assert_eq!(unmarked.replay().unapplied_steps(), Some(whole.source()));
 }
 
 #[test]
@@ -209,4 +314,48 @@ fn a_trace_without_steps_is_sampled_per_time_window() {
     assert_eq!(device.course.fit.unwrap().slope, MIB as f64);
     assert_eq!(device.course.last_bytes, 99 * MIB);
     assert_eq!(device.steady_growth, MIB as f64);
+}
+
+/// Another view of memory (a framework allocator's records, by Python line) adds its own rows,
+/// judged on the same steps as the driver's, without counting twice towards the device.
+#[test]
+fn another_view_s_lines_are_judged_beside_the_driver_s() {
+    use vramtrace_collector::analysis::{growth_with, LineSeries, Place, SiteName};
+    let state = workload().replay();
+    let site = SiteName {
+        stack: 0,
+        caller: 0,
+        site: "train.py:46".into(),
+        module: None,
+        module_name: None,
+        py_stack: 0,
+        py_stacks_vary: false,
+        label: Some("train.py:46 in <module>".into()),
+        place: Place::Site(u32::MAX),
+    };
+    // 512 KiB a step kept by the allocator from step 5 on, on device 0.
+    let points = (0..STEPS)
+        .map(|k| (k, k.saturating_sub(5) * 512 * KIB))
+        .collect();
+    let line = LineSeries {
+        site,
+        holder: DEVICE0,
+        view: "allocator",
+        points,
+    };
+    let g = growth_with(&state, &GrowthConfig::default(), vec![line]);
+    let steady: Vec<(&str, f64, Option<u64>)> = g
+        .steady
+        .iter()
+        .map(|s| (s.view, s.course.rate, s.course.phases.growth_from))
+        .collect();
+    assert_eq!(
+        steady,
+        [
+            ("driver", MIB as f64, Some(0)),
+            ("allocator", (512 * KIB) as f64, Some(5))
+        ]
+    );
+    // The device's sustained growth is the driver's view: another view's rows name lines.
+    assert_eq!(g.holders[0].steady_growth, MIB as f64);
 }

@@ -120,9 +120,10 @@ fn real_format_4_traces_read_whole() {
                 .iter()
                 .filter(|r| matches!(r, Record::Event(_)))
                 .count()
-                > 100
+                > 30
         );
         read += 1;
     }
-    assert_eq!(read, 4);
+    // The four first traces, and the acceptance programs' (tests/fixtures/gpu/README.md).
+    assert_eq!(read, 18);
 }

@@ -280,12 +280,38 @@ captest!(torch_steps_settings_and_tensor_history, |dir| {
     assert_eq!(a["recorder"]["by_line"][0]["line"], kept.as_str());
     assert_eq!(a["recorder"]["by_line"][0]["bytes"], 5 * MIB);
     assert_eq!(r["events"]["steps"], 5);
+    // The recorder's view judges growth per line beside the driver's: the kept line grows by
+    // 1 MiB a step in tensors, and the headline and the first finding name it.
+    let g = &r["analysis"]["growth"];
+    let rows: Vec<(&str, &str, f64)> = g["steady"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let label = s["label"].as_str().unwrap();
+            (
+                s["view"].as_str().unwrap(),
+                label,
+                s["rate"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let kept_label = format!("train.py:{} in <module>", line_of(TRAIN, "kept"));
+    assert!(
+        rows.contains(&("allocator", kept_label.as_str(), MIB as f64)),
+        "{rows:?}"
+    );
+    let first = &r["analysis"]["diagnosis"][0];
+    assert_eq!(first["site"]["label"].as_str(), Some(kept_label.as_str()));
+    assert_eq!(first["evidence"]["view"], "allocator");
     let out = vramtrace_command()
         .arg("report")
         .arg(&files[0])
         .output()
         .unwrap();
     let report = text(&out.stdout);
+    let headline = format!("+1.0 MiB per step at {kept_label} (");
+    assert!(report.contains(&headline), "{report}");
     assert!(
         report.contains(
             "  allocator PyTorch 2.11.0+standin caching allocator (native), \

@@ -7,10 +7,12 @@
 //! first steps, though. The first part of the file (an eighth of it, or all of a small file) is
 //! kept in memory as it is read; once the steps can be told from it (the pattern that begins
 //! earliest, after a few looks agree), that part is applied again from memory with those steps,
-//! and reading goes on. While the part read is all kept, this is done again if the steps shown
-//! change (a program that marks its steps may repeat an allocation before its first mark). At
-//! the end the whole trace must show the steps applied; if it does not (the program changed its
-//! pattern later), the trace is read again as before: the answer is always the two passes'.
+//! and reading goes on: past the boundaries found, each occurrence of the pattern's anchor
+//! begins a step. A program that marks its steps may repeat an allocation before its first mark:
+//! a mark seen while the part read is all kept applies it again with marks. At the end the steps
+//! applied must be exactly those the whole trace shows (marks, or every occurrence of the anchor
+//! of its pattern); if they are not (the program changed its pattern later), the trace is read
+//! again with those: the answer is always the two passes'.
 
 use std::cell::Cell;
 use std::fs::File;
@@ -44,15 +46,6 @@ pub enum Found<O> {
     ReadAgain(StepSource),
 }
 
-/// The steps the records applied to `state` show, when it has no marks: its repeating
-/// allocation, if one repeats.
-fn steps_of(state: &LiveState) -> Option<StepSource> {
-    if state.marks() > 0 {
-        return None;
-    }
-    state.step_pattern().map(|p| p.source())
-}
-
 /// A file read through, its first `cap` bytes kept.
 struct Keeping {
     file: File,
@@ -78,10 +71,24 @@ pub fn read<O: Observer>(
     progress: &Progress,
     new: &impl Fn() -> O,
 ) -> Result<Found<O>> {
-    let file = open_file(path)?;
-    let len = file.metadata().map_or(0, |m| m.len());
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
     // A small file is all kept: applying it again from memory costs little.
-    let keep = (len / 8).max(len.min(MIN_KEPT)).min(MAX_KEPT);
+    read_keeping(
+        path,
+        (len / 8).max(len.min(MIN_KEPT)).min(MAX_KEPT),
+        progress,
+        new,
+    )
+}
+
+/// [`read`], keeping the first `keep` bytes of the file.
+fn read_keeping<O: Observer>(
+    path: &Path,
+    keep: u64,
+    progress: &Progress,
+    new: &impl Fn() -> O,
+) -> Result<Found<O>> {
+    let file = open_file(path)?;
     let kept = Arc::new(Mutex::new(Vec::new()));
     let keeping = Keeping {
         file,
@@ -105,7 +112,7 @@ pub fn read<O: Observer>(
                 let at = offset.get();
                 let look = at != looked.replace(at) && at <= keep && kept_len(&kept) >= at;
                 match look.then(|| looks.shown(state)).flatten() {
-                    Some(shown) if shown != state.step_source() => {
+                    Some(shown) if shown != *state.step_source() => {
                         switch = Some((shown, e.clone()));
                         false
                     }
@@ -140,11 +147,10 @@ pub fn read<O: Observer>(
     );
     drop(kept.lock().map(|mut k| std::mem::take(&mut *k)));
     progress.set(reader.offset());
-    let whole = steps_of(&state).unwrap_or(StepSource::Marks);
-    Ok(if whole == state.step_source() {
-        Found::Read(Box::new((loaded(path, reader, state, false), observer)))
-    } else {
-        Found::ReadAgain(whole)
+    // The steps applied must be exactly the whole trace's: its anchor's every occurrence.
+    Ok(match state.unapplied_steps() {
+        None => Found::Read(Box::new((loaded(path, reader, state, false), observer))),
+        Some(whole) => Found::ReadAgain(whole),
     })
 }
 
@@ -163,14 +169,24 @@ impl Looks {
         if state.marks() > 0 {
             return Some(StepSource::Marks);
         }
+        // Steps found are applied: they carry on, and the end checks them.
+        if let StepSource::Pattern(_) = state.step_source() {
+            return None;
+        }
         match state.step_pattern().filter(|p| p.steps >= MIN_STEPS) {
-            Some(p) if self.earliest.is_none_or(|q| p.first_seq < q.first_seq) => {
+            Some(p)
+                if self
+                    .earliest
+                    .as_ref()
+                    .is_none_or(|q| p.first_seq < q.first_seq) =>
+            {
                 (self.earliest, self.unchanged) = (Some(p), 0);
             }
             Some(_) => self.unchanged += 1,
             None => {}
         }
         self.earliest
+            .as_ref()
             .filter(|_| self.unchanged >= LOOKS)
             .map(|p| p.source())
     }
@@ -204,4 +220,144 @@ fn again<O: Observer>(
         |_| {},
     );
     (stopped && state.events() == events).then_some((state, observer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+    use vramtrace_collector::analysis::{analyze, GrowthConfig};
+    use vramtrace_collector::event::{Api, Event, MemKind, Op};
+    use vramtrace_collector::format::{Header, Record, TraceWriter};
+
+    const MIB: u64 = 1 << 20;
+
+    /// A training loop without step marks, in small chunks: each step allocates its step buffer
+    /// (3 MiB at `site`) first, then a temporary, and leaks 1 MiB; the buffer and the temporary
+    /// are freed by the step's end. `phases` gives each phase's step site and steps.
+    fn training(path: &Path, phases: &[(u64, u64)]) {
+        let file = File::create(path).unwrap();
+        let mut w = TraceWriter::new(file, &Header::default())
+            .unwrap()
+            .with_chunk_bytes(1024);
+        let mut seq = 0;
+        let mut write = |api: Api, op: Op, caller: u64| {
+            seq += 1;
+            let e = Event {
+                seq,
+                time_ns: seq * 1000,
+                thread: 1,
+                api,
+                inner: None,
+                outer: None,
+                result: 0,
+                device: 0,
+                context: 0xc7,
+                caller,
+                stack: 0,
+                py_stack: 0,
+                py_inferred: false,
+                nccl_scope: 0,
+                op,
+            };
+            w.write(&Record::Event(e)).unwrap();
+        };
+        let alloc = |ptr, size| Op::Alloc {
+            kind: MemKind::Device,
+            ptr,
+            size,
+            stream: 0,
+            pool: 0,
+            flags: 0,
+            pitch: 0,
+        };
+        let mut leak = 0x5000_0000_0000;
+        for &(site, steps) in phases {
+            for _ in 0..steps {
+                let (buffer, temporary) = (0x7000_0000_0000, 0x7100_0000_0000);
+                write(Api::CudaMalloc, alloc(buffer, 3 * MIB), site);
+                write(Api::CudaMalloc, alloc(temporary, 4096), site + 8);
+                leak += MIB;
+                write(Api::CudaMalloc, alloc(leak, MIB), site + 0x200);
+                for ptr in [temporary, buffer] {
+                    write(Api::CudaFree, Op::Free { ptr, stream: 0 }, 0x40_0400);
+                }
+            }
+        }
+        w.finish().unwrap();
+    }
+
+    /// Notes whether the events it saw were applied with steps from a pattern.
+    struct Applied(Rc<Cell<bool>>);
+
+    impl Observer for Applied {
+        fn event(&mut self, state: &LiveState, _: &Event) {
+            if let StepSource::Pattern(_) = state.step_source() {
+                self.0.set(true);
+            }
+        }
+        fn finish(&mut self, _: &LiveState) {}
+    }
+
+    /// Reads `path` once, keeping its first eighth; and whether steps found there were applied.
+    fn read_an_eighth(path: &Path) -> (Found<Applied>, bool) {
+        let len = std::fs::metadata(path).unwrap().len();
+        let applied = Rc::new(Cell::new(false));
+        let new = || Applied(Rc::clone(&applied));
+        let found = read_keeping(path, len / 8, &Progress::new(path, "reading"), &new).unwrap();
+        (found, applied.get())
+    }
+
+    /// The trace read twice: once for its steps, once more with them.
+    fn read_twice(path: &Path) -> LoadedTrace {
+        let first = super::super::load(path).unwrap().state;
+        let source = first.step_pattern().expect("a pattern").source();
+        let progress = Progress::new(path, "reading");
+        super::super::read(path, source, &progress, |_, _| super::super::Flow::Apply).unwrap()
+    }
+
+    fn analyzed(state: &LiveState) -> serde_json::Value {
+        serde_json::to_value(analyze(state, &GrowthConfig::default())).unwrap()
+    }
+
+    /// Steps found in the first eighth of a 4,000-step trace carry on through the other seven:
+    /// read once, it has the steps and analyses that reading it twice gives.
+    #[test]
+    fn steps_found_in_the_part_kept_carry_on_through_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("loop.vtrace");
+        training(&path, &[(0x40_0100, 4000)]);
+        let (Found::Read(once), true) = read_an_eighth(&path) else {
+            panic!("read twice");
+        };
+        let (once, _) = *once;
+        let twice = read_twice(&path);
+        assert_eq!(once.passes, 1);
+        assert_eq!((once.state.steps(), twice.state.steps()), (4000, 4000));
+        let pattern = once.state.step_pattern().unwrap();
+        assert_eq!(
+            (pattern.steps, pattern.first_seq, pattern.last_seq),
+            (4000, 1, 19996)
+        );
+        assert_eq!(pattern.anchor.bytes, 3 * MIB);
+        assert_eq!(Some(pattern), twice.state.step_pattern());
+        assert_eq!(analyzed(&once.state), analyzed(&twice.state));
+    }
+
+    /// A trace whose step buffer changes after the part kept: the steps found there do not carry
+    /// on to the end, and the trace is read again with the whole trace's.
+    #[test]
+    fn steps_the_rest_departs_from_are_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("changed.vtrace");
+        training(&path, &[(0x40_0100, 1000), (0x40_0180, 3000)]);
+        let (Found::ReadAgain(StepSource::Pattern(whole)), true) = read_an_eighth(&path) else {
+            panic!("read once, or the first part's steps not applied");
+        };
+        assert_eq!((whole.steps, whole.first_seq), (3000, 5001));
+        assert_eq!(
+            Some(&*whole),
+            read_twice(&path).state.step_pattern().as_ref()
+        );
+    }
 }

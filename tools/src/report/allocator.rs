@@ -3,6 +3,7 @@
 //! (`docs/report-json.md`, "Allocator").
 
 use serde::Serialize;
+use vramtrace_collector::analysis::LineSeries;
 use vramtrace_collector::format::Header;
 use vramtrace_collector::live::LiveState;
 use vramtrace_collector::torch::{ClockAnchor, TensorHistory, TensorView, TorchView};
@@ -73,6 +74,17 @@ pub struct OomAt {
     pub device_free: u64,
     /// Tensor bytes live then.
     pub live_bytes: u64,
+}
+
+/// The recorder's per-line tensor series at the trace's step marks, for the growth analysis
+/// (empty without a snapshot, or without marks).
+pub fn step_lines(state: &LiveState, header: &Header) -> Vec<LineSeries> {
+    let fallback = ClockAnchor {
+        unix_ns: header.start_unix_ns,
+        monotonic_ns: header.start_mono_ns,
+    };
+    let view = TorchView::read(state.attachments(), Some(fallback));
+    vramtrace_collector::torch::step_lines(&view, state)
 }
 
 impl AllocatorFacts {

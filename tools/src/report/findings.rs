@@ -5,10 +5,10 @@
 use std::io::{self, Write};
 
 use clap::Args;
-use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
+use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth, DRIVER};
 use vramtrace_collector::analysis::orphans::Orphan;
 use vramtrace_collector::analysis::{Analysis, GrowthConfig, OrphanKind, Orphans, Shape, SiteName};
-use vramtrace_collector::live::{AnomalyKind, Category, SampleAxis};
+use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
 use super::text::{emit, or_unknown, table};
 use crate::units::{bytes, parse_size, signed_bytes};
@@ -23,6 +23,37 @@ pub struct AnalysisArgs {
     /// Growth per step, in percent of device memory, above which steady growth alerts.
     #[arg(long, default_value_t = 0.1, value_name = "PERCENT", value_parser = parse_percent)]
     pub alert_percent: f64,
+    /// Steady growth also alerts when at its rate the device is full within this many steps...
+    #[arg(long, default_value_t = 10_000, value_name = "STEPS")]
+    pub horizon_steps: u64,
+    /// ...or within this time (90s, 30m, 24h, 2d).
+    #[arg(long, default_value = "24h", value_name = "TIME", value_parser = parse_duration)]
+    pub horizon: u64,
+}
+
+/// Parses a duration into nanoseconds: a number with `s`, `m`/`min`, `h` or `d` (seconds when
+/// bare).
+fn parse_duration(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let seconds = match unit.trim() {
+        "" | "s" | "sec" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        other => return Err(format!("unknown time unit '{other}' (use s, m, h or d)")),
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 && n * seconds * 1e9 < u64::MAX as f64 => {
+            Ok((n * seconds * 1e9) as u64)
+        }
+        _ => Err(format!(
+            "'{text}' is not a duration (examples: 90s, 30m, 24h, 2d)"
+        )),
+    }
 }
 
 fn parse_percent(text: &str) -> Result<f64, String> {
@@ -38,6 +69,8 @@ impl AnalysisArgs {
         GrowthConfig {
             device_memory: self.device_memory,
             alert_fraction: self.alert_percent / 100.0,
+            horizon_steps: self.horizon_steps,
+            horizon_ns: self.horizon,
             ..GrowthConfig::default()
         }
     }
@@ -50,20 +83,20 @@ pub(crate) fn new_table(headers: &[&str], right: &[usize]) -> comfy_table::Table
 
 /// The site's label (its Python line or native function, when symbols named it) or its
 /// `module+offset`, with its owner module.
-fn site_label(s: &SiteName) -> String {
+pub(super) fn site_label(s: &SiteName) -> String {
     let place = s.label.as_deref().unwrap_or(&s.site);
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
 }
 
 /// `per step` or `per 64 ms window`.
-fn unit(a: &Analysis) -> String {
+pub(super) fn unit(a: &Analysis) -> String {
     match (a.growth.axis, a.growth.window_ns) {
         (SampleAxis::Time, Some(w)) => format!("per {} window", duration(w)),
         _ => "per step".to_string(),
     }
 }
 
-fn duration(ns: u64) -> String {
+pub(super) fn duration(ns: u64) -> String {
     match ns {
         n if n >= 1_000_000_000 => format!("{:.1} s", n as f64 / 1e9),
         n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
@@ -71,10 +104,58 @@ fn duration(ns: u64) -> String {
     }
 }
 
+/// A time far ahead, in the unit that reads best: `42 s`, `35 min`, `2.1 h`, `3.5 days`.
+pub(super) fn long_duration(seconds: f64) -> String {
+    match seconds {
+        s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
+        s if s >= 2.0 * 3600.0 => format!("{:.1} h", s / 3600.0),
+        s if s >= 120.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{s:.0} s"),
+    }
+}
+
+/// `full in 1,930 steps (2.1 h)` for a holder's projection, or nothing.
+pub(super) fn full_in(h: &HolderGrowth) -> Option<String> {
+    let p = h.projection?;
+    let steps = p
+        .steps_to_full
+        .map(|n| format!("{} steps", grouped(n.floor() as u64)));
+    let time = p.seconds_to_full.map(long_duration);
+    let when = match (steps, time) {
+        (Some(s), Some(t)) => format!("{s} ({t})"),
+        (Some(s), None) => s,
+        (None, Some(t)) => t,
+        (None, None) => return None,
+    };
+    Some(format!("{} left, full in {when}", bytes(p.headroom)))
+}
+
+/// `1930` as `1,930`.
+pub(super) fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `step 12` or `window 12`.
+pub(super) fn at_sample(a: &Analysis, x: u64) -> String {
+    match a.growth.axis {
+        SampleAxis::Steps => format!("step {x}"),
+        SampleAxis::Time => format!("window {x}"),
+    }
+}
+
 /// Writes the findings; `when` says which moment the live set is of (`at the end`, `at step
 /// 12`, `at the peak (event 109)`).
 pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
     summary(out, a, when)?;
+    super::diagnosis::render(out, a, top, when)?;
     orphan_kinds(out, a)?;
     growth(out, a, top)?;
     ooms(out, a, top)?;
@@ -95,14 +176,53 @@ fn holder_line(h: &HolderGrowth, unit: &str) -> String {
     let threshold = h.threshold.map_or(String::new(), |t| {
         format!(" (alert above {})", signed_bytes(t))
     });
+    let full = full_in(h).map_or(String::new(), |f| format!("; {f}"));
     format!(
-        "{}: {} {unit} sustained{threshold}; live {} -> {} over {} samples{fit}",
+        "{}: {} {unit} sustained{threshold}{full}; live {} -> {} over {} samples{fit}",
         h.holder.name(),
         signed_bytes(h.steady_growth),
         bytes(c.first_bytes),
         bytes(c.last_bytes),
         c.samples,
     )
+}
+
+/// The phases of each device with samples: `device 0: warm-up to step 3 (+1.2 GiB), steady
+/// steps 3..99, growth from step 40, teardown freed 1.3 GiB`.
+fn phases_lines(a: &Analysis) -> Vec<String> {
+    a.growth
+        .holders
+        .iter()
+        .filter(|h| h.course.samples >= 2 && matches!(h.holder, Holder::Device { .. }))
+        .map(|h| {
+            let c = &h.course;
+            let p = &c.phases;
+            let mut parts = Vec::new();
+            parts.push(format!("steady from {}", at_sample(a, p.steady_from)));
+            if let Some(g) = p.growth_from {
+                if g > p.steady_from {
+                    parts.push(format!("growth from {}", at_sample(a, g)));
+                }
+            }
+            if let Some((x, rise)) = p.late_rise {
+                parts.push(format!(
+                    "a one-off rise at {} ({}, kept)",
+                    at_sample(a, x),
+                    signed_bytes(rise as f64)
+                ));
+            }
+            if let Some(t) = p.teardown_from {
+                parts.push(format!("teardown from {}", at_sample(a, t)));
+            }
+            if h.teardown_freed > 0 {
+                parts.push(format!(
+                    "{} freed after the steady state",
+                    bytes(h.teardown_freed)
+                ));
+            }
+            format!("{}: {}", h.holder.name(), parts.join(", "))
+        })
+        .collect()
 }
 
 /// What one kind of orphan is, in words: (noun, why it is an orphan).
@@ -175,31 +295,52 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
     writeln!(out, "\nFINDINGS")?;
     writeln!(out, "  orphans        {}", orphans_line(&a.orphans))?;
     let unit = unit(a);
-    let alerts: Vec<&HolderGrowth> = a.growth.holders.iter().filter(|h| h.alert).collect();
-    let growth = match (alerts.first(), a.growth.steady.first()) {
-        (Some(h), _) => format!("STEADY GROWTH on {}", holder_line(h, &unit)),
-        (None, Some(s)) => format!(
-            "steady growth below the alert threshold: {} {unit} at {}",
-            signed_bytes(s.course.slope()),
-            site_label(&s.site)
-        ),
-        (None, None) => "no steady growth".to_string(),
+    let g = &a.growth;
+    // The headline names the place whose memory stays live, and where it leads: the line a
+    // framework allocator's view sees keeping tensors, when it accounts for at least half the
+    // fastest growth (the driver's view of the same growth is its allocator's segments).
+    let top = g.steady.first();
+    let tensors = g
+        .steady
+        .iter()
+        .find(|s| s.view != DRIVER && top.is_some_and(|t| s.course.rate * 2.0 >= t.course.rate));
+    let growth = match tensors.or(top) {
+        Some(s) => {
+            let h = g.holders.iter().find(|h| h.holder == s.holder);
+            let alert = h.is_some_and(|h| h.alert);
+            let full = h
+                .and_then(full_in)
+                .map_or(String::new(), |f| format!("; {f}"));
+            let driver = |o: &&SiteGrowth| o.holder == s.holder && o.view == DRIVER;
+            let others = match g.steady.iter().filter(driver).count() {
+                1 => String::new(),
+                n => format!(
+                    " ({} {unit} at {} places in all)",
+                    signed_bytes(h.map_or(0.0, |h| h.steady_growth)),
+                    n
+                ),
+            };
+            let what = if alert {
+                format!("STEADY GROWTH on {}", s.holder.name())
+            } else {
+                format!(
+                    "steady growth below the alert threshold on {}",
+                    s.holder.name()
+                )
+            };
+            format!(
+                "{what}: {} {unit} at {}{others}{full}",
+                signed_bytes(s.course.rate),
+                site_label(&s.site)
+            )
+        }
+        None => "no steady growth".to_string(),
     };
     writeln!(out, "  growth         {growth}")?;
-    let s = &a.steps;
-    let steps = match s.source {
-        "marks" => format!("{} steps from step marks", s.steps),
-        "pattern" => format!(
-            "{} steps from a repeating allocation ({} at site {:#x}/{})",
-            s.steps,
-            bytes(s.pattern.map_or(0, |p| p.bytes)),
-            s.pattern.map_or(0, |p| p.site.caller),
-            s.pattern.map_or(0, |p| p.site.stack)
-        ),
-        _ => {
-            "no steps (no step marks, no repeating allocation): sampled per time window".to_string()
-        }
-    };
+    for line in phases_lines(a) {
+        writeln!(out, "  phases         {line}")?;
+    }
+    let steps = steps_line(a);
     writeln!(out, "  steps          {steps}")?;
     let oom = match a.ooms.failures.first() {
         None => "none".to_string(),
@@ -208,7 +349,7 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
             a.ooms.total,
             f.failure.api.name(),
             bytes(f.failure.request_bytes),
-            f.failure.device,
+            crate::units::device(f.failure.device),
             bytes(f.live.bytes)
         ),
     };
@@ -238,13 +379,21 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         )?;
     }
     let f = &a.fragmentation;
-    let share = f
-        .unusable_share
-        .map_or("-".to_string(), |s| format!("{:.1}%", s * 100.0));
+    let held = match f.unusable_share {
+        Some(share) => format!(
+            "{} allocated but unusable ({:.1}% of device memory allocated)",
+            bytes(f.unusable_bytes),
+            share * 100.0
+        ),
+        None if f.unusable_bytes > 0 => format!(
+            "none: nothing is live; {} kept for reuse",
+            bytes(f.unusable_bytes)
+        ),
+        None => "none".to_string(),
+    };
     writeln!(
         out,
-        "  fragmentation  {} allocated but unusable ({share} of device memory held); {} reserved VA, {} mapped",
-        bytes(f.unusable_bytes),
+        "  fragmentation  {held}; {} reserved VA, {} mapped",
         bytes(f.address_space.reserved_bytes),
         bytes(f.address_space.mapped_bytes)
     )?;
@@ -282,6 +431,45 @@ fn lost_events(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
     )
 }
 
+/// Where the steps came from, in words.
+fn steps_line(a: &Analysis) -> String {
+    let s = &a.steps;
+    let every = s
+        .step_ns
+        .map_or(String::new(), |ns| format!(", one every {}", duration(ns)));
+    match (s.source, &s.pattern) {
+        ("marks", _) => format!("{} steps from step marks{every}", s.steps),
+        ("pattern", Some(p)) => {
+            let anchor = match (p.anchor.event, &p.anchor.range) {
+                (_, Some(name)) => format!("NVTX range \"{name}\""),
+                (event, None) => {
+                    let place = s.anchor_site.as_ref().map_or("?".to_string(), site_label);
+                    let what = if event == "free" {
+                        "free of"
+                    } else {
+                        "allocation of"
+                    };
+                    format!("{what} {} at {place}", bytes(p.anchor.bytes))
+                }
+            };
+            // One or two kinds (a leak's own allocation, a segment the allocator adds now and
+            // then) may recur once every few training steps rather than every step.
+            let weak = if p.kinds <= 2 {
+                "; few kinds recur, so a step may span several of the program's: mark steps for \
+                 exact rates (vramtrace run marks PyTorch's optimizer steps)"
+            } else {
+                ""
+            };
+            format!(
+                "{} steps from the allocation pattern{every}: each begins with the {anchor}; {} of {} recurring kinds repeat every step{weak}",
+                s.steps, p.in_step, p.kinds
+            )
+        }
+        _ => "no steps (no step marks, no repeating allocation pattern): sampled per time window"
+            .to_string(),
+    }
+}
+
 fn orphan_kinds(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
     if a.orphans.by_kind.is_empty() {
         return Ok(());
@@ -299,18 +487,23 @@ fn orphan_kinds(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
 
 fn site_rows(list: &[SiteGrowth], top: usize, unit: &str) -> comfy_table::Table {
     let headers = [
-        "#", "slope", "R²", "first", "last", "max", "samples", "holder", "site", "alert",
+        "#", "rate", "R²", "from", "first", "last", "max", "at end", "samples", "holder", "site",
+        "alert",
     ];
-    let mut t = table(&headers, &[0, 1, 2, 3, 4, 5, 6]);
+    let mut t = table(&headers, &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
     for (i, s) in list.iter().take(top).enumerate() {
         let c = &s.course;
         t.add_row(vec![
             (i + 1).to_string(),
             format!("{} {unit}", signed_bytes(c.slope())),
             c.fit.map_or("-".to_string(), |f| format!("{:.3}", f.r2)),
+            c.phases
+                .growth_from
+                .map_or("-".to_string(), |x| x.to_string()),
             bytes(c.first_bytes),
             bytes(c.last_bytes),
             bytes(c.max_bytes),
+            bytes(s.now_bytes),
             c.samples.to_string(),
             s.holder.name(),
             site_label(&s.site),
@@ -344,12 +537,15 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
         }
     }
     if !g.steady.is_empty() {
-        let title = format!("Steady growth by call site ({} sites)", g.steady.len());
+        let title = format!(
+            "Steady growth by place (Python line, else call site; {} places)",
+            g.steady.len()
+        );
         emit(out, &title, &site_rows(&g.steady, top, &unit))?;
     }
     if !g.peaks.is_empty() {
         let title = format!(
-            "One-off peaks by call site (rose and fell back; {} sites)",
+            "One-off peaks by place (rose and fell back; {} places)",
             g.peaks.len()
         );
         emit(out, &title, &site_rows(&g.peaks, top, &unit))?;
@@ -365,7 +561,7 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
             "\nOut of memory: {} asked for {} on device {} (seq {}, step {}) from {}",
             x.api.name(),
             bytes(x.request_bytes),
-            x.device,
+            crate::units::device(x.device),
             x.seq,
             x.origin.step,
             site_label(&f.requester)

@@ -1,7 +1,8 @@
 //! Call-site labels for the analyses' tables: a site is a native stack, and
 //! `libc10_cuda.so+0x4bfb4` tells a PyTorch user nothing, since every tensor comes through that
-//! frame. A site is labelled by the Python line that reached it (`py_leak.py:18 in <module>`),
-//! else by the native function that asked (`DeviceCachingAllocator::alloc_block`), else by
+//! frame. A site is labelled by the program's Python line that made it (`py_leak.py:18 in
+//! <module>`: sites are split by that line, so it is the same for all of a site's calls), else by
+//! the native function that asked (`DeviceCachingAllocator::alloc_block`), else by
 //! `module+offset` as recorded.
 
 use std::collections::HashMap;
@@ -12,17 +13,114 @@ use vramtrace_collector::symbols::{
     Attribution, CallRef, CallSiteKey, FrameKind, Granularity, StackFrame,
 };
 
-/// Fills in the label of every site the answers name.
+/// Fills in the label of every site the answers name, and tells apart the places of one list
+/// whose labels came out the same.
 pub fn label_sites(analysis: &mut Analysis, naming: &mut Attribution<'_>) {
-    let mut done: HashMap<(u32, u64, u32, bool), Option<String>> = HashMap::new();
+    let mut done: HashMap<(u32, u64, u32), Option<String>> = HashMap::new();
     for site in analysis.sites_mut() {
-        let key = (site.stack, site.caller, site.py_stack, site.py_stacks_vary);
+        // A row of another view (a framework allocator's) comes named by its source.
+        if (site.stack, site.caller, site.py_stack) == (0, 0, 0) && site.label.is_some() {
+            continue;
+        }
+        let key = (site.stack, site.caller, site.py_stack);
         let label = done
             .entry(key)
             .or_insert_with(|| label(naming, site))
             .clone();
         site.label = label;
     }
+    let g = &mut analysis.growth;
+    for list in [
+        &mut g.steady,
+        &mut g.peaks,
+        &mut g.shrinking,
+        &mut g.one_off_rises,
+    ] {
+        // Rows of one place on two holders (device and host) are told apart by their holder.
+        let rows = list.iter_mut().map(|s| (s.holder.name(), &mut s.site));
+        tell_apart(naming, rows.collect());
+    }
+    let leaks = analysis.leaks.sites.iter_mut();
+    tell_apart(
+        naming,
+        leaks.map(|s| (String::new(), &mut s.site)).collect(),
+    );
+    for h in &mut analysis.peaks.holders {
+        let rows = h.by_site.iter_mut().map(|s| (String::new(), &mut s.site));
+        tell_apart(naming, rows.collect());
+    }
+    for f in &mut analysis.ooms.failures {
+        let rows = f.by_site.iter_mut().map(|s| (String::new(), &mut s.site));
+        tell_apart(naming, rows.collect());
+    }
+    let findings = analysis.diagnosis.iter_mut().filter_map(|f| {
+        let kind = format!(
+            "{} {}",
+            f.class.name(),
+            f.holder.map_or(String::new(), |h| h.name())
+        );
+        f.site.as_mut().map(|s| (kind, s))
+    });
+    tell_apart(naming, findings.collect());
+}
+
+/// Places of one list that read the same on one holder (two native paths through one
+/// function, as NCCL's channel buffers and its all-reduce buffer both come from its own
+/// `cudaMalloc`) are told apart by the first function where their stacks part: `cudaMalloc via
+/// comm_create`. When no function differs, by their recorded `module+offset`, else their stack.
+fn tell_apart(naming: &mut Attribution<'_>, mut list: Vec<(String, &mut SiteName)>) {
+    type Shown = (String, String, Option<String>);
+    let shown = |holder: &str, s: &SiteName| -> Shown {
+        let label = s.label.clone().unwrap_or_else(|| s.site.clone());
+        (holder.to_string(), label, s.module_name.clone())
+    };
+    let mut groups: HashMap<Shown, Vec<usize>> = HashMap::new();
+    for (i, (holder, s)) in list.iter().enumerate() {
+        groups.entry(shown(holder, s)).or_default().push(i);
+    }
+    for members in groups.into_values().filter(|m| m.len() > 1) {
+        let stacks: Vec<Vec<String>> = members
+            .iter()
+            .map(|&i| native_functions(naming, list[i].1))
+            .collect();
+        let depth = stacks.iter().map(Vec::len).max().unwrap_or(0);
+        let parting = (0..depth).find(|&d| {
+            let at = |s: &Vec<String>| s.get(d).cloned().unwrap_or_default();
+            stacks.iter().any(|s| at(s) != at(&stacks[0]))
+        });
+        let sites_differ = members
+            .iter()
+            .any(|&i| list[i].1.site != list[members[0]].1.site);
+        for (k, &i) in members.iter().enumerate() {
+            let s = &mut *list[i].1;
+            let base = s.label.clone().unwrap_or_else(|| s.site.clone());
+            let apart = match parting {
+                Some(d) => format!("via {}", stacks[k].get(d).map_or("?", String::as_str)),
+                None if sites_differ => format!("[{}]", s.site),
+                None => format!("[stack {}]", s.stack),
+            };
+            s.label = Some(format!("{base} {apart}"));
+        }
+    }
+}
+
+/// The function names of a site's native frames, innermost first, outside the CUDA libraries.
+fn native_functions(naming: &mut Attribution<'_>, site: &SiteName) -> Vec<String> {
+    let call = CallRef {
+        caller: site.caller,
+        stack: site.stack,
+        py_stack: site.py_stack,
+    };
+    naming
+        .stack(call)
+        .into_iter()
+        .filter(|f| f.kind == FrameKind::Native && !f.in_cuda_library())
+        .map(|f| {
+            f.function
+                .as_deref()
+                .map_or("?".to_string(), short_function)
+        })
+        .collect()
 }
 
 fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
@@ -36,14 +134,7 @@ fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
             file,
             line,
             function,
-        } => {
-            let more = if site.py_stacks_vary {
-                " (and other lines)"
-            } else {
-                ""
-            };
-            Some(format!("{}:{line} in {function}{more}", base_name(&file)))
-        }
+        } => Some(format!("{}:{line} in {function}", base_name(&file))),
         CallSiteKey::Function { function, .. } => Some(short_function(&function)),
         // Nothing names it: the recorded `module+offset` says as much.
         _ => None,

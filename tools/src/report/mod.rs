@@ -6,6 +6,7 @@
 
 mod allocator;
 mod attribution;
+mod diagnosis;
 pub(crate) mod findings;
 pub(crate) mod labels;
 mod many;
@@ -22,7 +23,7 @@ use vramtrace_collector::live::{
 };
 use vramtrace_collector::symbols::{Attribution, Granularity, Symbolizer};
 
-use vramtrace_collector::analysis::{analyze, Analysis};
+use vramtrace_collector::analysis::{analyze_with, Analysis};
 
 use crate::cli::ReportArgs;
 use crate::load::{load_analyzed, LoadedTrace};
@@ -328,7 +329,8 @@ impl<'a> Report<'a> {
         let mut naming = Attribution::of_state(state, symbols);
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
-        let mut analysis = analyze(state, &trace.growth);
+        let lines = allocator::step_lines(state, header);
+        let mut analysis = analyze_with(state, &trace.growth, lines);
         labels::label_sites(&mut analysis, &mut naming);
         let symbols = attribution::symbol_facts(naming.symbolizer());
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).

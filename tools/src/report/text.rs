@@ -140,7 +140,7 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let e = &r.events;
     writeln!(
         out,
-        "  events    {} applied (last seq {}), {} late, {} steps marked",
+        "  events    {} applied (last seq {}), {} late, {} steps",
         e.applied, e.last_seq, tracer.late, e.steps
     )
 }
@@ -182,7 +182,7 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         let mut t = table(&["device", "objects", "bytes"], &[0, 1, 2]);
         for d in &s.by_device {
             t.add_row(vec![
-                d.device.to_string(),
+                crate::units::device(d.device),
                 d.count.to_string(),
                 bytes(d.bytes),
             ]);
@@ -208,7 +208,7 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
                 bytes(a.unexplained as u64)
             };
             t.add_row(vec![
-                a.device.to_string(),
+                crate::units::device(a.device),
                 bytes(a.driver_used),
                 bytes(a.context_baseline),
                 bytes(a.traced_live),
@@ -378,7 +378,7 @@ fn orphans(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             o.category.name().to_string(),
             format!("{:#x}", o.address),
             bytes(o.bytes),
-            o.device.to_string(),
+            crate::units::device(o.device),
             flag_list(o.flags),
             o.origin
                 .communicator
@@ -417,7 +417,7 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             x.result.to_string(),
             if x.out_of_memory { "yes" } else { "no" }.to_string(),
             bytes(x.request_bytes),
-            x.device.to_string(),
+            crate::units::device(x.device),
             bytes(x.live_device_bytes),
             x.seq.to_string(),
             r.state.locate(x.origin.caller).to_string(),

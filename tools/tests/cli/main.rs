@@ -1,6 +1,7 @@
 //! The `vramtrace` command line, run as a user would: known traces in, exact numbers, exit codes
 //! and error lines out.
 
+mod acceptance;
 mod diff;
 mod errors;
 mod exports;

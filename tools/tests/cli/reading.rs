@@ -23,8 +23,9 @@ fn report_json(path: &Path) -> Value {
 }
 
 /// A training loop without step marks: each step allocates its step buffer (3 MiB at
-/// `step_site`) first, then a temporary (just after), and leaks 1 MiB; the step buffer and the
-/// temporary are freed by the step's end. `steps` gives each phase's step site and steps.
+/// `step_site`) first, then a temporary (just after), and leaks 1 MiB (further on); the step
+/// buffer and the temporary are freed by the step's end. `steps` gives each phase's step site
+/// and steps: a phase is a loop of its own, none of its calls recurring in another.
 fn training(path: &Path, steps: &[(u64, u64)]) {
     let mut w = TraceWriter::new(std::fs::File::create(path).unwrap(), &header())
         .unwrap()
@@ -72,7 +73,7 @@ fn training(path: &Path, steps: &[(u64, u64)]) {
             ))
             .unwrap();
             leak += MIB;
-            w.write(&next(Api::CudaMalloc, alloc(leak, MIB), APP + 0x300))
+            w.write(&next(Api::CudaMalloc, alloc(leak, MIB), step_site + 0x200))
                 .unwrap();
             for ptr in [temporary, buffer] {
                 let free = Op::Free { ptr, stream: 0 };
@@ -96,7 +97,7 @@ fn a_trace_without_marks_is_read_once() {
     assert_eq!(r["events"]["steps"], 400);
     let steps = &r["analysis"]["steps"];
     assert_eq!(steps["source"], "pattern");
-    assert_eq!(steps["pattern"]["bytes"], 3 * MIB);
+    assert_eq!(steps["pattern"]["anchor"]["bytes"], 3 * MIB);
     let growth = &r["analysis"]["growth"];
     assert_eq!(growth["axis"], "steps");
     let slope = growth["steady"][0]["fit"]["slope"].as_f64().unwrap();

@@ -10,6 +10,7 @@
 
 mod driver;
 mod runtime;
+mod shapes;
 mod train;
 
 use std::path::Path;

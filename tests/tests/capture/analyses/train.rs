@@ -60,7 +60,7 @@ captest!(wl_train_growth_is_the_history_at_one_mib_per_step, |dir| {
     let state = &trace.state;
     let s = &a.steps;
     assert_eq!(
-        (s.source, s.steps, s.marks, s.pattern),
+        (s.source, s.steps, s.marks, s.pattern.clone()),
         ("marks", 20, 20, None)
     );
     let g = &a.growth;
@@ -96,17 +96,29 @@ captest!(wl_train_growth_is_the_history_at_one_mib_per_step, |dir| {
     );
 
     // The device's size comes from the tracer's own cuMemGetInfo samples: 1 GiB, on which 1 MiB
-    // per step is 0.098%, just under the 0.1% alert.
+    // per step is 0.098%, just under the 0.1% alert; but at that rate the 990 MiB left after the
+    // last step (PEAK less the last history tensor was live then) are gone in 989 steps, well
+    // within the horizon of 10,000: it alerts on the projection.
     let total = sampled_total(&trace);
     assert_eq!(total, 1 << 30, "the stand-in's default device memory");
     assert_eq!(
         (g.device_memory, g.device_memory_source),
         (Some(total), "sampled")
     );
-    assert_eq!(device_0(g), (1048576.0, Some(total as f64 * 0.001), false));
-    assert!(!site.alert && !g.alert);
+    assert_eq!(device_0(g), (1048576.0, Some(total as f64 * 0.001), true));
+    let headroom = total - (PEAK - MIB);
+    let projection = g.holders[0].projection.expect("a projection");
+    assert_eq!(
+        (projection.headroom, projection.steps_to_full),
+        (headroom, Some(headroom as f64 / MIB as f64))
+    );
+    assert!(projection.within_horizon && site.alert && g.alert);
+    // With a horizon of 900 steps (and none in time: the stand-in's steps last microseconds),
+    // 1 MiB a step no longer alerts.
     let config = GrowthConfig {
         device_memory: Some(total),
+        horizon_steps: 900,
+        horizon_ns: 0,
         ..GrowthConfig::default()
     };
     let g = growth(state, &config);

@@ -134,31 +134,122 @@ captest!(python_allocations_by_python_line, |dir| {
     assert_eq!(frames, want_frames, "Attribution::stack");
 });
 
-// The analyses name a site (a native stack) by the Python line that reached it. The three calls
-// share one native stack (CPython 3.11+ runs Python-to-Python calls without recursing in C), so
-// the leak analysis holds one site, labelled by the first call's line and marked as reached from
-// other lines too.
+// The analyses group call sites by the program's Python line that made the call: the two calls
+// of grow_cache (from Model.forward and from the module) are one place at the cache's line,
+// reached from two Python stacks; load_weights' call is another place.
 captest!(python_sites_are_labelled_by_python_line, |dir| {
     let (script, trace_path) = run_script(dir);
     let args = ["report", "--json"].map(OsStr::new);
     let r = vramtrace_json(args.into_iter().chain([trace_path.as_os_str()]));
     let sites = r["analysis"]["leaks"]["sites"].as_array().unwrap();
-    let labels: Vec<(String, u64)> = sites
+    let labels: Vec<(String, u64, bool)> = sites
         .iter()
         .map(|s| {
             (
                 s["label"].as_str().unwrap_or("null").to_string(),
                 s["bytes"].as_u64().unwrap(),
+                s["py_stacks_vary"].as_bool().unwrap(),
             )
         })
         .collect();
     let weights = line_of(&script, "the weights' call site");
+    let cache = line_of(&script, "the cache's call site");
     assert_eq!(
         labels,
-        [(
-            format!("allocate.py:{weights} in Model.load_weights (and other lines)"),
-            4 * MIB + 4096
-        )]
+        [
+            (
+                format!("allocate.py:{cache} in grow_cache"),
+                3 * MIB + 4096,
+                true
+            ),
+            (
+                format!("allocate.py:{weights} in Model.load_weights"),
+                MIB,
+                false
+            ),
+        ]
     );
-    assert_eq!(sites[0]["py_stacks_vary"], true);
+});
+
+/// An installed "layers" package (under a `site-packages` directory, so its frames are a
+/// library's, as `torch.nn`'s are) that allocates through `ctypes.PyDLL`.
+const LAYERS: &str = r#"import ctypes
+
+runtime = ctypes.PyDLL("libcudart.so.13")
+runtime.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+runtime.cudaMalloc.restype = ctypes.c_int
+runtime.cudaFree.argtypes = [ctypes.c_void_p]
+runtime.cudaFree.restype = ctypes.c_int
+
+
+def forward(size):
+    p = ctypes.c_void_p()
+    assert runtime.cudaMalloc(ctypes.byref(p), size) == 0
+    return p.value
+
+
+def release(p):
+    assert runtime.cudaFree(p) == 0
+"#;
+
+/// A training loop without step marks: every step calls the same layers twice, once for a
+/// tensor it frees, once for a tensor it keeps.
+const TRAIN: &str = r#"import sys
+
+sys.path.insert(0, sys.argv[1])
+import layers
+
+history = []
+for step in range(20):
+    out = layers.forward(1 << 20)  # the step's own output
+    layers.release(out)
+    history.append(layers.forward(1 << 20))  # kept across steps
+"#;
+
+// Both lines reach the allocator through one native path and one library function: the
+// growth, its headline and the live set are named by the line whose tensors stay live, not by
+// the first line that called the layers.
+captest!(python_growth_is_named_at_the_line_that_keeps, |dir| {
+    let packages = dir.join("lib").join("site-packages");
+    std::fs::create_dir_all(&packages).unwrap();
+    std::fs::write(packages.join("layers.py"), LAYERS).unwrap();
+    let script = dir.join("train.py");
+    std::fs::write(&script, TRAIN).unwrap();
+    let out = traced_program("python3", dir)
+        .arg(&script)
+        .arg(&packages)
+        .output()
+        .expect("running python3 (required by this test)");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let traces = trace_files(dir);
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    let kept = format!(
+        "train.py:{} in <module>",
+        line_of(&script, "kept across steps")
+    );
+    let args = ["report", "--json"].map(OsStr::new);
+    let r = vramtrace_json(args.into_iter().chain([traces[0].as_os_str()]));
+    let a = &r["analysis"];
+    assert_eq!(
+        (&a["steps"]["source"], &a["steps"]["steps"]),
+        (&"pattern".into(), &20.into())
+    );
+    let steady = a["growth"]["steady"].as_array().unwrap();
+    assert_eq!(steady.len(), 1, "{steady:#?}");
+    assert_eq!(steady[0]["label"].as_str(), Some(kept.as_str()));
+    assert_eq!(steady[0]["rate"].as_f64(), Some(MIB as f64));
+    let leaks = a["leaks"]["sites"].as_array().unwrap();
+    let live: Vec<(&str, u64)> = leaks
+        .iter()
+        .map(|s| (s["label"].as_str().unwrap(), s["bytes"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(live, [(kept.as_str(), 20 * MIB)]);
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .arg("report")
+        .arg(&traces[0])
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    let headline = format!("STEADY GROWTH on device 0: +1.0 MiB per step at {kept} (");
+    assert!(report.contains(&headline), "{report}");
 });

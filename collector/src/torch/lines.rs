@@ -1,0 +1,88 @@
+//! The recorder's tensors as rows of the growth analysis: per Python line, the tensor bytes
+//! live right after each step mark, judged beside the driver's series
+//! ([`growth_with`](crate::analysis::growth_with)).
+//!
+//! With PyTorch's native caching allocator the driver sees segments, and charges a new segment
+//! to whichever line made the allocator grow, often not the line whose tensors stay live. The
+//! recorder sees the tensors themselves; its rows name that line. They are rows of their own
+//! view (`allocator`): they never add to a device's sustained growth, which the driver's view
+//! measures.
+
+use std::collections::HashMap;
+
+use super::{TensorHistory, TorchView};
+use crate::analysis::{LineSeries, Place, SiteName};
+use crate::live::{Holder, LiveState, StepSource};
+
+/// The name of the recorder's view in growth rows and findings.
+pub const VIEW: &str = "allocator";
+
+/// The tensor bytes of each Python line at each step sample of `state`: from the snapshot's own
+/// step marks (the same marks as the trace's, on torch's clock), from the first sample whose
+/// tensors the recorder's window holds whole. Empty when the steps do not come from marks or
+/// the trace holds no snapshot.
+pub fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries> {
+    let Some(snapshot) = view.snapshot.as_ref() else {
+        return Vec::new();
+    };
+    if *state.step_source() != StepSource::Marks || state.marks() == 0 {
+        return Vec::new();
+    }
+    let mut tensors = TensorHistory::new(snapshot);
+    // The device each line's tensors are on (the one holding most of its bytes).
+    let mut devices: HashMap<Option<u32>, HashMap<i32, u64>> = HashMap::new();
+    for t in tensors.tensors().to_vec() {
+        let line = tensors.line(t.stack);
+        *devices
+            .entry(line)
+            .or_default()
+            .entry(t.device)
+            .or_default() += t.size;
+    }
+    let series = tensors.series_at_marks();
+    // `vramtrace_mark_step` numbers steps from 1; the trace samples the k-th mark at x = k - 1.
+    let xs: Vec<u64> = snapshot
+        .step_marks
+        .iter()
+        .map(|m| m.step.saturating_sub(1))
+        .collect();
+    series
+        .lines
+        .iter()
+        .filter_map(|l| {
+            let frame = &snapshot.frames[l.frame? as usize];
+            let device = devices
+                .get(&l.frame)
+                .and_then(|d| {
+                    d.iter()
+                        .max_by_key(|&(&dev, &b)| (b, -dev))
+                        .map(|(&d, _)| d)
+                })
+                .unwrap_or(0);
+            let points: Vec<(u64, u64)> = xs
+                .iter()
+                .zip(&l.bytes)
+                .skip(series.complete_from)
+                .map(|(&x, &b)| (x, b))
+                .collect();
+            let file = frame.file.rsplit('/').next().unwrap_or(&frame.file);
+            let label = format!("{file}:{} in {}", frame.line, frame.function);
+            Some(LineSeries {
+                site: SiteName {
+                    stack: 0,
+                    caller: 0,
+                    site: frame.to_string(),
+                    module: None,
+                    module_name: None,
+                    py_stack: 0,
+                    py_stacks_vary: false,
+                    label: Some(label),
+                    place: Place::Site(u32::MAX),
+                },
+                holder: Holder::Device { device },
+                view: VIEW,
+                points,
+            })
+        })
+        .collect()
+}

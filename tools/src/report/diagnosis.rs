@@ -1,0 +1,110 @@
+//! The diagnosis as text: one block per finding, most urgent first, each with where it is, the
+//! evidence it rests on, the likely cause and the usual fix.
+
+use std::io::{self, Write};
+
+use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, Severity};
+
+use super::findings::{at_sample, grouped, long_duration, site_label, unit};
+use crate::units::{bytes, signed_bytes};
+
+/// Findings listed in full; the rest are counted.
+const SHOWN: usize = 10;
+
+/// Writes the diagnosis (nothing when there are no findings); `when` says which moment the
+/// live set is of (`at the end`, `at step 12`).
+pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
+    let list = &a.diagnosis;
+    if list.is_empty() {
+        return Ok(());
+    }
+    let s = if list.len() == 1 { "" } else { "s" };
+    let n = list.len();
+    writeln!(out, "\nDIAGNOSIS ({n} finding{s}, most urgent first)")?;
+    let shown = top.clamp(1, SHOWN);
+    for (i, f) in list.iter().take(shown).enumerate() {
+        let severity = match f.severity {
+            Severity::Alert => "ALERT",
+            Severity::Warning => "warning",
+            Severity::Note => "note",
+        };
+        let place = match (&f.site, f.holder) {
+            (Some(s), Some(h)) => format!(" at {} on {}", site_label(s), h.name()),
+            (Some(s), None) => format!(" at {}", site_label(s)),
+            (None, Some(h)) => format!(" on {}", h.name()),
+            (None, None) => String::new(),
+        };
+        writeln!(out, "  {}. {severity}: {}{place}", i + 1, f.class.name())?;
+        writeln!(out, "     evidence  {}", evidence(a, f, when))?;
+        writeln!(out, "     cause     {}", f.cause)?;
+        writeln!(out, "     fix       {}", f.fix)?;
+    }
+    if list.len() > shown {
+        writeln!(out, "  ({} more in --json)", list.len() - shown)?;
+    }
+    Ok(())
+}
+
+/// The evidence of a finding in words.
+fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
+    let e = &f.evidence;
+    match f.class {
+        FindingClass::SteadyGrowth => {
+            let mut parts = vec![format!(
+                "{} {}",
+                signed_bytes(e.rate.unwrap_or(0.0)),
+                unit(a)
+            )];
+            if let Some(x) = e.growth_from {
+                parts[0] += &format!(" from {}", at_sample(a, x));
+            }
+            let r2 = e.r2.map_or(String::new(), |r| format!(", R² {r:.3}"));
+            parts.push(format!("{} rises{r2}", e.rises.unwrap_or(0)));
+            parts.push(format!("{} at the last sample", bytes(e.bytes)));
+            if let Some(freed) = e.freed_at_teardown {
+                parts.push(format!(
+                    "{} of it freed only after the steady state (teardown hides it)",
+                    bytes(freed)
+                ));
+            } else if let Some(end) = e.live_at_end {
+                parts.push(format!("{} still live {when}", bytes(end)));
+            }
+            let full = match (e.steps_to_full, e.seconds_to_full) {
+                (Some(n), Some(s)) => Some(format!(
+                    "device full in {} steps ({})",
+                    grouped(n.floor() as u64),
+                    long_duration(s)
+                )),
+                (Some(n), None) => Some(format!("device full in {} steps", grouped(n as u64))),
+                (None, Some(s)) => Some(format!("device full in {}", long_duration(s))),
+                (None, None) => None,
+            };
+            parts.extend(full);
+            if let Some(view) = e.view.filter(|&v| v != "driver") {
+                parts.push(format!("seen by the {view}"));
+            }
+            parts.join("; ")
+        }
+        FindingClass::Orphan | FindingClass::TeardownOnly => {
+            let n = e.objects.unwrap_or(0);
+            let s = if n == 1 { "" } else { "s" };
+            format!("{} in {n} object{s}", bytes(e.bytes))
+        }
+        FindingClass::Fragmentation => match e.objects {
+            Some(_) => format!(
+                "an out-of-memory failure with {} held but unusable, enough for the request",
+                bytes(e.bytes)
+            ),
+            None => format!("{} of physical memory unmapped", bytes(e.bytes)),
+        },
+        FindingClass::Peak => match e.growth_from {
+            Some(x) => format!(
+                "rose by {} at {} and stayed ({} live {when})",
+                bytes(e.bytes),
+                at_sample(a, x),
+                bytes(e.live_at_end.unwrap_or(0))
+            ),
+            None => format!("rose to {} and fell back", bytes(e.bytes)),
+        },
+    }
+}

@@ -1,0 +1,227 @@
+//! The analyses on real traces of the acceptance programs from the GPU (`tests/fixtures/gpu/`,
+//! whose README says where they come from): every planted leak is found at its line with its rate, healthy programs get no
+//! growth finding and no alert, and the steps are the program's, with step marks and, where the
+//! trace shows them, without.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::support::vramtrace;
+
+const MIB: f64 = 1048576.0;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/gpu/{name}.vtrace"))
+}
+
+/// `vramtrace report --json` of a fixture: its `analysis`.
+fn analysis(name: &str) -> Value {
+    let out = vramtrace()
+        .arg("report")
+        .arg("--json")
+        .arg(fixture(name))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["analysis"].clone()
+}
+
+/// Where the steps came from and how many.
+fn steps(a: &Value) -> (String, u64) {
+    let s = &a["steps"];
+    (
+        s["source"].as_str().unwrap().to_string(),
+        s["steps"].as_u64().unwrap(),
+    )
+}
+
+/// The classes of the diagnosis.
+fn classes(a: &Value) -> Vec<String> {
+    let list = a["diagnosis"].as_array().unwrap();
+    list.iter()
+        .map(|f| f["class"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A healthy program: nothing grows, nothing alerts.
+fn healthy(name: &str, want_steps: (&str, u64)) {
+    let a = analysis(name);
+    assert_eq!(
+        steps(&a),
+        (want_steps.0.to_string(), want_steps.1),
+        "{name}"
+    );
+    let g = &a["growth"];
+    assert_eq!(
+        g["steady"].as_array().unwrap().len(),
+        0,
+        "{name}: {:#}",
+        g["steady"]
+    );
+    assert_eq!(g["alert"], false, "{name}");
+    assert!(
+        !classes(&a).contains(&"steady-growth".to_string()),
+        "{name}"
+    );
+}
+
+/// A leaky program: its headline (the fastest steady growth) is at `line` of the program, owned
+/// by `module`, at `rate` bytes per step, and alerts.
+fn leak(name: &str, want_steps: (&str, u64), line: &str, module: &str, rate: f64) -> Value {
+    let a = analysis(name);
+    assert_eq!(
+        steps(&a),
+        (want_steps.0.to_string(), want_steps.1),
+        "{name}"
+    );
+    let top = &a["growth"]["steady"][0];
+    assert_eq!(
+        (top["label"].as_str(), top["module_name"].as_str()),
+        (Some(line), Some(module)),
+        "{name}"
+    );
+    assert_eq!(top["rate"].as_f64(), Some(rate), "{name}");
+    assert_eq!(
+        (&top["alert"], &a["growth"]["alert"]),
+        (&true.into(), &true.into())
+    );
+    let first = &a["diagnosis"][0];
+    assert_eq!(
+        (&first["class"], &first["severity"]),
+        (&"steady-growth".into(), &"alert".into())
+    );
+    assert_eq!(first["site"]["label"].as_str(), Some(line), "{name}");
+    a
+}
+
+#[test]
+fn healthy_programs_have_no_growth_finding() {
+    healthy("healthy_gpt-marks", ("marks", 120));
+    healthy("healthy_hf_llama-marks", ("marks", 100));
+    healthy("healthy_peak-marks", ("marks", 120));
+    // Without marks, a default or expandable allocator makes no calls once warm: no steps, and
+    // over time windows nothing grows either.
+    healthy("healthy_gpt-traced", ("none", 0));
+    healthy("healthy_hf_llama-traced", ("none", 0));
+    healthy("healthy_peak-traced", ("none", 0));
+}
+
+// The 1 GiB pass at step 60 makes the caching allocator take 512 MiB more and keep it: a peak
+// note at the pass's line, not growth, with or without step marks.
+#[test]
+fn a_one_off_pass_is_a_peak_note() {
+    for (name, at) in [("healthy_peak-marks", 61), ("healthy_peak-traced", 85)] {
+        let a = analysis(name);
+        let peak = &a["diagnosis"][0];
+        let what = (&peak["class"], &peak["severity"]);
+        assert_eq!(what, (&"peak".into(), &"note".into()), "{name}");
+        assert_eq!(peak["site"]["label"], "healthy_peak.py:30 in <module>");
+        let e = &peak["evidence"];
+        let rise = (e["bytes"].as_f64(), e["growth_from"].as_u64());
+        assert_eq!(rise, (Some(512.0 * MIB), Some(at)), "{name}");
+    }
+}
+
+#[test]
+fn tensors_kept_across_steps_are_found_at_their_line() {
+    let logits = "leak_logits_ddp.py:38 in <module>";
+    leak(
+        "leak_logits_ddp-marks",
+        ("marks", 100),
+        logits,
+        "libc10_cuda.so",
+        64.0 * MIB,
+    );
+    leak(
+        "leak_logits_ddp-traced",
+        ("pattern", 100),
+        logits,
+        "libc10_cuda.so",
+        64.0 * MIB,
+    );
+    // From step 80 on: the rate is the late growth's, not averaged over the flat half.
+    let late = "leak_late.py:36 in <module>";
+    for (name, source) in [
+        ("leak_late-marks", "marks"),
+        ("leak_late-traced", "pattern"),
+    ] {
+        let a = leak(name, (source, 160), late, "libc10_cuda.so", 2.0 * MIB);
+        assert_eq!(
+            a["growth"]["steady"][0]["phases"]["growth_from"], 80,
+            "{name}"
+        );
+    }
+    // Half a MiB a step, seen as a new 2 MiB segment every fourth step: the driver charges it
+    // to the line that made the allocator grow (the optimizer step, one above the leak).
+    let slow = "leak_slow.py:32 in <module>";
+    leak(
+        "leak_slow-marks",
+        ("marks", 200),
+        slow,
+        "libc10_cuda.so",
+        0.5 * MIB,
+    );
+    // Without marks the segments are the only pattern: a "step" is four of the program's.
+    let a = leak(
+        "leak_slow-traced",
+        ("pattern", 50),
+        slow,
+        "libc10_cuda.so",
+        2.0 * MIB,
+    );
+    assert_eq!(a["steps"]["pattern"]["kinds"], 1);
+}
+
+#[test]
+fn an_extension_s_raw_allocations_are_found_with_their_advice() {
+    let line = "leak_extension.py:39 in <module>";
+    for (name, source) in [
+        ("leak_extension-marks", "marks"),
+        ("leak_extension-traced", "pattern"),
+    ] {
+        let a = leak(name, (source, 120), line, "libleaky.so", 3.0 * MIB);
+        let first = &a["diagnosis"][0];
+        assert_eq!(
+            first["cause"],
+            "raw device allocations in libleaky.so never freed"
+        );
+    }
+}
+
+// A communicator every 5 steps, all torn down at exit: the staircase is growth though nothing
+// is live at the end, and the teardown is named as what hid it.
+#[test]
+fn communicators_torn_down_at_exit_are_still_growth() {
+    let line = "leak_comm.py:49 in <module>";
+    let a = leak(
+        "leak_comm-marks",
+        ("marks", 100),
+        line,
+        "libnccl.so.2",
+        81369497.6,
+    );
+    let top = &a["growth"]["steady"][0];
+    assert_eq!(top["now_bytes"], 0);
+    let e = &a["diagnosis"][0]["evidence"];
+    assert_eq!(e["freed_at_teardown"], top["last_bytes"]);
+    assert!(a["diagnosis"][0]["fix"]
+        .as_str()
+        .unwrap()
+        .contains("destroy_process_group"));
+    // Without marks nothing else recurs: growth over time windows, up to the teardown.
+    let a = analysis("leak_comm-traced");
+    assert_eq!(steps(&a), ("none".to_string(), 0));
+    let g = &a["growth"];
+    let top = &g["steady"][0];
+    assert_eq!(
+        (top["label"].as_str(), g["alert"].as_bool()),
+        (Some(line), Some(true))
+    );
+    assert_eq!(g["holders"][0]["phases"]["teardown_from"], 57);
+}
