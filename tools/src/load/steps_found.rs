@@ -105,7 +105,7 @@ pub fn read<O: Observer>(
                 let at = offset.get();
                 let look = at != looked.replace(at) && at <= keep && kept_len(&kept) >= at;
                 match look.then(|| looks.shown(state)).flatten() {
-                    Some(shown) if shown != state.step_source() => {
+                    Some(shown) if shown != *state.step_source() => {
                         switch = Some((shown, e.clone()));
                         false
                     }
@@ -141,7 +141,7 @@ pub fn read<O: Observer>(
     drop(kept.lock().map(|mut k| std::mem::take(&mut *k)));
     progress.set(reader.offset());
     let whole = steps_of(&state).unwrap_or(StepSource::Marks);
-    Ok(if whole == state.step_source() {
+    Ok(if whole == *state.step_source() {
         Found::Read(Box::new((loaded(path, reader, state, false), observer)))
     } else {
         Found::ReadAgain(whole)
@@ -164,13 +164,19 @@ impl Looks {
             return Some(StepSource::Marks);
         }
         match state.step_pattern().filter(|p| p.steps >= MIN_STEPS) {
-            Some(p) if self.earliest.is_none_or(|q| p.first_seq < q.first_seq) => {
+            Some(p)
+                if self
+                    .earliest
+                    .as_ref()
+                    .is_none_or(|q| p.first_seq < q.first_seq) =>
+            {
                 (self.earliest, self.unchanged) = (Some(p), 0);
             }
             Some(_) => self.unchanged += 1,
             None => {}
         }
         self.earliest
+            .as_ref()
             .filter(|_| self.unchanged >= LOOKS)
             .map(|p| p.source())
     }
