@@ -58,7 +58,7 @@ records! {
     PyStack(PyStackDef) = 9,
     Attachment(Attachment) = 10,
     /// An alert raised while the program ran.
-    Alert(Alert) = 11,
+    Alert(Box<Alert>) = 11,
 }
 
 /// The tag of event records.

@@ -48,7 +48,7 @@ impl LiveState {
             Record::Alert(a) => {
                 self.notes.alerts_total += 1;
                 if self.notes.alerts.len() < MAX_TRACER_NOTES {
-                    self.notes.alerts.push(a.clone());
+                    self.notes.alerts.push((**a).clone());
                 }
             }
         }

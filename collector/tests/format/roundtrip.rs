@@ -287,7 +287,7 @@ fn alerts_read_back_between_events() {
         snapshot: "/tmp/t-1.alert-1.json".into(),
     };
     let mut records = sample_records(200);
-    records.insert(101, Record::Alert(alert.clone()));
+    records.insert(101, Record::Alert(Box::new(alert.clone())));
     let bytes = write(&records, 2048);
     let mut r = TraceReader::new(&bytes[..]).unwrap();
     assert_eq!(r.by_ref().collect::<Vec<_>>(), records);
