@@ -26,6 +26,7 @@ macro_rules! captest {
 
 mod analyses;
 mod attribution;
+mod check;
 mod cli;
 mod closure;
 mod diff;
