@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use super::course::Shape;
 use super::growth::{growth, Growth, GrowthConfig, HolderGrowth, Projection, SiteGrowth, DRIVER};
-use super::site::Place;
+use super::site::{Place, SiteName};
 use crate::event::Event;
 use crate::format::Record;
 use crate::live::{Holder, LiveState, SampleAxis};
@@ -291,8 +291,8 @@ impl Watch {
 
     /// The place of `site` in words, where the trace can tell without symbols: the program's
     /// Python line, `file:line in function`. `None` for a native call site.
-    pub fn python_place(&self, site: &SiteGrowth) -> Option<String> {
-        let Place::Line { line, .. } = site.site.place else {
+    pub fn python_place(&self, site: &SiteName) -> Option<String> {
+        let Place::Line { line, .. } = site.place else {
             return None;
         };
         let code = self.state.python_stacks().code(line.code)?;
@@ -301,11 +301,7 @@ impl Watch {
 
     /// The owner frame of `site` (the first frame outside the CUDA libraries), for naming a
     /// native site.
-    pub fn owner_frame(&self, site: &SiteGrowth) -> u64 {
-        let key_stack = site.site.stack;
-        self.state
-            .owners()
-            .resolve(site.site.caller, key_stack)
-            .frame
+    pub fn owner_frame(&self, site: &SiteName) -> u64 {
+        self.state.owners().resolve(site.caller, site.stack).frame
     }
 }

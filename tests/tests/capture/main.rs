@@ -24,6 +24,7 @@ macro_rules! captest {
     };
 }
 
+mod alerts;
 mod analyses;
 mod attribution;
 mod check;
