@@ -35,6 +35,10 @@ pub enum Command {
     /// Run a program under the tracer and summarise the traces it wrote.
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
+    /// Run a program under the tracer and fail when its traces pass the limits (a CI gate):
+    /// growth, memory live at the end, orphans.
+    #[command(after_help = crate::check::EXAMPLES)]
+    Check(crate::check::CheckArgs),
 }
 
 const REPORT_EXAMPLES: &str = "\
@@ -133,10 +137,33 @@ pub struct ReportArgs {
     pub top: usize,
     #[command(flatten)]
     pub analysis: crate::report::findings::AnalysisArgs,
+    /// Exit 1 when a trace passes a limit (after the report): growth (the ALERT verdict),
+    /// growth=SIZE/step, leak[=SIZE] (device memory live at the end), orphans[=N]; several
+    /// separated by commas. The limits of `vramtrace check`.
+    #[arg(long, value_name = "LIMIT", value_delimiter = ',', value_parser = crate::limits::parse_fail_on)]
+    pub fail_on: Vec<crate::limits::Limit>,
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub tracer: TracerArgs,
+    /// Do not summarise the traces after the program exits.
+    #[arg(long)]
+    pub no_summary: bool,
+    /// The program to run and its arguments.
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// How a program runs under the tracer (`run`, `check`).
+#[derive(Debug, Args)]
+pub struct TracerArgs {
     /// Where traces go: a file name pattern, or a directory (DIR/) that gets one
     /// vramtrace-PID.vtrace per process. In the file name, each traced process fills in %p (its
     /// process id), %r (its rank: RANK, else LOCAL_RANK, else x), %h (the host name) and %t (its
@@ -160,9 +187,6 @@ pub struct RunArgs {
     /// marks then do not reach the trace.
     #[arg(long)]
     pub no_nvtx: bool,
-    /// Do not summarise the traces after the program exits.
-    #[arg(long)]
-    pub no_summary: bool,
     /// Run PyTorch with its cudaMallocAsync allocator backend (merged into PYTORCH_ALLOC_CONF
     /// and PYTORCH_CUDA_ALLOC_CONF, other settings kept): every tensor is then one driver
     /// allocation in the trace, instead of a block of the caching allocator's segments. It
@@ -177,14 +201,6 @@ pub struct RunArgs {
     /// program or in ../lib/).
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
-    /// The program to run and its arguments.
-    #[arg(
-        value_name = "CMD",
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
-    pub command: Vec<OsString>,
 }
 
 #[cfg(test)]
@@ -203,7 +219,7 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run")
         };
-        assert_eq!(args.output, Some(PathBuf::from("x")));
+        assert_eq!(args.tracer.output, Some(PathBuf::from("x")));
         assert_eq!(args.command, ["python", "-m", "t"]);
     }
 }

@@ -2,15 +2,18 @@
 //! export them to other viewers.
 //!
 //! Exit codes: 0 when all went well; for `run`, the traced program's own exit code (128 + the
-//! signal that killed it); for `diff`, 1 when the second run regressed beyond the thresholds; 2
-//! for an error of vramtrace's own (a bad flag, an unreadable trace), reported as one
-//! `error: …` line on stderr.
+//! signal that killed it); for `diff`, 1 when the second run regressed beyond the thresholds; for
+//! `check` and `report --fail-on`, 1 when a trace passes a limit (`check` exits with the
+//! program's own code first when it failed); 2 for an error of vramtrace's own (a bad flag, an
+//! unreadable trace), reported as one `error: …` line on stderr.
 
+mod check;
 mod cli;
 mod diff;
 mod export;
 mod html;
 mod inputs;
+mod limits;
 mod load;
 mod ranks;
 mod replay;
@@ -35,11 +38,12 @@ fn main() -> ExitCode {
         Err(e) => return flag_error(e),
     };
     let result = match &cli.command {
-        Command::Report(args) => report::run(args).map(|()| 0),
+        Command::Report(args) => report::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Run(args) => run::run(args),
         Command::Replay(args) => replay::run(args).map(|()| 0),
         Command::Export(args) => export::run(args).map(|()| 0),
+        Command::Check(args) => check::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -19,6 +19,7 @@ pub mod oom;
 pub mod orphans;
 pub mod peak;
 pub mod site;
+pub mod watch;
 
 use serde::Serialize;
 
@@ -33,6 +34,7 @@ pub use oom::{ooms, OomReport};
 pub use orphans::{orphans, OrphanKind, Orphans};
 pub use peak::{peaks, Peaks};
 pub use site::{Place, SiteAmount, SiteName};
+pub use watch::{DeviceVerdict, Judgement, Reason, Watch, WatchConfig};
 
 use crate::live::{LiveState, StepPattern, StepSource};
 

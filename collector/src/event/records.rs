@@ -136,3 +136,44 @@ impl Attachment {
     /// The largest piece written in one record.
     pub const PIECE_BYTES: usize = 1 << 20;
 }
+
+/// An alert the tracer raised while the program ran (`VRAMTRACE_ALERT_*`): its live analysis saw
+/// a device's steady growth pass the threshold, or the device due to be full within the horizon.
+/// The numbers are those of the judgement that raised it ([`crate::analysis::watch`]), rounded
+/// to whole bytes, steps and seconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alert {
+    /// `CLOCK_MONOTONIC` nanoseconds when it was raised.
+    pub time_ns: u64,
+    /// The last event written before it: the alert follows every event up to it.
+    pub after_seq: u64,
+    /// Steps begun by then.
+    pub step: u64,
+    pub device: i32,
+    /// `growth` (steady growth above the threshold) or `horizon` (full within the horizon).
+    pub reason: String,
+    /// The device's steady growth in bytes per sample unit, and the unit: `step`, or a time
+    /// window of `unit_ns` nanoseconds.
+    pub rate: u64,
+    pub unit: String,
+    pub unit_ns: u64,
+    /// The threshold the growth was judged against, bytes per unit.
+    pub threshold: u64,
+    /// Bytes live on the device, and its memory, when known.
+    pub live_bytes: u64,
+    pub device_memory: u64,
+    pub steps_to_full: Option<u64>,
+    pub seconds_to_full: Option<u64>,
+    /// The place that grows fastest there, in words (`train.py:88 in step`, or a native
+    /// `function (module+0x1a2b)`), its own rate, and the call site that names it (native
+    /// stack, caller address and Python stack, for a reader to symbolize).
+    pub place: String,
+    pub place_rate: u64,
+    pub stack: u32,
+    pub caller: u64,
+    pub py_stack: u32,
+    /// The signal sent to the process (0: none).
+    pub signal: i32,
+    /// The live-set snapshot written beside the trace (empty: none).
+    pub snapshot: String,
+}

@@ -39,6 +39,7 @@ pub use header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 pub use packing::Packing;
 pub use reader::{Ending, RecordRef, TraceReader, Unread};
 pub use record::{
-    Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,
+    Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef,
+    Stats,
 };
 pub use writer::TraceWriter;

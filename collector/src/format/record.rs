@@ -2,7 +2,7 @@
 //! `event/records.rs`), and their wire tags.
 
 pub use crate::event::records::{
-    Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Segment, StackDef, Stats,
+    Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Segment, StackDef, Stats,
 };
 use crate::event::Event;
 
@@ -57,6 +57,8 @@ records! {
     PyCode(PyCode) = 8,
     PyStack(PyStackDef) = 9,
     Attachment(Attachment) = 10,
+    /// An alert raised while the program ran.
+    Alert(Box<Alert>) = 11,
 }
 
 /// The tag of event records.

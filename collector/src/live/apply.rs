@@ -45,6 +45,12 @@ impl LiveState {
             Record::PyCode(c) => self.python.add_code(c),
             Record::PyStack(s) => self.python.add_stack(s),
             Record::Attachment(a) => self.attachments.add(a),
+            Record::Alert(a) => {
+                self.notes.alerts_total += 1;
+                if self.notes.alerts.len() < MAX_TRACER_NOTES {
+                    self.notes.alerts.push((**a).clone());
+                }
+            }
         }
     }
 

@@ -189,6 +189,17 @@ impl LiveState {
         self.notes.warnings_total
     }
 
+    /// Alerts the tracer raised while the program ran, in order (the first
+    /// [`MAX_TRACER_NOTES`](super::MAX_TRACER_NOTES)).
+    pub fn alerts(&self) -> &[crate::format::Alert] {
+        &self.notes.alerts
+    }
+
+    /// Alerts raised in all.
+    pub fn alerts_total(&self) -> u64 {
+        self.notes.alerts_total
+    }
+
     /// The modules recorded.
     pub fn modules(&self) -> &ModuleMap {
         self.owners.modules()

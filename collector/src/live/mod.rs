@@ -109,6 +109,9 @@ struct TracerNotes {
     lookups_total: u64,
     warnings: Vec<String>,
     warnings_total: u64,
+    /// Alerts the tracer raised while the program ran (the first [`MAX_TRACER_NOTES`]).
+    alerts: Vec<crate::format::Alert>,
+    alerts_total: u64,
 }
 
 /// The next step boundary of a pattern: its index, and the sequence number of the event it

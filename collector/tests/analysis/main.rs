@@ -8,3 +8,4 @@ mod orphans;
 mod props;
 mod support;
 mod training;
+mod watch;

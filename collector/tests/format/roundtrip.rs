@@ -259,3 +259,39 @@ fn foreign_and_unsupported_files_are_rejected() {
         "trace format version 99 is not supported (this vramtrace reads versions 4 to 5)"
     );
 }
+
+/// An alert raised while the program ran reads back whole between events, and a replay keeps it.
+#[test]
+fn alerts_read_back_between_events() {
+    use vramtrace_collector::format::Alert;
+    let alert = Alert {
+        time_ns: 5_000_000,
+        after_seq: 100,
+        step: 12,
+        device: 0,
+        reason: "horizon".into(),
+        rate: 1 << 20,
+        unit: "step".into(),
+        unit_ns: 0,
+        threshold: 1_073_741,
+        live_bytes: 40 << 20,
+        device_memory: 1 << 30,
+        steps_to_full: Some(984),
+        seconds_to_full: Some(3),
+        place: "leak.py:12 in step".into(),
+        place_rate: 1 << 20,
+        stack: 3,
+        caller: 0x7f00_1234,
+        py_stack: 2,
+        signal: 10,
+        snapshot: "/tmp/t-1.alert-1.json".into(),
+    };
+    let mut records = sample_records(200);
+    records.insert(101, Record::Alert(Box::new(alert.clone())));
+    let bytes = write(&records, 2048);
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    assert_eq!(r.by_ref().collect::<Vec<_>>(), records);
+    let mut state = vramtrace_collector::live::LiveState::new();
+    state.replay(&mut TraceReader::new(&bytes[..]).unwrap());
+    assert_eq!((state.alerts(), state.alerts_total()), (&[alert][..], 1));
+}

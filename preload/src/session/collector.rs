@@ -12,6 +12,7 @@ use vramtrace_collector::format::{
 };
 
 use super::lifecycle::{warn, Ending};
+use super::live::Live;
 use super::modules::ModuleTracker;
 use super::output::{self, Naming};
 use super::ring::Take;
@@ -151,6 +152,8 @@ struct Collector {
     attachments: u32,
     /// The self-profile's stopwatch (does nothing unless `VRAMTRACE_SELF_PROFILE` is on).
     watch: WriterWatch,
+    /// The live analysis (alerts), fed every record written; `None` when turned off.
+    live: Option<Live>,
 }
 
 /// The trace's ids of a table's stacks, by table id.
@@ -296,8 +299,40 @@ impl Collector {
 
     fn write_modules(&mut self) {
         for m in self.modules.refresh() {
-            self.sink.write(&Record::Module(m));
+            self.write_record(Record::Module(m));
         }
+    }
+
+    /// Writes a record that is not an event, and feeds it to the live analysis.
+    fn write_record(&mut self, r: Record) {
+        if let Some(live) = self.live.as_mut() {
+            live.record(&r);
+        }
+        self.sink.write(&r);
+    }
+
+    /// Writes the alerts the live analysis raised.
+    fn write_alerts(&mut self, alerts: Vec<vramtrace_collector::format::Alert>) {
+        for a in alerts {
+            self.sink.write(&Record::Alert(Box::new(a)));
+        }
+    }
+
+    /// Lets the live analysis judge when due (programs without step marks, windows of time),
+    /// unless the writer has fallen behind the hooks: then the analysis stops for good, and the
+    /// writer's whole time goes to the trace.
+    fn live_tick(&mut self) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        let backlog = self.session.last_seq().saturating_sub(self.next_seq);
+        if backlog > self.session.ring.capacity() / 2 {
+            live.stop("stopped: the writer fell behind the program");
+            self.live = None;
+            return;
+        }
+        let alerts = live.tick(clock::monotonic_ns(), &self.sink.path);
+        self.write_alerts(alerts);
     }
 
     fn write_event(&mut self, mut event: Event) {
@@ -324,6 +359,12 @@ impl Collector {
             self.watch.lap_flush(written);
         } else {
             self.watch.lap(Stage::Encode);
+        }
+        if let Some(live) = self.live.as_mut() {
+            let alerts = live.event(&event, &self.sink.path);
+            if !alerts.is_empty() {
+                self.write_alerts(alerts);
+            }
         }
     }
 
@@ -358,7 +399,7 @@ impl Collector {
             self.write_modules();
         }
         let trace_id = self.stacks.assign(id);
-        self.sink.write(&Record::Stack(StackDef {
+        self.write_record(Record::Stack(StackDef {
             id: trace_id,
             frames: frames.to_vec(),
         }));
@@ -375,12 +416,12 @@ impl Collector {
         for f in &frames {
             if self.py_codes_written.insert(f.code) {
                 if let Some(code) = python::code(f.code) {
-                    self.sink.write(&Record::PyCode(code));
+                    self.write_record(Record::PyCode(code));
                 }
             }
         }
         let trace_id = self.py_stacks.assign(id);
-        self.sink.write(&Record::PyStack(PyStackDef {
+        self.write_record(Record::PyStack(PyStackDef {
             id: trace_id,
             frames,
         }));
@@ -521,7 +562,7 @@ impl Collector {
     fn write_stats_if_changed(&mut self) {
         let s = self.stats();
         if s != self.last_stats {
-            self.sink.write(&Record::Stats(s.clone()));
+            self.write_record(Record::Stats(s.clone()));
             self.last_stats = s;
         }
     }
@@ -559,6 +600,9 @@ impl Collector {
             let got = self.consume(drain, reorder_wait, last);
             self.watch.events(got as u64);
             self.session.set_consumed(self.next_seq);
+            if finish == 0 {
+                self.live_tick();
+            }
             self.write_lookups();
             self.write_attachments();
             if finish != 0 {
@@ -713,6 +757,7 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 calibration: Calibration::measure(Duration::from_millis(2)),
                 attachments: 0,
                 watch: WriterWatch::new(),
+                live: Live::new(&session.config.alerts, session.config.quiet),
             };
             c.calibration.publish();
             for w in warnings {

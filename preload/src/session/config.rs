@@ -47,6 +47,8 @@ pub struct Config {
     pub store_command_line: bool,
     /// Time the stages of every hook and of the writer, and print them on stderr at the end.
     pub self_profile: bool,
+    /// The live analysis on the writer thread: alerts (`VRAMTRACE_ALERT_*`).
+    pub alerts: super::live::AlertSettings,
 }
 
 impl Default for Config {
@@ -71,6 +73,7 @@ impl Default for Config {
             quiet: false,
             store_command_line: true,
             self_profile: false,
+            alerts: super::live::AlertSettings::default(),
         }
     }
 }
@@ -91,6 +94,14 @@ pub const SETTINGS: &[&str] = &[
     "VRAMTRACE_QUIET",
     "VRAMTRACE_STORE_CMDLINE",
     "VRAMTRACE_SELF_PROFILE",
+    "VRAMTRACE_ALERT",
+    "VRAMTRACE_ALERT_THRESHOLD",
+    "VRAMTRACE_ALERT_HORIZON",
+    "VRAMTRACE_ALERT_HORIZON_STEPS",
+    "VRAMTRACE_ALERT_CONFIRM",
+    "VRAMTRACE_ALERT_INTERVAL_MS",
+    "VRAMTRACE_ALERT_SIGNAL",
+    "VRAMTRACE_ALERT_SNAPSHOT",
 ];
 
 fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
@@ -264,6 +275,7 @@ impl Config {
                 &mut w,
             ));
         }
+        c.alerts = super::live::AlertSettings::from_lookup(get, &mut w);
         (c, w)
     }
 

@@ -10,6 +10,7 @@ pub mod cmdline;
 pub mod collector;
 pub mod config;
 pub mod lifecycle;
+pub mod live;
 pub mod modules;
 pub mod output;
 pub mod ring;

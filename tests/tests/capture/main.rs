@@ -24,8 +24,10 @@ macro_rules! captest {
     };
 }
 
+mod alerts;
 mod analyses;
 mod attribution;
+mod check;
 mod cli;
 mod closure;
 mod diff;

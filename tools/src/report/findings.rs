@@ -89,7 +89,7 @@ pub(super) fn site_label(s: &SiteName) -> String {
 }
 
 /// `per step` or `per 64 ms window`.
-pub(super) fn unit(a: &Analysis) -> String {
+pub(crate) fn unit(a: &Analysis) -> String {
     match (a.growth.axis, a.growth.window_ns) {
         (SampleAxis::Time, Some(w)) => format!("per {} window", duration(w)),
         _ => "per step".to_string(),

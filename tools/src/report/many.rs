@@ -30,7 +30,7 @@ struct Document<'a> {
 }
 
 /// Reports the traces at `paths`.
-pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<()> {
+pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<u8> {
     let runs = load_all(paths, args.analysis.config(), Ok)?;
     let inputs: Vec<_> = runs.iter().map(rank_input).collect();
     let rows = rank_rows(&inputs);
@@ -60,11 +60,22 @@ pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<()> {
             .map_err(std::io::Error::from)
             .context("writing the report")?;
         writeln!(out).context("writing the report")?;
-        return Ok(());
+    } else {
+        text_reports(&mut out, args, &rows, &reports)?;
     }
+    out.flush().context("writing the report")?;
+    super::fail_on(args, &reports.iter().collect::<Vec<_>>())
+}
+
+fn text_reports(
+    mut out: &mut impl Write,
+    args: &ReportArgs,
+    rows: &[RankRow],
+    reports: &[Report<'_>],
+) -> Result<()> {
     writeln!(out, "vramtrace report: {} traces", rows.len()).context("writing the report")?;
-    render(&mut out, &rows).context("writing the report")?;
-    for (row, report) in rows.iter().zip(&reports) {
+    render(&mut out, rows).context("writing the report")?;
+    for (row, report) in rows.iter().zip(reports) {
         writeln!(
             out,
             "\n════ {} ({}) ════\n",

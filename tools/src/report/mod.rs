@@ -37,8 +37,9 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
 }
 
-/// Runs `vramtrace report`: of one trace, or of several (see [`many`]).
-pub fn run(args: &ReportArgs) -> Result<()> {
+/// Runs `vramtrace report`: of one trace, or of several (see [`many`]); returns the exit code
+/// (1 when a trace passes a `--fail-on` limit).
+pub fn run(args: &ReportArgs) -> Result<u8> {
     let paths = crate::inputs::expand(&args.traces)?;
     if let Some(html) = &args.html {
         let [one] = &paths[..] else {
@@ -52,7 +53,25 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     many::run(args, &paths)
 }
 
-fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<()> {
+/// With `--fail-on`: measures the limits on each report and prints them on stderr, after the
+/// report; returns the exit code.
+fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> {
+    if args.fail_on.is_empty() {
+        return Ok(0);
+    }
+    let mut err = std::io::stderr().lock();
+    let mut failed = 0;
+    for r in reports {
+        writeln!(err, "vramtrace report: limits of {}", r.trace.path)
+            .context("writing the limits")?;
+        let measured = crate::limits::measure(&r.analysis, &args.fail_on);
+        crate::limits::render(&mut err, &measured).context("writing the limits")?;
+        failed += usize::from(measured.iter().any(|m| m.passed));
+    }
+    Ok(u8::from(failed > 0))
+}
+
+fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
     let trace = load_analyzed(path, args.analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
@@ -66,11 +85,12 @@ fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<()> {
     } else {
         text::render(&mut out, &report, args.by, args.full_stacks).context("writing the report")?;
     }
-    Ok(())
+    out.flush().context("writing the report")?;
+    fail_on(args, &[&report])
 }
 
 /// `vramtrace report --html PATH`: the page, and one line on stderr saying where it went.
-fn run_html(args: &ReportArgs, trace: &std::path::Path, path: &std::path::Path) -> Result<()> {
+fn run_html(args: &ReportArgs, trace: &std::path::Path, path: &std::path::Path) -> Result<u8> {
     let (trace, timeline) = crate::timeline::load_with_timeline(
         trace,
         args.analysis.config(),
@@ -81,7 +101,7 @@ fn run_html(args: &ReportArgs, trace: &std::path::Path, path: &std::path::Path) 
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
     let size = crate::html::write(path, &trace, &report, &timeline, &mut symbols)?;
     eprintln!("wrote {} ({})", path.display(), crate::units::bytes(size));
-    Ok(())
+    fail_on(args, &[&report])
 }
 
 /// Everything a report says.

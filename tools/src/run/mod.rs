@@ -14,9 +14,11 @@ use std::process::{Command, ExitStatus};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+pub use self::status::Loaded;
 use self::status::StatusDir;
+pub use self::traces::why_no_trace;
 use self::traces::OutputPattern;
-use crate::cli::RunArgs;
+use crate::cli::{RunArgs, TracerArgs};
 use crate::load::lower_first;
 
 /// The tracer's file name.
@@ -31,6 +33,27 @@ const PLACEHOLDERS: [&str; 4] = ["%p", "%r", "%h", "%t"];
 
 /// Runs `vramtrace run`; returns the exit code to leave with.
 pub fn run(args: &RunArgs) -> Result<u8> {
+    let ran = launch(&args.tracer, &args.command)?;
+    if !args.no_summary {
+        let mut err = std::io::stderr().lock();
+        traces::summarize(&mut err, &ran.traces, ran.loaded).context("writing the summary")?;
+    }
+    Ok(ran.exit_code)
+}
+
+/// What a traced run left.
+pub struct Ran {
+    /// The program's exit code, or 128 + the signal that killed it.
+    pub exit_code: u8,
+    /// The traces its processes wrote, oldest first.
+    pub traces: Vec<PathBuf>,
+    /// Whether the tracer was loaded into its processes (`None`: unknown).
+    pub loaded: Option<Loaded>,
+}
+
+/// Runs `argv` (the program and its arguments) with the tracer preloaded as `args` ask, passing
+/// signals on, until it exits.
+pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
     let lib = find_library(args.lib.as_deref())?;
     let (given, from) = output_setting(args.output.as_deref());
     let output = output_path(&given, from)?;
@@ -38,8 +61,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     let before = pattern.snapshot();
     let status_dir = StatusDir::new();
 
-    let (program, rest) = args
-        .command
+    let (program, rest) = argv
         .split_first()
         .ok_or_else(|| anyhow!("no command to run"))?;
     let mut command = Command::new(program);
@@ -112,15 +134,12 @@ pub fn run(args: &RunArgs) -> Result<u8> {
     // Stop forwarding before the child is reaped, so its pid cannot be reused under us.
     signals::release();
     let status = child.wait().context("waiting for the program")?;
-
-    if !args.no_summary {
-        let written = pattern.written_since(&before);
-        let mut err = std::io::stderr().lock();
-        let loaded = status_dir.as_ref().map(StatusDir::read);
-        traces::summarize(&mut err, &written, loaded).context("writing the summary")?;
-    }
     drop(bootstrap);
-    Ok(exit_code(status))
+    Ok(Ran {
+        exit_code: exit_code(status),
+        traces: pattern.written_since(&before),
+        loaded: status_dir.as_ref().map(StatusDir::read),
+    })
 }
 
 /// Blocks until the child has exited, without reaping it.

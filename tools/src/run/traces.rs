@@ -220,7 +220,7 @@ pub fn summarize(
 }
 
 /// Why a run wrote no trace.
-fn why_no_trace(loaded: Option<Loaded>) -> &'static str {
+pub fn why_no_trace(loaded: Option<Loaded>) -> &'static str {
     const NOT_LOADED: &str = "the tracer library was not loaded (no trace written): the loader \
         ignores LD_PRELOAD for setuid programs and static binaries, and says on stderr when it \
         cannot load a library";

@@ -1,0 +1,307 @@
+//! The analyses while the program runs: the tracer's writer thread feeds every record it writes
+//! to a [`Watch`], which keeps the live-allocation state current and, when asked, judges growth
+//! with the same code the tools run on a finished trace ([`growth`](super::growth())): phases,
+//! steady growth per device and per place, and the projection to a full device.
+//!
+//! A judgement runs at most once per [`WatchConfig::every_ns`] and only when a step (or a time
+//! window, for a program without step marks) was sampled since the last one, so its cost is per
+//! step, not per event. It raises an alert for a device the first time that device's steady
+//! growth passes the threshold or its projection falls within the horizon, and that growth has
+//! lasted [`WatchConfig::confirm`] samples: a program cannot be told from its first steps to be
+//! warming up or leaking, and the end-of-run analysis, which sees the growth stop, would call a
+//! warm-up of a few steps flat. The growth must also still be going on at the latest sample
+//! judged, which a one-off peak is not.
+
+use std::collections::BTreeSet;
+
+use super::course::Shape;
+use super::growth::{growth, Growth, GrowthConfig, HolderGrowth, Projection, SiteGrowth, DRIVER};
+use super::site::{Place, SiteName};
+use crate::event::Event;
+use crate::format::Record;
+use crate::live::{Holder, LiveState, SampleAxis};
+
+/// How the live analysis judges.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WatchConfig {
+    /// The growth verdicts' settings (threshold as a share of device memory, horizon).
+    pub growth: GrowthConfig,
+    /// Growth per step (or per time window) in bytes above which steady growth alerts, in place
+    /// of `growth.alert_fraction` of device memory.
+    pub threshold_bytes: Option<u64>,
+    /// Steps (or windows) a steady growth must have lasted, from its first rise to the latest
+    /// sample, before it alerts.
+    pub confirm: u64,
+    /// Least nanoseconds between judgements.
+    pub every_ns: u64,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            growth: GrowthConfig::default(),
+            threshold_bytes: None,
+            confirm: 10,
+            every_ns: 1_000_000_000,
+        }
+    }
+}
+
+/// Why a device alerts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Steady growth above the threshold.
+    Growth,
+    /// At its rate, the device is full within the horizon.
+    Horizon,
+}
+
+impl Reason {
+    /// `growth` or `horizon`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Reason::Growth => "growth",
+            Reason::Horizon => "horizon",
+        }
+    }
+}
+
+/// One device at one judgement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceVerdict {
+    pub device: i32,
+    /// Bytes live now.
+    pub live_bytes: u64,
+    /// Bytes of device memory the threshold and projection count from (0: unknown).
+    pub device_memory: u64,
+    /// Steady growth in bytes per sample unit (0 when none).
+    pub steady_growth: f64,
+    /// The threshold, bytes per sample unit.
+    pub threshold: f64,
+    pub projection: Option<Projection>,
+    /// Bytes held now by the places growing steadily: what a leak holds so far.
+    pub leak_suspect_bytes: u64,
+    /// Whether the growth passes the threshold or the horizon and has lasted long enough.
+    pub alert: Option<Reason>,
+    /// The place growing fastest on the device (the driver's view).
+    pub top: Option<SiteGrowth>,
+}
+
+/// What a judgement found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Judgement {
+    /// Samples are steps, or time windows of `unit_ns`.
+    pub axis: SampleAxis,
+    /// Nanoseconds per sample unit, when known (the mean step, or the window).
+    pub unit_ns: Option<u64>,
+    /// Steps begun.
+    pub steps: u64,
+    pub devices: Vec<DeviceVerdict>,
+    /// Devices alerting now for the first time.
+    pub raised: Vec<i32>,
+}
+
+impl Judgement {
+    /// The verdict of `device`.
+    pub fn device(&self, device: i32) -> Option<&DeviceVerdict> {
+        self.devices.iter().find(|d| d.device == device)
+    }
+}
+
+/// The live analysis of one process.
+#[derive(Debug)]
+pub struct Watch {
+    state: LiveState,
+    config: WatchConfig,
+    /// When the last judgement ran, and the samples (steps, windows) it saw.
+    judged: Option<(u64, (u64, u64))>,
+    /// Devices that alerted already (each alerts once).
+    alerted: BTreeSet<i32>,
+}
+
+impl Watch {
+    pub fn new(config: WatchConfig) -> Self {
+        Watch {
+            state: LiveState::new(),
+            config,
+            judged: None,
+            alerted: BTreeSet::new(),
+        }
+    }
+
+    /// The live-allocation state as of the last record applied.
+    pub fn state(&self) -> &LiveState {
+        &self.state
+    }
+
+    /// Applies a record written to the trace (payloads the program attached are left out: the
+    /// judgement does not read them, and they may be large).
+    pub fn apply(&mut self, record: &Record) {
+        if !matches!(record, Record::Attachment(_)) {
+            self.state.apply(record);
+        }
+    }
+
+    /// Applies an event written to the trace.
+    #[inline]
+    pub fn apply_event(&mut self, event: &Event) {
+        self.state.apply_event(event);
+    }
+
+    /// Samples taken so far: steps and time windows.
+    fn samples(&self) -> (u64, u64) {
+        (
+            self.state.samples(SampleAxis::Steps).0,
+            self.state.samples(SampleAxis::Time).0,
+        )
+    }
+
+    /// Whether a judgement is due at `now_ns`: none ran for [`WatchConfig::every_ns`], and a
+    /// sample was taken since the last one.
+    pub fn due(&self, now_ns: u64) -> bool {
+        match self.judged {
+            None => self.state.events() > 0,
+            Some((at, seen)) => {
+                now_ns.saturating_sub(at) >= self.config.every_ns && self.samples() != seen
+            }
+        }
+    }
+
+    /// The growth settings with an absolute threshold turned into a share of the device memory
+    /// known now.
+    fn growth_config(&self) -> GrowthConfig {
+        let mut c = self.config.growth;
+        if let Some(bytes) = self.config.threshold_bytes {
+            let memory = c.device_memory.or_else(|| {
+                self.state
+                    .device_accounts()
+                    .map(|a| a.total)
+                    .max()
+                    .filter(|&t| t > 0)
+            });
+            let observed = || {
+                self.state
+                    .holders()
+                    .iter()
+                    .filter(|h| matches!(h.holder, Holder::Device { .. }))
+                    .map(|h| h.peak.bytes)
+                    .max()
+            };
+            c.alert_fraction = match memory.or_else(observed).filter(|&m| m > 0) {
+                Some(m) => bytes as f64 / m as f64,
+                None => f64::INFINITY,
+            };
+        }
+        c
+    }
+
+    /// Judges growth now (`now_ns`: the clock [`Watch::due`] is asked with).
+    pub fn judge(&mut self, now_ns: u64) -> Judgement {
+        self.judged = Some((now_ns, self.samples()));
+        let config = self.growth_config();
+        let g = growth(&self.state, &config);
+        let unit_ns = g.window_ns.or(g.step_ns);
+        let mut devices = Vec::new();
+        let mut raised = Vec::new();
+        for h in &g.holders {
+            let Holder::Device { device } = h.holder else {
+                continue;
+            };
+            let top = g
+                .steady
+                .iter()
+                .find(|s| s.holder == h.holder && s.view == DRIVER)
+                .cloned();
+            let alert = self.alert_of(h, &g, top.as_ref());
+            if alert.is_some() && self.alerted.insert(device) {
+                raised.push(device);
+            }
+            devices.push(DeviceVerdict {
+                device,
+                live_bytes: self
+                    .state
+                    .holders()
+                    .iter()
+                    .find(|s| s.holder == h.holder)
+                    .map_or(0, |s| s.bytes),
+                device_memory: self.memory_of(device, &g),
+                steady_growth: h.steady_growth,
+                threshold: h.threshold.unwrap_or(0.0),
+                projection: h.projection,
+                leak_suspect_bytes: g
+                    .steady
+                    .iter()
+                    .filter(|s| s.holder == h.holder && s.view == DRIVER)
+                    .map(|s| s.now_bytes)
+                    .sum(),
+                alert,
+                top,
+            });
+        }
+        Judgement {
+            axis: g.axis,
+            unit_ns,
+            steps: self.state.steps(),
+            devices,
+            raised,
+        }
+    }
+
+    /// Device memory as the growth verdicts counted it (sampled or given; 0 when only the
+    /// observed peak was known).
+    fn memory_of(&self, device: i32, g: &Growth) -> u64 {
+        if g.device_memory_source == "observed-peak" {
+            return 0;
+        }
+        self.config.growth.device_memory.unwrap_or_else(|| {
+            self.state
+                .device_accounts()
+                .find(|a| a.device == device)
+                .map_or(0, |a| a.total)
+        })
+    }
+
+    /// Whether holder `h` alerts: the verdict's own alert, confirmed by growth that has lasted
+    /// and goes on at the latest sample.
+    fn alert_of(&self, h: &HolderGrowth, g: &Growth, top: Option<&SiteGrowth>) -> Option<Reason> {
+        if !h.alert {
+            return None;
+        }
+        let top = top?;
+        let from = top.course.phases.growth_from?;
+        // The latest sample, in the units the growth was judged in.
+        let latest = self
+            .state
+            .holder_series(h.holder, g.axis)
+            .last()
+            .map_or(0, |p| match g.window_ns {
+                Some(w) if w > 0 => p.0 / w,
+                _ => p.0,
+            });
+        if top.course.shape != Shape::Steady || latest.saturating_sub(from) < self.config.confirm {
+            return None;
+        }
+        let above = h.threshold.is_some_and(|t| h.steady_growth > t);
+        Some(if above {
+            Reason::Growth
+        } else {
+            Reason::Horizon
+        })
+    }
+
+    /// The place of `site` in words, where the trace can tell without symbols: the program's
+    /// Python line, `file:line in function`. `None` for a native call site.
+    pub fn python_place(&self, site: &SiteName) -> Option<String> {
+        let Place::Line { line, .. } = site.place else {
+            return None;
+        };
+        let code = self.state.python_stacks().code(line.code)?;
+        Some(format!("{}:{} in {}", code.file, line.line, code.function))
+    }
+
+    /// The owner frame of `site` (the first frame outside the CUDA libraries), for naming a
+    /// native site.
+    pub fn owner_frame(&self, site: &SiteName) -> u64 {
+        self.state.owners().resolve(site.caller, site.stack).frame
+    }
+}

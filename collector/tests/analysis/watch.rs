@@ -1,0 +1,124 @@
+//! The live analysis judged as the tracer's writer judges it: records applied one by one, a
+//! judgement at each step. A planted leak alerts once, on its device, at the step its growth has
+//! lasted the confirmation; a warm-up and one-off peaks never alert.
+
+use vramtrace_collector::analysis::{GrowthConfig, Reason, Watch, WatchConfig};
+use vramtrace_collector::event::Op;
+use vramtrace_collector::format::Record;
+use vramtrace_collector::live::SampleAxis;
+
+use crate::support::*;
+
+/// Judges at every step of `b` (a judgement is due whenever a step was sampled); returns the
+/// step and device of each alert raised, and the watch.
+fn judged_at_every_step(b: &Builder, config: WatchConfig) -> (Vec<(u64, i32)>, Watch) {
+    let mut watch = Watch::new(WatchConfig {
+        every_ns: 0,
+        ..config
+    });
+    let mut raised = Vec::new();
+    for r in &b.records {
+        if let Record::Event(e) = r {
+            watch.apply_event(e);
+            if matches!(e.op, Op::MarkStep { .. }) && watch.due(e.time_ns) {
+                let j = watch.judge(e.time_ns);
+                raised.extend(j.raised.iter().map(|&d| (j.steps, d)));
+            }
+        } else {
+            watch.apply(r);
+        }
+    }
+    (raised, watch)
+}
+
+/// 1 GiB of device memory, as the stand-ins have.
+fn config() -> WatchConfig {
+    WatchConfig {
+        growth: GrowthConfig {
+            device_memory: Some(1 << 30),
+            ..GrowthConfig::default()
+        },
+        ..WatchConfig::default()
+    }
+}
+
+/// Weights, temporaries every step, and from step 1 a leak of 1 MiB a step.
+fn leaking(steps: u64) -> Builder {
+    let mut b = Builder::new();
+    b.malloc(site(1), 0x1000_0000, 64 * MIB);
+    for step in 1..=steps {
+        b.mark(step);
+        b.malloc(site(2), 0x2000_0000, 2 * MIB);
+        b.free(0x2000_0000);
+        b.malloc_async(site(5), 0x3000_0000 + step * MIB, MIB);
+    }
+    b
+}
+
+#[test]
+fn a_leak_alerts_once_when_its_growth_has_lasted_the_confirmation() {
+    let (raised, watch) = judged_at_every_step(&leaking(40), config());
+    // Step k's sample (at its mark) holds what steps 1 to k-1 left: the leak grows from the
+    // sample of step 1 on, and ten steps later, at step 11's mark, its growth is confirmed.
+    assert_eq!(raised, vec![(11, 0)]);
+    let mut watch = watch;
+    let j = watch.judge(u64::MAX);
+    assert_eq!(j.axis, SampleAxis::Steps);
+    let d = j.device(0).unwrap();
+    assert_eq!(d.steady_growth, MIB as f64);
+    // 1 MiB a step is under 0.1% of 1 GiB: it alerts for the horizon, full in
+    // (1 GiB - 64 MiB - 39 MiB) / 1 MiB steps from the last sample (step 40's, holding what
+    // steps 1 to 39 leaked).
+    assert_eq!(d.alert, Some(Reason::Horizon));
+    assert_eq!(
+        d.projection.unwrap().steps_to_full,
+        Some((1024 - 64 - 39) as f64)
+    );
+    assert_eq!(d.leak_suspect_bytes, 40 * MIB);
+    assert_eq!(d.live_bytes, 104 * MIB);
+    let top = d.top.as_ref().unwrap();
+    assert_eq!((top.site.caller, top.course.rate), (site(5), MIB as f64));
+    // Each device alerts once.
+    assert!(j.raised.is_empty());
+}
+
+#[test]
+fn an_absolute_threshold_alerts_for_growth() {
+    let c = WatchConfig {
+        threshold_bytes: Some(MIB / 2),
+        confirm: 5,
+        ..config()
+    };
+    let (raised, mut watch) = judged_at_every_step(&leaking(20), c);
+    assert_eq!(raised, vec![(6, 0)]);
+    let j = watch.judge(u64::MAX);
+    assert_eq!(j.device(0).unwrap().alert, Some(Reason::Growth));
+    assert_eq!(j.device(0).unwrap().threshold, (MIB / 2) as f64);
+}
+
+#[test]
+fn a_warm_up_and_one_off_peaks_never_alert() {
+    let mut b = Builder::new();
+    b.malloc(site(1), 0x1000_0000, 64 * MIB);
+    for step in 1..=60u64 {
+        b.mark(step);
+        // Caches filled over the first three steps, kept to the end.
+        if step <= 3 {
+            b.malloc(site(3), 0x5000_0000 + step * 16 * MIB, (16 >> step) * MIB);
+        }
+        b.malloc(site(2), 0x2000_0000, 2 * MIB);
+        b.free(0x2000_0000);
+        // An evaluation every tenth step holds 256 MiB across the next step's start.
+        if step % 10 == 0 {
+            b.malloc(site(4), 0x6000_0000, 256 * MIB);
+        }
+        if step % 10 == 1 && step > 1 {
+            b.free(0x6000_0000);
+        }
+    }
+    let (raised, mut watch) = judged_at_every_step(&b, config());
+    assert_eq!(raised, vec![]);
+    let j = watch.judge(u64::MAX);
+    assert_eq!(j.device(0).unwrap().steady_growth, 0.0);
+    assert_eq!(j.device(0).unwrap().leak_suspect_bytes, 0);
+}

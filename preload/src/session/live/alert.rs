@@ -1,0 +1,216 @@
+//! Acting on an alert: the [`Alert`] record (numbers of the judgement that raised it, the place
+//! growing fastest named in words), the live set written beside the trace when asked
+//! (`VRAMTRACE_ALERT_SNAPSHOT`), one line on stderr, and the signal when asked
+//! (`VRAMTRACE_ALERT_SIGNAL`, never by default): last, so that the program's handler finds the
+//! snapshot written.
+
+use std::ffi::CStr;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+
+use serde::Serialize;
+use vramtrace_collector::analysis::watch::{Judgement, Reason};
+use vramtrace_collector::analysis::{leaks, Leaks, SiteName, Watch};
+use vramtrace_collector::format::Alert;
+use vramtrace_collector::live::SampleAxis;
+
+use super::settings::AlertSettings;
+use crate::session::lifecycle::warn;
+
+/// Places listed in a snapshot.
+const SNAPSHOT_PLACES: usize = 100;
+
+/// The alert of `device` in judgement `j`.
+pub fn describe(
+    w: &Watch,
+    j: &Judgement,
+    device: i32,
+    time_ns: u64,
+    after_seq: u64,
+) -> Option<Alert> {
+    let d = j.device(device)?;
+    let steps = j.axis == SampleAxis::Steps;
+    let mut a = Alert {
+        time_ns,
+        after_seq,
+        step: j.steps,
+        device,
+        reason: d.alert?.name().to_string(),
+        rate: d.steady_growth.round() as u64,
+        unit: if steps { "step" } else { "window" }.to_string(),
+        unit_ns: j.unit_ns.unwrap_or(0),
+        threshold: d.threshold.round() as u64,
+        live_bytes: d.live_bytes,
+        device_memory: d.device_memory,
+        steps_to_full: d
+            .projection
+            .and_then(|p| p.steps_to_full)
+            .map(|s| s.floor() as u64),
+        seconds_to_full: d
+            .projection
+            .and_then(|p| p.seconds_to_full)
+            .map(|s| s.floor() as u64),
+        ..Alert::default()
+    };
+    if let Some(top) = &d.top {
+        a.place = place_name(w, &top.site);
+        a.place_rate = top.course.rate.round() as u64;
+        a.stack = top.site.stack;
+        a.caller = top.site.caller;
+        a.py_stack = top.site.py_stack;
+    }
+    Some(a)
+}
+
+/// The place in words: the program's Python line, else the native function that asked and its
+/// module (`fw_alloc (libtorch_standin.so)`), from the process's own dynamic symbols.
+pub fn place_name(w: &Watch, site: &SiteName) -> String {
+    w.python_place(site)
+        .unwrap_or_else(|| native_name(w.owner_frame(site)))
+}
+
+/// `function (module)`, `module+0x1a2b`, or the bare address, by `dladdr`.
+fn native_name(address: u64) -> String {
+    // SAFETY: a zeroed Dl_info is valid for dladdr to fill; dladdr only reads the loader's
+    // tables. The strings it returns belong to loaded objects and are copied at once.
+    let (module, symbol, base) = unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if address == 0 || libc::dladdr(address as *const libc::c_void, &mut info) == 0 {
+            return format!("{address:#x}");
+        }
+        let text = |p: *const libc::c_char| {
+            (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+        };
+        (
+            text(info.dli_fname),
+            text(info.dli_sname),
+            info.dli_fbase as u64,
+        )
+    };
+    let module = module.unwrap_or_default();
+    let module = module.rsplit('/').next().unwrap_or(&module).to_string();
+    match symbol {
+        Some(s) => format!("{s} ({module})"),
+        None => format!("{module}+{:#x}", address.wrapping_sub(base)),
+    }
+}
+
+/// `512 B`, `4.0 KiB`, `1.5 GiB`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// The warning line.
+pub fn line(a: &Alert) -> String {
+    let why = if a.reason == Reason::Growth.name() {
+        format!(
+            "above the threshold of {} per {}",
+            bytes(a.threshold),
+            a.unit
+        )
+    } else {
+        "full within the horizon".to_string()
+    };
+    let mut s = format!(
+        "ALERT at step {}: device {} grows steadily, +{} per {} at {} ({why}); {} live",
+        a.step,
+        a.device,
+        bytes(a.rate),
+        a.unit,
+        if a.place.is_empty() {
+            "an unknown place"
+        } else {
+            &a.place
+        },
+        bytes(a.live_bytes)
+    );
+    if let Some(n) = a.steps_to_full {
+        s.push_str(&format!(", full in {n} steps"));
+    }
+    if a.signal != 0 {
+        s.push_str(&format!("; signal {} sent", signal_name(a.signal)));
+    }
+    if !a.snapshot.is_empty() {
+        s.push_str(&format!("; live set in {}", a.snapshot));
+    }
+    s
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
+        _ => "?",
+    }
+}
+
+/// The snapshot's document.
+#[derive(Serialize)]
+struct Snapshot<'a> {
+    schema: &'static str,
+    pid: u32,
+    alert: &'a Alert,
+    /// What was live when the alert was raised, by place, largest first (at most
+    /// [`SNAPSHOT_PLACES`]).
+    live: Leaks,
+}
+
+/// Writes the live set of `w` beside the trace, in a file that did not exist (mode 0600, like
+/// the trace); returns its path.
+fn write_snapshot(w: &Watch, a: &Alert, trace_path: &str) -> std::io::Result<String> {
+    let mut live = leaks(w.state());
+    live.sites.truncate(SNAPSHOT_PLACES);
+    for s in &mut live.sites {
+        s.site.label = Some(place_name(w, &s.site));
+    }
+    let doc = Snapshot {
+        schema: "vramtrace-alert-snapshot/1",
+        pid: std::process::id(),
+        alert: a,
+        live,
+    };
+    let path = format!("{trace_path}.alert-device{}-step{}.json", a.device, a.step);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&path)?;
+    serde_json::to_writer_pretty(&mut file, &doc)?;
+    file.write_all(b"\n")?;
+    Ok(path)
+}
+
+/// Acts on alert `a` as `settings` ask; fills in the signal sent and the snapshot written.
+pub fn act(w: &Watch, a: &mut Alert, settings: &AlertSettings, trace_path: &str, quiet: bool) {
+    a.signal = settings.signal.unwrap_or(0);
+    if settings.snapshot {
+        match write_snapshot(w, a, trace_path) {
+            Ok(path) => a.snapshot = path,
+            Err(e) if !quiet => warn(&format!(
+                "cannot write the alert's live set beside {trace_path}: {e}"
+            )),
+            Err(_) => {}
+        }
+    }
+    if !quiet {
+        let text = format!("vramtrace: {}\n", line(a));
+        // SAFETY: writes our own buffer to fd 2.
+        unsafe { libc::write(2, text.as_ptr() as *const libc::c_void, text.len()) };
+    }
+    if let Some(sig) = settings.signal {
+        // SAFETY: kill has no memory preconditions. The signal is directed at the process: the
+        // writer thread blocks asynchronous signals, so one of the program's threads takes it.
+        unsafe { libc::kill(libc::getpid(), sig) };
+    }
+}

@@ -1,0 +1,139 @@
+//! The live analysis on the writer thread: every record written to the trace is also applied to
+//! a [`Watch`] (the tools' own live-allocation state and growth verdicts, one implementation),
+//! and growth is judged at most once per `VRAMTRACE_ALERT_INTERVAL_MS`, at a step mark or in the
+//! writer's loop. A device whose steady growth passes the threshold or the horizon raises one
+//! alert ([`alert`]).
+//!
+//! It must never harm the job. It runs on the writer thread only, never in a hook; its memory is
+//! the live set and per-place series of bounded length (`collector::live::series`); its CPU is a
+//! table update per event and a judgement per interval, and it turns itself off for good when
+//! the writer falls behind the hooks. A panic inside it is caught, turns it off, and is one
+//! warning: the trace goes on.
+
+mod alert;
+mod settings;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use vramtrace_collector::analysis::{GrowthConfig, Watch, WatchConfig};
+use vramtrace_collector::event::{Event, Op};
+use vramtrace_collector::format::{Alert, Record};
+
+pub use settings::AlertSettings;
+
+use super::lifecycle::warn;
+
+/// The live analysis of this process, while it is on.
+pub struct Live {
+    watch: Option<Watch>,
+    settings: AlertSettings,
+    quiet: bool,
+    /// The sequence number of the last event applied.
+    last_seq: u64,
+}
+
+impl Live {
+    /// The live analysis `settings` ask for (`None` when they turn it off).
+    pub fn new(settings: &AlertSettings, quiet: bool) -> Option<Live> {
+        if !settings.enabled {
+            return None;
+        }
+        let config = WatchConfig {
+            growth: GrowthConfig {
+                horizon_steps: settings.horizon_steps,
+                horizon_ns: settings.horizon.as_nanos().min(u64::MAX as u128) as u64,
+                ..GrowthConfig::default()
+            },
+            threshold_bytes: settings.threshold_bytes,
+            confirm: settings.confirm,
+            every_ns: settings.interval.as_nanos().min(u64::MAX as u128) as u64,
+        };
+        Some(Live {
+            watch: Some(Watch::new(config)),
+            settings: settings.clone(),
+            quiet,
+            last_seq: 0,
+        })
+    }
+
+    /// Runs `f` on the watch, unless the analysis is off; a panic turns it off with a warning.
+    fn guarded<T>(&mut self, f: impl FnOnce(&mut Watch, &AlertSettings) -> T) -> Option<T> {
+        let watch = self.watch.as_mut()?;
+        let settings = &self.settings;
+        match catch_unwind(AssertUnwindSafe(|| f(watch, settings))) {
+            Ok(v) => Some(v),
+            Err(payload) => {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_string());
+                self.stop(&format!("failed ({what})"));
+                None
+            }
+        }
+    }
+
+    /// Turns the analysis off for the rest of the run (its memory is given back).
+    pub fn stop(&mut self, why: &str) {
+        if self.watch.take().is_some() && !self.quiet {
+            warn(&format!(
+                "the live analysis {why}; alerts are off, the trace goes on"
+            ));
+        }
+    }
+
+    /// Whether the analysis is on.
+    pub fn is_on(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    /// Applies a record written to the trace (not an event).
+    pub fn record(&mut self, r: &Record) {
+        self.guarded(|w, _| w.apply(r));
+    }
+
+    /// Applies an event written to the trace (with the trace's stack ids and time); judges at a
+    /// step mark when a judgement is due. Returns the alerts raised.
+    pub fn event(&mut self, e: &Event, trace_path: &str) -> Vec<Alert> {
+        self.last_seq = e.seq;
+        let step = matches!(e.op, Op::MarkStep { .. });
+        let due = self.guarded(|w, _| {
+            w.apply_event(e);
+            step && w.due(e.time_ns)
+        });
+        if due == Some(true) {
+            self.judge(e.time_ns, trace_path)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Judges when due at `now_ns` (programs without step marks are sampled per time window).
+    pub fn tick(&mut self, now_ns: u64, trace_path: &str) -> Vec<Alert> {
+        if self.guarded(|w, _| w.due(now_ns)) == Some(true) {
+            self.judge(now_ns, trace_path)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Judges growth now and acts on each alert raised: the live-set snapshot, the warning, the
+    /// signal. Returns the alerts, for the trace.
+    fn judge(&mut self, now_ns: u64, trace_path: &str) -> Vec<Alert> {
+        let after_seq = self.last_seq;
+        let quiet = self.quiet;
+        self.guarded(|w, settings| {
+            let j = w.judge(now_ns);
+            j.raised
+                .iter()
+                .filter_map(|&d| {
+                    let mut a = alert::describe(w, &j, d, now_ns, after_seq)?;
+                    alert::act(w, &mut a, settings, trace_path, quiet);
+                    Some(a)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+}

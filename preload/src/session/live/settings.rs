@@ -1,0 +1,213 @@
+//! The `VRAMTRACE_ALERT_*` settings of the live analysis. Like every setting, a bad value is one
+//! warning and the default.
+
+use std::time::Duration;
+
+/// How the writer thread judges growth while the program runs, and what it does on an alert.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlertSettings {
+    /// Live analysis on (`VRAMTRACE_ALERT`, default on).
+    pub enabled: bool,
+    /// Growth per step above which steady growth alerts (`VRAMTRACE_ALERT_THRESHOLD`); `None`:
+    /// 0.1 % of the device's memory per step, as `vramtrace report` judges.
+    pub threshold_bytes: Option<u64>,
+    /// Alerts also when, at its rate, the device is full within this many steps
+    /// (`VRAMTRACE_ALERT_HORIZON_STEPS`)…
+    pub horizon_steps: u64,
+    /// …or within this time (`VRAMTRACE_ALERT_HORIZON`).
+    pub horizon: Duration,
+    /// Steps a steady growth must have lasted (`VRAMTRACE_ALERT_CONFIRM`).
+    pub confirm: u64,
+    /// Least time between two judgements (`VRAMTRACE_ALERT_INTERVAL_MS`).
+    pub interval: Duration,
+    /// The signal sent to the process on an alert (`VRAMTRACE_ALERT_SIGNAL`: `USR1` or `USR2`);
+    /// none by default.
+    pub signal: Option<i32>,
+    /// Write the live set beside the trace on an alert (`VRAMTRACE_ALERT_SNAPSHOT`).
+    pub snapshot: bool,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        AlertSettings {
+            enabled: true,
+            threshold_bytes: None,
+            horizon_steps: 10_000,
+            horizon: Duration::from_secs(24 * 3600),
+            confirm: 10,
+            interval: Duration::from_secs(1),
+            signal: None,
+            snapshot: false,
+        }
+    }
+}
+
+/// A size: bytes, or a number with `K`, `M`, `G` or `T` (`KiB`, … too: powers of 1024).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    let bytes = number.parse::<f64>().ok()? * (1u64 << shift) as f64;
+    (bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// A duration: seconds, or a number with `s`, `m`, `h` or `d`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let seconds = match unit.trim() {
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return None,
+    };
+    let s = number.parse::<f64>().ok()? * seconds;
+    (s.is_finite() && s > 0.0 && s < 1e12).then(|| Duration::from_secs_f64(s))
+}
+
+/// `USR1`, `SIGUSR1`, `USR2`, `SIGUSR2`: the signals a program can take as a request (the
+/// others stop, kill or mean a fault by default).
+pub fn parse_signal(text: &str) -> Option<i32> {
+    let t = text.trim().to_ascii_uppercase();
+    match t.strip_prefix("SIG").unwrap_or(&t) {
+        "USR1" => Some(libc::SIGUSR1),
+        "USR2" => Some(libc::SIGUSR2),
+        _ => None,
+    }
+}
+
+impl AlertSettings {
+    /// Reads the settings through `get`; a bad value adds a warning to `w` and keeps the default.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>, w: &mut Vec<String>) -> Self {
+        let mut s = AlertSettings::default();
+        let mut flag = |name: &str, default: bool| match get(name) {
+            None => default,
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" | "" => false,
+                _ => {
+                    w.push(format!(
+                        "{name}='{v}' is not a boolean (use 1 or 0); using the default"
+                    ));
+                    default
+                }
+            },
+        };
+        s.enabled = flag("VRAMTRACE_ALERT", true);
+        s.snapshot = flag("VRAMTRACE_ALERT_SNAPSHOT", false);
+        if let Some(v) = get("VRAMTRACE_ALERT_THRESHOLD") {
+            let v = v
+                .trim()
+                .strip_suffix("/step")
+                .unwrap_or(v.trim())
+                .to_string();
+            match parse_size(&v) {
+                Some(b) => s.threshold_bytes = Some(b),
+                None => w.push(format!(
+                    "VRAMTRACE_ALERT_THRESHOLD='{v}' is not a size per step (examples: 1MiB, \
+                     512KiB/step); using 0.1% of device memory"
+                )),
+            }
+        }
+        if let Some(v) = get("VRAMTRACE_ALERT_HORIZON") {
+            match parse_duration(&v) {
+                Some(d) => s.horizon = d,
+                None => w.push(format!(
+                    "VRAMTRACE_ALERT_HORIZON='{v}' is not a duration (examples: 90s, 30m, 24h); \
+                     using 24h"
+                )),
+            }
+        }
+        let mut number = |name: &str, lo: u64, hi: u64, default: u64| match get(name) {
+            None => default,
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(n) if (lo..=hi).contains(&n) => n,
+                _ => {
+                    w.push(format!(
+                        "{name}='{v}' is not a number from {lo} to {hi}; using {default}"
+                    ));
+                    default
+                }
+            },
+        };
+        s.horizon_steps = number("VRAMTRACE_ALERT_HORIZON_STEPS", 1, 1 << 40, 10_000);
+        s.confirm = number("VRAMTRACE_ALERT_CONFIRM", 2, 1_000_000, 10);
+        s.interval =
+            Duration::from_millis(number("VRAMTRACE_ALERT_INTERVAL_MS", 0, 3_600_000, 1000));
+        if let Some(v) = get("VRAMTRACE_ALERT_SIGNAL") {
+            match parse_signal(&v) {
+                Some(sig) => s.signal = Some(sig),
+                None if v.trim().is_empty() || v.trim() == "0" => {}
+                None => w.push(format!(
+                    "VRAMTRACE_ALERT_SIGNAL='{v}' is not USR1 or USR2; no signal is sent"
+                )),
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(pairs: &[(&str, &str)]) -> (AlertSettings, Vec<String>) {
+        let m: HashMap<&str, &str> = pairs.iter().copied().collect();
+        let mut w = Vec::new();
+        let s = AlertSettings::from_lookup(|k| m.get(k).map(|v| v.to_string()), &mut w);
+        (s, w)
+    }
+
+    #[test]
+    fn defaults_alert_without_signal_or_snapshot() {
+        let (s, w) = read(&[]);
+        assert!(w.is_empty());
+        assert_eq!(s, AlertSettings::default());
+        assert!(s.enabled && s.signal.is_none() && !s.snapshot);
+    }
+
+    #[test]
+    fn values_are_read_and_bad_ones_warn() {
+        let (s, w) = read(&[
+            ("VRAMTRACE_ALERT_THRESHOLD", "512KiB/step"),
+            ("VRAMTRACE_ALERT_HORIZON", "2h"),
+            ("VRAMTRACE_ALERT_CONFIRM", "5"),
+            ("VRAMTRACE_ALERT_SIGNAL", "SIGUSR1"),
+            ("VRAMTRACE_ALERT_SNAPSHOT", "1"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(s.threshold_bytes, Some(512 << 10));
+        assert_eq!(s.horizon, Duration::from_secs(7200));
+        assert_eq!(
+            (s.confirm, s.signal, s.snapshot),
+            (5, Some(libc::SIGUSR1), true)
+        );
+        let (s, w) = read(&[
+            ("VRAMTRACE_ALERT_SIGNAL", "KILL"),
+            ("VRAMTRACE_ALERT_CONFIRM", "1"),
+            ("VRAMTRACE_ALERT", "perhaps"),
+        ]);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert_eq!(
+            w[2],
+            "VRAMTRACE_ALERT_SIGNAL='KILL' is not USR1 or USR2; no signal is sent"
+        );
+        assert_eq!((s.signal, s.confirm, s.enabled), (None, 10, true));
+        assert!(!read(&[("VRAMTRACE_ALERT", "0")]).0.enabled);
+    }
+}

@@ -1,0 +1,160 @@
+//! The tracer's live alerts (`VRAMTRACE_ALERT_*`) on wl_alert, whose leak of 1 MiB a step from
+//! step 1 is planted at fw_alloc in libtorch_standin.so: the alert is raised at the step its
+//! growth has lasted the confirmation, names the place, lands in the trace as an Alert record,
+//! writes the live set beside the trace and signals the program only when asked; a warm-up with
+//! evaluation peaks never alerts. Judgements run at every step mark
+//! (`VRAMTRACE_ALERT_INTERVAL_MS=0`), so the step an alert is raised at is exact.
+
+use std::os::unix::fs::PermissionsExt;
+
+use serde_json::Value;
+use vramtrace_tests::traced::Workload;
+
+use crate::MIB;
+
+fn wl_alert(shape: &str) -> Workload {
+    Workload::new("wl_alert")
+        .arg(shape)
+        .env("VRAMTRACE_ALERT_INTERVAL_MS", "0")
+}
+
+/// The stderr lines the tracer wrote that are alerts.
+fn alert_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("vramtrace: ALERT"))
+        .collect()
+}
+
+// Defaults: confirmation 10 steps, threshold 0.1 % of the stand-in's 1 GiB (1.0 MiB a step is
+// not above it), horizon 10,000 steps: the leak alerts for the horizon at step 11's mark, when
+// 10 MiB leaked + the 2 MiB cached segment are live; no signal is sent by default.
+captest!(
+    a_leak_alerts_once_at_the_confirmed_step_naming_its_place,
+    |dir| {
+        let run = wl_alert("leak").arg("--wait-signal").run_both(dir);
+        let err = run.stderr();
+        assert_eq!(
+        alert_lines(&err),
+        ["vramtrace: ALERT at step 11: device 0 grows steadily, +1.0 MiB per step at fw_alloc \
+          (libtorch_standin.so) (full within the horizon); 12.0 MiB live, full in 1012 steps"]
+    );
+        assert!(run.stdout().contains("no SIGUSR1\n"), "{}", run.stdout());
+        let trace = run.single_trace();
+        let alerts = trace.state.alerts();
+        assert_eq!(alerts.len(), 1, "{alerts:?}");
+        let a = &alerts[0];
+        assert_eq!((a.step, a.device, a.reason.as_str()), (11, 0, "horizon"));
+        assert_eq!((a.rate, a.place_rate, a.unit.as_str()), (MIB, MIB, "step"));
+        assert_eq!((a.live_bytes, a.device_memory), (12 * MIB, 1 << 30));
+        assert_eq!(a.steps_to_full, Some(1012));
+        assert_eq!(a.place, "fw_alloc (libtorch_standin.so)");
+        assert_eq!((a.signal, a.snapshot.as_str()), (0, ""));
+        // The alert follows the last event of step 11's mark: the mark itself.
+        let mark = trace.events.iter().find(|e| e.seq == a.after_seq).unwrap();
+        assert!(
+            matches!(mark.op, vramtrace_collector::event::Op::MarkStep { .. }),
+            "{mark:?}"
+        );
+    }
+);
+
+// A threshold of 512 KiB a step and a confirmation of 5: the growth alerts as such at step 6.
+captest!(the_threshold_and_the_confirmation_are_settings, |dir| {
+    let run = wl_alert("leak")
+        .env("VRAMTRACE_ALERT_THRESHOLD", "512KiB")
+        .env("VRAMTRACE_ALERT_CONFIRM", "5")
+        .run_traced(dir);
+    assert_eq!(
+        alert_lines(&run.stderr()),
+        [
+            "vramtrace: ALERT at step 6: device 0 grows steadily, +1.0 MiB per step at fw_alloc \
+          (libtorch_standin.so) (above the threshold of 512.0 KiB per step); 7.0 MiB live, full \
+          in 1017 steps"
+        ]
+    );
+    let trace = run.single_trace();
+    let a = &trace.state.alerts()[0];
+    assert_eq!(
+        (a.step, a.reason.as_str(), a.threshold),
+        (6, "growth", MIB / 2)
+    );
+});
+
+// Asked for: SIGUSR1 reaches the program's handler, and the live set is written beside the
+// trace (mode 0600) before it.
+captest!(
+    the_signal_reaches_the_handler_and_the_live_set_is_written,
+    |dir| {
+        let run = wl_alert("leak")
+            .arg("--wait-signal")
+            .env("VRAMTRACE_ALERT_SIGNAL", "USR1")
+            .env("VRAMTRACE_ALERT_SNAPSHOT", "1")
+            .run_traced(dir);
+        assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+        assert!(
+            run.stdout().contains("SIGUSR1 received\n"),
+            "{}",
+            run.stdout()
+        );
+        let trace = run.single_trace();
+        let snapshot = format!("{}.alert-device0-step11.json", trace.path.display());
+        let err = run.stderr();
+        assert!(
+            alert_lines(&err)[0].ends_with(&format!(
+                "full in 1012 steps; signal SIGUSR1 sent; live set in {snapshot}"
+            )),
+            "{err}"
+        );
+        let a = &trace.state.alerts()[0];
+        assert_eq!(
+            (a.signal, a.snapshot.as_str()),
+            (SIGUSR1, snapshot.as_str())
+        );
+        let meta = std::fs::metadata(&snapshot).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let doc: Value = serde_json::from_slice(&std::fs::read(&snapshot).unwrap()).unwrap();
+        assert_eq!(doc["schema"], "vramtrace-alert-snapshot/1");
+        assert_eq!(doc["pid"], trace.header.pid);
+        assert_eq!(doc["alert"]["step"], 11);
+        assert_eq!(doc["live"]["device"]["bytes"], 12 * MIB);
+        let top = &doc["live"]["sites"][0];
+        assert_eq!(top["label"], "fw_alloc (libtorch_standin.so)");
+        assert_eq!(
+            (top["bytes"].as_u64(), top["count"].as_u64()),
+            (Some(10 * MIB), Some(10))
+        );
+    }
+);
+
+/// SIGUSR1 on Linux.
+const SIGUSR1: i32 = 10;
+
+// A warm-up, evaluation peaks, and programs without step marks (judged per time window): no
+// alert. The off switch silences a leak.
+captest!(
+    healthy_runs_never_alert_and_the_switch_turns_alerts_off,
+    |dir| {
+        for (name, shape) in [
+            ("wl_alert", "healthy"),
+            ("wl_shapes", "warmup"),
+            ("wl_shapes", "eval"),
+        ] {
+            let sub = dir.join(format!("{name}-{shape}"));
+            std::fs::create_dir(&sub).unwrap();
+            let run = Workload::new(name)
+                .arg(shape)
+                .env("VRAMTRACE_ALERT_INTERVAL_MS", "0")
+                .run_both(&sub);
+            assert_eq!(
+                alert_lines(&run.stderr()),
+                Vec::<&str>::new(),
+                "{name} {shape}"
+            );
+            assert_eq!(run.single_trace().state.alerts_total(), 0, "{name} {shape}");
+        }
+        let run = wl_alert("leak").env("VRAMTRACE_ALERT", "0").run_traced(dir);
+        assert_eq!(alert_lines(&run.stderr()), Vec::<&str>::new());
+        assert_eq!(run.single_trace().state.alerts_total(), 0);
+    }
+);

@@ -1,0 +1,223 @@
+//! The limits a trace can fail on, shared by `vramtrace check` (a program run as a CI gate) and
+//! `vramtrace report --fail-on` (traces already taken): steady growth (the growth verdict's
+//! ALERT, or more than so many bytes per step), device memory live at the end, and orphans.
+//!
+//! Each limit is passed when the trace's number is above it; a trace passing any limit fails.
+//! The numbers are the report's own ([`Analysis`]), so a failure reads the same in the report.
+
+use std::io::{self, Write};
+
+use vramtrace_collector::analysis::growth::DRIVER;
+use vramtrace_collector::analysis::Analysis;
+use vramtrace_collector::live::Holder;
+
+use crate::report::findings::unit;
+use crate::units::{bytes, parse_size, signed_bytes};
+
+/// One limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// A device whose growth verdict alerts: steady growth above the alert threshold
+    /// (`--alert-percent` of device memory per step), or full within the horizon.
+    GrowthAlert,
+    /// A device growing steadily by more than these bytes per step (per window, for a trace
+    /// whose steps could not be told).
+    Growth(u64),
+    /// More than these bytes of device memory live at the end.
+    Leak(u64),
+    /// More than this many orphans.
+    Orphans(u64),
+}
+
+impl Limit {
+    /// The limit's name, as `--fail-on` spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Limit::GrowthAlert | Limit::Growth(_) => "growth",
+            Limit::Leak(_) => "leak",
+            Limit::Orphans(_) => "orphans",
+        }
+    }
+}
+
+/// A size limit: `0`, or a size as [`parse_size`] reads it.
+pub fn parse_size_limit(text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    parse_size(text)
+}
+
+/// A growth limit: a size per step (`1MiB/step`, or `1MiB`).
+pub fn parse_growth_limit(text: &str) -> Result<u64, String> {
+    let size = text.trim();
+    let size = size.strip_suffix("/step").unwrap_or(size);
+    if size.contains('/') {
+        return Err(format!(
+            "'{text}' is not a growth per step (examples: 1MiB/step, 512KiB)"
+        ));
+    }
+    parse_size_limit(size)
+}
+
+fn parse_count(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of objects"))
+}
+
+/// One item of `--fail-on`: `growth`, `growth=SIZE/step`, `leak[=SIZE]`, `orphans[=N]` (a
+/// bare `leak` or `orphans` allows none).
+pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
+    let (name, value) = match text.split_once('=') {
+        Some((n, v)) => (n.trim(), Some(v)),
+        None => (text.trim(), None),
+    };
+    match (name, value) {
+        ("growth", None) => Ok(Limit::GrowthAlert),
+        ("growth", Some(v)) => parse_growth_limit(v).map(Limit::Growth),
+        ("leak", None) => Ok(Limit::Leak(0)),
+        ("leak", Some(v)) => parse_size_limit(v).map(Limit::Leak),
+        ("orphans", None) => Ok(Limit::Orphans(0)),
+        ("orphans", Some(v)) => parse_count(v).map(Limit::Orphans),
+        _ => Err(format!(
+            "'{text}' is not a limit (growth, growth=SIZE/step, leak[=SIZE], orphans[=N])"
+        )),
+    }
+}
+
+/// A limit measured on one trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    pub limit: Limit,
+    /// Whether the trace passes it.
+    pub passed: bool,
+    /// What was measured, in words, with exact bytes.
+    pub found: String,
+}
+
+/// Measures each limit on `analysis`.
+pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
+    limits
+        .iter()
+        .map(|&limit| {
+            let (passed, found) = match limit {
+                Limit::GrowthAlert => growth_found(analysis, |h| h.alert),
+                Limit::Growth(max) => growth_found(analysis, |h| h.steady_growth > max as f64),
+                Limit::Leak(max) => {
+                    let live = analysis.leaks.device;
+                    let found = format!(
+                        "{} live at the end ({} B in {} objects), limit {}",
+                        bytes(live.bytes),
+                        live.bytes,
+                        live.count,
+                        exact(max)
+                    );
+                    (live.bytes > max, found)
+                }
+                Limit::Orphans(max) => {
+                    let o = analysis.orphans.total;
+                    let noun = if o.count == 1 { "orphan" } else { "orphans" };
+                    let found = format!(
+                        "{} {noun} holding {} B of device memory, limit {max}",
+                        o.count, o.bytes
+                    );
+                    (o.count > max, found)
+                }
+            };
+            Measured {
+                limit,
+                passed,
+                found,
+            }
+        })
+        .collect()
+}
+
+fn exact(n: u64) -> String {
+    if n < 1024 {
+        format!("{n} B")
+    } else {
+        format!("{} ({n} B)", bytes(n))
+    }
+}
+
+/// The fastest-growing device (among those `fails`, else among all), its rate and the place
+/// that grows fastest there.
+fn growth_found(
+    analysis: &Analysis,
+    fails: impl Fn(&vramtrace_collector::analysis::growth::HolderGrowth) -> bool,
+) -> (bool, String) {
+    let g = &analysis.growth;
+    let devices = g
+        .holders
+        .iter()
+        .filter(|h| matches!(h.holder, Holder::Device { .. }));
+    let failing = devices.clone().filter(|h| fails(h));
+    let worst = failing
+        .clone()
+        .chain(devices)
+        .max_by(|a, b| a.steady_growth.total_cmp(&b.steady_growth));
+    let passed = failing.count() > 0;
+    let Some(h) = worst else {
+        return (false, "no device memory".to_string());
+    };
+    let Holder::Device { device } = h.holder else {
+        unreachable!("filtered to devices")
+    };
+    let per = unit(analysis);
+    let mut found = format!(
+        "device {device}: {} {per} ({} B)",
+        signed_bytes(h.steady_growth),
+        h.steady_growth.round() as u64
+    );
+    if let Some(top) = g
+        .steady
+        .iter()
+        .find(|s| s.holder == h.holder && s.view == DRIVER)
+    {
+        let place = top.site.label.as_deref().unwrap_or(&top.site.site);
+        let module = top.site.module_name.as_deref().unwrap_or("unknown");
+        found.push_str(&format!(" at {place} ({module})"));
+    }
+    if passed && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
+        found.push_str(", full within the horizon");
+    }
+    (passed, found)
+}
+
+/// Writes the measured limits of one trace, one line each: `FAIL` or `ok`, the limit, what was
+/// found.
+pub fn render(out: &mut impl Write, measured: &[Measured]) -> io::Result<()> {
+    for m in measured {
+        let verdict = if m.passed { "FAIL" } else { "ok  " };
+        let name = match m.limit {
+            Limit::GrowthAlert => "growth (alert)".to_string(),
+            Limit::Growth(max) => format!("growth > {}", exact(max)),
+            other => other.name().to_string(),
+        };
+        writeln!(out, "  {verdict}  {name:<16} {}", m.found)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_parse_as_documented() {
+        assert_eq!(parse_fail_on("growth"), Ok(Limit::GrowthAlert));
+        assert_eq!(
+            parse_fail_on("growth=1MiB/step"),
+            Ok(Limit::Growth(1 << 20))
+        );
+        assert_eq!(parse_fail_on("growth=0"), Ok(Limit::Growth(0)));
+        assert_eq!(parse_fail_on("leak"), Ok(Limit::Leak(0)));
+        assert_eq!(parse_fail_on("leak=64MiB"), Ok(Limit::Leak(64 << 20)));
+        assert_eq!(parse_fail_on("orphans=3"), Ok(Limit::Orphans(3)));
+        assert!(parse_fail_on("orphans=x").is_err());
+        assert!(parse_fail_on("growth=1MiB/s").is_err());
+        assert!(parse_fail_on("peak").is_err());
+    }
+}
