@@ -9,7 +9,9 @@
 # Steps: acceptance (acceptance/run.sh validate), torch_hooks (check_torch_hooks.py), harm
 # (harm/run.sh), harm_exit (harm/run.sh exit: the exit delay only), profile (profile_hooks.sh),
 # bench (bench_step_time.py --rounds ${ROUNDS:-3} $BENCH_ARGS), exports (exports.sh), multi
-# (multi/run.sh), scenarios (run.sh: the capture scenarios).
+# (multi/run.sh), live (live/run.sh: alerts and the CI gate), scenarios (run.sh: the capture
+# scenarios).
+
 set -u
 GPU=$(cd "$(dirname "$0")" && pwd)
 FINAL=${OUT:-/tmp/vramtrace-batch-out}
@@ -35,6 +37,7 @@ for step in "$@"; do
         bench) python3 "$GPU/bench_step_time.py" --rounds "${ROUNDS:-3}" ${BENCH_ARGS:-} ;;
         exports) "$GPU/exports.sh" ;;
         multi) "$GPU/multi/run.sh" ;;
+        live) "$GPU/live/run.sh" ;;
         scenarios) "$GPU/run.sh" ;;
         *) echo "unknown step $step" ;;
     esac > "$WORK/$step.log" 2>&1

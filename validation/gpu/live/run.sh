@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Live alerts and the CI gate on real training programs (docs/live.md), in one `device` call:
+#
+#   run(command="VRAMTRACE_BUILD=target/gpu validation/gpu/live/run.sh", carry=["target/gpu"])
+#
+# - leak_logits_ddp (+64 MiB a step at its LEAK-LINE) under `vramtrace run` with
+#   VRAMTRACE_ALERT_SIGNAL=USR1 and VRAMTRACE_ALERT_SNAPSHOT=1, through checkpoint.py (a SIGUSR1
+#   handler that says at which optimizer step it was called): the ALERT line must name the leaking
+#   line, the handler must run once, a snapshot must lie beside the trace, the exit code stay 0;
+# - healthy_gpt the same way: no alert, no signal;
+# - `vramtrace check` on leak_extension (exit 1 expected) and on healthy_peak (exit 0 expected).
+# Results: $OUT/summary.txt and $OUT/live.tar.gz.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+ACC=$ROOT/validation/gpu/acceptance
+BUILD=${VRAMTRACE_BUILD:-$ROOT/target/release}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+VT=$BUILD/vramtrace
+OUTDIR=${OUT:-/tmp/vramtrace-live-out}
+WORK=$(mktemp -d /tmp/vt-live.XXXXXX)
+[ -x "$VT" ] || { echo "missing $VT"; exit 2; }
+mkdir -p "$OUTDIR"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+nvcc -O2 -shared -Xcompiler -fPIC -o "$WORK/libleaky.so" "$ROOT/validation/gpu/ext/leaky.cu" > "$WORK/nvcc.log" 2>&1
+S=$WORK/summary.txt
+: > "$S"
+
+# one NAME PROGRAM -- COMMAND...: runs COMMAND with PROGRAM's environment and arguments appended
+one() {
+    local name=$1 prog=$2; shift 3
+    local d=$WORK/$name
+    mkdir -p "$d"
+    local envs=($(python3 "$ACC/truth.py" env "$ACC/$prog.py") "MASTER_PORT=$((29800 + RANDOM % 100))")
+    local args=($(python3 "$ACC/truth.py" args "$ACC/$prog.py" "$WORK"))
+    env "${envs[@]}" timeout 300 "$@" "${args[@]}" > "$d/out" 2> "$d/err"
+    echo $? > "$d/rc"
+}
+
+for prog in leak_logits_ddp healthy_gpt; do
+    one "alert-$prog" "$prog" -- env VRAMTRACE_ALERT_SIGNAL=USR1 VRAMTRACE_ALERT_SNAPSHOT=1 \
+        "$VT" run --no-summary -o "$WORK/alert-$prog/t-%p.vtrace" -- python3 "$HERE/checkpoint.py" "$ACC/$prog.py"
+    d=$WORK/alert-$prog
+    {
+        echo "$prog with alerts: rc $(cat "$d/rc")"
+        echo "  alert lines: $(grep -c 'vramtrace: ALERT' "$d/err")"
+        grep 'vramtrace: ALERT' "$d/err" | sed 's/^/    /'
+        echo "  checkpoint handler calls: $(grep -c VT-CHECKPOINT "$d/err")"
+        grep VT-CHECKPOINT "$d/err" | sed 's/^/    /'
+        echo "  snapshots beside the trace: $(ls "$d" | grep -c 'alert-device')"
+        echo "  traces: $(ls "$d"/*.vtrace 2>/dev/null | wc -l)"
+    } >> "$S"
+    for t in "$d"/*.vtrace; do [ -f "$t" ] && "$VT" report "$t" > "${t%.vtrace}.report.txt" 2>&1; done
+done
+
+one check-leak_extension leak_extension -- "$VT" check -o "$WORK/check-leak_extension/t-%p.vtrace" -- python3 "$ACC/leak_extension.py"
+one check-healthy_peak healthy_peak -- "$VT" check -o "$WORK/check-healthy_peak/t-%p.vtrace" -- python3 "$ACC/healthy_peak.py"
+for c in leak_extension healthy_peak; do
+    d=$WORK/check-$c
+    echo "check $c: rc $(cat "$d/rc")" >> "$S"
+    grep -A8 '^vramtrace check' "$d/err" | sed 's/^/    /' >> "$S"
+done
+cat "$S"
+cp "$S" "$OUTDIR/"
+tar czf "$OUTDIR/live.tar.gz" -C "$WORK" .
