@@ -331,7 +331,8 @@ impl Collector {
             self.live = None;
             return;
         }
-        let alerts = live.tick(clock::monotonic_ns(), &self.sink.path);
+        let dropped = self.session.dropped.load(Ordering::Relaxed);
+        let alerts = live.tick(clock::monotonic_ns(), &self.sink.path, dropped);
         self.write_alerts(alerts);
     }
 
@@ -643,6 +644,9 @@ impl Collector {
         }
         let stats = self.stats();
         let lost = stats.dropped;
+        if let Some(live) = self.live.as_mut() {
+            live.finish(clock::monotonic_ns(), lost);
+        }
         self.sink.write(&Record::Stats(stats.clone()));
         self.sink.write(&Record::End(End {
             time_ns: clock::monotonic_ns(),
@@ -729,6 +733,23 @@ fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Starts a thread of the tracer's own (the metrics server) the way the collector starts: with
+/// asynchronous signals blocked, and its hooks passing through untraced.
+pub(super) fn spawn_quiet_thread(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<()> {
+    with_async_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                crate::capture::thread::mark_tracer_thread();
+                f()
+            })
+            .map(drop)
+    })
+}
+
 fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("vramtrace".into())
@@ -757,7 +778,11 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                 calibration: Calibration::measure(Duration::from_millis(2)),
                 attachments: 0,
                 watch: WriterWatch::new(),
-                live: Live::new(&session.config.alerts, session.config.quiet),
+                live: Live::new(
+                    &session.config.alerts,
+                    &session.config.metrics,
+                    session.config.quiet,
+                ),
             };
             c.calibration.publish();
             for w in warnings {

@@ -49,6 +49,8 @@ pub struct Config {
     pub self_profile: bool,
     /// The live analysis on the writer thread: alerts (`VRAMTRACE_ALERT_*`).
     pub alerts: super::live::AlertSettings,
+    /// Metrics for Prometheus (`VRAMTRACE_METRICS_*`).
+    pub metrics: super::live::MetricsSettings,
 }
 
 impl Default for Config {
@@ -74,6 +76,7 @@ impl Default for Config {
             store_command_line: true,
             self_profile: false,
             alerts: super::live::AlertSettings::default(),
+            metrics: super::live::MetricsSettings::default(),
         }
     }
 }
@@ -102,6 +105,9 @@ pub const SETTINGS: &[&str] = &[
     "VRAMTRACE_ALERT_INTERVAL_MS",
     "VRAMTRACE_ALERT_SIGNAL",
     "VRAMTRACE_ALERT_SNAPSHOT",
+    "VRAMTRACE_METRICS_FILE",
+    "VRAMTRACE_METRICS_ADDR",
+    "VRAMTRACE_METRICS_MS",
 ];
 
 fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
@@ -276,6 +282,7 @@ impl Config {
             ));
         }
         c.alerts = super::live::AlertSettings::from_lookup(get, &mut w);
+        c.metrics = super::live::MetricsSettings::from_lookup(get, &mut w);
         (c, w)
     }
 

@@ -34,6 +34,7 @@ mod diff;
 mod driver;
 mod harm;
 mod libraries;
+mod metrics;
 mod nccl;
 mod processes;
 mod python_hooks;

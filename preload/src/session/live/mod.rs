@@ -11,15 +11,17 @@
 //! warning: the trace goes on.
 
 mod alert;
+mod metrics;
 mod settings;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use vramtrace_collector::analysis::watch::Judgement;
 use vramtrace_collector::analysis::{GrowthConfig, Watch, WatchConfig};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::{Alert, Record};
 
-pub use settings::AlertSettings;
+pub use settings::{AlertSettings, MetricsSettings};
 
 use super::lifecycle::warn;
 
@@ -30,12 +32,17 @@ pub struct Live {
     quiet: bool,
     /// The sequence number of the last event applied.
     last_seq: u64,
+    /// The latest judgement (for the metrics).
+    last: Option<Judgement>,
+    /// Alerts raised so far.
+    raised: u64,
+    exporter: Option<metrics::Exporter>,
 }
 
 impl Live {
-    /// The live analysis `settings` ask for (`None` when they turn it off).
-    pub fn new(settings: &AlertSettings, quiet: bool) -> Option<Live> {
-        if !settings.enabled {
+    /// The live analysis the settings ask for: alerts, metrics, or both (`None`: neither).
+    pub fn new(settings: &AlertSettings, metrics: &MetricsSettings, quiet: bool) -> Option<Live> {
+        if !settings.enabled && !metrics.enabled() {
             return None;
         }
         let config = WatchConfig {
@@ -53,6 +60,9 @@ impl Live {
             settings: settings.clone(),
             quiet,
             last_seq: 0,
+            last: None,
+            raised: 0,
+            exporter: metrics::Exporter::new(metrics, quiet),
         })
     }
 
@@ -109,12 +119,44 @@ impl Live {
         }
     }
 
-    /// Judges when due at `now_ns` (programs without step marks are sampled per time window).
-    pub fn tick(&mut self, now_ns: u64, trace_path: &str) -> Vec<Alert> {
-        if self.guarded(|w, _| w.due(now_ns)) == Some(true) {
+    /// Judges when due at `now_ns` (programs without step marks are sampled per time window),
+    /// and updates the metrics when due (`dropped`: events the tracer lost so far).
+    pub fn tick(&mut self, now_ns: u64, trace_path: &str, dropped: u64) -> Vec<Alert> {
+        let alerts = if self.guarded(|w, _| w.due(now_ns)) == Some(true) {
             self.judge(now_ns, trace_path)
         } else {
             Vec::new()
+        };
+        if self.exporter.as_ref().is_some_and(metrics::Exporter::due) {
+            self.publish(dropped);
+        }
+        alerts
+    }
+
+    /// At the end of the trace: the last metrics, from a judgement of the whole run.
+    pub fn finish(&mut self, now_ns: u64, dropped: u64) {
+        if self.exporter.is_none() {
+            return;
+        }
+        if let Some(j) = self.guarded(|w, _| w.judge(now_ns)) {
+            self.last = Some(j);
+        }
+        self.publish(dropped);
+    }
+
+    fn publish(&mut self, dropped: u64) {
+        let (last, raised) = (self.last.take(), self.raised);
+        let text = self.guarded(|w, _| {
+            metrics::render(&metrics::Reading {
+                state: w.state(),
+                judgement: last.as_ref(),
+                dropped,
+                alerts: raised,
+            })
+        });
+        self.last = last;
+        if let (Some(text), Some(exporter)) = (text, self.exporter.as_mut()) {
+            exporter.publish(text);
         }
     }
 
@@ -123,17 +165,22 @@ impl Live {
     fn judge(&mut self, now_ns: u64, trace_path: &str) -> Vec<Alert> {
         let after_seq = self.last_seq;
         let quiet = self.quiet;
-        self.guarded(|w, settings| {
+        let Some((j, alerts)) = self.guarded(|w, settings| {
             let j = w.judge(now_ns);
-            j.raised
-                .iter()
+            let alerts: Vec<Alert> = (j.raised.iter())
+                .filter(|_| settings.enabled)
                 .filter_map(|&d| {
                     let mut a = alert::describe(w, &j, d, now_ns, after_seq)?;
                     alert::act(w, &mut a, settings, trace_path, quiet);
                     Some(a)
                 })
-                .collect()
-        })
-        .unwrap_or_default()
+                .collect();
+            (j, alerts)
+        }) else {
+            return Vec::new();
+        };
+        self.last = Some(j);
+        self.raised += alerts.len() as u64;
+        alerts
     }
 }

@@ -161,6 +161,58 @@ impl AlertSettings {
     }
 }
 
+/// Where the metrics go (`VRAMTRACE_METRICS_*`); nothing by default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetricsSettings {
+    /// A file rewritten (atomically: written beside, then renamed) at each update, for
+    /// node_exporter's textfile collector (`VRAMTRACE_METRICS_FILE`).
+    pub file: Option<std::path::PathBuf>,
+    /// A loopback address served over HTTP (`VRAMTRACE_METRICS_ADDR`); any other is refused.
+    pub addr: Option<std::net::SocketAddr>,
+    /// Least time between updates (`VRAMTRACE_METRICS_MS`, default 5000).
+    pub interval: Duration,
+}
+
+impl MetricsSettings {
+    /// Whether metrics are asked for.
+    pub fn enabled(&self) -> bool {
+        self.file.is_some() || self.addr.is_some()
+    }
+
+    /// Reads the settings through `get`; a bad value adds a warning to `w`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>, w: &mut Vec<String>) -> Self {
+        let mut s = MetricsSettings {
+            interval: Duration::from_secs(5),
+            ..MetricsSettings::default()
+        };
+        if let Some(v) = get("VRAMTRACE_METRICS_FILE").filter(|v| !v.trim().is_empty()) {
+            s.file = Some(v.into());
+        }
+        if let Some(v) = get("VRAMTRACE_METRICS_ADDR").filter(|v| !v.trim().is_empty()) {
+            match v.trim().parse::<std::net::SocketAddr>() {
+                Ok(a) if a.ip().is_loopback() => s.addr = Some(a),
+                Ok(_) => w.push(format!(
+                    "VRAMTRACE_METRICS_ADDR='{v}' is not a loopback address (127.0.0.1:PORT, \
+                     [::1]:PORT); metrics are not served"
+                )),
+                Err(_) => w.push(format!(
+                    "VRAMTRACE_METRICS_ADDR='{v}' is not an address (127.0.0.1:PORT); metrics \
+                     are not served"
+                )),
+            }
+        }
+        if let Some(v) = get("VRAMTRACE_METRICS_MS") {
+            match v.trim().parse::<u64>() {
+                Ok(n) if (100..=3_600_000).contains(&n) => s.interval = Duration::from_millis(n),
+                _ => w.push(format!(
+                    "VRAMTRACE_METRICS_MS='{v}' is not a number from 100 to 3600000; using 5000"
+                )),
+            }
+        }
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +261,30 @@ mod tests {
         );
         assert_eq!((s.signal, s.confirm, s.enabled), (None, 10, true));
         assert!(!read(&[("VRAMTRACE_ALERT", "0")]).0.enabled);
+    }
+
+    #[test]
+    fn metrics_are_off_by_default_and_served_on_loopback_only() {
+        let metrics = |pairs: &[(&str, &str)]| {
+            let m: HashMap<&str, &str> = pairs.iter().copied().collect();
+            let mut w = Vec::new();
+            let s = MetricsSettings::from_lookup(|k| m.get(k).map(|v| v.to_string()), &mut w);
+            (s, w)
+        };
+        assert!(!metrics(&[]).0.enabled());
+        let (s, w) = metrics(&[("VRAMTRACE_METRICS_ADDR", "127.0.0.1:9400")]);
+        assert!(w.is_empty() && s.addr == Some("127.0.0.1:9400".parse().unwrap()));
+        assert!(metrics(&[("VRAMTRACE_METRICS_ADDR", "[::1]:9400")])
+            .0
+            .enabled());
+        let (s, w) = metrics(&[("VRAMTRACE_METRICS_ADDR", "0.0.0.0:9400")]);
+        assert!(!s.enabled());
+        assert_eq!(
+            w,
+            [
+                "VRAMTRACE_METRICS_ADDR='0.0.0.0:9400' is not a loopback address (127.0.0.1:PORT, \
+              [::1]:PORT); metrics are not served"
+            ]
+        );
     }
 }
