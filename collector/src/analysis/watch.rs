@@ -11,6 +11,12 @@
 //! warming up or leaking, and the end-of-run analysis, which sees the growth stop, would call a
 //! warm-up of a few steps flat. The growth must also still be going on at the latest sample
 //! judged, which a one-off peak is not.
+//!
+//! Without step marks the samples are time windows of a millisecond and up, so a count of them
+//! says little: a PyTorch program building its model and taking its first step (before the
+//! Python hooks' first optimizer-step mark) grows for a second or more, which is ten windows. A
+//! growth judged per time window must also have lasted [`WatchConfig::confirm_time_ns`] of wall
+//! time (on the H200, a healthy GPT loop alerted at its start without this rule).
 
 use std::collections::BTreeSet;
 
@@ -32,6 +38,9 @@ pub struct WatchConfig {
     /// Steps (or windows) a steady growth must have lasted, from its first rise to the latest
     /// sample, before it alerts.
     pub confirm: u64,
+    /// Nanoseconds a steady growth judged per time window (no step marks) must have lasted,
+    /// besides `confirm` windows.
+    pub confirm_time_ns: u64,
     /// Least nanoseconds between judgements.
     pub every_ns: u64,
 }
@@ -42,6 +51,7 @@ impl Default for WatchConfig {
             growth: GrowthConfig::default(),
             threshold_bytes: None,
             confirm: 10,
+            confirm_time_ns: 600 * 1_000_000_000,
             every_ns: 1_000_000_000,
         }
     }
@@ -278,8 +288,14 @@ impl Watch {
                 Some(w) if w > 0 => p.0 / w,
                 _ => p.0,
             });
-        if top.course.shape != Shape::Steady || latest.saturating_sub(from) < self.config.confirm {
+        let lasted = latest.saturating_sub(from);
+        if top.course.shape != Shape::Steady || lasted < self.config.confirm {
             return None;
+        }
+        if let Some(w) = g.window_ns.filter(|&w| w > 0) {
+            if lasted.saturating_mul(w) < self.config.confirm_time_ns {
+                return None;
+            }
         }
         let above = h.threshold.is_some_and(|t| h.steady_growth > t);
         Some(if above {

@@ -122,3 +122,70 @@ fn a_warm_up_and_one_off_peaks_never_alert() {
     assert_eq!(j.device(0).unwrap().steady_growth, 0.0);
     assert_eq!(j.device(0).unwrap().leak_suspect_bytes, 0);
 }
+
+/// Judged once a second of the trace's time, as the writer judges a program without step marks.
+fn judged_every_second(b: &Builder, config: WatchConfig) -> Vec<u64> {
+    let mut watch = Watch::new(WatchConfig {
+        every_ns: 1_000_000_000,
+        ..config
+    });
+    let mut raised = Vec::new();
+    for r in &b.records {
+        if let Record::Event(e) = r {
+            watch.apply_event(e);
+            if watch.due(e.time_ns) {
+                let j = watch.judge(e.time_ns);
+                assert_eq!(j.axis, SampleAxis::Time);
+                raised.extend(j.raised.iter().map(|_| e.time_ns / 1_000_000_000));
+            }
+        } else {
+            watch.apply(r);
+        }
+    }
+    raised
+}
+
+/// Without marks: 1 MiB every 10 ms for `growing_s` seconds (a model being built and its first
+/// step taken, or a leak), then temporaries only until second 30.
+fn unmarked_growth(growing_s: u64) -> Builder {
+    let mut b = Builder::new();
+    b.tick_ns = 5_000_000;
+    let mut ptr = 0x1000_0000;
+    while b.time_ns < 30_000_000_000 {
+        if b.time_ns < growing_s * 1_000_000_000 {
+            b.malloc(site(1), ptr, MIB);
+            ptr += MIB;
+        } else {
+            b.malloc(site(2), 0x9000_0000, MIB);
+            b.free(0x9000_0000);
+        }
+    }
+    b
+}
+
+#[test]
+fn growth_judged_per_time_window_alerts_only_once_it_has_lasted_the_confirmation_time() {
+    // Two seconds of growth at start-up are hundreds of windows, but not the default 10 minutes.
+    assert_eq!(
+        judged_every_second(&unmarked_growth(2), config()),
+        Vec::<u64>::new()
+    );
+    // Without the rule, the two seconds of start-up alert within them (what the H200 showed).
+    let none = WatchConfig {
+        confirm_time_ns: 0,
+        ..config()
+    };
+    assert_eq!(judged_every_second(&unmarked_growth(2), none), vec![1]);
+    // With 5 s asked for: two seconds of growth still do not alert; growth that goes on does,
+    // at the judgement of second 6, the first whose samples span 5 s of growth (a sample is
+    // taken at the end of its window).
+    let c = WatchConfig {
+        confirm_time_ns: 5_000_000_000,
+        ..config()
+    };
+    assert_eq!(
+        judged_every_second(&unmarked_growth(2), c),
+        Vec::<u64>::new()
+    );
+    assert_eq!(judged_every_second(&unmarked_growth(30), c), vec![6]);
+}

@@ -78,6 +78,31 @@ except torch.cuda.OutOfMemoryError as e:
     os._exit(3)
 "#;
 
+/// The leak program with a thread still allocating when the main thread leaves, and an exit
+/// handler registered before CUDA starts (so it runs after the hooks' hand-over) that prints the
+/// interpreter's switch interval: the hand-over raises it while it runs and must put it back.
+const BUSY_EXIT: &str = r#"import atexit
+import sys
+import threading
+import torch
+
+atexit.register(lambda: print("switch interval", sys.getswitchinterval()))
+kept = [torch.empty(1 << 20) for _ in range(3)]
+opt = torch.optim.SGD([])
+for _ in range(3):
+    opt.step()
+
+
+def busy():
+    while True:
+        x = torch.empty(1 << 16)
+        del x
+
+
+threading.Thread(target=busy, daemon=True).start()
+print("leaving")
+"#;
+
 /// A fresh directory with the torch stand-in installed, a user `sitecustomize` that says it ran,
 /// and the scripts.
 struct Setup {
@@ -113,6 +138,7 @@ fn setup(dir: &Path) -> Setup {
         ("gan.py", GAN),
         ("plain.py", PLAIN),
         ("oom.py", OOM),
+        ("busy_exit.py", BUSY_EXIT),
     ] {
         std::fs::write(dir.join(name), script).unwrap();
     }
@@ -460,4 +486,29 @@ captest!(real_torch_steps_when_available, |dir| {
     let files = trace_files(dir);
     assert_eq!(files.len(), 1, "{}", text(&out.stderr));
     assert_eq!(marks(&Trace::load(&files[0])).len(), 4);
+});
+
+// A thread still allocating at exit: the hand-over raises the switch interval for itself and
+// puts it back (the program's own exit handler, run after it, prints the default), the output is
+// the same as without vramtrace, and the self-profile says what was handed over.
+captest!(the_hand_over_at_exit_puts_the_switch_interval_back, |dir| {
+    let s = setup(dir);
+    let plain = s.plain("busy_exit.py");
+    assert_eq!(
+        text(&plain.stdout),
+        "user sitecustomize ran\nleaving\nswitch interval 0.005\n"
+    );
+    let traced = s.traced("busy_exit.py", &[], &[("VRAMTRACE_SELF_PROFILE", "1")]);
+    assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+    assert_eq!(text(&traced.stdout), text(&plain.stdout));
+    let err = text(&traced.stderr);
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("torch's memory history handed over (exit)"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].starts_with("vramtrace: self-profile: torch's memory history handed over (exit): "),
+        "{err}"
+    );
 });

@@ -62,11 +62,11 @@ fi
 # norecorder: the Python hooks without PyTorch's recorder (VRAMTRACE_TORCH_HISTORY=0), which
 # separates the recorder's hand-over at exit from the rest of the hooks.
 for how in plain traced norecorder bare; do
-    for i in 1 2 3 4 5; do
+    for i in $(seq "${EXIT_RUNS:-5}"); do
         d=$WORK/exit-$how-$i; mkdir -p "$d"
         case $how in
             plain) cmd=(python3 "$HERE/job.py" exitbusy) ;;
-            traced) cmd=("$VT" run --no-summary -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
+            traced) cmd=(env VRAMTRACE_SELF_PROFILE=1 "$VT" run --no-summary -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
             norecorder) cmd=(env VRAMTRACE_TORCH_HISTORY=0 "$VT" run --no-summary -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
             bare) cmd=("$VT" run --no-summary --no-python-hooks -o "$d/t-%p.vtrace" -- python3 "$HERE/job.py" exitbusy) ;;
         esac
@@ -80,11 +80,12 @@ print("%.1f" % ((time.monotonic() - t) * 1e3))
 open(sys.argv[1], "a").write("rc %d\n" % p.returncode)
 PY
     done
-    echo "exit delay $how (ms): $(tail -5 "$WORK/exit.txt" | tr '\n' ' ')" >> "$S"
+    echo "exit delay $how (ms): $(tail -"${EXIT_RUNS:-5}" "$WORK/exit.txt" | tr '\n' ' ')" >> "$S"
     echo "  run 1: $(tail -1 "$WORK/exit-$how-1/err"), last stderr line: $(grep -v '^rc ' "$WORK/exit-$how-1/err" | tail -1)" >> "$S"
+    grep -h "history handed over" "$WORK"/exit-$how-*/err | sed 's/^/  /' >> "$S"
 done
 for how in traced norecorder bare; do
-    for i in 1 2 3 4 5; do describe "$WORK/exit-$how-$i"; done >> "$S"
+    for i in $(seq "${EXIT_RUNS:-5}"); do describe "$WORK/exit-$how-$i"; done >> "$S"
 done
 cp "$S" "$OUTDIR/summary.txt"
 tar czf "$OUTDIR/harm.tar.gz" -C "$WORK" .

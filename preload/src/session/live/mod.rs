@@ -53,6 +53,7 @@ impl Live {
             },
             threshold_bytes: settings.threshold_bytes,
             confirm: settings.confirm,
+            confirm_time_ns: settings.confirm_time.as_nanos().min(u64::MAX as u128) as u64,
             every_ns: settings.interval.as_nanos().min(u64::MAX as u128) as u64,
         };
         Some(Live {

@@ -18,6 +18,9 @@ pub struct AlertSettings {
     pub horizon: Duration,
     /// Steps a steady growth must have lasted (`VRAMTRACE_ALERT_CONFIRM`).
     pub confirm: u64,
+    /// Wall time a steady growth judged per time window (a program without step marks) must
+    /// have lasted (`VRAMTRACE_ALERT_CONFIRM_TIME`).
+    pub confirm_time: Duration,
     /// Least time between two judgements (`VRAMTRACE_ALERT_INTERVAL_MS`).
     pub interval: Duration,
     /// The signal sent to the process on an alert (`VRAMTRACE_ALERT_SIGNAL`: `USR1` or `USR2`);
@@ -35,6 +38,7 @@ impl Default for AlertSettings {
             horizon_steps: 10_000,
             horizon: Duration::from_secs(24 * 3600),
             confirm: 10,
+            confirm_time: Duration::from_secs(600),
             interval: Duration::from_secs(1),
             signal: None,
             snapshot: false,
@@ -129,6 +133,15 @@ impl AlertSettings {
                 None => w.push(format!(
                     "VRAMTRACE_ALERT_HORIZON='{v}' is not a duration (examples: 90s, 30m, 24h); \
                      using 24h"
+                )),
+            }
+        }
+        if let Some(v) = get("VRAMTRACE_ALERT_CONFIRM_TIME") {
+            match parse_duration(&v) {
+                Some(d) => s.confirm_time = d,
+                None => w.push(format!(
+                    "VRAMTRACE_ALERT_CONFIRM_TIME='{v}' is not a duration (examples: 90s, 10m); \
+                     using 10m"
                 )),
             }
         }
