@@ -339,16 +339,9 @@ class _AllocatorView:
 
         if not self.recording or os.getpid() != self.pid:
             return
-        # At exit, threads the program left running (a loader, a thread still allocating) take
-        # the GIL every 5 ms, and the hand-over's Python work, about 0.1 s alone, took 3.8 s
-        # beside one such thread on the H200. The program's own work is over: the hand-over
-        # holds the GIL in longer slices, and the setting is put back after it.
-        switch = sys.getswitchinterval() if reason == "exit" else None
         started = time.perf_counter()
         entries = 0
         try:
-            if switch is not None:
-                sys.setswitchinterval(max(switch, 1.0))
             snapshot = self.torch.cuda.memory._snapshot()
             entries = sum(len(t) for t in snapshot.get("device_traces", ()))
             payload = compact_snapshot(snapshot, reason, self.history, oom, list(_marks))
@@ -356,9 +349,6 @@ class _AllocatorView:
                 _warn("the tracer did not take torch's memory history (%s)" % reason)
         except Exception as e:
             _warn("handing over torch's memory history failed (%s): %r" % (reason, e))
-        finally:
-            if switch is not None:
-                sys.setswitchinterval(switch)
         if _truthy(os.environ.get("VRAMTRACE_SELF_PROFILE", "0")):
             _say("self-profile: torch's memory history handed over (%s): %d entries in %.0f ms"
                  % (reason, entries, (time.perf_counter() - started) * 1e3))

@@ -78,9 +78,9 @@ except torch.cuda.OutOfMemoryError as e:
     os._exit(3)
 "#;
 
-/// The leak program with a thread still allocating when the main thread leaves, and an exit
-/// handler registered before CUDA starts (so it runs after the hooks' hand-over) that prints the
-/// interpreter's switch interval: the hand-over raises it while it runs and must put it back.
+/// A thread still allocating when the main thread leaves, and an exit handler registered before
+/// CUDA starts (so it runs after the hooks' hand-over) that prints the interpreter's switch
+/// interval: the hand-over leaves the interpreter as it found it.
 const BUSY_EXIT: &str = r#"import atexit
 import sys
 import threading
@@ -488,10 +488,10 @@ captest!(real_torch_steps_when_available, |dir| {
     assert_eq!(marks(&Trace::load(&files[0])).len(), 4);
 });
 
-// A thread still allocating at exit: the hand-over raises the switch interval for itself and
-// puts it back (the program's own exit handler, run after it, prints the default), the output is
-// the same as without vramtrace, and the self-profile says what was handed over.
-captest!(the_hand_over_at_exit_puts_the_switch_interval_back, |dir| {
+// A thread still allocating at exit: the program's own exit handler, run after the hand-over,
+// prints the same as without vramtrace, and the self-profile says what was handed over and how
+// long it took (on the H200 a full ring of 100,000 entries beside such a thread: 3.8-5.8 s).
+captest!(the_hand_over_at_exit_beside_a_busy_thread, |dir| {
     let s = setup(dir);
     let plain = s.plain("busy_exit.py");
     assert_eq!(
