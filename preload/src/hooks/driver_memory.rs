@@ -5,8 +5,7 @@
 use libc::c_void;
 use vramtrace_collector::event::{Api, MemKind, Op};
 
-use super::out;
-use crate::capture::{Call, Order};
+use super::{out, Call, Order};
 
 type DevPtr = u64;
 type Ptr = *mut c_void;

@@ -5,8 +5,7 @@
 use libc::c_void;
 use vramtrace_collector::event::{Api, Op};
 
-use super::out;
-use crate::capture::{Call, Order};
+use super::{out, Call, Order};
 use crate::ffi::{array_bytes, Array3DDescriptor, ArrayDescriptor, IpcMemHandle, MemPoolProps};
 
 type DevPtr = u64;

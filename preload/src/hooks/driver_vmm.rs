@@ -4,8 +4,7 @@
 use libc::c_void;
 use vramtrace_collector::event::{Api, Op};
 
-use super::out;
-use crate::capture::{Call, Order};
+use super::{out, Call, Order};
 use crate::ffi::MemAllocationProp;
 
 type DevPtr = u64;

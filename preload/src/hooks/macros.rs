@@ -69,8 +69,8 @@ macro_rules! hooks {
                 hooks!(@copy copy2, 2, $reg, ($($arg: $ty),*) -> $ret);
                 hooks!(@copy copy3, 3, $reg, ($($arg: $ty),*) -> $ret);
 
-                pub static ENTRY: $crate::closure::registry::HookEntry =
-                    $crate::closure::registry::HookEntry::new(
+                pub static ENTRY: $crate::hooks::HookEntry =
+                    $crate::hooks::HookEntry::new(
                         stringify!($name),
                         &SLOTS,
                         $name as *const (),
@@ -85,7 +85,7 @@ macro_rules! hooks {
         )*
 
         /// This file's hooks, for the resolvers.
-        pub static ENTRIES: &[&$crate::closure::registry::HookEntry] = &[$(&$name::ENTRY),*];
+        pub static ENTRIES: &[&$crate::hooks::HookEntry] = &[$(&$name::ENTRY),*];
     };
 
     (@copy $copy:ident, $k:literal, $reg:literal, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
@@ -113,10 +113,10 @@ macro_rules! handler {
             caller: usize,
             $($arg: $ty),*
         ) -> i32 {
-            $crate::capture::Call::run(
+            $crate::hooks::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
-                $crate::capture::Order::$order,
+                $crate::hooks::Order::$order,
                 // SAFETY: the program's own arguments.
                 || unsafe { real($($arg),*) },
                 |$r| $op,
@@ -137,10 +137,10 @@ macro_rules! alloc_handler {
             size: usize,
             $($extra: $ety),*
         ) -> i32 {
-            $crate::capture::Call::run(
+            $crate::hooks::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
-                $crate::capture::Order::Create,
+                $crate::hooks::Order::Create,
                 // SAFETY: the program's own arguments.
                 || unsafe { real(out_ptr, size $(, $extra)*) },
                 |r| vramtrace_collector::event::Op::Alloc {
@@ -162,10 +162,10 @@ macro_rules! alloc_handler {
 macro_rules! release_handler {
     ($fn:ident, $api:ident, $ty:ty, |$arg:ident| $op:expr) => {
         unsafe fn $fn(real: unsafe extern "C" fn($ty) -> i32, caller: usize, $arg: $ty) -> i32 {
-            $crate::capture::Call::run(
+            $crate::hooks::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
-                $crate::capture::Order::Destroy,
+                $crate::hooks::Order::Destroy,
                 // SAFETY: the program's own argument.
                 || unsafe { real($arg) },
                 |_| $op,

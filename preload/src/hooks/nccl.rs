@@ -5,8 +5,7 @@
 use libc::c_void;
 use vramtrace_collector::event::{Api, CommEnd, Op};
 
-use super::out;
-use crate::capture::{Call, Order};
+use super::{out, Call, Order};
 use crate::ffi::NcclUniqueId;
 
 type Ptr = *mut c_void;

@@ -1,12 +1,11 @@
 //! CUDA runtime hooks (`libcudart`). A runtime call that goes on to call the driver is one event:
-//! the driver call beneath it is merged in (see `capture::call`), adding its name.
+//! the driver call beneath it is merged in (see `hooks::call`), adding its name.
 
 use libc::c_void;
 use vramtrace_collector::event::{Api, MemKind, Op};
 
-use super::out;
-use crate::capture::{context, Call, Order};
-use crate::closure::proc_address;
+use super::{out, Call, Order};
+use crate::capture::context;
 use crate::ffi::{ChannelFormatDesc, Extent, MemPoolProps, PitchedPtr};
 
 type Ptr = *mut c_void;
@@ -234,46 +233,6 @@ unsafe fn device_reset(real: unsafe extern "C" fn() -> i32, caller: usize) -> i3
     r
 }
 
-unsafe fn get_driver_entry_point(
-    real: unsafe extern "C" fn(*const libc::c_char, *mut Ptr, u64, *mut i32) -> i32,
-    _caller: usize,
-    symbol: *const libc::c_char,
-    func: *mut Ptr,
-    flags: u64,
-    status: *mut i32,
-) -> i32 {
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(symbol, func, flags, status) };
-    // SAFETY: the real call succeeded and wrote `func`.
-    unsafe { proc_address::wrap_out(r, symbol, func, None, flags, "cudaGetDriverEntryPoint") };
-    r
-}
-
-unsafe fn get_driver_entry_point_by_version(
-    real: unsafe extern "C" fn(*const libc::c_char, *mut Ptr, u32, u64, *mut i32) -> i32,
-    _caller: usize,
-    symbol: *const libc::c_char,
-    func: *mut Ptr,
-    version: u32,
-    flags: u64,
-    status: *mut i32,
-) -> i32 {
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(symbol, func, version, flags, status) };
-    // SAFETY: as above.
-    unsafe {
-        proc_address::wrap_out(
-            r,
-            symbol,
-            func,
-            Some(version),
-            flags,
-            "cudaGetDriverEntryPointByVersion",
-        )
-    };
-    r
-}
-
 hooks! {
     fn cudaMalloc(devptr: *mut Ptr, size: usize) -> i32, caller in "rdx", missing 3 => malloc;
     fn cudaFree(ptr: Ptr) -> i32, caller in "rsi", missing 3 => free;
@@ -306,9 +265,4 @@ hooks! {
     fn cudaMemPoolTrimTo(pool: Ptr, keep: usize) -> i32,
         caller in "rdx", missing 3 => mem_pool_trim_to;
     fn cudaDeviceReset() -> i32, caller in "rdi", missing 3 => device_reset;
-    fn cudaGetDriverEntryPoint(symbol: *const libc::c_char, func: *mut Ptr, flags: u64,
-        status: *mut i32) -> i32, caller in "r8", missing 3 => get_driver_entry_point;
-    fn cudaGetDriverEntryPointByVersion(symbol: *const libc::c_char, func: *mut Ptr,
-        version: u32, flags: u64, status: *mut i32) -> i32,
-        caller in "r9", missing 3 => get_driver_entry_point_by_version;
 }

@@ -24,7 +24,6 @@ use std::path::{Path, PathBuf};
 /// Each entry says why it stays.
 const ALLOWED_LOOPS: &[&str] = &[
     "collector: attached.rs live",
-    "preload: capture capture/python capture/stack closure hooks profile.rs session",
     "tools: cli.rs diff export html replay report",
 ];
 
