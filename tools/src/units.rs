@@ -1,4 +1,7 @@
-//! Human-readable sizes for tables (JSON always carries exact bytes).
+//! Human-readable sizes and rates for tables (JSON always carries exact bytes).
+
+use vramtrace_collector::analysis::Analysis;
+use vramtrace_collector::live::SampleAxis;
 
 /// `512 B`, `4.0 KiB`, `1.5 GiB`.
 pub fn bytes(n: u64) -> String {
@@ -21,6 +24,23 @@ pub fn device(d: i32) -> String {
         "?".to_string()
     } else {
         d.to_string()
+    }
+}
+
+/// What a growth rate is per: `per step`, or `per 64 ms window` for a trace sampled by time.
+pub fn unit(a: &Analysis) -> String {
+    match (a.growth.axis, a.growth.window_ns) {
+        (SampleAxis::Time, Some(w)) => format!("per {} window", duration(w)),
+        _ => "per step".to_string(),
+    }
+}
+
+/// A short span: `1.5 s`, `64 ms`, `250 µs`.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        n if n >= 1_000_000_000 => format!("{:.1} s", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
+        n => format!("{} µs", n / 1000),
     }
 }
 
