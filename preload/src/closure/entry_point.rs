@@ -50,8 +50,7 @@ unsafe fn get_driver_entry_point_by_version(
 
 hooks! {
     fn cudaGetDriverEntryPoint(symbol: *const c_char, func: *mut Ptr, flags: u64,
-        status: *mut i32) -> i32, caller in "r8", missing 3 => get_driver_entry_point;
+        status: *mut i32) -> i32, missing 3 => get_driver_entry_point;
     fn cudaGetDriverEntryPointByVersion(symbol: *const c_char, func: *mut Ptr,
-        version: u32, flags: u64, status: *mut i32) -> i32,
-        caller in "r9", missing 3 => get_driver_entry_point_by_version;
+        version: u32, flags: u64, status: *mut i32) -> i32, missing 3 => get_driver_entry_point_by_version;
 }

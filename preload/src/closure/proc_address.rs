@@ -168,8 +168,7 @@ unsafe fn get_proc_address_v2(
 }
 
 hooks! {
-    fn cuGetProcAddress(symbol: *const c_char, func: *mut Ptr, version: i32, flags: u64) -> i32,
-        caller in "r8", missing 3 => get_proc_address;
+    fn cuGetProcAddress(symbol: *const c_char, func: *mut Ptr, version: i32, flags: u64) -> i32, missing 3 => get_proc_address;
     fn cuGetProcAddress_v2(symbol: *const c_char, func: *mut Ptr, version: i32, flags: u64,
-        status: *mut i32) -> i32, caller in "r9", missing 3 => get_proc_address_v2;
+        status: *mut i32) -> i32, missing 3 => get_proc_address_v2;
 }

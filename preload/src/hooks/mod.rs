@@ -8,6 +8,7 @@
 //! the real function once, exactly as the program asked, and reports what happened.
 
 pub mod call;
+pub mod caller;
 pub mod driver_memory;
 pub mod driver_objects;
 pub mod driver_vmm;

@@ -234,35 +234,26 @@ unsafe fn device_reset(real: unsafe extern "C" fn() -> i32, caller: usize) -> i3
 }
 
 hooks! {
-    fn cudaMalloc(devptr: *mut Ptr, size: usize) -> i32, caller in "rdx", missing 3 => malloc;
-    fn cudaFree(ptr: Ptr) -> i32, caller in "rsi", missing 3 => free;
-    fn cudaMallocAsync(devptr: *mut Ptr, size: usize, stream: Ptr) -> i32,
-        caller in "rcx", missing 3 => malloc_async;
-    fn cudaFreeAsync(ptr: Ptr, stream: Ptr) -> i32, caller in "rdx", missing 3 => free_async;
-    fn cudaMallocFromPoolAsync(devptr: *mut Ptr, size: usize, pool: Ptr, stream: Ptr) -> i32,
-        caller in "r8", missing 3 => malloc_from_pool_async;
-    fn cudaMallocManaged(devptr: *mut Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => malloc_managed;
-    fn cudaMallocHost(ptr: *mut Ptr, size: usize) -> i32, caller in "rdx", missing 3 => malloc_host;
-    fn cudaHostAlloc(ptr: *mut Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => host_alloc;
-    fn cudaFreeHost(ptr: Ptr) -> i32, caller in "rsi", missing 3 => free_host;
-    fn cudaHostRegister(ptr: Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => host_register;
-    fn cudaHostUnregister(ptr: Ptr) -> i32, caller in "rsi", missing 3 => host_unregister;
-    fn cudaMallocPitch(devptr: *mut Ptr, pitch: *mut usize, width: usize, height: usize) -> i32,
-        caller in "r8", missing 3 => malloc_pitch;
-    fn cudaMalloc3D(pitched: *mut PitchedPtr, extent: Extent) -> i32,
-        caller in "rsi", missing 3 => malloc_3d;
+    fn cudaMalloc(devptr: *mut Ptr, size: usize) -> i32, missing 3 => malloc;
+    fn cudaFree(ptr: Ptr) -> i32, missing 3 => free;
+    fn cudaMallocAsync(devptr: *mut Ptr, size: usize, stream: Ptr) -> i32, missing 3 => malloc_async;
+    fn cudaFreeAsync(ptr: Ptr, stream: Ptr) -> i32, missing 3 => free_async;
+    fn cudaMallocFromPoolAsync(devptr: *mut Ptr, size: usize, pool: Ptr, stream: Ptr) -> i32, missing 3 => malloc_from_pool_async;
+    fn cudaMallocManaged(devptr: *mut Ptr, size: usize, flags: u32) -> i32, missing 3 => malloc_managed;
+    fn cudaMallocHost(ptr: *mut Ptr, size: usize) -> i32, missing 3 => malloc_host;
+    fn cudaHostAlloc(ptr: *mut Ptr, size: usize, flags: u32) -> i32, missing 3 => host_alloc;
+    fn cudaFreeHost(ptr: Ptr) -> i32, missing 3 => free_host;
+    fn cudaHostRegister(ptr: Ptr, size: usize, flags: u32) -> i32, missing 3 => host_register;
+    fn cudaHostUnregister(ptr: Ptr) -> i32, missing 3 => host_unregister;
+    fn cudaMallocPitch(devptr: *mut Ptr, pitch: *mut usize, width: usize, height: usize) -> i32, missing 3 => malloc_pitch;
+    fn cudaMalloc3D(pitched: *mut PitchedPtr, extent: Extent) -> i32, missing 3 => malloc_3d;
     fn cudaMallocArray(array: *mut Ptr, desc: *const ChannelFormatDesc, width: usize,
-        height: usize, flags: u32) -> i32, caller in "r9", missing 3 => malloc_array;
+        height: usize, flags: u32) -> i32, missing 3 => malloc_array;
     fn cudaMalloc3DArray(array: *mut Ptr, desc: *const ChannelFormatDesc, extent: Extent,
-        flags: u32) -> i32, caller in "rcx", missing 3 => malloc_3d_array;
-    fn cudaFreeArray(array: Ptr) -> i32, caller in "rsi", missing 3 => free_array;
-    fn cudaMemPoolCreate(pool: *mut Ptr, props: *const MemPoolProps) -> i32,
-        caller in "rdx", missing 3 => mem_pool_create;
-    fn cudaMemPoolDestroy(pool: Ptr) -> i32, caller in "rsi", missing 3 => mem_pool_destroy;
-    fn cudaMemPoolTrimTo(pool: Ptr, keep: usize) -> i32,
-        caller in "rdx", missing 3 => mem_pool_trim_to;
-    fn cudaDeviceReset() -> i32, caller in "rdi", missing 3 => device_reset;
+        flags: u32) -> i32, missing 3 => malloc_3d_array;
+    fn cudaFreeArray(array: Ptr) -> i32, missing 3 => free_array;
+    fn cudaMemPoolCreate(pool: *mut Ptr, props: *const MemPoolProps) -> i32, missing 3 => mem_pool_create;
+    fn cudaMemPoolDestroy(pool: Ptr) -> i32, missing 3 => mem_pool_destroy;
+    fn cudaMemPoolTrimTo(pool: Ptr, keep: usize) -> i32, missing 3 => mem_pool_trim_to;
+    fn cudaDeviceReset() -> i32, missing 3 => device_reset;
 }
