@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Loops allowed to remain, one per entry: crate, then the folders of the loop in sorted order
 /// (`"tools: cli.rs report"`), each with a comment saying why it stays. The list only shrinks: a
@@ -37,7 +37,7 @@ const CRATES: &[&str] = &["preload", "collector", "tools", "tests"];
 
 #[test]
 fn no_import_loops_between_folders() {
-    let root = repository_root();
+    let root = super::repository_root();
     let mut found = BTreeSet::new();
     let mut report = String::new();
     for krate in CRATES {
@@ -102,13 +102,6 @@ fn the_scanner_finds_a_planted_loop() {
         ]
     );
     assert!(graph.edges.contains_key(&("c.rs".into(), "d.rs".into())));
-}
-
-fn repository_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits in the repository")
-        .to_path_buf()
 }
 
 /// A module: its path from the crate root and the file it is written in.

@@ -3,3 +3,14 @@
 //! (`links`).
 
 mod imports;
+mod links;
+
+use std::path::{Path, PathBuf};
+
+/// The repository's top folder.
+fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits in the repository")
+        .to_path_buf()
+}
