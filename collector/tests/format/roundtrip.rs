@@ -309,21 +309,11 @@ fn a_large_payload_survives_the_trace_file() {
         .collect();
     let mark = |seq: u64| {
         Record::Event(Event {
-            seq,
-            time_ns: seq,
-            thread: 1,
             api: Api::TracerMarkStep,
             inner: None,
-            outer: None,
-            result: 0,
             device: -1,
-            context: 0,
-            caller: 0,
-            stack: 0,
-            py_stack: 0,
-            py_inferred: false,
-            nccl_scope: 0,
             op: Op::MarkStep { step: seq },
+            ..event(seq)
         })
     };
     let mut w = TraceWriter::new(Vec::new(), &Header::default())
