@@ -14,8 +14,8 @@
 # wrote with VRAMTRACE_BENCH_FORMAT=4 is read by builds before format 5 too), e.g. the recorded
 # mix of a GPU run's traces (VRAMTRACE_BENCH_MIX=recorded:DIR, collector/benches/replay.rs).
 # ALTERNATE=1 runs the two one after the other instead, each round old then new, unpinned: on a
-# 2-vCPU VM two runs at once contend for the shared caches, and the series in docs/performance.md
-# since the eighth session were made this way (EV=100000000, the bench's default trace).
+# 2-vCPU VM two runs at once contend for the shared caches, so docs/performance.md's side-by-side
+# figures are made this way (EV=100000000, the bench's default trace).
 set -u
 if [ $# -ne 3 ] || [ ! -x "$2" ] || [ ! -x "$3" ]; then
     echo "usage: $0 ROUNDS OLD_BENCH_BINARY NEW_BENCH_BINARY" >&2

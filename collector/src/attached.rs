@@ -186,61 +186,6 @@ mod tests {
         assert_eq!(a.broken(), 3);
     }
 
-    /// A payload of several pieces goes through a trace file, between events, and comes back
-    /// whole from the live state.
-    #[test]
-    fn a_large_payload_survives_the_trace_file() {
-        use crate::event::{Api, Event, Op};
-        use crate::format::{Header, Record, TraceReader, TraceWriter};
-        use crate::live::LiveState;
-
-        let data: Vec<u8> = (0..(2 * Attachment::PIECE_BYTES + 12345))
-            .map(|i| (i * 7 % 251) as u8)
-            .collect();
-        let mark = |seq: u64| {
-            Record::Event(Event {
-                seq,
-                time_ns: seq,
-                thread: 1,
-                api: Api::TracerMarkStep,
-                inner: None,
-                outer: None,
-                result: 0,
-                device: -1,
-                context: 0,
-                caller: 0,
-                stack: 0,
-                py_stack: 0,
-                py_inferred: false,
-                nccl_scope: 0,
-                op: Op::MarkStep { step: seq },
-            })
-        };
-        let mut w = TraceWriter::new(Vec::new(), &Header::default())
-            .unwrap()
-            .with_chunk_bytes(256 * 1024);
-        w.write(&mark(1)).unwrap();
-        let written: Vec<Attachment> = pieces("torch.memory_snapshot", 1, 99, 1, &data).collect();
-        assert_eq!(written.len(), 3);
-        for p in &written {
-            w.write(&Record::Attachment(p.clone())).unwrap();
-        }
-        for p in pieces("torch.allocator", 2, 100, 1, b"") {
-            w.write(&Record::Attachment(p)).unwrap();
-        }
-        w.write(&mark(2)).unwrap();
-        let bytes = w.finish().unwrap();
-        let mut state = LiveState::new();
-        state.replay(&mut TraceReader::new(std::io::Cursor::new(bytes)).unwrap());
-        assert_eq!(state.steps(), 2);
-        let got = state.attachments().of_kind("torch.memory_snapshot");
-        assert_eq!(got.len(), 1);
-        assert_eq!((got[0].id, got[0].time_ns, got[0].after_seq), (1, 99, 1));
-        assert!(got[0].data == data, "the payload changed on the way");
-        assert_eq!(state.attachments().of_kind("torch.allocator")[0].data, b"");
-        assert_eq!(state.attachments().broken(), 0);
-    }
-
     #[test]
     fn only_the_last_payloads_of_a_kind_are_kept() {
         let mut a = Attachments::default();

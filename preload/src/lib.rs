@@ -26,10 +26,16 @@ pub mod profile;
 pub mod resolve;
 pub mod session;
 
-/// Library constructor: finds glibc's `dlsym`, reads the settings, installs the fork and signal
-/// handlers. Starting the trace waits for the first event.
+/// Library constructor: finds glibc's `dlsym`, reads the settings, installs the fork handlers,
+/// and finds the real functions of the process hooks. Starting the trace waits for the first
+/// event.
 extern "C" fn on_load() {
-    let _ = std::panic::catch_unwind(session::lifecycle::install);
+    let _ = std::panic::catch_unwind(|| {
+        session::lifecycle::install();
+        // The process hooks (`_exit`, `exec*`) work whether tracing is on or off: their real
+        // functions are found now, while the process has one thread, not in a signal handler.
+        hooks::process::resolve();
+    });
 }
 
 /// Library destructor (at exit): writes what is buffered and the end record.

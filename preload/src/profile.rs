@@ -15,7 +15,7 @@
 //!
 //! Off (the default), the hooks pay one load and one predictable branch per call: the profiled
 //! and the plain hook paths are separate copies of the same generic code ([`Watch`]), chosen
-//! once at the top of [`crate::capture::Call::run`].
+//! once at the top of [`crate::hooks::Call::run`].
 
 use std::cell::Cell;
 use std::fmt::Write as _;

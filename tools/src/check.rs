@@ -14,10 +14,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use vramtrace_collector::symbols::{Granularity, Symbolizer};
 
-use crate::cli::TracerArgs;
 use crate::limits::{measure, parse_growth_limit, parse_size_limit, render, Limit, Measured};
 use crate::load::load_analyzed;
-use crate::report::findings::AnalysisArgs;
+use crate::options::AnalysisArgs;
+use crate::options::TracerArgs;
 use crate::report::Report;
 
 pub const EXAMPLES: &str = "\

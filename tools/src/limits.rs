@@ -11,8 +11,7 @@ use vramtrace_collector::analysis::growth::DRIVER;
 use vramtrace_collector::analysis::Analysis;
 use vramtrace_collector::live::Holder;
 
-use crate::report::findings::unit;
-use crate::units::{bytes, parse_size, signed_bytes};
+use crate::units::{bytes, parse_size, signed_bytes, unit};
 
 /// One limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,6 +15,7 @@ mod html;
 mod inputs;
 mod limits;
 mod load;
+mod options;
 mod ranks;
 mod replay;
 mod report;
@@ -38,7 +39,10 @@ fn main() -> ExitCode {
         Err(e) => return flag_error(e),
     };
     let result = match &cli.command {
-        Command::Report(args) => report::run(args),
+        Command::Report(args) => match &args.html {
+            Some(page) => html::run(args, page),
+            None => report::run(args),
+        },
         Command::Diff(args) => diff::run(args),
         Command::Run(args) => run::run(args),
         Command::Replay(args) => replay::run(args).map(|()| 0),

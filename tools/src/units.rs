@@ -1,18 +1,14 @@
-//! Human-readable sizes for tables (JSON always carries exact bytes).
+//! Human-readable sizes and rates for tables (JSON always carries exact bytes). Sizes are printed
+//! by `bytesize` and read here: a size flag's units are powers of 1024 whatever their spelling
+//! (`80G` is 80 GiB), where `bytesize` would read `G` and `GB` as powers of 1000.
+
+use bytesize::ByteSize;
+use vramtrace_collector::analysis::Analysis;
+use vramtrace_collector::live::SampleAxis;
 
 /// `512 B`, `4.0 KiB`, `1.5 GiB`.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
+    ByteSize(n).display().iec().to_string()
 }
 
 /// A device ordinal for tables: `?` when the trace could not tell it (-1).
@@ -21,6 +17,23 @@ pub fn device(d: i32) -> String {
         "?".to_string()
     } else {
         d.to_string()
+    }
+}
+
+/// What a growth rate is per: `per step`, or `per 64 ms window` for a trace sampled by time.
+pub fn unit(a: &Analysis) -> String {
+    match (a.growth.axis, a.growth.window_ns) {
+        (SampleAxis::Time, Some(w)) => format!("per {} window", duration(w)),
+        _ => "per step".to_string(),
+    }
+}
+
+/// A short span: `1.5 s`, `64 ms`, `250 µs`.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        n if n >= 1_000_000_000 => format!("{:.1} s", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
+        n => format!("{} µs", n / 1000),
     }
 }
 
@@ -88,8 +101,10 @@ mod tests {
         assert_eq!(bytes(0), "0 B");
         assert_eq!(bytes(1023), "1023 B");
         assert_eq!(bytes(1024), "1.0 KiB");
+        assert_eq!(bytes((1 << 20) - 1), "1024.0 KiB");
         assert_eq!(bytes(3 << 20), "3.0 MiB");
         assert_eq!(bytes(3 << 29), "1.5 GiB");
-        assert_eq!(bytes(u64::MAX), "16384.0 PiB");
+        assert_eq!(bytes((1 << 50) + (1 << 49)), "1.5 PiB");
+        assert_eq!(bytes(u64::MAX), "16.0 EiB");
     }
 }

@@ -7,12 +7,12 @@
 //! only, are estimated from the objects it still holds at the end (a lower bound of its share of
 //! the peak, and the rate at which it made what it still holds — its leak rate — counted, as the
 //! growth analysis counts growth, only when it is steady).
+use rustc_hash::FxHashMap;
 
 use super::profile::{GrowthUnit, SiteMetrics};
 use super::tally::CallCounts;
 use crate::analysis::course::Course;
 use crate::analysis::{Analysis, GrowthConfig, Shape};
-use crate::fasthash::FxHashMap;
 use crate::live::{Holder, LiveState};
 use crate::symbols::CallRef;
 

@@ -1,9 +1,9 @@
 //! What each call did over a whole trace, counted while reading it: allocations made and
 //! failures, which the live state does not keep per call once objects are freed, and whether the
 //! call's Python stack was its own or inferred from another thread.
+use rustc_hash::FxHashMap;
 
 use crate::event::{Event, Op};
-use crate::fasthash::FxHashMap;
 use crate::live::means_out_of_memory;
 use crate::symbols::CallRef;
 

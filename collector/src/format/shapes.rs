@@ -6,9 +6,9 @@
 //! takes number 0 again, the next 1, and so on (round robin), so a chunk with more kinds of
 //! record than numbers keeps naming its recent ones. Each chunk starts with no shapes. The reader
 //! numbers its definitions the same way ([`Numbering`]).
+use rustc_hash::FxHashMap;
 
 use super::chunk::MAX_SHAPES;
-use crate::fasthash::FxHashMap;
 
 /// The longest record (length, tag and payload) the writer makes a shape of: the common events
 /// of a training loop are 6 to 12 bytes, and a longer record names values that seldom repeat.

@@ -6,12 +6,12 @@
 //! after the latest peak first saves the value it held then; a site unchanged since still holds
 //! it. That keeps the peak exact at O(1) per event, however often a growing run sets a new one.
 
+use rustc_hash::FxHashMap;
 use serde::{Serialize, Serializer};
 
 use super::series::{Grid, Series};
 use super::sites::{CallId, SiteId};
 use crate::event::MemKind;
-use crate::fasthash::FxHashMap;
 
 /// Sample points kept per series for steps.
 const STEP_POINTS: usize = 256;

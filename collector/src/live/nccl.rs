@@ -9,12 +9,13 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use rustc_hash::FxHashMap;
+
 use super::objects::{
     CommState, Communicator, Flag, Flags, NcclBuffer, Origin, Registration, Window,
 };
 use super::{AnomalyKind, LiveState, ObjectRef};
 use crate::event::{CommEnd, Event, Op};
-use crate::fasthash::FxHashMap;
 
 /// Ended communicators remembered for reports.
 const MAX_ENDED_COMMUNICATORS: usize = 1024;

@@ -5,10 +5,10 @@
 //! The owner is the first frame outside the CUDA libraries: the caller's module when it is not one
 //! of them, else the first such frame on the event's interned stack.
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::event::StackId;
-use crate::fasthash::FxHashMap;
 use crate::format::{Module, StackDef};
 use crate::modules::{is_cuda_library, ModuleMap};
 

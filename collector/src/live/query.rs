@@ -1,6 +1,7 @@
 //! Reading the running totals: per holder and call site now, at each holder's peak, and over
 //! the sampled steps or time windows. The analyses are built on these.
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::ledger::{Holder, PeakPoint, PoolUse};
@@ -11,7 +12,6 @@ use super::sites::{SiteId, SiteKey};
 use super::summary::Totals;
 use super::{Failure, LiveState};
 use crate::event::StackId;
-use crate::fasthash::FxHashMap;
 
 /// What the growth series are sampled over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

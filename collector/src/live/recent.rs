@@ -6,7 +6,7 @@
 //! last `cap` writes; the ring is indexed by pointer when something asks, which costs each write
 //! one hash-map update at most, and none in a trace nothing asks about.
 
-use crate::fasthash::FxHashMap;
+use rustc_hash::FxHashMap;
 
 /// Why a pointer left the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,12 +13,12 @@
 //! such calls, so an object keeps a call id and only what is its own (sequence number, time, step,
 //! size); its [`Origin`] is put back together when asked for.
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::objects::Origin;
 use super::origin::OwnerResolver;
 use crate::event::{Api, Event, StackId};
-use crate::fasthash::FxHashMap;
 use crate::modules::ModuleMap;
 use crate::python::PythonStacks;
 

@@ -9,10 +9,11 @@
 
 use std::collections::VecDeque;
 
+use rustc_hash::FxHashMap;
+
 use super::objects::Allocation;
 use super::pointers::PointerMap;
 use super::recent::{RecentSet, Removal};
-use crate::fasthash::FxHashMap;
 
 /// Recently freed pointers remembered to recognise double frees.
 const MAX_FREED: usize = 65536;

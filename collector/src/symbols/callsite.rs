@@ -9,12 +9,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::stack::{FrameKind, StackFrame};
 use super::{ResolvedAddress, Symbolizer};
 use crate::event::{Event, StackId};
-use crate::fasthash::FxHashMap;
 use crate::live::{Accounting, LiveState, Origin, OwnerResolver};
 use crate::modules::is_tracer;
 use crate::python::PythonStacks;

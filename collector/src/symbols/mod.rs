@@ -23,6 +23,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 pub use callsite::{Attribution, CallRef, CallSiteGroup, CallSiteKey, CallSiteTally, Granularity};
 pub use error::SymbolError;
 pub use search::{SymbolSearch, SYMBOL_PATH_VAR};
@@ -31,7 +33,6 @@ pub use stack::{collapse, FrameKind, StackFrame, StackLine};
 use self::dwarf::DwarfInfo;
 use self::search::ModuleFiles;
 use self::symtab::SymbolTable;
-use crate::fasthash::FxHashMap;
 use crate::format::Module;
 use crate::modules::ModuleMap;
 

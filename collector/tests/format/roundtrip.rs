@@ -295,3 +295,48 @@ fn alerts_read_back_between_events() {
     state.replay(&mut TraceReader::new(&bytes[..]).unwrap());
     assert_eq!((state.alerts(), state.alerts_total()), (&[alert][..], 1));
 }
+
+/// A payload of several pieces goes through a trace file, between events, and comes back
+/// whole from the live state.
+#[test]
+fn a_large_payload_survives_the_trace_file() {
+    use vramtrace_collector::attached::pieces;
+    use vramtrace_collector::format::Attachment;
+    use vramtrace_collector::live::LiveState;
+
+    let data: Vec<u8> = (0..(2 * Attachment::PIECE_BYTES + 12345))
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
+    let mark = |seq: u64| {
+        Record::Event(Event {
+            api: Api::TracerMarkStep,
+            inner: None,
+            device: -1,
+            op: Op::MarkStep { step: seq },
+            ..event(seq)
+        })
+    };
+    let mut w = TraceWriter::new(Vec::new(), &Header::default())
+        .unwrap()
+        .with_chunk_bytes(256 * 1024);
+    w.write(&mark(1)).unwrap();
+    let written: Vec<Attachment> = pieces("torch.memory_snapshot", 1, 99, 1, &data).collect();
+    assert_eq!(written.len(), 3);
+    for p in &written {
+        w.write(&Record::Attachment(p.clone())).unwrap();
+    }
+    for p in pieces("torch.allocator", 2, 100, 1, b"") {
+        w.write(&Record::Attachment(p)).unwrap();
+    }
+    w.write(&mark(2)).unwrap();
+    let bytes = w.finish().unwrap();
+    let mut state = LiveState::new();
+    state.replay(&mut TraceReader::new(std::io::Cursor::new(bytes)).unwrap());
+    assert_eq!(state.steps(), 2);
+    let got = state.attachments().of_kind("torch.memory_snapshot");
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].id, got[0].time_ns, got[0].after_seq), (1, 99, 1));
+    assert!(got[0].data == data, "the payload changed on the way");
+    assert_eq!(state.attachments().of_kind("torch.allocator")[0].data, b"");
+    assert_eq!(state.attachments().broken(), 0);
+}

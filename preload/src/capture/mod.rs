@@ -1,14 +1,11 @@
-//! Turning an intercepted call into an event: per-thread state, the call discipline, the clock,
-//! the current device and context, native and Python stacks and their interning.
+//! What an event records about a call: per-thread state, the clock, the current device and
+//! context, native and Python stacks and their interning. The hooks (`hooks::call`) and the
+//! writer thread use it; it depends on neither.
 
-pub mod call;
 pub mod clock;
 pub mod context;
 pub mod intern;
-pub mod meminfo;
 pub mod python;
 pub mod spin;
 pub mod stack;
 pub mod thread;
-
-pub use call::{Call, Order};

@@ -118,58 +118,15 @@ pub unsafe fn wrap_out(
     }
 }
 
-unsafe fn get_proc_address(
-    real: unsafe extern "C" fn(*const c_char, *mut Ptr, i32, u64) -> i32,
-    _caller: usize,
-    symbol: *const c_char,
-    func: *mut Ptr,
-    version: i32,
-    flags: u64,
-) -> i32 {
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(symbol, func, version, flags) };
-    // SAFETY: as documented on wrap_out.
-    unsafe {
-        wrap_out(
-            r,
-            symbol,
-            func,
-            Some(version.max(0) as u32),
-            flags,
-            "cuGetProcAddress",
-        )
-    };
-    r
-}
-
-unsafe fn get_proc_address_v2(
-    real: unsafe extern "C" fn(*const c_char, *mut Ptr, i32, u64, *mut i32) -> i32,
-    _caller: usize,
-    symbol: *const c_char,
-    func: *mut Ptr,
-    version: i32,
-    flags: u64,
-    status: *mut i32,
-) -> i32 {
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(symbol, func, version, flags, status) };
-    // SAFETY: as documented on wrap_out.
-    unsafe {
-        wrap_out(
-            r,
-            symbol,
-            func,
-            Some(version.max(0) as u32),
-            flags,
-            "cuGetProcAddress_v2",
-        )
-    };
-    r
-}
+resolver_handler!(get_proc_address, "cuGetProcAddress",
+    (symbol: *const c_char, func: *mut Ptr, version: i32, flags: u64)
+    => wrap(symbol, func, Some(version.max(0) as u32), flags));
+resolver_handler!(get_proc_address_v2, "cuGetProcAddress_v2",
+    (symbol: *const c_char, func: *mut Ptr, version: i32, flags: u64, status: *mut i32)
+    => wrap(symbol, func, Some(version.max(0) as u32), flags));
 
 hooks! {
-    fn cuGetProcAddress(symbol: *const c_char, func: *mut Ptr, version: i32, flags: u64) -> i32,
-        caller in "r8", missing 3 => get_proc_address;
+    fn cuGetProcAddress(symbol: *const c_char, func: *mut Ptr, version: i32, flags: u64) -> i32, missing 3 => get_proc_address;
     fn cuGetProcAddress_v2(symbol: *const c_char, func: *mut Ptr, version: i32, flags: u64,
-        status: *mut i32) -> i32, caller in "r9", missing 3 => get_proc_address_v2;
+        status: *mut i32) -> i32, missing 3 => get_proc_address_v2;
 }

@@ -1,60 +1,14 @@
-//! Every hook by exact exported name, and handing out the right copy for a real pointer.
+//! Every hook by exact exported name: the library's hooks and the resolvers' own.
 
-use crate::resolve::{driver, loaded, Slots, COPIES};
-
-/// One hook as the resolvers see it.
-pub struct HookEntry {
-    /// The exact exported name (`cuMemAlloc_v2`).
-    pub name: &'static str,
-    pub slots: &'static Slots,
-    exported: *const (),
-    copies: [*const (); COPIES],
-}
-
-// SAFETY: the pointers are addresses of functions in this library; they are never written.
-unsafe impl Sync for HookEntry {}
-
-impl HookEntry {
-    /// A registry entry (built by the `hooks!` macro).
-    pub const fn new(
-        name: &'static str,
-        slots: &'static Slots,
-        exported: *const (),
-        copies: [*const (); COPIES],
-    ) -> Self {
-        HookEntry {
-            name,
-            slots,
-            exported,
-            copies,
-        }
-    }
-
-    /// The wrapper to hand out in place of `real`, or `None` when every copy already forwards to
-    /// another function (the caller then hands out `real` itself and says so).
-    pub fn wrap(&'static self, real: usize) -> Option<usize> {
-        if real == 0 {
-            return None;
-        }
-        if loaded::is_ours(real) {
-            return Some(real);
-        }
-        if self.name.starts_with("cu") && !self.name.starts_with("cuda") {
-            driver::note_function(real);
-        }
-        if self.slots.link_value() == real {
-            return Some(self.exported as usize);
-        }
-        self.slots.claim(real).map(|i| self.copies[i] as usize)
-    }
-}
+use crate::hooks::{self, HookEntry};
 
 /// The hook for an exact exported name.
 pub fn find(name: &[u8]) -> Option<&'static HookEntry> {
     if !(name.starts_with(b"cu") || name.starts_with(b"nccl")) {
         return None;
     }
-    crate::hooks::all()
+    hooks::all()
         .chain(super::proc_address::ENTRIES.iter().copied())
+        .chain(super::entry_point::ENTRIES.iter().copied())
         .find(|e| e.name.as_bytes() == name)
 }

@@ -5,8 +5,7 @@
 use libc::c_void;
 use vramtrace_collector::event::{Api, MemKind, Op};
 
-use super::out;
-use crate::capture::{Call, Order};
+use super::{out, Call, Order};
 
 type DevPtr = u64;
 type Ptr = *mut c_void;
@@ -137,33 +136,22 @@ handler!(mem_alloc_pitch, CuMemAllocPitch, Create,
     |r| unsafe { super::pitched(r, dptr, pitch, width, height, element) });
 
 hooks! {
-    fn cuMemAlloc_v2(dptr: *mut DevPtr, size: usize) -> i32,
-        caller in "rdx", missing 3 => mem_alloc;
-    fn cuMemFree_v2(dptr: DevPtr) -> i32, caller in "rsi", missing 3 => mem_free;
+    fn cuMemAlloc_v2(dptr: *mut DevPtr, size: usize) -> i32, missing 3 => mem_alloc;
+    fn cuMemFree_v2(dptr: DevPtr) -> i32, missing 3 => mem_free;
     fn cuMemAllocPitch_v2(dptr: *mut DevPtr, pitch: *mut usize, width: usize, height: usize,
-        element: u32) -> i32, caller in "r9", missing 3 => mem_alloc_pitch;
-    fn cuMemAllocManaged(dptr: *mut DevPtr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => mem_alloc_managed;
-    fn cuMemAllocAsync(dptr: *mut DevPtr, size: usize, stream: Ptr) -> i32,
-        caller in "rcx", missing 3 => mem_alloc_async;
-    fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, size: usize, stream: Ptr) -> i32,
-        caller in "rcx", missing 3 => mem_alloc_async_ptsz;
-    fn cuMemFreeAsync(dptr: DevPtr, stream: Ptr) -> i32,
-        caller in "rdx", missing 3 => mem_free_async;
-    fn cuMemFreeAsync_ptsz(dptr: DevPtr, stream: Ptr) -> i32,
-        caller in "rdx", missing 3 => mem_free_async_ptsz;
-    fn cuMemAllocFromPoolAsync(dptr: *mut DevPtr, size: usize, pool: Ptr, stream: Ptr) -> i32,
-        caller in "r8", missing 3 => mem_alloc_from_pool_async;
+        element: u32) -> i32, missing 3 => mem_alloc_pitch;
+    fn cuMemAllocManaged(dptr: *mut DevPtr, size: usize, flags: u32) -> i32, missing 3 => mem_alloc_managed;
+    fn cuMemAllocAsync(dptr: *mut DevPtr, size: usize, stream: Ptr) -> i32, missing 3 => mem_alloc_async;
+    fn cuMemAllocAsync_ptsz(dptr: *mut DevPtr, size: usize, stream: Ptr) -> i32, missing 3 => mem_alloc_async_ptsz;
+    fn cuMemFreeAsync(dptr: DevPtr, stream: Ptr) -> i32, missing 3 => mem_free_async;
+    fn cuMemFreeAsync_ptsz(dptr: DevPtr, stream: Ptr) -> i32, missing 3 => mem_free_async_ptsz;
+    fn cuMemAllocFromPoolAsync(dptr: *mut DevPtr, size: usize, pool: Ptr, stream: Ptr) -> i32, missing 3 => mem_alloc_from_pool_async;
     fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut DevPtr, size: usize, pool: Ptr, stream: Ptr)
-        -> i32, caller in "r8", missing 3 => mem_alloc_from_pool_async_ptsz;
-    fn cuMemHostAlloc(pp: *mut Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => mem_host_alloc;
-    fn cuMemAllocHost_v2(pp: *mut Ptr, size: usize) -> i32,
-        caller in "rdx", missing 3 => mem_alloc_host;
-    fn cuMemFreeHost(p: Ptr) -> i32, caller in "rsi", missing 3 => mem_free_host;
-    fn cuMemHostRegister_v2(p: Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => mem_host_register;
-    fn cuMemHostRegister(p: Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => mem_host_register_v1;
-    fn cuMemHostUnregister(p: Ptr) -> i32, caller in "rsi", missing 3 => mem_host_unregister;
+        -> i32, missing 3 => mem_alloc_from_pool_async_ptsz;
+    fn cuMemHostAlloc(pp: *mut Ptr, size: usize, flags: u32) -> i32, missing 3 => mem_host_alloc;
+    fn cuMemAllocHost_v2(pp: *mut Ptr, size: usize) -> i32, missing 3 => mem_alloc_host;
+    fn cuMemFreeHost(p: Ptr) -> i32, missing 3 => mem_free_host;
+    fn cuMemHostRegister_v2(p: Ptr, size: usize, flags: u32) -> i32, missing 3 => mem_host_register;
+    fn cuMemHostRegister(p: Ptr, size: usize, flags: u32) -> i32, missing 3 => mem_host_register_v1;
+    fn cuMemHostUnregister(p: Ptr) -> i32, missing 3 => mem_host_unregister;
 }

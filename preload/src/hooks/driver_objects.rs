@@ -5,8 +5,7 @@
 use libc::c_void;
 use vramtrace_collector::event::{Api, Op};
 
-use super::out;
-use crate::capture::{Call, Order};
+use super::{out, Call, Order};
 use crate::ffi::{array_bytes, Array3DDescriptor, ArrayDescriptor, IpcMemHandle, MemPoolProps};
 
 type DevPtr = u64;
@@ -184,36 +183,23 @@ unsafe fn primary_ctx_retain(
 }
 
 hooks! {
-    fn cuMemPoolCreate(pool: *mut Ptr, props: *const MemPoolProps) -> i32,
-        caller in "rdx", missing 3 => mem_pool_create;
-    fn cuMemPoolDestroy(pool: Ptr) -> i32, caller in "rsi", missing 3 => mem_pool_destroy;
-    fn cuMemPoolTrimTo(pool: Ptr, keep: usize) -> i32,
-        caller in "rdx", missing 3 => mem_pool_trim_to;
-    fn cuIpcOpenMemHandle_v2(ptr: *mut DevPtr, handle: IpcMemHandle, flags: u32) -> i32,
-        caller in "rdx", missing 3 => ipc_open_mem_handle;
-    fn cuIpcOpenMemHandle(ptr: *mut DevPtr, handle: IpcMemHandle, flags: u32) -> i32,
-        caller in "rdx", missing 3 => ipc_open_mem_handle_v1;
-    fn cuIpcCloseMemHandle(ptr: DevPtr) -> i32, caller in "rsi", missing 3 => ipc_close_mem_handle;
-    fn cuArrayCreate_v2(array: *mut Ptr, desc: *const ArrayDescriptor) -> i32,
-        caller in "rdx", missing 3 => array_create;
-    fn cuArray3DCreate_v2(array: *mut Ptr, desc: *const Array3DDescriptor) -> i32,
-        caller in "rdx", missing 3 => array_3d_create;
-    fn cuArrayDestroy(array: Ptr) -> i32, caller in "rsi", missing 3 => array_destroy;
-    fn cuCtxCreate_v2(ctx: *mut Ptr, flags: u32, device: i32) -> i32,
-        caller in "rcx", missing 3 => ctx_create_v2;
+    fn cuMemPoolCreate(pool: *mut Ptr, props: *const MemPoolProps) -> i32, missing 3 => mem_pool_create;
+    fn cuMemPoolDestroy(pool: Ptr) -> i32, missing 3 => mem_pool_destroy;
+    fn cuMemPoolTrimTo(pool: Ptr, keep: usize) -> i32, missing 3 => mem_pool_trim_to;
+    fn cuIpcOpenMemHandle_v2(ptr: *mut DevPtr, handle: IpcMemHandle, flags: u32) -> i32, missing 3 => ipc_open_mem_handle;
+    fn cuIpcOpenMemHandle(ptr: *mut DevPtr, handle: IpcMemHandle, flags: u32) -> i32, missing 3 => ipc_open_mem_handle_v1;
+    fn cuIpcCloseMemHandle(ptr: DevPtr) -> i32, missing 3 => ipc_close_mem_handle;
+    fn cuArrayCreate_v2(array: *mut Ptr, desc: *const ArrayDescriptor) -> i32, missing 3 => array_create;
+    fn cuArray3DCreate_v2(array: *mut Ptr, desc: *const Array3DDescriptor) -> i32, missing 3 => array_3d_create;
+    fn cuArrayDestroy(array: Ptr) -> i32, missing 3 => array_destroy;
+    fn cuCtxCreate_v2(ctx: *mut Ptr, flags: u32, device: i32) -> i32, missing 3 => ctx_create_v2;
     fn cuCtxCreate_v3(ctx: *mut Ptr, params: Ptr, num_params: i32, flags: u32, device: i32)
-        -> i32, caller in "r9", missing 3 => ctx_create_v3;
-    fn cuCtxCreate_v4(ctx: *mut Ptr, params: Ptr, flags: u32, device: i32) -> i32,
-        caller in "r8", missing 3 => ctx_create_v4;
-    fn cuCtxDestroy_v2(ctx: Ptr) -> i32, caller in "rsi", missing 3 => ctx_destroy;
-    fn cuDevicePrimaryCtxRetain(ctx: *mut Ptr, device: i32) -> i32,
-        caller in "rdx", missing 3 => primary_ctx_retain;
-    fn cuDevicePrimaryCtxRelease_v2(device: i32) -> i32,
-        caller in "rsi", missing 3 => primary_ctx_release;
-    fn cuDevicePrimaryCtxRelease(device: i32) -> i32,
-        caller in "rsi", missing 3 => primary_ctx_release_v1;
-    fn cuDevicePrimaryCtxReset_v2(device: i32) -> i32,
-        caller in "rsi", missing 3 => primary_ctx_reset;
-    fn cuDevicePrimaryCtxReset(device: i32) -> i32,
-        caller in "rsi", missing 3 => primary_ctx_reset_v1;
+        -> i32, missing 3 => ctx_create_v3;
+    fn cuCtxCreate_v4(ctx: *mut Ptr, params: Ptr, flags: u32, device: i32) -> i32, missing 3 => ctx_create_v4;
+    fn cuCtxDestroy_v2(ctx: Ptr) -> i32, missing 3 => ctx_destroy;
+    fn cuDevicePrimaryCtxRetain(ctx: *mut Ptr, device: i32) -> i32, missing 3 => primary_ctx_retain;
+    fn cuDevicePrimaryCtxRelease_v2(device: i32) -> i32, missing 3 => primary_ctx_release;
+    fn cuDevicePrimaryCtxRelease(device: i32) -> i32, missing 3 => primary_ctx_release_v1;
+    fn cuDevicePrimaryCtxReset_v2(device: i32) -> i32, missing 3 => primary_ctx_reset;
+    fn cuDevicePrimaryCtxReset(device: i32) -> i32, missing 3 => primary_ctx_reset_v1;
 }

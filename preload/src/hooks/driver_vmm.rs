@@ -4,8 +4,7 @@
 use libc::c_void;
 use vramtrace_collector::event::{Api, Op};
 
-use super::out;
-use crate::capture::{Call, Order};
+use super::{out, Call, Order};
 use crate::ffi::MemAllocationProp;
 
 type DevPtr = u64;
@@ -158,17 +157,14 @@ unsafe fn mem_import_from_shareable_handle(
 
 hooks! {
     fn cuMemCreate(handle: *mut Handle, size: usize, prop: *const MemAllocationProp, flags: u64)
-        -> i32, caller in "r8", missing 3 => mem_create;
-    fn cuMemRelease(handle: Handle) -> i32, caller in "rsi", missing 3 => mem_release;
-    fn cuMemRetainAllocationHandle(handle: *mut Handle, addr: *mut c_void) -> i32,
-        caller in "rdx", missing 3 => mem_retain_allocation_handle;
-    fn cuMemMap(ptr: DevPtr, size: usize, offset: usize, handle: Handle, flags: u64) -> i32,
-        caller in "r9", missing 3 => mem_map;
-    fn cuMemUnmap(ptr: DevPtr, size: usize) -> i32, caller in "rdx", missing 3 => mem_unmap;
+        -> i32, missing 3 => mem_create;
+    fn cuMemRelease(handle: Handle) -> i32, missing 3 => mem_release;
+    fn cuMemRetainAllocationHandle(handle: *mut Handle, addr: *mut c_void) -> i32, missing 3 => mem_retain_allocation_handle;
+    fn cuMemMap(ptr: DevPtr, size: usize, offset: usize, handle: Handle, flags: u64) -> i32, missing 3 => mem_map;
+    fn cuMemUnmap(ptr: DevPtr, size: usize) -> i32, missing 3 => mem_unmap;
     fn cuMemAddressReserve(ptr: *mut DevPtr, size: usize, alignment: usize, hint: DevPtr,
-        flags: u64) -> i32, caller in "r9", missing 3 => mem_address_reserve;
-    fn cuMemAddressFree(ptr: DevPtr, size: usize) -> i32,
-        caller in "rdx", missing 3 => mem_address_free;
+        flags: u64) -> i32, missing 3 => mem_address_reserve;
+    fn cuMemAddressFree(ptr: DevPtr, size: usize) -> i32, missing 3 => mem_address_free;
     fn cuMemImportFromShareableHandle(handle: *mut Handle, os_handle: *mut c_void,
-        handle_type: u32) -> i32, caller in "rcx", missing 3 => mem_import_from_shareable_handle;
+        handle_type: u32) -> i32, missing 3 => mem_import_from_shareable_handle;
 }

@@ -1,17 +1,18 @@
 //! The `hooks!` macro: exported symbol, resolver copies and registry entry for each hook.
 
-/// Defines hooks. For each:
-/// `fn name(args) -> ret, caller in "reg", missing CODE => handler;`
-/// where `reg` is the first integer argument register not used by the function's own
-/// register-passed arguments (x86-64 SysV: rdi, rsi, rdx, rcx, r8, r9; structs larger than 16
-/// bytes passed by value travel on the stack and take no register). The trampolines put the
-/// return address of the original call there and jump to the handler's wrapper, so the original
-/// stack is untouched and the handler returns straight to the program.
+/// Defines hooks. For each: `fn name(args) -> ret, missing CODE => handler;`.
+///
+/// The exported symbol and the resolver copies are trampolines ([`caller_trampoline!`]): they put
+/// the return address of the original call in the first integer argument register the arguments
+/// leave free — derived from the argument types (`hooks::caller`), never written by hand — and
+/// jump to the handler's wrapper, so the original stack is untouched and the handler returns
+/// straight to the program. `missing` is what the call returns when the real function cannot be
+/// found.
 macro_rules! hooks {
     ($(
         $(#[$doc:meta])*
         fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty,
-            caller in $reg:literal, missing $missing:expr => $handler:path;
+            missing $missing:expr => $handler:path;
     )*) => {
         $(
             $(#[$doc])*
@@ -50,27 +51,23 @@ macro_rules! hooks {
                     }
                 }
 
-                /// The exported hook.
-                ///
-                /// # Safety
-                /// Has the real function's contract.
-                #[unsafe(naked)]
-                #[unsafe(no_mangle)]
-                pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                    core::arch::naked_asm!(
-                        concat!("mov ", $reg, ", [rsp]"),
-                        "jmp {imp}",
-                        imp = sym imp::<{ $crate::resolve::LINK }>,
-                    )
-                }
+                caller_trampoline!(
+                    /// The exported hook.
+                    ///
+                    /// # Safety
+                    /// Has the real function's contract.
+                    #[unsafe(no_mangle)]
+                    pub unsafe fn $name($($arg: $ty),*) -> $ret
+                        => imp::<{ $crate::resolve::LINK }>
+                );
 
-                hooks!(@copy copy0, 0, $reg, ($($arg: $ty),*) -> $ret);
-                hooks!(@copy copy1, 1, $reg, ($($arg: $ty),*) -> $ret);
-                hooks!(@copy copy2, 2, $reg, ($($arg: $ty),*) -> $ret);
-                hooks!(@copy copy3, 3, $reg, ($($arg: $ty),*) -> $ret);
+                hooks!(@copy copy0, 0, ($($arg: $ty),*) -> $ret);
+                hooks!(@copy copy1, 1, ($($arg: $ty),*) -> $ret);
+                hooks!(@copy copy2, 2, ($($arg: $ty),*) -> $ret);
+                hooks!(@copy copy3, 3, ($($arg: $ty),*) -> $ret);
 
-                pub static ENTRY: $crate::closure::registry::HookEntry =
-                    $crate::closure::registry::HookEntry::new(
+                pub static ENTRY: $crate::hooks::HookEntry =
+                    $crate::hooks::HookEntry::new(
                         stringify!($name),
                         &SLOTS,
                         $name as *const (),
@@ -85,20 +82,64 @@ macro_rules! hooks {
         )*
 
         /// This file's hooks, for the resolvers.
-        pub static ENTRIES: &[&$crate::closure::registry::HookEntry] = &[$(&$name::ENTRY),*];
+        pub static ENTRIES: &[&$crate::hooks::HookEntry] = &[$(&$name::ENTRY),*];
     };
 
-    (@copy $copy:ident, $k:literal, $reg:literal, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
-        /// A resolver copy of the hook.
-        ///
-        /// # Safety
-        /// Has the real function's contract.
+    (@copy $copy:ident, $k:literal, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        caller_trampoline!(
+            /// A resolver copy of the hook.
+            ///
+            /// # Safety
+            /// Has the real function's contract.
+            unsafe fn $copy($($arg: $ty),*) -> $ret => imp::<$k>
+        );
+    };
+}
+
+/// The register index for the caller's address of a function taking `$ty...` (a constant).
+macro_rules! caller_register {
+    ($($ty:ty),* $(,)?) => {
+        $crate::hooks::caller::caller_register(
+            &[$(<$ty as $crate::hooks::caller::SysvArg>::INT_REGISTERS),*]
+        )
+    };
+}
+
+/// Assembly (one template string) that copies the return address at `[rsp]` into the register
+/// whose index is the asm operand `caller` (a `const` operand, see [`caller_register!`]). The
+/// assembler keeps only the one `mov` that applies.
+macro_rules! caller_into_register {
+    () => {
+        concat!(
+            ".if {caller} == 0\n mov rdi, [rsp]\n",
+            ".elseif {caller} == 1\n mov rsi, [rsp]\n",
+            ".elseif {caller} == 2\n mov rdx, [rsp]\n",
+            ".elseif {caller} == 3\n mov rcx, [rsp]\n",
+            ".elseif {caller} == 4\n mov r8, [rsp]\n",
+            ".elseif {caller} == 5\n mov r9, [rsp]\n",
+            ".else\n .error \"no argument register for the caller's address\"\n",
+            ".endif",
+        )
+    };
+}
+
+/// A naked function of the given signature that puts the return address of its call in the
+/// next free argument register and jumps to `target`, which takes the same arguments plus that
+/// address (`usize`) and returns to the original caller itself. The stack is left as it was.
+macro_rules! caller_trampoline {
+    (
+        $(#[$attr:meta])*
+        $vis:vis unsafe fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty
+            => $($target:tt)+
+    ) => {
+        $(#[$attr])*
         #[unsafe(naked)]
-        unsafe extern "C" fn $copy($($arg: $ty),*) -> $ret {
+        $vis unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             core::arch::naked_asm!(
-                concat!("mov ", $reg, ", [rsp]"),
-                "jmp {imp}",
-                imp = sym imp::<$k>,
+                caller_into_register!(),
+                "jmp {target}",
+                caller = const caller_register!($($ty),*),
+                target = sym $($target)+,
             )
         }
     };
@@ -113,10 +154,10 @@ macro_rules! handler {
             caller: usize,
             $($arg: $ty),*
         ) -> i32 {
-            $crate::capture::Call::run(
+            $crate::hooks::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
-                $crate::capture::Order::$order,
+                $crate::hooks::Order::$order,
                 // SAFETY: the program's own arguments.
                 || unsafe { real($($arg),*) },
                 |$r| $op,
@@ -137,10 +178,10 @@ macro_rules! alloc_handler {
             size: usize,
             $($extra: $ety),*
         ) -> i32 {
-            $crate::capture::Call::run(
+            $crate::hooks::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
-                $crate::capture::Order::Create,
+                $crate::hooks::Order::Create,
                 // SAFETY: the program's own arguments.
                 || unsafe { real(out_ptr, size $(, $extra)*) },
                 |r| vramtrace_collector::event::Op::Alloc {
@@ -162,10 +203,10 @@ macro_rules! alloc_handler {
 macro_rules! release_handler {
     ($fn:ident, $api:ident, $ty:ty, |$arg:ident| $op:expr) => {
         unsafe fn $fn(real: unsafe extern "C" fn($ty) -> i32, caller: usize, $arg: $ty) -> i32 {
-            $crate::capture::Call::run(
+            $crate::hooks::Call::run(
                 vramtrace_collector::event::Api::$api,
                 caller,
-                $crate::capture::Order::Destroy,
+                $crate::hooks::Order::Destroy,
                 // SAFETY: the program's own argument.
                 || unsafe { real($arg) },
                 |_| $op,

@@ -5,8 +5,7 @@
 use libc::c_void;
 use vramtrace_collector::event::{Api, CommEnd, Op};
 
-use super::out;
-use crate::capture::{Call, Order};
+use super::{out, Call, Order};
 use crate::ffi::NcclUniqueId;
 
 type Ptr = *mut c_void;
@@ -214,26 +213,19 @@ unsafe fn comm_window_deregister(
 }
 
 hooks! {
-    fn ncclCommInitRank(comm: *mut Ptr, nranks: i32, id: NcclUniqueId, rank: i32) -> i32,
-        caller in "rcx", missing 3 => comm_init_rank;
+    fn ncclCommInitRank(comm: *mut Ptr, nranks: i32, id: NcclUniqueId, rank: i32) -> i32, missing 3 => comm_init_rank;
     fn ncclCommInitRankConfig(comm: *mut Ptr, nranks: i32, id: NcclUniqueId, rank: i32,
-        config: Ptr) -> i32, caller in "r8", missing 3 => comm_init_rank_config;
-    fn ncclCommInitAll(comms: *mut Ptr, ndev: i32, devlist: *const i32) -> i32,
-        caller in "rcx", missing 3 => comm_init_all;
-    fn ncclCommSplit(comm: Ptr, color: i32, key: i32, newcomm: *mut Ptr, config: Ptr) -> i32,
-        caller in "r9", missing 3 => comm_split;
-    fn ncclCommDestroy(comm: Ptr) -> i32, caller in "rsi", missing 3 => comm_destroy;
-    fn ncclCommAbort(comm: Ptr) -> i32, caller in "rsi", missing 3 => comm_abort;
-    fn ncclCommFinalize(comm: Ptr) -> i32, caller in "rsi", missing 3 => comm_finalize;
-    fn ncclMemAlloc(ptr: *mut Ptr, size: usize) -> i32,
-        caller in "rdx", missing 3 => mem_alloc_labelled;
-    fn ncclMemFree(ptr: Ptr) -> i32, caller in "rsi", missing 3 => mem_free;
-    fn ncclCommRegister(comm: Ptr, buff: Ptr, size: usize, handle: *mut Ptr) -> i32,
-        caller in "r8", missing 3 => comm_register;
-    fn ncclCommDeregister(comm: Ptr, handle: Ptr) -> i32,
-        caller in "rdx", missing 3 => comm_deregister;
+        config: Ptr) -> i32, missing 3 => comm_init_rank_config;
+    fn ncclCommInitAll(comms: *mut Ptr, ndev: i32, devlist: *const i32) -> i32, missing 3 => comm_init_all;
+    fn ncclCommSplit(comm: Ptr, color: i32, key: i32, newcomm: *mut Ptr, config: Ptr) -> i32, missing 3 => comm_split;
+    fn ncclCommDestroy(comm: Ptr) -> i32, missing 3 => comm_destroy;
+    fn ncclCommAbort(comm: Ptr) -> i32, missing 3 => comm_abort;
+    fn ncclCommFinalize(comm: Ptr) -> i32, missing 3 => comm_finalize;
+    fn ncclMemAlloc(ptr: *mut Ptr, size: usize) -> i32, missing 3 => mem_alloc_labelled;
+    fn ncclMemFree(ptr: Ptr) -> i32, missing 3 => mem_free;
+    fn ncclCommRegister(comm: Ptr, buff: Ptr, size: usize, handle: *mut Ptr) -> i32, missing 3 => comm_register;
+    fn ncclCommDeregister(comm: Ptr, handle: Ptr) -> i32, missing 3 => comm_deregister;
     fn ncclCommWindowRegister(comm: Ptr, buff: Ptr, size: usize, win: *mut Ptr, flags: i32)
-        -> i32, caller in "r9", missing 3 => comm_window_register;
-    fn ncclCommWindowDeregister(comm: Ptr, win: Ptr) -> i32,
-        caller in "rdx", missing 3 => comm_window_deregister;
+        -> i32, missing 3 => comm_window_register;
+    fn ncclCommWindowDeregister(comm: Ptr, win: Ptr) -> i32, missing 3 => comm_window_deregister;
 }

@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use vramtrace_collector::event::{Api, Op};
 
 use super::tracer_api;
-use crate::capture::{Call, Order};
+use super::{Call, Order};
 use crate::session;
 
 /// `NVTX_NO_PUSH_POP_TRACKING`: what nvtxRangePush/Pop return when no tool tracks nesting.

@@ -1,12 +1,11 @@
 //! CUDA runtime hooks (`libcudart`). A runtime call that goes on to call the driver is one event:
-//! the driver call beneath it is merged in (see `capture::call`), adding its name.
+//! the driver call beneath it is merged in (see `hooks::call`), adding its name.
 
 use libc::c_void;
 use vramtrace_collector::event::{Api, MemKind, Op};
 
-use super::out;
-use crate::capture::{context, Call, Order};
-use crate::closure::proc_address;
+use super::{out, Call, Order};
+use crate::capture::context;
 use crate::ffi::{ChannelFormatDesc, Extent, MemPoolProps, PitchedPtr};
 
 type Ptr = *mut c_void;
@@ -234,81 +233,27 @@ unsafe fn device_reset(real: unsafe extern "C" fn() -> i32, caller: usize) -> i3
     r
 }
 
-unsafe fn get_driver_entry_point(
-    real: unsafe extern "C" fn(*const libc::c_char, *mut Ptr, u64, *mut i32) -> i32,
-    _caller: usize,
-    symbol: *const libc::c_char,
-    func: *mut Ptr,
-    flags: u64,
-    status: *mut i32,
-) -> i32 {
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(symbol, func, flags, status) };
-    // SAFETY: the real call succeeded and wrote `func`.
-    unsafe { proc_address::wrap_out(r, symbol, func, None, flags, "cudaGetDriverEntryPoint") };
-    r
-}
-
-unsafe fn get_driver_entry_point_by_version(
-    real: unsafe extern "C" fn(*const libc::c_char, *mut Ptr, u32, u64, *mut i32) -> i32,
-    _caller: usize,
-    symbol: *const libc::c_char,
-    func: *mut Ptr,
-    version: u32,
-    flags: u64,
-    status: *mut i32,
-) -> i32 {
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(symbol, func, version, flags, status) };
-    // SAFETY: as above.
-    unsafe {
-        proc_address::wrap_out(
-            r,
-            symbol,
-            func,
-            Some(version),
-            flags,
-            "cudaGetDriverEntryPointByVersion",
-        )
-    };
-    r
-}
-
 hooks! {
-    fn cudaMalloc(devptr: *mut Ptr, size: usize) -> i32, caller in "rdx", missing 3 => malloc;
-    fn cudaFree(ptr: Ptr) -> i32, caller in "rsi", missing 3 => free;
-    fn cudaMallocAsync(devptr: *mut Ptr, size: usize, stream: Ptr) -> i32,
-        caller in "rcx", missing 3 => malloc_async;
-    fn cudaFreeAsync(ptr: Ptr, stream: Ptr) -> i32, caller in "rdx", missing 3 => free_async;
-    fn cudaMallocFromPoolAsync(devptr: *mut Ptr, size: usize, pool: Ptr, stream: Ptr) -> i32,
-        caller in "r8", missing 3 => malloc_from_pool_async;
-    fn cudaMallocManaged(devptr: *mut Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => malloc_managed;
-    fn cudaMallocHost(ptr: *mut Ptr, size: usize) -> i32, caller in "rdx", missing 3 => malloc_host;
-    fn cudaHostAlloc(ptr: *mut Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => host_alloc;
-    fn cudaFreeHost(ptr: Ptr) -> i32, caller in "rsi", missing 3 => free_host;
-    fn cudaHostRegister(ptr: Ptr, size: usize, flags: u32) -> i32,
-        caller in "rcx", missing 3 => host_register;
-    fn cudaHostUnregister(ptr: Ptr) -> i32, caller in "rsi", missing 3 => host_unregister;
-    fn cudaMallocPitch(devptr: *mut Ptr, pitch: *mut usize, width: usize, height: usize) -> i32,
-        caller in "r8", missing 3 => malloc_pitch;
-    fn cudaMalloc3D(pitched: *mut PitchedPtr, extent: Extent) -> i32,
-        caller in "rsi", missing 3 => malloc_3d;
+    fn cudaMalloc(devptr: *mut Ptr, size: usize) -> i32, missing 3 => malloc;
+    fn cudaFree(ptr: Ptr) -> i32, missing 3 => free;
+    fn cudaMallocAsync(devptr: *mut Ptr, size: usize, stream: Ptr) -> i32, missing 3 => malloc_async;
+    fn cudaFreeAsync(ptr: Ptr, stream: Ptr) -> i32, missing 3 => free_async;
+    fn cudaMallocFromPoolAsync(devptr: *mut Ptr, size: usize, pool: Ptr, stream: Ptr) -> i32, missing 3 => malloc_from_pool_async;
+    fn cudaMallocManaged(devptr: *mut Ptr, size: usize, flags: u32) -> i32, missing 3 => malloc_managed;
+    fn cudaMallocHost(ptr: *mut Ptr, size: usize) -> i32, missing 3 => malloc_host;
+    fn cudaHostAlloc(ptr: *mut Ptr, size: usize, flags: u32) -> i32, missing 3 => host_alloc;
+    fn cudaFreeHost(ptr: Ptr) -> i32, missing 3 => free_host;
+    fn cudaHostRegister(ptr: Ptr, size: usize, flags: u32) -> i32, missing 3 => host_register;
+    fn cudaHostUnregister(ptr: Ptr) -> i32, missing 3 => host_unregister;
+    fn cudaMallocPitch(devptr: *mut Ptr, pitch: *mut usize, width: usize, height: usize) -> i32, missing 3 => malloc_pitch;
+    fn cudaMalloc3D(pitched: *mut PitchedPtr, extent: Extent) -> i32, missing 3 => malloc_3d;
     fn cudaMallocArray(array: *mut Ptr, desc: *const ChannelFormatDesc, width: usize,
-        height: usize, flags: u32) -> i32, caller in "r9", missing 3 => malloc_array;
+        height: usize, flags: u32) -> i32, missing 3 => malloc_array;
     fn cudaMalloc3DArray(array: *mut Ptr, desc: *const ChannelFormatDesc, extent: Extent,
-        flags: u32) -> i32, caller in "rcx", missing 3 => malloc_3d_array;
-    fn cudaFreeArray(array: Ptr) -> i32, caller in "rsi", missing 3 => free_array;
-    fn cudaMemPoolCreate(pool: *mut Ptr, props: *const MemPoolProps) -> i32,
-        caller in "rdx", missing 3 => mem_pool_create;
-    fn cudaMemPoolDestroy(pool: Ptr) -> i32, caller in "rsi", missing 3 => mem_pool_destroy;
-    fn cudaMemPoolTrimTo(pool: Ptr, keep: usize) -> i32,
-        caller in "rdx", missing 3 => mem_pool_trim_to;
-    fn cudaDeviceReset() -> i32, caller in "rdi", missing 3 => device_reset;
-    fn cudaGetDriverEntryPoint(symbol: *const libc::c_char, func: *mut Ptr, flags: u64,
-        status: *mut i32) -> i32, caller in "r8", missing 3 => get_driver_entry_point;
-    fn cudaGetDriverEntryPointByVersion(symbol: *const libc::c_char, func: *mut Ptr,
-        version: u32, flags: u64, status: *mut i32) -> i32,
-        caller in "r9", missing 3 => get_driver_entry_point_by_version;
+        flags: u32) -> i32, missing 3 => malloc_3d_array;
+    fn cudaFreeArray(array: Ptr) -> i32, missing 3 => free_array;
+    fn cudaMemPoolCreate(pool: *mut Ptr, props: *const MemPoolProps) -> i32, missing 3 => mem_pool_create;
+    fn cudaMemPoolDestroy(pool: Ptr) -> i32, missing 3 => mem_pool_destroy;
+    fn cudaMemPoolTrimTo(pool: Ptr, keep: usize) -> i32, missing 3 => mem_pool_trim_to;
+    fn cudaDeviceReset() -> i32, missing 3 => device_reset;
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use vramtrace_collector::event::{Api, Op};
 
-use crate::capture::{clock, Call, Order};
+use super::{Call, Order};
+use crate::capture::clock;
 use crate::session::{self, Attached, Session, HOOK_PANICS};
 
 static STEP: AtomicU64 = AtomicU64::new(0);

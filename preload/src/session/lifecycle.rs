@@ -110,9 +110,6 @@ pub fn install() {
     }
     process_start();
     crate::resolve::dl::init();
-    // The process hooks work whether tracing is on or off: find their real functions now, not
-    // in a signal handler.
-    crate::hooks::process::resolve();
     let cfg = config();
     super::announce::loaded(cfg.disabled);
     if cfg.disabled {

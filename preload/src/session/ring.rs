@@ -2,7 +2,7 @@
 //! own sequence numbers.
 //!
 //! An event's sequence number (taken with one atomic increment, at the point that keeps causal
-//! order, see `capture::call`) is also its slot: `seq % capacity`. A hook claims its slot, writes
+//! order, see `hooks::call`) is also its slot: `seq % capacity`. A hook claims its slot, writes
 //! the event in place and marks it ready; the collector reads slots strictly in sequence order, so
 //! the trace comes out causally ordered without any sorting, and one atomic increment per event is
 //! the only shared write on the hook's path besides its own slot.

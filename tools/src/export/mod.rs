@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
-use crate::report::findings::AnalysisArgs;
+use crate::options::AnalysisArgs;
 
 pub const EXAMPLES: &str = "\
 EXAMPLES:

@@ -18,6 +18,7 @@ use serde::Serialize;
 use vramtrace_collector::symbols::Symbolizer;
 
 use crate::load::LoadedTrace;
+use crate::options::ReportArgs;
 use crate::report::Report;
 use crate::timeline::Timeline;
 use crate::units::{bytes, signed_bytes};
@@ -30,6 +31,31 @@ const STYLE: &str = include_str!("page.css");
 pub const CHART_STRETCHES: usize = 800;
 /// NVTX ranges and marks the chart keeps.
 pub const CHART_RANGES: usize = 2000;
+
+/// Runs `vramtrace report --html PATH` (the report's flags pick the trace, the ranking, the
+/// analysis options and the limits); returns the exit code, as `report` does.
+pub fn run(args: &ReportArgs, path: &Path) -> Result<u8> {
+    let paths = crate::inputs::expand(&args.traces)?;
+    let [one] = &paths[..] else {
+        anyhow::bail!("--html takes one trace ({} given)", paths.len());
+    };
+    write_page(args, one, path)
+}
+
+/// `vramtrace report --html PATH`: the page, and one line on stderr saying where it went.
+fn write_page(args: &ReportArgs, trace: &Path, path: &Path) -> Result<u8> {
+    let (trace, timeline) = crate::timeline::load_with_timeline(
+        trace,
+        args.analysis.config(),
+        CHART_STRETCHES,
+        CHART_RANGES,
+    )?;
+    let mut symbols = Symbolizer::from_env();
+    let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
+    let size = write(path, &trace, &report, &timeline, &mut symbols)?;
+    eprintln!("wrote {} ({})", path.display(), bytes(size));
+    crate::report::fail_on(args, &[&report])
+}
 
 /// Everything the template reads.
 #[derive(Serialize)]

@@ -23,7 +23,7 @@ use vramtrace_collector::symbols::{Attribution, Symbolizer};
 pub use point::Point;
 
 use crate::load::{read, Flow, LoadedTrace, Progress};
-use crate::report::findings::AnalysisArgs;
+use crate::options::AnalysisArgs;
 
 /// Version of the JSON document's shape.
 pub const SCHEMA: &str = "vramtrace-replay/1";

@@ -69,5 +69,5 @@ pub fn render(
 }
 
 fn findings_table(headers: &[&str]) -> comfy_table::Table {
-    findings::new_table(headers, &[1, 2, 4, 5, 6])
+    crate::tables::table(headers, &[1, 2, 4, 5, 6])
 }

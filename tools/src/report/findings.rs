@@ -1,107 +1,21 @@
 //! The analyses as terminal tables, in the order of what matters: orphans and steady growth
-//! first, then out-of-memory failures, leaks, peaks, fragmentation and anomalies. Also the
-//! options that tune them, shared by `report` and `replay`.
+//! first, then out-of-memory failures, leaks, peaks, fragmentation and anomalies.
 
 use std::io::{self, Write};
 
-use clap::Args;
 use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth, DRIVER};
 use vramtrace_collector::analysis::orphans::Orphan;
-use vramtrace_collector::analysis::{Analysis, GrowthConfig, OrphanKind, Orphans, Shape, SiteName};
+use vramtrace_collector::analysis::{Analysis, OrphanKind, Orphans, Shape, SiteName};
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
 use super::text::{emit, or_unknown, table};
-use crate::units::{bytes, parse_size, signed_bytes};
-
-/// Options of the analyses.
-#[derive(Debug, Args)]
-pub struct AnalysisArgs {
-    /// Memory of each device (80GiB, 1073741824, ...): steady growth alerts above
-    /// --alert-percent of it per step. Default: the device's highest live point (a lower bound).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub device_memory: Option<u64>,
-    /// Growth per step, in percent of device memory, above which steady growth alerts.
-    #[arg(long, default_value_t = 0.1, value_name = "PERCENT", value_parser = parse_percent)]
-    pub alert_percent: f64,
-    /// Steady growth also alerts when at its rate the device is full within this many steps...
-    #[arg(long, default_value_t = 10_000, value_name = "STEPS")]
-    pub horizon_steps: u64,
-    /// ...or within this time (90s, 30m, 24h, 2d).
-    #[arg(long, default_value = "24h", value_name = "TIME", value_parser = parse_duration)]
-    pub horizon: u64,
-}
-
-/// Parses a duration into nanoseconds: a number with `s`, `m`/`min`, `h` or `d` (seconds when
-/// bare).
-fn parse_duration(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let seconds = match unit.trim() {
-        "" | "s" | "sec" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        other => return Err(format!("unknown time unit '{other}' (use s, m, h or d)")),
-    };
-    match number.parse::<f64>() {
-        Ok(n) if n.is_finite() && n >= 0.0 && n * seconds * 1e9 < u64::MAX as f64 => {
-            Ok((n * seconds * 1e9) as u64)
-        }
-        _ => Err(format!(
-            "'{text}' is not a duration (examples: 90s, 30m, 24h, 2d)"
-        )),
-    }
-}
-
-fn parse_percent(text: &str) -> Result<f64, String> {
-    match text.trim().trim_end_matches('%').parse::<f64>() {
-        Ok(p) if p.is_finite() && p > 0.0 && p <= 100.0 => Ok(p),
-        _ => Err(format!("'{text}' is not a percentage between 0 and 100")),
-    }
-}
-
-impl AnalysisArgs {
-    /// The growth settings these options ask for.
-    pub fn config(&self) -> GrowthConfig {
-        GrowthConfig {
-            device_memory: self.device_memory,
-            alert_fraction: self.alert_percent / 100.0,
-            horizon_steps: self.horizon_steps,
-            horizon_ns: self.horizon,
-            ..GrowthConfig::default()
-        }
-    }
-}
-
-/// A table in the report's style, for `replay`.
-pub(crate) fn new_table(headers: &[&str], right: &[usize]) -> comfy_table::Table {
-    table(headers, right)
-}
+use crate::units::{bytes, duration, signed_bytes, unit};
 
 /// The site's label (its Python line or native function, when symbols named it) or its
 /// `module+offset`, with its owner module.
 pub(super) fn site_label(s: &SiteName) -> String {
     let place = s.label.as_deref().unwrap_or(&s.site);
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
-}
-
-/// `per step` or `per 64 ms window`.
-pub(crate) fn unit(a: &Analysis) -> String {
-    match (a.growth.axis, a.growth.window_ns) {
-        (SampleAxis::Time, Some(w)) => format!("per {} window", duration(w)),
-        _ => "per step".to_string(),
-    }
-}
-
-pub(super) fn duration(ns: u64) -> String {
-    match ns {
-        n if n >= 1_000_000_000 => format!("{:.1} s", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
-        n => format!("{} µs", n / 1000),
-    }
 }
 
 /// A time far ahead, in the unit that reads best: `42 s`, `35 min`, `2.1 h`, `3.5 days`.

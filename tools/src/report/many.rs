@@ -13,8 +13,8 @@ use vramtrace_collector::compare::{rank_rows, RankRow};
 use vramtrace_collector::symbols::Symbolizer;
 
 use super::{text, Report};
-use crate::cli::ReportArgs;
 use crate::inputs::load_all;
+use crate::options::ReportArgs;
 use crate::ranks::{rank_input, render, who};
 
 /// Version of the document's shape.

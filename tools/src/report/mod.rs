@@ -25,8 +25,8 @@ use vramtrace_collector::symbols::{Attribution, Granularity, Symbolizer};
 
 use vramtrace_collector::analysis::{analyze_with, Analysis};
 
-use crate::cli::ReportArgs;
 use crate::load::{load_analyzed, LoadedTrace};
+use crate::options::ReportArgs;
 
 pub use attribution::{Attributed, Grouping, SymbolFacts};
 
@@ -38,15 +38,9 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Runs `vramtrace report`: of one trace, or of several (see [`many`]); returns the exit code
-/// (1 when a trace passes a `--fail-on` limit).
+/// (1 when a trace passes a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
 pub fn run(args: &ReportArgs) -> Result<u8> {
     let paths = crate::inputs::expand(&args.traces)?;
-    if let Some(html) = &args.html {
-        let [one] = &paths[..] else {
-            anyhow::bail!("--html takes one trace ({} given)", paths.len());
-        };
-        return run_html(args, one, html);
-    }
     if let [one] = &paths[..] {
         return report_one(args, one);
     }
@@ -55,7 +49,7 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
 
 /// With `--fail-on`: measures the limits on each report and prints them on stderr, after the
 /// report; returns the exit code.
-fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> {
+pub(crate) fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> {
     if args.fail_on.is_empty() {
         return Ok(0);
     }
@@ -86,21 +80,6 @@ fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
         text::render(&mut out, &report, args.by, args.full_stacks).context("writing the report")?;
     }
     out.flush().context("writing the report")?;
-    fail_on(args, &[&report])
-}
-
-/// `vramtrace report --html PATH`: the page, and one line on stderr saying where it went.
-fn run_html(args: &ReportArgs, trace: &std::path::Path, path: &std::path::Path) -> Result<u8> {
-    let (trace, timeline) = crate::timeline::load_with_timeline(
-        trace,
-        args.analysis.config(),
-        crate::html::CHART_STRETCHES,
-        crate::html::CHART_RANGES,
-    )?;
-    let mut symbols = Symbolizer::from_env();
-    let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
-    let size = crate::html::write(path, &trace, &report, &timeline, &mut symbols)?;
-    eprintln!("wrote {} ({})", path.display(), crate::units::bytes(size));
     fail_on(args, &[&report])
 }
 

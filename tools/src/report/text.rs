@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use vramtrace_collector::live::{CommState, Flags};
 
 use super::{stacks, Report};
-use crate::cli::RankBy;
+use crate::options::RankBy;
 use crate::units::bytes;
 
 pub(super) use crate::tables::{emit, or_unknown, table};

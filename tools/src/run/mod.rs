@@ -1,6 +1,7 @@
 //! `vramtrace run`: starts a program with the tracer preloaded, passes signals on, exits as the
 //! program did, then summarises the traces it wrote.
 
+mod args;
 mod python;
 mod signals;
 mod status;
@@ -18,8 +19,10 @@ pub use self::status::Loaded;
 use self::status::StatusDir;
 pub use self::traces::why_no_trace;
 use self::traces::OutputPattern;
-use crate::cli::{RunArgs, TracerArgs};
+use crate::options::TracerArgs;
+
 use crate::load::lower_first;
+pub use args::{RunArgs, EXAMPLES};
 
 /// The tracer's file name.
 const LIB_NAME: &str = "libvramtrace.so";

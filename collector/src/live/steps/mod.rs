@@ -23,10 +23,10 @@ use period::TokenInfo;
 use std::hash::Hasher;
 use std::sync::Arc;
 
+use rustc_hash::{FxHashMap, FxHasher};
 use serde::Serialize;
 
 use super::sites::SiteId;
-use crate::fasthash::{FxHashMap, FxHasher};
 
 /// Tokens kept for finding the period.
 pub const MAX_TOKENS: usize = 1 << 20;

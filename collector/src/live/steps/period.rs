@@ -24,7 +24,7 @@
 //! The finder is pure: it sees dense token ids and their times, nothing of the trace, so it is
 //! tested on token strings.
 
-use crate::fasthash::FxHashMap;
+use rustc_hash::FxHashMap;
 
 /// Occurrences of an anchor needed for steps (and the fewest samples a growth verdict takes).
 pub(crate) const MIN_STEPS: usize = 4;

@@ -7,7 +7,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::clock;
+use super::{Call, Order};
+use crate::capture::{clock, context};
 use crate::resolve::driver;
 
 const MAX_DEVICES: usize = 64;
@@ -93,16 +94,16 @@ pub fn sample_at_exit() {
     if crate::session::running().is_none() {
         return;
     }
-    let (device, _) = super::context::current();
+    let (device, _) = context::current();
     let interval = crate::session::config().meminfo_interval;
     if interval.is_zero() {
         return;
     }
     if let Some((free, total)) = sample_due(device, interval, true, clock::now()) {
-        let call = super::Call::begin(
+        let call = Call::begin(
             vramtrace_collector::event::Api::TracerMemInfo,
             0,
-            super::Order::Create,
+            Order::Create,
         );
         call.end(0, || vramtrace_collector::event::Op::DeviceMemory {
             free,

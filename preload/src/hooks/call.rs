@@ -13,10 +13,11 @@ use vramtrace_collector::event::{Api, Event, Layer, Op};
 
 use std::mem::MaybeUninit;
 
-use super::python::{self, PyStack};
-use super::stack::{self, StopAt};
-use super::thread::{self, ThreadState};
-use super::{clock, context, intern, meminfo};
+use super::meminfo;
+use crate::capture::python::{self, PyStack};
+use crate::capture::stack::{self, StopAt};
+use crate::capture::thread::{self, ThreadState};
+use crate::capture::{clock, context, intern};
 use crate::profile::{self, Stage, Watch};
 use crate::session::{self, Session, HOOK_PANICS};
 

@@ -1,0 +1,207 @@
+//! Command-line options that more than one command reads: the report's flags (`report` and its
+//! HTML page), how it ranks live memory, how a program runs under the tracer (`run`, `check`),
+//! and the options of the analyses (`report`, `replay`, `export`, `check`). Kept apart from the
+//! commands so that none of them depends on another's internals.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use vramtrace_collector::analysis::GrowthConfig;
+use vramtrace_collector::symbols::Granularity;
+
+use crate::units::parse_size;
+
+/// The report's help examples.
+pub const REPORT_EXAMPLES: &str = "\
+EXAMPLES:
+    Report the live set at the end of a run, largest call sites first:
+        vramtrace report vramtrace-4242.vtrace
+
+    Rank owner modules (libnccl, libcublas, your extension) instead of call sites:
+        vramtrace report --by module vramtrace-4242.vtrace
+
+    Rank the Python lines that allocated, with every frame of their stacks, symbols for a
+    trace from another machine taken from a directory of the same builds:
+        VRAMTRACE_SYMBOL_PATH=/srv/builds/2024-06 vramtrace report --by python --full-stacks run.vtrace
+
+    Machine-readable output (schema in docs/report-json.md), exact bytes:
+        vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json
+
+    One self-contained page to open in a browser or mail: the chart of live memory over
+    time, the findings and every table (nothing is loaded from the network):
+        vramtrace report --html report.html vramtrace-4242.vtrace
+
+    Every rank of a torchrun job: the rank that differs from the others first, then each report:
+        vramtrace report traces/";
+
+/// How the report ranks live memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RankBy {
+    /// The program's innermost Python line (file:line function), passing over frames of
+    /// installed packages and the standard library; calls without a Python stack by function.
+    Python,
+    /// The native function that asked: the first frame outside the CUDA libraries.
+    Function,
+    /// That frame's source file and line.
+    Line,
+    /// Owner modules: the first module outside the CUDA libraries.
+    Module,
+    /// Call sites: stack, else caller address.
+    Site,
+}
+
+impl RankBy {
+    /// The collector's name for the same grouping.
+    pub fn granularity(self) -> Granularity {
+        match self {
+            RankBy::Python => Granularity::Python,
+            RankBy::Function => Granularity::Function,
+            RankBy::Line => Granularity::Line,
+            RankBy::Module => Granularity::Module,
+            RankBy::Site => Granularity::Site,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The trace file to read; several files, or directories of traces (one per rank or
+    /// process), give the rank table and then the report of each trace.
+    #[arg(value_name = "TRACE", required = true, num_args = 1..)]
+    pub traces: Vec<PathBuf>,
+    /// Print one JSON document instead of tables (schema: docs/report-json.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Write the report as one self-contained HTML page (chart, findings, tables) to PATH
+    /// instead of printing it.
+    #[arg(long, value_name = "PATH", conflicts_with = "json")]
+    pub html: Option<PathBuf>,
+    /// What the ranking table groups live memory by. Symbols come from the binaries the trace
+    /// names (checked by build id), /usr/lib/debug, and the directories in VRAMTRACE_SYMBOL_PATH.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = RankBy::Site,
+        value_name = "python|function|line|module|site"
+    )]
+    pub by: RankBy,
+    /// Print every frame of the call-site stacks; by default runs of frames inside the CUDA
+    /// libraries are collapsed into one line. The tracer's own frames are never shown.
+    #[arg(long)]
+    pub full_stacks: bool,
+    /// How many call sites, modules and orphans to list.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
+    /// Exit 1 when a trace passes a limit (after the report): growth (the ALERT verdict),
+    /// growth=SIZE/step, leak[=SIZE] (device memory live at the end), orphans[=N]; several
+    /// separated by commas. The limits of `vramtrace check`.
+    #[arg(long, value_name = "LIMIT", value_delimiter = ',', value_parser = crate::limits::parse_fail_on)]
+    pub fail_on: Vec<crate::limits::Limit>,
+}
+
+/// How a program runs under the tracer (`run`, `check`).
+#[derive(Debug, Args)]
+pub struct TracerArgs {
+    /// Where traces go: a file name pattern, or a directory (DIR/) that gets one
+    /// vramtrace-PID.vtrace per process. In the file name, each traced process fills in %p (its
+    /// process id), %r (its rank: RANK, else LOCAL_RANK, else x), %h (the host name) and %t (its
+    /// start, Unix seconds); %% is a percent sign. A missing directory is created (mode 0755).
+    /// Default: VRAMTRACE_OUTPUT from the environment, else vramtrace-%p.vtrace in the current
+    /// directory; -o wins over the environment. An existing file is never replaced: a process
+    /// whose name is taken writes beside it (NAME.PID.EXT).
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Native stack frames to capture per call (VRAMTRACE_STACK_DEPTH).
+    #[arg(long, value_name = "N")]
+    pub stack_depth: Option<u32>,
+    /// Python frames to capture per allocation (VRAMTRACE_PYTHON_DEPTH; 0 turns them off).
+    #[arg(long, value_name = "N")]
+    pub python_depth: Option<u32>,
+    /// The NVTX range whose push starts a training step, e.g. "step" for
+    /// torch.cuda.nvtx.range_push("step") (VRAMTRACE_STEP_RANGE).
+    #[arg(long, value_name = "NAME")]
+    pub step_range: Option<String>,
+    /// Do not make the tracer the NVTX injection library (NVTX_INJECTION64_PATH); ranges and
+    /// marks then do not reach the trace.
+    #[arg(long)]
+    pub no_nvtx: bool,
+    /// Run PyTorch with its cudaMallocAsync allocator backend (merged into PYTORCH_ALLOC_CONF
+    /// and PYTORCH_CUDA_ALLOC_CONF, other settings kept): every tensor is then one driver
+    /// allocation in the trace, instead of a block of the caching allocator's segments. It
+    /// changes the allocator the program runs with (docs/pytorch.md).
+    #[arg(long)]
+    pub per_tensor: bool,
+    /// Do not put vramtrace's Python hooks on PYTHONPATH (its sitecustomize: steps from
+    /// PyTorch optimizer steps, PyTorch's allocator settings and memory history).
+    #[arg(long)]
+    pub no_python_hooks: bool,
+    /// The tracer library to preload (default: VRAMTRACE_LIB, else libvramtrace.so beside this
+    /// program or in ../lib/).
+    #[arg(long, value_name = "PATH")]
+    pub lib: Option<PathBuf>,
+}
+
+/// Options of the analyses.
+#[derive(Debug, Args)]
+pub struct AnalysisArgs {
+    /// Memory of each device (80GiB, 1073741824, ...): steady growth alerts above
+    /// --alert-percent of it per step. Default: the device's highest live point (a lower bound).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub device_memory: Option<u64>,
+    /// Growth per step, in percent of device memory, above which steady growth alerts.
+    #[arg(long, default_value_t = 0.1, value_name = "PERCENT", value_parser = parse_percent)]
+    pub alert_percent: f64,
+    /// Steady growth also alerts when at its rate the device is full within this many steps...
+    #[arg(long, default_value_t = 10_000, value_name = "STEPS")]
+    pub horizon_steps: u64,
+    /// ...or within this time (90s, 30m, 24h, 2d).
+    #[arg(long, default_value = "24h", value_name = "TIME", value_parser = parse_duration)]
+    pub horizon: u64,
+}
+
+/// Parses a duration into nanoseconds: a number with `s`, `m`/`min`, `h` or `d` (seconds when
+/// bare).
+fn parse_duration(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let seconds = match unit.trim() {
+        "" | "s" | "sec" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        other => return Err(format!("unknown time unit '{other}' (use s, m, h or d)")),
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 && n * seconds * 1e9 < u64::MAX as f64 => {
+            Ok((n * seconds * 1e9) as u64)
+        }
+        _ => Err(format!(
+            "'{text}' is not a duration (examples: 90s, 30m, 24h, 2d)"
+        )),
+    }
+}
+
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p.is_finite() && p > 0.0 && p <= 100.0 => Ok(p),
+        _ => Err(format!("'{text}' is not a percentage between 0 and 100")),
+    }
+}
+
+impl AnalysisArgs {
+    /// The growth settings these options ask for.
+    pub fn config(&self) -> GrowthConfig {
+        GrowthConfig {
+            device_memory: self.device_memory,
+            alert_fraction: self.alert_percent / 100.0,
+            horizon_steps: self.horizon_steps,
+            horizon_ns: self.horizon,
+            ..GrowthConfig::default()
+        }
+    }
+}
