@@ -108,6 +108,7 @@ def main():
         t = truths.load(path)
         planted = "healthy" if t["kind"] == "healthy" else "; ".join(
             f"{l['what']}: {l['bytes_per_step']} B/step at line {l['line']}"
+            + (f" (made so at line {l['cause_line']})" if l.get("cause_line") else "")
             + (f" from step {l['from_step']}" if l.get("from_step") else "")
             for l in t["leaks"])
         measured = facts(folder)

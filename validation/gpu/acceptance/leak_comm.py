@@ -3,10 +3,10 @@ created at its first collective) every 5 steps for a "metrics" all-reduce and ne
 At the end destroy_process_group() tears every group down, so the communicators' memory is
 freed at exit: only the run itself shows the staircase. Default caching allocator, 100 steps.
 
-Truth: steady growth (a staircase, one communicator every 5 steps) from step 0, held by NCCL
-communicators created at LEAK-LINE. Its rate is measured by the program from the driver's used
-memory (stderr: VT-FACT leak_comm comm_bytes_per_step=…), after a first communicator has loaded
-NCCL's kernels; the driver's figure is the whole device's, so run.sh runs this program alone."""
+Truth: a staircase from step 0 held by NCCL communicators, allocated at LEAK-LINE (PyTorch makes
+a group's communicator at its first collective; new_group at LEAK-CAUSE makes no GPU call). Rate:
+measured by the program from the driver's used memory (stderr: VT-FACT leak_comm
+comm_bytes_per_step=…), device-wide, so run.sh runs this program alone."""
 import os
 
 import torch
@@ -21,7 +21,7 @@ TRUTH = {
     "allocator": "default",
     "nccl": True,
     "serial": True,
-    "leaks": [{"marker": "LEAK-LINE", "bytes_per_step": "measured:comm_bytes_per_step", "from_step": 0, "what": "communicator per N steps"}],
+    "leaks": [{"marker": "LEAK-LINE", "cause_marker": "LEAK-CAUSE", "bytes_per_step": "measured:comm_bytes_per_step", "from_step": 0, "what": "communicator per N steps"}],
 }
 
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -45,9 +45,9 @@ for step in range(n_steps):
     loss.backward()
     opt.step()
     if step % 5 == 0:
-        groups.append(dist.new_group([0]))  # LEAK-LINE
+        groups.append(dist.new_group([0]))  # LEAK-CAUSE
         metric = loss.detach().reshape(1).clone()
-        dist.all_reduce(metric, group=groups[-1])
+        dist.all_reduce(metric, group=groups[-1])  # LEAK-LINE
     clock.stop()
 sync()
 used1 = used_device_bytes() - torch.cuda.memory_reserved() if DEVICE.type == "cuda" else 0

@@ -20,10 +20,15 @@ def load(path):
         raise SystemExit(f"error: {path} has no TRUTH literal")
     lines = source.splitlines()
     for leak in truth.get("leaks", []):
-        hits = [i + 1 for i, l in enumerate(lines) if l.rstrip().endswith("# " + leak["marker"])]
-        if len(hits) != 1:
-            raise SystemExit(f"error: {path}: marker {leak['marker']} found {len(hits)} times")
-        leak["line"] = hits[0]
+        # "marker": the line whose allocations stay live; "cause_marker" (optional): the line
+        # that makes them so when that is another (shown beside it, not checked).
+        for key, to in (("marker", "line"), ("cause_marker", "cause_line")):
+            if key not in leak:
+                continue
+            hits = [i + 1 for i, l in enumerate(lines) if l.rstrip().endswith("# " + leak[key])]
+            if len(hits) != 1:
+                raise SystemExit(f"error: {path}: marker {leak[key]} found {len(hits)} times")
+            leak[to] = hits[0]
     return truth
 
 
