@@ -222,7 +222,7 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             &t,
         )?;
         if r.device_accounting.iter().any(|a| a.unexplained > 2 << 20) {
-            // What docs/gpu-validation.md (run 3) measured the remainder to be.
+            // What docs/gpu-validation.md ("Device accounting") measured the remainder to be.
             writeln!(
                 out,
                 "  unexplained: device memory no allocation call made. Measured on an H200: the \
