@@ -94,6 +94,10 @@ pub struct Analysis {
     /// Every finding classed, with its likely cause, the usual fix and its evidence, most
     /// urgent first.
     pub diagnosis: Vec<Finding>,
+    /// The alerts the tracer raised while the program ran (`VRAMTRACE_ALERT_*`), in the order
+    /// raised; absent from the JSON when there were none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<crate::format::Alert>,
 }
 
 impl Analysis {
@@ -166,5 +170,6 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, lines: Vec<LineSer
         fragmentation,
         anomalies: anomalies(state),
         diagnosis,
+        alerts: state.alerts().to_vec(),
     }
 }

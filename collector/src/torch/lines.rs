@@ -16,6 +16,8 @@ use crate::live::{Holder, LiveState, StepSource};
 
 /// The name of the recorder's view in growth rows and findings.
 pub const VIEW: &str = "allocator";
+/// How a report names what holds a growth of this view, where a native row names its library.
+pub const VIEW_NAME: &str = "PyTorch tensors";
 
 /// The tensor bytes of each Python line at each step sample of `state`: from the snapshot's own
 /// step marks (the same marks as the trace's, on torch's clock), from the first sample whose
@@ -73,7 +75,8 @@ pub fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries> {
                     caller: 0,
                     site: frame.to_string(),
                     module: None,
-                    module_name: None,
+                    // No library owns a tensor: the view that saw it is named in its place.
+                    module_name: Some(VIEW_NAME.to_string()),
                     py_stack: 0,
                     py_stacks_vary: false,
                     label: Some(label),

@@ -56,6 +56,26 @@ captest!(
             matches!(mark.op, vramtrace_collector::event::Op::MarkStep { .. }),
             "{mark:?}"
         );
+        // The report keeps it: a FINDINGS line, and the analysis JSON's `alerts`.
+        let report = vramtrace_tests::traced::vramtrace_command()
+            .arg("report")
+            .arg(&trace.path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&report.stdout);
+        let alerted: Vec<&str> = text.lines().filter(|l| l.contains("alerted")).collect();
+        assert_eq!(
+            alerted,
+            [
+                "  alerted        while running, at step 11: device 0 grew steadily, +1.0 MiB per \
+              step at fw_alloc (libtorch_standin.so) (horizon); full in 1012 steps"
+            ],
+            "{text}"
+        );
+        let json =
+            crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), trace.path.as_os_str()]);
+        assert_eq!(json["analysis"]["alerts"][0]["step"], 11);
+        assert_eq!(json["analysis"]["alerts"][0]["rate"], MIB);
     }
 );
 

@@ -254,6 +254,9 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
     for line in phases_lines(a) {
         writeln!(out, "  phases         {line}")?;
     }
+    for alert in &a.alerts {
+        writeln!(out, "  alerted        {}", alert_line(alert))?;
+    }
     let steps = steps_line(a);
     writeln!(out, "  steps          {steps}")?;
     let oom = match a.ooms.failures.first() {
@@ -638,4 +641,26 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
         )?;
     }
     Ok(())
+}
+
+/// An alert the tracer raised while the program ran, as the program's stderr said it.
+fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
+    let unit = if a.unit == "step" {
+        "per step".to_string()
+    } else {
+        format!("per {} ms window", a.unit_ns / 1_000_000)
+    };
+    let full = match (a.steps_to_full, a.seconds_to_full) {
+        (Some(n), _) => format!("; full in {n} steps"),
+        (None, Some(s)) => format!("; full in {s} s"),
+        _ => String::new(),
+    };
+    format!(
+        "while running, at step {}: device {} grew steadily, {} {unit} at {} ({}){full}",
+        a.step,
+        a.device,
+        signed_bytes(a.rate as f64),
+        a.place,
+        a.reason
+    )
 }
