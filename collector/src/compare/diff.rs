@@ -464,7 +464,7 @@ impl Diff {
         };
         let tensors = TensorDiff::of((a, pa), (b, pb), sources, thresholds);
         self.verdict.checks.extend(tensors.checks.iter().cloned());
-        self.verdict.regression |= tensors.explains;
+        self.verdict.regression |= tensors.checks.iter().any(|c| c.exceeded);
         if tensors.explains || self.top.is_none() {
             if let Some(first) = tensors.lines.first() {
                 self.top = Some(TopDifference::of_line(first));

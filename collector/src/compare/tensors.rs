@@ -248,8 +248,8 @@ pub struct TensorDiff {
     /// The thresholds checked in this view (`tensor_live_bytes`, `tensor_growth_per_step`);
     /// they are also among the verdict's checks.
     pub checks: Vec<Check>,
-    /// Whether this view found a change beyond the thresholds: its lines then explain the
-    /// difference and rank before the driver's call sites.
+    /// Whether this view found a change beyond the thresholds (either way: B holding more, or
+    /// less): its lines then explain the difference and rank before the driver's call sites.
     pub explains: bool,
     pub matched: usize,
     pub guessed: usize,
@@ -327,7 +327,8 @@ impl TensorDiff {
             live_bytes,
             live_count: Count::of(a.run.live_count, b.run.live_count),
             growth,
-            explains: checks.iter().any(|c| c.exceeded),
+            // A change beyond a threshold either way: a leak added, or one fixed.
+            explains: checks.iter().any(|c| c.change.abs() > c.threshold),
             checks,
             matched,
             guessed,

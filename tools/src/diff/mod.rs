@@ -143,7 +143,8 @@ pub struct TensorList<'a> {
     pub growth: Option<&'a Rate>,
     /// The thresholds checked in this view (also among the verdict's checks).
     pub checks: &'a [Check],
-    /// Whether this view found a change beyond the thresholds: its lines then rank first.
+    /// Whether this view found a change beyond the thresholds (either way): its lines then rank
+    /// first.
     pub explains: bool,
     pub matched: usize,
     pub guessed: usize,
