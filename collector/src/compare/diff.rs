@@ -10,8 +10,10 @@ use serde::Serialize;
 use super::identity::PythonLine;
 use super::matching::{FilePair, MatchHow, Matching};
 use super::profile::{GrowthUnit, Profile, RunTotals, SiteMetrics, SiteProfile};
-use super::sources::LineChangeKind;
+use super::sources::{LineChangeKind, SourceSearch};
+use super::tensors::{view_name, TensorDiff, TensorLineDiff, TensorProfile};
 use crate::symbols::StackFrame;
+use crate::torch::View;
 
 /// How much B may exceed A before the difference is a regression.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -51,7 +53,7 @@ pub struct Count {
 }
 
 impl Count {
-    fn of(a: u64, b: u64) -> Self {
+    pub(crate) fn of(a: u64, b: u64) -> Self {
         Count {
             a,
             b,
@@ -122,13 +124,25 @@ impl TotalsDiff {
 /// One threshold checked.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Check {
-    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphan_bytes` or `failures`.
+    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphan_bytes` or `failures` (the
+    /// driver's view); `tensor_live_bytes` or `tensor_growth_per_step` (PyTorch's recorder).
     pub metric: &'static str,
     /// B's value minus A's.
     pub change: f64,
     pub threshold: f64,
     /// Whether the change is above the threshold.
     pub exceeded: bool,
+}
+
+impl Check {
+    pub(crate) fn of(metric: &'static str, change: f64, threshold: u64) -> Self {
+        Check {
+            metric,
+            change,
+            threshold: threshold as f64,
+            exceeded: change > threshold as f64,
+        }
+    }
 }
 
 /// Whether B regressed.
@@ -316,6 +330,54 @@ pub struct Diff {
     /// When B regressed: the lines B added in code it ran, most likely first (see
     /// [`suspects`]). A guess from the sources.
     pub suspects: Vec<SourceChange>,
+    /// The per-tensor view, when both runs carry PyTorch's recorder history
+    /// ([`Diff::with_tensors`]).
+    pub tensors: Option<TensorDiff>,
+    /// The difference ranked first over both views.
+    pub top: Option<TopDifference>,
+}
+
+/// The difference ranked first, and the view it was seen in.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TopDifference {
+    /// `driver` or `allocator-tensors`, and in words `view_name`.
+    pub view: View,
+    pub view_name: &'static str,
+    /// The call site (driver) or Python line (tensors) as B names it.
+    pub label: String,
+    pub status: SiteStatus,
+    /// B's live bytes there minus A's (device and host bytes for a driver site).
+    pub live_bytes: i64,
+    /// B's growth there minus A's, in the view's unit (bytes per step for tensors).
+    pub growth: f64,
+    /// Whether its pairing across the runs was a guess.
+    pub guessed: bool,
+}
+
+impl TopDifference {
+    fn of_site(s: &SiteDiff) -> Self {
+        TopDifference {
+            view: View::Driver,
+            view_name: view_name(View::Driver),
+            label: s.label.clone(),
+            status: s.status,
+            live_bytes: s.change.live_bytes + s.change.host_bytes,
+            growth: s.change.growth,
+            guessed: s.guessed,
+        }
+    }
+
+    fn of_line(l: &TensorLineDiff) -> Self {
+        TopDifference {
+            view: View::AllocatorTensors,
+            view_name: view_name(View::AllocatorTensors),
+            label: l.label.clone(),
+            status: l.status,
+            live_bytes: l.change.live_bytes,
+            growth: l.change.growth,
+            guessed: l.guessed,
+        }
+    }
 }
 
 impl Diff {
@@ -355,10 +417,11 @@ impl Diff {
         });
         let source_changes = source_changes(a, b, &matching.files);
         let suspects = if verdict.regression {
-            suspects(b, &sites, &source_changes)
+            suspects(b, &sites, &[], &source_changes)
         } else {
             Vec::new()
         };
+        let top = sites.first().map(TopDifference::of_site);
         Diff {
             verdict,
             totals,
@@ -372,7 +435,49 @@ impl Diff {
             files: matching.files,
             source_changes,
             suspects,
+            tensors: None,
+            top,
         }
+    }
+
+    /// Adds the per-tensor view of PyTorch's recorder (`a` and `b`, each when its trace carries
+    /// the history; `pa` and `pb` the runs' profiles): compared when both have it, its
+    /// thresholds joined to the verdict, its lines ranked first when they explain the change.
+    pub fn with_tensors(
+        mut self,
+        (a, pa): (Option<&TensorProfile>, &Profile),
+        (b, pb): (Option<&TensorProfile>, &Profile),
+        sources: &SourceSearch,
+        thresholds: &Thresholds,
+    ) -> Self {
+        let (a, b) = match (a, b) {
+            (Some(a), Some(b)) => (a, b),
+            (None, None) => return self,
+            (x, _) => {
+                let lacking = if x.is_none() { "A" } else { "B" };
+                self.verdict.notes.push(format!(
+                    "tensors (PyTorch recorder) not compared: run {lacking} has no recorder \
+                     history (run it with `vramtrace run` and PyTorch's caching allocator)"
+                ));
+                return self;
+            }
+        };
+        let tensors = TensorDiff::of((a, pa), (b, pb), sources, thresholds);
+        self.verdict.checks.extend(tensors.checks.iter().cloned());
+        self.verdict.regression |= tensors.checks.iter().any(|c| c.exceeded);
+        if tensors.explains || self.top.is_none() {
+            if let Some(first) = tensors.lines.first() {
+                self.top = Some(TopDifference::of_line(first));
+            }
+        }
+        if self.verdict.regression {
+            let lines: Vec<PythonLine> = (tensors.lines.iter())
+                .filter_map(|l| l.b.as_ref().and_then(|t| t.line.clone()))
+                .collect();
+            self.suspects = suspects(pb, &self.sites, &lines, &self.source_changes);
+        }
+        self.tensors = Some(tensors);
+        self
     }
 }
 
@@ -416,12 +521,7 @@ fn site_diff(
 }
 
 fn verdict(a: &Profile, b: &Profile, t: &TotalsDiff, th: &Thresholds) -> Verdict {
-    let check = |metric, change: f64, threshold: u64| Check {
-        metric,
-        change,
-        threshold: threshold as f64,
-        exceeded: change > threshold as f64,
-    };
+    let check = Check::of;
     let mut checks = vec![
         check("live_bytes", t.live_bytes.change as f64, th.live_bytes),
         check("peak_bytes", t.peak_bytes.change as f64, th.peak_bytes),
@@ -456,12 +556,20 @@ fn verdict(a: &Profile, b: &Profile, t: &TotalsDiff, th: &Thresholds) -> Verdict
 }
 
 /// The lines B added in code it ran, most likely cause of a regression first: a line a changed
-/// site of B allocated at (the trace saw it); then lines in loops (they run every step); then
+/// site of B allocated at, or whose tensors changed (`tensor_lines`: the trace saw it); then lines in loops (they run every step); then
 /// lines in the functions where changed sites allocated (a caching allocator hands a leaked
 /// tensor memory it already holds and asks the driver for more later, on another line of the
 /// same code, or on another thread); then the rest, in file order.
-fn suspects(b: &Profile, sites: &[SiteDiff], changes: &[SourceChange]) -> Vec<SourceChange> {
-    let lines: Vec<&PythonLine> = sites.iter().flat_map(|s| s.b_python.iter()).collect();
+fn suspects(
+    b: &Profile,
+    sites: &[SiteDiff],
+    tensor_lines: &[PythonLine],
+    changes: &[SourceChange],
+) -> Vec<SourceChange> {
+    let lines: Vec<&PythonLine> = (sites.iter())
+        .flat_map(|s| s.b_python.iter())
+        .chain(tensor_lines)
+        .collect();
     let rank = |c: &SourceChange| {
         let at = |l: &&PythonLine| l.file == c.file && l.line == c.line;
         if lines.iter().any(at) {

@@ -90,6 +90,9 @@ pub enum MatchHow {
     SameFunction,
     /// The same Python line (or none), and the longest run of the same innermost native frames.
     SimilarStack,
+    /// Per-tensor view only: the same Python function, holding the very same tensors (count
+    /// and bytes) at the end; the lines differ (`compare::tensors`).
+    SameTensors,
     /// No partner.
     OnlyInA,
     OnlyInB,
@@ -106,6 +109,7 @@ impl MatchHow {
             MatchHow::PythonLine => "python-line",
             MatchHow::SameFunction => "same-function",
             MatchHow::SimilarStack => "similar-stack",
+            MatchHow::SameTensors => "same-tensors",
             MatchHow::OnlyInA => "only-in-a",
             MatchHow::OnlyInB => "only-in-b",
         }
@@ -121,6 +125,7 @@ impl MatchHow {
                 | MatchHow::PythonLine
                 | MatchHow::SameFunction
                 | MatchHow::SimilarStack
+                | MatchHow::SameTensors
         )
     }
 }

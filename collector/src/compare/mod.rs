@@ -22,6 +22,7 @@ pub mod profile;
 pub mod ranks;
 pub mod sources;
 pub mod tally;
+pub mod tensors;
 
 pub use diff::{Diff, SiteDiff, Thresholds};
 pub use identity::{FrameId, PythonLine, SiteIdentity};
@@ -30,3 +31,4 @@ pub use profile::{GrowthUnit, Profile, RunTotals, SiteMetrics, SiteProfile, Step
 pub use ranks::{rank_rows, RankInput, RankRow};
 pub use sources::SourceSearch;
 pub use tally::{CallCounts, CallTally};
+pub use tensors::{TensorDiff, TensorProfile};

@@ -46,6 +46,34 @@ for step in range(5):
 print("trained", len(kept), "steps")
 "#;
 
+/// A loop of 12 steps that keeps nothing (`diff`'s run A).
+const HEALTHY: &str = r#"import torch
+
+weight = torch.empty(4 << 20)
+opt = torch.optim.SGD([weight])
+for step in range(12):
+    act = torch.empty(2 << 20)
+    del act
+    opt.step()
+print("done")
+"#;
+
+/// The same with two lines inserted above the loop and one in it that keeps 2 MiB a step
+/// (`diff`'s run B).
+const LEAKY: &str = r#"import torch
+
+weight = torch.empty(4 << 20)
+opt = torch.optim.SGD([weight])
+kept = []
+# every line below moves
+for step in range(12):
+    act = torch.empty(2 << 20)  # @moved
+    kept.append(torch.empty(2 << 20))  # @added
+    del act
+    opt.step()
+print("done")
+"#;
+
 /// A GAN's two optimizers, in either order, 7 iterations.
 const GAN: &str = r#"import torch
 
@@ -139,6 +167,8 @@ fn setup(dir: &Path) -> Setup {
         ("plain.py", PLAIN),
         ("oom.py", OOM),
         ("busy_exit.py", BUSY_EXIT),
+        ("healthy.py", HEALTHY),
+        ("leaky.py", LEAKY),
     ] {
         std::fs::write(dir.join(name), script).unwrap();
     }
@@ -511,4 +541,52 @@ captest!(the_hand_over_at_exit_beside_a_busy_thread, |dir| {
         said[0].starts_with("vramtrace: self-profile: torch's memory history handed over (exit): "),
         "{err}"
     );
+});
+
+// `vramtrace diff` of two runs with the recorder's history: the per-tensor view names the line
+// added in B (its tensors reach the stand-in's driver too, but PyTorch's caching allocator would
+// hide them in its segments), with its bytes and rate, and pairs the line that moved.
+captest!(diff_compares_the_recorders_tensors_by_line, |dir| {
+    let s = setup(dir);
+    let mut runs = Vec::new();
+    for script in ["healthy.py", "leaky.py"] {
+        let out = s.traced(script, &[], &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let files = trace_files(&dir.join("out"));
+        let kept = dir.join(format!("{script}.vtrace"));
+        std::fs::rename(&files[0], &kept).unwrap();
+        runs.push(kept);
+    }
+    let out = vramtrace_command()
+        .arg("diff")
+        .arg("--json")
+        .args(&runs)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let added = line_of(LEAKY, "added");
+    let top = &d["top_difference"];
+    assert_eq!(top["view"], "allocator-tensors");
+    assert_eq!(top["label"], format!("leaky.py:{added} in <module>"));
+    assert_eq!(top["status"], "new");
+    assert_eq!(top["live_bytes"], 24 * MIB);
+    assert_eq!(top["growth"], (2 * MIB) as f64);
+    let t = &d["tensors"];
+    assert_eq!(t["changed"], 1);
+    assert_eq!(t["b"]["steps"], 12);
+    assert_eq!(t["list"][0]["b"]["live_count"], 12);
+    // The weight's line did not move; nothing of the moved activation line is live at the end.
+    assert_eq!((&t["matched"], &t["unchanged"]), (&1.into(), &1.into()));
+    // A against itself: nothing differs.
+    let out = vramtrace_command()
+        .arg("diff")
+        .arg("--json")
+        .args([&runs[0], &runs[0]])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["tensors"]["changed"], 0);
+    assert_eq!(d["top_difference"], serde_json::Value::Null);
 });

@@ -17,12 +17,18 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 use vramtrace_collector::analysis::GrowthConfig;
-use vramtrace_collector::compare::diff::{SourceChange, StepAlignment, TotalsDiff, Verdict};
+use vramtrace_collector::compare::diff::{
+    Check, Count, Rate, SourceChange, StepAlignment, TopDifference, TotalsDiff, Verdict,
+};
 use vramtrace_collector::compare::matching::FilePair;
+use vramtrace_collector::compare::tensors::{
+    view_name, TensorLineDiff, TensorRun, DRIVER_VIEW_NAME,
+};
 use vramtrace_collector::compare::{
-    rank_rows, Diff, Matching, Profile, RankRow, SiteDiff, SourceSearch, Thresholds,
+    rank_rows, Diff, Matching, Profile, RankRow, SiteDiff, SourceSearch, TensorProfile, Thresholds,
 };
 use vramtrace_collector::symbols::Symbolizer;
+use vramtrace_collector::torch::{ClockAnchor, TorchView, View};
 
 pub use args::{DiffArgs, EXAMPLES};
 
@@ -53,6 +59,8 @@ pub struct RunFacts {
 struct Compared {
     facts: RunFacts,
     profile: Profile,
+    /// What PyTorch's recorder saw per line, when the trace carries its history.
+    tensors: Option<TensorProfile>,
     /// For the rank table of `--rank`.
     rank_input: vramtrace_collector::compare::RankInput,
 }
@@ -61,6 +69,11 @@ fn profile_of(run: Run) -> Result<Compared> {
     let mut symbols = Symbolizer::from_env();
     let t = &run.trace;
     let profile = Profile::build(&t.state, &run.analysis, &run.tally, &mut symbols);
+    let anchor = ClockAnchor {
+        unix_ns: t.header.start_unix_ns,
+        monotonic_ns: t.header.start_mono_ns,
+    };
+    let tensors = TensorProfile::of(&TorchView::read(t.state.attachments(), Some(anchor)));
     Ok(Compared {
         facts: RunFacts {
             path: t.path.display().to_string(),
@@ -73,6 +86,7 @@ fn profile_of(run: Run) -> Result<Compared> {
         },
         rank_input: rank_input(&run),
         profile,
+        tensors,
     })
 }
 
@@ -90,6 +104,11 @@ pub struct DiffDocument<'a> {
     pub files: &'a [FilePair],
     pub source_changes: &'a [SourceChange],
     pub suspects: &'a [SourceChange],
+    /// The per-tensor view (PyTorch's recorder), when both runs carry its history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensors: Option<TensorList<'a>>,
+    /// The difference ranked first, over both views; `null` when nothing changed.
+    pub top_difference: Option<&'a TopDifference>,
     /// With `--rank`/`--pid`: the rank table of every trace given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ranks: Option<&'a [RankRow]>,
@@ -106,6 +125,35 @@ pub struct SiteList<'a> {
     /// Sites that changed, in all.
     pub changed: usize,
     pub list: &'a [SiteDiff],
+    /// `driver`: the view these sites are seen in.
+    pub view: View,
+    pub view_name: &'static str,
+}
+
+/// The Python lines of the per-tensor view: counts, and the most changed (at most `--top`).
+#[derive(Serialize)]
+pub struct TensorList<'a> {
+    pub view: View,
+    pub view_name: &'static str,
+    pub a: &'a TensorRun,
+    pub b: &'a TensorRun,
+    pub live_bytes: &'a Count,
+    pub live_count: &'a Count,
+    /// Bytes per step; `null` when a run's recorder window holds no whole step.
+    pub growth: Option<&'a Rate>,
+    /// The thresholds checked in this view (also among the verdict's checks).
+    pub checks: &'a [Check],
+    /// Whether this view found a change beyond the thresholds (either way): its lines then rank
+    /// first.
+    pub explains: bool,
+    pub matched: usize,
+    pub guessed: usize,
+    pub only_in_a: usize,
+    pub only_in_b: usize,
+    pub unchanged: usize,
+    /// Lines that changed, in all.
+    pub changed: usize,
+    pub list: &'a [TensorLineDiff],
 }
 
 /// A comparison and what it compared.
@@ -136,7 +184,28 @@ impl Comparison {
                 unchanged: d.unchanged,
                 changed: d.sites.len(),
                 list: &d.sites[..d.sites.len().min(top)],
+                view: View::Driver,
+                view_name: DRIVER_VIEW_NAME,
             },
+            tensors: d.tensors.as_ref().map(|t| TensorList {
+                view: t.view,
+                view_name: view_name(t.view),
+                a: &t.a,
+                b: &t.b,
+                live_bytes: &t.live_bytes,
+                live_count: &t.live_count,
+                growth: t.growth.as_ref(),
+                checks: &t.checks,
+                explains: t.explains,
+                matched: t.matched,
+                guessed: t.guessed,
+                only_in_a: t.only_in_a,
+                only_in_b: t.only_in_b,
+                unchanged: t.unchanged,
+                changed: t.lines.len(),
+                list: &t.lines[..t.lines.len().min(top)],
+            }),
+            top_difference: d.top.as_ref(),
             files: &d.files,
             source_changes: &d.source_changes,
             suspects: &d.suspects,
@@ -147,6 +216,17 @@ impl Comparison {
 
 fn compare(a: &Profile, b: &Profile, sources: &SourceSearch, t: &Thresholds) -> Diff {
     Diff::of(a, b, Matching::of(a, b, sources), t)
+}
+
+/// Two runs compared in both views: the driver's, and PyTorch's recorder where they have it.
+fn compare_runs(a: &Compared, b: &Compared, sources: &SourceSearch, t: &Thresholds) -> Diff {
+    let (pa, pb) = (&a.profile, &b.profile);
+    compare(pa, pb, sources, t).with_tensors(
+        (a.tensors.as_ref(), pa),
+        (b.tensors.as_ref(), pb),
+        sources,
+        t,
+    )
 }
 
 /// Runs `vramtrace diff`; the exit code is 1 when a comparison found a regression.
@@ -227,7 +307,7 @@ fn two_runs(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Result<V
             Comparison {
                 a: x.facts.clone(),
                 b: y.facts.clone(),
-                diff: compare(&x.profile, &y.profile, sources, t),
+                diff: compare_runs(x, y, sources, t),
                 ranks: None,
             }
         })
@@ -317,6 +397,7 @@ fn against_median(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Re
     };
     let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
     Ok(Comparison {
+        // A median has no tensors of its own: the per-tensor view compares two runs.
         diff: compare(&median, &target.profile, sources, t),
         a: facts,
         b: target.facts.clone(),

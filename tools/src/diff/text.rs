@@ -1,15 +1,19 @@
-//! A comparison as terminal tables: the verdict first, then the likely cause when the sources
-//! tell one, the totals, the aligned steps, the changed call sites with their stacks, and how
-//! Python files and lines were matched.
+//! A comparison as terminal tables: the verdict and the top difference first, then the likely
+//! cause when the sources tell one, the totals, the aligned steps, the changed call sites with
+//! their stacks (the driver's view) and the changed Python lines of PyTorch's recorder (the
+//! per-tensor view; first when it explains the change), and how Python files and lines were
+//! matched.
 
 use std::io::{self, Write};
 
-use vramtrace_collector::compare::diff::{Check, Count, SiteStatus, StepRow};
+use vramtrace_collector::compare::diff::{Check, Count, SiteStatus, StepRow, TopDifference};
 use vramtrace_collector::compare::identity::base_name;
 use vramtrace_collector::compare::matching::{LineMapping, PairedBy};
 use vramtrace_collector::compare::sources::LineChangeKind;
+use vramtrace_collector::compare::tensors::{TensorLine, DRIVER_VIEW_NAME};
 use vramtrace_collector::compare::{GrowthUnit, MatchHow, PythonLine, SiteMetrics};
 use vramtrace_collector::symbols::collapse;
+use vramtrace_collector::torch::View;
 
 use super::{Comparison, DiffArgs, RunFacts};
 use crate::ranks;
@@ -50,7 +54,7 @@ fn growth(g: f64, unit: GrowthUnit) -> String {
 fn check_line(c: &Check) -> String {
     let (change, limit) = match c.metric {
         "failures" => (format!("{:+}", c.change as i64), c.threshold.to_string()),
-        "growth_per_step" => (
+        "growth_per_step" | "tensor_growth_per_step" => (
             format!("{} per step", signed_bytes(c.change)),
             bytes(c.threshold as u64),
         ),
@@ -61,6 +65,8 @@ fn check_line(c: &Check) -> String {
         "peak_bytes" => "peak",
         "growth_per_step" => "growth",
         "orphan_bytes" => "orphaned memory",
+        "tensor_live_bytes" => "tensors live at end",
+        "tensor_growth_per_step" => "tensor growth",
         "failures" => "failed calls",
         other => other,
     };
@@ -124,14 +130,49 @@ pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Resu
             exceeded.join("; ")
         )?;
     }
+    if let Some(top) = &d.top {
+        let unit = d.totals.growth_unit;
+        writeln!(
+            out,
+            "  top difference, view {}: {}",
+            top.view_name,
+            top_line(top, unit)
+        )?;
+    }
     for note in &d.verdict.notes {
         writeln!(out, "  note: {note}")?;
     }
     suspects(out, c)?;
     totals(out, c)?;
     steps(out, &d.steps.rows, d.steps.first_difference)?;
+    let tensors_first = d.tensors.as_ref().is_some_and(|t| t.explains);
+    if tensors_first {
+        tensor_lines(out, c, args)?;
+    }
     sites(out, c, args)?;
+    if !tensors_first {
+        tensor_lines(out, c, args)?;
+    }
     files(out, c)
+}
+
+/// `gpt.py:57 in <module>: new, +1.9 GiB live at end, +16.0 MiB/step`.
+fn top_line(t: &TopDifference, driver_unit: Option<GrowthUnit>) -> String {
+    let mut parts = vec![status(t.status).to_string()];
+    parts.push(format!("{} live at end", signed(t.live_bytes)));
+    if t.growth != 0.0 {
+        let unit = match t.view {
+            View::AllocatorTensors => Some(GrowthUnit::Step),
+            View::Driver => driver_unit,
+        };
+        if let Some(u) = unit {
+            parts.push(growth(t.growth, u));
+        }
+    }
+    if t.guessed {
+        parts.push("paired by a guess".to_string());
+    }
+    format!("{}: {}", t.label, parts.join(", "))
 }
 
 fn suspects(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
@@ -276,8 +317,8 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
     let d = &c.diff;
     writeln!(
         out,
-        "\nCall sites: {} paired ({} by a guess), {} only in A, {} only in B; {} unchanged, {} \
-         changed",
+        "\nCall sites, view {DRIVER_VIEW_NAME}: {} paired ({} by a guess), {} only in A, {} only \
+         in B; {} unchanged, {} changed",
         d.matched,
         d.guessed,
         d.only_in_a,
@@ -323,7 +364,7 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
         ]);
     }
     let title = format!(
-        "Changed call sites, most changed first ({} of {})",
+        "Changed call sites, view {DRIVER_VIEW_NAME}, most changed first ({} of {})",
         shown.len(),
         d.sites.len()
     );
@@ -355,6 +396,79 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
         }
     }
     Ok(())
+}
+
+/// The per-tensor view: the Python lines whose tensors changed.
+fn tensor_lines(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()> {
+    let Some(t) = &c.diff.tensors else {
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "\nPython lines, view {}: {} live at end in A, {} in B ({}); {} paired ({} by a \
+         guess), {} only in A, {} only in B; {} unchanged, {} changed",
+        t.view_name,
+        bytes(t.a.live_bytes),
+        bytes(t.b.live_bytes),
+        signed(t.live_bytes.change),
+        t.matched,
+        t.guessed,
+        t.only_in_a,
+        t.only_in_b,
+        t.unchanged,
+        t.lines.len()
+    )?;
+    if t.lines.is_empty() {
+        return Ok(());
+    }
+    let headers = [
+        "#",
+        "status",
+        "live A",
+        "live B",
+        "change",
+        "tensors A → B",
+        "growth A",
+        "growth B",
+        "line",
+        "match",
+    ];
+    let mut tab = table(&headers, &[0, 2, 3, 4, 5, 6, 7]);
+    let shown = &t.lines[..t.lines.len().min(args.top)];
+    let live = |l: Option<&TensorLine>| l.map_or("-".to_string(), |l| bytes(l.live_bytes));
+    let count = |l: Option<&TensorLine>| l.map_or("-".to_string(), |l| l.live_count.to_string());
+    let rate = |l: Option<&TensorLine>| {
+        l.map_or("-".to_string(), |l| {
+            format!("{}/step", signed_bytes(l.growth))
+        })
+    };
+    for (i, l) in shown.iter().enumerate() {
+        let (a, b) = (l.a.as_ref(), l.b.as_ref());
+        let label = match &l.a_label {
+            Some(x) => format!("{} (in A: {x})", l.label),
+            None => l.label.clone(),
+        };
+        tab.add_row(vec![
+            (i + 1).to_string(),
+            status(l.status).to_string(),
+            live(a),
+            live(b),
+            signed(l.change.live_bytes),
+            format!("{} → {}", count(a), count(b)),
+            rate(a),
+            rate(b),
+            label,
+            how(l.how, l.guessed),
+        ]);
+    }
+    let title = format!(
+        "Changed Python lines, view {}: tensors by the line that allocated them, most changed \
+         first ({} of {})",
+        t.view_name,
+        shown.len(),
+        t.lines.len()
+    );
+    emit(out, &title, &tab)
 }
 
 fn files(out: &mut impl Write, c: &Comparison) -> io::Result<()> {

@@ -169,7 +169,8 @@ fn the_tables_say_what_changed() {
     assert_eq!(code, 1);
     for line in [
         "VERDICT  REGRESSION (exit 1): growth +4.0 MiB per step (limit 1.0 MiB)",
-        "Call sites: 2 paired (2 by a guess), 0 only in A, 1 only in B; 2 unchanged, 1 changed",
+        "Call sites, view driver: 2 paired (2 by a guess), 0 only in A, 1 only in B; 2 unchanged, 1 \
+         changed",
         "train.py:15 in Model.step",
         "first differs at step 1",
     ] {
@@ -340,8 +341,21 @@ fn every_field_is_documented() {
     let dir = tempfile::tempdir().unwrap();
     job(dir.path());
     let (_, d) = json(&["diff", "--json", "--rank", "5", path(dir.path())]);
-    assert_eq!(keys(&d), documented("## Diff"));
+    // `ranks` comes with --rank only, `tensors` with two traces holding PyTorch's recorder
+    // history (real ones, from `tests/fixtures/gpu/`).
+    let gpu = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/gpu/");
+    let (a, b) = (
+        format!("{gpu}healthy_gpt-recorder.vtrace"),
+        format!("{gpu}gpt_leaky-recorder.vtrace"),
+    );
+    let (_, t) = json(&["diff", "--json", &a, &b]);
+    let mut all = keys(&d);
+    all.extend(keys(&t));
+    all.sort();
+    all.dedup();
+    assert_eq!(all, documented("## Diff"));
     assert_eq!(keys(&d["sites"]["list"][0]), documented("### SiteDiff"));
+    assert_eq!(keys(&t["tensors"]), documented("### TensorList"));
     let (_, r) = json(&["report", "--json", path(dir.path())]);
     assert_eq!(keys(&r), documented("## Ranks"));
     assert_eq!(keys(&r["ranks"][0]), documented("### RankRow"));

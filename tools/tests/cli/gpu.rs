@@ -8,7 +8,9 @@
 //! The leaked tensors never reach the driver at their own line: PyTorch's caching allocator
 //! hands them memory it already holds, and asks the driver for more later, in the backward pass
 //! on the autograd thread (whose Python line is only inferred). So the sites that grow are the
-//! allocator's, and the added line is found in the sources: the first suspect.
+//! allocator's, and the added line is found in the sources: the first suspect. Traces that also
+//! carry PyTorch's recorder history (`*-recorder*.vtrace`, run 4) are compared tensor by tensor
+//! too, and there the added line is the top difference, with its bytes and rate.
 
 use std::path::PathBuf;
 
@@ -138,5 +140,172 @@ fn without_the_sources_sites_are_still_paired_by_their_native_stacks() {
     assert_eq!(
         (&loss["match"], &loss["guessed"]),
         (&Value::from("native-stack"), &Value::Bool(true))
+    );
+}
+
+// The same programs recorded again (GPU run 4) by `vramtrace run` with its Python hooks: step
+// marks from the optimizer, and PyTorch's recorder history (every tensor live at the end, with
+// its Python line) in the trace. `gpt_leaky.py` keeps 2 × 256 × 8192 float32 logits a step:
+// 16 MiB, 120 times.
+
+/// `healthy_gpt.py` run twice, and `gpt_leaky.py`, with the recorder's history.
+const RECORDED_A: &str = "healthy_gpt-recorder.vtrace";
+const RECORDED_A2: &str = "healthy_gpt-recorder2.vtrace";
+const RECORDED_B: &str = "gpt_leaky-recorder.vtrace";
+
+fn diff_text(extra: &[&str], a: &str, b: &str) -> (i32, String) {
+    let dir = fixtures();
+    let out = vramtrace()
+        .arg("diff")
+        .args(extra)
+        .arg(dir.join(a))
+        .arg(dir.join(b))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+#[test]
+fn the_recorder_names_the_added_line_first() {
+    let leaked = 120 * 16 * MIB;
+    for dirs in [sources(), "/nonexistent".to_string()] {
+        let (code, d) = diff(&["--source-dir", &dirs], RECORDED_A, RECORDED_B);
+        assert_eq!(code, 1, "{dirs}");
+        let top = &d["top_difference"];
+        assert_eq!(top["view"], "allocator-tensors");
+        assert_eq!(top["view_name"], "tensors (PyTorch recorder)");
+        assert_eq!(top["label"], "gpt_leaky.py:57 in <module>", "{dirs}");
+        assert_eq!(top["status"], "new");
+        assert_eq!(top["live_bytes"], leaked);
+        assert_eq!(top["growth"], (16 * MIB) as f64);
+        let t = &d["tensors"];
+        assert_eq!(t["explains"], true);
+        assert_eq!(t["live_bytes"]["a"], 574_652_612);
+        assert_eq!(t["live_bytes"]["change"], leaked);
+        assert_eq!(t["live_count"]["change"], 120);
+        assert_eq!(t["growth"]["a"], 0.0);
+        assert_eq!(t["growth"]["change"], (16 * MIB) as f64);
+        assert_eq!(
+            (&t["a"]["steps"], &t["a"]["steps_measured"]),
+            (&120.into(), &50.into())
+        );
+        // Every other line is paired with its moved self (6 of them below the inserted lines:
+        // by the sources' text, or without them by holding the same tensors) and unchanged.
+        assert_eq!(
+            [
+                &t["matched"],
+                &t["guessed"],
+                &t["only_in_a"],
+                &t["only_in_b"],
+                &t["unchanged"]
+            ],
+            [7, 6, 0, 1, 7].map(Value::from).each_ref(),
+            "{dirs}"
+        );
+        assert_eq!(t["changed"], 1);
+        let line = &t["list"][0];
+        assert_eq!(line["match"], "only-in-b");
+        assert_eq!(line["b"]["line"]["line"], 57);
+        assert_eq!(line["b"]["live_count"], 120);
+        assert_eq!(line["b"]["live_bytes"], leaked);
+        // The verdict holds the view's checks beside the driver's.
+        let checks: Vec<(&str, bool)> = (d["verdict"]["checks"].as_array().unwrap().iter())
+            .map(|c| (c["metric"].as_str().unwrap(), c["exceeded"] == true))
+            .skip(5)
+            .collect();
+        assert_eq!(
+            checks,
+            [
+                ("tensor_live_bytes", true),
+                ("tensor_growth_per_step", true)
+            ]
+        );
+        // The driver's view still sees the allocator's segments grow, at a native stack.
+        assert_eq!(d["sites"]["view"], "driver");
+        assert_eq!(
+            d["sites"]["list"][0]["label"],
+            "libc10_cuda.so+0x2f4cb ← libtorch_cpu.so+0x197746c"
+        );
+    }
+    let (_, d) = diff(&["--source-dir", &sources()], RECORDED_A, RECORDED_B);
+    let moved = (d["files"].as_array().unwrap().iter())
+        .find(|f| f["paired_by"] == "main-script")
+        .unwrap();
+    assert_eq!(moved["lines"], "source-text");
+    assert_eq!(d["suspects"][0]["line"], 57);
+    let (_, d) = diff(&["--source-dir", "/nonexistent"], RECORDED_A, RECORDED_B);
+    let t = &d["tensors"];
+    assert_eq!(t["list"].as_array().unwrap().len(), 1);
+
+    // The tables: the top difference under the verdict, the tensors' lines before the sites.
+    let (code, out) = diff_text(&["--source-dir", &sources()], RECORDED_A, RECORDED_B);
+    assert_eq!(code, 1);
+    assert!(out.contains(
+        "  top difference, view tensors (PyTorch recorder): gpt_leaky.py:57 in <module>: new, \
+         +1.9 GiB live at end, +16.0 MiB/step\n"
+    ));
+    let lines = out.find("Changed Python lines, view tensors (PyTorch recorder)");
+    let sites = out.find("Changed call sites, view driver");
+    assert!(lines.unwrap() < sites.unwrap(), "{out}");
+}
+
+#[test]
+fn the_fixed_leak_is_gone_in_the_tensors_view() {
+    let (code, d) = diff(&["--source-dir", &sources()], RECORDED_B, RECORDED_A);
+    assert_eq!(code, 0, "B holding less is no regression");
+    let top = &d["top_difference"];
+    assert_eq!(
+        (&top["view"], &top["label"], &top["status"]),
+        (
+            &Value::from("allocator-tensors"),
+            &Value::from("gpt_leaky.py:57 in <module>"),
+            &Value::from("gone")
+        )
+    );
+    assert_eq!(top["live_bytes"], -(120 * 16 * MIB as i64));
+    assert_eq!(d["tensors"]["explains"], true);
+}
+
+#[test]
+fn two_recorded_runs_of_the_unchanged_program_do_not_differ() {
+    let (code, d) = diff(&[], RECORDED_A, RECORDED_A2);
+    assert_eq!(code, 0);
+    assert_eq!(d["verdict"]["regression"], false);
+    assert_eq!(d["top_difference"], Value::Null);
+    let t = &d["tensors"];
+    assert_eq!(
+        [
+            &t["matched"],
+            &t["guessed"],
+            &t["only_in_a"],
+            &t["only_in_b"],
+            &t["unchanged"]
+        ],
+        [7, 0, 0, 0, 7].map(Value::from).each_ref()
+    );
+    assert_eq!(t["changed"], 0);
+    assert_eq!(t["list"].as_array().unwrap().len(), 0);
+    assert_eq!(t["live_bytes"]["change"], 0);
+    assert_eq!(t["growth"]["change"], 0.0);
+    assert_eq!(t["explains"], false);
+    let (code, out) = diff_text(&[], RECORDED_A, RECORDED_A2);
+    assert_eq!(code, 0);
+    assert!(out.contains(
+        "Python lines, view tensors (PyTorch recorder): 548.0 MiB live at end in A, 548.0 MiB \
+         in B (+0 B); 7 paired (0 by a guess), 0 only in A, 0 only in B; 7 unchanged, 0 changed"
+    ));
+    // A run without the recorder's history beside one with it: the view is not compared.
+    let (_, d) = diff(&[], "healthy_gpt-traced.vtrace", RECORDED_A);
+    assert!(d.get("tensors").is_none());
+    let notes = d["verdict"]["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .starts_with("tensors (PyTorch recorder) not compared: run A has no recorder")),
+        "{notes:?}"
     );
 }
