@@ -36,6 +36,9 @@ def _tracer_mark():
     """The tracer's `vramtrace_mark_step` from the process's global scope (where LD_PRELOAD puts
     the tracer), or None. Looked up once: the tracer is preloaded or not for the whole run."""
     global _mark
+    mark = _mark
+    if mark is not ...:
+        return mark
     with _lock:
         if _mark is ...:
             try:
