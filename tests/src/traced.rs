@@ -45,7 +45,13 @@ pub fn vramtrace_program() -> PathBuf {
 
 /// A `Command` for `vramtrace` with the same clean environment as the workloads.
 pub fn vramtrace_command() -> Command {
-    let mut c = Command::new(vramtrace_program());
+    clean_command(vramtrace_program())
+}
+
+/// A `Command` for any program (an installed `vramtrace`, an interpreter) with the same clean
+/// environment as the workloads.
+pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new(program);
     scrub(&mut c);
     c
 }
