@@ -5,6 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// How long the writer may stay behind the hooks before the live analysis stops.
+const LIVE_BEHIND_FOR: Duration = Duration::from_secs(1);
+
 use vramtrace_collector::attached;
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{
@@ -154,6 +157,8 @@ struct Collector {
     watch: WriterWatch,
     /// The live analysis (alerts), fed every record written; `None` when turned off.
     live: Option<Live>,
+    /// Since when the backlog has stayed above half the ring (see [`Collector::live_tick`]).
+    behind_since: Option<Instant>,
 }
 
 /// The trace's ids of a table's stacks, by table id.
@@ -320,13 +325,18 @@ impl Collector {
 
     /// Lets the live analysis judge when due (programs without step marks, windows of time),
     /// unless the writer has fallen behind the hooks: then the analysis stops for good, and the
-    /// writer's whole time goes to the trace.
+    /// writer's whole time goes to the trace. Behind means more than half the ring waiting for
+    /// [`LIVE_BEHIND_FOR`] on end: a burst, or the writer waking to a ring that filled while it
+    /// slept, is not (a flood of 2 M calls a second on the stand-ins, which the writer keeps up
+    /// with, turned the analysis off at once under a rule of one look).
     fn live_tick(&mut self) {
         let Some(live) = self.live.as_mut() else {
             return;
         };
         let backlog = self.session.last_seq().saturating_sub(self.next_seq);
-        if backlog > self.session.ring.capacity() / 2 {
+        if backlog <= self.session.ring.capacity() / 2 {
+            self.behind_since = None;
+        } else if self.behind_since.get_or_insert_with(Instant::now).elapsed() >= LIVE_BEHIND_FOR {
             live.stop("stopped: the writer fell behind the program");
             self.live = None;
             return;
@@ -783,6 +793,7 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
                     &session.config.metrics,
                     session.config.quiet,
                 ),
+                behind_since: None,
             };
             c.calibration.publish();
             for w in warnings {
