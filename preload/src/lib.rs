@@ -3,7 +3,7 @@
 //!
 //! It hooks the CUDA runtime, the CUDA driver (including virtual memory and every way a library
 //! obtains driver function pointers) and NCCL; each hook calls the real function exactly as asked,
-//! turns what happened into an event and hands it over a bounded channel to a collector thread that
+//! turns what happened into an event and hands it over a bounded channel to a writer thread that
 //! writes the trace. Analysis lives in `vramtrace-collector` and the tools, not here.
 //!
 //! Layout:
@@ -11,7 +11,7 @@
 //! - [`closure`]: the resolvers (`dlsym`, `cuGetProcAddress`, ...) that hand out wrappers;
 //! - [`resolve`]: finding real functions, also in local scopes;
 //! - [`capture`]: per-thread state, event building, stacks;
-//! - [`session`]: settings, the collector thread, the trace file, fork/exit/signals;
+//! - [`session`]: settings, the writer thread, the trace file, fork/exit/signals;
 //! - [`profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`).
 
 #[macro_use]

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::event::Api;
 use crate::format::{End, Lookup, Stats};
-use crate::modules::ModuleMap;
+use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
 
 impl LiveState {

@@ -4,10 +4,10 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use super::ledger::{Holder, PeakPoint, PoolUse};
-use super::oom::{
+use super::failures::{
     OomSnapshot, RecentSeries, SiteHolding, OOM_SERIES_POINTS, OOM_SERIES_SITES, OOM_SITES,
 };
+use super::ledger::{Holder, PeakPoint, PoolUse};
 use super::sites::{SiteId, SiteKey};
 use super::summary::Totals;
 use super::{Failure, LiveState};

@@ -19,7 +19,7 @@ use serde::Serialize;
 use super::objects::Origin;
 use super::origin::OwnerResolver;
 use crate::event::{Api, Event, StackId};
-use crate::modules::ModuleMap;
+use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
 
 /// Dense id of a call site within one replay.

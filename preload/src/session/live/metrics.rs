@@ -132,10 +132,10 @@ impl Exporter {
                 Ok(listener) => {
                     let text = Arc::new(Mutex::new(String::new()));
                     let shared = Arc::clone(&text);
-                    let started = super::super::collector::spawn_quiet_thread(
-                        "vramtrace-metrics",
-                        move || serve(&listener, &shared),
-                    );
+                    let started =
+                        super::super::writer::spawn_quiet_thread("vramtrace-metrics", move || {
+                            serve(&listener, &shared)
+                        });
                     match started {
                         Ok(()) => Some(text),
                         Err(e) => {

@@ -1,4 +1,4 @@
-//! The collector thread: receives events from the hooks, puts them back in causal (sequence)
+//! The writer thread: receives events from the hooks, puts them back in causal (sequence)
 //! order, names new modules, interns stacks, and writes the trace in chunks.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +13,7 @@ use vramtrace_collector::format::{
 
 use super::lifecycle::{warn, Ending};
 use super::live::Live;
-use super::modules::ModuleTracker;
+use super::module_tracker::ModuleTracker;
 use super::output::{self, Naming};
 use super::ring::Take;
 use super::trace_file::{CreateError, TraceFile};
@@ -39,7 +39,7 @@ struct EndSeen {
     after_end: u64,
 }
 
-/// How much the collector's pass over the ring must take.
+/// How much the writer's pass over the ring must take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Drain {
     /// Its usual pass: a bounded batch.
@@ -103,7 +103,7 @@ impl Sink {
     }
 
     /// Compresses the chunks from the next one on with `packing` (from the default, smaller and
-    /// faster to replay, to the cheapest when the collector falls behind, and back).
+    /// faster to replay, to the cheapest when the writer falls behind, and back).
     fn set_packing(&mut self, packing: Packing) {
         if let Some(w) = self.writer.as_mut() {
             if w.packing() != packing {
@@ -123,7 +123,7 @@ impl Sink {
     }
 }
 
-struct Collector {
+struct Writer {
     session: &'static Session,
     sink: Sink,
     modules: ModuleTracker,
@@ -280,9 +280,9 @@ fn open_sink(session: &Session) -> Sink {
     }
 }
 
-impl Collector {
+impl Writer {
     /// The tracer's counters. `dropped` and `late` count every event lost before the end, once
-    /// each: those the hooks dropped, those the collector gave up waiting for (a hook still inside
+    /// each: those the hooks dropped, those the writer gave up waiting for (a hook still inside
     /// its call when the process ended) — less the ones whose hook arrived after all and counted
     /// itself `late`. Each left a gap in the sequence numbers.
     fn stats(&self) -> Stats {
@@ -438,7 +438,7 @@ impl Collector {
     /// Writes the payloads the program handed over, each in pieces that fit a chunk, puts them
     /// on disk at once (one handed over at an out-of-memory error may be the last thing the
     /// process does), and says so to the threads waiting for them. The queue is only tried: a
-    /// thread stopped by a fatal signal while holding it must not stop the collector.
+    /// thread stopped by a fatal signal while holding it must not stop the writer.
     fn write_attachments(&mut self) {
         let waiting = match self.session.attachments.try_lock() {
             Ok(mut q) => std::mem::take(&mut q.waiting),
@@ -677,8 +677,8 @@ impl Collector {
 }
 
 /// The packing of the next chunks, given the current one and the events waiting in a buffer of
-/// `capacity`. The default packing costs the collector about three times the CPU of the fastest
-/// (`collector/src/format/packing.rs`), so once a quarter of the buffer waits the collector
+/// `capacity`. The default packing costs the writer about three times the CPU of the fastest
+/// (`collector/src/format/packing.rs`), so once a quarter of the buffer waits the writer
 /// switches to the fastest, and back once the backlog is under a sixteenth — long before hooks
 /// would have to wait for room. At exit or on a fatal signal (`drain`) it stays as it is: a first
 /// switch to the fastest would allocate its compressor then, in a process that may be crashing
@@ -696,16 +696,16 @@ fn packing_for(current: Packing, backlog: u64, capacity: u64, drain: bool) -> Pa
     }
 }
 
-/// Starts the collector thread for `session`.
+/// Starts the writer thread for `session`.
 pub fn spawn(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
     with_async_signals_blocked(|| spawn_thread(session, warnings))
 }
 
 /// Runs `f` (which starts a thread) with every asynchronous signal blocked, so the new thread
 /// inherits that mask. A process-directed signal (`kill(pid, SIGTERM)`) then never lands on the
-/// collector: its handler would wait for the collector to write the trace, the collector being
+/// writer: its handler would wait for the writer to write the trace, the writer being
 /// the thread stuck in the handler, and the process would die with nothing written. Faults
-/// (SIGSEGV, SIGBUS, …) stay unblocked: they are the collector's own, and blocking them only
+/// (SIGSEGV, SIGBUS, …) stay unblocked: they are the writer's own, and blocking them only
 /// turns a crash into a silent kill.
 fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: sigset_t is plain data, filled by sigfillset/sigdelset before use; pthread_sigmask
@@ -733,7 +733,7 @@ fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-/// Starts a thread of the tracer's own (the metrics server) the way the collector starts: with
+/// Starts a thread of the tracer's own (the metrics server) the way the writer starts: with
 /// asynchronous signals blocked, and its hooks passing through untraced.
 pub(super) fn spawn_quiet_thread(
     name: &str,
@@ -758,9 +758,9 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
             crate::capture::thread::mark_tracer_thread();
             session
                 .control
-                .collector_tid
+                .writer_tid
                 .store(crate::capture::thread::tid(), Ordering::Release);
-            let mut c = Collector {
+            let mut c = Writer {
                 session,
                 sink: open_sink(session),
                 modules: ModuleTracker::default(),
@@ -793,7 +793,7 @@ fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Re
             c.run();
         })
         .map(|handle| {
-            let _ = session.control.collector.set(handle.thread().clone());
+            let _ = session.control.writer.set(handle.thread().clone());
         })
 }
 
