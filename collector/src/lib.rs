@@ -11,6 +11,7 @@ pub mod attached;
 pub mod compare;
 pub mod event;
 pub mod format;
+mod ids;
 pub mod live;
 pub mod module_map;
 pub mod python;

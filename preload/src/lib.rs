@@ -12,7 +12,9 @@
 //! - [`resolve`]: finding real functions, also in local scopes;
 //! - [`capture`]: per-thread state, event building, stacks;
 //! - [`session`]: settings, the writer thread, the trace file, fork/exit/signals;
-//! - [`profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`).
+//! - [`profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`);
+//! - [`tracer_thread`] and [`warn`]: how the tracer starts its own threads and warns, for all of
+//!   the above.
 
 #[macro_use]
 #[path = "hooks/macros.rs"]
@@ -25,6 +27,8 @@ pub mod hooks;
 pub mod profile;
 pub mod resolve;
 pub mod session;
+pub mod tracer_thread;
+pub mod warn;
 
 /// Library constructor: finds glibc's `dlsym`, reads the settings, installs the fork handlers,
 /// and finds the real functions of the process hooks. Starting the trace waits for the first

@@ -19,9 +19,9 @@ use serde::Serialize;
 
 use super::ledger::{Holder, PoolUse};
 use super::objects::{api_name, Origin};
-use super::sites::SiteId;
 use super::summary::Totals;
 use crate::event::{Api, Event, Layer, Op};
+use crate::ids::SiteId;
 
 /// Failures kept from the start of the trace.
 pub const MAX_FIRST_FAILURES: usize = 1000;

@@ -10,8 +10,9 @@ use rustc_hash::FxHashMap;
 use serde::{Serialize, Serializer};
 
 use super::series::{Grid, Series};
-use super::sites::{CallId, SiteId};
+use super::sites::CallId;
 use crate::event::MemKind;
+use crate::ids::SiteId;
 
 /// Sample points kept per series for steps.
 const STEP_POINTS: usize = 256;

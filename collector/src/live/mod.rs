@@ -44,6 +44,7 @@ use self::ledger::Ledger;
 use self::sites::SiteTable;
 use self::steps::StepDetector;
 
+pub use crate::ids::SiteId;
 pub use anomalies::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
 pub use device_memory::DeviceAccount;
 pub use failures::{
@@ -60,7 +61,7 @@ pub use objects::{
 pub use origin::{CodeLocation, Owner, OwnerResolver};
 pub use query::{HolderState, SampleAxis};
 pub use sites::ProgramLine;
-pub use sites::{SiteId, SiteKey};
+pub use sites::SiteKey;
 pub use steps::{Anchor, StepPattern, StepSource};
 pub use summary::{
     CallSite, CategoryTotals, CommunicatorTotals, DeviceTotals, ModuleTotals, Summary, Totals,

@@ -8,10 +8,11 @@ use super::failures::{
     OomSnapshot, RecentSeries, SiteHolding, OOM_SERIES_POINTS, OOM_SERIES_SITES, OOM_SITES,
 };
 use super::ledger::{Holder, PeakPoint, PoolUse};
-use super::sites::{SiteId, SiteKey};
+use super::sites::SiteKey;
 use super::summary::Totals;
 use super::{Failure, LiveState};
 use crate::event::StackId;
+use crate::ids::SiteId;
 
 /// What the growth series are sampled over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

@@ -19,11 +19,9 @@ use serde::Serialize;
 use super::objects::Origin;
 use super::origin::OwnerResolver;
 use crate::event::{Api, Event, StackId};
+use crate::ids::SiteId;
 use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
-
-/// Dense id of a call site within one replay.
-pub type SiteId = u32;
 
 /// Dense id of an interned [`Call`] within one replay.
 pub(crate) type CallId = u32;

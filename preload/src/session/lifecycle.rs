@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{config, mark_ended, reset_after_fork, resume_after_exec, running};
+use crate::warn::warn_from_anywhere;
 
 /// How a trace ended, as the end record names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,27 +63,6 @@ static SIGNALS_INSTALLED: AtomicBool = AtomicBool::new(false);
 /// When this process (image) started being traced.
 pub fn process_start() -> SystemTime {
     *PROCESS_START.get_or_init(SystemTime::now)
-}
-
-/// One line on stderr, written with a single `write(2)` (no locks, usable anywhere).
-pub fn warn(msg: &str) {
-    let line = format!("vramtrace: warning: {msg}\n");
-    // SAFETY: writes our own buffer to fd 2.
-    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
-}
-
-/// [`warn`] without allocating, for paths that may run in a signal handler (`_exit` may be
-/// called from one): the line is put together on the stack, cut at 256 bytes.
-fn warn_from_anywhere(msg: &str) {
-    const PREFIX: &[u8] = b"vramtrace: warning: ";
-    let mut line = [0u8; 256];
-    let text = &msg.as_bytes()[..msg.len().min(line.len() - PREFIX.len() - 1)];
-    let n = PREFIX.len() + text.len();
-    line[..PREFIX.len()].copy_from_slice(PREFIX);
-    line[PREFIX.len()..n].copy_from_slice(text);
-    line[n] = b'\n';
-    // SAFETY: writes our own stack buffer to fd 2.
-    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, n + 1) };
 }
 
 /// Signals whose default action ends the process; their handler flushes the trace first.

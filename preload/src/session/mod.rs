@@ -71,7 +71,7 @@ pub fn config() -> &'static Config {
         }
         if !c.quiet {
             for w in &warnings {
-                lifecycle::warn(w);
+                crate::warn::warn(w);
             }
         }
         let _ = CONFIG_WARNINGS.set(warnings);
@@ -369,7 +369,7 @@ fn start_slow() -> Option<&'static Session> {
             Some(session)
         }
         Err(e) => {
-            lifecycle::warn(&format!(
+            crate::warn::warn(&format!(
                 "could not start the writer thread ({e}); tracing is off for this process"
             ));
             STATE.store(ENDED, Ordering::Release);

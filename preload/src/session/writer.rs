@@ -11,7 +11,7 @@ use vramtrace_collector::format::{
     End, Header, Packing, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
-use super::lifecycle::{warn, Ending};
+use super::lifecycle::Ending;
 use super::live::Live;
 use super::module_tracker::ModuleTracker;
 use super::output::{self, Naming};
@@ -21,6 +21,8 @@ use super::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
 use crate::capture::{intern, python};
 use crate::profile::{self, Stage, TimedWrite, WriterWatch};
+use crate::tracer_thread;
+use crate::warn::warn;
 
 /// How long the loop sleeps when the channel is empty.
 const POLL: Duration = Duration::from_millis(2);
@@ -698,103 +700,48 @@ fn packing_for(current: Packing, backlog: u64, capacity: u64, drain: bool) -> Pa
 
 /// Starts the writer thread for `session`.
 pub fn spawn(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
-    with_async_signals_blocked(|| spawn_thread(session, warnings))
-}
-
-/// Runs `f` (which starts a thread) with every asynchronous signal blocked, so the new thread
-/// inherits that mask. A process-directed signal (`kill(pid, SIGTERM)`) then never lands on the
-/// writer: its handler would wait for the writer to write the trace, the writer being
-/// the thread stuck in the handler, and the process would die with nothing written. Faults
-/// (SIGSEGV, SIGBUS, …) stay unblocked: they are the writer's own, and blocking them only
-/// turns a crash into a silent kill.
-fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
-    // SAFETY: sigset_t is plain data, filled by sigfillset/sigdelset before use; pthread_sigmask
-    // only changes this thread's mask, and the old mask is restored before returning.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut block);
-        for sig in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
-            libc::sigdelset(&mut block, sig);
-        }
-        let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) == 0;
-        let out = f();
-        if blocked {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        }
-        out
-    }
-}
-
-/// Starts a thread of the tracer's own (the metrics server) the way the writer starts: with
-/// asynchronous signals blocked, and its hooks passing through untraced.
-pub(super) fn spawn_quiet_thread(
-    name: &str,
-    f: impl FnOnce() + Send + 'static,
-) -> std::io::Result<()> {
-    with_async_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                crate::capture::thread::mark_tracer_thread();
-                f()
-            })
-            .map(drop)
+    tracer_thread::spawn("vramtrace", move || writer_thread(session, warnings)).map(|handle| {
+        let _ = session.control.writer.set(handle.thread().clone());
     })
 }
 
-fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("vramtrace".into())
-        .spawn(move || {
-            // Hooks reached from this thread (none should be) pass through untraced.
-            crate::capture::thread::mark_tracer_thread();
-            session
-                .control
-                .writer_tid
-                .store(crate::capture::thread::tid(), Ordering::Release);
-            let mut c = Writer {
-                session,
-                sink: open_sink(session),
-                modules: ModuleTracker::default(),
-                stacks: TraceIds::default(),
-                py_stacks: TraceIds::default(),
-                py_codes_written: std::collections::HashSet::new(),
-                next_seq: 1,
-                gap_since: None,
-                dropped_seqs: BTreeSet::new(),
-                given_up: 0,
-                drop_marks: BTreeMap::new(),
-                renumbered: 0,
-                end_seen: None,
-                last_stats: Stats::default(),
-                calibration: Calibration::measure(Duration::from_millis(2)),
-                attachments: 0,
-                watch: WriterWatch::new(),
-                live: Live::new(
-                    &session.config.alerts,
-                    &session.config.metrics,
-                    session.config.quiet,
-                ),
-            };
-            c.calibration.publish();
-            for w in warnings {
-                c.sink.write(&Record::Warning(w));
-            }
-            c.write_modules();
-            c.sink.flush();
-            c.run();
-        })
-        .map(|handle| {
-            let _ = session.control.writer.set(handle.thread().clone());
-        })
+/// The writer thread's body.
+fn writer_thread(session: &'static Session, warnings: Vec<String>) {
+    session
+        .control
+        .writer_tid
+        .store(crate::capture::thread::tid(), Ordering::Release);
+    let mut c = Writer {
+        session,
+        sink: open_sink(session),
+        modules: ModuleTracker::default(),
+        stacks: TraceIds::default(),
+        py_stacks: TraceIds::default(),
+        py_codes_written: std::collections::HashSet::new(),
+        next_seq: 1,
+        gap_since: None,
+        dropped_seqs: BTreeSet::new(),
+        given_up: 0,
+        drop_marks: BTreeMap::new(),
+        renumbered: 0,
+        end_seen: None,
+        last_stats: Stats::default(),
+        calibration: Calibration::measure(Duration::from_millis(2)),
+        attachments: 0,
+        watch: WriterWatch::new(),
+        live: Live::new(
+            &session.config.alerts,
+            &session.config.metrics,
+            session.config.quiet,
+        ),
+    };
+    c.calibration.publish();
+    for w in warnings {
+        c.sink.write(&Record::Warning(w));
+    }
+    c.write_modules();
+    c.sink.flush();
+    c.run();
 }
 
 #[cfg(test)]
