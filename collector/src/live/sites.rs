@@ -322,11 +322,6 @@ impl SiteTable {
         self.sites.get(id as usize).copied()
     }
 
-    /// The id of a site, if seen.
-    pub(crate) fn find(&self, key: SiteKey) -> Option<SiteId> {
-        self.ids.get(&key).copied()
-    }
-
     /// Sites seen.
     pub(crate) fn len(&self) -> usize {
         self.sites.len()
