@@ -100,42 +100,74 @@ fn requested_bytes(op: &Op) -> u64 {
     }
 }
 
+/// The first `FIRST` items of a stream and the last `RECENT` after them, with a count of all.
+#[derive(Clone, Debug)]
+struct FirstAndRecent<T, const FIRST: usize, const RECENT: usize> {
+    first: Vec<T>,
+    recent: VecDeque<T>,
+    total: u64,
+}
+
+impl<T, const FIRST: usize, const RECENT: usize> Default for FirstAndRecent<T, FIRST, RECENT> {
+    fn default() -> Self {
+        FirstAndRecent {
+            first: Vec::new(),
+            recent: VecDeque::new(),
+            total: 0,
+        }
+    }
+}
+
+impl<T, const FIRST: usize, const RECENT: usize> FirstAndRecent<T, FIRST, RECENT> {
+    fn record(&mut self, item: T) {
+        self.total += 1;
+        if self.first.len() < FIRST {
+            self.first.push(item);
+        } else {
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(item);
+        }
+    }
+
+    /// The items kept, in order (the first ones, then the most recent ones).
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.first.iter().chain(self.recent.iter())
+    }
+
+    /// Items left out (between the first and the recent ones).
+    fn omitted(&self) -> u64 {
+        self.total - (self.first.len() + self.recent.len()) as u64
+    }
+}
+
 /// The failures of a trace.
 #[derive(Clone, Debug, Default)]
 pub struct Failures {
-    first: Vec<Failure>,
-    recent: VecDeque<Failure>,
+    kept: FirstAndRecent<Failure, MAX_FIRST_FAILURES, MAX_RECENT_FAILURES>,
     by_api: BTreeMap<Api, u64>,
-    total: u64,
 }
 
 impl Failures {
     pub(crate) fn record(&mut self, failure: Failure) {
-        self.total += 1;
         *self.by_api.entry(failure.api).or_default() += 1;
-        if self.first.len() < MAX_FIRST_FAILURES {
-            self.first.push(failure);
-        } else {
-            if self.recent.len() == MAX_RECENT_FAILURES {
-                self.recent.pop_front();
-            }
-            self.recent.push_back(failure);
-        }
+        self.kept.record(failure);
     }
 
     /// The failures kept, in trace order (the first ones, then the most recent ones).
     pub fn iter(&self) -> impl Iterator<Item = &Failure> {
-        self.first.iter().chain(self.recent.iter())
+        self.kept.iter()
     }
 
     /// All failed calls.
     pub fn total(&self) -> u64 {
-        self.total
+        self.kept.total
     }
 
     /// Failed calls not kept in detail (between the first and the recent ones).
     pub fn omitted(&self) -> u64 {
-        self.total - (self.first.len() + self.recent.len()) as u64
+        self.kept.omitted()
     }
 
     /// Failed calls of one entry point.
@@ -201,32 +233,22 @@ pub struct OomSnapshot {
 /// The snapshots of a trace.
 #[derive(Clone, Debug, Default)]
 pub struct OomLog {
-    first: Vec<OomSnapshot>,
-    recent: VecDeque<OomSnapshot>,
-    total: u64,
+    kept: FirstAndRecent<OomSnapshot, MAX_FIRST_OOMS, MAX_RECENT_OOMS>,
 }
 
 impl OomLog {
     /// Counts a snapshot and keeps it when it is among the first or the most recent.
     pub(crate) fn record(&mut self, snapshot: OomSnapshot) {
-        self.total += 1;
-        if self.first.len() < MAX_FIRST_OOMS {
-            self.first.push(snapshot);
-        } else {
-            if self.recent.len() == MAX_RECENT_OOMS {
-                self.recent.pop_front();
-            }
-            self.recent.push_back(snapshot);
-        }
+        self.kept.record(snapshot);
     }
 
     /// The snapshots kept, in trace order.
     pub fn iter(&self) -> impl Iterator<Item = &OomSnapshot> {
-        self.first.iter().chain(self.recent.iter())
+        self.kept.iter()
     }
 
     /// Out-of-memory failures in all.
     pub fn total(&self) -> u64 {
-        self.total
+        self.kept.total
     }
 }
