@@ -3,8 +3,8 @@
 //! (a strongly connected component of more than one folder) that the allow-list below does not
 //! name exactly.
 //!
-//! A node is a folder of `src/` (`capture/stack/` for `capture/stack.rs` and the files under it)
-//! or a top-level file (`profile.rs`), so `cli ↔ replay` is a loop even though both are files.
+//! A node is a folder of `src/` (`capture/stack/` for `capture/stack/mod.rs` and the files beside
+//! it) or a top-level file (`profile.rs`), so `cli ↔ replay` is a loop even though both are files.
 //! The crate root file (`lib.rs`, `main.rs`) is a node of its own: it declares every module, but
 //! a `mod` line is not an import. Paths are resolved by name to the module file they name (the
 //! longest prefix that is a module); an item re-exported by a `mod.rs` therefore points at that
