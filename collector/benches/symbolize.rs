@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use vramtrace_collector::format::{Module, Segment};
-use vramtrace_collector::modules::ModuleMap;
+use vramtrace_collector::module_map::ModuleMap;
 use vramtrace_collector::symbols::{SymbolSearch, Symbolizer};
 
 /// Addresses per measured pass.

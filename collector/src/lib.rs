@@ -1,6 +1,6 @@
 //! vramtrace's shared core: the event model, the trace format, and the live-allocation state.
 //!
-//! The preload library uses it in-process (its collector thread writes traces with
+//! The preload library uses it in-process (its writer thread writes traces with
 //! [`format::TraceWriter`]); the `vramtrace` tools use it offline (they read traces with
 //! [`format::TraceReader`] and rebuild what was live with [`live::LiveState`]). Both go through the
 //! same code, so "what is live" has one definition.
@@ -11,8 +11,9 @@ pub mod attached;
 pub mod compare;
 pub mod event;
 pub mod format;
+mod ids;
 pub mod live;
-pub mod modules;
+pub mod module_map;
 pub mod python;
 #[cfg(feature = "symbols")]
 pub mod symbols;

@@ -3,7 +3,7 @@
 //!
 //! It hooks the CUDA runtime, the CUDA driver (including virtual memory and every way a library
 //! obtains driver function pointers) and NCCL; each hook calls the real function exactly as asked,
-//! turns what happened into an event and hands it over a bounded channel to a collector thread that
+//! turns what happened into an event and hands it over a bounded channel to a writer thread that
 //! writes the trace. Analysis lives in `vramtrace-collector` and the tools, not here.
 //!
 //! Layout:
@@ -11,8 +11,10 @@
 //! - [`closure`]: the resolvers (`dlsym`, `cuGetProcAddress`, ...) that hand out wrappers;
 //! - [`resolve`]: finding real functions, also in local scopes;
 //! - [`capture`]: per-thread state, event building, stacks;
-//! - [`session`]: settings, the collector thread, the trace file, fork/exit/signals;
-//! - [`profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`).
+//! - [`session`]: settings, the writer thread, the trace file, fork/exit/signals;
+//! - [`profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`);
+//! - [`tracer_thread`] and [`warn`]: how the tracer starts its own threads and warns, for all of
+//!   the above.
 
 #[macro_use]
 #[path = "hooks/macros.rs"]
@@ -25,6 +27,8 @@ pub mod hooks;
 pub mod profile;
 pub mod resolve;
 pub mod session;
+pub mod tracer_thread;
+pub mod warn;
 
 /// Library constructor: finds glibc's `dlsym`, reads the settings, installs the fork handlers,
 /// and finds the real functions of the process hooks. Starting the trace waits for the first

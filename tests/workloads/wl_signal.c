@@ -2,7 +2,7 @@
  * wl_signal.c -- allocates three buffers and then dies from a signal: argv[1] is `segv`
  * (raise(SIGSEGV)), `abort` (abort()), `term` (kill(getpid(), SIGTERM)) or `term-blocked` (the
  * same while this thread blocks SIGTERM for 100 ms, so the kernel must pick another thread: the
- * tracer's collector is the only other one, and it must not take the signal).
+ * tracer's writer thread is the only other one, and it must not take the signal).
  *
  * Mimics: a training process that crashes or is killed; a tracer must still have recorded what
  * was live.  Ground truth (device 0): cudaMalloc 1048576 -> 0x700000000000, 2097152 ->

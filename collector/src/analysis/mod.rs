@@ -9,11 +9,11 @@
 //! the same functions answer at the end of a trace and at any point a replay stops.
 
 pub mod advice;
-pub mod anomalies;
 pub mod course;
 pub mod fit;
 pub mod fragmentation;
 pub mod growth;
+pub mod integrity;
 pub mod leaks;
 pub mod oom;
 pub mod orphans;
@@ -24,11 +24,11 @@ pub mod watch;
 use serde::Serialize;
 
 pub use advice::{diagnose, Evidence, Finding, FindingClass, Severity};
-pub use anomalies::{anomalies, AnomalyReport};
 pub use course::{Bounds, Course, Phases, Shape};
 pub use fit::Fit;
 pub use fragmentation::{fragmentation, Fragmentation};
 pub use growth::{growth, growth_with, Growth, GrowthConfig, LineSeries, Projection};
+pub use integrity::{anomalies, AnomalyReport};
 pub use leaks::{leaks, Leaks};
 pub use oom::{ooms, OomReport};
 pub use orphans::{orphans, OrphanKind, Orphans};

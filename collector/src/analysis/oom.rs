@@ -1,7 +1,8 @@
 //! Out-of-memory forensics: for each failed allocation that ran out of memory, the request, what
 //! was live on the device at that instant by call site, the memory that was free but could not
 //! serve it where that is known (unused memory held by pools, physical memory nothing maps), and
-//! the growth that led there.
+//! the growth that led there. Built on the failures and snapshots the replay records
+//! (`live::failures`).
 
 use serde::Serialize;
 

@@ -77,9 +77,9 @@ pub struct PyStackDef {
 /// total, so the last one read is the one that counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
-    /// Events that could not be handed to the collector (channel full) and are lost.
+    /// Events that could not be handed to the writer thread (channel full) and are lost.
     pub dropped: u64,
-    /// Events that reached the collector after later events were already written.
+    /// Events that reached the writer thread after later events were already written.
     pub late: u64,
     /// Panics caught inside hooks (the program carried on).
     pub hook_panics: u64,

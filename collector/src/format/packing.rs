@@ -5,7 +5,7 @@
 //! into many short matches; lazy matching with a slightly longer minimum finds fewer, longer ones.
 //! On the replay benchmark's trace (`docs/performance.md`) that decompresses in about 10 ns per
 //! event instead of 15, and the file is 13% smaller, for about 150 ns of compression per event
-//! instead of 45 — time of the tracer's collector thread, not of the traced program's calls.
+//! instead of 45 — time of the tracer's writer thread, not of the traced program's calls.
 //! A writer that falls behind (the tracer's buffer filling up) switches to [`Packing::Fast`] until
 //! it has caught up. Every chunk is a zstd frame of its own, so readers see no difference.
 

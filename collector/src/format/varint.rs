@@ -3,7 +3,7 @@
 
 /// Appends `v` as an unsigned LEB128 varint.
 ///
-/// The tracer's collector thread writes several per event: one check of the room left for all
+/// The tracer's writer thread writes several per event: one check of the room left for all
 /// the bytes, rather than one per byte as `push` makes.
 #[inline]
 pub(crate) fn put(out: &mut Vec<u8>, mut v: u64) {

@@ -54,15 +54,6 @@ impl LiveState {
         }
     }
 
-    /// Applies a record as [`TraceReader::next_event_or_record`] lends it.
-    #[inline]
-    pub fn apply_ref(&mut self, record: RecordRef<'_>) {
-        match record {
-            RecordRef::Event(e) => self.apply_event(e),
-            RecordRef::Other(r) => self.apply(&r),
-        }
-    }
-
     /// Applies every record `reader` has left: the fast way to replay a whole trace.
     pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) {
         self.replay_visiting(reader, |_, _| true, |_| {});

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::event::Api;
 use crate::format::{End, Lookup, Stats};
-use crate::modules::ModuleMap;
+use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
 
 impl LiveState {
@@ -139,7 +139,7 @@ impl LiveState {
     }
 
     /// Mean nanoseconds between step boundaries, with at least two.
-    pub fn step_duration_ns(&self) -> Option<u64> {
+    pub(crate) fn step_duration_ns(&self) -> Option<u64> {
         let (first, last) = self.step_times?;
         (self.steps >= 2).then(|| (last.saturating_sub(first)) / (self.steps - 1))
     }

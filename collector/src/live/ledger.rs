@@ -10,8 +10,9 @@ use rustc_hash::FxHashMap;
 use serde::{Serialize, Serializer};
 
 use super::series::{Grid, Series};
-use super::sites::{CallId, SiteId};
+use super::sites::CallId;
 use crate::event::MemKind;
+use crate::ids::SiteId;
 
 /// Sample points kept per series for steps.
 const STEP_POINTS: usize = 256;
@@ -328,11 +329,6 @@ impl Ledger {
         self.time_ns
     }
 
-    /// The ordinal of the current event.
-    pub(crate) fn event(&self) -> u64 {
-        self.event
-    }
-
     fn holder_index(&mut self, holder: Holder) -> usize {
         if let Some(i) = self.holders.iter().position(|h| h.holder == holder) {
             return i;
@@ -533,14 +529,6 @@ impl Ledger {
         let mut pools = self.pools.clone();
         pools.sort_by_key(|p| (p.device, p.pool));
         pools
-    }
-
-    /// Approximate heap bytes of the series (for the memory accounting in benchmarks).
-    pub(crate) fn series_heap_bytes(&self) -> usize {
-        self.entries
-            .iter()
-            .map(|e| e.steps.heap_bytes() + e.windows.heap_bytes())
-            .sum()
     }
 }
 

@@ -12,19 +12,18 @@
 //! the interned calls objects point at, `ledger` the running totals, and `listing`, `summary`,
 //! `query` and `counters` answer the queries.
 
-mod anomaly;
+mod anomalies;
 mod apply;
 mod context;
 mod counters;
 mod device_memory;
-mod failure;
+mod failures;
 mod ledger;
 mod listing;
 mod losses;
 mod memory;
 mod nccl;
 mod objects;
-mod oom;
 mod origin;
 mod pointers;
 mod query;
@@ -45,10 +44,12 @@ use self::ledger::Ledger;
 use self::sites::SiteTable;
 use self::steps::StepDetector;
 
-pub use anomaly::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
+pub use crate::ids::SiteId;
+pub use anomalies::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
 pub use device_memory::DeviceAccount;
-pub use failure::{
-    means_out_of_memory, Failure, Failures, MAX_FIRST_FAILURES, MAX_RECENT_FAILURES,
+pub use failures::{
+    means_out_of_memory, Failure, Failures, OomLog, OomSnapshot, RecentSeries, SiteHolding,
+    MAX_FIRST_FAILURES, MAX_FIRST_OOMS, MAX_RECENT_FAILURES, MAX_RECENT_OOMS,
 };
 pub use ledger::{Holder, PeakPoint, PoolUse};
 pub use losses::Losses;
@@ -57,11 +58,10 @@ pub use objects::{
     HostRegistration, IpcMapping, LiveObject, Mapping, NcclBuffer, Origin, PhysicalHandle, Pool,
     Registration, Reservation, Window,
 };
-pub use oom::{OomLog, OomSnapshot, RecentSeries, SiteHolding, MAX_FIRST_OOMS, MAX_RECENT_OOMS};
 pub use origin::{CodeLocation, Owner, OwnerResolver};
 pub use query::{HolderState, SampleAxis};
 pub use sites::ProgramLine;
-pub use sites::{SiteId, SiteKey};
+pub use sites::SiteKey;
 pub use steps::{Anchor, StepPattern, StepSource};
 pub use summary::{
     CallSite, CategoryTotals, CommunicatorTotals, DeviceTotals, ModuleTotals, Summary, Totals,

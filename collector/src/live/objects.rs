@@ -8,7 +8,8 @@ use std::borrow::Cow;
 
 use serde::{Serialize, Serializer};
 
-use super::sites::{CallId, SiteId};
+use super::sites::CallId;
+use crate::ids::SiteId;
 
 use crate::event::{Api, MemKind, StackId};
 

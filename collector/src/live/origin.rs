@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::event::StackId;
 use crate::format::{Module, StackDef};
-use crate::modules::{is_cuda_library, ModuleMap};
+use crate::module_map::{is_cuda_library, ModuleMap};
 
 /// The module that asked, and the address that names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

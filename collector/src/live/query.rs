@@ -4,14 +4,15 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use super::ledger::{Holder, PeakPoint, PoolUse};
-use super::oom::{
+use super::failures::{
     OomSnapshot, RecentSeries, SiteHolding, OOM_SERIES_POINTS, OOM_SERIES_SITES, OOM_SITES,
 };
-use super::sites::{SiteId, SiteKey};
+use super::ledger::{Holder, PeakPoint, PoolUse};
+use super::sites::SiteKey;
 use super::summary::Totals;
 use super::{Failure, LiveState};
 use crate::event::StackId;
+use crate::ids::SiteId;
 
 /// What the growth series are sampled over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -118,7 +119,7 @@ impl LiveState {
 
     /// Live bytes of every (call site, holder) at each sample point since the site first
     /// allocated there.
-    pub fn site_series(
+    pub(crate) fn site_series(
         &self,
         axis: SampleAxis,
     ) -> impl Iterator<Item = (SiteId, Holder, Vec<(u64, u64)>)> + '_ {
@@ -133,13 +134,13 @@ impl LiveState {
     }
 
     /// Sample points taken (ticks), and ticks between kept points.
-    pub fn samples(&self, axis: SampleAxis) -> (u64, u64) {
+    pub(crate) fn samples(&self, axis: SampleAxis) -> (u64, u64) {
         let g = self.grid(axis);
         (g.ticks(), g.stride())
     }
 
     /// Nanoseconds between the kept time samples.
-    pub fn sample_width_ns(&self) -> u64 {
+    pub(crate) fn sample_width_ns(&self) -> u64 {
         self.ledger.windows.stride() * super::ledger::BASE_WINDOW_NS
     }
 
@@ -161,29 +162,19 @@ impl LiveState {
         self.sites.python(site)
     }
 
-    /// The id of a call site, if the trace reached it.
-    pub fn find_site(&self, key: SiteKey) -> Option<SiteId> {
-        self.sites.find(key)
-    }
-
     /// Call sites seen.
     pub fn site_count(&self) -> usize {
         self.sites.len()
     }
 
     /// Memory pools that ever served an allocation: in use now, and the most they held.
-    pub fn pool_usage(&self) -> Vec<PoolUse> {
+    pub(crate) fn pool_usage(&self) -> Vec<PoolUse> {
         self.ledger.pools()
-    }
-
-    /// The ordinal of the last event applied (1 = the first).
-    pub fn event_ordinal(&self) -> u64 {
-        self.ledger.event()
     }
 
     /// Per physical handle on `device` (all devices when `None`): its bytes, and the bytes of
     /// it that mappings cover (capped at its size).
-    pub fn physical_coverage(&self, device: Option<i32>) -> Vec<(u64, u64, u64)> {
+    pub(crate) fn physical_coverage(&self, device: Option<i32>) -> Vec<(u64, u64, u64)> {
         let mut mapped: FxHashMap<u64, u64> = FxHashMap::default();
         for m in self.vmm.mappings.values() {
             *mapped.entry(m.handle).or_default() += m.size;
@@ -197,11 +188,6 @@ impl LiveState {
                 (h.handle, h.size, covered)
             })
             .collect()
-    }
-
-    /// Heap bytes held by the sampled series (to account for memory in benchmarks).
-    pub fn series_heap_bytes(&self) -> usize {
-        self.ledger.series_heap_bytes()
     }
 
     /// The snapshot of the live set at an out-of-memory `failure`.

@@ -149,11 +149,6 @@ impl Series {
             .map(|&x| (x, 0));
         before.into_iter().chain(s.points(grid)).collect()
     }
-
-    /// Heap bytes held.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.values.capacity() * 8
-    }
 }
 
 #[cfg(test)]

@@ -19,11 +19,9 @@ use serde::Serialize;
 use super::objects::Origin;
 use super::origin::OwnerResolver;
 use crate::event::{Api, Event, StackId};
-use crate::modules::ModuleMap;
+use crate::ids::SiteId;
+use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
-
-/// Dense id of a call site within one replay.
-pub type SiteId = u32;
 
 /// Dense id of an interned [`Call`] within one replay.
 pub(crate) type CallId = u32;
@@ -322,11 +320,6 @@ impl SiteTable {
     /// The key of site `id`, and the return address of the first call there.
     pub(crate) fn get(&self, id: SiteId) -> Option<(SiteKey, u64)> {
         self.sites.get(id as usize).copied()
-    }
-
-    /// The id of a site, if seen.
-    pub(crate) fn find(&self, key: SiteKey) -> Option<SiteId> {
-        self.ids.get(&key).copied()
     }
 
     /// Sites seen.

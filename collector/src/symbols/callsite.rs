@@ -16,7 +16,7 @@ use super::stack::{FrameKind, StackFrame};
 use super::{ResolvedAddress, Symbolizer};
 use crate::event::{Event, StackId};
 use crate::live::{Accounting, LiveState, Origin, OwnerResolver};
-use crate::modules::is_tracer;
+use crate::module_map::is_tracer;
 use crate::python::PythonStacks;
 
 /// Where one call came from, as an event or a live object's origin records it.

@@ -34,7 +34,7 @@ use self::dwarf::DwarfInfo;
 use self::search::ModuleFiles;
 use self::symtab::SymbolTable;
 use crate::format::Module;
-use crate::modules::ModuleMap;
+use crate::module_map::ModuleMap;
 
 /// One source-level frame at an address. An address inside inlined code has several: the
 /// inlined functions innermost first, then the function they were inlined into.

@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::modules::is_cuda_library;
+use crate::module_map::is_cuda_library;
 
 /// Whether a frame is Python code or native code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

@@ -1,6 +1,6 @@
 //! Addresses in binaries with DWARF: exact function, file and line, inlined frames included.
 
-use vramtrace_collector::modules::ModuleMap;
+use vramtrace_collector::module_map::ModuleMap;
 use vramtrace_collector::symbols::{ResolvedAddress, SymbolSearch, Symbolizer};
 
 use crate::fixture::{fixture, module};

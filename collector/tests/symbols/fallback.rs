@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use vramtrace_collector::format::Module;
-use vramtrace_collector::modules::ModuleMap;
+use vramtrace_collector::module_map::ModuleMap;
 use vramtrace_collector::symbols::{ResolvedAddress, SymbolSearch, Symbolizer};
 
 use crate::fixture::{build_id, fake_module, fixture, module, tool};

@@ -1,5 +1,5 @@
 //! The event clock. Hooks read the CPU's time-stamp counter when it is invariant (a few cycles,
-//! no system call, no vDSO page) and the collector turns ticks into `CLOCK_MONOTONIC`
+//! no system call, no vDSO page) and the writer turns ticks into `CLOCK_MONOTONIC`
 //! nanoseconds; elsewhere hooks read `CLOCK_MONOTONIC` directly.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -74,7 +74,7 @@ pub fn now() -> u64 {
     monotonic_ns()
 }
 
-/// Raw clock units per nanosecond × 2^32, once the collector has measured the TSC rate (0 until
+/// Raw clock units per nanosecond × 2^32, once the writer has measured the TSC rate (0 until
 /// then); 2^32 exactly when the raw clock is nanoseconds.
 static RAW_PER_NS_Q32: AtomicU64 = AtomicU64::new(0);
 

@@ -1,6 +1,6 @@
 //! One intercepted call, from entry to event: decides whether it is traced, merged into the
 //! runtime call above it, or passed through; takes its sequence number at the point that keeps
-//! causal order; and turns what happened into an [`Event`] for the collector.
+//! causal order; and turns what happened into an [`Event`] for the writer.
 //!
 //! The real function is always called exactly once by the hook itself, between
 //! [`Call::begin`] and [`Call::end`]; nothing here can stop or repeat it, and a panic in the
@@ -276,7 +276,7 @@ impl Call {
         };
         if call.mode == Mode::Traced && order == Order::Destroy {
             w.lap(Stage::Enter);
-            // Numbered and claimed before the real call: the collector then waits for this event
+            // Numbered and claimed before the real call: the writer then waits for this event
             // (the slot is WRITING) however long the real call takes.
             match session.reserve() {
                 Some(seq) if session.claim(seq) => call.seq = seq,
@@ -391,7 +391,7 @@ impl Call {
         }
         t.set_busy(true);
         // Should building the event panic, the guard's drop gives a claimed slot back (the
-        // collector must not wait for it) and clears `busy`; the hook's own guard catches it.
+        // writer must not wait for it) and clears `busy`; the hook's own guard catches it.
         let unwinding = Unwinding {
             t,
             claimed: (self.order == Order::Destroy).then_some((session, self.seq)),
@@ -538,7 +538,7 @@ struct Unwinding<'a> {
 impl Drop for Unwinding<'_> {
     fn drop(&mut self) {
         if let Some((session, seq)) = self.claimed {
-            // Tell the collector not to wait for it.
+            // Tell the writer not to wait for it.
             session.abandon(seq);
         }
         self.t.set_busy(false);

@@ -84,7 +84,7 @@ fn register_exit_sample() {
         }
         // SAFETY: registers a plain extern "C" function of this never-unloaded library.
         if unsafe { libc::atexit(at_exit) } != 0 {
-            crate::session::lifecycle::warn("could not register the exit sample of device memory");
+            crate::warn::warn("could not register the exit sample of device memory");
         }
     });
 }

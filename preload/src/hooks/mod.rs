@@ -45,7 +45,7 @@ pub fn all() -> impl Iterator<Item = &'static HookEntry> {
 #[cold]
 pub fn missing_real(name: &str, code: i32) -> i32 {
     if MISSING_REAL.fetch_add(1, Ordering::Relaxed) < 8 {
-        crate::session::lifecycle::warn(&format!(
+        crate::warn::warn(&format!(
             "the real {name} could not be found; the call returns error {code}"
         ));
     }

@@ -42,7 +42,7 @@ pub const MAX_KIND_BYTES: usize = 128;
 pub const MAX_ATTACH_BYTES: usize = 1 << 30;
 
 /// Hands the tracer a payload to write into the trace as it is, under `kind` (a NUL-terminated
-/// name such as `torch.memory_snapshot`). The collector thread writes the bytes with the time
+/// name such as `torch.memory_snapshot`). The writer thread writes the bytes with the time
 /// they arrived and the last sequence number handed out then, so a reader can place them among
 /// the events; the call returns once they are on disk (or after 10 s). Returns [`ATTACH_OK`] or
 /// a negative code.
@@ -99,7 +99,7 @@ fn attach(kind: &CStr, bytes: &[u8]) -> c_int {
         queue.queued += 1;
         queue.queued
     };
-    if let Some(t) = session.control.collector.get() {
+    if let Some(t) = session.control.writer.get() {
         t.unpark();
     }
     wait_until_written(session, number);
@@ -111,12 +111,12 @@ const ATTACH_WAIT: Duration = Duration::from_secs(10);
 
 /// Waits (at most [`ATTACH_WAIT`]) until payload `number` is written and flushed, so a process
 /// that dies right after handing it over (the usual end of an out-of-memory error) still leaves
-/// it in the trace. The collector never needs the caller (nor Python's lock) to get there.
+/// it in the trace. The writer never needs the caller (nor Python's lock) to get there.
 fn wait_until_written(session: &Session, number: u64) {
     let start = Instant::now();
     while session.attachments_written.load(Ordering::Acquire) < number
         && session.control.finished.load(Ordering::Acquire) == 0
-        && session.control.collector_tid.load(Ordering::Acquire) != crate::capture::thread::tid()
+        && session.control.writer_tid.load(Ordering::Acquire) != crate::capture::thread::tid()
         && start.elapsed() < ATTACH_WAIT
     {
         std::thread::sleep(Duration::from_micros(500));

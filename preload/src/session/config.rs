@@ -32,14 +32,14 @@ pub struct Config {
     /// turns device accounting off.
     pub meminfo_interval: Duration,
     pub capture: Capture,
-    /// Capacity of the channel between hooks and the collector, in events.
+    /// Capacity of the channel between hooks and the writer, in events.
     pub buffer_events: usize,
     /// Longest time between chunk writes.
     pub flush_interval: Duration,
-    /// How long a hook waits for room in a full channel while the collector makes no progress
+    /// How long a hook waits for room in a full channel while the writer makes no progress
     /// at all, before dropping its event (while it makes progress, hooks wait for it).
     pub full_wait: Duration,
-    /// How long the collector waits for an event that is missing from the sequence.
+    /// How long the writer waits for an event that is missing from the sequence.
     pub reorder_wait: Duration,
     /// No messages on stderr.
     pub quiet: bool,

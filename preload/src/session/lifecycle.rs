@@ -5,7 +5,7 @@
 //! events the program made before that point and an end record saying how it ended. The writer
 //! stops at the last event numbered when the end was asked for (threads still allocating cannot
 //! keep it busy); while they go on making calls it spends at most 20 ms writing what the buffer
-//! holds (what it cannot write in that time is counted as lost, see `collector::END_BUDGET`), so
+//! holds (what it cannot write in that time is counted as lost, see `writer::END_BUDGET`), so
 //! the program's exit waits tens of milliseconds at most. [`END_WAIT`] bounds a write that hangs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{config, mark_ended, reset_after_fork, resume_after_exec, running};
+use crate::warn::warn_from_anywhere;
 
 /// How a trace ended, as the end record names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +29,7 @@ pub enum Ending {
 }
 
 impl Ending {
-    /// The collector's finish code (0 is "not finishing").
+    /// The writer's finish code (0 is "not finishing").
     pub fn code(self) -> u32 {
         match self {
             Ending::Exit => 1,
@@ -62,27 +63,6 @@ static SIGNALS_INSTALLED: AtomicBool = AtomicBool::new(false);
 /// When this process (image) started being traced.
 pub fn process_start() -> SystemTime {
     *PROCESS_START.get_or_init(SystemTime::now)
-}
-
-/// One line on stderr, written with a single `write(2)` (no locks, usable anywhere).
-pub fn warn(msg: &str) {
-    let line = format!("vramtrace: warning: {msg}\n");
-    // SAFETY: writes our own buffer to fd 2.
-    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
-}
-
-/// [`warn`] without allocating, for paths that may run in a signal handler (`_exit` may be
-/// called from one): the line is put together on the stack, cut at 256 bytes.
-fn warn_from_anywhere(msg: &str) {
-    const PREFIX: &[u8] = b"vramtrace: warning: ";
-    let mut line = [0u8; 256];
-    let text = &msg.as_bytes()[..msg.len().min(line.len() - PREFIX.len() - 1)];
-    let n = PREFIX.len() + text.len();
-    line[..PREFIX.len()].copy_from_slice(PREFIX);
-    line[PREFIX.len()..n].copy_from_slice(text);
-    line[n] = b'\n';
-    // SAFETY: writes our own stack buffer to fd 2.
-    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, n + 1) };
 }
 
 /// Signals whose default action ends the process; their handler flushes the trace first.
@@ -188,19 +168,19 @@ fn sleep_briefly() {
     unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
 }
 
-/// Asks the collector to write out everything and waits up to `limit` for it.
+/// Asks the writer to write out everything and waits up to `limit` for it.
 fn flush_and_wait(finish_reason: u32, limit: Duration) -> bool {
     let Some(s) = running() else { return true };
-    if s.control.collector_tid.load(Ordering::Acquire) == crate::capture::thread::tid() {
+    if s.control.writer_tid.load(Ordering::Acquire) == crate::capture::thread::tid() {
         return false;
     }
     let gen = s.control.flush_request.fetch_add(1, Ordering::AcqRel) + 1;
     if finish_reason != 0 {
         s.control.finish.store(finish_reason, Ordering::Release);
     }
-    // Wake the collector instead of waiting out its poll (unpark is one atomic swap and a futex
+    // Wake the writer instead of waiting out its poll (unpark is one atomic swap and a futex
     // wake: no lock, no allocation, usable from a signal handler).
-    if let Some(t) = s.control.collector.get() {
+    if let Some(t) = s.control.writer.get() {
         t.unpark();
     }
     let start = Instant::now();

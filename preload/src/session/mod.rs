@@ -1,4 +1,4 @@
-//! One tracing session per process: its settings, the channel from hooks to the collector
+//! One tracing session per process: its settings, the channel from hooks to the writer
 //! thread, the sequence counter, and the lifecycle (lazy start on the first event, restart in a
 //! forked child, flush at exit and on fatal signals).
 //!
@@ -7,14 +7,14 @@
 
 pub mod announce;
 pub mod cmdline;
-pub mod collector;
 pub mod config;
 pub mod lifecycle;
 pub mod live;
-pub mod modules;
+pub mod module_tracker;
 pub mod output;
 pub mod ring;
 pub mod trace_file;
+pub mod writer;
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -25,7 +25,7 @@ use vramtrace_collector::format::Lookup;
 
 pub use config::Config;
 
-/// A payload the program handed to the tracer (`vramtrace_attach`), waiting for the collector
+/// A payload the program handed to the tracer (`vramtrace_attach`), waiting for the writer
 /// thread to write it.
 pub struct Attached {
     pub kind: String,
@@ -36,7 +36,7 @@ pub struct Attached {
     pub after_seq: u64,
 }
 
-/// Payloads waiting for the collector thread, in the order they were numbered.
+/// Payloads waiting for the writer thread, in the order they were numbered.
 #[derive(Default)]
 pub struct AttachQueue {
     pub waiting: Vec<Attached>,
@@ -71,7 +71,7 @@ pub fn config() -> &'static Config {
         }
         if !c.quiet {
             for w in &warnings {
-                lifecycle::warn(w);
+                crate::warn::warn(w);
             }
         }
         let _ = CONFIG_WARNINGS.set(warnings);
@@ -79,21 +79,21 @@ pub fn config() -> &'static Config {
     })
 }
 
-/// Control flags between the process and its collector thread.
+/// Control flags between the process and its writer thread.
 #[derive(Default)]
 pub struct Control {
-    /// Bumped to ask the collector to write out everything it holds now.
+    /// Bumped to ask the writer to write out everything it holds now.
     pub flush_request: AtomicU64,
-    /// The last flush request the collector completed.
+    /// The last flush request the writer completed.
     pub flushed: AtomicU64,
     /// Nonzero: finish the trace with this reason ([`lifecycle::Ending::code`]).
     pub finish: AtomicU32,
-    /// The collector has written its end record and exited.
+    /// The writer has written its end record and exited.
     pub finished: AtomicU8,
-    /// Kernel thread id of the collector (hooks called on it are never traced).
-    pub collector_tid: AtomicU32,
-    /// The collector thread, to wake it when a flush or the end is asked for.
-    pub collector: OnceLock<std::thread::Thread>,
+    /// Kernel thread id of the writer (hooks called on it are never traced).
+    pub writer_tid: AtomicU32,
+    /// The writer thread, to wake it when a flush or the end is asked for.
+    pub writer: OnceLock<std::thread::Thread>,
 }
 
 /// A value alone on its cache line (a counter one side writes often must not share a line with
@@ -112,13 +112,13 @@ impl<T> std::ops::Deref for Padded<T> {
 /// The live session of this process.
 pub struct Session {
     pub config: &'static Config,
-    /// The bounded lock-free ring from hooks to the collector, indexed by sequence number. Its
+    /// The bounded lock-free ring from hooks to the writer, indexed by sequence number. Its
     /// events name their stacks by the ids of `capture::intern`'s tables.
     pub ring: ring::Ring<Event>,
     /// Written by every traced call (its own cache line).
     seq: Padded<AtomicU64>,
-    /// The next number the collector will read: numbers below it have left the ring (written by
-    /// the collector; its own cache line).
+    /// The next number the writer will read: numbers below it have left the ring (written by
+    /// the writer; its own cache line).
     consumed: Padded<AtomicU64>,
     scope: AtomicU64,
     pub dropped: AtomicU64,
@@ -126,13 +126,13 @@ pub struct Session {
     /// `consumed` then, plus one (0: not stalled). While `consumed` stays there, hooks drop
     /// their events at once instead of each waiting out `full_wait` again.
     stalled: AtomicU64,
-    /// Events whose hook finished after the collector had given up waiting for them.
+    /// Events whose hook finished after the writer had given up waiting for them.
     pub late: AtomicU64,
     pub after_end: AtomicU64,
-    /// Sequence numbers of dropped events, so the collector does not wait for them.
+    /// Sequence numbers of dropped events, so the writer does not wait for them.
     pub dropped_seqs: SegQueue<u64>,
     /// For each event dropped before it had a number, the last number handed out then: the
-    /// collector leaves a gap after that event.
+    /// writer leaves a gap after that event.
     pub drop_marks: SegQueue<u64>,
     /// Driver entry points handed out unwrapped, to be written as `Lookup` records.
     pub lookups: SegQueue<Lookup>,
@@ -148,8 +148,8 @@ pub struct Session {
 
 impl Session {
     /// The next sequence number (starts at 1), when the ring has room for it. A full ring is
-    /// waited on for as long as the collector makes progress (see [`Patience`]); an event that
-    /// still finds no room is dropped (counted) *without* taking a number, so the collector never
+    /// waited on for as long as the writer makes progress (see [`Patience`]); an event that
+    /// still finds no room is dropped (counted) *without* taking a number, so the writer never
     /// waits for it and later events still flow — a number is only handed out with a slot free
     /// for it.
     #[inline]
@@ -163,9 +163,9 @@ impl Session {
     }
 
     /// A full ring: wait up to `full_wait`, then drop the event. The drop is marked with the
-    /// last number handed out, so the collector leaves a gap in the trace's numbers right after
+    /// last number handed out, so the writer leaves a gap in the trace's numbers right after
     /// that event: the reader knows where each event was lost, and so which findings it could
-    /// explain. (A number of its own would cost the collector a skip per drop, and in a storm the
+    /// explain. (A number of its own would cost the writer a skip per drop, and in a storm the
     /// numbers would run away from it.) Once the end was asked for, nothing is waited for: the
     /// trace ends at the numbers already given.
     #[cold]
@@ -193,7 +193,7 @@ impl Session {
         }
     }
 
-    /// The collector has consumed every number below `next` (it publishes this as it goes).
+    /// The writer has consumed every number below `next` (it publishes this as it goes).
     pub fn set_consumed(&self, next: u64) {
         self.consumed.store(next, Ordering::Release);
     }
@@ -234,7 +234,7 @@ impl Session {
         false
     }
 
-    /// Builds the event of a claimed `seq` into its slot and hands it to the collector.
+    /// Builds the event of a claimed `seq` into its slot and hands it to the writer.
     #[inline]
     pub fn fill_with(&self, seq: u64, build: impl FnOnce() -> Event) {
         self.ring.fill_with(seq, build);
@@ -264,11 +264,11 @@ impl Session {
     }
 }
 
-/// How a hook waits for room in a full ring: as long as the collector makes progress, however
+/// How a hook waits for room in a full ring: as long as the writer makes progress, however
 /// long that takes (the program then runs at the writer's pace rather than losing events), and
 /// at most `full_wait` without any progress (the writer is stuck: a stalled disk, a stopped
-/// thread). Once a hook gave up, others give up at once until the collector moves again. Waiting
-/// spins briefly, then yields the CPU in short sleeps (the collector may need it: on a machine
+/// thread). Once a hook gave up, others give up at once until the writer moves again. Waiting
+/// spins briefly, then yields the CPU in short sleeps (the writer may need it: on a machine
 /// with few cores the waiting threads would otherwise starve the one they wait for).
 struct Patience<'s> {
     session: &'s Session,
@@ -362,15 +362,15 @@ fn start_slow() -> Option<&'static Session> {
     }));
     let warnings = CONFIG_WARNINGS.get().cloned().unwrap_or_default();
     lifecycle::on_session_start();
-    match collector::spawn(session, warnings) {
+    match writer::spawn(session, warnings) {
         Ok(()) => {
             SESSION.store(session as *const Session as *mut Session, Ordering::Release);
             STATE.store(RUNNING, Ordering::Release);
             Some(session)
         }
         Err(e) => {
-            lifecycle::warn(&format!(
-                "could not start the collector thread ({e}); tracing is off for this process"
+            crate::warn::warn(&format!(
+                "could not start the writer thread ({e}); tracing is off for this process"
             ));
             STATE.store(ENDED, Ordering::Release);
             None
@@ -398,7 +398,7 @@ pub(crate) fn resume_after_exec() {
     let _ = STATE.compare_exchange(ENDED, IDLE, Ordering::AcqRel, Ordering::Relaxed);
 }
 
-/// In a forked child: forget the parent's session (its collector thread does not exist here) so
+/// In a forked child: forget the parent's session (its writer thread does not exist here) so
 /// the child's first event starts its own trace.
 pub(crate) fn reset_after_fork(parent: u32) {
     FORKED_FROM.store(parent, Ordering::Relaxed);

@@ -1,22 +1,22 @@
-//! The channel between hooks and the collector: a bounded lock-free ring indexed by the events'
+//! The channel between hooks and the writer: a bounded lock-free ring indexed by the events'
 //! own sequence numbers.
 //!
 //! An event's sequence number (taken with one atomic increment, at the point that keeps causal
 //! order, see `hooks::call`) is also its slot: `seq % capacity`. A hook claims its slot, writes
-//! the event in place and marks it ready; the collector reads slots strictly in sequence order, so
+//! the event in place and marks it ready; the writer reads slots strictly in sequence order, so
 //! the trace comes out causally ordered without any sorting, and one atomic increment per event is
 //! the only shared write on the hook's path besides its own slot.
 //!
 //! Each slot's stamp holds `seq << 2 | state` for the sequence number the slot currently serves:
 //!
 //! ```text
-//!   EMPTY(s) --hook claims--> WRITING(s) --hook writes--> READY(s) --collector takes--> EMPTY(s+cap)
-//!   EMPTY(s) --collector gives up on s (dropped or never claimed)--> EMPTY(s+cap)
+//!   EMPTY(s) --hook claims--> WRITING(s) --hook writes--> READY(s) --writer takes--> EMPTY(s+cap)
+//!   EMPTY(s) --writer gives up on s (dropped or never claimed)--> EMPTY(s+cap)
 //! ```
 //!
 //! A hook whose slot still serves an older lap (the ring is full) waits (how long is the
 //! session's decision, see `Session::claim`), then drops its event and says so; a hook that finds
-//! its slot already past its number (the collector gave up on it) drops its event as late.
+//! its slot already past its number (the writer gave up on it) drops its event as late.
 //! Nothing blocks forever and nothing is lost silently.
 
 use std::cell::UnsafeCell;
@@ -34,7 +34,7 @@ struct Slot<T> {
     value: UnsafeCell<MaybeUninit<T>>,
 }
 
-/// What the collector finds at a sequence number.
+/// What the writer finds at a sequence number.
 pub enum Take<T> {
     /// The event.
     Ready(T),
@@ -42,7 +42,7 @@ pub enum Take<T> {
     Writing,
     /// Nobody claimed the number yet.
     Unclaimed,
-    /// The slot still holds an older lap: the collector is ahead of itself (a logic error, never
+    /// The slot still holds an older lap: the writer is ahead of itself (a logic error, never
     /// expected).
     Behind,
 }
@@ -52,7 +52,7 @@ pub enum Take<T> {
 pub enum Refused {
     /// The ring stayed full for the whole wait.
     Full,
-    /// The collector had already given up on this number.
+    /// The writer had already given up on this number.
     Late,
 }
 
@@ -63,7 +63,7 @@ pub struct Ring<T> {
 }
 
 // SAFETY: a slot's value is written only by the hook that claimed it (WRITING) and read only by
-// the collector after seeing READY with Acquire ordering; the stamp protocol hands ownership over.
+// the writer after seeing READY with Acquire ordering; the stamp protocol hands ownership over.
 unsafe impl<T: Send> Sync for Ring<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Send for Ring<T> {}
@@ -100,7 +100,7 @@ impl<T> Ring<T> {
     }
 
     /// Claims the slot of `seq` for writing if it is free now: `Full` when it still serves an
-    /// older lap, `Late` when the collector already gave up on `seq`.
+    /// older lap, `Late` when the writer already gave up on `seq`.
     #[inline]
     pub fn try_claim(&self, seq: u64) -> Result<(), Refused> {
         let want = seq << 2 | EMPTY;
@@ -132,13 +132,13 @@ impl<T> Ring<T> {
         }
     }
 
-    /// Writes the event of a claimed `seq` and hands it to the collector.
+    /// Writes the event of a claimed `seq` and hands it to the writer.
     #[inline]
     pub fn fill(&self, seq: u64, value: T) {
         self.fill_with(seq, || value);
     }
 
-    /// Builds the event of a claimed `seq` straight into its slot and hands it to the collector.
+    /// Builds the event of a claimed `seq` straight into its slot and hands it to the writer.
     #[inline]
     pub fn fill_with(&self, seq: u64, build: impl FnOnce() -> T) {
         let slot = self.slot(seq);
@@ -149,11 +149,11 @@ impl<T> Ring<T> {
         slot.stamp.store(seq << 2 | READY, Ordering::Release);
     }
 
-    /// Gives a claimed slot back without an event (the event could not be built): the collector
+    /// Gives a claimed slot back without an event (the event could not be built): the writer
     /// will skip `seq`.
     pub fn abandon(&self, seq: u64) {
         let slot = self.slot(seq);
-        // Back to EMPTY(seq): the collector then treats it as a number nobody filled.
+        // Back to EMPTY(seq): the writer then treats it as a number nobody filled.
         slot.stamp.store(seq << 2 | EMPTY, Ordering::Release);
     }
 
@@ -168,7 +168,7 @@ impl<T> Ring<T> {
         }
     }
 
-    /// Collector: what is at `seq` (the next number it has not consumed).
+    /// Writer: what is at `seq` (the next number it has not consumed).
     pub fn take(&self, seq: u64) -> Take<T> {
         let slot = self.slot(seq);
         let stamp = slot.stamp.load(Ordering::Acquire);
@@ -189,7 +189,7 @@ impl<T> Ring<T> {
         }
     }
 
-    /// Collector: gives up on an unclaimed `seq` so the slot serves the next lap. `false` when a
+    /// Writer: gives up on an unclaimed `seq` so the slot serves the next lap. `false` when a
     /// hook claimed it in the meantime.
     pub fn skip(&self, seq: u64) -> bool {
         self.slot(seq)
@@ -243,7 +243,7 @@ mod tests {
             Refused::Full
         );
         assert!(matches!(r.take(1), Take::Ready(1)));
-        // Seq 3 was dropped by its hook: the collector skips it.
+        // Seq 3 was dropped by its hook: the writer skips it.
         assert!(matches!(r.take(2), Take::Ready(2)));
         assert!(matches!(r.take(3), Take::Unclaimed));
         assert!(r.skip(3));

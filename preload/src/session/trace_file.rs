@@ -45,7 +45,7 @@ const HIGHEST_PLACE: u64 = 1024;
 const MAX_PENDING: usize = 64 << 20;
 
 /// The held descriptor and its file's identity, for the fork handler (which must not touch the
-/// collector's state). -1: none.
+/// writer's state). -1: none.
 static HELD_FD: AtomicI32 = AtomicI32::new(-1);
 static HELD_DEV: AtomicU64 = AtomicU64::new(0);
 static HELD_INO: AtomicU64 = AtomicU64::new(0);

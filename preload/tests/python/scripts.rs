@@ -150,8 +150,8 @@ print("done")
 "#;
 
 /// Allocates in a C loop called from 32 Python frames deep and prints the best time per
-/// allocation (and free) of 7 rounds, pausing between rounds so the collector catches up. The
-/// time is the calling thread's CPU time: the hooks' own cost, not the collector's or other
+/// allocation (and free) of 7 rounds, pausing between rounds so the writer catches up. The
+/// time is the calling thread's CPU time: the hooks' own cost, not the writer's or other
 /// programs' on a shared machine.
 pub const BENCH: &str = r#"import ctypes
 import sys

@@ -225,8 +225,9 @@ captest!(wl_signal_term, |dir| {
 });
 
 // A process-directed SIGTERM while the program's only thread blocks it: the kernel may deliver
-// it to any thread that does not, and the tracer's collector must not be one (its handler would
-// wait for itself and the trace would be lost). It stays pending until the program unblocks.
-captest!(wl_signal_term_never_lands_on_the_collector, |dir| {
+// it to any thread that does not, and the tracer's writer thread must not be one (its handler
+// would wait for itself and the trace would be lost). It stays pending until the program
+// unblocks.
+captest!(wl_signal_term_never_lands_on_the_writer_thread, |dir| {
     dies_of(dir, "term-blocked", 15);
 });

@@ -134,7 +134,7 @@ captest!(a_full_channel_counts_every_dropped_event, |dir| {
     );
     // Every number stands for one call, written or lost: none beyond the 32138 made, and the
     // events lost mid-run left gaps where they were lost (those lost after the last event
-    // written leave none; a collector starved for the whole run may write nothing after them).
+    // written leave none; a writer starved for the whole run may write nothing after them).
     let last = trace.events.last().map_or(0, |e| e.seq);
     assert!(
         last <= 32138,

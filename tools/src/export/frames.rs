@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
-use crate::report::labels::short_function;
+use crate::site_labels::short_function;
 
 /// One frame, named the way flame graphs and PyTorch snapshots name them.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -98,7 +98,7 @@ pub fn render(
 ) -> Result<String> {
     let chart = data::chart(trace, report, timeline, symbols);
     let mut findings = Vec::new();
-    crate::report::findings::summary(&mut findings, &report.analysis, "at the end")
+    crate::findings::summary(&mut findings, &report.analysis, "at the end")
         .context("writing the findings")?;
     let findings = String::from_utf8_lossy(&findings)
         .trim_start_matches('\n')

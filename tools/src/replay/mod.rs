@@ -196,7 +196,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     let mut analysis = analyze(&trace.state, &args.analysis.config());
     let mut symbols = Symbolizer::from_env();
-    crate::report::labels::label_sites(
+    crate::site_labels::label_sites(
         &mut analysis,
         &mut Attribution::of_state(&trace.state, &mut symbols),
     );

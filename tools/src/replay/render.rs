@@ -3,8 +3,8 @@
 
 use std::io::{self, Write};
 
+use crate::findings;
 use crate::load::LoadedTrace;
-use crate::report::findings;
 use crate::units::bytes;
 
 use super::ReplayReport;

@@ -6,9 +6,6 @@
 
 mod allocator;
 mod attribution;
-mod diagnosis;
-pub(crate) mod findings;
-pub(crate) mod labels;
 mod many;
 mod stacks;
 mod text;
@@ -27,6 +24,7 @@ use vramtrace_collector::analysis::{analyze_with, Analysis};
 
 use crate::load::{load_analyzed, LoadedTrace};
 use crate::options::ReportArgs;
+use crate::site_labels;
 
 pub use attribution::{Attributed, Grouping, SymbolFacts};
 
@@ -330,7 +328,7 @@ impl<'a> Report<'a> {
         let groups = attribution::grouping(&mut naming, state, by, top);
         let lines = allocator::step_lines(state, header);
         let mut analysis = analyze_with(state, &trace.growth, lines);
-        labels::label_sites(&mut analysis, &mut naming);
+        site_labels::label_sites(&mut analysis, &mut naming);
         let symbols = attribution::symbol_facts(naming.symbolizer());
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).
         let mut orphans: Vec<LiveObject<'a>> = state

@@ -42,7 +42,7 @@ pub(super) fn seq_range(first: u64, last: u64) -> String {
 pub fn render(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::Result<()> {
     facts(out, r)?;
     // What matters first: orphans and growth, then what went wrong, then the live set.
-    super::findings::render(out, &r.analysis, r.top, "at the end")?;
+    crate::findings::render(out, &r.analysis, r.top, "at the end")?;
     orphans(out, r)?;
     live(out, r)?;
     ranking(out, r, by, full)?;
@@ -333,7 +333,7 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::
             for (i, site) in r.call_sites.iter().enumerate() {
                 let s = &site.item;
                 let seqs = seq_range(s.first_seq, s.last_seq);
-                let place = super::labels::frames_label(&site.frames)
+                let place = crate::site_labels::frames_label(&site.frames)
                     .unwrap_or_else(|| s.location.to_string());
                 t.add_row(vec![
                     (i + 1).to_string(),

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use rustc_hash::{FxHashMap, FxHasher};
 use serde::Serialize;
 
-use super::sites::SiteId;
+use crate::ids::SiteId;
 
 /// Tokens kept for finding the period.
 pub const MAX_TOKENS: usize = 1 << 20;

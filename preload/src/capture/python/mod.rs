@@ -168,7 +168,7 @@ pub fn after_fork() {
     CODES.release();
 }
 
-/// The name of code id `id`, for the collector.
+/// The name of code id `id`, for the writer thread.
 pub fn code(id: u32) -> Option<PyCode> {
     CODES
         .lock()
@@ -288,7 +288,7 @@ pub fn capture(out: &mut [MaybeUninit<PyFrame>]) -> PyStack {
     };
     // Reading the frames directly is preferred whenever the interpreter's layout is known, GIL
     // or not: it is several times cheaper than the C API and has no side effect (the C API pauses
-    // the collector and, on 3.11, materialises frame objects).
+    // the garbage collector and, on 3.11, materialises frame objects).
     let depth = out.len().min(MAX_DEPTH);
     let n = if ready && !raw::available() && gil {
         // SAFETY: the thread holds the GIL (checked above).
@@ -394,7 +394,7 @@ unsafe fn walk(api: &PyApi, depth: usize) -> Option<Vec<PyFrame>> {
         std::ptr::null_mut(),
     );
     // SAFETY: GIL held. The pending exception (if any) is set aside and put back unchanged, and
-    // the collector is paused so no finalizer runs inside the CUDA call.
+    // the garbage collector is paused so no finalizer runs inside the CUDA call.
     let gc_was_on = unsafe {
         (api.err_fetch)(&mut t, &mut v, &mut tb);
         api.gc_disable.map(|f| f() == 1).unwrap_or(false)

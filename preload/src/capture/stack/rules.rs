@@ -26,7 +26,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder};
 
 use super::memo::Record;
-use super::modules::ModuleList;
+use super::unwind_modules::ModuleList;
 
 /// How to leave a frame whose code address has a cached rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -497,7 +497,7 @@ mod tests {
         }
         c.insert(0, Rule::End);
         assert_eq!(c.get(0), None);
-        let list = super::super::modules::current().unwrap();
+        let list = super::super::unwind_modules::current().unwrap();
         c.follow(list);
         assert_eq!(c.get(same[4]), None);
     }

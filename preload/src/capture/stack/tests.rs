@@ -330,7 +330,7 @@ fn a_library_loaded_later_without_frame_pointers_unwinds_through_its_cfi() {
     assert!(status.success());
 
     chain(1, 8);
-    let before = modules::current().unwrap() as *const ModuleList;
+    let before = unwind_modules::current().unwrap() as *const ModuleList;
     let path = CString::new(lib.to_str().unwrap()).unwrap();
     // SAFETY: a library of our own making, without constructors.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -351,7 +351,7 @@ fn a_library_loaded_later_without_frame_pointers_unwinds_through_its_cfi() {
         )
     };
     let seen = seen.unwrap();
-    let loaded = modules::current().unwrap() as *const ModuleList;
+    let loaded = unwind_modules::current().unwrap() as *const ModuleList;
     assert_ne!(before, loaded, "the dlopen made a new module list");
     assert_matches_libgcc(&seen, 32);
 
@@ -369,7 +369,7 @@ fn a_library_loaded_later_without_frame_pointers_unwinds_through_its_cfi() {
     assert_eq!(unsafe { libc::dlclose(handle) }, 0);
     let seen = chain(2, 32);
     assert_matches_libgcc(&seen, 32);
-    let unloaded = modules::current().unwrap() as *const ModuleList;
+    let unloaded = unwind_modules::current().unwrap() as *const ModuleList;
     assert_ne!(unloaded, loaded, "the dlclose made a new module list");
 }
 

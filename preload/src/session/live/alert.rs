@@ -15,7 +15,7 @@ use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
 
 use super::settings::AlertSettings;
-use crate::session::lifecycle::warn;
+use crate::warn::warn;
 
 /// Places listed in a snapshot.
 const SNAPSHOT_PLACES: usize = 100;

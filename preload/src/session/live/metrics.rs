@@ -22,7 +22,7 @@ use vramtrace_collector::analysis::watch::Judgement;
 use vramtrace_collector::live::{Accounting, LiveState, SampleAxis};
 
 use super::settings::MetricsSettings;
-use crate::session::lifecycle::warn;
+use crate::warn::warn;
 
 /// The content type of the OpenMetrics text format.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -132,12 +132,11 @@ impl Exporter {
                 Ok(listener) => {
                     let text = Arc::new(Mutex::new(String::new()));
                     let shared = Arc::clone(&text);
-                    let started = super::super::collector::spawn_quiet_thread(
-                        "vramtrace-metrics",
-                        move || serve(&listener, &shared),
-                    );
+                    let started = crate::tracer_thread::spawn("vramtrace-metrics", move || {
+                        serve(&listener, &shared)
+                    });
                     match started {
-                        Ok(()) => Some(text),
+                        Ok(_detached) => Some(text),
                         Err(e) => {
                             if !quiet {
                                 warn(&format!("cannot serve metrics on {addr}: {e}"));

@@ -23,7 +23,7 @@ use vramtrace_collector::format::{Alert, Record};
 
 pub use settings::{AlertSettings, MetricsSettings};
 
-use super::lifecycle::warn;
+use crate::warn::warn;
 
 /// The live analysis of this process, while it is on.
 pub struct Live {

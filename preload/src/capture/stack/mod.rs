@@ -7,7 +7,7 @@
 //!   return address (`caller`) outward. If `caller` is never reached the stack is `[caller]`
 //!   alone, the one frame that is certain.
 //! - Unwind rules come from each loaded object's `.eh_frame_hdr` / `.eh_frame` in memory
-//!   ([`modules`]), so code built without frame pointers (libcuda, libcudart, libnccl, PyTorch)
+//!   ([`unwind_modules`]), so code built without frame pointers (libcuda, libcudart, libnccl, PyTorch)
 //!   unwinds through its CFI; for code without CFI framehop follows the frame pointer.
 //! - The rule found for an address is kept in per-thread caches ([`rules`] in front of
 //!   framehop's own), so a hot call site costs a cache lookup and two stack reads per frame
@@ -24,9 +24,9 @@
 //! per-thread state (the thread is exiting, or a capture is already running on it).
 
 mod memo;
-mod modules;
 mod rules;
 mod thread;
+mod unwind_modules;
 
 #[cfg(test)]
 mod tests;
@@ -36,9 +36,9 @@ use std::mem::MaybeUninit;
 use framehop::x86_64::UnwindRegsX86_64;
 use framehop::{FrameAddress, Unwinder};
 
-use self::modules::ModuleList;
 use self::rules::{Rule, Stepped};
 use self::thread::ThreadUnwind;
+use self::unwind_modules::ModuleList;
 
 /// Most frames kept (`VRAMTRACE_STACK_DEPTH`'s upper bound).
 pub const MAX_DEPTH: usize = 256;
@@ -106,7 +106,7 @@ pub fn capture_id(
         t.captures = t.captures.wrapping_add(1);
         if t.captures.is_multiple_of(RECHECK_EVERY) {
             // Bounds how long rules of an unloaded object can outlive it (see `rules`).
-            t.rules.follow(modules::current()?);
+            t.rules.follow(unwind_modules::current()?);
         }
         let key = memo::Start {
             caller,
@@ -195,7 +195,7 @@ fn walk_again_if_stale<R: memo::Record>(
         Walk::NotReached => {
             // An object loaded or unloaded since the rules were found can only matter for a
             // walk that went wrong: look again, once, if it did.
-            let list = modules::current()?;
+            let list = unwind_modules::current()?;
             if t.rules.follows(list) {
                 Some(Walk::NotReached)
             } else {
@@ -432,7 +432,7 @@ impl<F: FnMut(u64) -> Result<u64, ()>> Walker<'_, F> {
         let list = match self.list {
             Some(list) => list,
             None => {
-                let list = modules::current()?;
+                let list = unwind_modules::current()?;
                 self.t.rules.follow(list);
                 self.list = Some(list);
                 list

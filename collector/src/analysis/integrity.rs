@@ -1,7 +1,8 @@
-//! Anomalies: what cannot happen in a correct program fully traced — double frees, frees of
-//! unknown pointers, unmapping what was never mapped, ... — and the tracer's own losses (events
-//! dropped when its channel was full, entry points handed out without a wrapper). Anomalies that
-//! a lost event could explain are counted apart (`uncertain`), not among the anomalies.
+//! How far the trace can be trusted: the anomalies the replay recorded (`live::anomalies`: what
+//! cannot happen in a correct program fully traced — double frees, frees of unknown pointers,
+//! unmapping what was never mapped, ...) beside the tracer's own losses (events dropped when its
+//! channel was full, entry points handed out without a wrapper). Anomalies that a lost event could
+//! explain are counted apart (`uncertain`), not among the anomalies.
 
 use serde::Serialize;
 

@@ -1,12 +1,9 @@
-//! The collector thread: receives events from the hooks, puts them back in causal (sequence)
+//! The writer thread: receives events from the hooks, puts them back in causal (sequence)
 //! order, names new modules, interns stacks, and writes the trace in chunks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// How long the writer may stay behind the hooks before the live analysis stops.
-const LIVE_BEHIND_FOR: Duration = Duration::from_secs(1);
 
 use vramtrace_collector::attached;
 use vramtrace_collector::event::Event;
@@ -14,9 +11,9 @@ use vramtrace_collector::format::{
     End, Header, Packing, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
 
-use super::lifecycle::{warn, Ending};
+use super::lifecycle::Ending;
 use super::live::Live;
-use super::modules::ModuleTracker;
+use super::module_tracker::ModuleTracker;
 use super::output::{self, Naming};
 use super::ring::Take;
 use super::trace_file::{CreateError, TraceFile};
@@ -24,6 +21,11 @@ use super::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
 use crate::capture::{intern, python};
 use crate::profile::{self, Stage, TimedWrite, WriterWatch};
+use crate::tracer_thread;
+use crate::warn::warn;
+
+/// How long the writer may stay behind the hooks before the live analysis stops.
+const LIVE_BEHIND_FOR: Duration = Duration::from_secs(1);
 
 /// How long the loop sleeps when the channel is empty.
 const POLL: Duration = Duration::from_millis(2);
@@ -42,7 +44,7 @@ struct EndSeen {
     after_end: u64,
 }
 
-/// How much the collector's pass over the ring must take.
+/// How much the writer's pass over the ring must take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Drain {
     /// Its usual pass: a bounded batch.
@@ -106,7 +108,7 @@ impl Sink {
     }
 
     /// Compresses the chunks from the next one on with `packing` (from the default, smaller and
-    /// faster to replay, to the cheapest when the collector falls behind, and back).
+    /// faster to replay, to the cheapest when the writer falls behind, and back).
     fn set_packing(&mut self, packing: Packing) {
         if let Some(w) = self.writer.as_mut() {
             if w.packing() != packing {
@@ -126,7 +128,7 @@ impl Sink {
     }
 }
 
-struct Collector {
+struct Writer {
     session: &'static Session,
     sink: Sink,
     modules: ModuleTracker,
@@ -157,7 +159,7 @@ struct Collector {
     watch: WriterWatch,
     /// The live analysis (alerts), fed every record written; `None` when turned off.
     live: Option<Live>,
-    /// Since when the backlog has stayed above half the ring (see [`Collector::live_tick`]).
+    /// Since when the backlog has stayed above half the ring (see [`Writer::live_tick`]).
     behind_since: Option<Instant>,
 }
 
@@ -285,9 +287,9 @@ fn open_sink(session: &Session) -> Sink {
     }
 }
 
-impl Collector {
+impl Writer {
     /// The tracer's counters. `dropped` and `late` count every event lost before the end, once
-    /// each: those the hooks dropped, those the collector gave up waiting for (a hook still inside
+    /// each: those the hooks dropped, those the writer gave up waiting for (a hook still inside
     /// its call when the process ended) — less the ones whose hook arrived after all and counted
     /// itself `late`. Each left a gap in the sequence numbers.
     fn stats(&self) -> Stats {
@@ -448,7 +450,7 @@ impl Collector {
     /// Writes the payloads the program handed over, each in pieces that fit a chunk, puts them
     /// on disk at once (one handed over at an out-of-memory error may be the last thing the
     /// process does), and says so to the threads waiting for them. The queue is only tried: a
-    /// thread stopped by a fatal signal while holding it must not stop the collector.
+    /// thread stopped by a fatal signal while holding it must not stop the writer.
     fn write_attachments(&mut self) {
         let waiting = match self.session.attachments.try_lock() {
             Ok(mut q) => std::mem::take(&mut q.waiting),
@@ -687,8 +689,8 @@ impl Collector {
 }
 
 /// The packing of the next chunks, given the current one and the events waiting in a buffer of
-/// `capacity`. The default packing costs the collector about three times the CPU of the fastest
-/// (`collector/src/format/packing.rs`), so once a quarter of the buffer waits the collector
+/// `capacity`. The default packing costs the writer about three times the CPU of the fastest
+/// (`collector/src/format/packing.rs`), so once a quarter of the buffer waits the writer
 /// switches to the fastest, and back once the backlog is under a sixteenth — long before hooks
 /// would have to wait for room. At exit or on a fatal signal (`drain`) it stays as it is: a first
 /// switch to the fastest would allocate its compressor then, in a process that may be crashing
@@ -706,106 +708,51 @@ fn packing_for(current: Packing, backlog: u64, capacity: u64, drain: bool) -> Pa
     }
 }
 
-/// Starts the collector thread for `session`.
+/// Starts the writer thread for `session`.
 pub fn spawn(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
-    with_async_signals_blocked(|| spawn_thread(session, warnings))
-}
-
-/// Runs `f` (which starts a thread) with every asynchronous signal blocked, so the new thread
-/// inherits that mask. A process-directed signal (`kill(pid, SIGTERM)`) then never lands on the
-/// collector: its handler would wait for the collector to write the trace, the collector being
-/// the thread stuck in the handler, and the process would die with nothing written. Faults
-/// (SIGSEGV, SIGBUS, …) stay unblocked: they are the collector's own, and blocking them only
-/// turns a crash into a silent kill.
-fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
-    // SAFETY: sigset_t is plain data, filled by sigfillset/sigdelset before use; pthread_sigmask
-    // only changes this thread's mask, and the old mask is restored before returning.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut block);
-        for sig in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
-            libc::sigdelset(&mut block, sig);
-        }
-        let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) == 0;
-        let out = f();
-        if blocked {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        }
-        out
-    }
-}
-
-/// Starts a thread of the tracer's own (the metrics server) the way the collector starts: with
-/// asynchronous signals blocked, and its hooks passing through untraced.
-pub(super) fn spawn_quiet_thread(
-    name: &str,
-    f: impl FnOnce() + Send + 'static,
-) -> std::io::Result<()> {
-    with_async_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                crate::capture::thread::mark_tracer_thread();
-                f()
-            })
-            .map(drop)
+    tracer_thread::spawn("vramtrace", move || writer_thread(session, warnings)).map(|handle| {
+        let _ = session.control.writer.set(handle.thread().clone());
     })
 }
 
-fn spawn_thread(session: &'static Session, warnings: Vec<String>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("vramtrace".into())
-        .spawn(move || {
-            // Hooks reached from this thread (none should be) pass through untraced.
-            crate::capture::thread::mark_tracer_thread();
-            session
-                .control
-                .collector_tid
-                .store(crate::capture::thread::tid(), Ordering::Release);
-            let mut c = Collector {
-                session,
-                sink: open_sink(session),
-                modules: ModuleTracker::default(),
-                stacks: TraceIds::default(),
-                py_stacks: TraceIds::default(),
-                py_codes_written: std::collections::HashSet::new(),
-                next_seq: 1,
-                gap_since: None,
-                dropped_seqs: BTreeSet::new(),
-                given_up: 0,
-                drop_marks: BTreeMap::new(),
-                renumbered: 0,
-                end_seen: None,
-                last_stats: Stats::default(),
-                calibration: Calibration::measure(Duration::from_millis(2)),
-                attachments: 0,
-                watch: WriterWatch::new(),
-                live: Live::new(
-                    &session.config.alerts,
-                    &session.config.metrics,
-                    session.config.quiet,
-                ),
-                behind_since: None,
-            };
-            c.calibration.publish();
-            for w in warnings {
-                c.sink.write(&Record::Warning(w));
-            }
-            c.write_modules();
-            c.sink.flush();
-            c.run();
-        })
-        .map(|handle| {
-            let _ = session.control.collector.set(handle.thread().clone());
-        })
+/// The writer thread's body.
+fn writer_thread(session: &'static Session, warnings: Vec<String>) {
+    session
+        .control
+        .writer_tid
+        .store(crate::capture::thread::tid(), Ordering::Release);
+    let mut c = Writer {
+        session,
+        sink: open_sink(session),
+        modules: ModuleTracker::default(),
+        stacks: TraceIds::default(),
+        py_stacks: TraceIds::default(),
+        py_codes_written: std::collections::HashSet::new(),
+        next_seq: 1,
+        gap_since: None,
+        dropped_seqs: BTreeSet::new(),
+        given_up: 0,
+        drop_marks: BTreeMap::new(),
+        renumbered: 0,
+        end_seen: None,
+        last_stats: Stats::default(),
+        calibration: Calibration::measure(Duration::from_millis(2)),
+        attachments: 0,
+        watch: WriterWatch::new(),
+        live: Live::new(
+            &session.config.alerts,
+            &session.config.metrics,
+            session.config.quiet,
+        ),
+        behind_since: None,
+    };
+    c.calibration.publish();
+    for w in warnings {
+        c.sink.write(&Record::Warning(w));
+    }
+    c.write_modules();
+    c.sink.flush();
+    c.run();
 }
 
 #[cfg(test)]

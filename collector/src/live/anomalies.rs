@@ -1,5 +1,6 @@
-//! Things the trace says that cannot happen in a correct program fully traced: a free of memory
-//! never allocated, a double free, an unmap that cuts a mapping in two, ...
+//! The anomalies the replay records: things the trace says that cannot happen in a correct
+//! program fully traced (a free of memory never allocated, a double free, an unmap that cuts a
+//! mapping in two, ...). The report built on them is `analysis::integrity`.
 //!
 //! Each is either a bug in the program or an event the tracer missed; either way the user should
 //! see it. Counts are exact; details are kept for the first [`MAX_ANOMALY_DETAILS`]. Anomalies

@@ -1,4 +1,4 @@
-//! The module map as the collector thread sees it: every loaded object with its segments and
+//! The module map as the writer thread sees it: every loaded object with its segments and
 //! build id, refreshed when an event names an address no known module holds.
 
 use std::collections::HashMap;
@@ -6,7 +6,7 @@ use std::ffi::CStr;
 
 use libc::{c_int, c_void, dl_phdr_info, size_t};
 use vramtrace_collector::format::{Module, Segment};
-use vramtrace_collector::modules::ModuleMap;
+use vramtrace_collector::module_map::ModuleMap;
 
 const PT_NOTE: u32 = 4;
 const NT_GNU_BUILD_ID: u32 = 3;

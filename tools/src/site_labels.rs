@@ -3,7 +3,8 @@
 //! frame. A site is labelled by the program's Python line that made it (`py_leak.py:18 in
 //! <module>`: sites are split by that line, so it is the same for all of a site's calls), else by
 //! the native function that asked (`DeviceCachingAllocator::alloc_block`), else by
-//! `module+offset` as recorded.
+//! `module+offset` as recorded. `report` and `replay` label their tables with it, `export` its
+//! frames.
 
 use std::collections::HashMap;
 

@@ -1,5 +1,8 @@
 //! The analyses as terminal tables, in the order of what matters: orphans and steady growth
-//! first, then out-of-memory failures, leaks, peaks, fragmentation and anomalies.
+//! first, then out-of-memory failures, leaks, peaks, fragmentation and anomalies. `report` and
+//! `replay` print them, the HTML page takes its summary from here.
+
+mod diagnosis;
 
 use std::io::{self, Write};
 
@@ -8,18 +11,18 @@ use vramtrace_collector::analysis::orphans::Orphan;
 use vramtrace_collector::analysis::{Analysis, OrphanKind, Orphans, Shape, SiteName};
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
-use super::text::{emit, or_unknown, table};
+use crate::tables::{emit, or_unknown, table};
 use crate::units::{bytes, duration, signed_bytes, unit};
 
 /// The site's label (its Python line or native function, when symbols named it) or its
 /// `module+offset`, with its owner module.
-pub(super) fn site_label(s: &SiteName) -> String {
+fn site_label(s: &SiteName) -> String {
     let place = s.label.as_deref().unwrap_or(&s.site);
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
 }
 
 /// A time far ahead, in the unit that reads best: `42 s`, `35 min`, `2.1 h`, `3.5 days`.
-pub(super) fn long_duration(seconds: f64) -> String {
+fn long_duration(seconds: f64) -> String {
     match seconds {
         s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
         s if s >= 2.0 * 3600.0 => format!("{:.1} h", s / 3600.0),
@@ -29,7 +32,7 @@ pub(super) fn long_duration(seconds: f64) -> String {
 }
 
 /// `full in 1,930 steps (2.1 h)` for a holder's projection, or nothing.
-pub(super) fn full_in(h: &HolderGrowth) -> Option<String> {
+fn full_in(h: &HolderGrowth) -> Option<String> {
     let p = h.projection?;
     let steps = p
         .steps_to_full
@@ -45,7 +48,7 @@ pub(super) fn full_in(h: &HolderGrowth) -> Option<String> {
 }
 
 /// `1930` as `1,930`.
-pub(super) fn grouped(n: u64) -> String {
+fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -58,7 +61,7 @@ pub(super) fn grouped(n: u64) -> String {
 }
 
 /// `step 12` or `window 12`.
-pub(super) fn at_sample(a: &Analysis, x: u64) -> String {
+fn at_sample(a: &Analysis, x: u64) -> String {
     match a.growth.axis {
         SampleAxis::Steps => format!("step {x}"),
         SampleAxis::Time => format!("window {x}"),
@@ -69,7 +72,7 @@ pub(super) fn at_sample(a: &Analysis, x: u64) -> String {
 /// 12`, `at the peak (event 109)`).
 pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
     summary(out, a, when)?;
-    super::diagnosis::render(out, a, top, when)?;
+    diagnosis::render(out, a, top, when)?;
     orphan_kinds(out, a)?;
     growth(out, a, top)?;
     ooms(out, a, top)?;

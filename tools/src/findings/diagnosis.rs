@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, Severity};
 
-use super::findings::{at_sample, grouped, long_duration, site_label};
+use super::{at_sample, grouped, long_duration, site_label};
 use crate::units::{bytes, signed_bytes, unit};
 
 /// Findings listed in full; the rest are counted.
