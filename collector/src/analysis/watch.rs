@@ -132,7 +132,9 @@ pub struct Watch {
 impl Watch {
     pub fn new(config: WatchConfig) -> Self {
         Watch {
-            state: LiveState::new(),
+            // Steps from the allocation pattern need the whole trace; the watch judges a
+            // program without marks per time window instead.
+            state: LiveState::without_step_detection(),
             config,
             judged: None,
             alerted: BTreeSet::new(),

@@ -189,3 +189,17 @@ fn growth_judged_per_time_window_alerts_only_once_it_has_lasted_the_confirmation
     );
     assert_eq!(judged_every_second(&unmarked_growth(30), c), vec![6]);
 }
+
+#[test]
+fn the_watch_does_not_look_for_steps_in_the_allocation_pattern() {
+    // A pattern needs the whole trace: the watch keeps no tokens for one (up to 20 MiB) and
+    // judges a program without marks per time window, where a reader of the trace finds steps.
+    let b = leaking(40).without_marks();
+    assert_eq!(b.replay().step_pattern().map(|p| p.steps), Some(40));
+    let mut watch = Watch::new(config());
+    for r in &b.records {
+        watch.apply(r);
+    }
+    assert!(watch.state().step_pattern().is_none());
+    assert_eq!(watch.judge(u64::MAX).axis, SampleAxis::Time);
+}
