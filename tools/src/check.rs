@@ -31,14 +31,16 @@ EXAMPLES:
     A CI gate on a test suite: fail when memory grows steadily step after step:
         vramtrace check -- python -m pytest tests/
 
-    Also fail when more than 64 MiB of device memory is still live at exit, or on any orphan:
-        vramtrace check --max-leak 64MiB --max-orphans 0 -- python train.py --steps 50
+    Code that frees all it allocates (a CUDA library's tests): fail on any byte live at exit, or
+    any orphan (a PyTorch program ends with its weights and cached segments live: gate it on
+    growth):
+        vramtrace check --max-leak 0 --max-orphans 0 -- ./build/test_kernels
 
     Fail on any steady growth above 1 MiB per step, whatever the device's size:
         vramtrace check --max-growth 1MiB/step -- python train.py --steps 200
 
     The same limits on traces already taken:
-        vramtrace report --fail-on growth,leak=64MiB,orphans=0 traces/";
+        vramtrace report --fail-on growth,orphans=0 traces/";
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
