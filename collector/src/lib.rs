@@ -15,6 +15,7 @@ mod ids;
 pub mod live;
 pub mod module_map;
 pub mod python;
+pub mod size;
 #[cfg(feature = "symbols")]
 pub mod symbols;
 pub mod torch;

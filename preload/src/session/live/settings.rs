@@ -46,25 +46,6 @@ impl Default for AlertSettings {
     }
 }
 
-/// A size: bytes, or a number with `K`, `M`, `G` or `T` (`KiB`, … too: powers of 1024).
-pub fn parse_size(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return None,
-    };
-    let bytes = number.parse::<f64>().ok()? * (1u64 << shift) as f64;
-    (bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
-}
-
 /// A duration: seconds, or a number with `s`, `m`, `h` or `d`.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let t = text.trim();
@@ -119,7 +100,7 @@ impl AlertSettings {
                 .strip_suffix("/step")
                 .unwrap_or(v.trim())
                 .to_string();
-            match parse_size(&v) {
+            match vramtrace_collector::size::parse_size(&v).ok() {
                 Some(b) => s.threshold_bytes = Some(b),
                 None => w.push(format!(
                     "VRAMTRACE_ALERT_THRESHOLD='{v}' is not a size per step (examples: 1MiB, \
