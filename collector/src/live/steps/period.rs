@@ -109,10 +109,11 @@ pub(crate) fn find(tokens: &[u32], times: &[u64], info: &[TokenInfo]) -> Option<
         before.push(before[before.len() - 1] + recurring);
     }
     let recurring = *before.last()?;
-    let span = times.last()? - times.first()?;
+    // Events come in sequence order; their times, read on several threads, need not rise with it.
+    let span = times.last()?.saturating_sub(*times.first()?);
     let encloses = |r: &Recurrence| {
         let inside = before[r.last + 1] - before[r.first];
-        let lasts = times[r.last] - times[r.first];
+        let lasts = times[r.last].saturating_sub(times[r.first]);
         inside as f64 >= recurring as f64 * MIN_COVER || lasts as f64 >= span as f64 * MIN_COVER
     };
     let mut by_count: FxHashMap<usize, Vec<u32>> = FxHashMap::default();
@@ -386,5 +387,20 @@ mod tests {
     fn nothing_recurs_nothing_found() {
         assert_eq!(run("ABCDEFG", false), None);
         assert_eq!(run("AAA", false), None);
+    }
+
+    #[test]
+    fn times_that_do_not_rise_with_the_sequence_are_no_fault() {
+        // Events from several threads: sequence order, times a little out of order (the last
+        // event earlier than the first); the same steps are found as with rising times.
+        let tokens: Vec<u32> = (0..40).map(|i| i % 2).collect();
+        let info = vec![
+            TokenInfo { kind: 0, bytes: 1 },
+            TokenInfo { kind: 1, bytes: -1 },
+        ];
+        let mut times: Vec<u64> = (0..40).map(|i| 100 + i).collect();
+        times[39] = 50;
+        times[20] = 10;
+        assert_eq!(find(&tokens, &times, &info).map(|p| p.steps), Some(20));
     }
 }
