@@ -35,8 +35,11 @@ pub enum Stage {
     Real,
     /// The current device and context asked of the driver.
     Context,
-    /// The native stack walked.
+    /// The native stack walked (one lap per walk, the remembered-walk lookup before it
+    /// included).
     Native,
+    /// A native stack this thread remembered: found without walking.
+    Remembered,
     /// The Python stack read.
     Python,
     /// Stacks interned (looked up, or defined on first sight).
@@ -62,13 +65,14 @@ pub enum Stage {
     Idle,
 }
 
-const STAGES: usize = 16;
-const HOOK_STAGES: [Stage; 10] = [
+const STAGES: usize = 17;
+const HOOK_STAGES: [Stage; 11] = [
     Stage::Enter,
     Stage::Claim,
     Stage::Real,
     Stage::Context,
     Stage::Native,
+    Stage::Remembered,
     Stage::Python,
     Stage::Intern,
     Stage::Fill,
@@ -91,6 +95,7 @@ impl Stage {
             Stage::Real => "the real function",
             Stage::Context => "current device and context",
             Stage::Native => "native stack walk",
+            Stage::Remembered => "native stack remembered (no walk)",
             Stage::Python => "Python stack read",
             Stage::Intern => "stack interning",
             Stage::Fill => "event into slot + publish",
@@ -165,6 +170,12 @@ fn claim_row() -> u32 {
 
 #[inline]
 fn add(row: usize, stage: Stage, ticks: u64) {
+    add_laps(row, stage, ticks, 1);
+}
+
+/// `ticks` more in `stage`, as `laps` more laps (0: the time continues the stage's last lap).
+#[inline]
+fn add_laps(row: usize, stage: Stage, ticks: u64, laps: u64) {
     let r = &TABLE[row];
     let s = stage as usize;
     let (t, c) = if ticks > SLOW_TICKS && splits(stage) {
@@ -174,11 +185,11 @@ fn add(row: usize, stage: Stage, ticks: u64) {
     };
     if row == ROWS - 1 {
         t.fetch_add(ticks, Ordering::Relaxed);
-        c.fetch_add(1, Ordering::Relaxed);
+        c.fetch_add(laps, Ordering::Relaxed);
     } else {
         // Only this thread writes its row.
         t.store(t.load(Ordering::Relaxed) + ticks, Ordering::Relaxed);
-        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        c.store(c.load(Ordering::Relaxed) + laps, Ordering::Relaxed);
     }
 }
 
@@ -190,6 +201,8 @@ pub trait Watch {
     fn skip(&mut self);
     /// The time since the last lap (or the start) was spent in `stage`.
     fn lap(&mut self, stage: Stage);
+    /// The time since the last lap still belongs to `stage`'s last lap (not counted as one more).
+    fn extend(&mut self, stage: Stage);
     /// The call was traced (counted once per call).
     fn traced(&self);
 }
@@ -206,6 +219,8 @@ impl Watch for Off {
     fn skip(&mut self) {}
     #[inline(always)]
     fn lap(&mut self, _: Stage) {}
+    #[inline(always)]
+    fn extend(&mut self, _: Stage) {}
     #[inline(always)]
     fn traced(&self) {}
 }
@@ -249,6 +264,12 @@ impl Watch for On {
     fn lap(&mut self, stage: Stage) {
         let now = clock::now();
         add(self.row, stage, now.wrapping_sub(self.last));
+        self.last = now;
+    }
+    #[inline]
+    fn extend(&mut self, stage: Stage) {
+        let now = clock::now();
+        add_laps(self.row, stage, now.wrapping_sub(self.last), 0);
         self.last = now;
     }
     #[inline]
@@ -564,11 +585,13 @@ mod tests {
         add(row, Stage::Native, 10);
         add(row, Stage::Native, 30);
         add(row, Stage::Native, SLOW_TICKS + 1);
+        // The same walk's remembering: more time, no more laps.
+        add_laps(row, Stage::Native, 5, 0);
         // Compressing is not split: a chunk takes long by itself.
         add(row, Stage::Compress, SLOW_TICKS + 1);
         let s = sums(std::iter::once(row));
         let n = Stage::Native as usize;
-        assert_eq!((s.counts[n], s.ticks[n]), (2, 40));
+        assert_eq!((s.counts[n], s.ticks[n]), (2, 45));
         assert_eq!((s.slow_counts[n], s.slow_ticks[n]), (1, SLOW_TICKS + 1));
         let c = Stage::Compress as usize;
         assert_eq!((s.counts[c], s.slow_counts[c]), (1, 0));

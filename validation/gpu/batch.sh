@@ -10,7 +10,8 @@
 # (harm/run.sh), harm_exit (harm/run.sh exit: the exit delay only), profile (profile_hooks.sh),
 # bench (bench_step_time.py --rounds ${ROUNDS:-3} $BENCH_ARGS), exports (exports.sh), multi
 # (multi/run.sh), live (live/run.sh: alerts and the CI gate), scenarios (run.sh: the capture
-# scenarios).
+# scenarios), wheel (wheel/run.sh: the pip wheel; carry target/wheels too, built by
+# python/build_wheel.sh).
 
 set -u
 GPU=$(cd "$(dirname "$0")" && pwd)
@@ -39,6 +40,7 @@ for step in "$@"; do
         multi) "$GPU/multi/run.sh" ;;
         live) "$GPU/live/run.sh" ;;
         scenarios) "$GPU/run.sh" ;;
+        wheel) "$GPU/wheel/run.sh" ;;
         *) echo "unknown step $step" ;;
     esac > "$WORK/$step.log" 2>&1
     echo "== $step: rc $?, $(( $(date +%s) - t0 )) s"

@@ -517,13 +517,20 @@ fn python_stack<W: Watch>(depth: usize, w: &mut W) -> (u32, bool) {
 /// on the stack meanwhile.
 #[inline(never)]
 fn native_stack<W: Watch>(depth: usize, caller: u64, stop: StopAt, w: &mut W) -> u32 {
+    let mut walked = false;
     let id = stack::capture_id(depth, caller, stop, true, |frames| {
+        walked = true;
         w.lap(Stage::Native);
         let id = intern::NATIVE.intern(frames);
         w.lap(Stage::Intern);
         id
     });
-    w.lap(Stage::Native);
+    // One lap per walk: what follows the interning (remembering the walk) is the same walk's.
+    if walked {
+        w.extend(Stage::Native);
+    } else {
+        w.lap(Stage::Remembered);
+    }
     id
 }
 
