@@ -36,6 +36,14 @@ if python3 -m venv --system-site-packages venv >> "$S" 2>&1; then
     venv/bin/python -m pip install --no-index --quiet "${wheels[0]}" >> "$S" 2>&1
     BIN=$WORK/venv/bin
     PY=$BIN/python
+    # --system-site-packages reaches the base interpreter's packages only: where python3 is
+    # itself a virtual environment (as on the lent machine), torch lives in that one. A .pth
+    # file adds the directories python3 imports from, as a user's environment would have them.
+    if ! "$PY" -c 'import torch' 2>/dev/null; then
+        python3 -c 'import sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))' \
+            > "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/outer.pth"
+        echo "torch through outer.pth: $("$PY" -c 'import torch; print(torch.__file__)' 2>&1)" >> "$S"
+    fi
 else
     echo "no venv: pip install --prefix" >> "$S"
     python3 -m pip install --no-index --quiet --prefix "$WORK/prefix" "${wheels[0]}" >> "$S" 2>&1
@@ -47,7 +55,12 @@ echo "installed: $(ls "$BIN/vramtrace" "$BIN/../lib/libvramtrace.so" 2>&1 | tr '
 echo "version: $("$BIN/vramtrace" --version 2>&1)" >> "$S"
 echo "library_path: $("$PY" -c 'import vramtrace; print(vramtrace.library_path())' 2>&1)" >> "$S"
 
-echo "plain: $("$PY" steps.py 2> plain.err)" >> "$S"
+plain=$("$PY" steps.py 2> plain.err)
+echo "plain: $plain" >> "$S"
+if [[ $plain != "enabled False"* ]]; then
+    echo "FAIL: steps.py did not run without the tracer:" >> "$S"
+    tail -3 plain.err >> "$S"
+fi
 "$BIN/vramtrace" run --per-tensor -o traces/steps-%p.vtrace -- "$PY" steps.py > traced.out 2> traced.err
 echo "traced (exit $?): $(cat traced.out)" >> "$S"
 for t in traces/*.vtrace; do
