@@ -1,7 +1,10 @@
 /*
  * bench_calls.c -- per-call cost of the stand-in's hot allocation paths, for tracer overhead
- * budgets.  argv: iterations (default 1000000), rounds (default 7), and optionally which measure
- * to run (runtime, driver or baseline; default all three).
+ * budgets.  argv: iterations (default 1000000), rounds (default 7), optionally which measure
+ * to run (runtime, driver or baseline; "all" or absent: all three), and optionally a pause in
+ * milliseconds before each round (default 0): with one long enough for the tracer's writer to
+ * empty its buffer, a round measures what each call pays while the writer keeps up, not how
+ * fast the writer drains a flood.
  *
  * Mimics: PyTorch's backend:cudaMallocAsync mode, where one cudaMallocAsync/cudaFreeAsync pair
  * per tensor is the hottest memory path (about 1.2 us a pair on the real H200, see
@@ -67,11 +70,14 @@ int main(int argc, char **argv)
     if (argc > 1)
         iters = strtol(argv[1], NULL, 10);
     long rounds = argc > 2 ? strtol(argv[2], NULL, 10) : 7;
-    const char *only = argc > 3 ? argv[3] : NULL;
-    if (iters < 1 || rounds < 1 || rounds > 1000) {
-        fprintf(stderr, "usage: bench_calls [iterations] [rounds] [runtime|driver|baseline]\n");
+    const char *only = argc > 3 && strcmp(argv[3], "all") != 0 ? argv[3] : NULL;
+    long pause_ms = argc > 4 ? strtol(argv[4], NULL, 10) : 0;
+    if (iters < 1 || rounds < 1 || rounds > 1000 || pause_ms < 0 || pause_ms > 10000) {
+        fprintf(stderr,
+                "usage: bench_calls [iterations] [rounds] [runtime|driver|baseline|all] [pause_ms]\n");
         return 2;
     }
+    struct timespec pause = {pause_ms / 1000, (pause_ms % 1000) * 1000000L};
     void *warm = NULL;
     if (cudaMalloc(&warm, 4096) != 0 || cudaFree(warm) != 0)
         return 1;
@@ -99,6 +105,8 @@ int main(int argc, char **argv)
         if (run(w, iters / 10 + 1))
             return 1;
         for (long r = 0; r < rounds; r++) {
+            if (pause_ms > 0)
+                nanosleep(&pause, NULL);
             double t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
             if (run(w, iters))
                 return 1;

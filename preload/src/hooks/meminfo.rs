@@ -13,8 +13,10 @@ use crate::resolve::driver;
 
 const MAX_DEVICES: usize = 64;
 
-/// Raw clock time of the last sample per device (0: never).
-static LAST: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+/// Raw clock time from which the next sample per device is due (0: never sampled). A deadline
+/// rather than the last sample's time: the hook compares, and converts the interval to clock
+/// units only when it samples.
+static NEXT: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 static GET_INFO: AtomicUsize = AtomicUsize::new(0);
 
 type GetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
@@ -27,27 +29,24 @@ pub fn sample_due(device: i32, interval: Duration, force: bool, now: u64) -> Opt
     if interval.is_zero() || device < 0 || device as usize >= MAX_DEVICES {
         return None;
     }
-    let slot = &LAST[device as usize];
+    let slot = &NEXT[device as usize];
     // The raw event clock (a TSC read) keeps this check off the vDSO; until its rate is known
     // (the first milliseconds of a session) every allocation samples.
     let now = now.max(1);
-    let last = slot.load(Ordering::Relaxed);
-    if !force && last != 0 {
-        if let Some(span) = clock::raw_span(interval) {
-            if now.saturating_sub(last) < span {
-                return None;
-            }
-        }
+    let next = slot.load(Ordering::Relaxed);
+    if !force && next != 0 && now < next {
+        return None;
     }
-    sample(slot, last, now)
+    sample(slot, next, now, interval)
 }
 
 /// The sample itself, once [`sample_due`] found one due.
 #[cold]
-fn sample(slot: &AtomicU64, last: u64, now: u64) -> Option<(u64, u64)> {
+fn sample(slot: &AtomicU64, next: u64, now: u64, interval: Duration) -> Option<(u64, u64)> {
+    let due = now.saturating_add(clock::raw_span(interval).unwrap_or(0)).max(1);
     // One thread samples; the others carry on.
     if slot
-        .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
+        .compare_exchange(next, due, Ordering::AcqRel, Ordering::Relaxed)
         .is_err()
     {
         return None;

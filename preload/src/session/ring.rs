@@ -29,6 +29,9 @@ const WRITING: u64 = 1;
 const READY: u64 = 2;
 const STATE: u64 = 3;
 
+/// Cache-line aligned: an event (120 bytes) and its stamp fill two lines exactly, so a hook
+/// writing its slot and the writer reading it move two lines between cores, not three.
+#[repr(align(64))]
 struct Slot<T> {
     stamp: AtomicU64,
     value: UnsafeCell<MaybeUninit<T>>,
