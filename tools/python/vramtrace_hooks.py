@@ -39,8 +39,6 @@ KIND_ALLOCATOR = b"torch.allocator"
 KIND_SNAPSHOT = b"torch.memory_snapshot"
 #: The compact snapshot's format (collector/src/torch/snapshot.rs).
 SNAPSHOT_FORMAT = "vramtrace-torch-snapshot/1"
-#: The interpreter's switch interval while the history is handed over (see hand_over).
-HAND_OVER_SWITCH_INTERVAL = 0.0001
 #: The allocator settings variables, in the order torch reads them (the first set wins).
 ALLOC_CONF_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
@@ -344,14 +342,7 @@ class _AllocatorView:
         started = time.perf_counter()
         taken = started
         entries = 0
-        # Beside a thread still running Python (a loop still allocating, a data loader), each
-        # time this thread asks for the GIL back it waits for that thread's whole switch interval
-        # (5 ms by default), and building torch's snapshot asks for it many times over: seconds
-        # at exit. A short interval while the history is handed over keeps each wait short; the
-        # program's own interval is put back at once.
-        interval = sys.getswitchinterval()
         try:
-            sys.setswitchinterval(min(interval, HAND_OVER_SWITCH_INTERVAL))
             snapshot = self.torch.cuda.memory._snapshot()
             taken = time.perf_counter()
             entries = sum(len(t) for t in snapshot.get("device_traces", ()))
@@ -360,8 +351,6 @@ class _AllocatorView:
                 _warn("the tracer did not take torch's memory history (%s)" % reason)
         except Exception as e:
             _warn("handing over torch's memory history failed (%s): %r" % (reason, e))
-        finally:
-            sys.setswitchinterval(interval)
         if _truthy(os.environ.get("VRAMTRACE_SELF_PROFILE", "0")):
             done = time.perf_counter()
             _say("self-profile: torch's memory history handed over (%s): %d entries in %.0f ms "

@@ -519,8 +519,8 @@ captest!(real_torch_steps_when_available, |dir| {
 });
 
 // A thread still allocating at exit: the program's own exit handler, run after the hand-over,
-// prints the same as without vramtrace and finds its own switch interval (the hand-over shortens
-// it meanwhile), and the self-profile says what was handed over and how long each part took.
+// prints the same as without vramtrace and finds its own switch interval, and the self-profile
+// says what was handed over and how long each part took.
 captest!(the_hand_over_at_exit_beside_a_busy_thread, |dir| {
     let s = setup(dir);
     let plain = s.plain("busy_exit.py");
