@@ -43,7 +43,9 @@ pub fn sample_due(device: i32, interval: Duration, force: bool, now: u64) -> Opt
 /// The sample itself, once [`sample_due`] found one due.
 #[cold]
 fn sample(slot: &AtomicU64, next: u64, now: u64, interval: Duration) -> Option<(u64, u64)> {
-    let due = now.saturating_add(clock::raw_span(interval).unwrap_or(0)).max(1);
+    let due = now
+        .saturating_add(clock::raw_span(interval).unwrap_or(0))
+        .max(1);
     // One thread samples; the others carry on.
     if slot
         .compare_exchange(next, due, Ordering::AcqRel, Ordering::Relaxed)
