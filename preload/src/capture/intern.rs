@@ -109,6 +109,12 @@ impl StackTable {
         }
     }
 
+    /// Maps the table's regions now (the session does, before any hook interns); `false` when
+    /// that failed (then every capture gets id 0 and is counted as lost).
+    pub fn prepare(&self) -> bool {
+        self.regions().is_some()
+    }
+
     /// The regions, mapping them on first use; `None` if that failed.
     #[inline]
     fn regions(&self) -> Option<Regions> {
@@ -302,6 +308,9 @@ mod tests {
     #[test]
     fn threads_racing_on_the_same_stacks_agree_on_their_ids() {
         let t: &'static StackTable = Box::leak(Box::new(StackTable::new()));
+        // Mapped first, as the session does: a thread that meets an unmapped table waits only
+        // milliseconds for the one mapping it (on a loaded machine that one can be slower).
+        assert!(t.prepare());
         let ids: Vec<Vec<u32>> = (0..4)
             .map(|_| {
                 std::thread::spawn(move || {

@@ -360,6 +360,11 @@ fn start_slow() -> Option<&'static Session> {
         forked_from,
         pid: std::process::id(),
     }));
+    // The stack tables are mapped here, before any hook interns: threads that meet an unmapped
+    // table wait at most a few milliseconds for the one mapping it (a forked child must not
+    // wait for a thread it does not have), and lose their stack when that thread is slower.
+    crate::capture::intern::NATIVE.prepare();
+    crate::capture::intern::PYTHON.prepare();
     let warnings = CONFIG_WARNINGS.get().cloned().unwrap_or_default();
     lifecycle::on_session_start();
     match writer::spawn(session, warnings) {
