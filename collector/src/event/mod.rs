@@ -7,6 +7,7 @@
 
 mod api;
 pub mod records;
+pub mod snapshot;
 
 pub use api::{Api, Layer};
 use serde::{Deserialize, Serialize};

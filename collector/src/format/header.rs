@@ -8,6 +8,8 @@
 //! From version 5 the checksum covers the version, `n` and the header, and the block is written
 //! twice in a row; version 4 wrote it once, its checksum covering the header alone. A reader
 //! whose first block is damaged (any byte of it, the magic included) finds the copy by its magic.
+//! From version 6 the header is followed (inside `n`) by where the file stands in a trace cut
+//! into segments ([`SegmentInfo`]), or by a `None` for a trace of one file.
 
 use std::io::Read;
 
@@ -21,7 +23,7 @@ pub const MAGIC: [u8; 8] = *b"VRAMTRC\0";
 
 /// The format version this code writes; it reads this one and every one since
 /// [`OLDEST_VERSION`].
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The oldest format version this code reads (version 4: the same chunks without sync markers,
 /// the header once).
@@ -52,11 +54,37 @@ pub struct Header {
     pub pointer_size: u8,
     /// The `VRAMTRACE_*` settings in effect, as `(name, value)`.
     pub settings: Vec<(String, String)>,
+    /// Where this file stands in a trace cut into segments (format 6); `None` for a trace of
+    /// one file. Written after the header's other fields, not among them: a format 5 header
+    /// has none.
+    #[serde(skip)]
+    pub segment: Option<SegmentInfo>,
+}
+
+/// Where one file stands in a trace cut into segments (`VRAMTRACE_SEGMENT_BYTES`): each segment
+/// is a file of its own whose records start from a snapshot of the live state (`Snapshot`), so
+/// that any segment reads alone and the oldest can be deleted. The counts say what came before
+/// it, so a reader knows what is gone without the files that held it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    /// 1 for the first segment.
+    pub index: u32,
+    /// Events written in the segments before this one.
+    pub events_before: u64,
+    /// Sequence number of the last event before it (0: none).
+    pub last_seq: u64,
+    /// `CLOCK_MONOTONIC` nanoseconds when the segment began.
+    pub time_ns: u64,
+    /// Steps begun before it.
+    pub steps: u64,
+    /// Bytes of the files of the segments before it.
+    pub bytes_before: u64,
 }
 
 /// The start of a file as written: the header block of [`FORMAT_VERSION`], twice.
 pub(crate) fn start_of_file(header: &Header) -> Result<Vec<u8>, TraceError> {
     let body = postcard::to_stdvec(header)?;
+    let body = postcard::to_extend(&header.segment, body)?;
     let mut block = Vec::with_capacity(20 + body.len());
     block.extend_from_slice(&MAGIC);
     block.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -82,7 +110,7 @@ pub(crate) struct Start {
 /// A header block parsed at `at` of `bytes`.
 enum Block {
     /// Whole and of a version this reader knows: the header, the version, where the block ends.
-    Good(Header, u32, usize),
+    Good(Box<Header>, u32, usize),
     /// Whole, its checksum right, of a version this reader does not know.
     Unsupported(u32),
     /// Cut off: the bytes it needs.
@@ -118,10 +146,17 @@ fn block_at(bytes: &[u8], at: usize) -> Block {
     if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
         return Block::Unsupported(version);
     }
-    match postcard::take_from_bytes::<Header>(body) {
-        Ok((header, _)) => Block::Good(header, version, at + 20 + n),
-        Err(_) => Block::Damaged("the header does not decode"),
+    let Ok((mut header, rest)) = postcard::take_from_bytes::<Header>(body) else {
+        return Block::Damaged("the header does not decode");
+    };
+    if version >= 6 {
+        // Trailing bytes after it are a newer writer's fields.
+        match postcard::take_from_bytes::<Option<SegmentInfo>>(rest) {
+            Ok((segment, _)) => header.segment = segment,
+            Err(_) => return Block::Damaged("the header does not decode"),
+        }
     }
+    Block::Good(Box::new(header), version, at + 20 + n)
 }
 
 /// Reads from `src` until `bytes` holds `want` bytes or `src` ends.
@@ -172,7 +207,7 @@ pub(crate) fn read_start(src: &mut impl Read) -> Result<Start, TraceError> {
                 fill(src, &mut bytes, chunks_at)?;
                 let chunks_at = chunks_at.min(bytes.len());
                 return Ok(Start {
-                    header,
+                    header: *header,
                     version,
                     chunks_at: chunks_at as u64,
                     rest: bytes.split_off(chunks_at),
@@ -201,7 +236,7 @@ fn copy(src: &mut impl Read, mut bytes: Vec<u8>, first: Block) -> Result<Start, 
         at += i;
         if let Block::Good(header, version @ 5.., end) = block_at(&bytes, at) {
             return Ok(Start {
-                header,
+                header: *header,
                 version,
                 chunks_at: end as u64,
                 rest: bytes.split_off(end),

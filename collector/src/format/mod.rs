@@ -35,11 +35,11 @@ mod varint;
 mod writer;
 
 pub use error::TraceError;
-pub use header::{Header, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
+pub use header::{Header, SegmentInfo, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
 pub use packing::Packing;
 pub use reader::{Ending, RecordRef, TraceReader, Unread};
 pub use record::{
-    Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef,
-    Stats,
+    Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment,
+    SegmentEnd, Snapshot, StackDef, Stats,
 };
 pub use writer::TraceWriter;

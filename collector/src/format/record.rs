@@ -4,6 +4,7 @@
 pub use crate::event::records::{
     Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Segment, StackDef, Stats,
 };
+pub use crate::event::snapshot::{SegmentEnd, Snapshot};
 use crate::event::Event;
 
 /// Declares [`Record`] with each kind's wire tag, and its payload's encoding (postcard's; events
@@ -59,6 +60,10 @@ records! {
     Attachment(Attachment) = 10,
     /// An alert raised while the program ran.
     Alert(Box<Alert>) = 11,
+    /// The live state a segment of a trace starts from.
+    Snapshot(Box<Snapshot>) = 12,
+    /// The last record of a segment: what it held.
+    SegmentEnd(SegmentEnd) = 13,
 }
 
 /// The tag of event records.

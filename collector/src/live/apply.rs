@@ -51,6 +51,9 @@ impl LiveState {
                     self.notes.alerts.push((**a).clone());
                 }
             }
+            Record::Snapshot(s) => self.restore(s),
+            // What a segment held: for readers choosing where to start, nothing to apply.
+            Record::SegmentEnd(_) => {}
         }
     }
 

@@ -260,6 +260,13 @@ impl Ledger {
         self.window_ends(time_ns);
     }
 
+    /// Starts the event after which a snapshot was taken (the `events`-th), for the charges
+    /// that put its live objects back; [`Ledger::end_event`] ends it.
+    pub(crate) fn begin_restore(&mut self, events: u64, seq: u64, time_ns: u64, step: u64) {
+        self.event = events.saturating_sub(1);
+        self.begin_event(seq, time_ns, step);
+    }
+
     /// Takes the time-window samples that passed before `time_ns`: out of line, once a window.
     #[cold]
     #[inline(never)]

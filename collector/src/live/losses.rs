@@ -68,6 +68,11 @@ impl Losses {
         }
     }
 
+    /// The gaps, as inclusive ranges in order.
+    pub(crate) fn gaps(&self) -> &[(u64, u64)] {
+        &self.gaps
+    }
+
     /// Numbers missing between events read.
     pub fn missing(&self) -> u64 {
         self.missing

@@ -23,7 +23,7 @@ pub(super) struct MemoryTables {
 }
 
 /// Where the bytes of an allocation of `kind` made by `call` count, and the pool they came from.
-fn charge_of(sites: &SiteTable, call: CallId, kind: MemKind) -> Charge {
+pub(super) fn charge_of(sites: &SiteTable, call: CallId, kind: MemKind) -> Charge {
     let c = sites.call(call);
     let holder = if kind.on_device() {
         Holder::Device { device: c.device }

@@ -30,6 +30,7 @@ mod query;
 mod recent;
 mod series;
 mod sites;
+mod snapshot;
 mod steps;
 mod summary;
 mod table;
@@ -62,6 +63,7 @@ pub use origin::{CodeLocation, Owner, OwnerResolver};
 pub use query::{HolderState, SampleAxis};
 pub use sites::ProgramLine;
 pub use sites::SiteKey;
+pub use snapshot::Restored;
 pub use steps::{Anchor, StepPattern, StepSource};
 pub use summary::{
     CallSite, CategoryTotals, CommunicatorTotals, DeviceTotals, ModuleTotals, Summary, Totals,
@@ -192,6 +194,8 @@ pub struct LiveState {
     devices: BTreeMap<i32, DeviceAccount>,
     /// Payloads the program handed to the tracer (PyTorch's allocator view: `crate::torch`).
     attachments: Attachments,
+    /// Set when the state started from a snapshot (a segment of a trace read alone).
+    restored: Option<Restored>,
 }
 
 impl LiveState {

@@ -15,6 +15,7 @@ use super::objects::{
     CommState, Communicator, Flag, Flags, NcclBuffer, Origin, Registration, Window,
 };
 use super::{AnomalyKind, LiveState, ObjectRef};
+use crate::event::snapshot::{SnapshotNccl, SnapshotRef};
 use crate::event::{CommEnd, Event, Op};
 
 /// Ended communicators remembered for reports.
@@ -111,6 +112,66 @@ impl NcclTables {
             .filter(|c| c.state == CommState::Live && c.device == device);
         let first = live.next()?;
         live.next().is_none().then_some(first.comm)
+    }
+}
+
+impl NcclTables {
+    /// The objects waiting for a communicator, for a snapshot (`object` names each).
+    pub(super) fn waiting_snapshot(
+        &self,
+        object: impl Fn(ObjectRef) -> SnapshotRef,
+    ) -> SnapshotNccl {
+        let refs = |list: &[ObjectRef]| list.iter().map(|&r| object(r)).collect();
+        let mut affinity: Vec<(u32, Option<u64>)> = (self.affinity.iter())
+            .map(|(&thread, a)| match a {
+                Affinity::One(c) => (thread, Some(*c)),
+                Affinity::Ambiguous => (thread, None),
+            })
+            .collect();
+        affinity.sort_unstable();
+        let mut scopes: Vec<(u64, Vec<SnapshotRef>)> = (self.scopes.iter())
+            .map(|(&s, list)| (s, refs(list)))
+            .collect();
+        scopes.sort_unstable_by_key(|s| s.0);
+        SnapshotNccl {
+            scopes,
+            scope_order: self.scope_order.iter().copied().collect(),
+            affinity,
+            unscoped: refs(&self.unscoped),
+            deferred: (self.deferred.iter())
+                .map(|&(scope, thread, r)| (scope, thread, object(r)))
+                .collect(),
+        }
+    }
+
+    /// Puts back what [`NcclTables::waiting_snapshot`] took (`object` finds each again).
+    pub(super) fn restore_waiting(
+        &mut self,
+        s: &SnapshotNccl,
+        object: impl Fn(SnapshotRef) -> Option<ObjectRef>,
+    ) {
+        self.scopes = (s.scopes.iter())
+            .map(|(scope, list)| (*scope, list.iter().filter_map(|&r| object(r)).collect()))
+            .collect();
+        self.scope_order = s.scope_order.iter().copied().collect();
+        for &(thread, comm) in &s.affinity {
+            let a = comm.map_or(Affinity::Ambiguous, Affinity::One);
+            self.affinity.insert(thread, a);
+        }
+        self.unscoped = s.unscoped.iter().filter_map(|&r| object(r)).collect();
+        self.deferred = (s.deferred.iter())
+            .filter_map(|&(scope, thread, r)| Some((scope, thread, object(r)?)))
+            .collect();
+    }
+
+    /// Puts back a communicator from a snapshot, in the order [`NcclTables::communicators`]
+    /// lists them.
+    pub(super) fn restore_communicator(&mut self, c: Communicator) {
+        if c.state.is_gone() {
+            self.ended.push_back(c);
+        } else {
+            self.comms.insert(c.comm, c);
+        }
     }
 }
 

@@ -159,6 +159,16 @@ impl Flags {
         self
     }
 
+    /// The flags as bits: bit i is the i-th of [`Flag::ALL`] (a snapshot's wire form).
+    pub(crate) fn bits(self) -> u16 {
+        self.0
+    }
+
+    /// The flags of `bits` (see [`Flags::bits`]); bits this version does not know are dropped.
+    pub(crate) fn from_bits(bits: u16) -> Self {
+        Flags(bits & Flag::ALL.iter().fold(0, |m, f| m | f.bit()))
+    }
+
     /// Whether no flag is set.
     pub fn is_empty(self) -> bool {
         self.0 == 0
@@ -363,6 +373,14 @@ pub struct PhysicalHandle {
     pub mappings: u32,
     pub flags: Flags,
     pub origin: Origin,
+}
+
+impl PhysicalHandle {
+    /// Whether its bytes count as live: a handle the program created does; an imported one,
+    /// or a placeholder for one whose creation was not seen, never was counted.
+    pub(crate) fn charged(&self) -> bool {
+        !self.flags.contains(Flag::Imported) && !self.flags.contains(Flag::Unseen)
+    }
 }
 
 /// A virtual range mapped onto part of a physical handle.

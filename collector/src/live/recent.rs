@@ -36,6 +36,9 @@ pub(crate) struct RecentSet {
     cap: u64,
 }
 
+/// The places of a [`RecentSet`]'s window (see [`RecentSet::window`]).
+pub(crate) type Window = Vec<Option<(u64, u64, Removal)>>;
+
 #[derive(Clone, Copy, Debug)]
 struct Remembered {
     seq: u64,
@@ -117,6 +120,36 @@ impl RecentSet {
     }
 
     /// Pointers remembered.
+    /// The inserts still in the window, oldest first, each as `Some` when [`RecentSet::get`]
+    /// would answer with it and `None` when a later insert or a removal hides it: inserted
+    /// again in this order into an empty set (`None` as [`RecentSet::insert_hidden`]), they
+    /// give a set that answers and forgets exactly as this one.
+    pub(crate) fn window(&self) -> Window {
+        let from = self.inserted.saturating_sub(self.cap);
+        let mut latest: FxHashMap<u64, u64> = FxHashMap::default();
+        for i in from..self.inserted {
+            latest.insert(self.ring[(i % self.cap) as usize].0, i + 1);
+        }
+        (from..self.inserted)
+            .map(|i| {
+                let (ptr, seq, how) = self.ring[(i % self.cap) as usize];
+                let stamp = i + 1;
+                // Indexed inserts may have been removed since; later ones cannot have been (a
+                // removal indexes everything first).
+                let shown = latest.get(&ptr) == Some(&stamp)
+                    && (stamp > self.indexed
+                        || self.index.get(&ptr).is_some_and(|r| r.stamp == stamp));
+                shown.then_some((ptr, seq, how))
+            })
+            .collect()
+    }
+
+    /// Takes a place in the window that no lookup finds (see [`RecentSet::window`]).
+    pub(crate) fn insert_hidden(&mut self) {
+        // Pointer 0 is never looked up: freeing and allocating it make nothing.
+        self.insert(0, 0, Removal::Free);
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&mut self) -> usize {
         self.catch_up();

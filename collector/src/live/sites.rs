@@ -519,3 +519,43 @@ fn is_nccl(modules: &ModuleMap, id: Option<u32>) -> bool {
     id.and_then(|id| modules.by_id(id))
         .is_some_and(|m| m.file_name().starts_with("libnccl"))
 }
+
+/// A site as a snapshot carries it: its key, the return address of its first call, and the
+/// Python stack of its first call with one and whether there were several.
+pub(crate) type SiteRow = (SiteKey, u64, (StackId, bool));
+
+impl SiteTable {
+    /// Every site in id order, for a snapshot.
+    pub(crate) fn rows(&self) -> impl Iterator<Item = SiteRow> + '_ {
+        self.sites
+            .iter()
+            .zip(&self.python)
+            .map(|(&(key, first), &python)| (key, first, python))
+    }
+
+    /// The device of each context seen with one.
+    pub(crate) fn context_devices(&self) -> impl Iterator<Item = (u64, i32)> + '_ {
+        self.devices.iter().map(|(&c, &d)| (c, d))
+    }
+
+    /// Puts back a site from a snapshot; its id is the next one.
+    pub(crate) fn restore_site(&mut self, (key, first, python): SiteRow) -> SiteId {
+        let next = self.sites.len() as SiteId;
+        let id = *self.ids.entry(key).or_insert(next);
+        if id == next {
+            self.sites.push((key, first));
+            self.python.push(python);
+        }
+        id
+    }
+
+    /// Puts back a call from a snapshot.
+    pub(crate) fn restore_call(&mut self, call: Call) -> CallId {
+        self.intern_call(call)
+    }
+
+    /// Puts back the device a context was seen with.
+    pub(crate) fn restore_context_device(&mut self, context: u64, device: i32) {
+        self.devices.insert(context, device);
+    }
+}

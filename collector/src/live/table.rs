@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 
 use super::objects::Allocation;
 use super::pointers::PointerMap;
-use super::recent::{RecentSet, Removal};
+use super::recent::{RecentSet, Removal, Window};
 
 /// Recently freed pointers remembered to recognise double frees.
 const MAX_FREED: usize = 65536;
@@ -192,6 +192,36 @@ impl PointerTable {
             !list.is_empty()
         });
         gone
+    }
+
+    /// Allocations set aside, oldest first.
+    pub(crate) fn waiting_for_free(&self) -> impl Iterator<Item = &Allocation> + '_ {
+        self.set_aside_order
+            .iter()
+            .filter_map(|&(ptr, seq)| self.set_aside.get(&ptr)?.iter().find(|a| a.seq == seq))
+    }
+
+    /// The recent frees' and the early frees' windows (see [`RecentSet::window`]).
+    pub(crate) fn removals(&self) -> (Window, Window) {
+        (self.freed.window(), self.early_frees.window())
+    }
+
+    /// Puts back an allocation set aside (in the order they were).
+    pub(crate) fn restore_set_aside(&mut self, alloc: Allocation) {
+        self.set_aside(alloc);
+    }
+
+    /// Puts back a place of the recent frees' window (`early`: of the early frees').
+    pub(crate) fn restore_removal(&mut self, early: bool, removal: Option<(u64, u64, Removal)>) {
+        let set = if early {
+            &mut self.early_frees
+        } else {
+            &mut self.freed
+        };
+        match removal {
+            Some((ptr, seq, how)) => set.insert(ptr, seq, how),
+            None => set.insert_hidden(),
+        }
     }
 
     /// How many pointers each bounded memory holds: recent frees, early frees, set aside.

@@ -267,9 +267,12 @@ impl LiveState {
         }
     }
 
-    /// Counts a physical handle's memory as gone.
+    /// Counts a physical handle's memory as gone, if it was counted: imported handles and
+    /// placeholders for unseen ones never were.
     fn discharge_handle(&mut self, h: &PhysicalHandle) {
-        let holder = Holder::Device { device: h.device };
-        self.discharge(&h.origin, holder, None, h.size);
+        if h.charged() {
+            let holder = Holder::Device { device: h.device };
+            self.discharge(&h.origin, holder, None, h.size);
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! Format 4 files (as the tracer wrote them before format 5: real GPU traces among them) read
-//! through the same decoder: only the framing differs.
+//! Format 4 and 5 files (as the tracer wrote them before format 6: real GPU traces among them)
+//! read through the same decoder: only the framing (4) and the header (4, 5) differ.
 
 use vramtrace_collector::format::{Ending, Record, TraceError, TraceReader};
 
@@ -32,6 +32,26 @@ fn format_4_files_read_exactly() {
         assert!(r.unread().is_empty());
         // The same records in format 5 read the same.
         assert_eq!(read(&write(&records, 4096)), records);
+    }
+}
+
+/// The format 5 fixtures (`tests/fixtures/format/`) were written by the format 5 writer from the
+/// records their names say; their headers have no segment.
+#[test]
+fn format_5_files_read_exactly() {
+    for (name, records) in [
+        ("v5-varied.vtrace", varied_records(3000)),
+        ("v5-every-op.vtrace", every_op_records()),
+    ] {
+        let bytes = fixture(name);
+        let mut r = TraceReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.version(), 5);
+        assert_eq!(r.header(), &header());
+        assert_eq!(r.header().segment, None);
+        assert_eq!(r.by_ref().collect::<Vec<_>>(), records, "{name}");
+        let complete = matches!(records.last(), Some(Record::End(_)));
+        assert_eq!(r.ending() == Some(&Ending::Complete), complete, "{name}");
+        assert!(r.unread().is_empty());
     }
 }
 

@@ -256,7 +256,7 @@ fn foreign_and_unsupported_files_are_rejected() {
     ));
     assert_eq!(
         err.to_string(),
-        "trace format version 99 is not supported (this vramtrace reads versions 4 to 5)"
+        "trace format version 99 is not supported (this vramtrace reads versions 4 to 6)"
     );
 }
 
@@ -339,4 +339,66 @@ fn a_large_payload_survives_the_trace_file() {
     assert!(got[0].data == data, "the payload changed on the way");
     assert_eq!(state.attachments().of_kind("torch.allocator")[0].data, b"");
     assert_eq!(state.attachments().broken(), 0);
+}
+
+/// A segment's header says where it stands, and its snapshot and end records read back whole
+/// (a snapshot large enough to span several chunks' worth of bytes in one record).
+#[test]
+fn a_segment_reads_back_with_its_place_snapshot_and_end() {
+    use vramtrace_collector::event::snapshot::{SnapshotObject, SnapshotThing};
+    use vramtrace_collector::event::MemKind;
+    use vramtrace_collector::format::{SegmentEnd, SegmentInfo, Snapshot};
+    let place = SegmentInfo {
+        index: 3,
+        events_before: 1_000_000,
+        last_seq: 1_000_042,
+        time_ns: 9_000_000_000,
+        steps: 500,
+        bytes_before: 64 << 20,
+    };
+    let h = Header {
+        segment: Some(place.clone()),
+        ..header()
+    };
+    let objects = (0..20_000u64)
+        .map(|i| SnapshotObject {
+            call: (i % 7) as u32,
+            seq: 10 + i,
+            time_ns: 1000 + i,
+            step: i / 100,
+            flags: 0,
+            thing: SnapshotThing::Allocation {
+                host: false,
+                kind: MemKind::Async,
+                ptr: 0x7000_0000 + i * 4096,
+                size: 4096,
+            },
+        })
+        .collect();
+    let snapshot = Snapshot {
+        complete: true,
+        events: 1_000_000,
+        objects,
+        ..Snapshot::default()
+    };
+    let end = SegmentEnd {
+        index: 3,
+        events: 5,
+        last_seq: 1_000_047,
+        ..SegmentEnd::default()
+    };
+    let mut records = vec![Record::Snapshot(Box::new(snapshot))];
+    records.extend(sample_records(5));
+    records.insert(records.len() - 1, Record::SegmentEnd(end));
+    let mut w = TraceWriter::new(Vec::new(), &h)
+        .unwrap()
+        .with_chunk_bytes(4096);
+    for r in &records {
+        w.write(r).unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    let mut r = TraceReader::new(&bytes[..]).unwrap();
+    assert_eq!(r.header().segment.as_ref(), Some(&place));
+    assert_eq!(r.by_ref().collect::<Vec<_>>(), records);
+    assert_eq!(r.ending(), Some(&Ending::Complete));
 }

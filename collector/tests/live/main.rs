@@ -5,6 +5,7 @@ mod attribution;
 mod memory;
 mod nccl;
 mod props;
+mod snapshot;
 mod support;
 mod teardown;
 mod vmm;

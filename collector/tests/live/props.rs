@@ -441,7 +441,7 @@ fn any_op() -> impl Strategy<Value = (Api, Op)> {
 }
 
 #[derive(Clone, Debug)]
-struct AnyEvent {
+pub(crate) struct AnyEvent {
     api: Api,
     op: Op,
     failed: bool,
@@ -453,7 +453,7 @@ struct AnyEvent {
     thread: u32,
 }
 
-fn any_event() -> impl Strategy<Value = AnyEvent> {
+pub(crate) fn any_event() -> impl Strategy<Value = AnyEvent> {
     (
         any_op(),
         prop::bool::weighted(0.15),
@@ -479,6 +479,36 @@ fn any_event() -> impl Strategy<Value = AnyEvent> {
         )
 }
 
+/// The events of `events` as `t` numbers and places them (not applied): sequence numbers
+/// from 11 on, some written a place or two late.
+pub(crate) fn any_events(
+    t: &mut Trace,
+    events: Vec<AnyEvent>,
+) -> Vec<vramtrace_collector::event::Event> {
+    let mut seq = 10u64;
+    events
+        .into_iter()
+        .map(|a| {
+            t.device = a.device;
+            t.context = a.context;
+            t.caller = if a.nccl_caller {
+                NCCL + 0x10
+            } else {
+                APP + 0x10
+            };
+            t.scope = a.scope;
+            t.thread = a.thread;
+            let mut e = t.make(a.api, a.op);
+            seq += 1;
+            e.seq = seq - a.seq_back;
+            if a.failed {
+                e.result = 2;
+            }
+            e
+        })
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -490,19 +520,7 @@ proptest! {
         events in prop::collection::vec(any_event(), 1..150)
     ) {
         let mut t = Trace::new();
-        let mut seq = 10u64;
-        for a in events {
-            t.device = a.device;
-            t.context = a.context;
-            t.caller = if a.nccl_caller { NCCL + 0x10 } else { APP + 0x10 };
-            t.scope = a.scope;
-            t.thread = a.thread;
-            let mut e = t.make(a.api, a.op);
-            seq += 1;
-            e.seq = seq - a.seq_back;
-            if a.failed {
-                e.result = 2;
-            }
+        for e in any_events(&mut t, events) {
             t.apply(e);
         }
         let s = &t.state;

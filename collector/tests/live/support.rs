@@ -40,22 +40,30 @@ pub struct Trace {
     pub caller: u64,
     pub stack: u32,
     pub scope: u64,
+    /// The stacks defined so far.
+    stacks: Vec<Record>,
+}
+
+/// The modules every trace of the builder has.
+fn modules() -> [Record; 5] {
+    [
+        module(APP_ID, "app", APP),
+        module(2, "libcudart.so.13", CUDART),
+        module(3, "libcuda.so.1", LIBCUDA),
+        module(NCCL_ID, "libnccl.so.2", NCCL),
+        module(CUBLAS_ID, "libcublas.so.13", CUBLAS),
+    ]
 }
 
 impl Trace {
     pub fn new() -> Self {
         let mut state = LiveState::new();
-        for r in [
-            module(APP_ID, "app", APP),
-            module(2, "libcudart.so.13", CUDART),
-            module(3, "libcuda.so.1", LIBCUDA),
-            module(NCCL_ID, "libnccl.so.2", NCCL),
-            module(CUBLAS_ID, "libcublas.so.13", CUBLAS),
-        ] {
+        for r in modules() {
             state.apply(&r);
         }
         Trace {
             state,
+            stacks: Vec::new(),
             seq: 0,
             thread: 100,
             device: 0,
@@ -67,10 +75,20 @@ impl Trace {
     }
 
     pub fn stack(&mut self, id: u32, frames: &[u64]) {
-        self.state.apply(&Record::Stack(StackDef {
+        let def = Record::Stack(StackDef {
             id,
             frames: frames.to_vec(),
-        }));
+        });
+        self.state.apply(&def);
+        self.stacks.push(def);
+    }
+
+    /// The records the builder's events need before them: its modules and stacks.
+    pub fn definitions(&self) -> Vec<Record> {
+        modules()
+            .into_iter()
+            .chain(self.stacks.iter().cloned())
+            .collect()
     }
 
     /// An event with the next sequence number and the current defaults, not yet applied.

@@ -241,6 +241,7 @@ fn open_sink(session: &Session) -> Sink {
         start_mono_ns: clock::monotonic_ns(),
         pointer_size: std::mem::size_of::<usize>() as u8,
         settings: session.config.describe(),
+        segment: None,
     };
     let quiet = session.config.quiet;
     let untraced = |path: &std::path::Path, why: String| {
