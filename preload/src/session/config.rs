@@ -51,6 +51,8 @@ pub struct Config {
     pub alerts: super::live::AlertSettings,
     /// Metrics for Prometheus (`VRAMTRACE_METRICS_*`).
     pub metrics: super::live::MetricsSettings,
+    /// Segments and the disk budget (`VRAMTRACE_SEGMENT_*`, `VRAMTRACE_MAX_BYTES`).
+    pub segments: super::segments::SegmentSettings,
 }
 
 impl Default for Config {
@@ -77,6 +79,7 @@ impl Default for Config {
             self_profile: false,
             alerts: super::live::AlertSettings::default(),
             metrics: super::live::MetricsSettings::default(),
+            segments: super::segments::SegmentSettings::default(),
         }
     }
 }
@@ -108,6 +111,9 @@ pub const SETTINGS: &[&str] = &[
     "VRAMTRACE_METRICS_FILE",
     "VRAMTRACE_METRICS_ADDR",
     "VRAMTRACE_METRICS_MS",
+    "VRAMTRACE_SEGMENT_BYTES",
+    "VRAMTRACE_SEGMENT_SECONDS",
+    "VRAMTRACE_MAX_BYTES",
 ];
 
 fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
@@ -283,6 +289,7 @@ impl Config {
         }
         c.alerts = super::live::AlertSettings::from_lookup(get, &mut w);
         c.metrics = super::live::MetricsSettings::from_lookup(get, &mut w);
+        c.segments = super::segments::SegmentSettings::from_lookup(get, &mut w);
         (c, w)
     }
 
@@ -333,6 +340,9 @@ impl Config {
                 u8::from(self.store_command_line).to_string(),
             ),
         ]
+        .into_iter()
+        .chain(self.segments.describe())
+        .collect()
     }
 }
 

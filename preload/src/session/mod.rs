@@ -13,6 +13,7 @@ pub mod live;
 pub mod module_tracker;
 pub mod output;
 pub mod ring;
+pub mod segments;
 pub mod trace_file;
 pub mod writer;
 

@@ -131,6 +131,11 @@ impl ModuleTracker {
         true
     }
 
+    /// Every module written so far.
+    pub fn all(&self) -> &[Module] {
+        self.map.modules()
+    }
+
     /// Re-reads the loaded objects; returns those not written before, with ids assigned.
     pub fn refresh(&mut self) -> Vec<Module> {
         let mut new = Vec::new();

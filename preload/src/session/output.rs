@@ -71,7 +71,7 @@ pub fn first_choice(pattern: &OsStr, n: &Naming) -> PathBuf {
 }
 
 /// `run.vtrace` + `x` → `run.x.vtrace`; `run` + `x` → `run.x`.
-fn with_tag(path: &Path, tag: &str) -> PathBuf {
+pub fn with_tag(path: &Path, tag: &str) -> PathBuf {
     let name = path.file_name().map(OsStr::as_bytes).unwrap_or_default();
     // The extension is what follows the last dot, unless the name starts with it (`.trace`).
     let cut = name

@@ -51,7 +51,7 @@ static HELD_DEV: AtomicU64 = AtomicU64::new(0);
 static HELD_INO: AtomicU64 = AtomicU64::new(0);
 
 /// (device, inode) of a file.
-type FileId = (u64, u64);
+pub type FileId = (u64, u64);
 
 enum State {
     /// Not created yet: what was written so far (the header), kept in memory.
@@ -276,6 +276,11 @@ impl TraceFile {
     /// The file's path (empty before it is created).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file's device and inode (zeros before it is created).
+    pub fn id(&self) -> FileId {
+        self.id
     }
 
     /// Creates the file at the first free name of `names` (all in one directory) with what was

@@ -21,7 +21,7 @@ use vramtrace_collector::analysis::{GrowthConfig, Watch, WatchConfig};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::{Alert, Record};
 
-pub use settings::{AlertSettings, MetricsSettings};
+pub use settings::{parse_duration, AlertSettings, MetricsSettings};
 
 use crate::warn::warn;
 
@@ -40,9 +40,16 @@ pub struct Live {
 }
 
 impl Live {
-    /// The live analysis the settings ask for: alerts, metrics, or both (`None`: neither).
-    pub fn new(settings: &AlertSettings, metrics: &MetricsSettings, quiet: bool) -> Option<Live> {
-        if !settings.enabled && !metrics.enabled() {
+    /// The live analysis the settings ask for: alerts, metrics, or both, or only the live state
+    /// kept current (`keep_state`: the trace's segments start from its snapshots); `None`: none
+    /// of them.
+    pub fn new(
+        settings: &AlertSettings,
+        metrics: &MetricsSettings,
+        keep_state: bool,
+        quiet: bool,
+    ) -> Option<Live> {
+        if !settings.enabled && !metrics.enabled() && !keep_state {
             return None;
         }
         let config = WatchConfig {
@@ -99,6 +106,16 @@ impl Live {
         self.watch.is_some()
     }
 
+    /// The live state as of the last record applied, while the analysis is on.
+    pub fn state(&self) -> Option<&vramtrace_collector::live::LiveState> {
+        self.watch.as_ref().map(Watch::state)
+    }
+
+    /// Whether anything reads the judgements: alerts or metrics.
+    fn judging(&self) -> bool {
+        self.settings.enabled || self.exporter.is_some()
+    }
+
     /// Applies a record written to the trace (not an event).
     pub fn record(&mut self, r: &Record) {
         self.guarded(|w, _| w.apply(r));
@@ -108,7 +125,7 @@ impl Live {
     /// step mark when a judgement is due. Returns the alerts raised.
     pub fn event(&mut self, e: &Event, trace_path: &str) -> Vec<Alert> {
         self.last_seq = e.seq;
-        let step = matches!(e.op, Op::MarkStep { .. });
+        let step = matches!(e.op, Op::MarkStep { .. }) && self.judging();
         let due = self.guarded(|w, _| {
             w.apply_event(e);
             step && w.due(e.time_ns)
@@ -123,6 +140,9 @@ impl Live {
     /// Judges when due at `now_ns` (programs without step marks are sampled per time window),
     /// and updates the metrics when due (`dropped`: events the tracer lost so far).
     pub fn tick(&mut self, now_ns: u64, trace_path: &str, dropped: u64) -> Vec<Alert> {
+        if !self.judging() {
+            return Vec::new();
+        }
         let alerts = if self.guarded(|w, _| w.due(now_ns)) == Some(true) {
             self.judge(now_ns, trace_path)
         } else {

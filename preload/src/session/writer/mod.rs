@@ -1,26 +1,30 @@
 //! The writer thread: receives events from the hooks, puts them back in causal (sequence)
-//! order, names new modules, interns stacks, and writes the trace in chunks.
+//! order, names new modules, interns stacks, and writes the trace in chunks (`sink.rs`), cut
+//! into segments when the trace is bounded (`rotation.rs`).
+
+mod definitions;
+mod rotation;
+mod sink;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use vramtrace_collector::attached;
 use vramtrace_collector::event::Event;
-use vramtrace_collector::format::{
-    End, Header, Packing, PyStackDef, Record, StackDef, Stats, TraceWriter,
-};
+use vramtrace_collector::format::{End, Header, Packing, PyStackDef, Record, StackDef, Stats};
 
+use self::definitions::{Codes, Defined, TraceIds};
+use self::sink::Sink;
 use super::lifecycle::Ending;
 use super::live::Live;
 use super::module_tracker::ModuleTracker;
-use super::output::{self, Naming};
 use super::ring::Take;
-use super::trace_file::{CreateError, TraceFile};
+use super::segments::Segments;
 use super::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
 use crate::capture::{intern, python};
-use crate::profile::{self, Stage, TimedWrite, WriterWatch};
+use crate::profile::{self, Stage, WriterWatch};
 use crate::tracer_thread;
 use crate::warn::warn;
 
@@ -55,89 +59,24 @@ enum Drain {
     End,
 }
 
-/// Where records go: the trace file, or nowhere once writing failed (the program runs on).
-struct Sink {
-    writer: Option<TraceWriter<TimedWrite<TraceFile>>>,
-    path: String,
-    events: u64,
-    lost: u64,
-}
-
-impl Sink {
-    /// Writes an event; `true` when that wrote a chunk out.
-    fn write_event(&mut self, e: &vramtrace_collector::event::Event) -> bool {
-        match self.writer.as_mut() {
-            Some(w) => {
-                let pending = w.pending_records();
-                if let Err(err) = w.write_event(e) {
-                    self.fail(&err);
-                    self.lost += 1;
-                    false
-                } else {
-                    self.events += 1;
-                    w.pending_records() <= pending
-                }
-            }
-            None => {
-                self.lost += 1;
-                false
-            }
-        }
-    }
-
-    /// Clock ticks spent in `write(2)` since the last call (self-profile).
-    fn write_ticks(&mut self) -> u64 {
-        self.writer.as_mut().map_or(0, |w| w.get_mut().take_ticks())
-    }
-
-    fn fail(&mut self, e: &dyn std::fmt::Display) {
-        warn(&format!(
-            "writing {} failed ({e}); tracing stops, the program continues",
-            self.path
-        ));
-        self.writer = None;
-    }
-
-    /// Writes a record that is not an event (modules, stacks, stats, diagnostics).
-    fn write(&mut self, r: &Record) {
-        if let Some(w) = self.writer.as_mut() {
-            if let Err(e) = w.write(r) {
-                self.fail(&e);
-            }
-        }
-    }
-
-    /// Compresses the chunks from the next one on with `packing` (from the default, smaller and
-    /// faster to replay, to the cheapest when the writer falls behind, and back).
-    fn set_packing(&mut self, packing: Packing) {
-        if let Some(w) = self.writer.as_mut() {
-            if w.packing() != packing {
-                if let Err(e) = w.set_packing(packing) {
-                    self.fail(&e);
-                }
-            }
-        }
-    }
-
-    fn flush(&mut self) {
-        if let Some(w) = self.writer.as_mut() {
-            if let Err(e) = w.flush_chunk() {
-                self.fail(&e);
-            }
-        }
-    }
-}
-
 struct Writer {
     session: &'static Session,
     sink: Sink,
+    /// The trace's header (each segment's says where the segment stands).
+    header: Header,
+    /// The segments written, when the trace is cut into segments.
+    segments: Option<Segments>,
+    /// Events written before the current segment.
+    segment_first_event: u64,
+    /// Sequence number and time of the last event written.
+    last_event: (u64, u64),
     modules: ModuleTracker,
-    /// Native stacks: the trace's id of each id of `intern::NATIVE` (0: not written yet). The
-    /// trace numbers stacks densely in the order events first name them.
+    /// Native stacks: the trace's id of each id of `intern::NATIVE`.
     stacks: TraceIds,
     /// Python stacks, the same way (`intern::PYTHON`).
     py_stacks: TraceIds,
-    py_codes_written: std::collections::HashSet<u32>,
+    /// Python code objects named (their ids are the trace's).
+    codes: Codes,
     next_seq: u64,
     gap_since: Option<Instant>,
     dropped_seqs: BTreeSet<u64>,
@@ -161,131 +100,6 @@ struct Writer {
     live: Option<Live>,
     /// Since when the backlog has stayed above half the ring (see [`Writer::live_tick`]).
     behind_since: Option<Instant>,
-}
-
-/// The trace's ids of a table's stacks, by table id.
-#[derive(Default)]
-struct TraceIds {
-    ids: Vec<u32>,
-    written: u32,
-}
-
-impl TraceIds {
-    /// The trace id of table id `id`, if written.
-    #[inline]
-    fn get(&self, id: u32) -> Option<u32> {
-        self.ids.get(id as usize).copied().filter(|&t| t != 0)
-    }
-
-    /// Gives table id `id` the next trace id.
-    fn assign(&mut self, id: u32) -> u32 {
-        let i = id as usize;
-        if self.ids.len() <= i {
-            self.ids.resize(i + 1, 0);
-        }
-        self.written += 1;
-        self.ids[i] = self.written;
-        self.written
-    }
-}
-
-fn env_i32(name: &str) -> Option<i32> {
-    std::env::var(name).ok()?.trim().parse().ok()
-}
-
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes.
-    if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// Creates the trace file with its header; a sink that writes nothing (after a warning) when it
-/// cannot.
-fn open_sink(session: &Session) -> Sink {
-    let pid = std::process::id();
-    let start_unix = SystemTime::now();
-    let rank = env_i32("RANK").or_else(|| env_i32("LOCAL_RANK"));
-    let host = host_name();
-    let naming = Naming {
-        pid,
-        rank,
-        host: &host,
-        start_unix_s: start_unix
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    };
-    let header = Header {
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        pid,
-        // SAFETY: getppid has no preconditions.
-        ppid: unsafe { libc::getppid() } as u32,
-        forked_from: session.forked_from,
-        host: host.clone(),
-        rank: env_i32("RANK"),
-        local_rank: env_i32("LOCAL_RANK"),
-        world_size: env_i32("WORLD_SIZE"),
-        command_line: if session.config.store_command_line {
-            super::cmdline::current()
-        } else {
-            Vec::new()
-        },
-        start_unix_ns: start_unix
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0),
-        start_mono_ns: clock::monotonic_ns(),
-        pointer_size: std::mem::size_of::<usize>() as u8,
-        settings: session.config.describe(),
-        segment: None,
-    };
-    let quiet = session.config.quiet;
-    let untraced = |path: &std::path::Path, why: String| {
-        if !quiet {
-            warn(&format!("{why}; the program runs on untraced"));
-        }
-        Sink {
-            writer: None,
-            path: path.display().to_string(),
-            events: 0,
-            lost: 0,
-        }
-    };
-    let pattern = &session.config.output;
-    let first = output::first_choice(pattern, &naming);
-    // The header is written into the staged file, which appears under its name with it.
-    let mut writer = match TraceWriter::new(TimedWrite::new(TraceFile::staged()), &header) {
-        Ok(w) => w.with_chunk_bytes(256 * 1024),
-        Err(e) => return untraced(&first, format!("cannot write the trace header: {e}")),
-    };
-    let path = match writer
-        .get_mut()
-        .get_mut()
-        .create(output::candidates(&first, pattern, pid))
-    {
-        Ok(path) => path.to_path_buf(),
-        Err(e @ CreateError::NotRegular(_)) => return untraced(&first, e.to_string()),
-        Err(e) => return untraced(&first, format!("cannot write the trace: {e}")),
-    };
-    // A forked child's trace beside its parent's is expected; anyone else is told once.
-    let wanted = std::path::absolute(&first).unwrap_or(first);
-    if path != wanted && session.forked_from.is_none() && !quiet {
-        warn(&format!(
-            "{} already exists and is left alone; this process writes its trace to {}",
-            wanted.display(),
-            path.display()
-        ));
-    }
-    Sink {
-        writer: Some(writer),
-        path: path.display().to_string(),
-        events: 0,
-        lost: 0,
-    }
 }
 
 impl Writer {
@@ -339,7 +153,9 @@ impl Writer {
         let backlog = self.session.last_seq().saturating_sub(self.next_seq);
         if backlog <= self.session.ring.capacity() / 2 {
             self.behind_since = None;
-        } else if self.behind_since.get_or_insert_with(Instant::now).elapsed() >= LIVE_BEHIND_FOR {
+        } else if self.behind_since.get_or_insert_with(Instant::now).elapsed() >= LIVE_BEHIND_FOR
+            && !self.session.config.segments.enabled()
+        {
             live.stop("stopped: the writer fell behind the program");
             self.live = None;
             return;
@@ -368,7 +184,9 @@ impl Writer {
             self.write_modules();
         }
         self.watch.lap(Stage::Define);
-        if self.sink.write_event(&event) {
+        self.last_event = (event.seq, event.time_ns);
+        let chunk_written = self.sink.write_event(&event);
+        if chunk_written {
             let written = self.sink.write_ticks();
             self.watch.lap_flush(written);
         } else {
@@ -379,6 +197,9 @@ impl Writer {
             if !alerts.is_empty() {
                 self.write_alerts(alerts);
             }
+        }
+        if chunk_written && self.segments.is_some() {
+            self.rotate_if_due();
         }
     }
 
@@ -412,12 +233,22 @@ impl Writer {
         if frames.iter().any(|&a| !modules.knows(a)) {
             self.write_modules();
         }
-        let trace_id = self.stacks.assign(id);
-        self.write_record(Record::Stack(StackDef {
-            id: trace_id,
+        let defined = self.stacks.define(id);
+        let stack = Record::Stack(StackDef {
+            id: defined.id(),
             frames: frames.to_vec(),
-        }));
-        trace_id
+        });
+        self.write_definition(defined, stack);
+        defined.id()
+    }
+
+    /// Writes a definition: to the live analysis too on its first sight (a segment that defines
+    /// it again tells the analysis nothing new).
+    fn write_definition(&mut self, defined: Defined, r: Record) {
+        match defined {
+            Defined::New(_) => self.write_record(r),
+            Defined::Again(_) => self.sink.write(&r),
+        }
     }
 
     /// Writes Python stack `id` (a table id) on its first sight, with the names of code objects
@@ -428,18 +259,19 @@ impl Writer {
             return 0;
         };
         for f in &frames {
-            if self.py_codes_written.insert(f.code) {
+            if let Some(defined) = self.codes.define(f.code) {
                 if let Some(code) = python::code(f.code) {
-                    self.write_record(Record::PyCode(code));
+                    self.write_definition(defined, Record::PyCode(code));
                 }
             }
         }
-        let trace_id = self.py_stacks.assign(id);
-        self.write_record(Record::PyStack(PyStackDef {
-            id: trace_id,
+        let defined = self.py_stacks.define(id);
+        let stack = Record::PyStack(PyStackDef {
+            id: defined.id(),
             frames,
-        }));
-        trace_id
+        });
+        self.write_definition(defined, stack);
+        defined.id()
     }
 
     fn write_lookups(&mut self) {
@@ -627,6 +459,7 @@ impl Writer {
                 self.write_stats_if_changed();
                 self.watch.reset();
                 self.sink.flush();
+                self.rotate_if_due();
                 let written = self.sink.write_ticks();
                 self.watch.lap_flush(written);
                 self.calibration.refine();
@@ -661,6 +494,9 @@ impl Writer {
             live.finish(clock::monotonic_ns(), lost);
         }
         self.sink.write(&Record::Stats(stats.clone()));
+        if let Some(end) = self.segment_end() {
+            self.sink.write(&Record::SegmentEnd(end));
+        }
         self.sink.write(&Record::End(End {
             time_ns: clock::monotonic_ns(),
             stats,
@@ -722,13 +558,23 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         .control
         .writer_tid
         .store(crate::capture::thread::tid(), Ordering::Release);
+    let opened = sink::open_first(session);
+    let segments = (opened.file.as_ref())
+        .filter(|_| session.config.segments.enabled())
+        .map(|(path, id)| {
+            Segments::new(session.config.segments.clone(), path, *id, &opened.header)
+        });
     let mut c = Writer {
         session,
-        sink: open_sink(session),
+        sink: opened.sink,
+        header: opened.header,
+        segments,
+        segment_first_event: 0,
+        last_event: (0, 0),
         modules: ModuleTracker::default(),
         stacks: TraceIds::default(),
         py_stacks: TraceIds::default(),
-        py_codes_written: std::collections::HashSet::new(),
+        codes: Codes::default(),
         next_seq: 1,
         gap_since: None,
         dropped_seqs: BTreeSet::new(),
@@ -743,6 +589,7 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         live: Live::new(
             &session.config.alerts,
             &session.config.metrics,
+            session.config.segments.enabled(),
             session.config.quiet,
         ),
         behind_since: None,
