@@ -38,6 +38,7 @@ const WORKLOAD_LINKS: &[(&str, &[&str])] = &[
     ("wl_train", &[]),
     ("wl_shapes", &[]),
     ("wl_alert", &[]),
+    ("wl_soak", &["libcudart.so.13"]),
     ("wl_probe", &["libcudart.so.13", "libcuda.so.1"]),
     ("bench_calls", &["libcudart.so.13"]),
 ];

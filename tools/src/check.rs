@@ -15,7 +15,7 @@ use clap::Args;
 use vramtrace_collector::symbols::{Granularity, Symbolizer};
 
 use crate::limits::{measure, parse_growth_limit, parse_size_limit, render, Limit, Measured};
-use crate::load::load_analyzed;
+use crate::load::{load_analyzed, ReadFrom};
 use crate::options::AnalysisArgs;
 use crate::options::TracerArgs;
 use crate::report::Report;
@@ -168,7 +168,7 @@ fn measure_trace(
     limits: &[Limit],
     analysis: &AnalysisArgs,
 ) -> Result<Vec<Measured>> {
-    let trace = load_analyzed(path, analysis.config())?;
+    let trace = load_analyzed(path, ReadFrom::First, analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
     writeln!(

@@ -10,12 +10,14 @@ use indicatif::MultiProgress;
 use rayon::prelude::*;
 use vramtrace_collector::analysis::{analyze, Analysis, GrowthConfig};
 use vramtrace_collector::compare::CallTally;
+use vramtrace_collector::format::{SegmentFile, TraceKey};
 use vramtrace_collector::live::StepSource;
 
-use crate::load::{read, Flow, LoadedTrace, Progress};
+use crate::load::{read, Flow, LoadedTrace, Progress, ReadFrom};
 
-/// The trace files named by `inputs`: each file as given, each directory's `*.vtrace` files in
-/// name order.
+/// The traces named by `inputs`: each file as given, each directory's `*.vtrace` files in
+/// name order; the segments of one trace cut into segments are one trace, named by the first
+/// of them there.
 pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut traces = Vec::new();
     for input in inputs {
@@ -32,7 +34,35 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
             traces.push(input.clone());
         }
     }
-    Ok(traces)
+    Ok(one_per_trace(traces))
+}
+
+/// `paths` with each trace cut into segments once, at the place of its first file, named by
+/// its segment of the lowest number there.
+pub fn one_per_trace(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut kept: Vec<(PathBuf, Option<(TraceKey, u32)>)> = Vec::new();
+    for path in paths {
+        let series = (path.is_file())
+            .then(|| SegmentFile::open(&path).ok())
+            .flatten()
+            .filter(|f| f.info().is_some())
+            .map(|f| (f.trace_key(), f.index()));
+        let Some((key, index)) = series else {
+            kept.push((path, None));
+            continue;
+        };
+        match kept
+            .iter_mut()
+            .find(|(_, k)| k.as_ref().is_some_and(|k| k.0 == key))
+        {
+            Some(entry) if entry.1.as_ref().is_some_and(|k| k.1 > index) => {
+                *entry = (path, Some((key, index)));
+            }
+            Some(_) => {}
+            None => kept.push((path, Some((key, index)))),
+        }
+    }
+    kept.into_iter().map(|(p, _)| p).collect()
 }
 
 /// The `*.vtrace` files of `dir`, sorted by name.
@@ -61,10 +91,15 @@ pub struct Run {
 
 /// Reads the trace at `path` as [`crate::load::load_analyzed`] does (a second pass when its
 /// steps must come from a repeating allocation), tallying its calls in the pass that counts.
-pub fn load_run(path: &Path, growth: GrowthConfig, progress: &Progress) -> Result<Run> {
+pub fn load_run(
+    path: &Path,
+    from: ReadFrom,
+    growth: GrowthConfig,
+    progress: &Progress,
+) -> Result<Run> {
     let pass = |source: StepSource| -> Result<(LoadedTrace, CallTally)> {
         let mut tally = CallTally::new();
-        let trace = read(path, source, progress, |_, e| {
+        let trace = read(path, from, source, progress, |_, e| {
             tally.note(e);
             Flow::Apply
         })?;
@@ -92,6 +127,7 @@ pub fn load_run(path: &Path, growth: GrowthConfig, progress: &Progress) -> Resul
 /// results keep the order of `paths`. The first trace that cannot be read is the error.
 pub fn load_all<T: Send>(
     paths: &[PathBuf],
+    from: ReadFrom,
     growth: GrowthConfig,
     then: impl Fn(Run) -> Result<T> + Sync,
 ) -> Result<Vec<T>> {
@@ -100,7 +136,7 @@ pub fn load_all<T: Send>(
         .par_iter()
         .map(|path| {
             let progress = Progress::in_group(&group, path, "reading");
-            let run = load_run(path, growth, &progress)?;
+            let run = load_run(path, from, growth, &progress)?;
             drop(progress);
             then(run).with_context(|| path.display().to_string())
         })

@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::symbols::Granularity;
 
+use crate::load::ReadFrom;
 use crate::units::parse_size;
 
 /// The report's help examples.
@@ -94,6 +95,8 @@ pub struct ReportArgs {
     pub top: usize,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
+    #[command(flatten)]
+    pub window: WindowArgs,
     /// Exit 1 when a trace passes a limit (after the report): growth (the ALERT verdict),
     /// growth=SIZE/step, leak[=SIZE] (device memory live at the end), orphans[=N]; several
     /// separated by commas. The limits of `vramtrace check`.
@@ -123,6 +126,18 @@ pub struct TracerArgs {
     /// torch.cuda.nvtx.range_push("step") (VRAMTRACE_STEP_RANGE).
     #[arg(long, value_name = "NAME")]
     pub step_range: Option<String>,
+    /// Keep each process's trace within SIZE on disk (VRAMTRACE_MAX_BYTES; default 4GiB, 0 for
+    /// no bound): the trace is cut into segments and the oldest are deleted; a report still
+    /// has the live set at the end, and says what rotation removed.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero)]
+    pub max_bytes: Option<u64>,
+    /// Cut the trace into segments of at most SIZE (VRAMTRACE_SEGMENT_BYTES; default 32MiB, 0
+    /// for one file).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero)]
+    pub segment_bytes: Option<u64>,
+    /// Also cut a segment after this long (VRAMTRACE_SEGMENT_SECONDS: 30m, 1h; default never).
+    #[arg(long = "segment-seconds", value_name = "TIME", value_parser = parse_duration)]
+    pub segment_time: Option<u64>,
     /// Do not make the tracer the NVTX injection library (NVTX_INJECTION64_PATH); ranges and
     /// marks then do not reach the trace.
     #[arg(long)]
@@ -141,6 +156,47 @@ pub struct TracerArgs {
     /// program or in ../lib/).
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
+}
+
+/// Which part of a long trace to read. A trace cut into segments (VRAMTRACE_SEGMENT_BYTES) is
+/// read from the start of the segment that holds the moment asked for, whose snapshot of the
+/// live state it begins with: the live set at the end is the whole trace's, the history
+/// (growth, failures, peaks) covers what was read. A trace of one file is read whole.
+#[derive(Clone, Debug, Default, Args)]
+pub struct WindowArgs {
+    /// Read the last TIME of the trace (90s, 30m, 1h; 0 for its last segment).
+    #[arg(long, value_name = "TIME", value_parser = parse_duration, conflicts_with = "since")]
+    pub last: Option<u64>,
+    /// Read from this moment on: 'step N', or a time after the trace began (90m, 2h).
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    pub since: Option<ReadFrom>,
+}
+
+impl WindowArgs {
+    /// Where reading starts.
+    pub fn read_from(&self) -> ReadFrom {
+        match (self.last, self.since) {
+            (Some(ns), _) => ReadFrom::Last(ns),
+            (None, Some(from)) => from,
+            (None, None) => ReadFrom::First,
+        }
+    }
+}
+
+/// Parses `--since`: `step N`, or a time after the trace began.
+fn parse_since(text: &str) -> Result<ReadFrom, String> {
+    let t = text.trim().to_ascii_lowercase();
+    if let Some(n) = t
+        .strip_prefix("step")
+        .map(|r| r.trim_start_matches([' ', ':', '=']))
+    {
+        return n
+            .trim()
+            .parse()
+            .map(ReadFrom::Step)
+            .map_err(|_| format!("'{text}': a step needs a whole number, like 'step 12'"));
+    }
+    parse_duration(&t).map(ReadFrom::Time)
 }
 
 /// Options of the analyses.
@@ -183,6 +239,14 @@ fn parse_duration(text: &str) -> Result<u64, String> {
         _ => Err(format!(
             "'{text}' is not a duration (examples: 90s, 30m, 24h, 2d)"
         )),
+    }
+}
+
+/// A size, or `0` (none).
+fn parse_size_or_zero(text: &str) -> Result<u64, String> {
+    match text.trim() {
+        "0" => Ok(0),
+        t => parse_size(t),
     }
 }
 

@@ -24,10 +24,12 @@ pub struct Snapshot {
     /// `false` when the writer had no live state to write (its live analysis failed): the live
     /// set before this segment is not known.
     pub complete: bool,
-    /// Events applied before it, the last one's sequence number and time.
+    /// Events applied before it, the last one's sequence number and time, and the time of the
+    /// trace's first event.
     pub events: u64,
     pub last_seq: u64,
     pub time_ns: u64,
+    pub first_time_ns: u64,
     /// Steps begun, step marks seen, and the times of the first and latest step boundary.
     pub steps: u64,
     pub marks: u64,

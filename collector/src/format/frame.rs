@@ -72,6 +72,11 @@ fn head_v5(b: &[u8]) -> Option<Head> {
     (h.packed <= MAX_CHUNK_BYTES && h.raw <= MAX_CHUNK_BYTES).then_some(h)
 }
 
+/// Whether a version 5 chunk whose fixed part checks starts at the beginning of `b`.
+pub(crate) fn starts_chunk(b: &[u8]) -> bool {
+    head_v5(b).is_some()
+}
+
 /// A chunk as read from the file.
 pub(crate) struct Frame {
     pub offset: u64,

@@ -76,6 +76,20 @@ pub enum RecordRef<'a> {
     Other(Record),
 }
 
+/// Where a replay reads records from: a file ([`TraceReader`]), or the files of a trace cut
+/// into segments, in a row (`SeriesReader`).
+pub trait RecordSource {
+    /// The next record, or `None` at the end, with events lent rather than returned.
+    fn next_event_or_record(&mut self) -> Option<RecordRef<'_>>;
+}
+
+impl<R: Read> RecordSource for TraceReader<R> {
+    #[inline]
+    fn next_event_or_record(&mut self) -> Option<RecordRef<'_>> {
+        TraceReader::next_event_or_record(self)
+    }
+}
+
 /// Where decompressed chunks come from.
 enum Source<R> {
     /// Read and decompressed on the calling thread.
@@ -283,6 +297,11 @@ impl<R: Read> TraceReader<R> {
                 return None;
             }
         }
+    }
+
+    /// The event the last [`RecordRef::Event`] lent.
+    pub(crate) fn current_event(&self) -> &Event {
+        self.decoder.event()
     }
 
     /// The next record, or `None` at the end of the readable part.

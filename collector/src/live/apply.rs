@@ -6,8 +6,6 @@
 //! objects keep the call's id), and an event like one seen before finds its call with one hash
 //! lookup.
 
-use std::io::Read;
-
 use super::ledger::{Charge, Holder};
 use super::objects::Origin;
 use super::sites::CallId;
@@ -16,7 +14,7 @@ use super::{
     Anomaly, AnomalyKind, Failure, LiveState, ObjectRef, StepSource, Store, MAX_TRACER_NOTES,
 };
 use crate::event::{Api, Event, Layer, Op};
-use crate::format::{Record, RecordRef, TraceReader};
+use crate::format::{Record, RecordRef, RecordSource};
 
 impl LiveState {
     /// Applies one record; records must come in file order.
@@ -58,18 +56,18 @@ impl LiveState {
     }
 
     /// Applies every record `reader` has left: the fast way to replay a whole trace.
-    pub fn replay<R: Read>(&mut self, reader: &mut TraceReader<R>) {
+    pub fn replay<S: RecordSource>(&mut self, reader: &mut S) {
         self.replay_visiting(reader, |_, _| true, |_| {});
     }
 
     /// Applies the records `reader` has left, asking `visit` before each event whether to apply
     /// it (reading stops at the first it refuses: `true` is returned) and calling `after` after
     /// each record, e.g. to show progress. The same loop as [`LiveState::replay`].
-    pub fn replay_visiting<R: Read>(
+    pub fn replay_visiting<S: RecordSource>(
         &mut self,
-        reader: &mut TraceReader<R>,
+        reader: &mut S,
         mut visit: impl FnMut(&LiveState, &Event) -> bool,
-        mut after: impl FnMut(&TraceReader<R>),
+        mut after: impl FnMut(&S),
     ) -> bool {
         while let Some(record) = reader.next_event_or_record() {
             match record {

@@ -271,4 +271,13 @@ impl LiveState {
     pub fn first_time_ns(&self) -> u64 {
         self.ledger.window_origin().unwrap_or(0)
     }
+
+    /// Time of the trace's first event: of the first applied, or, for a state restored from a
+    /// snapshot, of the first event of the trace it was taken from.
+    pub fn trace_start_ns(&self) -> u64 {
+        match self.restored {
+            Some(r) => r.first_time_ns,
+            None => self.first_time_ns(),
+        }
+    }
 }

@@ -35,6 +35,8 @@ pub struct Restored {
     pub events: u64,
     pub last_seq: u64,
     pub time_ns: u64,
+    /// Time of the trace's first event.
+    pub first_time_ns: u64,
     pub steps: u64,
     /// Whether the snapshot held the live set (`false`: the writer had none to write).
     pub complete: bool,
@@ -333,6 +335,7 @@ impl LiveState {
             events: self.events,
             last_seq: self.last_seq,
             time_ns: self.ledger.time_ns(),
+            first_time_ns: self.trace_start_ns(),
             steps: self.steps,
             marks: self.marks,
             step_times: self.step_times,
@@ -434,6 +437,7 @@ impl LiveState {
             events: s.events,
             last_seq: s.last_seq,
             time_ns: s.time_ns,
+            first_time_ns: s.first_time_ns,
             steps: s.steps,
             complete: s.complete,
         });

@@ -22,11 +22,12 @@ use super::live::parse_duration;
 use super::output;
 
 /// What a segment may hold beyond its size when it is cut: the chunk that passed the size and
-/// the next one's head. Rotation begins this much before the size, so a file stays within it.
-pub const CUT_MARGIN: u64 = 1 << 20;
+/// the next one's head. Rotation begins this much before the size (a quarter of it for small
+/// segments), so a file stays within it.
+const CUT_MARGIN: u64 = 1 << 20;
 
 /// The smallest segment size accepted: a segment must hold some chunks besides its snapshot.
-const MIN_SEGMENT_BYTES: u64 = 4 << 20;
+const MIN_SEGMENT_BYTES: u64 = 1 << 20;
 
 /// The segment and budget settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,7 +202,8 @@ impl Segments {
 
     /// Whether the current segment, of `bytes` so far, is to be cut now.
     pub fn due(&self, bytes: u64) -> bool {
-        bytes + CUT_MARGIN >= self.settings.segment_bytes
+        let margin = CUT_MARGIN.min(self.settings.segment_bytes / 4);
+        bytes + margin >= self.settings.segment_bytes
             || self
                 .settings
                 .segment_time

@@ -40,6 +40,7 @@ mod processes;
 mod python_hooks;
 mod replay;
 mod runtime;
+mod segments;
 mod settings;
 
 /// Bytes in a MiB.

@@ -33,6 +33,7 @@ use vramtrace_collector::torch::{ClockAnchor, TorchView, View};
 pub use args::{DiffArgs, EXAMPLES};
 
 use crate::inputs::{expand, load_all, Run};
+use crate::load::ReadFrom;
 use crate::ranks::{rank_input, who};
 
 /// Version of the document's shape (one comparison).
@@ -296,7 +297,7 @@ fn two_runs(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Result<V
         expand(std::slice::from_ref(b))?,
     );
     let all: Vec<PathBuf> = a_paths.iter().chain(&b_paths).cloned().collect();
-    let mut compared = load_all(&all, GrowthConfig::default(), profile_of)?;
+    let mut compared = load_all(&all, ReadFrom::First, GrowthConfig::default(), profile_of)?;
     let b_runs = compared.split_off(a_paths.len());
     let a_runs = compared;
     let pairs = pair_runs(&a_runs, &b_runs)?;
@@ -364,7 +365,7 @@ fn against_median(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Re
              traces (or a directory of them)"
         ));
     }
-    let runs = load_all(&paths, GrowthConfig::default(), profile_of)?;
+    let runs = load_all(&paths, ReadFrom::First, GrowthConfig::default(), profile_of)?;
     let (mine, others): (Vec<&Compared>, Vec<&Compared>) = runs.iter().partition(|c| chosen(c));
     let target = match mine[..] {
         [one] => one,

@@ -19,7 +19,7 @@ fn hex(v: u64) -> String {
 
 /// Writes one row per live object; returns what was written.
 pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
-    let trace = load_analyzed(&args.trace, args.analysis.config())?;
+    let trace = load_analyzed(&args.trace, args.window.read_from(), args.analysis.config())?;
     let state = &trace.state;
     let mut symbols = Symbolizer::from_env();
     let mut naming = Attribution::of_state(state, &mut symbols);
@@ -176,6 +176,7 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     let mut failed = None;
     read(
         &args.trace,
+        args.window.read_from(),
         StepSource::Marks,
         &progress,
         |state, e| match w.write_record(event_row(e, state.steps())) {

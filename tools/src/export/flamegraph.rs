@@ -75,7 +75,7 @@ fn weights(
 
 /// Writes the flame graph; returns what it shows.
 pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
-    let trace = load_analyzed(&args.trace, args.analysis.config())?;
+    let trace = load_analyzed(&args.trace, args.window.read_from(), args.analysis.config())?;
     let state = &trace.state;
     let (weights, title) = weights(state, args, &trace.growth);
     if weights.values().all(|&b| b == 0) {

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 
-use crate::options::AnalysisArgs;
+use crate::options::{AnalysisArgs, WindowArgs};
 
 pub const EXAMPLES: &str = "\
 EXAMPLES:
@@ -97,6 +97,8 @@ pub struct ExportArgs {
     pub samples: usize,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
+    #[command(flatten)]
+    pub window: WindowArgs,
 }
 
 /// Where the export goes: standard output for `-`, else a temporary file beside the output that

@@ -49,6 +49,7 @@ fn ts(timeline: &Timeline, ns: u64) -> f64 {
 pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     let (trace, timeline) = load_with_timeline(
         &args.trace,
+        args.window.read_from(),
         args.analysis.config(),
         args.samples.max(2),
         MAX_RANGES,

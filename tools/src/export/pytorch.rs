@@ -212,10 +212,16 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         max_entries: args.max_entries,
         omitted: 0,
     };
-    let trace = read(&args.trace, StepSource::Marks, &progress, |_, e| {
-        recorder.event(e);
-        Flow::Apply
-    })?;
+    let trace = read(
+        &args.trace,
+        args.window.read_from(),
+        StepSource::Marks,
+        &progress,
+        |_, e| {
+            recorder.event(e);
+            Flow::Apply
+        },
+    )?;
     drop(progress);
     let state: &LiveState = &trace.state;
     let mut symbols = Symbolizer::from_env();

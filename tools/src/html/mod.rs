@@ -46,6 +46,7 @@ pub fn run(args: &ReportArgs, path: &Path) -> Result<u8> {
 fn write_page(args: &ReportArgs, trace: &Path, path: &Path) -> Result<u8> {
     let (trace, timeline) = crate::timeline::load_with_timeline(
         trace,
+        args.window.read_from(),
         args.analysis.config(),
         CHART_STRETCHES,
         CHART_RANGES,

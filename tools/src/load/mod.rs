@@ -1,12 +1,13 @@
-//! Reading a trace file into the live-allocation state, with the facts about how reading went:
-//! whole, up to a point (for `replay`), or finding the steps of a trace without step marks in its
-//! allocation pattern as it goes (`steps_found.rs`).
+//! Reading a trace into the live-allocation state, with the facts about how reading went:
+//! whole, up to a point (for `replay`), from a later segment of a trace cut into segments
+//! (`window.rs`), or finding the steps of a trace without step marks in its allocation pattern
+//! as it goes (`steps_found.rs`).
 //!
 //! Reading streams: memory follows what is live, not the length of the trace. A progress bar on
 //! stderr follows the bytes read when stderr is a terminal.
 
 use std::fs::File;
-use std::io::{BufReader, IsTerminal, Read};
+use std::io::IsTerminal;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -14,12 +15,14 @@ use anyhow::{anyhow, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::event::Event;
-use vramtrace_collector::format::{Ending, Header, TraceError, TraceReader, Unread};
+use vramtrace_collector::format::{Ending, Header, Series, SeriesReader, TraceError, Unread};
 use vramtrace_collector::live::{LiveState, StepSource};
 
 use self::steps_found::Found;
+pub use self::window::{indexed, ReadFrom, SegmentFacts};
 
 mod steps_found;
+mod window;
 
 /// Records between progress bar updates.
 const PROGRESS_EVERY: u64 = 1 << 16;
@@ -46,6 +49,8 @@ pub struct LoadedTrace {
     pub growth: GrowthConfig,
     /// Set when reading stopped before the end: where.
     pub stopped: Option<String>,
+    /// How the segments of a trace cut into segments were read; `None` for a trace of one file.
+    pub segments: Option<SegmentFacts>,
 }
 
 /// Whether to go on reading.
@@ -99,8 +104,15 @@ impl Progress {
         }
     }
 
+    /// The bytes to read, once the files are known.
+    pub(crate) fn set_len(&self, len: u64) {
+        if let Some(b) = &self.bar {
+            b.set_length(len);
+        }
+    }
+
     /// Follows `reader` (called after each record).
-    pub(crate) fn follow<R: Read>(&self, reader: &TraceReader<R>) {
+    pub(crate) fn follow(&self, reader: &SeriesReader) {
         if reader.records().is_multiple_of(PROGRESS_EVERY) {
             self.set(reader.offset());
         }
@@ -138,11 +150,21 @@ pub(crate) fn open_error(path: &Path, err: TraceError) -> anyhow::Error {
     }
 }
 
-/// Opens the trace at `path` and reads its header; its chunks are then read ahead.
-pub fn open_trace(path: &Path) -> Result<TraceReader<BufReader<File>>> {
-    let reader = TraceReader::new(BufReader::with_capacity(1 << 20, open_file(path)?))
-        .map_err(|e| open_error(path, e))?;
-    Ok(reader.read_ahead())
+/// The files of the trace at `path`: the file, or the segments of its trace (a name that no
+/// longer exists names the segments written after it).
+pub fn open_series(path: &Path) -> Result<Series> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        drop(open_file(path)?);
+    }
+    Series::find(path).map_err(|e| open_error(path, e))
+}
+
+/// The series of `path`, the file to start at for `from`, and the bytes from there.
+fn start(path: &Path, from: ReadFrom, progress: &Progress) -> Result<(Series, usize)> {
+    let series = open_series(path)?;
+    let start = window::choose(&series, from)?;
+    progress.set_len(series.files[start..].iter().map(|f| f.len).sum());
+    Ok((series, start))
 }
 
 /// Opens the file at `path` to read a trace. Only a regular file is read: a FIFO would block
@@ -175,16 +197,23 @@ fn open_file(path: &Path) -> Result<File> {
 }
 
 /// Reads every record of the trace at `path` into a fresh [`LiveState`].
+#[cfg(test)]
 pub fn load(path: &Path) -> Result<LoadedTrace> {
     let progress = Progress::new(path, "reading");
-    read(path, StepSource::Marks, &progress, |_, _| Flow::Apply)
+    read(
+        path,
+        ReadFrom::First,
+        StepSource::Marks,
+        &progress,
+        |_, _| Flow::Apply,
+    )
 }
 
-/// Reads the trace at `path` for analysis: when it has no step marks but a repeating
-/// allocation pattern, each occurrence of the pattern's anchor begins a step. Read once
-/// ([`steps_found::read`]) unless the steps found in its first part turn out wrong.
-pub fn load_analyzed(path: &Path, growth: GrowthConfig) -> Result<LoadedTrace> {
-    load_analyzed_observing(path, growth, || ()).map(|(trace, ())| trace)
+/// Reads the trace at `path` for analysis, from where `from` says: when it has no step marks
+/// but a repeating allocation pattern, each occurrence of the pattern's anchor begins a step.
+/// Read once ([`steps_found::read`]) unless the steps found in its first part turn out wrong.
+pub fn load_analyzed(path: &Path, from: ReadFrom, growth: GrowthConfig) -> Result<LoadedTrace> {
+    load_analyzed_observing(path, from, growth, || ()).map(|(trace, ())| trace)
 }
 
 /// What reading a trace for analysis gathers besides the state, event by event: the course of
@@ -205,16 +234,17 @@ impl Observer for () {
 /// state is kept.
 pub fn load_analyzed_observing<O: Observer>(
     path: &Path,
+    from: ReadFrom,
     growth: GrowthConfig,
     new: impl Fn() -> O,
 ) -> Result<(LoadedTrace, O)> {
     let progress = Progress::new(path, "reading");
-    let (trace, mut observer) = match steps_found::read(path, &progress, &new)? {
+    let (trace, mut observer) = match steps_found::read(path, from, &progress, &new)? {
         Found::Read(read) => *read,
         Found::ReadAgain(source) => {
             progress.restart("pass 2 (steps from the allocation pattern)");
             let mut observer = new();
-            let mut second = read(path, source, &progress, |state, e| {
+            let mut second = read(path, from, source, &progress, |state, e| {
                 observer.event(state, e);
                 Flow::Apply
             })?;
@@ -226,15 +256,17 @@ pub fn load_analyzed_observing<O: Observer>(
     Ok((LoadedTrace { growth, ..trace }, observer))
 }
 
-/// Reads the trace at `path` with steps from `source`, asking `visit` before each event whether
-/// to apply it; reading stops at the first it refuses.
+/// Reads the trace at `path` from where `from` says, with steps from `source`, asking `visit`
+/// before each event whether to apply it; reading stops at the first it refuses.
 pub fn read(
     path: &Path,
+    from: ReadFrom,
     source: StepSource,
     progress: &Progress,
     mut visit: impl FnMut(&LiveState, &Event) -> Flow,
 ) -> Result<LoadedTrace> {
-    let mut reader = open_trace(path)?;
+    let (series, start) = start(path, from, progress)?;
+    let mut reader = series.read_from(start).map_err(|e| open_error(path, e))?;
     let mut state = LiveState::with_step_source(source);
     let stopped = state.replay_visiting(
         &mut reader,
@@ -242,19 +274,35 @@ pub fn read(
         |reader| progress.follow(reader),
     );
     progress.set(reader.offset());
-    Ok(loaded(path, reader, state, stopped))
+    let read = Read {
+        series: &series,
+        start,
+        from,
+    };
+    Ok(loaded(path, &read, reader, state, stopped))
 }
 
-/// What reading `path` with `reader` into `state` gave; `stopped` when it stopped early.
-pub(crate) fn loaded<R: Read>(
+/// Which files of a trace were read, and why from there.
+pub(crate) struct Read<'a> {
+    pub(crate) series: &'a Series,
+    pub(crate) start: usize,
+    pub(crate) from: ReadFrom,
+}
+
+/// What reading `path` (`read`) with `reader` into `state` gave; `stopped` when it stopped
+/// early.
+pub(crate) fn loaded(
     path: &Path,
-    reader: TraceReader<R>,
+    read: &Read<'_>,
+    reader: SeriesReader,
     state: LiveState,
     stopped: bool,
 ) -> LoadedTrace {
     let ending = reader.ending().cloned().unwrap_or(Ending::NoEndRecord {
         offset: reader.offset(),
     });
+    let files_read = reader.files_read().len();
+    let segments = SegmentFacts::new(read.series, read.start, files_read, read.from, &state);
     LoadedTrace {
         path: path.to_path_buf(),
         header: reader.header().clone(),
@@ -265,9 +313,10 @@ pub(crate) fn loaded<R: Read>(
         bytes_read: reader.offset(),
         state,
         passes: 1,
-        unread: reader.unread().to_vec(),
+        unread: reader.unread(),
         growth: GrowthConfig::default(),
         stopped: stopped.then(String::new),
+        segments,
     }
 }
 

@@ -21,10 +21,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
-use vramtrace_collector::format::TraceReader;
+use vramtrace_collector::format::{SeriesReader, TraceReader};
 use vramtrace_collector::live::{LiveState, StepPattern, StepSource};
 
-use super::{loaded, open_error, open_file, LoadedTrace, Observer, Progress};
+use super::{loaded, open_error, start, LoadedTrace, Observer, Progress, ReadFrom};
 
 /// Most of the file kept in memory to be applied again.
 const MAX_KEPT: u64 = 64 << 20;
@@ -64,40 +64,47 @@ impl Read for Keeping {
     }
 }
 
-/// Reads the trace at `path` once, finding its steps as it goes; an observer (from `new`) sees
-/// every event applied to the state that is kept.
+/// Reads the trace at `path` once from where `from` says, finding its steps as it goes; an
+/// observer (from `new`) sees every event applied to the state that is kept.
 pub fn read<O: Observer>(
     path: &Path,
+    from: ReadFrom,
     progress: &Progress,
     new: &impl Fn() -> O,
 ) -> Result<Found<O>> {
-    let len = std::fs::metadata(path).map_or(0, |m| m.len());
-    // A small file is all kept: applying it again from memory costs little.
-    read_keeping(
-        path,
-        (len / 8).max(len.min(MIN_KEPT)).min(MAX_KEPT),
-        progress,
-        new,
-    )
+    read_keeping(path, from, None, progress, new)
 }
 
-/// [`read`], keeping the first `keep` bytes of the file.
+/// [`read`], keeping the first `keep` bytes of the first file read (by default an eighth of
+/// the bytes to read, all of a small file: applying it again from memory costs little).
 fn read_keeping<O: Observer>(
     path: &Path,
-    keep: u64,
+    from: ReadFrom,
+    keep: Option<u64>,
     progress: &Progress,
     new: &impl Fn() -> O,
 ) -> Result<Found<O>> {
-    let file = open_file(path)?;
+    let (series, first) = start(path, from, progress)?;
+    let len: u64 = series.files[first..].iter().map(|f| f.len).sum();
+    let keep = keep.unwrap_or((len / 8).max(len.min(MIN_KEPT)).min(MAX_KEPT));
+    let file = File::open(&series.files[first].path).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {}",
+            series.files[first].path.display(),
+            super::lower_first(e.to_string())
+        )
+    })?;
     let kept = Arc::new(Mutex::new(Vec::new()));
     let keeping = Keeping {
         file,
         kept: Arc::clone(&kept),
         cap: usize::try_from(keep).unwrap_or(usize::MAX),
     };
-    let mut reader = TraceReader::new(BufReader::with_capacity(1 << 20, keeping))
+    let boxed: Box<dyn Read + Send> = Box::new(BufReader::with_capacity(1 << 20, keeping));
+    let head = TraceReader::new(boxed)
         .map_err(|e| open_error(path, e))?
         .read_ahead();
+    let mut reader = SeriesReader::new(head, series.files[first..].to_vec());
     let (mut state, mut observer) = (LiveState::with_step_source(StepSource::Marks), new());
     // Where the chunk being read ends, and where it ended when last looked at.
     let (offset, looked) = (Cell::new(0u64), Cell::new(0u64));
@@ -148,8 +155,16 @@ fn read_keeping<O: Observer>(
     drop(kept.lock().map(|mut k| std::mem::take(&mut *k)));
     progress.set(reader.offset());
     // The steps applied must be exactly the whole trace's: its anchor's every occurrence.
+    let read = super::Read {
+        series: &series,
+        start: first,
+        from,
+    };
     Ok(match state.unapplied_steps() {
-        None => Found::Read(Box::new((loaded(path, reader, state, false), observer))),
+        None => Found::Read(Box::new((
+            loaded(path, &read, reader, state, false),
+            observer,
+        ))),
         Some(whole) => Found::ReadAgain(whole),
     })
 }
@@ -304,7 +319,8 @@ mod tests {
         let len = std::fs::metadata(path).unwrap().len();
         let applied = Rc::new(Cell::new(false));
         let new = || Applied(Rc::clone(&applied));
-        let found = read_keeping(path, len / 8, &Progress::new(path, "reading"), &new).unwrap();
+        let progress = Progress::new(path, "reading");
+        let found = read_keeping(path, ReadFrom::First, Some(len / 8), &progress, &new).unwrap();
         (found, applied.get())
     }
 
@@ -313,7 +329,8 @@ mod tests {
         let first = super::super::load(path).unwrap().state;
         let source = first.step_pattern().expect("a pattern").source();
         let progress = Progress::new(path, "reading");
-        super::super::read(path, source, &progress, |_, _| super::super::Flow::Apply).unwrap()
+        let apply = |_: &LiveState, _: &Event| super::super::Flow::Apply;
+        super::super::read(path, ReadFrom::First, source, &progress, apply).unwrap()
     }
 
     fn analyzed(state: &LiveState) -> serde_json::Value {

@@ -2,9 +2,10 @@
 //! peak, an out-of-memory failure), with the same analyses as the report; `--until` steps through
 //! to a later moment, one snapshot per step.
 //!
-//! `peak` and `step` on a trace without step marks need to know the whole trace first, so the
-//! trace is read once to find the moment (or the repeating allocation that marks steps), then
-//! again up to it.
+//! Reading starts at the snapshot nearest before the point in a trace cut into segments. The
+//! peak and whether the trace marks its steps come from the index at its end
+//! (`crate::load::indexed`); a trace without one (an older tracer's, a process killed) is read
+//! once to find the moment (or the repeating allocation that marks steps), then again up to it.
 
 mod point;
 mod render;
@@ -22,7 +23,7 @@ use vramtrace_collector::symbols::{Attribution, Symbolizer};
 
 pub use point::Point;
 
-use crate::load::{read, Flow, LoadedTrace, Progress};
+use crate::load::{indexed, open_series, read, Flow, LoadedTrace, Progress, ReadFrom};
 use crate::options::AnalysisArgs;
 
 /// Version of the JSON document's shape.
@@ -122,13 +123,24 @@ pub struct ReplayReport {
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let path = &args.trace;
     let progress = Progress::new(path, "reading");
-    let needs_first_pass = [Some(args.at), args.until]
-        .into_iter()
-        .flatten()
-        .any(|p| matches!(p, Point::Peak | Point::Step(_)));
-    let (mut source, mut peak_event, mut passes) = (StepSource::Marks, None, 1);
+    let points = [Some(args.at), args.until];
+    let asks = |f: fn(&Point) -> bool| points.iter().flatten().any(f);
+    // The index at the end of the trace says where its peak is and whether it marks its steps:
+    // then one pass, from the snapshot nearest the point, is enough.
+    let index = indexed(&open_series(path)?);
+    let peak_known = index.and_then(|i| i.peak_event);
+    let marks_known = index.is_some_and(|i| i.steps > 0);
+    let needs_first_pass = (asks(|p| matches!(p, Point::Peak)) && peak_known.is_none())
+        || (asks(|p| matches!(p, Point::Step(_))) && !marks_known);
+    let (mut source, mut peak_event, mut passes) = (StepSource::Marks, peak_known, 1);
     if needs_first_pass {
-        let whole = read(path, StepSource::Marks, &progress, |_, _| Flow::Apply)?;
+        let whole = read(
+            path,
+            ReadFrom::First,
+            StepSource::Marks,
+            &progress,
+            |_, _| Flow::Apply,
+        )?;
         if whole.state.marks() == 0 {
             if let Some(p) = whole.state.step_pattern() {
                 source = p.source();
@@ -151,11 +163,16 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     };
     let at = resolve(args.at)?;
     let until = args.until.map(resolve).transpose()?;
+    // Steps found in the allocation pattern are the whole trace's: read from its start.
+    let from = match source {
+        StepSource::Marks => at.read_from(),
+        _ => ReadFrom::First,
+    };
     let mut snapshots = Vec::new();
     let mut last_step = None;
     let mut at_reached = false;
     let end = until.unwrap_or(at);
-    let trace = read(path, source, &progress, |state, next| {
+    let trace = read(path, from, source, &progress, |state, next| {
         if until.is_some() {
             if !at_reached && at.reached(state, next) {
                 at_reached = true;
@@ -244,7 +261,7 @@ fn ends(state: &LiveState, point: Point) -> String {
     let span = match point {
         Point::Time(_) => format!(
             " over {}s",
-            state.last_time_ns().saturating_sub(state.first_time_ns()) as f64 / 1e9
+            state.last_time_ns().saturating_sub(state.trace_start_ns()) as f64 / 1e9
         ),
         _ => String::new(),
     };
@@ -291,13 +308,23 @@ enum Target {
 }
 
 impl Target {
+    /// Where reading may start for this point: the segment that holds it, or an earlier one.
+    fn read_from(self) -> ReadFrom {
+        match self {
+            Target::Event(n) => ReadFrom::Event(n),
+            Target::Step(n) => ReadFrom::Step(n),
+            Target::Time(t) => ReadFrom::Time(t),
+            Target::Oom(_) => ReadFrom::First,
+        }
+    }
+
     /// Whether the state, before applying `next`, is at the point.
     fn reached(self, state: &LiveState, next: &Event) -> bool {
         match self {
             Target::Event(n) => state.events() >= n,
             Target::Step(n) => state.steps() >= n,
             Target::Time(t) => {
-                state.events() > 0 && next.time_ns.saturating_sub(state.first_time_ns()) > t
+                state.events() > 0 && next.time_ns.saturating_sub(state.trace_start_ns()) > t
             }
             Target::Oom(n) => state.ooms().total() >= n,
         }
@@ -311,7 +338,7 @@ impl Target {
             // The same rule as a step or an event: the trace must reach the time.
             Target::Time(t) => {
                 state.events() > 0
-                    && state.last_time_ns().saturating_sub(state.first_time_ns()) >= t
+                    && state.last_time_ns().saturating_sub(state.trace_start_ns()) >= t
             }
             Target::Oom(n) => state.ooms().total() >= n,
         }

@@ -31,7 +31,7 @@ struct Document<'a> {
 
 /// Reports the traces at `paths`.
 pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<u8> {
-    let runs = load_all(paths, args.analysis.config(), Ok)?;
+    let runs = load_all(paths, args.window.read_from(), args.analysis.config(), Ok)?;
     let inputs: Vec<_> = runs.iter().map(rank_input).collect();
     let rows = rank_rows(&inputs);
     let order: Vec<usize> = (rows.iter())

@@ -64,7 +64,7 @@ pub(crate) fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> 
 }
 
 fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
-    let trace = load_analyzed(path, args.analysis.config())?;
+    let trace = load_analyzed(path, args.window.read_from(), args.analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
     let stdout = std::io::stdout();
@@ -183,6 +183,9 @@ pub struct Reading {
     pub passes: u32,
     /// What of the file could not be read.
     pub unread: UnreadFacts,
+    /// For a trace cut into segments: which were read, from where, and what rotation removed
+    /// (`null` for a trace of one file).
+    pub segments: Option<crate::load::SegmentFacts>,
 }
 
 /// The parts of a trace that could not be read (damage, or a chunk the file ends inside).
@@ -373,6 +376,7 @@ impl<'a> Report<'a> {
                 bytes_read: trace.bytes_read,
                 passes: trace.passes,
                 unread: UnreadFacts::new(&trace.unread),
+                segments: trace.segments.clone(),
             },
             tracer: TracerCounters {
                 recorded: stats.is_some(),

@@ -84,6 +84,9 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         "  records   {} read in {} chunks ({} bytes); {} skipped (kinds this version does not know)",
         reading.records, reading.chunks, reading.bytes_read, reading.skipped_records
     )?;
+    if let Some(segments) = &reading.segments {
+        writeln!(out, "  segments  {}", segments.describe())?;
+    }
     let unread = &reading.unread;
     if unread.ranges_total > 0 {
         let events = if unread.events_known {

@@ -84,6 +84,18 @@ pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
     if let Some(range) = &args.step_range {
         command.env("VRAMTRACE_STEP_RANGE", range);
     }
+    if let Some(bytes) = args.max_bytes {
+        command.env("VRAMTRACE_MAX_BYTES", bytes.to_string());
+    }
+    if let Some(bytes) = args.segment_bytes {
+        command.env("VRAMTRACE_SEGMENT_BYTES", bytes.to_string());
+    }
+    if let Some(ns) = args.segment_time {
+        command.env(
+            "VRAMTRACE_SEGMENT_SECONDS",
+            (ns / 1_000_000_000).to_string(),
+        );
+    }
     // Kept until the program has exited: its directory is removed on drop.
     let bootstrap = if args.no_python_hooks {
         None

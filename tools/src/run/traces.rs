@@ -13,10 +13,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use vramtrace_collector::live::{Accounting, LiveState};
+use vramtrace_collector::live::{Accounting, LiveState, StepSource};
 
 use super::status::Loaded;
-use crate::load::load;
+use crate::load::{read, Flow, Progress, ReadFrom};
 use crate::units::bytes;
 
 /// Call sites listed per trace in the summary.
@@ -112,18 +112,28 @@ fn fits(pattern: &[Piece], name: &str) -> bool {
 }
 
 /// `name` without the tags (`.N`) the tracer puts before the extension of a taken name (at the
-/// end, for a pattern without one): the name itself, then with one and two tags removed.
+/// end, for a pattern without one): the name itself, then with one and two tags removed. A later
+/// segment's name (`NAME.segN.EXT`, and the fresh names given way to from it) stands for the
+/// first segment's, `NAME.EXT`.
 fn untagged(name: &str, at_end: bool) -> Vec<String> {
     fn strip_tag(stem: &str) -> Option<&str> {
         let (head, tag) = stem.rsplit_once('.')?;
         (!tag.is_empty() && tag.bytes().all(|b| b.is_ascii_digit()) && !head.is_empty())
             .then_some(head)
     }
-    let mut out = vec![name.to_string()];
     let (mut stem, ext) = match name.rsplit_once('.') {
         Some((s, e)) if !s.is_empty() && !at_end => (s, format!(".{e}")),
         _ => (name, String::new()),
     };
+    let segment = stem.match_indices(".seg").map(|(i, _)| i).find(|&i| {
+        let rest = &stem[i + 4..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        digits > 0 && (rest.len() == digits || rest.as_bytes()[digits] == b'.')
+    });
+    if let Some(i) = segment.filter(|&i| i > 0) {
+        stem = &stem[..i];
+    }
+    let mut out = vec![format!("{stem}{ext}")];
     for _ in 0..2 {
         if let Some(s) = strip_tag(stem) {
             stem = s;
@@ -172,7 +182,8 @@ impl OutputPattern {
             .collect()
     }
 
-    /// The matching files that are new or changed since `before`, oldest first.
+    /// The traces whose files are new or changed since `before`, oldest first (a trace cut
+    /// into segments once, by its first segment there).
     pub fn written_since(&self, before: &Snapshot) -> Vec<PathBuf> {
         let mut found: Vec<(Option<SystemTime>, PathBuf)> = self
             .snapshot()
@@ -181,7 +192,7 @@ impl OutputPattern {
             .map(|(path, (modified, _))| (modified, path))
             .collect();
         found.sort();
-        found.into_iter().map(|(_, p)| p).collect()
+        crate::inputs::one_per_trace(found.into_iter().map(|(_, p)| p).collect())
     }
 }
 
@@ -195,7 +206,15 @@ pub fn summarize(
         return writeln!(out, "vramtrace: {}", why_no_trace(loaded));
     }
     for path in traces {
-        match load(path) {
+        // The end of a trace cut into segments is its last segment's.
+        let progress = Progress::new(path, "reading");
+        match read(
+            path,
+            ReadFrom::Last(0),
+            StepSource::Marks,
+            &progress,
+            |_, _| Flow::Apply,
+        ) {
             Ok(trace) => {
                 let state = &trace.state;
                 let dropped = state
@@ -312,6 +331,9 @@ mod tests {
         assert!(fixed.matches("run.4242.3.vtrace"));
         assert!(!fixed.matches("run.x.vtrace"));
         assert!(!fixed.matches("run.4.2.1.vtrace"));
+        assert!(fixed.matches("run.seg12.vtrace"), "a later segment's");
+        assert!(fixed.matches("run.seg12.4242.vtrace") && fixed.matches("run.4242.seg3.vtrace"));
+        assert!(!fixed.matches("run.segx.vtrace"));
         let bare = OutputPattern::new(Path::new("/t/run"));
         assert!(bare.matches("run.4242") && bare.matches("run.4242.1"));
         assert!(!bare.matches("runs"));

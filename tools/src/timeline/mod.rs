@@ -335,11 +335,12 @@ impl Observer for Timeline {
 /// timeline of at most `cap` stretches on the way.
 pub fn load_with_timeline(
     path: &std::path::Path,
+    from: crate::load::ReadFrom,
     growth: vramtrace_collector::analysis::GrowthConfig,
     cap: usize,
     max_ranges: usize,
 ) -> anyhow::Result<(crate::load::LoadedTrace, Timeline)> {
-    crate::load::load_analyzed_observing(path, growth, || Timeline::new(cap, max_ranges))
+    crate::load::load_analyzed_observing(path, from, growth, || Timeline::new(cap, max_ranges))
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ fn a_wrong_version_names_both_versions() {
     assert_eq!(
         report_error(&path),
         format!(
-            "error: {}: trace format version 99 is not supported (this vramtrace reads versions 4 to 5)\n",
+            "error: {}: trace format version 99 is not supported (this vramtrace reads versions 4 to 6)\n",
             path.display()
         )
     );

@@ -12,5 +12,6 @@ mod replay;
 mod report;
 mod run;
 mod runs;
+mod segments;
 mod support;
 mod symbols;

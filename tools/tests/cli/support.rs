@@ -284,6 +284,17 @@ pub const TRAINING_EVENTS: u64 = 1 + 6 * TRAINING_STEPS + 2;
 /// At the end 14 MiB of device memory is live in 13 objects (12 MiB at the leak site); the
 /// peak is 22 MiB, in the last step while its temporary is live.
 pub fn write_training(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header()).unwrap();
+    for record in &training() {
+        w.write(record).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// The records of [`write_training`].
+pub fn training() -> Vec<Record> {
     let mut e = Events { seq: 0 };
     let time = |ev: &mut Event| ev.time_ns = 1_000_000 * ev.seq;
     let mut r = vec![
@@ -387,13 +398,97 @@ pub fn write_training(dir: &Path, name: &str) -> PathBuf {
         stats,
         reason: "exit".into(),
     }));
-    let path = dir.join(name);
-    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header()).unwrap();
-    for record in &r {
-        w.write(record).unwrap();
+    r
+}
+
+/// `records` written as the tracer writes a trace cut into segments: `name` and then
+/// `NAME.segN.vtrace` beside it, a segment cut after every `every` events, each after the first
+/// beginning with the snapshot of the live state the events before it give, each ending with
+/// its `SegmentEnd`. Returns the files in order.
+pub fn write_segments(dir: &Path, name: &str, records: &[Record], every: u64) -> Vec<PathBuf> {
+    use vramtrace_collector::event::snapshot::SegmentPeak;
+    use vramtrace_collector::format::{SegmentEnd, SegmentInfo};
+    use vramtrace_collector::live::{Holder, LiveState};
+    let stem = name.strip_suffix(".vtrace").unwrap();
+    let mut state = LiveState::without_step_detection();
+    let segment_end = |state: &LiveState, index: u32, events: u64| SegmentEnd {
+        index,
+        events,
+        last_seq: state.last_seq(),
+        time_ns: state.last_time_ns(),
+        steps: state.steps(),
+        peaks: (state.holders().into_iter())
+            .filter_map(|h| match h.holder {
+                Holder::Device { device } => Some(SegmentPeak {
+                    device,
+                    bytes: h.peak.bytes,
+                    event: h.peak.event,
+                    seq: h.peak.seq,
+                    time_ns: h.peak.time_ns,
+                }),
+                Holder::Host => None,
+            })
+            .collect(),
+    };
+    let open = |index: u32, info: SegmentInfo| {
+        let file = match index {
+            1 => name.to_string(),
+            n => format!("{stem}.seg{n}.vtrace"),
+        };
+        let h = Header {
+            segment: Some(info),
+            ..header()
+        };
+        let path = dir.join(file);
+        let w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &h)
+            .unwrap()
+            .with_chunk_bytes(4096);
+        (w, path)
+    };
+    let first = SegmentInfo {
+        index: 1,
+        ..SegmentInfo::default()
+    };
+    let (mut w, path) = open(1, first);
+    let (mut paths, mut index, mut in_segment) = (vec![path], 1, 0);
+    for r in records {
+        if matches!(r, Record::End(_)) {
+            w.write(&Record::SegmentEnd(segment_end(&state, index, in_segment)))
+                .unwrap();
+        }
+        state.apply(r);
+        w.write(r).unwrap();
+        if !matches!(r, Record::Event(_)) {
+            continue;
+        }
+        in_segment += 1;
+        if in_segment == every {
+            w.write(&Record::SegmentEnd(segment_end(&state, index, in_segment)))
+                .unwrap();
+            w.finish().unwrap();
+            let bytes_before: u64 = (paths.iter())
+                .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+                .sum();
+            index += 1;
+            let info = SegmentInfo {
+                index,
+                events_before: state.events(),
+                last_seq: state.last_seq(),
+                time_ns: state.last_time_ns(),
+                steps: state.steps(),
+                bytes_before,
+            };
+            let (next, path) = open(index, info);
+            w = next;
+            paths.push(path);
+            for p in state.snapshot_records(state.snapshot()) {
+                w.write(&p).unwrap();
+            }
+            in_segment = 0;
+        }
     }
     w.finish().unwrap();
-    path
+    paths
 }
 
 /// `pairs` allocations of 1 MiB, each freed by the next event, but the one in the middle is of

@@ -1,0 +1,416 @@
+//! A trace as files: one file, or the segments of a trace cut into segments
+//! (`docs/trace-format.md`, "Segments"), found beside each other by name and told apart by
+//! their headers, and read in a row from any of them as one trace.
+//!
+//! Whatever segment a reader starts at, it starts from that segment's snapshot; the segments
+//! after it continue the state, so their first records up to their snapshot are passed over.
+//! A segment that does not begin where the one before ended (one is missing, or the one before
+//! was cut short) starts the replay again from its own snapshot, and what lies between is
+//! listed unread.
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use super::error::TraceError;
+use super::header::{Header, SegmentInfo};
+use super::reader::{Ending, RecordRef, TraceReader, Unread};
+use super::record::Record;
+
+/// Pid, host and start (wall clock, monotonic) of the process that wrote a trace.
+pub type TraceKey = (u32, String, u64, u64);
+
+/// One file of a trace, its header read.
+#[derive(Clone, Debug)]
+pub struct SegmentFile {
+    pub path: PathBuf,
+    pub header: Header,
+    pub version: u32,
+    /// Bytes of the file.
+    pub len: u64,
+}
+
+impl SegmentFile {
+    /// Reads the header of the trace file at `path`.
+    pub fn open(path: &Path) -> Result<Self, TraceError> {
+        let file = File::open(path).map_err(|source| TraceError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let len = file.metadata().map_or(0, |m| m.len());
+        let reader = TraceReader::new(BufReader::with_capacity(64 << 10, file))?;
+        Ok(SegmentFile {
+            path: path.to_path_buf(),
+            header: reader.header().clone(),
+            version: reader.version(),
+            len,
+        })
+    }
+
+    /// Where the file stands in its trace, when it is a segment.
+    pub fn info(&self) -> Option<&SegmentInfo> {
+        self.header.segment.as_ref()
+    }
+
+    /// Its segment's number (1 for the first, and for a trace of one file).
+    pub fn index(&self) -> u32 {
+        self.info().map_or(1, |s| s.index)
+    }
+
+    /// Events before it.
+    pub fn events_before(&self) -> u64 {
+        self.info().map_or(0, |s| s.events_before)
+    }
+
+    /// What tells the trace it belongs to from any other: the process and its start.
+    pub fn trace_key(&self) -> TraceKey {
+        let h = &self.header;
+        (h.pid, h.host.clone(), h.start_unix_ns, h.start_mono_ns)
+    }
+
+    /// Whether `other` is a file of the same trace.
+    fn same_trace(&self, other: &SegmentFile) -> bool {
+        self.trace_key() == other.trace_key()
+    }
+}
+
+/// What is gone from the start of a trace: the segments before the first one there, deleted by
+/// the tracer to keep its budget (or by hand).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gone {
+    /// Segments, events, steps and bytes before the first segment there.
+    pub segments: u32,
+    pub events: u64,
+    pub steps: u64,
+    pub bytes: u64,
+    /// `CLOCK_MONOTONIC` nanoseconds when the first segment there began.
+    pub until_ns: u64,
+}
+
+/// The files of one trace, in order.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub files: Vec<SegmentFile>,
+}
+
+/// `run.seg3.vtrace` → (`run`, `.vtrace`); `run.vtrace` → (`run`, `.vtrace`); a name without
+/// an extension has none. A fresh name the tracer gave a segment (`run.seg3.4242.vtrace`) is
+/// of the same trace.
+fn base_of(name: &str) -> (String, String) {
+    let parts: Vec<&str> = name.split('.').collect();
+    let is_segment = |p: &&str| {
+        p.len() > 3 && p.starts_with("seg") && p[3..].bytes().all(|b| b.is_ascii_digit())
+    };
+    let ext_at = if parts.len() > 1 {
+        parts.len() - 1
+    } else {
+        parts.len()
+    };
+    let ext = parts
+        .get(ext_at)
+        .map(|e| format!(".{e}"))
+        .unwrap_or_default();
+    let base_end = (1..ext_at)
+        .find(|&i| is_segment(&parts[i]))
+        .unwrap_or(ext_at);
+    (parts[..base_end.max(1)].join("."), ext)
+}
+
+impl Series {
+    /// The trace `path` names: the file, and when it is a segment, the other segments of its
+    /// trace beside it. A name that no longer exists (the first segment, deleted to keep the
+    /// budget) names the segments that were written after it.
+    pub fn find(path: &Path) -> Result<Series, TraceError> {
+        let (named, missing) = match SegmentFile::open(path) {
+            Ok(f) if f.info().is_none() => return Ok(Series { files: vec![f] }),
+            Ok(f) => (Some(f), None),
+            Err(e @ TraceError::Io { .. }) if is_not_found(&e) => (None, Some(e)),
+            Err(e) => return Err(e),
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let (base, ext) = base_of(&name);
+        let mut files: Vec<SegmentFile> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.ends_with(&ext)
+                    && (n == format!("{base}{ext}") || n.starts_with(&format!("{base}.seg")))
+            })
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| SegmentFile::open(&e.path()).ok())
+            .filter(|f| f.info().is_some())
+            .collect();
+        let anchor = match named {
+            Some(f) => f,
+            // The newest trace among them.
+            None => match (files.iter().max_by_key(|f| f.header.start_unix_ns), missing) {
+                (Some(f), _) => f.clone(),
+                (None, Some(e)) => return Err(e),
+                (None, None) => unreachable!("a file that is not there was not found"),
+            },
+        };
+        files.retain(|f| f.same_trace(&anchor));
+        if !files.iter().any(|f| f.path == anchor.path) {
+            files.push(anchor);
+        }
+        files.sort_by_key(|f| f.index());
+        files.dedup_by_key(|f| f.index());
+        Ok(Series { files })
+    }
+
+    /// The first file there.
+    pub fn first(&self) -> &SegmentFile {
+        &self.files[0]
+    }
+
+    /// The last file there.
+    pub fn last(&self) -> &SegmentFile {
+        &self.files[self.files.len() - 1]
+    }
+
+    /// What is gone from the start of the trace, when its first segment is not there.
+    pub fn gone(&self) -> Option<Gone> {
+        let info = self.first().info()?;
+        (info.index > 1).then(|| Gone {
+            segments: info.index - 1,
+            events: info.events_before,
+            steps: info.steps,
+            bytes: info.bytes_before,
+            until_ns: info.time_ns,
+        })
+    }
+
+    /// Reads the trace from its `from`-th file there (0: the first) to the end, chunks read
+    /// ahead on a second thread.
+    pub fn read_from(&self, from: usize) -> Result<SeriesReader, TraceError> {
+        let rest = self.files.get(from..).unwrap_or_default().to_vec();
+        let first = rest.first().ok_or_else(|| TraceError::Io {
+            path: String::new(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        })?;
+        let file = File::open(&first.path).map_err(|source| TraceError::Io {
+            path: first.path.display().to_string(),
+            source,
+        })?;
+        let reader = TraceReader::new(boxed(file))?.read_ahead();
+        Ok(SeriesReader::new(reader, rest))
+    }
+}
+
+fn is_not_found(e: &TraceError) -> bool {
+    matches!(e, TraceError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// A file read through a buffer, as every file of a series is.
+pub type SeriesRead = Box<dyn Read + Send>;
+
+fn boxed(file: File) -> SeriesRead {
+    Box::new(BufReader::with_capacity(1 << 20, file))
+}
+
+/// Reads the files of a trace one after the other as one trace: iterate it with
+/// [`SeriesReader::next_event_or_record`]; afterwards it says how reading went, over all files.
+pub struct SeriesReader {
+    current: TraceReader<SeriesRead>,
+    /// The file being read, then the ones after it.
+    files: Vec<SegmentFile>,
+    at: usize,
+    header: Header,
+    version: u32,
+    /// Bytes, records, chunks and skipped records of the files done.
+    done: (u64, u64, u64, u64),
+    unread: Vec<Unread>,
+    /// Events given so far, counted from the start of the trace (a snapshot says from where).
+    events: u64,
+    /// Passing over the first records of a segment that continues the one before.
+    passing: bool,
+}
+
+impl SeriesReader {
+    /// Reads `files` (their first one through `first`, already opened) in a row.
+    pub fn new(first: TraceReader<SeriesRead>, files: Vec<SegmentFile>) -> Self {
+        let events = files.first().map_or(0, SegmentFile::events_before);
+        SeriesReader {
+            header: first.header().clone(),
+            version: first.version(),
+            current: first,
+            files,
+            at: 0,
+            done: (0, 0, 0, 0),
+            unread: Vec::new(),
+            events,
+            passing: false,
+        }
+    }
+
+    /// The header of the first file read.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The first file's format version.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Files read (or being read).
+    pub fn files_read(&self) -> &[SegmentFile] {
+        &self.files[..(self.at + 1).min(self.files.len())]
+    }
+
+    /// How the last file read ended; `None` until the records are exhausted.
+    pub fn ending(&self) -> Option<&Ending> {
+        self.current.ending()
+    }
+
+    /// Bytes consumed so far, over every file (for progress).
+    pub fn offset(&self) -> u64 {
+        self.done.0 + self.current.offset()
+    }
+
+    /// Records returned so far.
+    pub fn records(&self) -> u64 {
+        self.done.1 + self.current.records()
+    }
+
+    /// Complete chunks read so far.
+    pub fn chunks(&self) -> u64 {
+        self.done.2 + self.current.chunks()
+    }
+
+    /// Records skipped because this reader does not know their kind.
+    pub fn skipped(&self) -> u64 {
+        self.done.3 + self.current.skipped()
+    }
+
+    /// What could not be read so far, in order; with several files, offsets count from the
+    /// start of the first file read and each reason names its file.
+    pub fn unread(&self) -> Vec<Unread> {
+        let mut all = self.unread.clone();
+        all.extend(self.shifted(self.current.unread()));
+        all
+    }
+
+    fn shifted(&self, unread: &[Unread]) -> Vec<Unread> {
+        let several = self.files.len() > 1;
+        let file = self
+            .files
+            .get(self.at)
+            .map(|f| f.path.display().to_string());
+        (unread.iter())
+            .map(|u| Unread {
+                offset: u.offset + self.done.0,
+                reason: match (&file, several) {
+                    (Some(f), true) => format!("{f}: {}", u.reason),
+                    _ => u.reason.clone(),
+                },
+                ..u.clone()
+            })
+            .collect()
+    }
+
+    /// Moves on to the next file; `false` when there is none.
+    fn next_file(&mut self) -> bool {
+        let Some(next) = self.files.get(self.at + 1) else {
+            return false;
+        };
+        let opened = File::open(&next.path)
+            .map_err(|source| TraceError::Io {
+                path: next.path.display().to_string(),
+                source,
+            })
+            .and_then(|f| TraceReader::new(boxed(f)));
+        let done_unread = self.shifted(self.current.unread());
+        self.unread.extend(done_unread);
+        let c = &self.current;
+        self.done = (
+            self.done.0 + c.offset(),
+            self.done.1 + c.records(),
+            self.done.2 + c.chunks(),
+            self.done.3 + c.skipped(),
+        );
+        self.at += 1;
+        let before = next.events_before();
+        match opened {
+            Ok(reader) => {
+                self.current = reader.read_ahead();
+                self.passing = before == self.events;
+                if before != self.events {
+                    self.unread.push(Unread {
+                        offset: self.done.0,
+                        bytes: 0,
+                        events: before.checked_sub(self.events),
+                        reason: format!(
+                            "{}: segment {} does not begin where the one before ended; reading \
+                             starts again from its snapshot",
+                            next.path.display(),
+                            next.index()
+                        ),
+                    });
+                }
+                true
+            }
+            Err(e) => {
+                self.unread.push(Unread {
+                    offset: self.done.0,
+                    bytes: next.len,
+                    events: None,
+                    reason: format!("{}: {e}", next.path.display()),
+                });
+                false
+            }
+        }
+    }
+
+    /// The next record, or `None` at the end of the last file, with events lent.
+    pub fn next_event_or_record(&mut self) -> Option<RecordRef<'_>> {
+        loop {
+            // The borrow checker cannot see that a record returned ends the loop: look first.
+            let kind = match self.current.next_event_or_record() {
+                None => None,
+                Some(RecordRef::Event(_)) => Some(None),
+                Some(RecordRef::Other(r)) => Some(Some(r)),
+            };
+            match kind {
+                None => {
+                    if !self.next_file() {
+                        return None;
+                    }
+                }
+                Some(None) => {
+                    self.passing = false;
+                    self.events += 1;
+                    return Some(RecordRef::Event(self.current.current_event()));
+                }
+                Some(Some(r)) => {
+                    if let Record::Snapshot(s) = &r {
+                        self.events = s.events;
+                        if std::mem::take(&mut self.passing) {
+                            continue;
+                        }
+                    }
+                    if self.passing {
+                        continue;
+                    }
+                    return Some(RecordRef::Other(r));
+                }
+            }
+        }
+    }
+}
+
+impl super::reader::RecordSource for SeriesReader {
+    #[inline]
+    fn next_event_or_record(&mut self) -> Option<RecordRef<'_>> {
+        SeriesReader::next_event_or_record(self)
+    }
+}

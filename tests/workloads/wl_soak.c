@@ -1,0 +1,89 @@
+/*
+ * wl_soak.c -- a training loop flat out, for long runs under a disk budget and for floods.
+ *
+ * Mimics: a training job that makes many short-lived allocations a step (a framework's
+ * temporaries) and leaks slowly.  argv[1] is how long: "N" steps, or "Ns" seconds of wall
+ * time.  Each step: vramtrace_mark_step() (looked up with dlsym(RTLD_DEFAULT), a no-op without
+ * the tracer), then argv[2] temporaries (default 1000), each a cudaMalloc of 512 B to 32 KiB
+ * freed at once, and, every argv[3] steps (default 100, 0: never), keep_history(): one
+ * cudaMalloc of argv[4] bytes (default 65536) that is never freed -- the planted leak, at
+ * keep_history in wl_soak.c.  The sizes cycle through 64 values, so every call site is steady.
+ *
+ * Ground truth: leaked buffers = steps / every, each of argv[4] bytes, live at the end on
+ * device 0; every call succeeds (give the stand-in device memory for the leak:
+ * STANDIN_DEVICE_MEM).  It prints "steps=S temporaries=T leaked_buffers=L leaked_bytes=B" and
+ * the result line (a run by time prints a number of steps that depends on the machine).
+ */
+#include "cuda_standin.h"
+#include "wl_common.h"
+
+#include <dlfcn.h>
+#include <string.h>
+#include <time.h>
+
+#define FN(type, p) ((type)(uintptr_t)(p))
+
+static long leaked, leaked_bytes, failed;
+
+/* The planted leak: a history buffer kept for good. */
+__attribute__((noinline)) static void keep_history(size_t bytes)
+{
+    void *p = NULL;
+    int rc = cudaMalloc(&p, bytes);
+    failed += rc != 0;
+    leaked += rc == 0;
+    leaked_bytes += rc == 0 ? (long)bytes : 0;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 5) {
+        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes]\n");
+        return 2;
+    }
+    char *end = NULL;
+    double amount = strtod(argv[1], &end);
+    int by_time = end && *end == 's';
+    long temps = argc > 2 ? strtol(argv[2], NULL, 10) : 1000;
+    long every = argc > 3 ? strtol(argv[3], NULL, 10) : 100;
+    long bytes = argc > 4 ? strtol(argv[4], NULL, 10) : 65536;
+    if (amount <= 0 || temps < 0 || every < 0 || bytes <= 0) {
+        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes]\n");
+        return 2;
+    }
+    void (*mark)(void) = FN(void (*)(void), dlsym(RTLD_DEFAULT, "vramtrace_mark_step"));
+    double until = now_s() + amount;
+    long steps = 0;
+    for (;;) {
+        if (by_time ? now_s() >= until : steps >= (long)amount)
+            break;
+        steps++;
+        if (mark)
+            mark();
+        for (long i = 0; i < temps; i++) {
+            void *p = NULL;
+            size_t size = 512 * (size_t)(1 + (i * 7) % 64);
+            failed += cudaMalloc(&p, size) != 0;
+            failed += cudaFree(p) != 0;
+        }
+        if (every > 0 && steps % every == 0)
+            keep_history((size_t)bytes);
+    }
+    if (by_time) {
+        out("ran for %gs, %ld temporaries a step", amount, temps);
+        fprintf(stderr, "wl_soak: %ld steps, %ld leaked buffers\n", steps, leaked);
+    } else {
+        out("steps=%ld temporaries=%ld leaked_buffers=%ld leaked_bytes=%ld", steps, temps, leaked,
+            leaked_bytes);
+    }
+    EXPECT(failed, 0);
+    EXPECT(leaked, every > 0 ? steps / every : 0);
+    return wl_finish();
+}

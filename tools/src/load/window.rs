@@ -1,0 +1,207 @@
+//! Where reading a trace starts. A trace cut into segments (`docs/trace-format.md`,
+//! "Segments") can be read from the start of any segment there, since each begins with a
+//! snapshot of the live state: the answer about the end of a week-long job, or about a step of
+//! its last hour, needs only its last segments. The segment is chosen from the segments'
+//! headers (and the last one's end, read from its last chunks), without reading the trace.
+
+use anyhow::{anyhow, Result};
+use serde::Serialize;
+use vramtrace_collector::format::{read_tail, Gone, Series};
+use vramtrace_collector::live::LiveState;
+
+/// Where to start reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The first segment there (the start of a trace of one file).
+    #[default]
+    First,
+    /// The segment that holds the moment this many nanoseconds before the end (`--last`).
+    Last(u64),
+    /// The segment in which step `N` begins, or an earlier one (`--since step N`).
+    Step(u64),
+    /// The segment that holds the moment this many nanoseconds after the trace began
+    /// (`--since 2h`).
+    Time(u64),
+    /// The segment that holds event `N` (1 = the first), or an earlier one.
+    Event(u64),
+}
+
+impl ReadFrom {
+    /// The choice in words, for the report (`null` in JSON when reading starts at the first
+    /// segment there).
+    pub fn describe(self) -> Option<String> {
+        let time = |ns: u64| crate::units::duration(ns);
+        match self {
+            ReadFrom::First => None,
+            ReadFrom::Last(0) => Some("its last segment".into()),
+            ReadFrom::Last(ns) => Some(format!("the last {}", time(ns))),
+            ReadFrom::Step(n) => Some(format!("since step {n}")),
+            ReadFrom::Time(ns) => Some(format!("since {} after the start", time(ns))),
+            ReadFrom::Event(n) => Some(format!("event {n}")),
+        }
+    }
+}
+
+/// The file of `series` to start at (an index in `series.files`).
+pub fn choose(series: &Series, from: ReadFrom) -> Result<usize> {
+    let files = &series.files;
+    let last_with =
+        |ok: &dyn Fn(usize) -> bool| (0..files.len()).rev().find(|&i| ok(i)).unwrap_or(0);
+    let info = |i: usize| files[i].info();
+    Ok(match from {
+        ReadFrom::First => 0,
+        ReadFrom::Event(n) => last_with(&|i| files[i].events_before() < n),
+        ReadFrom::Step(n) => last_with(&|i| info(i).is_none_or(|s| s.steps < n)),
+        ReadFrom::Time(ns) => {
+            let at = series.first().header.start_mono_ns.saturating_add(ns);
+            last_with(&|i| info(i).is_none_or(|s| s.time_ns <= at))
+        }
+        ReadFrom::Last(ns) => {
+            let last = series.last();
+            let tail =
+                read_tail(&last.path).map_err(|e| anyhow!("{}: {e}", last.path.display()))?;
+            match tail.and_then(|t| t.time_ns()) {
+                Some(end) => {
+                    let at = end.saturating_sub(ns);
+                    last_with(&|i| info(i).is_none_or(|s| s.time_ns <= at))
+                }
+                // Nothing says where the last segment ends: it alone is read.
+                None => files.len() - 1,
+            }
+        }
+    })
+}
+
+/// How a trace cut into segments was read (`reading.segments` in the JSON report).
+#[derive(Clone, Debug, Serialize)]
+pub struct SegmentFacts {
+    /// The segments of the trace there (numbers of the first and last), and those read.
+    pub first_there: u32,
+    pub last_there: u32,
+    pub first_read: u32,
+    pub last_read: u32,
+    /// Where reading was asked to start (`--last`, `--since`, a replay's point); `null`: the
+    /// first segment there.
+    pub from: Option<String>,
+    /// The live state reading started from, when it was a segment's snapshot: the events
+    /// before it, and whether it held the live set.
+    pub snapshot_events: Option<u64>,
+    pub snapshot_complete: bool,
+    /// What is gone from the start of the trace: the segments the tracer deleted to keep its
+    /// budget (`VRAMTRACE_MAX_BYTES`), not events it lost.
+    pub removed: Option<Removed>,
+}
+
+impl SegmentFacts {
+    /// The facts in words, for the report's head.
+    pub fn describe(&self) -> String {
+        use crate::units::{bytes, duration};
+        let there = (self.first_there..=self.last_there).count();
+        let mut text = match there {
+            1 => format!("segment {} there", self.first_there),
+            _ => format!("segments {}-{} there", self.first_there, self.last_there),
+        };
+        if self.first_read > self.first_there {
+            text += &format!("; read from segment {}", self.first_read);
+        }
+        if let Some(from) = &self.from {
+            text += &format!(" ({from})");
+        }
+        match self.snapshot_events {
+            Some(events) if self.snapshot_complete => {
+                text += &format!(", from its snapshot after event {events}")
+            }
+            Some(events) => {
+                text += &format!(
+                    ", from event {events}: the live set before it is NOT KNOWN (the tracer had no \
+                     snapshot to write)"
+                )
+            }
+            None => {}
+        }
+        if let Some(r) = &self.removed {
+            let which = match r.segments {
+                1 => "segment 1".to_string(),
+                n => format!("segments 1-{n}"),
+            };
+            text += &format!(
+                "; removed by rotation (VRAMTRACE_MAX_BYTES), not lost: {which}, {} events, {} \
+                 steps, {}, the first {} of the run",
+                r.events,
+                r.steps,
+                bytes(r.bytes),
+                duration(r.span_ns)
+            );
+        }
+        text
+    }
+}
+
+/// The segments before the first one there.
+#[derive(Clone, Debug, Serialize)]
+pub struct Removed {
+    pub segments: u32,
+    pub events: u64,
+    pub steps: u64,
+    pub bytes: u64,
+    /// Nanoseconds from the start of the trace to the first segment there.
+    pub span_ns: u64,
+}
+
+impl SegmentFacts {
+    /// The facts of reading `series` from file `start` (its last read file `last`) into
+    /// `state`; `None` for a trace of one file.
+    pub fn new(
+        series: &Series,
+        start: usize,
+        read: usize,
+        from: ReadFrom,
+        state: &LiveState,
+    ) -> Option<Self> {
+        series.first().info()?;
+        let files = &series.files;
+        let restored = state.restored();
+        let gone = series.gone();
+        let start_ns = series.first().header.start_mono_ns;
+        Some(SegmentFacts {
+            first_there: series.first().index(),
+            last_there: series.last().index(),
+            first_read: files[start].index(),
+            last_read: files[(start + read).saturating_sub(1).min(files.len() - 1)].index(),
+            from: from.describe(),
+            snapshot_events: restored.map(|r| r.events),
+            snapshot_complete: restored.is_none_or(|r| r.complete),
+            removed: gone.map(|g: Gone| Removed {
+                segments: g.segments,
+                events: g.events,
+                steps: g.steps,
+                bytes: g.bytes,
+                span_ns: g.until_ns.saturating_sub(start_ns),
+            }),
+        })
+    }
+}
+
+/// What the end of a trace says of all of it without reading it: the last segment's
+/// `SegmentEnd` (the tracer writes one at the end of every segment, and of a trace of one file
+/// it cut into one segment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Indexed {
+    /// The event at which the device holding the most memory at its peak reached it, when that
+    /// event is in the files there.
+    pub peak_event: Option<u64>,
+    /// Steps begun by the end (the tracer counts step marks only).
+    pub steps: u64,
+}
+
+/// The index at the end of `series`, when its last file has one.
+pub fn indexed(series: &Series) -> Option<Indexed> {
+    let end = read_tail(&series.last().path).ok()??.segment_end?;
+    let peak = (end.peaks.iter())
+        .max_by_key(|p| (p.bytes, std::cmp::Reverse(p.event)))
+        .filter(|p| p.event > series.first().events_before());
+    Some(Indexed {
+        peak_event: peak.map(|p| p.event),
+        steps: end.steps,
+    })
+}

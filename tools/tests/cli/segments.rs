@@ -1,0 +1,133 @@
+//! A trace cut into segments, as the tracer writes one under a disk budget: read from any
+//! segment, it gives the live set the whole trace gives at the end, field by field; what
+//! rotation removed is said apart from lost events; a replay starts at the snapshot nearest its
+//! point and finds the peak in the index at the end, reading once.
+
+use serde_json::Value;
+
+use crate::support::*;
+
+/// The parts of a report about the live set at the end.
+const LIVE_SET: [&str; 10] = [
+    "live",
+    "call_sites",
+    "call_sites_total",
+    "groups",
+    "orphans",
+    "orphans_total",
+    "communicators",
+    "modules",
+    "device_accounting",
+    "tracer",
+];
+
+fn json(args: &[&str]) -> Value {
+    let out = vramtrace().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The training trace, cut every 13 events: 6 segments.
+fn segmented(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let files = write_segments(dir, "t.vtrace", &training(), 13);
+    assert_eq!(files.len(), 6);
+    files
+}
+
+#[test]
+fn any_segment_read_alone_ends_with_the_whole_traces_live_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = write_training(dir.path(), "one.vtrace");
+    let files = segmented(dir.path());
+    let one = json(&["report", "--json", whole.to_str().unwrap()]);
+    let t = files[0].to_str().unwrap();
+    let all = json(&["report", "--json", t]);
+    let last = json(&["report", "--json", "--last", "0", t]);
+    for key in LIVE_SET {
+        assert_eq!(one[key], all[key], "{key}: one file against every segment");
+        assert_eq!(
+            one[key], last[key],
+            "{key}: one file against the last segment"
+        );
+    }
+    assert_eq!(one["events"]["last_seq"], last["events"]["last_seq"]);
+    assert_eq!(one["events"]["steps"], last["events"]["steps"]);
+    assert_eq!(one["reading"]["segments"], Value::Null);
+    let seg = &last["reading"]["segments"];
+    assert_eq!(
+        (seg["first_there"].as_u64(), seg["last_there"].as_u64()),
+        (Some(1), Some(6))
+    );
+    assert_eq!(
+        (seg["first_read"].as_u64(), seg["last_read"].as_u64()),
+        (Some(6), Some(6))
+    );
+    assert_eq!(seg["snapshot_events"], 65);
+    assert_eq!(seg["from"], "its last segment");
+    assert_eq!(seg["removed"], Value::Null);
+    assert_eq!(all["reading"]["segments"]["snapshot_events"], Value::Null);
+    // Only what the last segment holds was read.
+    assert!(last["reading"]["records"].as_u64() < all["reading"]["records"].as_u64());
+}
+
+#[test]
+fn what_rotation_removed_is_said_and_is_not_lost_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = write_training(dir.path(), "one.vtrace");
+    let files = segmented(dir.path());
+    // The tracer deleted the oldest two to keep its budget: the trace's name still finds the
+    // rest.
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::remove_file(&files[1]).unwrap();
+    let one = json(&["report", "--json", whole.to_str().unwrap()]);
+    let rest = json(&["report", "--json", files[0].to_str().unwrap()]);
+    for key in LIVE_SET {
+        assert_eq!(one[key], rest[key], "{key}");
+    }
+    let removed = &rest["reading"]["segments"]["removed"];
+    assert_eq!(removed["segments"], 2);
+    assert_eq!(removed["events"], 26);
+    assert_eq!(removed["steps"], 5);
+    assert_eq!(rest["tracer"]["dropped"], 0);
+    assert_eq!(rest["reading"]["unread"]["bytes"], 0);
+    let text = vramtrace()
+        .args(["report", files[0].to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text.lines().find(|l| l.starts_with("  segments")).unwrap();
+    assert!(
+        line.starts_with(
+            "  segments  segments 3-6 there, from its snapshot after event 26; removed by \
+             rotation (VRAMTRACE_MAX_BYTES), not lost: segments 1-2, 26 events, 5 steps,"
+        ),
+        "{line}"
+    );
+    // A directory of them is one trace.
+    let ranks = json(&["report", "--json", dir.path().to_str().unwrap()]);
+    assert_eq!(ranks["ranks"].as_array().map(Vec::len), Some(2), "{ranks}");
+}
+
+#[test]
+fn a_replay_starts_at_the_nearest_snapshot_and_finds_the_peak_in_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = write_training(dir.path(), "one.vtrace");
+    let files = segmented(dir.path());
+    let t = files[0].to_str().unwrap();
+    for at in ["step 9", "event 50", "peak", "40ms"] {
+        let one = json(&["replay", "--json", "--at", at, whole.to_str().unwrap()]);
+        let seg = json(&["replay", "--json", "--at", at, t]);
+        assert_eq!(one["at"], seg["at"], "{at}");
+        assert_eq!(one["live"], seg["live"], "{at}");
+        assert_eq!(seg["passes"], 1, "{at}: the index says where");
+    }
+    // Without the index (a trace of one file written before it), the peak takes two passes.
+    let one = json(&["replay", "--json", "--at", "peak", whole.to_str().unwrap()]);
+    assert_eq!(one["passes"], 2);
+    // The last step's leak, allocated while its temporary is live.
+    assert_eq!(one["at"]["event"], 72);
+}
