@@ -12,6 +12,10 @@
 //! warm-up of a few steps flat. The growth must also still be going on at the latest sample
 //! judged, which a one-off peak is not.
 //!
+//! When the tracer's writer falls behind the program, it lowers the resolution instead of
+//! stopping the analysis ([`Watch::set_stride`]): judgements every N-th step or N intervals,
+//! from the same state, kept current on every event (the trace's segments need it anyway).
+//!
 //! Without step marks the samples are time windows of a millisecond and up, so a count of them
 //! says little: a PyTorch program building its model and taking its first step (before the
 //! Python hooks' first optimizer-step mark) grows for a second or more, which is ten windows. A
@@ -127,6 +131,9 @@ pub struct Watch {
     judged: Option<(u64, (u64, u64))>,
     /// Devices that alerted already (each alerts once).
     alerted: BTreeSet<i32>,
+    /// Judge at most every `stride`-th step and every `stride` intervals (see
+    /// [`Watch::set_stride`]).
+    stride: u64,
 }
 
 impl Watch {
@@ -138,7 +145,21 @@ impl Watch {
             config,
             judged: None,
             alerted: BTreeSet::new(),
+            stride: 1,
         }
+    }
+
+    /// Lowers (or restores) the resolution: judge at most every `stride`-th step, and at most
+    /// once per `stride` intervals. The state is kept current on every event whatever the
+    /// stride, so a judgement sees every sample since the last: a lower resolution delays an
+    /// alert, never loses it.
+    pub fn set_stride(&mut self, stride: u64) {
+        self.stride = stride.max(1);
+    }
+
+    /// The current stride (1: every step, every interval).
+    pub fn stride(&self) -> u64 {
+        self.stride
     }
 
     /// The live-allocation state as of the last record applied.
@@ -168,13 +189,18 @@ impl Watch {
         )
     }
 
-    /// Whether a judgement is due at `now_ns`: none ran for [`WatchConfig::every_ns`], and a
-    /// sample was taken since the last one.
+    /// Whether a judgement is due at `now_ns`: none ran for [`WatchConfig::every_ns`] (times
+    /// the stride), and a sample was taken since the last one (at least a stride of steps, when
+    /// the program marks them).
     pub fn due(&self, now_ns: u64) -> bool {
         match self.judged {
             None => self.state.events() > 0,
             Some((at, seen)) => {
-                now_ns.saturating_sub(at) >= self.config.every_ns && self.samples() != seen
+                let now = self.samples();
+                let steps = now.0.saturating_sub(seen.0);
+                let enough = steps >= self.stride || (steps == 0 && now.1 != seen.1);
+                let every = self.config.every_ns.saturating_mul(self.stride);
+                now_ns.saturating_sub(at) >= every && now != seen && enough
             }
         }
     }

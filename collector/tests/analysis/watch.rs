@@ -12,10 +12,16 @@ use crate::support::*;
 /// Judges at every step of `b` (a judgement is due whenever a step was sampled); returns the
 /// step and device of each alert raised, and the watch.
 fn judged_at_every_step(b: &Builder, config: WatchConfig) -> (Vec<(u64, i32)>, Watch) {
+    judged_with_stride(b, config, 1)
+}
+
+/// [`judged_at_every_step`], judging at most every `stride`-th step.
+fn judged_with_stride(b: &Builder, config: WatchConfig, stride: u64) -> (Vec<(u64, i32)>, Watch) {
     let mut watch = Watch::new(WatchConfig {
         every_ns: 0,
         ..config
     });
+    watch.set_stride(stride);
     let mut raised = Vec::new();
     for r in &b.records {
         if let Record::Event(e) = r {
@@ -80,6 +86,17 @@ fn a_leak_alerts_once_when_its_growth_has_lasted_the_confirmation() {
     assert_eq!((top.site.caller, top.course.rate), (site(5), MIB as f64));
     // Each device alerts once.
     assert!(j.raised.is_empty());
+}
+
+/// At a lower resolution (the writer fell behind), the same leak alerts at the first step
+/// judged after its growth has lasted the confirmation: later, never not at all.
+#[test]
+fn a_lower_resolution_delays_the_alert_to_the_next_step_it_judges() {
+    for (stride, at) in [(1, 11), (2, 11), (4, 13), (8, 17), (64, 65)] {
+        let (raised, _) = judged_with_stride(&leaking(80), config(), stride);
+        // Judged at step 1, then every `stride`-th step after the last judged.
+        assert_eq!(raised, vec![(at, 0)], "every {stride} steps");
+    }
 }
 
 #[test]

@@ -178,3 +178,61 @@ captest!(
         assert_eq!(run.single_trace().state.alerts_total(), 0);
     }
 );
+
+// A flood the writer cannot keep up with (500 calls a step, back to back) while 64 KiB a step
+// leaks at keep_history: the writer stays behind for seconds, and
+// the analysis, which used to switch itself off after one, lowers its resolution instead (a note
+// in the trace, one line on stderr) and still raises the alert once the growth has lasted the
+// confirmation (600 steps, so after the resolution went down).
+captest!(
+    a_flood_lowers_the_resolution_and_the_leak_still_alerts,
+    |dir| {
+        let run = Workload::new("wl_soak")
+            .arg("1200")
+            .arg("500")
+            .arg("1")
+            .arg("65536")
+            .env("STANDIN_DEVICE_MEM", "64G")
+            .env("VRAMTRACE_ALERT_THRESHOLD", "32KiB")
+            .env("VRAMTRACE_ALERT_CONFIRM", "600")
+            .run_both(dir);
+        let trace = run.single_trace();
+        trace.assert_clean("exit");
+        let lowered: Vec<u64> = (trace.warnings.iter())
+            .filter(|w| w.starts_with("the live analysis judges every"))
+            .filter_map(|w| {
+                w.split("from step ")
+                    .nth(1)?
+                    .split(':')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert!(
+            trace.warnings[..].iter().any(|w| w.starts_with(
+                "the live analysis judges every 2nd step (or every 2 intervals) from step"
+            )),
+            "{:?}",
+            trace.warnings
+        );
+        assert!(!trace.warnings.iter().any(|w| w.contains("alerts are off")));
+        let alerts = trace.state.alerts();
+        assert_eq!(alerts.len(), 1, "{alerts:?}");
+        let a = &alerts[0];
+        assert_eq!(
+            (a.rate, a.unit.as_str(), a.reason.as_str()),
+            (64 << 10, "step", "growth")
+        );
+        assert!(a.place.starts_with("wl_soak"), "{}", a.place);
+        assert!(
+            a.step >= 600 && a.step > lowered[0],
+            "alert at {}, lowered at {lowered:?}",
+            a.step
+        );
+        let err = run.stderr();
+        let told: Vec<&str> = err.lines().filter(|l| l.contains("judges every")).collect();
+        assert_eq!(told.len(), 1, "told once on stderr: {err}");
+        assert_eq!(alert_lines(&err).len(), 1, "{err}");
+    }
+);

@@ -4,11 +4,14 @@
 //! writer's loop. A device whose steady growth passes the threshold or the horizon raises one
 //! alert ([`alert`]).
 //!
-//! It must never harm the job. It runs on the writer thread only, never in a hook; its memory is
-//! the live set and per-place series of bounded length (`collector::live::series`); its CPU is a
-//! table update per event and a judgement per interval, and it turns itself off for good when
-//! the writer falls behind the hooks. A panic inside it is caught, turns it off, and is one
-//! warning: the trace goes on.
+//! It must never harm the job, and never go quiet while the job runs. It runs on the writer
+//! thread only, never in a hook; its memory is the live set and per-place series of bounded
+//! length (`collector::live::series`); its CPU is a table update per event and a judgement per
+//! interval. When the writer falls behind the hooks it judges less often ([`Live::coarser`]:
+//! every 2nd, 4th, … step or interval, said in the trace), and more often again once the writer
+//! keeps up ([`Live::finer`]); the state stays current on every event, so an alert comes later,
+//! never not at all. A panic inside it is caught, turns it off, and is one warning: the trace
+//! goes on.
 
 mod alert;
 mod metrics;
@@ -25,6 +28,20 @@ pub use settings::{parse_duration, AlertSettings, MetricsSettings};
 
 use crate::warn::warn;
 
+/// `2nd`, `4th`, `32nd`, ….
+fn ordinal(n: u64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, x) if x != 11 => "st",
+        (2, x) if x != 12 => "nd",
+        (3, x) if x != 13 => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// The coarsest resolution: a judgement every 64th step or interval.
+const MAX_STRIDE: u64 = 64;
+
 /// The live analysis of this process, while it is on.
 pub struct Live {
     watch: Option<Watch>,
@@ -37,6 +54,8 @@ pub struct Live {
     /// Alerts raised so far.
     raised: u64,
     exporter: Option<metrics::Exporter>,
+    /// Whether stderr was told the resolution went down.
+    told_coarse: bool,
 }
 
 impl Live {
@@ -71,6 +90,7 @@ impl Live {
             last: None,
             raised: 0,
             exporter: metrics::Exporter::new(metrics, quiet),
+            told_coarse: false,
         })
     }
 
@@ -109,6 +129,60 @@ impl Live {
     /// The live state as of the last record applied, while the analysis is on.
     pub fn state(&self) -> Option<&vramtrace_collector::live::LiveState> {
         self.watch.as_ref().map(Watch::state)
+    }
+
+    /// Halves the resolution (the writer fell behind): returns the note for the trace, or
+    /// `None` when it is at its coarsest or nothing judges.
+    pub fn coarser(&mut self) -> Option<String> {
+        self.set_stride(
+            |s| (s * 2).min(MAX_STRIDE),
+            "the writer fell behind the program",
+        )
+    }
+
+    /// Doubles the resolution back (the writer keeps up again); the note, or `None` when at
+    /// full resolution.
+    pub fn finer(&mut self) -> Option<String> {
+        self.set_stride(|s| (s / 2).max(1), "the writer keeps up again")
+    }
+
+    /// Whether the resolution is lowered.
+    pub fn is_coarse(&self) -> bool {
+        self.stride() > 1
+    }
+
+    /// Judgements are at most every this many steps (or intervals).
+    pub fn stride(&self) -> u64 {
+        self.watch.as_ref().map_or(1, Watch::stride)
+    }
+
+    fn set_stride(&mut self, next: impl Fn(u64) -> u64, why: &str) -> Option<String> {
+        if !self.judging() {
+            return None;
+        }
+        let watch = self.watch.as_mut()?;
+        let (was, now) = (watch.stride(), next(watch.stride()));
+        if now == was {
+            return None;
+        }
+        watch.set_stride(now);
+        let step = watch.state().steps();
+        let note = match now {
+            1 => format!(
+                "the live analysis judges every step (or interval) again from step {step}: {why}"
+            ),
+            n => format!(
+                "the live analysis judges every {} step (or every {n} intervals) from step \
+                 {step}: {why}; alerts may come later, they do not stop",
+                ordinal(n)
+            ),
+        };
+        // Said once on stderr, the first time it lowers; every change is in the trace.
+        if was == 1 && !self.quiet && !self.told_coarse {
+            self.told_coarse = true;
+            warn(&note);
+        }
+        Some(note)
     }
 
     /// Whether anything reads the judgements: alerts or metrics.

@@ -28,8 +28,11 @@ use crate::profile::{self, Stage, WriterWatch};
 use crate::tracer_thread;
 use crate::warn::warn;
 
-/// How long the writer may stay behind the hooks before the live analysis stops.
+/// How long the writer stays behind the hooks before the live analysis judges less often (and
+/// again, each time, to the coarsest).
 const LIVE_BEHIND_FOR: Duration = Duration::from_secs(1);
+/// How long the writer keeps up before the live analysis judges more often again.
+const LIVE_KEPT_UP_FOR: Duration = Duration::from_secs(10);
 
 /// How long the loop sleeps when the channel is empty.
 const POLL: Duration = Duration::from_millis(2);
@@ -100,6 +103,8 @@ struct Writer {
     live: Option<Live>,
     /// Since when the backlog has stayed above half the ring (see [`Writer::live_tick`]).
     behind_since: Option<Instant>,
+    /// Since when it has stayed below.
+    kept_up_since: Option<Instant>,
 }
 
 impl Writer {
@@ -141,27 +146,43 @@ impl Writer {
     }
 
     /// Lets the live analysis judge when due (programs without step marks, windows of time),
-    /// unless the writer has fallen behind the hooks: then the analysis stops for good, and the
-    /// writer's whole time goes to the trace. Behind means more than half the ring waiting for
+    /// less often while the writer has fallen behind the hooks: [`LIVE_BEHIND_FOR`] behind halves
+    /// the resolution, and as long again as judgements are then apart halves it again; each
+    /// [`LIVE_KEPT_UP_FOR`] of keeping up doubles it back; each change is a note in the trace. Behind means more than half the ring waiting for
     /// [`LIVE_BEHIND_FOR`] on end: a burst, or the writer waking to a ring that filled while it
     /// slept, is not (a flood of 2 M calls a second on the stand-ins, which the writer keeps up
-    /// with, turned the analysis off at once under a rule of one look).
+    /// with, would have lowered it at once under a rule of one look).
     fn live_tick(&mut self) {
         let Some(live) = self.live.as_mut() else {
             return;
         };
         let backlog = self.session.last_seq().saturating_sub(self.next_seq);
-        if backlog <= self.session.ring.capacity() / 2 {
+        let note = if backlog <= self.session.ring.capacity() / 2 {
             self.behind_since = None;
-        } else if self.behind_since.get_or_insert_with(Instant::now).elapsed() >= LIVE_BEHIND_FOR
-            && !self.session.config.segments.enabled()
-        {
-            live.stop("stopped: the writer fell behind the program");
-            self.live = None;
-            return;
-        }
+            let kept_up = self.kept_up_since.get_or_insert_with(Instant::now);
+            if live.is_coarse() && kept_up.elapsed() >= LIVE_KEPT_UP_FOR {
+                self.kept_up_since = Some(Instant::now());
+                live.finer()
+            } else {
+                None
+            }
+        } else {
+            // Halved after a second behind, then after as long again as the judgements are
+            // apart by then: the stride follows the time spent behind, not its exponent.
+            self.kept_up_since = None;
+            let behind = self.behind_since.get_or_insert_with(Instant::now);
+            if behind.elapsed() >= LIVE_BEHIND_FOR * live.stride() as u32 {
+                self.behind_since = Some(Instant::now());
+                live.coarser()
+            } else {
+                None
+            }
+        };
         let dropped = self.session.dropped.load(Ordering::Relaxed);
         let alerts = live.tick(clock::monotonic_ns(), &self.sink.path, dropped);
+        if let Some(note) = note {
+            self.write_record(Record::Warning(note));
+        }
         self.write_alerts(alerts);
     }
 
@@ -593,6 +614,7 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
             session.config.quiet,
         ),
         behind_since: None,
+        kept_up_since: None,
     };
     c.calibration.publish();
     for w in warnings {
