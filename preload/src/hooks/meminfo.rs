@@ -13,10 +13,15 @@ use crate::resolve::driver;
 
 const MAX_DEVICES: usize = 64;
 
-/// Raw clock time from which the next sample per device is due (0: never sampled). A deadline
-/// rather than the last sample's time: the hook compares, and converts the interval to clock
-/// units only when it samples.
+/// Raw clock time from which the next sample per device is due (0: never sampled;
+/// [`UNCALIBRATED`]: once the clock's rate is known). A deadline rather than the last sample's
+/// time: the hook compares, and converts the interval to clock units only when it samples.
 static NEXT: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+
+/// The deadline of a device sampled before the raw clock's rate was known (the first
+/// milliseconds of a session): its next sample waits for the rate, instead of every allocation
+/// sampling meanwhile (thousands of driver calls and events under a burst of allocations).
+const UNCALIBRATED: u64 = u64::MAX;
 static GET_INFO: AtomicUsize = AtomicUsize::new(0);
 
 type GetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
@@ -30,22 +35,32 @@ pub fn sample_due(device: i32, interval: Duration, force: bool, now: u64) -> Opt
         return None;
     }
     let slot = &NEXT[device as usize];
-    // The raw event clock (a TSC read) keeps this check off the vDSO; until its rate is known
-    // (the first milliseconds of a session) every allocation samples.
+    // The raw event clock (a TSC read) keeps this check off the vDSO.
     let now = now.max(1);
     let next = slot.load(Ordering::Relaxed);
     if !force && next != 0 && now < next {
-        return None;
+        if next != UNCALIBRATED {
+            return None;
+        }
+        return sample_when_calibrated(slot, now, interval);
     }
     sample(slot, next, now, interval)
+}
+
+/// A device sampled before the clock's rate was known: sampled again once it is.
+#[cold]
+fn sample_when_calibrated(slot: &AtomicU64, now: u64, interval: Duration) -> Option<(u64, u64)> {
+    clock::raw_span(interval)?;
+    sample(slot, UNCALIBRATED, now, interval)
 }
 
 /// The sample itself, once [`sample_due`] found one due.
 #[cold]
 fn sample(slot: &AtomicU64, next: u64, now: u64, interval: Duration) -> Option<(u64, u64)> {
-    let due = now
-        .saturating_add(clock::raw_span(interval).unwrap_or(0))
-        .max(1);
+    let due = match clock::raw_span(interval) {
+        Some(span) => now.saturating_add(span).clamp(1, UNCALIBRATED - 1),
+        None => UNCALIBRATED,
+    };
     // One thread samples; the others carry on.
     if slot
         .compare_exchange(next, due, Ordering::AcqRel, Ordering::Relaxed)
