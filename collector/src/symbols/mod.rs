@@ -100,6 +100,13 @@ impl fmt::Display for ResolvedAddress {
     }
 }
 
+/// Which of a module's files its symbol table was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SymtabFile {
+    Binary,
+    Debug,
+}
+
 /// Which files were used for a module's symbols, or why none could be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SymbolSource {
@@ -126,7 +133,8 @@ struct ModuleSymbols {
     files: ModuleFiles,
     /// Parsed on first lookup; `None` inside when there is no DWARF or it is unreadable.
     dwarf: Option<Option<DwarfInfo>>,
-    symtab: Option<SymbolTable>,
+    /// Indexed on first lookup, with the file it was read from (its names are read there).
+    symtab: Option<(SymbolTable, Option<SymtabFile>)>,
     frames: FxHashMap<u64, Arc<[SourceFrame]>>,
 }
 
@@ -171,7 +179,7 @@ impl ModuleSymbols {
         // symbol table names the function the code belongs to.
         let unnamed = frames.last().is_none_or(|f| f.function.is_none());
         if unnamed {
-            if let Some(name) = self.symtab().lookup(probe) {
+            if let Some(name) = self.symbol_name(probe) {
                 match frames.last_mut() {
                     Some(last) => last.function = Some(Arc::from(name)),
                     None => frames.push(SourceFrame {
@@ -202,24 +210,31 @@ impl ModuleSymbols {
         self.dwarf.as_ref().and_then(Option::as_ref)
     }
 
-    fn symtab(&mut self) -> &SymbolTable {
-        self.symtab.get_or_insert_with(|| {
+    /// The symbol tables' name for file address `probe`.
+    fn symbol_name(&mut self, probe: u64) -> Option<String> {
+        let files = &self.files;
+        let (table, from) = self.symtab.get_or_insert_with(|| {
             // The binary's tables first (the running code's own), then the debug file's
             // (`--only-keep-debug` keeps the full `.symtab` a stripped binary lost).
-            let mut table = SymbolTable::default();
-            for file in [&self.files.binary, &self.files.debug]
-                .into_iter()
-                .flatten()
-            {
-                if let Ok(object) = file.object() {
-                    table = SymbolTable::read(&object);
-                    if table.len() > 0 {
-                        break;
-                    }
+            for (file, which) in [
+                (&files.binary, SymtabFile::Binary),
+                (&files.debug, SymtabFile::Debug),
+            ] {
+                let Some(object) = file.as_ref().and_then(|f| f.object().ok()) else {
+                    continue;
+                };
+                let table = SymbolTable::read(&object);
+                if table.len() > 0 {
+                    return (table, Some(which));
                 }
             }
-            table
-        })
+            (SymbolTable::default(), None)
+        });
+        let file = match (*from)? {
+            SymtabFile::Binary => files.binary.as_ref(),
+            SymtabFile::Debug => files.debug.as_ref(),
+        }?;
+        table.lookup(&file.object().ok()?, probe)
     }
 }
 

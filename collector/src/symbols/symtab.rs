@@ -1,66 +1,80 @@
 //! The ELF symbol tables (`.symtab`, else what `.dynsym` exports) as a sorted address index: the
 //! fallback that names functions in binaries without DWARF.
+//!
+//! The index holds addresses and symbol numbers only (24 bytes a function); a name is read from
+//! the mapped file when a lookup asks for it. The CUDA libraries export hundreds of thousands of
+//! long C++ names, and a report names a few hundred frames: copying every name cost a report
+//! tens of MiB per library (and reading them all, as many pages of the file).
 
 use std::borrow::Cow;
-use std::ops::Range;
 
-use object::{Object, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSymbol, ObjectSymbolTable, SymbolIndex, SymbolKind};
 
-/// One function symbol; its name is a range of [`SymbolTable::names`].
-#[derive(Clone, Debug)]
+/// Set in [`Entry::symbol`] for a symbol of `.dynsym` (else `.symtab`).
+const DYNAMIC: u32 = 1 << 31;
+
+/// One function symbol.
+#[derive(Clone, Copy, Debug)]
 struct Entry {
     start: u64,
     /// `start + size`; equal to `start` when the table gives no size (hand-written assembly).
     end: u64,
-    name: Range<usize>,
+    /// Its number in its table, [`DYNAMIC`] set for `.dynsym`.
+    symbol: u32,
+    /// Sized, then global: at one address such a symbol wins over an alias.
+    rank: u8,
 }
 
 /// Function symbols by address.
 #[derive(Debug, Default)]
 pub(crate) struct SymbolTable {
     entries: Vec<Entry>,
-    names: String,
 }
 
 impl SymbolTable {
-    /// Reads the function symbols of `object` (both tables: a stripped file keeps only
-    /// `.dynsym`, a `--only-keep-debug` file only `.symtab`).
+    /// Indexes the function symbols of `object` (both tables: a stripped file keeps only
+    /// `.dynsym`, a `--only-keep-debug` file only `.symtab`). Names are not read.
     pub fn read(object: &object::File<'_>) -> SymbolTable {
-        // (start, sized, global, name): sorted so that at one address a sized, global symbol
-        // wins over an alias, deterministically.
-        let mut found: Vec<(u64, u64, bool, &str)> = Vec::new();
-        for symbol in object.symbols().chain(object.dynamic_symbols()) {
-            if symbol.kind() != SymbolKind::Text || !symbol.is_definition() {
-                continue;
+        let mut entries: Vec<Entry> = Vec::new();
+        let tables = [
+            (object.symbol_table(), 0),
+            (object.dynamic_symbol_table(), DYNAMIC),
+        ];
+        for (table, tag) in tables {
+            let Some(table) = table else { continue };
+            for symbol in table.symbols() {
+                if symbol.kind() != SymbolKind::Text || !symbol.is_definition() {
+                    continue;
+                }
+                let Ok(index) = u32::try_from(symbol.index().0) else {
+                    continue;
+                };
+                if symbol.address() == 0 || index & DYNAMIC != 0 {
+                    continue;
+                }
+                entries.push(Entry {
+                    start: symbol.address(),
+                    end: symbol.address().saturating_add(symbol.size()),
+                    symbol: index | tag,
+                    rank: u8::from(symbol.size() > 0) << 1 | u8::from(symbol.is_global()),
+                });
             }
-            let Ok(name) = symbol.name() else { continue };
-            if name.is_empty() || symbol.address() == 0 {
-                continue;
-            }
-            found.push((symbol.address(), symbol.size(), symbol.is_global(), name));
         }
-        found.sort_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then((b.1 > 0).cmp(&(a.1 > 0)))
-                .then(b.2.cmp(&a.2))
-                .then(a.3.cmp(b.3))
+        // At one address: sized and global first, then `.symtab` before `.dynsym`, then the
+        // table's order — deterministic without reading names.
+        entries.sort_unstable_by(|a, b| {
+            (a.start.cmp(&b.start))
+                .then(b.rank.cmp(&a.rank))
+                .then(a.symbol.cmp(&b.symbol))
         });
-        found.dedup_by_key(|s| s.0);
-        let mut table = SymbolTable::default();
-        for (start, size, _, name) in found {
-            let from = table.names.len();
-            table.names.push_str(name);
-            table.entries.push(Entry {
-                start,
-                end: start.saturating_add(size),
-                name: from..table.names.len(),
-            });
-        }
-        table
+        entries.dedup_by_key(|e| e.start);
+        entries.shrink_to_fit();
+        SymbolTable { entries }
     }
 
-    /// The demangled name of the function containing the file address `probe`.
-    pub fn lookup(&self, probe: u64) -> Option<String> {
+    /// The demangled name of the function containing the file address `probe`, its name read
+    /// from `object` (the file the table was read from).
+    pub fn lookup(&self, object: &object::File<'_>, probe: u64) -> Option<String> {
         let i = self.entries.partition_point(|e| e.start <= probe);
         let entry = self.entries.get(i.checked_sub(1)?)?;
         // A symbol without a size covers up to the next symbol; one with a size only itself
@@ -68,7 +82,14 @@ impl SymbolTable {
         if entry.end > entry.start && probe >= entry.end {
             return None;
         }
-        Some(demangle(&self.names[entry.name.clone()]))
+        let index = SymbolIndex((entry.symbol & !DYNAMIC) as usize);
+        let table = if entry.symbol & DYNAMIC != 0 {
+            object.dynamic_symbol_table()
+        } else {
+            object.symbol_table()
+        };
+        let name = table?.symbol_by_index(index).ok()?.name().ok()?;
+        (!name.is_empty()).then(|| demangle(name))
     }
 
     /// Function symbols indexed.
