@@ -4,10 +4,11 @@
  * Mimics: a training job that makes many short-lived allocations a step (a framework's
  * temporaries) and leaks slowly.  argv[1] is how long: "N" steps, or "Ns" seconds of wall
  * time.  Each step: vramtrace_mark_step() (looked up with dlsym(RTLD_DEFAULT), a no-op without
- * the tracer), then argv[2] temporaries (default 1000), each a cudaMalloc of 512 B to 32 KiB
- * freed at once, and, every argv[3] steps (default 100, 0: never), keep_history(): one
- * cudaMalloc of argv[4] bytes (default 65536) that is never freed -- the planted leak, at
- * keep_history in wl_soak.c.  The sizes cycle through 64 values, so every call site is steady.
+ * the tracer), then argv[2] temporaries (default 1000): each a cudaMalloc of 256 B to 2 MiB (a
+ * fixed pseudo-random sequence) kept among the last TEMPS_LIVE, the oldest freed to make room,
+ * as a framework's activations come and go; and, every argv[3] steps (default 100, 0: never),
+ * keep_history(): one cudaMalloc of argv[4] bytes (default 65536) that is never freed -- the
+ * planted leak, at keep_history in wl_soak.c.  The temporaries left are freed at the end.
  *
  * Ground truth: leaked buffers = steps / every, each of argv[4] bytes, live at the end on
  * device 0; every call succeeds (give the stand-in device memory for the leak:
@@ -22,6 +23,8 @@
 #include <time.h>
 
 #define FN(type, p) ((type)(uintptr_t)(p))
+/* Temporaries live at once. */
+#define TEMPS_LIVE 16
 
 static long leaked, leaked_bytes, failed;
 
@@ -61,6 +64,8 @@ int main(int argc, char **argv)
     void (*mark)(void) = FN(void (*)(void), dlsym(RTLD_DEFAULT, "vramtrace_mark_step"));
     double until = now_s() + amount;
     long steps = 0;
+    void *live[TEMPS_LIVE] = {0};
+    unsigned long long rng = 0x9e3779b97f4a7c15ull, slot = 0;
     for (;;) {
         if (by_time ? now_s() >= until : steps >= (long)amount)
             break;
@@ -68,14 +73,21 @@ int main(int argc, char **argv)
         if (mark)
             mark();
         for (long i = 0; i < temps; i++) {
-            void *p = NULL;
-            size_t size = 512 * (size_t)(1 + (i * 7) % 64);
-            failed += cudaMalloc(&p, size) != 0;
-            failed += cudaFree(p) != 0;
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            void **p = &live[slot++ % TEMPS_LIVE];
+            if (*p)
+                failed += cudaFree(*p) != 0;
+            *p = NULL;
+            failed += cudaMalloc(p, 256 * (size_t)(1 + rng % 8192)) != 0;
         }
         if (every > 0 && steps % every == 0)
             keep_history((size_t)bytes);
     }
+    for (int i = 0; i < TEMPS_LIVE; i++)
+        if (live[i])
+            failed += cudaFree(live[i]) != 0;
     if (by_time) {
         out("ran for %gs, %ld temporaries a step", amount, temps);
         fprintf(stderr, "wl_soak: %ld steps, %ld leaked buffers\n", steps, leaked);

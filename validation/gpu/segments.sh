@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Bounded traces and cheaper reading on the GPU host, in one `device` call:
+#
+#   mkdir -p target/gpu && strip -o target/gpu/libvramtrace.so target/release/libvramtrace.so \
+#       && strip -o target/gpu/vramtrace target/release/vramtrace
+#   run(command="VRAMTRACE_BUILD=target/gpu validation/gpu/segments.sh", carry=["target/gpu"])
+#
+# 1. memory: `vramtrace report` of every GPU fixture (tests/fixtures/gpu/*.vtrace, recorded on
+#    this kind of host: the CUDA libraries they name are here, so their symbols are read), with
+#    its peak resident memory and wall time (/usr/bin/time -v). Look for: every peak below
+#    150 MiB (gpt_leaky-recorder.vtrace was 310 MiB before the symbol tables were indexed
+#    without their names).
+# 2. segments: leak_late.py (2 MiB a step from step 80, under `--per-tensor`: every tensor a
+#    driver allocation) for VT_ACC_STEPS (default 400) steps under `vramtrace run --per-tensor
+#    --segment-bytes 4MiB --max-bytes 12MiB`, the trace directory measured every 0.2 s. Look
+#    for: "most" at or below 12582912 bytes; the program's output as without the tracer; the
+#    report of the directory and of its last segment (`--last 0`) with the same live set
+#    (`same: true`), the leak at leak_late.py:36 in both, and what rotation removed.
+#
+# Results: $OUT/segments.txt.
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${VRAMTRACE_BUILD:-$ROOT/target/release}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+VT=$BUILD/vramtrace
+OUTDIR=${OUT:-/tmp/vramtrace-segments-out}
+WORK=$(mktemp -d /tmp/vt-segments.XXXXXX)
+[ -x "$VT" ] && [ -f "$BUILD/libvramtrace.so" ] || { echo "missing $VT or libvramtrace.so beside it"; exit 2; }
+mkdir -p "$OUTDIR"
+REPORT=$OUTDIR/segments.txt
+: > "$REPORT"
+say() { echo "$@" | tee -a "$REPORT"; }
+
+say "== memory: vramtrace report of each GPU fixture"
+for t in "$ROOT"/tests/fixtures/gpu/*.vtrace; do
+    /usr/bin/time -v "$VT" report --json "$t" > "$WORK/r.json" 2> "$WORK/time.txt"
+    rss=$(awk -F: '/Maximum resident/ {print $2}' "$WORK/time.txt" | tr -d ' ')
+    wall=$(awk -F': ' '/Elapsed/ {print $2}' "$WORK/time.txt")
+    found=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sum(1 for s in d['symbols'] if s['found']))" "$WORK/r.json")
+    say "$(basename "$t"): peak $((rss / 1024)) MiB, $wall, $found modules symbolized"
+done
+
+say "== segments: leak_late.py under --per-tensor, segments of 4 MiB within 12 MiB"
+ACC=$ROOT/validation/gpu/acceptance
+export PYTHONUNBUFFERED=1 VT_ACC_STEPS=${VT_ACC_STEPS:-400}
+TRACES=$WORK/traces
+mkdir -p "$TRACES"
+(cd "$ACC" && python3 leak_late.py > "$WORK/plain.out" 2>&1)
+(cd "$ACC" && "$VT" run --per-tensor --segment-bytes 4MiB --max-bytes 12MiB -o "$TRACES/" \
+    -- python3 leak_late.py > "$WORK/traced.out" 2> "$WORK/traced.err") &
+pid=$!
+most=0
+while kill -0 $pid 2>/dev/null; do
+    now=$(du -sb "$TRACES" | cut -f1)
+    [ "$now" -gt "$most" ] && most=$now
+    sleep 0.2
+done
+wait $pid
+say "traced: rc $?; most $most bytes in the trace directory; files: $(ls "$TRACES" | tr '\n' ' ')"
+if diff <(grep -v '^vramtrace' "$WORK/plain.out") <(grep -v '^vramtrace' "$WORK/traced.out") > /dev/null; then
+    say "output: the same as without the tracer"
+else
+    say "output: DIFFERS (see $WORK)"
+fi
+"$VT" report --json "$TRACES" > "$WORK/whole.json"
+"$VT" report --json --last 0 "$TRACES" > "$WORK/last.json"
+python3 - "$WORK/whole.json" "$WORK/last.json" <<'EOF' | tee -a "$REPORT"
+import json, sys
+whole, last = (json.load(open(p)) for p in sys.argv[1:3])
+keys = ["live", "call_sites", "groups", "orphans", "communicators"]
+print("same:", all(whole[k] == last[k] for k in keys), [k for k in keys if whole[k] != last[k]])
+for name, r in (("segments there", whole), ("last segment", last)):
+    seg = r["reading"]["segments"]
+    print(f"{name}: segments {seg['first_read']}-{seg['last_read']} read, removed {seg['removed']}, records {r['reading']['records']}")
+    for f in r["analysis"]["diagnosis"][:3]:
+        print(f"  {f['severity']} {f['class']} at {f['site'].get('label')}: {f['evidence'].get('rate')} B per step")
+EOF
+ls -la "$OUTDIR"
