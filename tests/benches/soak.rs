@@ -14,10 +14,14 @@
 //!   Then `vramtrace report --json` of the directory (every segment there) and of its last
 //!   segment (`--last 0`), each timed and with its peak memory (`/usr/bin/time -v`): the planted
 //!   leak as the report finds it, what rotation removed, and whether the two reports' live sets
-//!   agree field by field.
-//! - `flood`: `wl_soak` 20,000 steps of 1,000 temporaries with a 64 KiB leak every step, with the
-//!   live analysis off (`VRAMTRACE_ALERT=0`) and on, in interleaved rounds: wall time and the
-//!   process's CPU time, whether the analysis alerted and how far it lowered its resolution.
+//!   agree field by field. `VRAMTRACE_BENCH_KEEP=1` leaves the trace behind.
+//! - `flood`: `wl_soak` `VRAMTRACE_BENCH_FLOOD_STEPS` (3,000) steps of 500 temporaries back to
+//!   back with a 64 KiB leak every step (alerts above 32 KiB a step, confirmed over 600 steps),
+//!   with the live analysis off (`VRAMTRACE_ALERT=0`) and on,
+//!   in interleaved rounds: wall time and the process's CPU time, the alerts raised and the
+//!   analysis's notes (lowered resolution, or switched off). The library is this build's, or
+//!   `VRAMTRACE_BENCH_FLOOD_LIB` (a debug build's writer falls behind where a release build's
+//!   keeps up); `VRAMTRACE_BENCH_BASE` runs an older library in the same rounds.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -117,6 +121,8 @@ fn soak_part() {
     let budget_bytes = vramtrace_collector::size::parse_size(&budget).expect("a size");
     let tmp = tempfile::Builder::new().prefix("vramtrace-soak-").tempdir().unwrap();
     let dir = tmp.path();
+    // VRAMTRACE_BENCH_KEEP=1 leaves the trace behind, to look at.
+    let keep = std::env::var_os("VRAMTRACE_BENCH_KEEP").is_some_and(|v| v == "1");
     println!("soak: wl_soak {seconds}s flat out, 1000 temporaries a step, 64 KiB kept every 100 steps, VRAMTRACE_MAX_BYTES={budget}");
     let env = [("VRAMTRACE_MAX_BYTES", budget.clone())];
     let run = format!("{seconds}s");
@@ -190,54 +196,93 @@ fn soak_part() {
     if let Some(f) = line {
         println!("  its line: {}:{}", f["file"], f["line"]);
     }
+    if keep {
+        println!("  kept: {}", tmp.keep().display());
+    }
 }
 
 fn flood_part() {
-    println!("flood: wl_soak 20000 steps of 1000 temporaries, 64 KiB kept every step; 3 rounds");
+    // The flood of the test `a_flood_lowers_the_resolution_and_the_leak_still_alerts`: 500
+    // temporaries a step back to back, 64 KiB kept every step, alerts above 32 KiB a step once
+    // the growth has lasted 600 steps.
+    let steps = std::env::var("VRAMTRACE_BENCH_FLOOD_STEPS").unwrap_or_else(|_| "3000".into());
+    let lib = std::env::var_os("VRAMTRACE_BENCH_FLOOD_LIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| release_dir().join("libvramtrace.so"));
+    let mut libs = vec![("this build", lib)];
+    if let Some(base) = std::env::var_os("VRAMTRACE_BENCH_BASE") {
+        libs.push(("base", PathBuf::from(base)));
+    }
+    println!("flood: wl_soak {steps} steps of 500 temporaries, 64 KiB kept every step; 3 rounds");
     let tmp = tempfile::Builder::new().prefix("vramtrace-flood-").tempdir().unwrap();
-    let mut rows: Vec<(&str, Vec<(f64, f64)>)> = vec![("VRAMTRACE_ALERT=0", Vec::new()), ("default (alerts on)", Vec::new())];
+    struct Row {
+        label: String,
+        lib: PathBuf,
+        alert: &'static str,
+        runs: Vec<(f64, f64)>,
+    }
+    let mut rows: Vec<Row> = (libs.iter())
+        .flat_map(|(name, lib)| {
+            [("0", "VRAMTRACE_ALERT=0"), ("1", "alerts on")].map(|(alert, what)| Row {
+                label: format!("{name}, {what}"),
+                lib: lib.clone(),
+                alert,
+                runs: Vec::new(),
+            })
+        })
+        .collect();
     for round in 0..3 {
-        for (i, alert) in ["0", "1"].iter().enumerate() {
-            let dir = tmp.path().join(format!("{round}-{alert}"));
+        for (i, row) in rows.iter_mut().enumerate() {
+            let dir = tmp.path().join(format!("{round}-{i}"));
             std::fs::create_dir(&dir).unwrap();
             let env = [
-                ("VRAMTRACE_ALERT", alert.to_string()),
+                ("VRAMTRACE_ALERT", row.alert.to_string()),
                 ("VRAMTRACE_ALERT_THRESHOLD", "32KiB".to_string()),
+                ("VRAMTRACE_ALERT_CONFIRM", "600".to_string()),
                 ("VRAMTRACE_QUIET", "1".to_string()),
+                ("STANDIN_DEVICE_MEM", "64G".to_string()),
             ];
             let start = Instant::now();
-            let mut child = soak(&dir, &["20000", "1000", "1", "65536"], &env).spawn().unwrap();
+            let mut child = soak(&dir, &[&steps, "500", "1", "65536"], &env)
+                .env("LD_PRELOAD", &row.lib)
+                .spawn()
+                .unwrap();
             let mut cpu = 0.0;
             while child.try_wait().unwrap().is_none() {
                 cpu = cpu_seconds(child.id()).unwrap_or(cpu);
                 std::thread::sleep(Duration::from_millis(5));
             }
-            let wall = start.elapsed().as_secs_f64();
-            rows[i].1.push((wall, cpu));
-            if *alert == "1" && round == 0 {
+            row.runs.push((start.elapsed().as_secs_f64(), cpu));
+            if row.alert == "1" && round == 0 {
                 let (r, _, _) = vramtrace_timed(&["report", "--json", dir.to_str().unwrap()]);
-                let alerts = &r["analysis"]["alerts"];
-                let notes: Vec<&str> = (r["warnings"]["list"].as_array().into_iter().flatten())
-                    .filter_map(Value::as_str)
-                    .filter(|w| w.starts_with("the live analysis"))
+                let alerts: Vec<String> = (r["analysis"]["alerts"].as_array().into_iter().flatten())
+                    .map(|a| format!("step {} ({} B per {})", a["step"], a["rate"], a["unit"]))
                     .collect();
-                println!("  alerts: {}", alerts.as_array().map_or(0, Vec::len));
-                for a in alerts.as_array().into_iter().flatten() {
-                    println!("    at step {}: {} B per {} at {}", a["step"], a["rate"], a["unit"], a["place"]);
-                }
+                println!("  {}: alerts {alerts:?}", row.label);
+                let notes = (r["warnings"]["list"].as_array().into_iter().flatten())
+                    .filter_map(Value::as_str)
+                    .filter(|w| w.contains("live analysis"));
                 for n in notes {
-                    println!("    note: {n}");
+                    println!("    {n}");
                 }
             }
         }
     }
-    println!("  {:<22} {:>10} {:>10}", "run", "wall s", "CPU s");
-    for (name, runs) in &rows {
-        let mut walls: Vec<f64> = runs.iter().map(|r| r.0).collect();
-        let mut cpus: Vec<f64> = runs.iter().map(|r| r.1).collect();
-        walls.sort_by(f64::total_cmp);
-        cpus.sort_by(f64::total_cmp);
-        println!("  {name:<22} {:>10.2} {:>10.2}   (medians; walls {walls:.2?})", walls[1], cpus[1]);
+    println!("  {:<32} {:>8} {:>8}", "run", "wall s", "CPU s");
+    for row in &rows {
+        let median = |f: fn(&(f64, f64)) -> f64| {
+            let mut v: Vec<f64> = row.runs.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let walls: Vec<String> = row.runs.iter().map(|r| format!("{:.2}", r.0)).collect();
+        println!(
+            "  {:<32} {:>8.2} {:>8.2}   (medians; walls {})",
+            row.label,
+            median(|r| r.0),
+            median(|r| r.1),
+            walls.join(", ")
+        );
     }
 }
 

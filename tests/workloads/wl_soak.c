@@ -9,6 +9,9 @@
  * as a framework's activations come and go; and, every argv[3] steps (default 100, 0: never),
  * keep_history(): one cudaMalloc of argv[4] bytes (default 65536) that is never freed -- the
  * planted leak, at keep_history in wl_soak.c.  The temporaries left are freed at the end.
+ * With argv[5] = N > 1 threads, N - 1 more threads make temporaries the same way (their own
+ * sequence) without marks or leaks until the loop ends: a flood of calls from several threads,
+ * as data loaders and side streams make.  argv[6] is the largest temporary (default 2097152).
  *
  * Ground truth: leaked buffers = steps / every, each of argv[4] bytes, live at the end on
  * device 0; every call succeeds (give the stand-in device memory for the leak:
@@ -19,6 +22,8 @@
 #include "wl_common.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -26,7 +31,46 @@
 /* Temporaries live at once. */
 #define TEMPS_LIVE 16
 
-static long leaked, leaked_bytes, failed;
+static long leaked, leaked_bytes;
+static atomic_long failed;
+static atomic_int done;
+/* Temporaries are 256 B to this many bytes. */
+static unsigned long long largest = 2 << 20;
+
+/* Temporaries of TEMPS_LIVE live at once, from the xorshift state `rng`; `slot` counts them. */
+struct temporaries {
+    void *live[TEMPS_LIVE];
+    unsigned long long rng, slot;
+};
+
+static void temporary(struct temporaries *t)
+{
+    t->rng ^= t->rng << 13;
+    t->rng ^= t->rng >> 7;
+    t->rng ^= t->rng << 17;
+    void **p = &t->live[t->slot++ % TEMPS_LIVE];
+    if (*p)
+        failed += cudaFree(*p) != 0;
+    *p = NULL;
+    failed += cudaMalloc(p, 256 * (size_t)(1 + t->rng % (largest / 256))) != 0;
+}
+
+static void free_temporaries(struct temporaries *t)
+{
+    for (int i = 0; i < TEMPS_LIVE; i++)
+        if (t->live[i])
+            failed += cudaFree(t->live[i]) != 0;
+}
+
+/* A side thread: temporaries until the loop is done. */
+static void *side(void *arg)
+{
+    struct temporaries t = {.rng = 0x2545f4914f6cdd1dull * (unsigned long long)(uintptr_t)arg};
+    while (!atomic_load(&done))
+        temporary(&t);
+    free_temporaries(&t);
+    return NULL;
+}
 
 /* The planted leak: a history buffer kept for good. */
 __attribute__((noinline)) static void keep_history(size_t bytes)
@@ -47,8 +91,8 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 5) {
-        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes]\n");
+    if (argc < 2 || argc > 7) {
+        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes] [threads] [largest]\n");
         return 2;
     }
     char *end = NULL;
@@ -57,37 +101,36 @@ int main(int argc, char **argv)
     long temps = argc > 2 ? strtol(argv[2], NULL, 10) : 1000;
     long every = argc > 3 ? strtol(argv[3], NULL, 10) : 100;
     long bytes = argc > 4 ? strtol(argv[4], NULL, 10) : 65536;
-    if (amount <= 0 || temps < 0 || every < 0 || bytes <= 0) {
-        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes]\n");
+    long threads = argc > 5 ? strtol(argv[5], NULL, 10) : 1;
+    if (argc > 6)
+        largest = strtoull(argv[6], NULL, 10);
+    if (amount <= 0 || temps < 0 || every < 0 || bytes <= 0 || threads < 1 || threads > 64 ||
+        largest < 256) {
+        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes] [threads] [largest]\n");
         return 2;
     }
+    pthread_t others[64];
+    for (long i = 1; i < threads; i++)
+        pthread_create(&others[i], NULL, side, (void *)(uintptr_t)i);
     void (*mark)(void) = FN(void (*)(void), dlsym(RTLD_DEFAULT, "vramtrace_mark_step"));
     double until = now_s() + amount;
     long steps = 0;
-    void *live[TEMPS_LIVE] = {0};
-    unsigned long long rng = 0x9e3779b97f4a7c15ull, slot = 0;
+    struct temporaries mine = {.rng = 0x9e3779b97f4a7c15ull};
     for (;;) {
         if (by_time ? now_s() >= until : steps >= (long)amount)
             break;
         steps++;
         if (mark)
             mark();
-        for (long i = 0; i < temps; i++) {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            void **p = &live[slot++ % TEMPS_LIVE];
-            if (*p)
-                failed += cudaFree(*p) != 0;
-            *p = NULL;
-            failed += cudaMalloc(p, 256 * (size_t)(1 + rng % 8192)) != 0;
-        }
+        for (long i = 0; i < temps; i++)
+            temporary(&mine);
         if (every > 0 && steps % every == 0)
             keep_history((size_t)bytes);
     }
-    for (int i = 0; i < TEMPS_LIVE; i++)
-        if (live[i])
-            failed += cudaFree(live[i]) != 0;
+    free_temporaries(&mine);
+    atomic_store(&done, 1);
+    for (long i = 1; i < threads; i++)
+        pthread_join(others[i], NULL);
     if (by_time) {
         out("ran for %gs, %ld temporaries a step", amount, temps);
         fprintf(stderr, "wl_soak: %ld steps, %ld leaked buffers\n", steps, leaked);
@@ -95,7 +138,7 @@ int main(int argc, char **argv)
         out("steps=%ld temporaries=%ld leaked_buffers=%ld leaked_bytes=%ld", steps, temps, leaked,
             leaked_bytes);
     }
-    EXPECT(failed, 0);
+    EXPECT(atomic_load(&failed), 0);
     EXPECT(leaked, every > 0 ? steps / every : 0);
     return wl_finish();
 }
