@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::causes::Role;
 use super::course::{teardown_start, Bounds, Course, Shape};
 use super::site::{name, place, Place, SiteName};
 use crate::live::{Holder, LiveState, SampleAxis, SiteId};
@@ -109,6 +110,17 @@ pub struct SiteGrowth {
     pub view: &'static str,
     /// Sustained growth above its holder's threshold on its own, or full within the horizon.
     pub alert: bool,
+    /// For steady growth: the finding of the diagnosis this row is part of, and what it is
+    /// there (the cause, or evidence of it); set by [`analyze_with`](super::analyze_with).
+    pub finding: Option<FindingRef>,
+}
+
+/// A row's place in the diagnosis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FindingRef {
+    /// The finding's number in the diagnosis, from 1.
+    pub number: usize,
+    pub role: Role,
 }
 
 /// Live bytes of one place over the run from another view of memory than the driver's (say, a
@@ -418,6 +430,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             now_bytes,
             view,
             alert,
+            finding: None,
         });
     }
     for (h, _, memory) in &mut holders {

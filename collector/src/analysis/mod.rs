@@ -2,14 +2,19 @@
 //! typed, serializable result: is it a leak or a peak ([`leaks`](leaks()),
 //! [`growth`](growth()), [`peak`]), who holds the memory ([`orphans`](orphans()), [`peak`]), why
 //! did it run out ([`oom`]), is memory free but unusable ([`fragmentation`](fragmentation())),
-//! and did the trace see impossible things ([`anomalies`](anomalies())).
+//! and did the trace see impossible things ([`anomalies`](anomalies())); then the diagnosis
+//! ([`diagnose`](diagnose())): one finding per cause ([`causes`]), worded for the framework that
+//! made the memory ([`advice`], [`owner`]).
 //!
 //! The state must have been built by replaying a trace (or in-process, event by event) with
 //! [`crate::live::LiveState::apply`]; every analysis reads it as of the last event applied, so
 //! the same functions answer at the end of a trace and at any point a replay stops.
 
-pub mod advice;
+mod advice;
+pub mod causes;
 pub mod course;
+mod diagnose;
+pub mod finding;
 pub mod fit;
 pub mod fragmentation;
 pub mod growth;
@@ -17,23 +22,27 @@ pub mod integrity;
 pub mod leaks;
 pub mod oom;
 pub mod orphans;
+pub mod owner;
 pub mod peak;
 pub mod site;
 pub mod watch;
 
 use serde::Serialize;
 
-pub use advice::{diagnose, Evidence, Finding, FindingClass, Severity};
+pub use causes::Role;
 pub use course::{Bounds, Course, Phases, Shape};
+pub use diagnose::{diagnose, row_findings};
+pub use finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Severity};
 pub use fit::Fit;
 pub use fragmentation::{fragmentation, Fragmentation};
-pub use growth::{growth, growth_with, Growth, GrowthConfig, LineSeries, Projection};
+pub use growth::{growth, growth_with, FindingRef, Growth, GrowthConfig, LineSeries, Projection};
 pub use integrity::{anomalies, AnomalyReport};
 pub use leaks::{leaks, Leaks};
 pub use oom::{ooms, OomReport};
 pub use orphans::{orphans, OrphanKind, Orphans};
+pub use owner::OwnerKind;
 pub use peak::{peaks, Peaks};
-pub use site::{Place, SiteAmount, SiteName};
+pub use site::{Place, SiteAmount, SiteName, SourceLine};
 pub use watch::{DeviceVerdict, Judgement, Reason, Watch, WatchConfig};
 
 use crate::live::{LiveState, StepPattern, StepSource};
@@ -125,7 +134,12 @@ impl Analysis {
                 .chain(f.growth_by_site.iter_mut().map(|s| &mut s.site))
         });
         let steps = self.steps.anchor_site.iter_mut();
-        let diagnosis = self.diagnosis.iter_mut().filter_map(|f| f.site.as_mut());
+        let diagnosis = self.diagnosis.iter_mut().flat_map(|f| {
+            f.site
+                .as_mut()
+                .into_iter()
+                .chain(f.related.iter_mut().map(|r| &mut r.site))
+        });
         growth
             .chain(leaks)
             .chain(orphans)
@@ -136,15 +150,30 @@ impl Analysis {
     }
 }
 
-/// Runs every analysis on `state`.
-pub fn analyze(state: &LiveState, config: &GrowthConfig) -> Analysis {
-    analyze_with(state, config, Vec::new())
+/// What a trace holds of the program's framework beside the driver's view of memory.
+#[derive(Clone, Debug, Default)]
+pub struct Framework {
+    /// Per-line series of another view of memory (PyTorch's recorder: tensor bytes per Python
+    /// line at each step), judged for growth beside the driver's.
+    pub lines: Vec<LineSeries>,
+    /// PyTorch's allocator backend (`native`, `cudaMallocAsync`), when the trace says.
+    pub torch_backend: Option<String>,
 }
 
-/// Runs every analysis on `state`, with `lines` from another view of memory (a framework
-/// allocator's per-tensor records, by Python line) judged for growth beside the driver's.
-pub fn analyze_with(state: &LiveState, config: &GrowthConfig, lines: Vec<LineSeries>) -> Analysis {
-    let growth = growth_with(state, config, lines);
+/// Runs every analysis on `state`.
+pub fn analyze(state: &LiveState, config: &GrowthConfig) -> Analysis {
+    analyze_with(state, config, Framework::default())
+}
+
+/// Runs every analysis on `state`, with what the trace holds of the program's framework: its
+/// own view of memory judged for growth beside the driver's, and its allocator's settings.
+pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framework) -> Analysis {
+    let torch_backend = framework.torch_backend.clone();
+    let mut growth = growth_with(state, config, framework.lines);
+    let framework = Framework {
+        lines: Vec::new(),
+        torch_backend,
+    };
     let leaks = leaks(state);
     let orphans = orphans(state);
     let peaks = peaks(state);
@@ -159,7 +188,12 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, lines: Vec<LineSer
         &ooms,
         device_peak,
         state.end().is_some(),
+        &framework,
     );
+    let found = row_findings(&growth, &diagnosis);
+    for (row, found) in growth.steady.iter_mut().zip(found) {
+        row.finding = found.map(|(number, role)| FindingRef { number, role });
+    }
     Analysis {
         steps: step_info(state),
         orphans,

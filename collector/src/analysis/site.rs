@@ -1,11 +1,13 @@
-//! Naming a call site for reports: the frame that names its owner as `module+offset`, with the
-//! raw stack id, caller address and an example Python stack kept for symbolization, and a label
-//! a symbolizing reader fills in; and the place the analyses group sites by.
+//! Naming a call site for reports: the frame that names its owner as `module+offset`, the kind of
+//! owner ([`OwnerKind`]), the program's own Python line and native frame, with the raw stack id,
+//! caller address and an example Python stack kept for symbolization, and a label a symbolizing
+//! reader fills in; and the place the analyses group sites by.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::owner::{is_library_module, OwnerKind};
 use crate::live::{LiveState, ProgramLine, SiteId};
 
 /// Where the analyses group call sites: the program's own Python line and the module that
@@ -49,6 +51,19 @@ pub struct SiteName {
     pub py_stack: u32,
     /// Whether calls at the site came from more than one Python stack.
     pub py_stacks_vary: bool,
+    /// What kind of module the owner is (a framework, NCCL, cuBLAS, an extension...).
+    pub owner: OwnerKind,
+    /// The entry point of the first call there (`cudaMalloc`, `cudaMallocAsync`...); `null`
+    /// for a place another view names.
+    pub api: Option<&'static str>,
+    /// The program's own Python line behind the site (the innermost frame outside installed
+    /// packages and the standard library), when the calls had Python frames.
+    pub source: Option<SourceLine>,
+    /// The program's own first native frame: the innermost outside the CUDA libraries, NCCL,
+    /// cuBLAS, the frameworks and the C runtime (0: none). A native program's site is labelled
+    /// by it, so a communicator NCCL allocates for `main` is `main`'s.
+    #[serde(serialize_with = "crate::live::hex")]
+    pub program_frame: u64,
     /// The site in words (`train.py:88 in step`, or the native function that asked), filled in
     /// by a reader with symbols ([`Analysis::sites_mut`](super::Analysis::sites_mut)); `null`
     /// otherwise.
@@ -56,6 +71,84 @@ pub struct SiteName {
     /// The place the analyses group the site in.
     #[serde(skip)]
     pub place: Place,
+}
+
+impl SiteName {
+    /// A place another view of memory names by its Python line alone (a framework allocator's
+    /// records): no native stack, the view named where a library would be.
+    pub fn of_line(view_name: &str, owner: OwnerKind, source: SourceLine) -> SiteName {
+        SiteName {
+            stack: 0,
+            caller: 0,
+            site: format!("{}:{} in {}", source.file, source.line, source.function),
+            module: None,
+            module_name: Some(view_name.to_string()),
+            py_stack: 0,
+            py_stacks_vary: false,
+            owner,
+            api: None,
+            label: Some(source.label()),
+            source: Some(source),
+            program_frame: 0,
+            place: Place::Site(u32::MAX),
+        }
+    }
+}
+
+/// A line of the program's Python source.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct SourceLine {
+    /// The file as the interpreter named it (`co_filename`).
+    pub file: String,
+    pub line: u32,
+    /// The function (`co_qualname`), `<module>` at the top level.
+    pub function: String,
+}
+
+impl SourceLine {
+    /// `train.py:42 in step`: the file's base name, as the reports show a line.
+    pub fn label(&self) -> String {
+        let file = self.file.rsplit('/').next().unwrap_or(&self.file);
+        format!("{file}:{} in {}", self.line, self.function)
+    }
+
+    /// Whether two lines are the same line of the same file (files compared by base name when
+    /// one view recorded a relative path).
+    pub fn same_line(&self, other: &SourceLine) -> bool {
+        let base = |f: &str| f.rsplit('/').next().unwrap_or(f).to_string();
+        self.line == other.line
+            && (self.file == other.file || base(&self.file) == base(&other.file))
+    }
+}
+
+/// The program's line of Python stack frames `line`, with its code object's names.
+fn source_of(state: &LiveState, line: ProgramLine) -> Option<SourceLine> {
+    if !line.is_some() {
+        return None;
+    }
+    let code = state.python_stacks().code(line.code)?;
+    Some(SourceLine {
+        file: code.file.clone(),
+        line: line.line,
+        function: code.function.clone(),
+    })
+}
+
+/// The innermost frame of a site that belongs to the program rather than to a library (0 when
+/// every frame is a library's).
+fn program_frame(state: &LiveState, caller: u64, stack: u32) -> u64 {
+    let owners = state.owners();
+    let frames = owners.stack(stack).unwrap_or(&[]);
+    let ours = |addr: u64| {
+        owners
+            .modules()
+            .find(addr)
+            .is_some_and(|m| !is_library_module(&m.path))
+    };
+    std::iter::once(caller)
+        .chain(frames.iter().copied())
+        .find(|&a| a != 0 && ours(a))
+        .unwrap_or(0)
 }
 
 /// Names call site `id` of `state`.
@@ -69,6 +162,10 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
             module_name: None,
             py_stack: 0,
             py_stacks_vary: false,
+            owner: OwnerKind::Unknown,
+            api: None,
+            source: None,
+            program_frame: 0,
             label: None,
             place: Place::Site(id),
         };
@@ -76,16 +173,19 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
     let (py_stack, py_stacks_vary) = state.site_python(id).unwrap_or((0, false));
     let owner = state.owners().resolve(caller, key.stack);
     let location = state.locate(owner.frame);
+    let module = owner.module.and_then(|m| state.owners().modules().by_id(m));
     SiteName {
         stack: key.stack,
         caller,
         site: location.to_string(),
         module: owner.module,
-        module_name: owner
-            .module
-            .and_then(|m| state.owners().module_name(m).map(str::to_string)),
+        module_name: module.map(|m| m.file_name().to_string()),
         py_stack,
         py_stacks_vary,
+        owner: module.map_or(OwnerKind::Unknown, |m| OwnerKind::of_module(&m.path)),
+        api: state.site_api(id).map(|a| a.name()),
+        source: source_of(state, key.line),
+        program_frame: program_frame(state, caller, key.stack),
         label: None,
         place: place(state, id),
     }

@@ -162,6 +162,11 @@ impl LiveState {
         self.sites.python(site)
     }
 
+    /// The entry point of the first call made at `site`.
+    pub fn site_api(&self, site: SiteId) -> Option<crate::event::Api> {
+        self.sites.first_api(site)
+    }
+
     /// Call sites seen.
     pub fn site_count(&self) -> usize {
         self.sites.len()

@@ -327,6 +327,12 @@ impl SiteTable {
         self.sites.len()
     }
 
+    /// The entry point of the first call made at `site` (a scan of every call: for naming a
+    /// site, not for the replay's path).
+    pub(crate) fn first_api(&self, site: SiteId) -> Option<Api> {
+        self.calls.iter().find(|c| c.site == site).map(|c| c.api)
+    }
+
     /// Notes a free that succeeded: it makes nothing, so it needs no call, but its site is
     /// interned (site ids keep the order calls first reached them) and its Python stack noted,
     /// as for any call. Both are idempotent, so a free like a recent one (nearly every free: a

@@ -34,7 +34,9 @@ pub use snapshot::{
 };
 pub use tensors::{LineBytes, LineGrowth, LineSeries, Series, Tensor, TensorHistory};
 
+use crate::analysis::Framework;
 use crate::attached::Attachments;
+use crate::live::LiveState;
 
 /// The payload kind of the allocator configuration.
 pub const KIND_ALLOCATOR: &str = "torch.allocator";
@@ -117,6 +119,15 @@ impl TorchView {
     /// The allocator backend torch used (`native`, `cudaMallocAsync`), when known.
     pub fn backend(&self) -> Option<&str> {
         self.config.as_ref().and_then(|c| c.backend.as_deref())
+    }
+
+    /// What the analyses take from this view: the tensor bytes per Python line at each step of
+    /// `state` (see [`step_lines`]) and the allocator backend.
+    pub fn framework(&self, state: &LiveState) -> Framework {
+        Framework {
+            lines: step_lines(self, state),
+            torch_backend: self.backend().map(str::to_string),
+        }
     }
 
     /// Where the tensors can be seen one by one; `None` for a trace without PyTorch payloads.

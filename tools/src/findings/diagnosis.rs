@@ -3,7 +3,11 @@
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, Severity};
+use vramtrace_collector::analysis::growth::DRIVER;
+use vramtrace_collector::analysis::{
+    Analysis, Finding, FindingClass, LineMeaning, OwnerKind, Related, Role, Severity,
+};
+use vramtrace_collector::torch::VIEW;
 
 use super::{at_sample, grouped, long_duration, site_label};
 use crate::units::{bytes, signed_bytes, unit};
@@ -36,6 +40,9 @@ pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io:
         };
         writeln!(out, "  {}. {severity}: {}{place}", i + 1, f.class.name())?;
         writeln!(out, "     evidence  {}", evidence(a, f, when))?;
+        for r in &f.related {
+            writeln!(out, "     also      {}", related(a, r))?;
+        }
         writeln!(out, "     cause     {}", f.cause)?;
         writeln!(out, "     fix       {}", f.fix)?;
     }
@@ -43,6 +50,50 @@ pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io:
         writeln!(out, "  ({} more in --json)", list.len() - shown)?;
     }
     Ok(())
+}
+
+/// Who a view is, in words.
+fn view_name(view: &str) -> &str {
+    match view {
+        VIEW => "PyTorch's recorder",
+        other => other,
+    }
+}
+
+/// What a view sees one of.
+fn view_unit(view: &str) -> &str {
+    match view {
+        VIEW => "tensor",
+        _ => "allocation",
+    }
+}
+
+/// Another view of a finding's cause, in words.
+fn related(a: &Analysis, r: &Related) -> String {
+    let rate = format!("{} {}", signed_bytes(r.rate), unit(a));
+    let place = site_label(&r.site);
+    match r.role {
+        Role::Segments => format!(
+            "{} reserved {rate} for them: segments asked for at {place}",
+            allocator_of(r.site.owner)
+        ),
+        Role::Host => format!("host memory grows beside it: {rate} at {place}"),
+        Role::SameLine | Role::Cause if r.view == DRIVER => {
+            format!("the driver sees the same line: {rate} at {place}")
+        }
+        Role::SameLine | Role::Cause => format!("{} sees the same line: {rate}", view_name(r.view)),
+    }
+}
+
+/// The allocator a framework's driver calls come from.
+fn allocator_of(owner: OwnerKind) -> &'static str {
+    match owner {
+        OwnerKind::Torch => "PyTorch's caching allocator",
+        OwnerKind::Jax => "XLA's allocator",
+        OwnerKind::Cupy => "CuPy's memory pool",
+        OwnerKind::TensorFlow => "TensorFlow's allocator",
+        _ => "the allocator",
+    }
 }
 
 /// The evidence of a finding in words.
@@ -80,8 +131,16 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
                 (None, None) => None,
             };
             parts.extend(full);
-            if let Some(view) = e.view.filter(|&v| v != "driver") {
-                parts.push(format!("seen by the {view}"));
+            match (e.view, e.line_means) {
+                (Some(view), _) if view != DRIVER => parts.push(format!(
+                    "each {} seen by {}",
+                    view_unit(view),
+                    view_name(view)
+                )),
+                (_, Some(LineMeaning::Asked)) => parts.push(
+                    "the line is where the allocator asked the driver for memory".to_string(),
+                ),
+                _ => {}
             }
             parts.join("; ")
         }

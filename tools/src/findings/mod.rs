@@ -6,9 +6,11 @@ mod diagnosis;
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth, DRIVER};
+use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::analysis::orphans::Orphan;
-use vramtrace_collector::analysis::{Analysis, OrphanKind, Orphans, Shape, SiteName};
+use vramtrace_collector::analysis::{
+    Analysis, Finding, FindingClass, OrphanKind, Orphans, Role, Severity, Shape, SiteName,
+};
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
 use crate::tables::{emit, or_unknown, table};
@@ -212,48 +214,7 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
     writeln!(out, "\nFINDINGS")?;
     writeln!(out, "  orphans        {}", orphans_line(&a.orphans))?;
     let unit = unit(a);
-    let g = &a.growth;
-    // The headline names the place whose memory stays live, and where it leads: the line a
-    // framework allocator's view sees keeping tensors, when it accounts for at least half the
-    // fastest growth (the driver's view of the same growth is its allocator's segments).
-    let top = g.steady.first();
-    let tensors = g
-        .steady
-        .iter()
-        .find(|s| s.view != DRIVER && top.is_some_and(|t| s.course.rate * 2.0 >= t.course.rate));
-    let growth = match tensors.or(top) {
-        Some(s) => {
-            let h = g.holders.iter().find(|h| h.holder == s.holder);
-            let alert = h.is_some_and(|h| h.alert);
-            let full = h
-                .and_then(full_in)
-                .map_or(String::new(), |f| format!("; {f}"));
-            let driver = |o: &&SiteGrowth| o.holder == s.holder && o.view == DRIVER;
-            let others = match g.steady.iter().filter(driver).count() {
-                1 => String::new(),
-                n => format!(
-                    " ({} {unit} at {} places in all)",
-                    signed_bytes(h.map_or(0.0, |h| h.steady_growth)),
-                    n
-                ),
-            };
-            let what = if alert {
-                format!("STEADY GROWTH on {}", s.holder.name())
-            } else {
-                format!(
-                    "steady growth below the alert threshold on {}",
-                    s.holder.name()
-                )
-            };
-            format!(
-                "{what}: {} {unit} at {}{others}{full}",
-                signed_bytes(s.course.rate),
-                site_label(&s.site)
-            )
-        }
-        None => "no steady growth".to_string(),
-    };
-    writeln!(out, "  growth         {growth}")?;
+    writeln!(out, "  growth         {}", growth_headline(a, &unit))?;
     for line in phases_lines(a) {
         writeln!(out, "  phases         {line}")?;
     }
@@ -332,6 +293,46 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
     lost_events(out, a)
 }
 
+/// The headline of growth: the most urgent cause of steady growth (the diagnosis's first), at
+/// the line that keeps its memory, and how many causes grow on its holder in all.
+fn growth_headline(a: &Analysis, unit: &str) -> String {
+    let causes: Vec<&Finding> = a
+        .diagnosis
+        .iter()
+        .filter(|f| f.class == FindingClass::SteadyGrowth)
+        .collect();
+    let Some(top) = causes.first() else {
+        return "no steady growth".to_string();
+    };
+    let holder = top.holder.unwrap_or(Holder::Host);
+    let h = a.growth.holders.iter().find(|h| h.holder == holder);
+    let full = h
+        .and_then(full_in)
+        .map_or(String::new(), |f| format!("; {f}"));
+    let on_holder = causes.iter().filter(|f| f.holder == Some(holder)).count();
+    let others = match on_holder {
+        1 => String::new(),
+        n => format!(
+            " ({n} causes on {}, {} {unit} in all)",
+            holder.name(),
+            signed_bytes(h.map_or(0.0, |h| h.steady_growth))
+        ),
+    };
+    let what = if top.severity == Severity::Alert {
+        format!("STEADY GROWTH on {}", holder.name())
+    } else {
+        format!(
+            "steady growth below the alert threshold on {}",
+            holder.name()
+        )
+    };
+    let place = top.site.as_ref().map_or("?".to_string(), site_label);
+    format!(
+        "{what}: {} {unit} at {place}{others}{full}",
+        signed_bytes(top.evidence.rate.unwrap_or(0.0)),
+    )
+}
+
 /// What the events the tracer lost could explain, and was therefore left out above.
 fn lost_events(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
     let lost = a.anomalies.lost_events;
@@ -407,14 +408,19 @@ fn orphan_kinds(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
 
 fn site_rows(list: &[SiteGrowth], top: usize, unit: &str) -> comfy_table::Table {
     let headers = [
-        "#", "rate", "R²", "from", "first", "last", "max", "at end", "samples", "holder", "site",
-        "alert",
+        "#", "finding", "rate", "R²", "from", "first", "last", "max", "at end", "samples",
+        "holder", "site", "alert",
     ];
-    let mut t = table(&headers, &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let mut t = table(&headers, &[0, 2, 3, 4, 5, 6, 7, 8, 9]);
     for (i, s) in list.iter().take(top).enumerate() {
         let c = &s.course;
+        let finding = s.finding.map_or(String::new(), |f| match f.role {
+            Role::Cause => f.number.to_string(),
+            role => format!("{} ({})", f.number, role.name()),
+        });
         t.add_row(vec![
             (i + 1).to_string(),
+            finding,
             format!("{} {unit}", signed_bytes(c.slope())),
             c.fit.map_or("-".to_string(), |f| format!("{:.3}", f.r2)),
             c.phases

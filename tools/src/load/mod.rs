@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use vramtrace_collector::analysis::GrowthConfig;
+use vramtrace_collector::analysis::{analyze_with, Analysis, GrowthConfig};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{Ending, Header, TraceError, TraceReader, Unread};
 use vramtrace_collector::live::{LiveState, StepSource};
+use vramtrace_collector::torch::{ClockAnchor, TorchView};
 
 use self::steps_found::Found;
 
@@ -46,6 +47,25 @@ pub struct LoadedTrace {
     pub growth: GrowthConfig,
     /// Set when reading stopped before the end: where.
     pub stopped: Option<String>,
+}
+
+impl LoadedTrace {
+    /// What the trace holds of PyTorch (its allocator's settings and recorder), read from the
+    /// payloads its Python hooks attached; the trace header's clock places a snapshot without an
+    /// anchor of its own.
+    pub fn torch(&self) -> TorchView {
+        let fallback = ClockAnchor {
+            unix_ns: self.header.start_unix_ns,
+            monotonic_ns: self.header.start_mono_ns,
+        };
+        TorchView::read(self.state.attachments(), Some(fallback))
+    }
+
+    /// Every analysis of the trace, with PyTorch's own view of its tensors (`torch`, from
+    /// [`LoadedTrace::torch`]) beside the driver's.
+    pub fn analyze(&self, torch: &TorchView) -> Analysis {
+        analyze_with(&self.state, &self.growth, torch.framework(&self.state))
+    }
 }
 
 /// Whether to go on reading.

@@ -20,7 +20,7 @@ use vramtrace_collector::live::{
 };
 use vramtrace_collector::symbols::{Attribution, Granularity, Symbolizer};
 
-use vramtrace_collector::analysis::{analyze_with, Analysis};
+use vramtrace_collector::analysis::Analysis;
 
 use crate::load::{load_analyzed, LoadedTrace};
 use crate::options::ReportArgs;
@@ -326,8 +326,8 @@ impl<'a> Report<'a> {
         let mut naming = Attribution::of_state(state, symbols);
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
-        let lines = allocator::step_lines(state, header);
-        let mut analysis = analyze_with(state, &trace.growth, lines);
+        let torch = trace.torch();
+        let mut analysis = trace.analyze(&torch);
         site_labels::label_sites(&mut analysis, &mut naming);
         let symbols = attribution::symbol_facts(naming.symbolizer());
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).
@@ -362,7 +362,7 @@ impl<'a> Report<'a> {
                     .map(|(name, value)| Setting { name, value })
                     .collect(),
             },
-            allocator: allocator::AllocatorFacts::of(state, header, top),
+            allocator: allocator::AllocatorFacts::of(&torch, top),
             reading: Reading {
                 complete: trace.ending.is_complete(),
                 ending: EndingFacts::new(&trace.ending),

@@ -16,7 +16,7 @@ TRUTH = {"kind": "healthy", "steps": 60, "allocator": "default", "nccl": True}
 
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
 os.environ.setdefault("MASTER_PORT", "29543")
-dist.init_process_group("nccl", rank=0, world_size=1, device_id=DEVICE)
+dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda", 0))
 torch.manual_seed(0)
 VOCAB, D, SEQ, BATCH = 8192, 512, 256, 8
 
