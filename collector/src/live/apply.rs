@@ -8,6 +8,7 @@
 
 use std::io::Read;
 
+use super::failures::means_shutting_down;
 use super::ledger::{Charge, Holder};
 use super::objects::Origin;
 use super::sites::CallId;
@@ -338,6 +339,10 @@ impl LiveState {
             Op::Free { ptr, .. } => self.on_failed_free(e, ptr, false),
             Op::FreeHost { ptr } => self.on_failed_free(e, ptr, true),
             _ => {}
+        }
+        if means_shutting_down(e) {
+            self.failures.record_shutting_down(e.api);
+            return;
         }
         let ledger = &self.ledger;
         let failure = Failure::new(e, origin, |d| {

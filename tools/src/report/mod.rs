@@ -268,6 +268,10 @@ pub struct FailureList<'a> {
     pub by_api: Vec<ApiTally>,
     /// Kept failures, out-of-memory ones first, each group in trace order.
     pub list: Vec<&'a Failure>,
+    /// Calls refused because the driver or the runtime was shutting down (the process exiting:
+    /// `CUDA_ERROR_DEINITIALIZED`, `cudaErrorCudartUnloading`), per entry point: not failures,
+    /// and not counted above.
+    pub at_shutdown: Vec<ApiTally>,
 }
 
 #[derive(Serialize)]
@@ -409,6 +413,14 @@ impl<'a> Report<'a> {
                     })
                     .collect(),
                 list: failures,
+                at_shutdown: state
+                    .failures()
+                    .shutting_down_by_api()
+                    .map(|(api, count)| ApiTally {
+                        api: api.name(),
+                        count,
+                    })
+                    .collect(),
             },
             anomalies: AnomalyList {
                 total: anomalies.total(),

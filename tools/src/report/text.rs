@@ -397,8 +397,33 @@ fn orphans(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
 
 fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let f = &r.failures;
+    let shutdown: u64 = f.at_shutdown.iter().map(|a| a.count).sum();
+    let apart = if shutdown == 0 {
+        String::new()
+    } else {
+        let apis: Vec<String> = f
+            .at_shutdown
+            .iter()
+            .map(|a| format!("{} {}", a.count, a.api))
+            .collect();
+        let s = if shutdown == 1 { "" } else { "s" };
+        format!(
+            " ({shutdown} call{s} refused while the driver shut down at exit, not counted: {})",
+            apis.join(", ")
+        )
+    };
     if f.total == 0 {
-        return writeln!(out, "\nFailures: none");
+        return writeln!(out, "\nFailures: none{apart}");
+    }
+    if !apart.is_empty() {
+        writeln!(
+            out,
+            "\n{}",
+            apart
+                .trim_start()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+        )?;
     }
     let headers = [
         "api",
