@@ -51,8 +51,9 @@ use crate::live::{LiveState, StepPattern, StepSource};
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepInfo {
     /// `marks` (the program's step marks: `vramtrace_mark_step`, the Python bootstrap's
-    /// optimizer hook, an NVTX step range), `pattern` (the period of the allocation pattern, see
-    /// `pattern`), or `none` (growth is then sampled per time window).
+    /// optimizer hook, an NVTX step range), `iterations` (a loop without an optimizer: each
+    /// outermost model call, marked by the Python bootstrap), `pattern` (the period of the
+    /// allocation pattern, see `pattern`), or `none` (growth is then sampled per time window).
     pub source: &'static str,
     /// Steps begun.
     pub steps: u64,
@@ -72,8 +73,9 @@ pub fn step_info(state: &LiveState) -> StepInfo {
     let pattern = state.step_pattern();
     let source = match state.step_source() {
         StepSource::Pattern(_) => "pattern",
-        StepSource::Marks if state.marks() > 0 => "marks",
-        StepSource::Marks => "none",
+        _ if state.marks() > 0 => "marks",
+        _ if state.iteration_steps() > 0 => "iterations",
+        _ => "none",
     };
     let anchor_site = pattern
         .as_ref()

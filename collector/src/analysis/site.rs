@@ -74,6 +74,16 @@ pub struct SiteName {
 }
 
 impl SiteName {
+    /// Whether the site's memory is a framework allocator's pool or segment (not one array):
+    /// the line made the allocator grow, and need not be the line whose arrays keep it.
+    /// Stream-ordered allocations (PyTorch's `cudaMallocAsync` backend) are one array each.
+    pub fn is_framework_pool(&self) -> bool {
+        let per_array = self.api.is_some_and(|a| {
+            a.contains("MallocAsync") || a.contains("AllocAsync") || a.contains("FromPool")
+        });
+        self.owner.is_framework() && !per_array
+    }
+
     /// A place another view of memory names by its Python line alone (a framework allocator's
     /// records): no native stack, the view named where a library would be.
     pub fn of_line(view_name: &str, owner: OwnerKind, source: SourceLine) -> SiteName {

@@ -49,6 +49,7 @@ impl CallTally {
             Op::Free { .. }
             | Op::FreeHost { .. }
             | Op::MarkStep { .. }
+            | Op::MarkIteration { .. }
             | Op::RangePush { .. }
             | Op::RangePop
             | Op::Mark { .. }

@@ -305,7 +305,16 @@ impl LiveState {
             &Op::MarkStep { .. } => {
                 self.marks += 1;
                 self.detector.turn_off();
-                if self.step_source == StepSource::Marks {
+                if matches!(self.step_source, StepSource::Marks | StepSource::StepMarks) {
+                    self.step_boundary(e.time_ns);
+                }
+                None
+            }
+            &Op::MarkIteration { .. } => {
+                self.iterations += 1;
+                self.detector.turn_off();
+                if self.step_source == StepSource::Marks && self.marks == 0 {
+                    self.iteration_steps += 1;
                     self.step_boundary(e.time_ns);
                 }
                 None

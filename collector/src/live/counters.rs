@@ -94,6 +94,23 @@ impl LiveState {
         self.marks
     }
 
+    /// Iteration marks seen (`vramtrace_mark_iteration`), whatever the step source.
+    pub fn iterations(&self) -> u64 {
+        self.iterations
+    }
+
+    /// Iteration marks that began a step (with [`StepSource::Marks`], before the first step
+    /// mark).
+    pub fn iteration_steps(&self) -> u64 {
+        self.iteration_steps
+    }
+
+    /// Whether the steps applied are the program's marks (step marks, or iteration marks).
+    pub fn steps_from_marks(&self) -> bool {
+        matches!(self.step_source, StepSource::Marks | StepSource::StepMarks)
+            && (self.marks > 0 || self.iteration_steps > 0)
+    }
+
     /// Where steps come from.
     pub fn step_source(&self) -> &StepSource {
         &self.step_source
@@ -118,7 +135,7 @@ impl LiveState {
                 p.boundaries = applied.into();
                 Some(p)
             }
-            StepSource::Marks => self.detector.detect(),
+            StepSource::Marks | StepSource::StepMarks => self.detector.detect(),
         }
     }
 
@@ -129,8 +146,12 @@ impl LiveState {
     pub fn unapplied_steps(&self) -> Option<StepSource> {
         let found = self.detector.detect();
         match (&self.step_source, found) {
-            (StepSource::Marks, None) => None,
-            (StepSource::Marks, Some(p)) => Some(p.source()),
+            // Iterations began steps, and step marks came after them: step marks alone.
+            (StepSource::Marks, _) if self.marks > 0 && self.iteration_steps > 0 => {
+                Some(StepSource::StepMarks)
+            }
+            (StepSource::Marks | StepSource::StepMarks, None) => None,
+            (StepSource::Marks | StepSource::StepMarks, Some(p)) => Some(p.source()),
             (StepSource::Pattern(_), None) => Some(StepSource::Marks),
             (StepSource::Pattern(_), Some(p)) => {
                 (*p.boundaries != self.applied_boundaries[..]).then(|| p.source())

@@ -183,6 +183,9 @@ pub struct LiveState {
     losses: Losses,
     steps: u64,
     marks: u64,
+    /// Iteration marks seen, and those applied as steps (while no step mark had come).
+    iterations: u64,
+    iteration_steps: u64,
     pool_trims: u64,
     primary_releases: u64,
     /// References to each device's primary context seen taken and not yet released.

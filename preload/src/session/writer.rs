@@ -312,10 +312,12 @@ impl Writer {
 
     /// Writes a record that is not an event, and feeds it to the live analysis.
     fn write_record(&mut self, r: Record) {
-        if let Some(live) = self.live.as_mut() {
-            live.record(&r);
-        }
+        let alerts = match self.live.as_mut() {
+            Some(live) => live.record(&r, &self.sink.path),
+            None => Vec::new(),
+        };
         self.sink.write(&r);
+        self.write_alerts(alerts);
     }
 
     /// Writes the alerts the live analysis raised.
@@ -464,7 +466,8 @@ impl Writer {
             self.attachments += 1;
             let id = self.attachments;
             for piece in attached::pieces(&a.kind, id, a.time_ns, a.after_seq, &a.data) {
-                self.sink.write(&Record::Attachment(piece));
+                // Through the live analysis: PyTorch's payloads name an alert's line.
+                self.write_record(Record::Attachment(piece));
             }
         }
         self.sink.flush();
@@ -657,7 +660,8 @@ impl Writer {
         let stats = self.stats();
         let lost = stats.dropped;
         if let Some(live) = self.live.as_mut() {
-            live.finish(clock::monotonic_ns(), lost);
+            let alerts = live.finish(clock::monotonic_ns(), &self.sink.path, lost);
+            self.write_alerts(alerts);
         }
         self.sink.write(&Record::Stats(stats.clone()));
         self.sink.write(&Record::End(End {

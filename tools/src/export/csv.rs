@@ -120,6 +120,7 @@ fn op_fields(op: &Op) -> (&'static str, u64, u64, &str) {
         Op::WindowRegister { ptr, size, .. } => ("window-register", *ptr, *size, ""),
         Op::WindowDeregister { window, .. } => ("window-deregister", *window, 0, ""),
         Op::MarkStep { step } => ("mark-step", 0, *step, ""),
+        Op::MarkIteration { n } => ("mark-iteration", 0, *n, ""),
         Op::RangePush { name } => ("range-push", 0, 0, name),
         Op::RangePop => ("range-pop", 0, 0, ""),
         Op::Mark { name } => ("mark", 0, 0, name),

@@ -360,6 +360,11 @@ fn steps_line(a: &Analysis) -> String {
         .map_or(String::new(), |ns| format!(", one every {}", duration(ns)));
     match (s.source, &s.pattern) {
         ("marks", _) => format!("{} steps from step marks{every}", s.steps),
+        ("iterations", _) => format!(
+            "{} steps, one per call of the program's model (no optimizer step: each outermost \
+             model call is a step){every}",
+            s.steps
+        ),
         ("pattern", Some(p)) => {
             let anchor = match (p.anchor.event, &p.anchor.range) {
                 (_, Some(name)) => format!("NVTX range \"{name}\""),

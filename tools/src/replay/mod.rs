@@ -129,10 +129,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let (mut source, mut peak_event, mut passes) = (StepSource::Marks, None, 1);
     if needs_first_pass {
         let whole = read(path, StepSource::Marks, &progress, |_, _| Flow::Apply)?;
-        if whole.state.marks() == 0 {
-            if let Some(p) = whole.state.step_pattern() {
-                source = p.source();
-            }
+        // The steps the whole trace shows (its pattern, or its step marks alone).
+        if let Some(steps) = whole.state.unapplied_steps() {
+            source = steps;
         }
         peak_event = peaks(&whole.state).highest_device().map(|p| p.peak.event);
         progress.restart("pass 2 (replaying to the point)");

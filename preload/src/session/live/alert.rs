@@ -54,12 +54,32 @@ pub fn describe(
     };
     if let Some(top) = &d.top {
         a.place = place_name(w, &top.site);
+        // A framework allocator's segment: the line made it grow, not necessarily keeps it.
+        if top.site.is_framework_pool() {
+            a.place
+                .push_str(" (where the allocator asked the driver for memory)");
+        }
         a.place_rate = top.course.rate.round() as u64;
         a.stack = top.site.stack;
         a.caller = top.site.caller;
         a.py_stack = top.site.py_stack;
     }
     Some(a)
+}
+
+/// Names alert `a` by the place the program's own view of its memory found keeping it (PyTorch's
+/// tensors at a line, and that line's rate), when it found one.
+pub fn name_view(a: &mut Alert, place: Option<&(SiteName, f64)>) {
+    let Some((site, rate)) = place else {
+        return;
+    };
+    let Some(line) = &site.source else {
+        return;
+    };
+    let view = site.module_name.as_deref().unwrap_or("tensors");
+    a.place = format!("{}:{} in {} ({view})", line.file, line.line, line.function);
+    a.place_rate = rate.round() as u64;
+    (a.stack, a.caller, a.py_stack) = (0, 0, 0);
 }
 
 /// The place in words: the program's Python line, else the native function that asked and its
@@ -121,19 +141,36 @@ pub fn line(a: &Alert) -> String {
     } else {
         "full within the horizon".to_string()
     };
-    let mut s = format!(
-        "ALERT at step {}: device {} grows steadily, +{} per {} at {} ({why}); {} live",
-        a.step,
-        a.device,
-        bytes(a.rate),
-        a.unit,
-        if a.place.is_empty() {
-            "an unknown place"
-        } else {
-            &a.place
-        },
-        bytes(a.live_bytes)
-    );
+    let place = if a.place.is_empty() {
+        "an unknown place"
+    } else {
+        &a.place
+    };
+    // The place's own rate, when it is not the device's (the tensors a line keeps, where the
+    // device grows by the allocator's segments for them and more).
+    let own = a.place_rate.abs_diff(a.rate) * 10 > a.rate;
+    let mut s = if own && a.place_rate > 0 {
+        format!(
+            "ALERT at step {}: device {} grows steadily, +{} per {} ({why}); +{} per {} of it \
+             kept at {place}; {} live",
+            a.step,
+            a.device,
+            bytes(a.rate),
+            a.unit,
+            bytes(a.place_rate),
+            a.unit,
+            bytes(a.live_bytes)
+        )
+    } else {
+        format!(
+            "ALERT at step {}: device {} grows steadily, +{} per {} at {place} ({why}); {} live",
+            a.step,
+            a.device,
+            bytes(a.rate),
+            a.unit,
+            bytes(a.live_bytes)
+        )
+    };
     if let Some(n) = a.steps_to_full {
         s.push_str(&format!(", full in {n} steps"));
     }
