@@ -8,7 +8,8 @@
 
 use std::collections::HashMap;
 
-use vramtrace_collector::analysis::{Analysis, SiteName};
+use vramtrace_collector::analysis::owner::is_library_module;
+use vramtrace_collector::analysis::{Analysis, OwnerKind, SiteName};
 use vramtrace_collector::python::is_library_file;
 use vramtrace_collector::symbols::{
     Attribution, CallRef, CallSiteKey, FrameKind, Granularity, StackFrame,
@@ -89,17 +90,30 @@ fn tell_apart(naming: &mut Attribution<'_>, mut list: Vec<(String, &mut SiteName
             let at = |s: &Vec<String>| s.get(d).cloned().unwrap_or_default();
             stacks.iter().any(|s| at(s) != at(&stacks[0]))
         });
-        let sites_differ = members
+        // Each member is told apart by the first of these that no other member shares.
+        let tags: Vec<[Option<String>; 3]> = members
             .iter()
-            .any(|&i| list[i].1.site != list[members[0]].1.site);
+            .enumerate()
+            .map(|(k, &i)| {
+                let s = &*list[i].1;
+                let via = parting
+                    .map(|d| format!("via {}", stacks[k].get(d).map_or("?", String::as_str)));
+                [
+                    via,
+                    Some(format!("[{}]", s.site)),
+                    Some(format!("[stack {}]", s.stack)),
+                ]
+            })
+            .collect();
         for (k, &i) in members.iter().enumerate() {
+            let unique = (0..3).find_map(|t| {
+                let tag = tags[k][t].as_ref()?;
+                let shared = tags.iter().filter(|o| o[t].as_ref() == Some(tag)).count();
+                (shared == 1).then(|| tag.clone())
+            });
             let s = &mut *list[i].1;
             let base = s.label.clone().unwrap_or_else(|| s.site.clone());
-            let apart = match parting {
-                Some(d) => format!("via {}", stacks[k].get(d).map_or("?", String::as_str)),
-                None if sites_differ => format!("[{}]", s.site),
-                None => format!("[stack {}]", s.stack),
-            };
+            let apart = unique.unwrap_or_else(|| format!("[stack {}]", s.stack));
             s.label = Some(format!("{base} {apart}"));
         }
     }
@@ -136,10 +150,52 @@ fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
             line,
             function,
         } => Some(format!("{}:{line} in {function}", base_name(&file))),
+        // A native program's own function, where a library (NCCL, a framework) allocated for
+        // it: the place the user can change.
+        _ if program_function(naming, site).is_some() => program_function(naming, site),
         CallSiteKey::Function { function, .. } => Some(short_function(&function)),
         // Nothing names it: the recorded `module+offset` says as much.
         _ => None,
     }
+}
+
+/// A native program's own function where a library owns the site (its memory made by NCCL,
+/// cuBLAS or a framework on the program's behalf), and the library function it called:
+/// `init_comms → ncclCommInitRank`. `None` for a site with a Python line, a site the program
+/// owns, or when symbols name no function of the program.
+fn program_function(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
+    if site.source.is_some() || site.program_frame == 0 || !is_library_owned(site) {
+        return None;
+    }
+    let call = CallRef {
+        caller: site.caller,
+        stack: site.stack,
+        py_stack: site.py_stack,
+    };
+    let frames: Vec<StackFrame> = naming
+        .stack(call)
+        .into_iter()
+        .filter(|f| f.kind == FrameKind::Native)
+        .collect();
+    let ours = |f: &StackFrame| f.module.as_deref().is_some_and(|m| !is_library_module(m));
+    let k = frames.iter().position(ours)?;
+    let program = short_function(frames[k].function.as_deref()?);
+    let entry = frames[..k]
+        .iter()
+        .rev()
+        .find(|f| !f.in_cuda_library())
+        .and_then(|f| f.function.as_deref())
+        .map(short_function);
+    Some(match entry {
+        Some(entry) => format!("{program} → {entry}"),
+        None => program,
+    })
+}
+
+/// Whether a site's owner is a library rather than the program (its memory made by NCCL,
+/// cuBLAS or a framework on the program's behalf).
+fn is_library_owned(site: &SiteName) -> bool {
+    !matches!(site.owner, OwnerKind::Extension | OwnerKind::Unknown)
 }
 
 /// The label of a call with these (mixed) frames: its program's innermost Python frame (as

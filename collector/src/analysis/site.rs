@@ -64,6 +64,10 @@ pub struct SiteName {
     /// by it, so a communicator NCCL allocates for `main` is `main`'s.
     #[serde(serialize_with = "crate::live::hex")]
     pub program_frame: u64,
+    /// The frame before it, in the library the program called (`ncclCommInitRank`): 0 when the
+    /// program frame is the site's own caller or there is none.
+    #[serde(serialize_with = "crate::live::hex")]
+    pub entry_frame: u64,
     /// The site in words (`train.py:88 in step`, or the native function that asked), filled in
     /// by a reader with symbols ([`Analysis::sites_mut`](super::Analysis::sites_mut)); `null`
     /// otherwise.
@@ -100,6 +104,7 @@ impl SiteName {
             label: Some(source.label()),
             source: Some(source),
             program_frame: 0,
+            entry_frame: 0,
             place: Place::Site(u32::MAX),
         }
     }
@@ -144,21 +149,24 @@ fn source_of(state: &LiveState, line: ProgramLine) -> Option<SourceLine> {
     })
 }
 
-/// The innermost frame of a site that belongs to the program rather than to a library (0 when
-/// every frame is a library's).
-fn program_frame(state: &LiveState, caller: u64, stack: u32) -> u64 {
+/// The innermost frame of a site that belongs to the program rather than to a library, and the
+/// frame before it (in the library the program called); 0 for either that is not there.
+fn program_frame(state: &LiveState, caller: u64, stack: u32) -> (u64, u64) {
     let owners = state.owners();
-    let frames = owners.stack(stack).unwrap_or(&[]);
+    let frames: Vec<u64> = std::iter::once(caller)
+        .chain(owners.stack(stack).unwrap_or(&[]).iter().copied())
+        .filter(|&a| a != 0)
+        .collect();
     let ours = |addr: u64| {
         owners
             .modules()
             .find(addr)
             .is_some_and(|m| !is_library_module(&m.path))
     };
-    std::iter::once(caller)
-        .chain(frames.iter().copied())
-        .find(|&a| a != 0 && ours(a))
-        .unwrap_or(0)
+    match frames.iter().position(|&a| ours(a)) {
+        Some(k) => (frames[k], k.checked_sub(1).map_or(0, |e| frames[e])),
+        None => (0, 0),
+    }
 }
 
 /// Names call site `id` of `state`.
@@ -176,6 +184,7 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
             api: None,
             source: None,
             program_frame: 0,
+            entry_frame: 0,
             label: None,
             place: Place::Site(id),
         };
@@ -183,6 +192,7 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
     let (py_stack, py_stacks_vary) = state.site_python(id).unwrap_or((0, false));
     let owner = state.owners().resolve(caller, key.stack);
     let location = state.locate(owner.frame);
+    let (program, entry) = program_frame(state, caller, key.stack);
     let module = owner.module.and_then(|m| state.owners().modules().by_id(m));
     SiteName {
         stack: key.stack,
@@ -195,7 +205,8 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
         owner: module.map_or(OwnerKind::Unknown, |m| OwnerKind::of_module(&m.path)),
         api: state.site_api(id).map(|a| a.name()),
         source: source_of(state, key.line),
-        program_frame: program_frame(state, caller, key.stack),
+        program_frame: program,
+        entry_frame: entry,
         label: None,
         place: place(state, id),
     }

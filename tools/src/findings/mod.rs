@@ -9,7 +9,8 @@ use std::io::{self, Write};
 use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::analysis::orphans::Orphan;
 use vramtrace_collector::analysis::{
-    Analysis, Finding, FindingClass, OrphanKind, Orphans, Role, Severity, Shape, SiteName,
+    Analysis, Finding, FindingClass, OrphanKind, Orphans, RaisedAlert, Role, Severity, Shape,
+    SiteName,
 };
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
@@ -658,7 +659,16 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
 }
 
 /// An alert the tracer raised while the program ran, as the program's stderr said it.
-fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
+fn alert_line(raised: &RaisedAlert) -> String {
+    let a = &raised.alert;
+    // Labelled as every other place; a line PyTorch's tensors named, by its file's base name.
+    let place = match &raised.site {
+        Some(s) => site_label(s),
+        None => match a.place.split_once(':') {
+            Some((file, rest)) => format!("{}:{rest}", file.rsplit('/').next().unwrap_or(file)),
+            None => a.place.clone(),
+        },
+    };
     let unit = if a.unit == "step" {
         "per step".to_string()
     } else {
@@ -669,12 +679,16 @@ fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
         (None, Some(s)) => format!("; full in {s} s"),
         _ => String::new(),
     };
+    let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
+        format!(", {} {unit} of it", signed_bytes(a.place_rate as f64))
+    } else {
+        String::new()
+    };
     format!(
-        "while running, at step {}: device {} grew steadily, {} {unit} at {} ({}){full}",
+        "while running, at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}",
         a.step,
         a.device,
         signed_bytes(a.rate as f64),
-        a.place,
         a.reason
     )
 }

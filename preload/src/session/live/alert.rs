@@ -10,7 +10,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use serde::Serialize;
 use vramtrace_collector::analysis::watch::{Judgement, Reason};
-use vramtrace_collector::analysis::{leaks, Leaks, SiteName, Watch};
+use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
 
@@ -82,21 +82,43 @@ pub fn name_view(a: &mut Alert, place: Option<&(SiteName, f64)>) {
     (a.stack, a.caller, a.py_stack) = (0, 0, 0);
 }
 
-/// The place in words: the program's Python line, else the native function that asked and its
-/// module (`fw_alloc (libtorch_standin.so)`), from the process's own dynamic symbols.
+/// The place in words: the program's Python line; else, where a library (NCCL, a framework)
+/// allocated for a native program, the program's function and the library's it called
+/// (`main → fw_alloc (libtorch_standin.so)`); else the native function that asked and its
+/// module (`fw_alloc (libtorch_standin.so)`). From the process's own dynamic symbols: a
+/// function they do not name is `module+offset` (the report names it from the binaries).
 pub fn place_name(w: &Watch, site: &SiteName) -> String {
-    w.python_place(site)
-        .unwrap_or_else(|| native_name(w.owner_frame(site)))
+    if let Some(line) = w.python_place(site) {
+        return line;
+    }
+    let library_owned = !matches!(site.owner, OwnerKind::Extension | OwnerKind::Unknown);
+    if library_owned && site.program_frame != 0 && site.entry_frame != 0 {
+        let (program, _) = native_parts(site.program_frame);
+        let (entry, module) = native_parts(site.entry_frame);
+        return format!("{program} → {entry} ({module})");
+    }
+    native_name(w.owner_frame(site))
 }
 
 /// `function (module)`, `module+0x1a2b`, or the bare address, by `dladdr`.
 fn native_name(address: u64) -> String {
+    match native_parts(address) {
+        (function, module) if !module.is_empty() && !function.starts_with(&module) => {
+            format!("{function} ({module})")
+        }
+        (function, _) => function,
+    }
+}
+
+/// `(function, module)` of `address` by `dladdr`: the function, else `module+0x1a2b`, else the
+/// bare address (with an empty module).
+fn native_parts(address: u64) -> (String, String) {
     // SAFETY: a zeroed Dl_info is valid for dladdr to fill; dladdr only reads the loader's
     // tables. The strings it returns belong to loaded objects and are copied at once.
     let (module, symbol, base) = unsafe {
         let mut info: libc::Dl_info = std::mem::zeroed();
         if address == 0 || libc::dladdr(address as *const libc::c_void, &mut info) == 0 {
-            return format!("{address:#x}");
+            return (format!("{address:#x}"), String::new());
         }
         let text = |p: *const libc::c_char| {
             (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
@@ -110,8 +132,11 @@ fn native_name(address: u64) -> String {
     let module = module.unwrap_or_default();
     let module = module.rsplit('/').next().unwrap_or(&module).to_string();
     match symbol {
-        Some(s) => format!("{s} ({module})"),
-        None => format!("{module}+{:#x}", address.wrapping_sub(base)),
+        Some(s) => (s, module),
+        None => (
+            format!("{module}+{:#x}", address.wrapping_sub(base)),
+            module,
+        ),
     }
 }
 
