@@ -13,8 +13,9 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use vramtrace_collector::symbols::{Granularity, Symbolizer};
+use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
-use crate::limits::{measure, parse_growth_limit, parse_size_limit, render, Limit, Measured};
+use crate::limits::{measure, render, Limit, Measured};
 use crate::load::load_analyzed;
 use crate::options::AnalysisArgs;
 use crate::options::TracerArgs;
@@ -45,15 +46,15 @@ EXAMPLES:
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Fail when more than SIZE of device memory is live at the end of a trace (0: any).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_limit)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_leak: Option<u64>,
     /// Fail when a device grows steadily by more than SIZE per step (per time window when the
     /// steps cannot be told). Default: fail when the growth verdict alerts (growth above
     /// --alert-percent of device memory per step, or the device full within the horizon).
-    #[arg(long, value_name = "SIZE/step", value_parser = parse_growth_limit)]
+    #[arg(long, value_name = "SIZE/step", value_parser = parse_rate)]
     pub max_growth: Option<u64>,
     /// Fail on more than N orphans (memory whose owner is gone).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_count)]
     pub max_orphans: Option<u64>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,

@@ -11,7 +11,9 @@ use vramtrace_collector::analysis::growth::DRIVER;
 use vramtrace_collector::analysis::Analysis;
 use vramtrace_collector::live::Holder;
 
-use crate::units::{bytes, parse_size, signed_bytes, unit};
+use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
+
+use crate::units::{bytes, signed_bytes, unit};
 
 /// One limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,32 +41,6 @@ impl Limit {
     }
 }
 
-/// A size limit: `0`, or a size as [`parse_size`] reads it.
-pub fn parse_size_limit(text: &str) -> Result<u64, String> {
-    if text.trim() == "0" {
-        return Ok(0);
-    }
-    parse_size(text)
-}
-
-/// A growth limit: a size per step (`1MiB/step`, or `1MiB`).
-pub fn parse_growth_limit(text: &str) -> Result<u64, String> {
-    let size = text.trim();
-    let size = size.strip_suffix("/step").unwrap_or(size);
-    if size.contains('/') {
-        return Err(format!(
-            "'{text}' is not a growth per step (examples: 1MiB/step, 512KiB)"
-        ));
-    }
-    parse_size_limit(size)
-}
-
-fn parse_count(text: &str) -> Result<u64, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number of objects"))
-}
-
 /// One item of `--fail-on`: `growth`, `growth=SIZE/step`, `leak[=SIZE]`, `orphans[=N]` (a
 /// bare `leak` or `orphans` allows none).
 pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
@@ -74,14 +50,12 @@ pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
     };
     match (name, value) {
         ("growth", None) => Ok(Limit::GrowthAlert),
-        ("growth", Some(v)) => parse_growth_limit(v).map(Limit::Growth),
+        ("growth", Some(v)) => parse_rate(v).map(Limit::Growth),
         ("leak", None) => Ok(Limit::Leak(0)),
-        ("leak", Some(v)) => parse_size_limit(v).map(Limit::Leak),
+        ("leak", Some(v)) => parse_size(v).map(Limit::Leak),
         ("orphans", None) => Ok(Limit::Orphans(0)),
         ("orphans", Some(v)) => parse_count(v).map(Limit::Orphans),
-        _ => Err(format!(
-            "'{text}' is not a limit (growth, growth=SIZE/step, leak[=SIZE], orphans[=N])"
-        )),
+        _ => Err("not a limit (growth, growth=SIZE/step, leak[=SIZE], orphans[=N])".into()),
     }
 }
 

@@ -1,15 +1,11 @@
-//! Human-readable sizes and rates for tables (JSON always carries exact bytes). Sizes are printed
-//! by `bytesize` and read here: a size flag's units are powers of 1024 whatever their spelling
-//! (`80G` is 80 GiB), where `bytesize` would read `G` and `GB` as powers of 1000.
+//! Human-readable numbers for tables (JSON always carries exact bytes): sizes as the collector
+//! prints them everywhere ([`bytes`]), signed rates, device ordinals, short spans. What users
+//! type is read by the collector's `units`, the grammar the tracer's settings share.
 
-use bytesize::ByteSize;
 use vramtrace_collector::analysis::Analysis;
 use vramtrace_collector::live::SampleAxis;
 
-/// `512 B`, `4.0 KiB`, `1.5 GiB`.
-pub fn bytes(n: u64) -> String {
-    ByteSize(n).display().iec().to_string()
-}
+pub use vramtrace_collector::units::bytes;
 
 /// A device ordinal for tables: `?` when the trace could not tell it (-1).
 pub fn device(d: i32) -> String {
@@ -43,8 +39,6 @@ pub fn signed_bytes(n: f64) -> String {
     format!("{sign}{}", bytes(n.abs().round() as u64))
 }
 
-pub use vramtrace_collector::size::parse_size;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,17 +49,5 @@ mod tests {
             (device(0), device(7), device(-1)),
             ("0".into(), "7".into(), "?".into())
         );
-    }
-
-    #[test]
-    fn sizes_read_naturally() {
-        assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(1023), "1023 B");
-        assert_eq!(bytes(1024), "1.0 KiB");
-        assert_eq!(bytes((1 << 20) - 1), "1024.0 KiB");
-        assert_eq!(bytes(3 << 20), "3.0 MiB");
-        assert_eq!(bytes(3 << 29), "1.5 GiB");
-        assert_eq!(bytes((1 << 50) + (1 << 49)), "1.5 PiB");
-        assert_eq!(bytes(u64::MAX), "16.0 EiB");
     }
 }

@@ -11,7 +11,6 @@ pub mod config;
 pub mod lifecycle;
 pub mod live;
 pub mod module_tracker;
-pub mod output;
 pub mod ring;
 pub mod trace_file;
 pub mod writer;

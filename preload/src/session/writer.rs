@@ -10,11 +10,11 @@ use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{
     End, Header, Packing, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
+use vramtrace_collector::units::pattern::{self, Naming};
 
 use super::lifecycle::Ending;
 use super::live::Live;
 use super::module_tracker::ModuleTracker;
-use super::output::{self, Naming};
 use super::ring::Take;
 use super::trace_file::{CreateError, TraceFile};
 use super::{Session, HOOK_PANICS, MISSING_REAL};
@@ -254,8 +254,8 @@ fn open_sink(session: &Session) -> Sink {
             lost: 0,
         }
     };
-    let pattern = &session.config.output;
-    let first = output::first_choice(pattern, &naming);
+    let output = &session.config.output;
+    let first = pattern::first_choice(output, &naming);
     // The header is written into the staged file, which appears under its name with it.
     let mut writer = match TraceWriter::new(TimedWrite::new(TraceFile::staged()), &header) {
         Ok(w) => w.with_chunk_bytes(256 * 1024),
@@ -264,7 +264,7 @@ fn open_sink(session: &Session) -> Sink {
     let path = match writer
         .get_mut()
         .get_mut()
-        .create(output::candidates(&first, pattern, pid))
+        .create(pattern::candidates(&first, output, pid))
     {
         Ok(path) => path.to_path_buf(),
         Err(e @ CreateError::NotRegular(_)) => return untraced(&first, e.to_string()),

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
 use anyhow::{anyhow, bail, Context, Result};
+use vramtrace_collector::units::pattern::{DEFAULT, IN_DIRECTORY, PLACEHOLDERS};
 
 pub use self::status::Loaded;
 use self::status::StatusDir;
@@ -26,13 +27,6 @@ pub use args::{RunArgs, EXAMPLES};
 
 /// The tracer's file name.
 const LIB_NAME: &str = "libvramtrace.so";
-/// Where traces go by default; the tracer replaces `%p` with the pid.
-const DEFAULT_OUTPUT: &str = "vramtrace-%p.vtrace";
-/// The file name each process writes in a directory given as `-o DIR/` (the tracer's own choice
-/// for a directory).
-const IN_DIRECTORY: &str = "vramtrace-%p.vtrace";
-/// The placeholders the tracer fills in a file name.
-const PLACEHOLDERS: [&str; 4] = ["%p", "%r", "%h", "%t"];
 
 /// Runs `vramtrace run`; returns the exit code to leave with.
 pub fn run(args: &RunArgs) -> Result<u8> {
@@ -237,7 +231,7 @@ fn output_setting(flag: Option<&Path>) -> (PathBuf, &'static str) {
         }
         (Some(flag), None) => (flag.to_path_buf(), "-o"),
         (None, Some(env)) => (PathBuf::from(env), "VRAMTRACE_OUTPUT"),
-        (None, None) => (PathBuf::from(DEFAULT_OUTPUT), "-o"),
+        (None, None) => (PathBuf::from(DEFAULT), "-o"),
     }
 }
 

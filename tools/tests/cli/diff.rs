@@ -119,6 +119,7 @@ fn the_planted_leak_is_the_only_difference() {
             ("live_bytes", false),
             ("peak_bytes", false),
             ("growth_per_step", true),
+            ("orphans", false),
             ("orphan_bytes", false),
             ("failures", false)
         ]

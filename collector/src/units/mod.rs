@@ -1,0 +1,22 @@
+//! The words users write for amounts and names, in the tracer's settings and the tools' flags
+//! alike: sizes (`80GiB`), growth rates (`1MiB/step`), counts, durations (`90s`, `24h`) and the
+//! trace-name pattern (`job-rank%r-%p.vtrace`). One grammar, read in one place, so that
+//! `VRAMTRACE_ALERT_THRESHOLD` and `check --max-growth` take the same text, a size prints the
+//! same in every output, and `run` finds a trace by the name the tracer gave it.
+//!
+//! A parser's error reads after the value it refused: `not a size (examples: …)`, so a setting
+//! warns `VRAMTRACE_X='5x' is not a size: …` and a flag fails with `invalid value '5x' for
+//! '--max-leak <SIZE>': not a size: …`.
+
+pub mod count;
+pub mod duration;
+pub mod pattern;
+pub mod rate;
+pub mod size;
+pub mod switch;
+
+pub use count::{parse_count, CountRange};
+pub use duration::parse_duration;
+pub use rate::parse_rate;
+pub use size::{bytes, parse_size};
+pub use switch::parse_switch;
