@@ -13,7 +13,7 @@ use vramtrace_collector::live::Holder;
 
 use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
-use crate::units::{bytes, signed_bytes, unit};
+use crate::units::{bytes, count, signed_bytes, unit};
 
 /// One limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,20 +80,20 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
                 Limit::Leak(max) => {
                     let live = analysis.leaks.device;
                     let found = format!(
-                        "{} live at the end ({} B in {} objects), limit {}",
+                        "{} live at the end ({} B in {}), limit {}",
                         bytes(live.bytes),
                         live.bytes,
-                        live.count,
+                        count(live.count, "object"),
                         exact(max)
                     );
                     (live.bytes > max, found)
                 }
                 Limit::Orphans(max) => {
                     let o = analysis.orphans.total;
-                    let noun = if o.count == 1 { "orphan" } else { "orphans" };
                     let found = format!(
-                        "{} {noun} holding {} B of device memory, limit {max}",
-                        o.count, o.bytes
+                        "{} holding {} B of device memory, limit {max}",
+                        count(o.count, "orphan"),
+                        o.bytes
                     );
                     (o.count > max, found)
                 }
@@ -157,6 +157,27 @@ fn growth_found(
         found.push_str(", full within the horizon");
     }
     (passed, found)
+}
+
+/// Writes what keeps one trace from being checked in full ([`crate::report::Report::gaps`]), one
+/// line each, after its limits.
+pub fn render_gaps(out: &mut impl Write, gaps: &[String]) -> io::Result<()> {
+    for g in gaps {
+        writeln!(out, "  not checked: the trace {g}")?;
+    }
+    Ok(())
+}
+
+/// The error (exit 2) of a check that could not look everywhere: the first thing it could not
+/// check, and how many more (each also named above it).
+pub fn could_not_check(unchecked: &[String]) -> anyhow::Error {
+    match unchecked {
+        [] | [_] => anyhow::anyhow!("could not check: {}", unchecked.join("")),
+        [first, rest @ ..] => anyhow::anyhow!(
+            "could not check: {first}; and {} more (named above)",
+            rest.len()
+        ),
+    }
 }
 
 /// Writes the measured limits of one trace, one line each: `FAIL` or `ok`, the limit, what was

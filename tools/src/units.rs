@@ -33,6 +33,16 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
+/// A number of things, the noun in the plural unless there is one: `1 object`, `3 objects`,
+/// `2 processes`.
+pub fn count(n: u64, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        _ if noun.ends_with('s') => format!("{n} {noun}es"),
+        _ => format!("{n} {noun}s"),
+    }
+}
+
 /// Bytes per unit of a growth slope, signed: `+1.0 MiB`, `-512 B`.
 pub fn signed_bytes(n: f64) -> String {
     let sign = if n < 0.0 { "-" } else { "+" };
@@ -42,6 +52,13 @@ pub fn signed_bytes(n: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_agree_with_their_noun() {
+        assert_eq!(count(1, "object"), "1 object");
+        assert_eq!(count(0, "object"), "0 objects");
+        assert_eq!(count(2, "process"), "2 processes");
+    }
 
     #[test]
     fn an_unknown_device_is_a_question_mark() {

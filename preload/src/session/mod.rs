@@ -69,7 +69,7 @@ pub fn config() -> &'static Config {
             crate::profile::enable();
         }
         if !c.quiet {
-            for w in &warnings {
+            for w in warnings.iter().filter(|w| announce::first_to_warn(w)) {
                 crate::warn::warn(w);
             }
         }

@@ -12,6 +12,7 @@ use vramtrace_collector::format::{
 };
 use vramtrace_collector::units::pattern::{self, Naming};
 
+use super::announce;
 use super::lifecycle::Ending;
 use super::live::Live;
 use super::module_tracker::ModuleTracker;
@@ -91,6 +92,7 @@ impl Sink {
     }
 
     fn fail(&mut self, e: &dyn std::fmt::Display) {
+        announce::trace_cut(&self.path);
         warn(&format!(
             "writing {} failed ({e}); tracing stops, the program continues",
             self.path
@@ -244,6 +246,7 @@ fn open_sink(session: &Session) -> Sink {
     };
     let quiet = session.config.quiet;
     let untraced = |path: &std::path::Path, why: String| {
+        announce::untraced(&why);
         if !quiet {
             warn(&format!("{why}; the program runs on untraced"));
         }
@@ -266,7 +269,10 @@ fn open_sink(session: &Session) -> Sink {
         .get_mut()
         .create(pattern::candidates(&first, output, pid))
     {
-        Ok(path) => path.to_path_buf(),
+        Ok(path) => {
+            announce::trace_created(path);
+            path.to_path_buf()
+        }
         Err(e @ CreateError::NotRegular(_)) => return untraced(&first, e.to_string()),
         Err(e) => return untraced(&first, format!("cannot write the trace: {e}")),
     };

@@ -61,8 +61,8 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
             "  FAIL  leak             20.0 MiB live at the end (20971520 B in 20 objects), limit \
              1.0 MiB (1048576 B)",
             "  FAIL  orphans          1 orphan holding 0 B of device memory, limit 0",
-            "vramtrace check: FAILED: growth, leak, orphans passed in 1 of 1 trace (details: \
-             vramtrace report TRACE)",
+            "vramtrace check: FAILED: limits exceeded in 1 of 1 trace: growth, leak, orphans \
+             (details: vramtrace report TRACE)",
         ]
     );
 });
@@ -100,7 +100,7 @@ captest!(check_passes_the_fixed_workload, |dir| {
         &["--fix-leak"],
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("FAILED: orphans passed in 1 of 1 trace"));
+    assert!(text(&out.stderr).contains("FAILED: limits exceeded in 1 of 1 trace: orphans"));
 });
 
 // An absolute growth limit replaces the verdict: 1 MiB a step passes 512 KiB, not 2 MiB.
@@ -161,8 +161,8 @@ captest!(check_passes_the_programs_failure_through, |dir| {
     assert_eq!(text(&out.stdout), "", "the program did not run");
     assert_eq!(
         text(&out.stderr),
-        "error: invalid value '5x' for '--max-leak <SIZE>': unknown size unit 'x' (use B, KiB, \
-         MiB, GiB, TiB) (see --help)\n"
+        "error: invalid value '5x' for '--max-leak <SIZE>': not a size: unknown unit 'x' (use \
+         B, KiB, MiB, GiB, TiB) (see --help)\n"
     );
     let out = check(
         dir,

@@ -15,9 +15,10 @@ use std::time::SystemTime;
 use vramtrace_collector::live::{Accounting, LiveState};
 use vramtrace_collector::units::pattern::NamePattern;
 
-use super::status::Loaded;
+use super::status::Reported;
+use super::Ran;
 use crate::load::load;
-use crate::units::bytes;
+use crate::units::{bytes, count};
 
 /// Call sites listed per trace in the summary.
 const SUMMARY_SITES: usize = 5;
@@ -71,48 +72,80 @@ impl OutputPattern {
     }
 }
 
-/// Prints a short summary of each trace.
-pub fn summarize(
-    out: &mut impl Write,
-    traces: &[PathBuf],
-    loaded: Option<Loaded>,
-) -> io::Result<()> {
-    if traces.is_empty() {
-        return writeln!(out, "vramtrace: {}", why_no_trace(loaded));
+/// Prints a short summary of each trace the run wrote, and of each process it did not see.
+pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
+    let unseen = unseen(ran);
+    if ran.traces.is_empty() && unseen.is_empty() {
+        return writeln!(out, "vramtrace: {}", why_no_trace(ran.reported.as_ref()));
     }
-    for path in traces {
+    for path in &ran.traces {
         match load(path) {
             Ok(trace) => {
                 let state = &trace.state;
-                let dropped = state
-                    .stats()
-                    .map_or("unknown".to_string(), |s| s.dropped.to_string());
                 let events = state
                     .stats()
                     .map_or(state.events(), |s| s.events.max(state.events()));
+                let lost = match state.lost_events() {
+                    0 => String::new(),
+                    n => format!(", {n} lost"),
+                };
                 writeln!(
                     out,
-                    "vramtrace: {}: pid {}, {events} events, {dropped} dropped, {}",
+                    "vramtrace: {}: pid {}, {}{lost}, {}",
                     path.display(),
                     trace.header.pid,
+                    count(events, "event"),
                     trace.ending.describe()
                 )?;
+                if ran.reported.as_ref().is_some_and(|r| r.was_cut(path)) {
+                    writeln!(
+                        out,
+                        "  writing it failed part way (the warning above says why): it stops early"
+                    )?;
+                }
                 summarize_live(out, state)?;
             }
             Err(e) => writeln!(out, "vramtrace: {e:#}")?,
         }
     }
+    for line in unseen {
+        writeln!(out, "vramtrace: {line}")?;
+    }
     Ok(())
 }
 
-/// Why a run wrote no trace.
-pub fn why_no_trace(loaded: Option<Loaded>) -> &'static str {
+/// What the run's traces do not show, one line per process: those that ran untraced (their
+/// trace could not be written, or tracing was off), and traces that are gone.
+pub fn unseen(ran: &Ran) -> Vec<String> {
+    let Some(r) = &ran.reported else {
+        return Vec::new();
+    };
+    let untraced = r
+        .untraced()
+        .map(|(p, why)| format!("pid {} ran untraced: {why}", p.pid));
+    let disabled = r
+        .disabled()
+        .map(|p| format!("pid {} ran untraced: VRAMTRACE_DISABLE is set", p.pid));
+    let gone = r.traces().filter(|(_, t)| !t.is_file()).map(|(p, t)| {
+        format!(
+            "pid {}: its trace {} is gone (moved or deleted while the program ran)",
+            p.pid,
+            t.display()
+        )
+    });
+    untraced.chain(disabled).chain(gone).collect()
+}
+
+/// Why a run wrote no trace, when every process it saw ran traced.
+pub fn why_no_trace(reported: Option<&Reported>) -> &'static str {
     const NOT_LOADED: &str = "the tracer library was not loaded (no trace written): the loader \
         ignores LD_PRELOAD for setuid programs and static binaries, and says on stderr when it \
         cannot load a library";
-    match loaded {
-        Some(l) if l.tracing > 0 => "the program made no GPU memory call (no trace written)",
-        Some(l) if l.disabled > 0 => "tracing was off: VRAMTRACE_DISABLE is set (no trace written)",
+    match reported {
+        Some(r) if r.tracing() > 0 => "the program made no GPU memory call (no trace written)",
+        Some(r) if r.disabled().next().is_some() => {
+            "tracing was off: VRAMTRACE_DISABLE is set (no trace written)"
+        }
         Some(_) => NOT_LOADED,
         None => {
             "no trace was written: the program made no GPU memory call, or the tracer library \
@@ -125,18 +158,18 @@ fn summarize_live(out: &mut impl Write, state: &LiveState) -> io::Result<()> {
     let summary = state.summary();
     writeln!(
         out,
-        "  live device memory at the end: {} in {} objects",
+        "  live device memory at the end: {} in {}",
         bytes(summary.device_memory.bytes),
-        summary.device_memory.count
+        count(summary.device_memory.count, "object")
     )?;
     let sites = state.by_call_site();
     let device_sites: Vec<_> = sites.iter().filter(|s| s.bytes > 0).collect();
     for s in device_sites.iter().take(SUMMARY_SITES) {
         writeln!(
             out,
-            "    {:>10}  {:>5} objects  {:<24} {} (owner {})",
+            "    {:>10}  {:>13}  {:<24} {} (owner {})",
             bytes(s.bytes),
-            s.count,
+            count(s.count, "object"),
             s.api.name(),
             s.location,
             s.module_name.as_deref().unwrap_or("unknown")
@@ -147,7 +180,8 @@ fn summarize_live(out: &mut impl Write, state: &LiveState) -> io::Result<()> {
         .filter(|o| o.category.accounting() == Accounting::Device)
         .count();
     if orphans > 0 {
-        writeln!(out, "  {orphans} orphaned objects: see `vramtrace report`")?;
+        let orphans = count(orphans as u64, "orphaned object");
+        writeln!(out, "  {orphans}: see `vramtrace report`")?;
     }
     Ok(())
 }
