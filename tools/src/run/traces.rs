@@ -75,7 +75,8 @@ impl OutputPattern {
 /// Prints a short summary of each trace the run wrote, and of each process it did not see.
 pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
     let unseen = unseen(ran);
-    if ran.traces.is_empty() && unseen.is_empty() {
+    let disabled = ran.reported.as_ref().map_or(0, |r| r.disabled().count());
+    if ran.traces.is_empty() && unseen.len() == disabled {
         return writeln!(out, "vramtrace: {}", why_no_trace(ran.reported.as_ref()));
     }
     for path in &ran.traces {

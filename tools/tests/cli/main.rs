@@ -5,6 +5,7 @@ mod acceptance;
 mod diff;
 mod errors;
 mod exports;
+mod gate;
 mod gpu;
 mod html;
 mod reading;
