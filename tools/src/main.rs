@@ -17,6 +17,7 @@ mod inputs;
 mod limits;
 mod load;
 mod options;
+mod output_file;
 mod ranks;
 mod replay;
 mod report;

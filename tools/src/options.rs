@@ -29,8 +29,10 @@ EXAMPLES:
         vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json
 
     One self-contained page to open in a browser or mail: the chart of live memory over
-    time, the findings and every table (nothing is loaded from the network):
+    time, the findings and every table (nothing is loaded from the network); a page that
+    exists is replaced only with --force:
         vramtrace report --html report.html vramtrace-4242.vtrace
+        vramtrace report --html report.html --force vramtrace-4242.vtrace
 
     Every rank of a torchrun job: the rank that differs from the others first, then each report:
         vramtrace report traces/";
@@ -74,9 +76,12 @@ pub struct ReportArgs {
     #[arg(long)]
     pub json: bool,
     /// Write the report as one self-contained HTML page (chart, findings, tables) to PATH
-    /// instead of printing it.
+    /// instead of printing it. A file that exists is left alone unless --force is given.
     #[arg(long, value_name = "PATH", conflicts_with = "json")]
     pub html: Option<PathBuf>,
+    /// Replace the --html page if it exists (never a trace being read).
+    #[arg(long, requires = "html")]
+    pub force: bool,
     /// What the ranking table groups live memory by. Symbols come from the binaries the trace
     /// names (checked by build id), /usr/lib/debug, and the directories in VRAMTRACE_SYMBOL_PATH.
     #[arg(

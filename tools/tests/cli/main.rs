@@ -8,6 +8,7 @@ mod exports;
 mod gate;
 mod gpu;
 mod html;
+mod outputs;
 mod reading;
 mod replay;
 mod report;
