@@ -34,12 +34,18 @@ pub fn duration(ns: u64) -> String {
 }
 
 /// A number of things, the noun in the plural unless there is one: `1 object`, `3 objects`,
-/// `2 processes`.
+/// `2 processes`, `0 anomalies`.
 pub fn count(n: u64, noun: &str) -> String {
-    match n {
-        1 => format!("1 {noun}"),
-        _ if noun.ends_with('s') => format!("{n} {noun}es"),
-        _ => format!("{n} {noun}s"),
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    let consonant_y = noun
+        .strip_suffix('y')
+        .filter(|stem| !stem.ends_with(['a', 'e', 'i', 'o', 'u']));
+    match consonant_y {
+        Some(stem) => format!("{n} {stem}ies"),
+        None if noun.ends_with('s') => format!("{n} {noun}es"),
+        None => format!("{n} {noun}s"),
     }
 }
 
@@ -58,6 +64,8 @@ mod tests {
         assert_eq!(count(1, "object"), "1 object");
         assert_eq!(count(0, "object"), "0 objects");
         assert_eq!(count(2, "process"), "2 processes");
+        assert_eq!(count(0, "anomaly"), "0 anomalies");
+        assert_eq!(count(2, "key"), "2 keys");
     }
 
     #[test]

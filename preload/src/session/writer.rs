@@ -652,9 +652,10 @@ impl Writer {
         let reason = Ending::reason(finish);
         let lost_stacks = intern::NATIVE.lost() + intern::PYTHON.lost();
         if lost_stacks > 0 {
-            let msg = format!(
-                "{lost_stacks} stacks were not recorded: more distinct stacks than the tracer's tables hold"
-            );
+            let msg = match lost_stacks {
+                1 => "1 stack was not recorded".to_string(),
+                n => format!("{n} stacks were not recorded"),
+            } + ": more distinct stacks than the tracer's tables hold";
             if !self.session.config.quiet {
                 warn(&msg);
             }
@@ -679,9 +680,13 @@ impl Writer {
         // Closed (if still ours): a process whose exec failed goes on with a new trace.
         self.sink.writer = None;
         if lost > 0 && !self.session.config.quiet {
+            let events = match lost {
+                1 => "1 event was lost".to_string(),
+                n => format!("{n} events were lost"),
+            };
             warn(&format!(
-                "{lost} events were lost (the buffer was full, or their call had not returned at \
-                 the end); the trace {} says so and where",
+                "{events} (the buffer was full, or their call had not returned at the end); the \
+                 trace {} says so and where",
                 self.sink.path
             ));
         }
