@@ -292,6 +292,20 @@ captest!(the_demo_diffs_a_planted_regression, |dir| {
         top.contains("fw_alloc") && top.contains("wl_train.c:111") && top.contains("+80.0 MiB"),
         "{top}"
     );
+    // The README shows these lines of it: they must be what the demo prints.
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let shown_in_readme: Vec<&str> = (readme.lines())
+        .filter(|l| l.starts_with("VERDICT  REGRESSION") || l.starts_with("  top difference, "))
+        .collect();
+    assert_eq!(shown_in_readme.len(), 2, "the README's demo of diff");
+    for line in shown_in_readme {
+        assert!(
+            shown.lines().any(|l| l == line),
+            "README: {line}\ndemo: {shown}"
+        );
+    }
     let traces = trace_files(&dir.join("vramtrace-demo"));
     assert_eq!(traces.len(), 2, "{traces:?}");
 
