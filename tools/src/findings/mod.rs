@@ -282,7 +282,7 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         count(l.device.count, "object"),
         bytes(l.host.bytes),
         l.host.count,
-        count(l.views as u64, "other object"),
+        count(l.views, "other object"),
         count(l.sites.len() as u64, "call site")
     )?;
     for p in &a.peaks.holders {
@@ -448,7 +448,7 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
         writeln!(
             out,
             "\nGrowth ({} kept)",
-            count(g.ticks.div_ceil(g.stride) as u64, "sample")
+            count(g.ticks.div_ceil(g.stride), "sample")
         )?;
         for h in g.holders.iter().filter(|h| h.course.samples >= 2) {
             let mark = if h.alert { "ALERT " } else { "" };

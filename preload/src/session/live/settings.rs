@@ -64,14 +64,16 @@ pub fn parse_signal(text: &str) -> Option<i32> {
 impl AlertSettings {
     /// Reads the settings through `get`; a bad value adds a warning to `w` and keeps the default.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>, w: &mut Vec<String>) -> Self {
-        let mut s = AlertSettings::default();
-        s.enabled = switch("VRAMTRACE_ALERT", get("VRAMTRACE_ALERT"), true, w);
-        s.snapshot = switch(
-            "VRAMTRACE_ALERT_SNAPSHOT",
-            get("VRAMTRACE_ALERT_SNAPSHOT"),
-            false,
-            w,
-        );
+        let mut s = AlertSettings {
+            enabled: switch("VRAMTRACE_ALERT", get("VRAMTRACE_ALERT"), true, w),
+            snapshot: switch(
+                "VRAMTRACE_ALERT_SNAPSHOT",
+                get("VRAMTRACE_ALERT_SNAPSHOT"),
+                false,
+                w,
+            ),
+            ..AlertSettings::default()
+        };
         s.threshold_bytes = read(
             "VRAMTRACE_ALERT_THRESHOLD",
             get("VRAMTRACE_ALERT_THRESHOLD"),
