@@ -7,14 +7,7 @@ use std::time::Duration;
 /// Parses a duration: a number with `ns`, `us` (`µs`), `ms`, `s` (`sec`), `m` (`min`), `h` or
 /// `d`; seconds when bare.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    if t.starts_with('-') {
-        return Err("not a duration: durations are never negative".into());
-    }
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
+    let (number, unit) = super::number_and_unit(text, "duration")?;
     let ns_per_unit = match unit.trim() {
         "ns" => 1.0,
         "us" | "µs" => 1e3,

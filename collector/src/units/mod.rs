@@ -16,6 +16,19 @@ pub mod size;
 pub mod switch;
 
 pub use count::{parse_count, CountRange};
+
+/// `text` split into its number and its unit (`"1.5 GiB"` → `("1.5", " GiB")`), after refusing
+/// a negative one in the words of `what` (`size`, `duration`).
+fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), String> {
+    let t = text.trim();
+    if t.starts_with('-') {
+        return Err(format!("not a {what}: {what}s are never negative"));
+    }
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    Ok(t.split_at(split))
+}
 pub use duration::parse_duration;
 pub use rate::parse_rate;
 pub use size::{bytes, parse_size};

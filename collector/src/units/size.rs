@@ -14,14 +14,7 @@ const UNITS: &str = "B, KiB, MiB, GiB, TiB";
 /// `512 MiB`, `1.5g`, `4k`); units are powers of 1024. A fraction of a byte is rounded. Errors
 /// read after "is" or after a flag's name: `not a size (…)`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    if t.starts_with('-') {
-        return Err("not a size: sizes are never negative".into());
-    }
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
+    let (number, unit) = super::number_and_unit(text, "size")?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
