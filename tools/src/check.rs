@@ -182,12 +182,12 @@ fn check_traces(
                 continue;
             }
         };
-        for m in measured.iter().filter(|m| m.passed) {
+        for m in measured.iter().filter(|m| m.exceeded) {
             if !checked.limits.contains(&m.limit.name()) {
                 checked.limits.push(m.limit.name());
             }
         }
-        checked.failed += usize::from(measured.iter().any(|m| m.passed));
+        checked.failed += usize::from(measured.iter().any(|m| m.exceeded));
         render(out, &measured).context("writing the verdict")?;
         render_gaps(out, &gaps).context("writing the verdict")?;
         let path = path.display();

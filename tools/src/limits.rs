@@ -2,7 +2,7 @@
 //! `vramtrace report --fail-on` (traces already taken): steady growth (the growth verdict's
 //! ALERT, or more than so many bytes per step), device memory live at the end, and orphans.
 //!
-//! Each limit is passed when the trace's number is above it; a trace passing any limit fails.
+//! A limit is exceeded when the trace's number is above it; a trace exceeding any limit fails.
 //! The numbers are the report's own ([`Analysis`]), so a failure reads the same in the report.
 
 use std::io::{self, Write};
@@ -63,8 +63,8 @@ pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measured {
     pub limit: Limit,
-    /// Whether the trace passes it.
-    pub passed: bool,
+    /// Whether the trace exceeds it.
+    pub exceeded: bool,
     /// What was measured, in words, with exact bytes.
     pub found: String,
 }
@@ -74,7 +74,7 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
     limits
         .iter()
         .map(|&limit| {
-            let (passed, found) = match limit {
+            let (exceeded, found) = match limit {
                 Limit::GrowthAlert => growth_found(analysis, |h| h.alert),
                 Limit::Growth(max) => growth_found(analysis, |h| h.steady_growth > max as f64),
                 Limit::Leak(max) => {
@@ -100,7 +100,7 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
             };
             Measured {
                 limit,
-                passed,
+                exceeded,
                 found,
             }
         })
@@ -131,7 +131,7 @@ fn growth_found(
         .clone()
         .chain(devices)
         .max_by(|a, b| a.steady_growth.total_cmp(&b.steady_growth));
-    let passed = failing.count() > 0;
+    let exceeded = failing.count() > 0;
     let Some(h) = worst else {
         return (false, "no device memory".to_string());
     };
@@ -153,10 +153,10 @@ fn growth_found(
         let module = top.site.module_name.as_deref().unwrap_or("unknown");
         found.push_str(&format!(" at {place} ({module})"));
     }
-    if passed && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
+    if exceeded && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
         found.push_str(", full within the horizon");
     }
-    (passed, found)
+    (exceeded, found)
 }
 
 /// Writes what keeps one trace from being checked in full ([`crate::report::Report::gaps`]), one
@@ -184,7 +184,7 @@ pub fn could_not_check(unchecked: &[String]) -> anyhow::Error {
 /// found.
 pub fn render(out: &mut impl Write, measured: &[Measured]) -> io::Result<()> {
     for m in measured {
-        let verdict = if m.passed { "FAIL" } else { "ok  " };
+        let verdict = if m.exceeded { "FAIL" } else { "ok  " };
         let name = match m.limit {
             Limit::GrowthAlert => "growth (alert)".to_string(),
             Limit::Growth(max) => format!("growth > {}", exact(max)),

@@ -100,9 +100,10 @@ pub struct ReportArgs {
     pub top: usize,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
-    /// Exit 1 when a trace passes a limit (after the report): growth (the ALERT verdict),
+    /// Exit 1 when a trace exceeds a limit (after the report): growth (the ALERT verdict),
     /// growth=SIZE/step, leak[=SIZE] (device memory live at the end), orphans[=N]; several
-    /// separated by commas. The limits of `vramtrace check`.
+    /// separated by commas. The limits of `vramtrace check`; as there, a trace cut short,
+    /// damaged or that lost events is not checked in full: exit 2.
     #[arg(long, value_name = "LIMIT", value_delimiter = ',', value_parser = crate::limits::parse_fail_on)]
     pub fail_on: Vec<crate::limits::Limit>,
 }

@@ -36,7 +36,7 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Runs `vramtrace report`: of one trace, or of several (see [`many`]); returns the exit code
-/// (1 when a trace passes a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
+/// (1 when a trace exceeds a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
 pub fn run(args: &ReportArgs) -> Result<u8> {
     let paths = crate::inputs::expand(&args.traces)?;
     if let [one] = &paths[..] {
@@ -63,7 +63,7 @@ pub(crate) fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> 
         let gaps = r.gaps();
         crate::limits::render_gaps(&mut err, &gaps).context("writing the limits")?;
         unchecked.extend(gaps.into_iter().map(|g| format!("{} {g}", r.trace.path)));
-        failed += usize::from(measured.iter().any(|m| m.passed));
+        failed += usize::from(measured.iter().any(|m| m.exceeded));
     }
     if !unchecked.is_empty() {
         return Err(crate::limits::could_not_check(&unchecked));
