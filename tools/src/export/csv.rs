@@ -76,7 +76,7 @@ pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         rows += 1;
     }
     w.flush().context("writing the table")?;
-    Ok(format!("{rows} live objects"))
+    Ok(crate::units::count(rows, "live object"))
 }
 
 /// The object an operation is about (pointer, handle, communicator, pool, context...), its size,
@@ -194,5 +194,5 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         return Err(anyhow!(err).context("writing the table"));
     }
     w.flush().context("writing the table")?;
-    Ok(format!("{rows} events"))
+    Ok(crate::units::count(rows, "event"))
 }

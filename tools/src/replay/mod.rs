@@ -74,9 +74,11 @@ pub struct Moment {
     pub point: String,
     /// Events applied (the ordinal of the last one).
     pub event: u64,
-    /// Sequence number and time of the last event applied.
+    /// Sequence number and time (the tracer's clock) of the last event applied.
     pub seq: u64,
     pub time_ns: u64,
+    /// That time, counted from the first event of the trace.
+    pub since_first_ns: u64,
     /// Steps begun.
     pub step: u64,
 }
@@ -261,6 +263,7 @@ fn moment(state: &LiveState, point: &str) -> Moment {
         event: state.events(),
         seq: state.last_seq(),
         time_ns: state.last_time_ns(),
+        since_first_ns: state.last_time_ns().saturating_sub(state.first_time_ns()),
         step: state.steps(),
     }
 }

@@ -13,6 +13,7 @@ use vramtrace_collector::analysis::watch::{Judgement, Reason};
 use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
+use vramtrace_collector::units::bytes;
 
 use super::settings::AlertSettings;
 use crate::warn::warn;
@@ -138,21 +139,6 @@ fn native_parts(address: u64) -> (String, String) {
             module,
         ),
     }
-}
-
-/// `512 B`, `4.0 KiB`, `1.5 GiB`.
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// The warning line.
