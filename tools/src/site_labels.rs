@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use vramtrace_collector::analysis::owner::is_library_module;
+use vramtrace_collector::analysis::site::short_function;
 use vramtrace_collector::analysis::{Analysis, OwnerKind, SiteName};
 use vramtrace_collector::python::is_library_file;
 use vramtrace_collector::symbols::{
@@ -223,81 +224,4 @@ pub fn frames_label(frames: &[StackFrame]) -> Option<String> {
 
 fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
-}
-
-/// A demangled C++ name without its parameter list and with only its last two scopes:
-/// `c10::cuda::…::DeviceCachingAllocator::alloc_block(AllocParams&, bool)` becomes
-/// `DeviceCachingAllocator::alloc_block`. Template arguments and `(anonymous namespace)` are
-/// kept whole; C and Rust names pass through.
-pub fn short_function(name: &str) -> String {
-    // Cut at the '(' that opens the parameter list: the first one outside <…> that does not
-    // begin "(anonymous namespace)".
-    let mut depth = 0i32;
-    let mut end = name.len();
-    for (i, c) in name.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            '(' if depth == 0 && !name[i..].starts_with("(anonymous namespace)") => {
-                end = i;
-                break;
-            }
-            _ => {}
-        }
-    }
-    let head = &name[..end];
-    // Split into scopes at "::" outside <…>.
-    let mut scopes = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    let bytes = head.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'<' => depth += 1,
-            b'>' => depth -= 1,
-            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
-                scopes.push(&head[start..i]);
-                start = i + 2;
-                i += 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    scopes.push(&head[start..]);
-    let keep = scopes.len().saturating_sub(2);
-    let short = scopes[keep..].join("::");
-    if short.is_empty() {
-        name.to_string()
-    } else {
-        short
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::short_function;
-
-    #[test]
-    fn function_names_shorten_to_their_last_two_scopes() {
-        for (long, short) in [
-            (
-                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::alloc_block(c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::AllocParams&, bool)",
-                "DeviceCachingAllocator::alloc_block",
-            ),
-            ("leak_weights", "leak_weights"),
-            ("alloc_buffers(int)", "alloc_buffers"),
-            (
-                "at::(anonymous namespace)::wrapper_CUDA_empty(c10::ArrayRef<long>)",
-                "(anonymous namespace)::wrapper_CUDA_empty",
-            ),
-            (
-                "std::vector<std::pair<int, int>, std::allocator<std::pair<int, int> > >::push_back(int const&)",
-                "vector<std::pair<int, int>, std::allocator<std::pair<int, int> > >::push_back",
-            ),
-            ("vramtrace_collector::live::LiveState::apply", "LiveState::apply"),
-        ] {
-            assert_eq!(short_function(long), short, "{long}");
-        }
-    }
 }

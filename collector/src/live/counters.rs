@@ -13,6 +13,9 @@ use crate::format::{End, Lookup, Stats};
 use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
 
+/// See [`LiveState::steps_after_pattern`].
+pub const QUIET_FACTOR: u64 = 16;
+
 impl LiveState {
     /// Device memory live on `device` now.
     pub fn device_bytes(&self, device: i32) -> u64 {
@@ -157,6 +160,25 @@ impl LiveState {
                 (*p.boundaries != self.applied_boundaries[..]).then(|| p.source())
             }
         }
+    }
+
+    /// Steps' worth of time from the last step boundary to the last event, when the steps come
+    /// from an allocation pattern and that quiet is more than [`QUIET_FACTOR`] times the time
+    /// the pattern's steps spanned (0 otherwise): a pattern's steps end where its anchor stops
+    /// recurring, and a run that went on that long without it was not in those steps (a burst
+    /// of a caching allocator's segments while a model compiles). A program's exit, after a
+    /// loop that ran to its end, takes a few times a short loop's time, not twenty.
+    pub fn steps_after_pattern(&self) -> u64 {
+        let (StepSource::Pattern(_), Some((first, last)), Some(step)) =
+            (&self.step_source, self.step_times, self.step_duration_ns())
+        else {
+            return 0;
+        };
+        let after = self.ledger.time_ns().saturating_sub(last);
+        if after <= QUIET_FACTOR.saturating_mul(last.saturating_sub(first)) {
+            return 0;
+        }
+        after / step.max(1)
     }
 
     /// Mean nanoseconds between step boundaries, with at least two.

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
 use serde::Serialize;
+use vramtrace_collector::analysis::site::short_function;
 use vramtrace_collector::analysis::watch::{Judgement, Reason};
 use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::format::Alert;
@@ -111,9 +112,24 @@ fn native_name(address: u64) -> String {
     }
 }
 
-/// `(function, module)` of `address` by `dladdr`: the function, else `module+0x1a2b`, else the
-/// bare address (with an empty module).
+/// `(function, module)` of `address`: the function as the module's symbol tables name it (the
+/// `backtrace` crate reads the static ones too, so a program's own `main` is named, as the
+/// report names it), else `module+0x1a2b` by `dladdr`, else the bare address (with an empty
+/// module). An alert is rare; reading a module's symbols then is its cost.
 fn native_parts(address: u64) -> (String, String) {
+    let mut function = None;
+    // The return address points after the call: the byte before it is inside the caller.
+    backtrace::resolve(address.saturating_sub(1) as *mut libc::c_void, |symbol| {
+        if function.is_none() {
+            function = symbol.name().map(|n| format!("{n:#}"));
+        }
+    });
+    let (name, module) = dladdr_parts(address);
+    (function.map_or(name, |f| short_function(&f)), module)
+}
+
+/// `(function, module)` of `address` by `dladdr` (dynamic symbols only).
+fn dladdr_parts(address: u64) -> (String, String) {
     // SAFETY: a zeroed Dl_info is valid for dladdr to fill; dladdr only reads the loader's
     // tables. The strings it returns belong to loaded objects and are copied at once.
     let (module, symbol, base) = unsafe {
