@@ -4,7 +4,7 @@
 //! <module>`: sites are split by that line, so it is the same for all of a site's calls), else by
 //! the native function that asked (`DeviceCachingAllocator::alloc_block`), else by
 //! `module+offset` as recorded. `report` and `replay` label their tables with it, `export` its
-//! frames.
+//! frames and the call sites of its Parquet tables.
 
 use std::collections::HashMap;
 
@@ -124,7 +124,9 @@ fn native_functions(naming: &mut Attribution<'_>, site: &SiteName) -> Vec<String
         .collect()
 }
 
-fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
+/// The label of one site: its program's Python line, else the native function that asked;
+/// `None` when nothing names it (the recorded `module+offset` then does).
+pub fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
     let call = CallRef {
         caller: site.caller,
         stack: site.stack,

@@ -1,0 +1,134 @@
+//! `export --format parquet`: a trace, or a directory of them (one per rank or process), as a
+//! Parquet dataset for DuckDB, Spark, pandas and pyarrow — one dataset per table, partitioned
+//! Hive-style by run and rank (`allocations/run=job/rank=3/t-4242.parquet`). The tables and
+//! their columns are `docs/data.md`'s; every file says in its metadata which run, host, process
+//! and versions it came from.
+//!
+//! The dataset is written under a temporary name beside the output directory and takes its
+//! name only once complete: a failed export leaves nothing behind. An existing output that is
+//! not an empty directory is replaced only with `--force`.
+
+mod allocations;
+mod communicators;
+mod failures;
+mod names;
+mod output;
+mod sites;
+mod steps;
+pub(crate) mod table;
+mod tensors;
+mod trace;
+mod traces;
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+use indicatif::MultiProgress;
+use rayon::prelude::*;
+
+use self::output::Staged;
+use self::trace::{Place, Rows};
+use super::ExportArgs;
+use crate::load::Progress;
+
+/// The tables, in the order `docs/data.md` describes them.
+pub const TABLES: [&str; 8] = [
+    "allocations",
+    "sites",
+    "steps",
+    "samples",
+    "communicators",
+    "failures",
+    "tensors",
+    "traces",
+];
+
+/// Runs `vramtrace export --format parquet`.
+pub fn run(args: &ExportArgs) -> Result<()> {
+    let started = Instant::now();
+    let traces = crate::inputs::expand(std::slice::from_ref(&args.trace))?;
+    let run = match &args.run {
+        Some(name) => partition_value(name)?,
+        None => default_run(&args.trace),
+    };
+    let staged = Staged::claim(&args.output, args.force)?;
+    let group = MultiProgress::new();
+    let rows: Vec<Rows> = traces
+        .par_iter()
+        .map(|path| {
+            let place = Place {
+                root: staged.path().to_path_buf(),
+                run: run.clone(),
+                file: file_name(path),
+            };
+            let progress = Progress::in_group(&group, path, "exporting");
+            trace::export(path, &place, &progress).with_context(|| path.display().to_string())
+        })
+        .collect::<Result<_>>()?;
+    staged.commit()?;
+    let sum = |f: fn(&Rows) -> u64| rows.iter().map(f).sum::<u64>();
+    eprintln!(
+        "wrote {} (run {run}, {} trace{}: {} events as {} allocations, {} sites, {} steps, {} \
+         samples, {} communicators, {} failures, {} tensors) in {:.2} s",
+        args.output.display(),
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" },
+        sum(|r| r.events),
+        sum(|r| r.allocations),
+        sum(|r| r.sites),
+        sum(|r| r.steps),
+        sum(|r| r.samples),
+        sum(|r| r.communicators),
+        sum(|r| r.failures),
+        sum(|r| r.tensors),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The run's default name: the directory given, or the trace file's name without `.vtrace`,
+/// with any character a partition value cannot hold as `_`.
+fn default_run(input: &Path) -> String {
+    let name = if input.is_dir() {
+        input
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+    } else {
+        input.file_stem().map(|n| n.to_string_lossy().into_owned())
+    };
+    let name: String = name
+        .unwrap_or_default()
+        .trim_start_matches('.')
+        .chars()
+        .map(|c| if allowed(c) { c } else { '_' })
+        .collect();
+    if name.is_empty() {
+        "run".to_string()
+    } else {
+        name
+    }
+}
+
+fn allowed(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// A trace's file name in its partition: its own, without `.vtrace`.
+fn file_name(trace: &Path) -> String {
+    trace
+        .file_stem()
+        .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned())
+}
+
+/// `name` as a Hive partition value: one path component that every reader takes as written
+/// (letters, digits, `.`, `_` and `-`).
+fn partition_value(name: &str) -> Result<String> {
+    if name.is_empty() || name.starts_with('.') || !name.chars().all(allowed) {
+        return Err(anyhow!(
+            "--run {name:?}: a run's name is letters, digits, '.', '_' and '-' (not first '.')"
+        ));
+    }
+    Ok(name.to_string())
+}
