@@ -32,18 +32,6 @@ use self::trace::{Place, Rows};
 use super::ExportArgs;
 use crate::load::Progress;
 
-/// The tables, in the order `docs/data.md` describes them.
-pub const TABLES: [&str; 8] = [
-    "allocations",
-    "sites",
-    "steps",
-    "samples",
-    "communicators",
-    "failures",
-    "tensors",
-    "traces",
-];
-
 /// Runs `vramtrace export --format parquet`.
 pub fn run(args: &ExportArgs) -> Result<()> {
     let started = Instant::now();
@@ -131,4 +119,56 @@ fn partition_value(name: &str) -> Result<String> {
         ));
     }
     Ok(name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table::Table;
+    use super::*;
+
+    /// docs/data.md's columns of `table`: the backquoted names in the first cell of each row of
+    /// the table under its heading, in order.
+    fn documented(doc: &str, table: &str) -> Vec<String> {
+        let heading = format!("## {table}\n");
+        let start = doc
+            .find(&heading)
+            .unwrap_or_else(|| panic!("no {heading:?}"))
+            + heading.len();
+        let section = doc[start..].split("\n## ").next().unwrap_or("");
+        section
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .flat_map(|l| {
+                let cell = l.split('|').nth(1).unwrap_or("");
+                cell.split(',')
+                    .map(|c| c.trim().trim_matches('`').to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_table_has_the_columns_docs_data_md_names() {
+        let doc = include_str!("../../../../docs/data.md");
+        fn columns(mut t: impl Table) -> Vec<String> {
+            let schema = t.batch().schema();
+            schema.fields().iter().map(|f| f.name().clone()).collect()
+        }
+        let tables = [
+            ("allocations", columns(allocations::Allocations::new())),
+            ("sites", columns(sites::Sites::new())),
+            ("steps", columns(steps::Steps::new())),
+            ("samples", columns(steps::Samples::new())),
+            (
+                "communicators",
+                columns(communicators::Communicators::new()),
+            ),
+            ("failures", columns(failures::Failures::new())),
+            ("tensors", columns(tensors::Tensors::new())),
+            ("traces", columns(traces::Traces::new())),
+        ];
+        for (name, columns) in tables {
+            assert_eq!(documented(doc, name), columns, "{name}");
+        }
+    }
 }

@@ -48,14 +48,20 @@ impl Names {
     /// The file name of owner module `id` (`None` when the trace does not name it).
     pub fn module(&mut self, state: &LiveState, id: Option<u32>) -> Option<&str> {
         let id = id?;
-        if self.last_module.as_ref().is_none_or(|(last, _)| *last != id) {
+        if self
+            .last_module
+            .as_ref()
+            .is_none_or(|(last, _)| *last != id)
+        {
             let name = self
                 .modules
                 .entry(id)
                 .or_insert_with(|| state.owners().module_name(id).map(str::to_string));
             self.last_module = Some((id, name.clone()));
         }
-        self.last_module.as_ref().and_then(|(_, name)| name.as_deref())
+        self.last_module
+            .as_ref()
+            .and_then(|(_, name)| name.as_deref())
     }
 
     /// The symbolizer, for the tables that show whole stacks.

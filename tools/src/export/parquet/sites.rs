@@ -50,7 +50,12 @@ table! {
 }
 
 /// Writes a row per site of `state`.
-pub fn write(t: &mut TableFile<Sites>, state: &LiveState, names: &mut Names, pid: i64) -> Result<()> {
+pub fn write(
+    t: &mut TableFile<Sites>,
+    state: &LiveState,
+    names: &mut Names,
+    pid: i64,
+) -> Result<()> {
     for id in 0..state.site_count() as SiteId {
         let name = site::name(state, id);
         let label = names.site(state, id).to_string();
@@ -65,7 +70,8 @@ pub fn write(t: &mut TableFile<Sites>, state: &LiveState, names: &mut Names, pid
             .map(|(key, _)| key.line)
             .filter(|l| l.is_some());
         let code = line.and_then(|l| state.python_stacks().code(l.code));
-        rows.python_file.append_option(code.map(|c| c.file.as_str()));
+        rows.python_file
+            .append_option(code.map(|c| c.file.as_str()));
         rows.python_line
             .append_option(line.map(|l| i64::from(l.line)));
         rows.python_function

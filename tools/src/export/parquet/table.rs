@@ -7,11 +7,12 @@
 //! (device and rank numbers 32-bit): unsigned Parquet types read as decimals in Spark.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use arrow_array::RecordBatch;
+use arrow_schema::Schema;
 use parquet::arrow::arrow_writer::{ArrowWriter, ArrowWriterOptions};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
@@ -39,8 +40,6 @@ macro_rules! table {
         }
 
         impl $crate::export::parquet::table::Table for $name {
-            const COLUMNS: &'static [&'static str] = &[$(stringify!($col)),*];
-
             fn rows(&self) -> usize {
                 self.rows
             }
@@ -65,8 +64,6 @@ pub(crate) use table;
 
 /// What every table declared with [`table!`] has.
 pub trait Table {
-    /// The columns, in schema order.
-    const COLUMNS: &'static [&'static str];
     /// Rows filled since the last batch.
     fn rows(&self) -> usize;
     /// Ends the current row.
@@ -93,28 +90,21 @@ const GROWING: &[&str] = &[
 
 /// The writer settings of every file: zstd at its fastest level (the data is small integers
 /// and repeated strings, which the dictionary and delta encodings already shrink), statistics
-/// per column chunk (what DuckDB and Spark prune row groups with).
-fn properties(columns: &[&str], metadata: Vec<KeyValue>) -> Result<WriterProperties> {
-    let plain: Vec<String> = std::env::var("VT_PLAIN").unwrap_or_default().split(',').map(str::to_string).collect();
-    let delta: Vec<String> = std::env::var("VT_DELTA").unwrap_or_default().split(',').map(str::to_string).collect();
-    let nostats: Vec<String> = std::env::var("VT_NOSTATS").unwrap_or_default().split(',').map(str::to_string).collect();
+/// per column chunk for the numbers (what DuckDB and Spark prune row groups with) and none for
+/// strings, whose minimum and maximum cost a comparison per value and prune nothing.
+fn properties(schema: &Schema, metadata: Vec<KeyValue>) -> Result<WriterProperties> {
     let mut p = WriterProperties::builder()
-        .set_compression(if std::env::var("VT_NOZ").is_ok() { Compression::UNCOMPRESSED } else { Compression::ZSTD(ZstdLevel::try_new(1)?) })
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
         .set_statistics_enabled(EnabledStatistics::Chunk)
         // Lists as the Parquet specification names their parts (`list.element`), as Spark and
         // Hive expect.
         .set_coerce_types(true)
         .set_created_by(format!("vramtrace {}", env!("CARGO_PKG_VERSION")))
         .set_key_value_metadata(Some(metadata));
-    for &c in columns {
+    for field in schema.fields() {
+        let c = field.name().as_str();
         let path = ColumnPath::from(c);
-        if plain.iter().any(|p| p == c) {
-            p = p.set_column_dictionary_enabled(path.clone(), false);
-        }
-        if delta.iter().any(|p| p == c) {
-            p = p.set_column_dictionary_enabled(path.clone(), false).set_column_encoding(path.clone(), Encoding::DELTA_BINARY_PACKED);
-        }
-        if nostats.iter().any(|p| p == c) {
+        if !field.data_type().is_primitive() {
             p = p.set_column_statistics_enabled(path.clone(), EnabledStatistics::None);
         }
         if GROWING.contains(&c) {
@@ -142,12 +132,11 @@ impl<T: Table> TableFile<T> {
     pub fn create(path: PathBuf, mut table: T, metadata: Vec<KeyValue>) -> Result<Self> {
         let schema = table.batch().schema();
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         let options = ArrowWriterOptions::new()
-            .with_properties(properties(T::COLUMNS, metadata)?)
+            .with_properties(properties(&schema, metadata)?)
             .with_skip_arrow_metadata(true);
         let writer = ArrowWriter::try_new_with_options(file, Arc::clone(&schema), options)?;
         Ok(TableFile {
@@ -190,9 +179,5 @@ impl<T: Table> TableFile<T> {
             .close()
             .with_context(|| format!("writing {}", self.path.display()))?;
         Ok(self.written)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }

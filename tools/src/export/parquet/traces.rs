@@ -45,8 +45,7 @@ pub fn write(t: &mut TableFile<Traces>, trace: &LoadedTrace) -> Result<()> {
     let rows = &mut t.rows;
     rows.pid.append_value(i64::from(h.pid));
     rows.ppid.append_value(i64::from(h.ppid));
-    rows.forked_from
-        .append_option(h.forked_from.map(i64::from));
+    rows.forked_from.append_option(h.forked_from.map(i64::from));
     rows.host.append_value(&h.host);
     rows.local_rank.append_option(h.local_rank);
     rows.world_size.append_option(h.world_size);
