@@ -23,7 +23,7 @@ mod traces;
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
 
@@ -51,7 +51,8 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 file: file_name(path),
             };
             let progress = Progress::in_group(&group, path, "exporting");
-            trace::export(path, &place, &progress).with_context(|| path.display().to_string())
+            // Its errors name the trace, or the file they could not write.
+            trace::export(path, &place, &progress)
         })
         .collect::<Result<_>>()?;
     staged.commit()?;

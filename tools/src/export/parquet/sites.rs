@@ -1,7 +1,9 @@
 //! The `sites` table: one row per call site the replay met (allocations, frees and failed calls
 //! alike), with its label, the program's Python line that made it, its owner module and its
 //! whole stack as a list of frames. Other tables name a site by its id, which is this trace's
-//! own (`site` joins within a trace; across traces and runs, join on `label`).
+//! own (`site` joins within a trace); `identity` names it as every trace of the same program
+//! does (the comparisons' `SiteIdentity`: its Python line and its native frames outside the CUDA
+//! libraries by function, file and line), to group and join across ranks and runs.
 
 use anyhow::Result;
 use arrow_array::builder::{
@@ -9,6 +11,7 @@ use arrow_array::builder::{
 };
 use arrow_schema::{DataType, Field, Fields};
 use vramtrace_collector::analysis::site;
+use vramtrace_collector::compare::identity::{base_name, native_identity};
 use vramtrace_collector::live::{LiveState, SiteId};
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
@@ -39,6 +42,7 @@ table! {
         pid: Int64Builder = Int64Builder::new(), false;
         site: Int64Builder = Int64Builder::new(), false;
         label: StringBuilder = StringBuilder::new(), false;
+        identity: StringBuilder = StringBuilder::new(), false;
         location: StringBuilder = StringBuilder::new(), false;
         module: StringBuilder = StringBuilder::new(), true;
         python_file: StringBuilder = StringBuilder::new(), true;
@@ -83,6 +87,12 @@ pub fn write(
             py_stack: name.py_stack,
         };
         let frames = Attribution::of_state(state, names.symbols()).stack(call);
+        let python = code.zip(line).map(|(c, l)| {
+            format!("{}:{} in {}", base_name(&c.file), l.line, c.function)
+        });
+        let native = native_identity(&frames).into_iter().map(|f| f.to_string());
+        let identity: Vec<String> = python.into_iter().chain(native).collect();
+        rows.identity.append_value(identity.join(" < "));
         append_frames(&mut rows.frames, &frames);
         t.row_done()?;
     }
