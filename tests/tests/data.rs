@@ -20,10 +20,12 @@ const MIB: u64 = 1 << 20;
 
 /// The Python with pyarrow and duckdb, from `VRAMTRACE_DATA_PYTHON`.
 fn python() -> PathBuf {
-    let path = std::env::var_os("VRAMTRACE_DATA_PYTHON").map(PathBuf::from).expect(
-        "VRAMTRACE_DATA_PYTHON names a python with pyarrow and duckdb (.ci/run makes one: \
+    let path = std::env::var_os("VRAMTRACE_DATA_PYTHON")
+        .map(PathBuf::from)
+        .expect(
+            "VRAMTRACE_DATA_PYTHON names a python with pyarrow and duckdb (.ci/run makes one: \
          python3 -m venv target/data-env && target/data-env/bin/pip install pyarrow duckdb)",
-    );
+        );
     assert!(path.is_file(), "{}: no such file", path.display());
     path
 }
@@ -155,7 +157,10 @@ fn the_demos_trace_in_pyarrow_has_the_reports_numbers() {
         .map(|c| c["count"].as_u64().unwrap())
         .sum();
     assert_eq!(got["live"], live_objects);
-    assert_eq!(got["live_device_bytes"], r["live"]["device_memory"]["bytes"]);
+    assert_eq!(
+        got["live_device_bytes"],
+        r["live"]["device_memory"]["bytes"]
+    );
     assert_eq!(got["live_device_bytes"], 20 * MIB);
     assert_eq!(got["steps"], r["events"]["steps"]);
     assert_eq!(got["steps"], 20);
@@ -273,7 +278,7 @@ fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
     assert_eq!(first[0], 5, "{got}");
     let identity = first[1].as_str().unwrap();
     assert!(
-        identity.starts_with(&format!("fw_alloc at fw_alloc.c:")),
+        identity.starts_with("fw_alloc at fw_alloc.c:"),
         "{identity}"
     );
     assert!(
@@ -285,7 +290,10 @@ fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
     // Nothing else stands out.
     assert_eq!(got["line"][1][3], 0.0, "{got}");
 
-    assert_eq!(got["odd"][0], serde_json::json!([5, 100 * MIB, (80 * MIB) as f64]));
+    assert_eq!(
+        got["odd"][0],
+        serde_json::json!([5, 100 * MIB, (80 * MIB) as f64])
+    );
     assert_eq!(got["odd"][1][2], 0.0);
 
     let traces = trace_files(&traces);

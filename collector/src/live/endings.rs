@@ -296,8 +296,11 @@ mod tests {
         event(seq, Api::CudaFree, 0, Op::Free { ptr, stream: 0 })
     }
 
-    /// What each event ended: (sequence number, address, bytes, ending call).
-    fn endings(events: &[Event]) -> Vec<Vec<(u64, u64, u64, Option<EndingCall>)>> {
+    /// One ending: sequence number, address, bytes, ending call.
+    type Seen = (u64, u64, u64, Option<EndingCall>);
+
+    /// What each event ended.
+    fn endings(events: &[Event]) -> Vec<Vec<Seen>> {
         let mut s = LiveState::new();
         s.record_endings();
         events

@@ -163,29 +163,39 @@ fn the_training_loop_as_tables() {
     let by_label = tally(&label);
     assert_eq!(by_label[&Some("train.py:30 in forward".into())], 12);
     assert_eq!(by_label[&Some("train.py:42 in step".into())], 12);
-    for i in 0..a.len() {
-        let (alloc_step, free_step) = (a.int("alloc_step")[i], a.int("free_step")[i]);
-        match label[i].as_deref() {
+    let (bytes, alloc_step, free_step) = (a.int("bytes"), a.int("alloc_step"), a.int("free_step"));
+    let (alloc_seq, free_seq) = (a.int("alloc_seq"), a.int("free_seq"));
+    let (alloc_time, free_time) = (a.int("alloc_time_ns"), a.int("free_time_ns"));
+    let (free_api, module) = (a.text("free_api"), a.text("module"));
+    for (i, l) in label.iter().enumerate() {
+        match l.as_deref() {
             // Each temporary is freed in the step that made it, by cudaFree.
             Some("train.py:30 in forward") => {
-                assert_eq!(a.int("bytes")[i], Some(8 * MIB as i64));
-                assert_eq!(free_step, alloc_step);
-                assert_eq!(a.text("free_api")[i].as_deref(), Some("cudaFree"));
-                assert!(a.int("free_seq")[i] > a.int("alloc_seq")[i]);
-                assert!(a.int("free_time_ns")[i] > a.int("alloc_time_ns")[i]);
+                assert_eq!(bytes[i], Some(8 * MIB as i64));
+                assert_eq!(free_step[i], alloc_step[i]);
+                assert_eq!(free_api[i].as_deref(), Some("cudaFree"));
+                assert!(free_seq[i] > alloc_seq[i]);
+                assert!(free_time[i] > alloc_time[i]);
             }
             Some("train.py:42 in step") => {
-                assert_eq!(a.int("bytes")[i], Some(MIB as i64));
-                assert_eq!(free_step, None);
-                assert_eq!(a.text("module")[i].as_deref(), Some("libtorch_cuda.so"));
+                assert_eq!(bytes[i], Some(MIB as i64));
+                assert_eq!(free_step[i], None);
+                assert_eq!(module[i].as_deref(), Some("libtorch_cuda.so"));
             }
-            _ => assert_eq!(a.int("bytes")[i], Some(2 * MIB as i64)),
+            _ => assert_eq!(bytes[i], Some(2 * MIB as i64)),
         }
-        assert_eq!(a.text("category")[i].as_deref(), Some("device"));
-        assert_eq!(a.text("accounting")[i].as_deref(), Some("device"));
-        assert_eq!(a.text("api")[i].as_deref(), Some("cudaMalloc"));
-        assert_eq!(a.int("pid")[i], Some(4242));
     }
+    for (column, value) in [
+        ("category", "device"),
+        ("accounting", "device"),
+        ("api", "cudaMalloc"),
+    ] {
+        assert!(
+            a.text(column).iter().all(|v| v.as_deref() == Some(value)),
+            "{column}"
+        );
+    }
+    assert!(a.int("pid").iter().all(|p| *p == Some(4242)));
     // One leak per step, steps 1 to 12.
     let mut leak_steps: Vec<i64> = (0..a.len())
         .filter(|&i| label[i].as_deref() == Some("train.py:42 in step"))

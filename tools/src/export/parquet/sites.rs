@@ -87,9 +87,9 @@ pub fn write(
             py_stack: name.py_stack,
         };
         let frames = Attribution::of_state(state, names.symbols()).stack(call);
-        let python = code.zip(line).map(|(c, l)| {
-            format!("{}:{} in {}", base_name(&c.file), l.line, c.function)
-        });
+        let python = code
+            .zip(line)
+            .map(|(c, l)| format!("{}:{} in {}", base_name(&c.file), l.line, c.function));
         let native = native_identity(&frames).into_iter().map(|f| f.to_string());
         let identity: Vec<String> = python.into_iter().chain(native).collect();
         rows.identity.append_value(identity.join(" < "));
