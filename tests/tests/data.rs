@@ -9,11 +9,12 @@
 //! `VRAMTRACE_DATA_PYTHON=… cargo test -p vramtrace-tests --test data -- --ignored`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
 use vramtrace_tests::source::{line_of, workload_source};
-use vramtrace_tests::traced::{clean_command, profile_dir, text, trace_files, vramtrace_command};
+use vramtrace_tests::traced::{
+    clean_command, profile_dir, succeed, text, trace_files, vramtrace_command,
+};
 use vramtrace_tests::{standin_ld_library_path, workload};
 
 const MIB: u64 = 1 << 20;
@@ -28,18 +29,6 @@ fn python() -> PathBuf {
         );
     assert!(path.is_file(), "{}: no such file", path.display());
     path
-}
-
-fn succeed(c: &mut Command) -> Output {
-    let out = c.output().unwrap_or_else(|e| panic!("running {c:?}: {e}"));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{c:?}\n{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    out
 }
 
 /// Runs `script` with the data Python, `args` after it; the `vramtrace` module is this

@@ -10,10 +10,10 @@
 //! --ignored` (.ci/run). Needs `python3` with `venv` (Debian: python3-venv).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
-use vramtrace_tests::traced::{clean_command, text, trace_files};
+use vramtrace_tests::traced::{clean_command, succeed, text, trace_files};
 use vramtrace_tests::{standin_ld_library_path, workload};
 
 const MIB: u64 = 1 << 20;
@@ -83,18 +83,6 @@ impl Installed {
         );
         serde_json::from_slice(&out.stdout).expect("report --json prints JSON")
     }
-}
-
-fn succeed(c: &mut Command) -> Output {
-    let out = c.output().unwrap_or_else(|e| panic!("running {c:?}: {e}"));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{c:?}\n{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    out
 }
 
 // The command and the library land in the environment's bin/ and lib/, the wheel's version is
