@@ -161,7 +161,12 @@ impl Destination {
 /// Runs `vramtrace export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
     if args.format == Format::Parquet {
-        return parquet::run(args);
+        return parquet::run(&parquet::Job {
+            input: &args.trace,
+            output: &args.output,
+            run: args.run.as_deref(),
+            force: args.force,
+        });
     }
     if args.run.is_some() || args.force {
         return Err(anyhow::anyhow!(

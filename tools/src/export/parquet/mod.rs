@@ -29,18 +29,29 @@ use rayon::prelude::*;
 
 use self::output::Staged;
 use self::trace::{Place, Rows};
-use super::ExportArgs;
 use crate::load::Progress;
 
+/// What to export, and where.
+pub struct Job<'a> {
+    /// A trace, or a directory of them.
+    pub input: &'a Path,
+    /// The dataset's directory.
+    pub output: &'a Path,
+    /// The run's name (`--run`).
+    pub run: Option<&'a str>,
+    /// Replace what is at `output` (`--force`).
+    pub force: bool,
+}
+
 /// Runs `vramtrace export --format parquet`.
-pub fn run(args: &ExportArgs) -> Result<()> {
+pub fn run(job: &Job<'_>) -> Result<()> {
     let started = Instant::now();
-    let traces = crate::inputs::expand(std::slice::from_ref(&args.trace))?;
-    let run = match &args.run {
+    let traces = crate::inputs::expand(&[job.input.to_path_buf()])?;
+    let run = match job.run {
         Some(name) => partition_value(name)?,
-        None => default_run(&args.trace),
+        None => default_run(job.input),
     };
-    let staged = Staged::claim(&args.output, args.force)?;
+    let staged = Staged::claim(job.output, job.force)?;
     let group = MultiProgress::new();
     let rows: Vec<Rows> = traces
         .par_iter()
@@ -60,7 +71,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     eprintln!(
         "wrote {} (run {run}, {} trace{}: {} events as {} allocations, {} sites, {} steps, {} \
          samples, {} communicators, {} failures, {} tensors) in {:.2} s",
-        args.output.display(),
+        job.output.display(),
         rows.len(),
         if rows.len() == 1 { "" } else { "s" },
         sum(|r| r.events),
