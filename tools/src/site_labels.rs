@@ -4,7 +4,7 @@
 //! <module>`: sites are split by that line, so it is the same for all of a site's calls), else by
 //! the native function that asked (`DeviceCachingAllocator::alloc_block`), else by
 //! `module+offset` as recorded. `report` and `replay` label their tables with it, `export` its
-//! frames.
+//! frames and the call sites of its Parquet tables.
 
 use std::collections::HashMap;
 
@@ -135,8 +135,9 @@ fn native_functions(naming: &mut Attribution<'_>, site: &SiteName) -> Vec<String
         .collect()
 }
 
-/// The label of `site`: its mixed stack named by the one rule ([`frames_label`]).
-fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
+/// The label of `site`: its mixed stack named by the one rule ([`frames_label`]); `None` when
+/// nothing names it (the recorded `module+offset` then does).
+pub fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
     let call = CallRef {
         caller: site.caller,
         stack: site.stack,

@@ -11,7 +11,7 @@
 # bench (bench_step_time.py --rounds ${ROUNDS:-3} $BENCH_ARGS), exports (exports.sh), multi
 # (multi/run.sh), live (live/run.sh: alerts and the CI gate), scenarios (run.sh: the capture
 # scenarios), wheel (wheel/run.sh: the pip wheel; carry target/wheels too, built by
-# python/build_wheel.sh).
+# python/build_wheel.sh), parquet (parquet.sh: traces as data, one run and a multi-rank job).
 
 set -u
 GPU=$(cd "$(dirname "$0")" && pwd)
@@ -41,6 +41,7 @@ for step in "$@"; do
         live) "$GPU/live/run.sh" ;;
         scenarios) "$GPU/run.sh" ;;
         wheel) "$GPU/wheel/run.sh" ;;
+        parquet) "$GPU/parquet.sh" ;;
         *) echo "unknown step $step" ;;
     esac > "$WORK/$step.log" 2>&1
     echo "== $step: rc $?, $(( $(date +%s) - t0 )) s"

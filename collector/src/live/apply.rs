@@ -88,6 +88,7 @@ impl LiveState {
     #[inline]
     pub fn apply_event(&mut self, e: &Event) {
         self.events += 1;
+        self.begin_endings(e);
         if e.seq != self.last_seq + 1 {
             self.sequence_break(e.seq);
         }

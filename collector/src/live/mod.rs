@@ -9,14 +9,16 @@
 //! The work is split by domain: `apply` takes the records, `table`, `pointers` and `memory` hold
 //! pointer allocations and the other plain objects, `vmm` the virtual memory management objects,
 //! `context` context teardown, `nccl` communicators and attribution, `sites` the call sites and
-//! the interned calls objects point at, `ledger` the running totals, and `listing`, `summary`,
-//! `query` and `counters` answer the queries.
+//! the interned calls objects point at, `ledger` the running totals, `endings` the objects each
+//! event ends (for a reader that keeps them), and `listing`, `summary`, `query` and `counters`
+//! answer the queries.
 
 mod anomalies;
 mod apply;
 mod context;
 mod counters;
 mod device_memory;
+mod endings;
 mod failures;
 mod ledger;
 mod listing;
@@ -47,6 +49,7 @@ use self::steps::StepDetector;
 pub use crate::ids::SiteId;
 pub use anomalies::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
 pub use device_memory::DeviceAccount;
+pub use endings::{Ended, EndingCall};
 pub use failures::{
     means_out_of_memory, means_shutting_down, Failure, Failures, OomLog, OomSnapshot, RecentSeries,
     SiteHolding, MAX_FIRST_FAILURES, MAX_FIRST_OOMS, MAX_RECENT_FAILURES, MAX_RECENT_OOMS,
@@ -195,6 +198,8 @@ pub struct LiveState {
     devices: BTreeMap<i32, DeviceAccount>,
     /// Payloads the program handed to the tracer (PyTorch's allocator view: `crate::torch`).
     attachments: Attachments,
+    /// The objects the event being applied ended, when asked for.
+    endings: self::endings::Endings,
 }
 
 impl LiveState {

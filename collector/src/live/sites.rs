@@ -80,7 +80,7 @@ impl SiteKey {
 }
 
 /// What the objects made by alike calls share: all of their [`Origin`] but its sequence number,
-/// time and step, plus the pool of an allocation.
+/// time and step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Call {
     pub(crate) caller: u64,
@@ -114,6 +114,7 @@ impl Call {
             communicator: self.communicator,
             step,
             site: self.site,
+            pool: self.pool,
         }
     }
 }

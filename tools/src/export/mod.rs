@@ -1,6 +1,7 @@
 //! `vramtrace export`: a trace in the formats of the viewers users already know — a Perfetto /
 //! Chrome trace-event JSON, a flame graph SVG, a PyTorch memory snapshot pickle for
-//! `torch.cuda._memory_viz`, and CSV tables for notebooks.
+//! `torch.cuda._memory_viz`, CSV tables for notebooks — and a Parquet dataset of one trace or
+//! a job's for DuckDB, Spark and pandas.
 //!
 //! Each format has its module; they share the reading (with its progress bar) through
 //! [`crate::load`] and [`crate::timeline`], and the naming of call sites through the
@@ -9,6 +10,7 @@
 mod csv;
 mod flamegraph;
 mod frames;
+mod parquet;
 mod perfetto;
 mod pickle;
 mod pytorch;
@@ -43,7 +45,13 @@ EXAMPLES:
 
     A file that exists is never replaced unless asked; to standard output instead:
         vramtrace export --format csv-live --force -o live.csv run.vtrace
-        vramtrace export --format csv-live -o - run.vtrace | head";
+        vramtrace export --format csv-live -o - run.vtrace | head
+
+    Every rank of a job as a Parquet dataset for DuckDB, Spark or pandas (docs/data.md), then
+    the Python lines still holding memory at the end, per rank:
+        vramtrace export --format parquet -o job-data/ traces/
+        duckdb -c \"SELECT rank, label, sum(bytes) FROM 'job-data/allocations/**/*.parquet'
+                    WHERE free_seq IS NULL AND accounting = 'device' GROUP BY ALL ORDER BY 3 DESC\"";
 
 /// What `export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -59,6 +67,9 @@ pub enum Format {
     CsvLive,
     /// CSV, one row per event of the trace.
     CsvEvents,
+    /// A Parquet dataset (a directory) of a trace or a directory of traces: every object,
+    /// call site, step, driver sample, communicator and failed call (docs/data.md).
+    Parquet,
 }
 
 /// Which bytes the flame graph weighs.
@@ -74,7 +85,8 @@ pub enum Moment {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// The trace file to read.
+    /// The trace file to read; for parquet, a directory of traces too (one per rank or
+    /// process).
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
     /// What to write.
@@ -82,14 +94,19 @@ pub struct ExportArgs {
         short,
         long,
         value_enum,
-        value_name = "perfetto|flamegraph|pytorch|csv-live|csv-events"
+        value_name = "perfetto|flamegraph|pytorch|csv-live|csv-events|parquet"
     )]
     pub format: Format,
-    /// Where to write it; `-` for standard output. A file that exists is left alone unless
-    /// --force is given; the trace read is never replaced.
+    /// Where to write it; `-` for standard output; for parquet, a new (or empty) directory. A
+    /// file that exists is left alone unless --force is given; the trace read is never replaced.
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
-    /// Replace the output file if it exists (never the trace being read).
+    /// Parquet: the run's name, its partition in the dataset (`run=NAME/`); default: the name
+    /// of the trace or directory given.
+    #[arg(long, value_name = "NAME")]
+    pub run: Option<String>,
+    /// Replace the output if it exists (a file, or for parquet a directory that is not empty);
+    /// never the trace being read.
     #[arg(long)]
     pub force: bool,
     /// Flame graph: the bytes it weighs.
@@ -109,6 +126,17 @@ pub struct ExportArgs {
 
 /// Runs `vramtrace export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
+    if args.format == Format::Parquet {
+        return parquet::run(&parquet::Job {
+            input: &args.trace,
+            output: &args.output,
+            run: args.run.as_deref(),
+            force: args.force,
+        });
+    }
+    if args.run.is_some() {
+        return Err(anyhow::anyhow!("--run is an option of --format parquet"));
+    }
     let started = std::time::Instant::now();
     let output = OutputFile::prepare(&args.output, args.force, std::slice::from_ref(&args.trace))?;
     let (what, size) = output.write(|out| write(args, out))?;
@@ -132,5 +160,6 @@ fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         Format::Pytorch => pytorch::write(args, out),
         Format::CsvLive => csv::write_live(args, out),
         Format::CsvEvents => csv::write_events(args, out),
+        Format::Parquet => unreachable!("a dataset is a directory, written by parquet::run"),
     }
 }

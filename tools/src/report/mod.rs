@@ -263,14 +263,14 @@ pub struct EndingFacts {
 
 impl EndingFacts {
     fn new(ending: &Ending) -> Self {
-        let (kind, offset) = match *ending {
-            Ending::Complete => ("complete", None),
-            Ending::NoEndRecord { offset } => ("no-end-record", Some(offset)),
-            Ending::Truncated { offset, .. } => ("truncated", Some(offset)),
-            Ending::Corrupt { offset, .. } => ("corrupt", Some(offset)),
+        let offset = match *ending {
+            Ending::Complete => None,
+            Ending::NoEndRecord { offset }
+            | Ending::Truncated { offset, .. }
+            | Ending::Corrupt { offset, .. } => Some(offset),
         };
         EndingFacts {
-            kind,
+            kind: ending.kind(),
             description: ending.describe(),
             offset,
         }

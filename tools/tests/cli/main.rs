@@ -2,6 +2,7 @@
 //! and error lines out.
 
 mod acceptance;
+mod data;
 mod diff;
 mod errors;
 mod exports;
