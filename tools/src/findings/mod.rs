@@ -2,9 +2,11 @@
 //! first, then out-of-memory failures, leaks, peaks, fragmentation and anomalies. `report` and
 //! `replay` print them, the HTML page takes its summary from here.
 
-mod diagnosis;
+pub(crate) mod diagnosis;
 
 use std::io::{self, Write};
+
+use serde::Serialize;
 
 use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::analysis::orphans::Orphan;
@@ -63,7 +65,7 @@ fn grouped(n: u64) -> String {
 }
 
 /// `step 12` or `window 12`.
-fn at_sample(a: &Analysis, x: u64) -> String {
+pub(crate) fn at_sample(a: &Analysis, x: u64) -> String {
     match a.growth.axis {
         SampleAxis::Steps => format!("step {x}"),
         SampleAxis::Time => format!("window {x}"),
@@ -209,20 +211,39 @@ fn counted(count: u64, noun: &str) -> String {
     format!("{count} {noun}{s}")
 }
 
+/// One line of the FINDINGS block: the question (`orphans`, `growth`, `phases`...) and its
+/// answer.
+#[derive(Debug, Serialize)]
+pub struct SummaryLine {
+    pub topic: &'static str,
+    pub text: String,
+}
+
+fn line(topic: &'static str, text: String) -> SummaryLine {
+    SummaryLine { topic, text }
+}
+
 /// The FINDINGS block: one line per question, the answer first.
-pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
+fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
     writeln!(out, "\nFINDINGS")?;
-    writeln!(out, "  orphans        {}", orphans_line(&a.orphans))?;
+    for l in summary_lines(a, when) {
+        writeln!(out, "  {:<14} {}", l.topic, l.text)?;
+    }
+    Ok(())
+}
+
+/// The lines of the FINDINGS block, as the text report and the HTML page say them.
+pub(crate) fn summary_lines(a: &Analysis, when: &str) -> Vec<SummaryLine> {
+    let mut lines = vec![line("orphans", orphans_line(&a.orphans))];
     let unit = unit(a);
-    writeln!(out, "  growth         {}", growth_headline(a, &unit))?;
-    for line in phases_lines(a) {
-        writeln!(out, "  phases         {line}")?;
+    lines.push(line("growth", growth_headline(a, &unit)));
+    for text in phases_lines(a) {
+        lines.push(line("phases", text));
     }
     for alert in &a.alerts {
-        writeln!(out, "  alerted        {}", alert_line(alert))?;
+        lines.push(line("alerted", alert_line(alert)));
     }
-    let steps = steps_line(a);
-    writeln!(out, "  steps          {steps}")?;
+    lines.push(line("steps", steps_line(a)));
     let oom = match a.ooms.failures.first() {
         None => "none".to_string(),
         Some(f) => format!(
@@ -234,30 +255,34 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
             bytes(f.live.bytes)
         ),
     };
-    writeln!(out, "  out of memory  {oom}")?;
+    lines.push(line("out of memory", oom));
     let l = &a.leaks;
-    writeln!(
-        out,
-        "  live           {when}: {} device in {} objects, {} host in {}, {} other objects, at {} call sites",
-        bytes(l.device.bytes),
-        l.device.count,
-        bytes(l.host.bytes),
-        l.host.count,
-        l.views,
-        l.sites.len()
-    )?;
+    lines.push(line(
+        "live",
+        format!(
+            "{when}: {} device in {} objects, {} host in {}, {} other objects, at {} call sites",
+            bytes(l.device.bytes),
+            l.device.count,
+            bytes(l.host.bytes),
+            l.host.count,
+            l.views,
+            l.sites.len()
+        ),
+    ));
     for p in &a.peaks.holders {
-        writeln!(
-            out,
-            "  peak           {}: {} in {} objects at event {} (seq {}, step {}); {} now",
-            p.holder.name(),
-            bytes(p.peak.bytes),
-            p.peak.count,
-            p.peak.event,
-            p.peak.seq,
-            p.peak.step,
-            bytes(p.now_bytes)
-        )?;
+        lines.push(line(
+            "peak",
+            format!(
+                "{}: {} in {} objects at event {} (seq {}, step {}); {} now",
+                p.holder.name(),
+                bytes(p.peak.bytes),
+                p.peak.count,
+                p.peak.event,
+                p.peak.seq,
+                p.peak.step,
+                bytes(p.now_bytes)
+            ),
+        ));
     }
     let f = &a.fragmentation;
     let held = match f.unusable_share {
@@ -272,25 +297,30 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         ),
         None => "none".to_string(),
     };
-    writeln!(
-        out,
-        "  fragmentation  {held}; {} reserved VA, {} mapped",
-        bytes(f.address_space.reserved_bytes),
-        bytes(f.address_space.mapped_bytes)
-    )?;
+    lines.push(line(
+        "fragmentation",
+        format!(
+            "{held}; {} reserved VA, {} mapped",
+            bytes(f.address_space.reserved_bytes),
+            bytes(f.address_space.mapped_bytes)
+        ),
+    ));
     let an = &a.anomalies;
     let dropped = an
         .dropped_events
         .map_or("unknown".to_string(), |d| d.to_string());
-    writeln!(
-        out,
-        "  anomalies      {} ({} double frees, {} unknown frees, {} unmaps of unmapped ranges); {dropped} events dropped",
+    lines.push(line(
+        "anomalies",
+        format!(
+            "{} ({} double frees, {} unknown frees, {} unmaps of unmapped ranges); {dropped} events dropped",
         an.total,
         an.count(AnomalyKind::DoubleFree),
         an.count(AnomalyKind::UnknownFree),
-        an.count(AnomalyKind::UnmapUnmapped)
-    )?;
-    lost_events(out, a)
+            an.count(AnomalyKind::UnmapUnmapped)
+        ),
+    ));
+    lines.extend(lost_events(a).map(|text| line("lost events", text)));
+    lines
 }
 
 /// The headline of growth: the most urgent cause of steady growth (the diagnosis's first), at
@@ -334,22 +364,21 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
 }
 
 /// What the events the tracer lost could explain, and was therefore left out above.
-fn lost_events(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
+fn lost_events(a: &Analysis) -> Option<String> {
     let lost = a.anomalies.lost_events;
     if lost == 0 {
-        return Ok(());
+        return None;
     }
     let u = &a.leaks.uncertain;
-    writeln!(
-        out,
-        "  lost events    {lost} events were lost; left out above because they could explain them: \
+    Some(format!(
+        "{lost} events were lost; left out above because they could explain them: \
          {} anomalies, {} live objects ({} device, {} host), {} orphans",
         a.anomalies.uncertain,
         u.count(),
         bytes(u.device.bytes),
         bytes(u.host.bytes),
         a.orphans.uncertain.count
-    )
+    ))
 }
 
 /// Where the steps came from, in words.
@@ -653,7 +682,7 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
 }
 
 /// An alert the tracer raised while the program ran, as the program's stderr said it.
-fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
+pub(crate) fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
     let unit = if a.unit == "step" {
         "per step".to_string()
     } else {
@@ -664,12 +693,23 @@ fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
         (None, Some(s)) => format!("; full in {s} s"),
         _ => String::new(),
     };
+    let signal = signal_name(a.signal).map_or(String::new(), |s| format!("; signal {s} sent"));
     format!(
-        "while running, at step {}: device {} grew steadily, {} {unit} at {} ({}){full}",
+        "while running, at step {}: device {} grew steadily, {} {unit} at {} ({}){full}{signal}",
         a.step,
         a.device,
         signed_bytes(a.rate as f64),
         a.place,
         a.reason
     )
+}
+
+/// The signal the tracer sent with an alert, by name (`None`: none was sent).
+pub(crate) fn signal_name(signal: i32) -> Option<&'static str> {
+    match signal {
+        0 => None,
+        libc::SIGUSR1 => Some("SIGUSR1"),
+        libc::SIGUSR2 => Some("SIGUSR2"),
+        _ => Some("a signal"),
+    }
 }
