@@ -1,23 +1,26 @@
-//! `vramtrace report --html` on the training-loop trace: the page is self-contained, its tables
-//! carry the planted numbers, and in a real headless Chromium it loads without a console message
-//! and draws its chart.
-//!
-//! The browser test needs Debian's `chromium` (`.ci/run` installs it). Where it is absent the
-//! test fails, unless `VRAMTRACE_SKIP_BROWSER=1` says skipping is fine here: then it prints why
-//! and passes.
+//! `vramtrace report --html` on traces of known contents: the page is self-contained, its tables
+//! carry the planted numbers, it says the diagnosis and the findings in the text report's own
+//! words, and it opens on the axis and grouping that fit the trace (steps and Python lines for a
+//! Python training run, time and native functions for a native program without steps).
+//! `browser` opens it in a real headless Chromium; `screenshot` makes the README's picture from
+//! the demo's page.
+
+mod browser;
+mod screenshot;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use serde_json::Value;
 
 use crate::support::*;
 
-fn page(dir: &Path) -> (PathBuf, String) {
-    let trace = write_training(dir, "train.vtrace");
+/// `vramtrace report --html` of `trace` into `dir/report.html`: its path and text.
+pub fn page_of(dir: &Path, trace: &Path) -> (PathBuf, String) {
     let html = dir.join("report.html");
     let out = vramtrace()
         .args(["report", "--html"])
         .arg(&html)
-        .arg(&trace)
+        .arg(trace)
         .assert()
         .success()
         .get_output()
@@ -30,6 +33,54 @@ fn page(dir: &Path) -> (PathBuf, String) {
     );
     let text = std::fs::read_to_string(&html).unwrap();
     (html, text)
+}
+
+/// The page of the training-loop trace.
+pub fn page(dir: &Path) -> (PathBuf, String) {
+    let trace = write_training(dir, "train.vtrace");
+    page_of(dir, &trace)
+}
+
+/// The chart's data the page embeds.
+pub fn chart_data(html: &str) -> Value {
+    let tag = r#"id="vramtrace-data">"#;
+    let start = html.find(tag).unwrap() + tag.len();
+    let end = html[start..].find("</script>").unwrap() + start;
+    serde_json::from_str(&html[start..end]).unwrap()
+}
+
+/// `text` as the page's template writes it (minijinja's HTML escaping).
+fn escaped(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#x27;")
+        .replace('/', "&#x2f;")
+}
+
+fn report_text(trace: &Path) -> String {
+    let out = vramtrace()
+        .arg("report")
+        .arg(trace)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8(out).unwrap()
+}
+
+/// The lines of the text report's block that starts with `heading`, up to the blank line.
+fn block<'a>(text: &'a str, heading: &str) -> Vec<&'a str> {
+    let start = text
+        .find(&format!("\n{heading}"))
+        .unwrap_or_else(|| panic!("no {heading} in {text}"));
+    text[start + 1..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect()
 }
 
 #[test]
@@ -49,10 +100,8 @@ fn the_page_is_self_contained_and_has_the_numbers() {
     }
     assert!(!html.contains("https://"), "no address outside the page");
     // The findings, and exact bytes in the tables.
-    assert!(
-        html.contains("STEADY GROWTH") || html.contains("steady growth"),
-        "findings"
-    );
+    assert!(html.contains("<h2>Diagnosis"), "diagnosis");
+    assert!(html.contains("STEADY GROWTH on device 0"), "findings");
     assert!(
         html.contains(r#"title="14680064 bytes""#),
         "live at the end"
@@ -67,10 +116,7 @@ fn the_page_is_self_contained_and_has_the_numbers() {
         "the failed request"
     );
     // Rows link to stacks the page holds.
-    let data_start = html.find(r#"id="vramtrace-data">"#).unwrap();
-    let data_end = html[data_start..].find("</script>").unwrap() + data_start;
-    let json = &html[data_start + r#"id="vramtrace-data">"#.len()..data_end];
-    let data: serde_json::Value = serde_json::from_str(json).unwrap();
+    let data = chart_data(&html);
     assert_eq!(data["steps_total"], TRAINING_STEPS);
     assert_eq!(data["devices"][0]["peak_bytes"], 22 * MIB);
     assert_eq!(data["devices"][0]["end_bytes"], 14 * MIB);
@@ -96,92 +142,6 @@ fn the_page_is_self_contained_and_has_the_numbers() {
     );
 }
 
-/// Debian's Chromium, or `None` when it is not installed.
-fn chromium() -> Option<PathBuf> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .find_map(|name| {
-            std::env::var_os("PATH")?
-                .to_str()?
-                .split(':')
-                .map(|d| Path::new(d).join(name))
-                .find(|p| p.is_file())
-        })
-}
-
-#[test]
-fn the_page_draws_its_chart_in_headless_chromium() {
-    let Some(browser) = chromium() else {
-        if std::env::var("VRAMTRACE_SKIP_BROWSER").as_deref() == Ok("1") {
-            eprintln!(
-                "SKIPPED the_page_draws_its_chart_in_headless_chromium: no chromium on PATH \
-                 and VRAMTRACE_SKIP_BROWSER=1"
-            );
-            return;
-        }
-        panic!(
-            "chromium is not installed: install it (apt-get install chromium) or set \
-             VRAMTRACE_SKIP_BROWSER=1 to skip this test"
-        );
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let (html, _) = page(dir.path());
-    let profile = dir.path().join("profile");
-    let out = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--enable-logging=stderr",
-            "--v=0",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", html.display()))
-        .output()
-        .expect("running chromium");
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
-    // The page logs nothing: any console line is an error or a warning.
-    let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
-    assert!(console.is_empty(), "{console:#?}");
-    assert!(!dom.contains("data-errors"), "{dom}");
-    assert!(
-        dom.contains(r#"data-chart="drawn""#),
-        "the script ran to its end"
-    );
-    // One chart for the one device, with points drawn.
-    let chart = dom
-        .find(r#"id="chart-device-0""#)
-        .expect("the device's chart element");
-    let tag_end = dom[chart..].find('>').unwrap() + chart;
-    let tag = &dom[chart..tag_end];
-    let points: u64 = tag
-        .split("data-points=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no data-points in {tag}"));
-    assert!(points > 0, "{tag}");
-    assert!(dom.matches("<polygon").count() >= 3, "envelope and bands");
-    assert_eq!(
-        dom.matches(r#"class="step""#).count() as u64,
-        TRAINING_STEPS,
-        "one tick per step"
-    );
-    assert_eq!(
-        dom.matches(r#"class="range""#).count() as u64,
-        TRAINING_STEPS
-    );
-    assert!(dom.contains(r#"class="failure oom""#), "the OOM is marked");
-}
-
 #[test]
 fn a_long_trace_is_downsampled_without_losing_its_peak() {
     let dir = tempfile::tempdir().unwrap();
@@ -194,9 +154,7 @@ fn a_long_trace_is_downsampled_without_losing_its_peak() {
         .assert()
         .success();
     let text = std::fs::read_to_string(&html).unwrap();
-    let start = text.find(r#"id="vramtrace-data">"#).unwrap() + r#"id="vramtrace-data">"#.len();
-    let end = text[start..].find("</script>").unwrap() + start;
-    let data: serde_json::Value = serde_json::from_str(&text[start..end]).unwrap();
+    let data = chart_data(&text);
     // 10,000 events in at most 800 stretches, at least half of them kept.
     let x = data["x"].as_array().unwrap();
     assert!((400..=800).contains(&x.len()), "{}", x.len());
@@ -207,4 +165,148 @@ fn a_long_trace_is_downsampled_without_losing_its_peak() {
     assert!(device["min"].as_array().unwrap().iter().all(|v| v == 0));
     // The table keeps the exact number.
     assert!(text.contains(r#"title="5242880 bytes""#));
+}
+
+// The page's DIAGNOSIS and FINDINGS are the text report's, piece by piece: each finding's
+// headline, evidence, other views, cause and fix, and each FINDINGS line under its topic.
+#[test]
+fn the_page_says_the_diagnosis_and_the_findings_in_the_text_reports_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_training(dir.path(), "train.vtrace");
+    let (_, html) = page_of(dir.path(), &trace);
+    let text = report_text(&trace);
+
+    let findings = block(&text, "FINDINGS");
+    assert!(findings.len() >= 10, "{findings:#?}");
+    for line in &findings {
+        let (topic, words) = line.trim_start().split_at(15);
+        let want = format!("<dt>{}</dt><dd>{}</dd>", topic.trim_end(), escaped(words));
+        assert!(html.contains(&want), "{want}");
+    }
+    let alerted = findings
+        .iter()
+        .find(|l| l.trim_start().starts_with("alerted"))
+        .unwrap();
+    assert!(
+        alerted.ends_with(
+            "while running, at step 10: device 0 grew steadily, +1.0 MiB per step at \
+             /work/app/train.py:42 in step (growth); full in 1013 steps; signal SIGUSR1 sent"
+        ),
+        "{alerted}"
+    );
+
+    let diagnosis = block(&text, "DIAGNOSIS");
+    let heading = text.lines().find(|l| l.starts_with("DIAGNOSIS (")).unwrap();
+    let count = heading
+        .trim_start_matches("DIAGNOSIS (")
+        .trim_end_matches(')');
+    assert!(
+        html.contains(&format!(
+            r#"<span class="count">({})</span>"#,
+            escaped(count)
+        )),
+        "{count}"
+    );
+    let mut headlines = 0;
+    for line in &diagnosis {
+        let line = line.trim_start();
+        if let Some((number, rest)) = line.split_once(". ") {
+            if number.parse::<usize>().is_ok() {
+                // `1. ALERT: steady growth at PLACE on device 0`
+                let (severity, headline) = rest.split_once(": ").unwrap();
+                let (class, place) = match headline.find(" at ").or(headline.find(" on ")) {
+                    Some(i) => (&headline[..i], &headline[i + 1..]),
+                    None => (headline, ""),
+                };
+                let want = format!(
+                    r#"<span class="severity">{severity}</span> {number}. {class}{}"#,
+                    if place.is_empty() {
+                        String::new()
+                    } else {
+                        format!(r#" <span class="place">{}</span>"#, escaped(place))
+                    }
+                );
+                assert!(html.contains(&want), "{want}");
+                headlines += 1;
+                continue;
+            }
+        }
+        let (term, words) = line.split_at(10);
+        let want = format!("<dt>{}</dt><dd>{}</dd>", term.trim_end(), escaped(words));
+        assert!(html.contains(&want), "{want}");
+    }
+    assert!(headlines >= 1, "{diagnosis:#?}");
+    assert_eq!(
+        html.matches(r#"<article class="finding "#).count(),
+        headlines
+    );
+}
+
+// A native program without steps (the known workload: no step marks, no Python frames) opens
+// on the time axis, stacked by native function, with no steps button to press.
+#[test]
+fn a_native_program_without_steps_opens_on_time_by_native_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, _) = write_workload(dir.path(), "native.vtrace");
+    let (_, html) = page_of(dir.path(), &trace);
+    let data = chart_data(&html);
+    assert_eq!(data["axis"], "time");
+    assert_eq!(data["by"], "function");
+    assert_eq!(data["steps_total"], 0);
+    assert!(
+        !html.contains("data-axis="),
+        "no axis buttons without steps"
+    );
+    assert!(html.contains(
+        r#"<button type="button" data-by="function" class="on">native function</button>"#
+    ));
+    assert!(html.contains("Live device memory over <span id=\"axis-name\">time</span>"));
+    assert!(html.contains("No steps: the x axis is time."));
+}
+
+// The GPU run of a Python training program with step marks (a 4 s start-up, then 120 steps in
+// 2.6 s): the page opens on steps, stacked by Python line, and draws the phases the analysis
+// found: the warm-up up to the start of step 5, then the steady state to the end.
+#[test]
+fn a_python_training_run_opens_on_steps_by_python_line_with_its_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/healthy_gpt-marks.vtrace");
+    let (_, html) = page_of(dir.path(), &trace);
+    let data = chart_data(&html);
+    assert_eq!(data["axis"], "steps");
+    assert_eq!(data["by"], "python");
+    assert_eq!(data["steps_total"], 120);
+    assert_eq!(data["steps_every"], 1);
+    let steps: Vec<u64> = data["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    assert_eq!(steps.len(), 120);
+    // The start-up before the first step is most of the run's time.
+    let end = data["duration_us"].as_u64().unwrap();
+    assert!(steps[0] * 2 > end, "{} of {end}", steps[0]);
+    let phases = data["phases"].as_array().unwrap();
+    let spans: Vec<(&str, &str, u64, u64)> = phases
+        .iter()
+        .map(|p| {
+            (
+                p["kind"].as_str().unwrap(),
+                p["label"].as_str().unwrap(),
+                p["start_us"].as_u64().unwrap(),
+                p["end_us"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            ("warm-up", "warm-up", 0, steps[4]),
+            ("steady", "steady from step 5", steps[4], end)
+        ]
+    );
+    assert!(phases.iter().all(|p| p["device"] == 0));
+    assert!(html.contains(r#"<dt>phases</dt><dd>device 0: steady from step 5</dd>"#));
 }
