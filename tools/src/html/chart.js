@@ -59,7 +59,18 @@
     if (s >= 1) {
       return `${s.toFixed(2)} s`;
     }
-    return `${(us / 1000).toFixed(1)} ms`;
+    if (us >= 1000) {
+      return `${(us / 1000).toFixed(1)} ms`;
+    }
+    return `${Number(us.toFixed(1))} µs`;
+  }
+
+  // Tick labels of a time axis up to `end` microseconds, `step` apart: one unit for the whole
+  // axis (the one `end` reads best in), with the decimals that tell the ticks apart.
+  function timeLabel(end, step) {
+    const [div, unit] = end >= 1e6 ? [1e6, 's'] : end >= 1e3 ? [1e3, 'ms'] : [1, 'µs'];
+    const decimals = Math.max(0, Math.min(6, Math.ceil(-Math.log10(step / div) - 1e-9)));
+    return (us) => (us === 0 ? '0' : `${(us / div).toFixed(decimals)} ${unit}`);
   }
 
   // Round tick steps: 1, 2 or 5 times a power of `base`.
@@ -176,14 +187,15 @@
         at: (us) => `step ${Math.floor(interpolate(times, steps, us))}, ${fmtTime(us)}`,
       };
     }
+    const timeTicks = ticks(end, 8, 10);
     return {
       kind: 'time',
       name: 'time',
       max: end,
       pos: (us) => us,
       time: (p) => p,
-      ticks: ticks(end, 8, 10),
-      label: fmtTime,
+      ticks: timeTicks,
+      label: timeLabel(end, timeTicks[1] || end),
       at: fmtTime,
     };
   }
@@ -196,7 +208,8 @@
     const phases = data.phases.filter((p) => p.device === dev.device);
     const alerts = data.alerts.filter((a) => a.device === dev.device);
     const depth = Math.min(data.range_depth, 4);
-    const lanes = {phases: phases.length ? 16 : 0, steps: 10, ranges: depth * 9, events: 12};
+    const lanes = {phases: phases.length ? 16 : 0, steps: data.steps.length ? 10 : 0,
+      ranges: depth * 9, events: 12};
     const laneTop = TOP + PLOT_H + 22;
     const H = laneTop + lanes.phases + lanes.steps + lanes.ranges + lanes.events + 6;
     const plotW = W - LEFT - RIGHT;
@@ -343,7 +356,9 @@
       }
     }
     const stepTop = laneTop + lanes.phases;
-    laneLabel('steps', stepTop + 8);
+    if (data.steps.length) {
+      laneLabel('steps', stepTop + 8);
+    }
     for (const s of data.steps) {
       el('line', {class: 'step', x1: sx(s), x2: sx(s), y1: stepTop, y2: stepTop + lanes.steps}, svg);
     }

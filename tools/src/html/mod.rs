@@ -115,18 +115,22 @@ pub fn render(
              start-up before the first), on the time axis its duration.",
             if n == 1 { "" } else { "s" },
             if chart.steps.len() < n {
-                format!(" (every {}th marked)", chart.steps_every)
+                format!(" (a tick every {} steps)", chart.steps_every)
             } else {
                 String::new()
             }
         ),
     };
+    let points = match timeline.stride() {
+        1 => "Each point is one event, the bands what each holder held after it.".to_string(),
+        n => format!(
+            "Each point covers {n} consecutive events; the grey envelope spans the lowest and \
+             highest live bytes within them, the bands what each holder held at their end."
+        ),
+    };
     let chart_note = format!(
-        "Each point covers {} consecutive events; the grey envelope spans the lowest and highest \
-         live bytes within them, the bands what each holder held at their end. {steps} Shaded: \
-         the phases the analysis found; red flags: the alerts the tracer raised while the \
-         program ran. The tables hold exact numbers.",
-        timeline.stride(),
+        "{points} {steps} Shaded: the phases the analysis found; red flags: the alerts the \
+         tracer raised while the program ran. The tables hold exact numbers."
     );
     let page = Page {
         title: format!(

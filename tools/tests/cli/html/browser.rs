@@ -168,3 +168,28 @@ fn the_page_draws_its_chart_in_headless_chromium() {
         ["ALERT at step 10, SIGUSR1 sent"]
     );
 }
+
+// A native program without steps (12 events 1 µs apart): drawn on the time axis in µs, by
+// native function, with no steps lane and nothing the tracer raised.
+#[test]
+fn a_trace_without_steps_is_drawn_on_the_time_axis() {
+    let Some(browser) = chromium("a_trace_without_steps_is_drawn_on_the_time_axis") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, _) = write_workload(dir.path(), "native.vtrace");
+    let (html, _) = super::page_of(dir.path(), &trace);
+    let dom = drawn_dom(&browser, dir.path(), &format!("file://{}", html.display()));
+    let svg = tag(&dom, "chart-device-0");
+    assert!(svg.contains(r#"data-axis="time""#), "{svg}");
+    assert_eq!(texts(&dom, "axis-name"), ["time"]);
+    assert_eq!(
+        texts(&dom, "axis x-tick"),
+        ["0", "2 µs", "4 µs", "6 µs", "8 µs", "10 µs"]
+    );
+    assert_eq!(texts(&dom, "lane-label"), Vec::<&str>::new());
+    assert!(!dom.contains(r#"class="alert-marker""#));
+    assert!(dom.contains(r#"data-by="function" class="on""#));
+    // The failures of the workload: an out-of-memory failure and a failed call.
+    assert_eq!(dom.matches(r#"class="failure-line""#).count(), 2);
+}
