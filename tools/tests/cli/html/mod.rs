@@ -59,18 +59,6 @@ fn escaped(text: &str) -> String {
         .replace('/', "&#x2f;")
 }
 
-fn report_text(trace: &Path) -> String {
-    let out = vramtrace()
-        .arg("report")
-        .arg(trace)
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    String::from_utf8(out).unwrap()
-}
-
 /// The lines of the text report's block that starts with `heading`, up to the blank line.
 fn block<'a>(text: &'a str, heading: &str) -> Vec<&'a str> {
     let start = text
@@ -174,7 +162,7 @@ fn the_page_says_the_diagnosis_and_the_findings_in_the_text_reports_words() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write_training(dir.path(), "train.vtrace");
     let (_, html) = page_of(dir.path(), &trace);
-    let text = report_text(&trace);
+    let text = crate::report::report_text(&trace, &[]);
 
     let findings = block(&text, "FINDINGS");
     assert!(findings.len() >= 10, "{findings:#?}");
