@@ -27,11 +27,9 @@ const FRAGMENTATION_BYTES: u64 = 64 << 20;
 /// allocations are stream-ordered (PyTorch's `cudaMallocAsync` backend: each is a tensor); every
 /// other row allocated what stays live.
 fn line_means(s: &SiteGrowth, framework: &Framework) -> LineMeaning {
-    let per_array = s.site.api.is_some_and(|a| {
-        a.contains("MallocAsync") || a.contains("AllocAsync") || a.contains("FromPool")
-    }) || (s.site.owner == OwnerKind::Torch
-        && framework.torch_backend.as_deref() == Some("cudaMallocAsync"));
-    if s.view == DRIVER && s.site.owner.is_framework() && !per_array {
+    let async_torch = s.site.owner == OwnerKind::Torch
+        && framework.torch_backend.as_deref() == Some("cudaMallocAsync");
+    if s.view == DRIVER && s.site.is_framework_pool() && !async_torch {
         LineMeaning::Asked
     } else {
         LineMeaning::Keeps

@@ -180,6 +180,20 @@ pub fn axis_of(state: &LiveState) -> SampleAxis {
     }
 }
 
+/// The most samples added for the quiet after a pattern's last step.
+const MAX_QUIET_SAMPLES: u64 = 64;
+
+/// A series on the steps of an allocation pattern, with the quiet after its last step added as
+/// `quiet` samples that stay at its last value: an anchor that is itself a warm-up's growth
+/// (a caching allocator adding a segment a few times) makes steps only while it grows, and the
+/// rest of the run, without it, says the growth stopped.
+fn with_quiet(mut points: Vec<(u64, u64)>, quiet: u64) -> Vec<(u64, u64)> {
+    if let Some(&(x, y)) = points.last() {
+        points.extend((1..=quiet).map(|k| (x + k, y)));
+    }
+    points
+}
+
 /// Samples of a series in axis units: time samples become window indices.
 pub(crate) fn in_units(points: Vec<(u64, u64)>, window_ns: Option<u64>) -> Vec<(u64, u64)> {
     match window_ns {
@@ -295,11 +309,19 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
     };
     let mut device_memory = config.device_memory;
     // Per holder: its course, and where its teardown begins (time axis).
+    // Steps of a pattern that stopped recurring long before the end: the quiet after them.
+    let quiet = match state.steps_after_pattern() {
+        q if q >= 2 && axis == SampleAxis::Steps => q.min(MAX_QUIET_SAMPLES),
+        _ => 0,
+    };
     let mut holders: Vec<(HolderGrowth, Option<u64>, Option<u64>)> = state
         .holders()
         .iter()
         .map(|h| {
-            let points = in_units(state.holder_series(h.holder, axis), window_ns);
+            let points = with_quiet(
+                in_units(state.holder_series(h.holder, axis), window_ns),
+                quiet,
+            );
             let teardown = match axis {
                 SampleAxis::Time => teardown_start(&points),
                 SampleAxis::Steps => None,
@@ -346,7 +368,8 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
     for (site, holder, points) in state.site_series(axis) {
         let peak = points.iter().map(|p| p.1).max().unwrap_or(0);
         let e = places.entry((holder, place(state, site))).or_default();
-        e.series.push(in_units(points, window_ns));
+        e.series
+            .push(with_quiet(in_units(points, window_ns), quiet));
         e.sites.push((peak, site));
     }
     let now: BTreeMap<(Holder, SiteId), u64> = holders

@@ -24,6 +24,8 @@ pub struct Thresholds {
     pub peak_bytes: u64,
     /// Sustained growth, bytes per step (compared only when both runs have steps).
     pub growth_per_step: u64,
+    /// Orphans (memory whose owner is gone), counted.
+    pub orphans: u64,
     /// Device bytes held by orphans.
     pub orphan_bytes: u64,
     /// Failed calls.
@@ -38,6 +40,7 @@ impl Default for Thresholds {
             live_bytes: 64 << 20,
             peak_bytes: 256 << 20,
             growth_per_step: 1 << 20,
+            orphans: 0,
             orphan_bytes: 0,
             failures: 0,
         }
@@ -124,8 +127,9 @@ impl TotalsDiff {
 /// One threshold checked.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Check {
-    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphan_bytes` or `failures` (the
-    /// driver's view); `tensor_live_bytes` or `tensor_growth_per_step` (PyTorch's recorder).
+    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphans`, `orphan_bytes` or `failures`
+    /// (the driver's view); `tensor_live_bytes` or `tensor_growth_per_step` (PyTorch's
+    /// recorder).
     pub metric: &'static str,
     /// B's value minus A's.
     pub change: f64,
@@ -542,6 +546,7 @@ fn verdict(a: &Profile, b: &Profile, t: &TotalsDiff, th: &Thresholds) -> Verdict
             }
         )),
     }
+    checks.push(check("orphans", t.orphans.change as f64, th.orphans));
     checks.push(check(
         "orphan_bytes",
         t.orphan_bytes.change as f64,

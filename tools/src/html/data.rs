@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramtrace_collector::analysis::{Analysis, SiteName};
-use vramtrace_collector::format::Alert;
+use vramtrace_collector::analysis::{Analysis, RaisedAlert, SiteName};
 use vramtrace_collector::live::{Holder, SampleAxis};
 use vramtrace_collector::symbols::{collapse, Attribution, CallRef, Granularity, Symbolizer};
 
@@ -209,10 +208,11 @@ fn phases(a: &Analysis, timeline: &Timeline) -> Vec<PhaseSpan> {
 
 /// The tracer's alerts, each within the step it was raised at: the tracer judges at a step's
 /// mark, and its clock may read a little later than the events it judged.
-fn alerts(alerts: &[Alert], timeline: &Timeline) -> Vec<AlertPoint> {
+fn alerts(alerts: &[RaisedAlert], timeline: &Timeline) -> Vec<AlertPoint> {
     alerts
         .iter()
-        .map(|a| {
+        .map(|raised| {
+            let a = &raised.alert;
             let first = timeline.first_ns.unwrap_or(0);
             let start = match a.step.checked_sub(1) {
                 None => first,
@@ -232,7 +232,7 @@ fn alerts(alerts: &[Alert], timeline: &Timeline) -> Vec<AlertPoint> {
                 device: a.device,
                 step: a.step,
                 t_us: timeline.since_start(t) / 1000,
-                text: findings::alert_line(a),
+                text: findings::alert_line(raised),
                 signal: findings::signal_name(a.signal),
             }
         })

@@ -178,7 +178,8 @@ fn the_page_says_the_diagnosis_and_the_findings_in_the_text_reports_words() {
     assert!(
         alerted.ends_with(
             "while running, at step 10: device 0 grew steadily, +1.0 MiB per step at \
-             /work/app/train.py:42 in step (growth); full in 1013 steps; signal SIGUSR1 sent"
+             train.py:42 in step (libtorch_cuda.so) (growth); full in 1013 steps; signal SIGUSR1 \
+             sent"
         ),
         "{alerted}"
     );

@@ -227,7 +227,7 @@ fn the_readme_screenshot_is_made_from_the_current_page_of_the_demo() {
         "{diagnosis:#?}"
     );
     assert!(
-        diagnosis.contains(&"at fw_alloc (libtorch_standin.so) on device 0".to_string()),
+        diagnosis.contains(&"at main → fw_alloc (libtorch_standin.so) on device 0".to_string()),
         "{diagnosis:#?}"
     );
 
