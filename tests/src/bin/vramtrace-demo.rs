@@ -55,7 +55,11 @@ fn training_loop(variant: Option<&str>) -> Command {
         .env("LD_LIBRARY_PATH", standin_ld_library_path())
         // A 512 MiB stand-in device: the planted 1 MiB per step is then 0.2% of it, above the
         // 0.1% at which steady growth alerts.
-        .env("STANDIN_DEVICE_MEM", "512M");
+        .env("STANDIN_DEVICE_MEM", "512M")
+        // The loop's 20 steps take about a millisecond, and the tracer judges growth at most
+        // once a second by default: judged at every step mark, the leak raises its live alert
+        // (at step 11, once it has grown for the 10 steps of confirmation).
+        .env("VRAMTRACE_ALERT_INTERVAL_MS", "0");
     c
 }
 

@@ -2,10 +2,11 @@
 //! first, then out-of-memory failures, leaks, peaks, fragmentation and anomalies. `report` and
 //! `replay` print them, the HTML page takes its summary from here.
 
-mod diagnosis;
+pub(crate) mod diagnosis;
 
 use std::io::{self, Write};
 
+use serde::Serialize;
 use vramtrace_collector::analysis::fragmentation::{CacheUse, OomRelief};
 use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::analysis::orphans::Orphan;
@@ -65,7 +66,7 @@ fn grouped(n: u64) -> String {
 }
 
 /// `step 12` or `window 12`.
-fn at_sample(a: &Analysis, x: u64) -> String {
+pub(crate) fn at_sample(a: &Analysis, x: u64) -> String {
     match a.growth.axis {
         SampleAxis::Steps => format!("step {x}"),
         SampleAxis::Time => format!("window {x}"),
@@ -211,20 +212,39 @@ fn counted(count: u64, noun: &str) -> String {
     format!("{count} {noun}{s}")
 }
 
+/// One line of the FINDINGS block: the question (`orphans`, `growth`, `phases`...) and its
+/// answer.
+#[derive(Debug, Serialize)]
+pub struct SummaryLine {
+    pub topic: &'static str,
+    pub text: String,
+}
+
+fn line(topic: &'static str, text: String) -> SummaryLine {
+    SummaryLine { topic, text }
+}
+
 /// The FINDINGS block: one line per question, the answer first.
-pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
+fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
     writeln!(out, "\nFINDINGS")?;
-    writeln!(out, "  orphans        {}", orphans_line(&a.orphans))?;
+    for l in summary_lines(a, when) {
+        writeln!(out, "  {:<14} {}", l.topic, l.text)?;
+    }
+    Ok(())
+}
+
+/// The lines of the FINDINGS block, as the text report and the HTML page say them.
+pub(crate) fn summary_lines(a: &Analysis, when: &str) -> Vec<SummaryLine> {
+    let mut lines = vec![line("orphans", orphans_line(&a.orphans))];
     let unit = unit(a);
-    writeln!(out, "  growth         {}", growth_headline(a, &unit))?;
-    for line in phases_lines(a) {
-        writeln!(out, "  phases         {line}")?;
+    lines.push(line("growth", growth_headline(a, &unit)));
+    for text in phases_lines(a) {
+        lines.push(line("phases", text));
     }
     for alert in &a.alerts {
-        writeln!(out, "  alerted        {}", alert_line(alert))?;
+        lines.push(line("alerted", alert_line(alert)));
     }
-    let steps = steps_line(a);
-    writeln!(out, "  steps          {steps}")?;
+    lines.push(line("steps", steps_line(a)));
     let oom = match a.ooms.failures.first() {
         None => "none".to_string(),
         Some(f) => format!(
@@ -236,30 +256,34 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
             bytes(f.live.bytes)
         ),
     };
-    writeln!(out, "  out of memory  {oom}")?;
+    lines.push(line("out of memory", oom));
     let l = &a.leaks;
-    writeln!(
-        out,
-        "  live           {when}: {} device in {}, {} host in {}, {}, at {}",
-        bytes(l.device.bytes),
-        count(l.device.count, "object"),
-        bytes(l.host.bytes),
-        l.host.count,
-        count(l.views, "other object"),
-        count(l.sites.len() as u64, "call site")
-    )?;
+    lines.push(line(
+        "live",
+        format!(
+            "{when}: {} device in {}, {} host in {}, {}, at {}",
+            bytes(l.device.bytes),
+            count(l.device.count, "object"),
+            bytes(l.host.bytes),
+            l.host.count,
+            count(l.views, "other object"),
+            count(l.sites.len() as u64, "call site")
+        ),
+    ));
     for p in &a.peaks.holders {
-        writeln!(
-            out,
-            "  peak           {}: {} in {} at event {} (seq {}, step {}); {} now",
-            p.holder.name(),
-            bytes(p.peak.bytes),
-            count(p.peak.count, "object"),
-            p.peak.event,
-            p.peak.seq,
-            p.peak.step,
-            bytes(p.now_bytes)
-        )?;
+        lines.push(line(
+            "peak",
+            format!(
+                "{}: {} in {} at event {} (seq {}, step {}); {} now",
+                p.holder.name(),
+                bytes(p.peak.bytes),
+                count(p.peak.count, "object"),
+                p.peak.event,
+                p.peak.seq,
+                p.peak.step,
+                bytes(p.now_bytes)
+            ),
+        ));
     }
     let f = &a.fragmentation;
     let held = match f.unusable_share {
@@ -274,17 +298,19 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         ),
         None => "none".to_string(),
     };
-    writeln!(
-        out,
-        "  fragmentation  {held}; {} reserved VA, {} mapped",
-        bytes(f.address_space.reserved_bytes),
-        bytes(f.address_space.mapped_bytes)
-    )?;
+    lines.push(line(
+        "fragmentation",
+        format!(
+            "{held}; {} reserved VA, {} mapped",
+            bytes(f.address_space.reserved_bytes),
+            bytes(f.address_space.mapped_bytes)
+        ),
+    ));
     for c in &f.allocator {
-        writeln!(out, "  cache          {}", cache_line(c))?;
+        lines.push(line("cache", cache_line(c)));
     }
     if let Some(r) = &f.oom_relief {
-        writeln!(out, "  oom relief     {}", relief_line(r))?;
+        lines.push(line("oom relief", relief_line(r)));
     }
     let an = &a.anomalies;
     // "Dropped" only when events were lost; a trace read before its end (a replay, a cut
@@ -296,15 +322,18 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         }
         (n, _) => format!("{} lost", count(n, "event")),
     };
-    writeln!(
-        out,
-        "  anomalies      {} ({}, {}, {} of unmapped ranges); {lost}",
-        an.total,
-        count(an.count(AnomalyKind::DoubleFree), "double free"),
-        count(an.count(AnomalyKind::UnknownFree), "unknown free"),
-        count(an.count(AnomalyKind::UnmapUnmapped), "unmap")
-    )?;
-    lost_events(out, a)
+    lines.push(line(
+        "anomalies",
+        format!(
+            "{} ({}, {}, {} of unmapped ranges); {lost}",
+            an.total,
+            count(an.count(AnomalyKind::DoubleFree), "double free"),
+            count(an.count(AnomalyKind::UnknownFree), "unknown free"),
+            count(an.count(AnomalyKind::UnmapUnmapped), "unmap")
+        ),
+    ));
+    lines.extend(lost_events(a).map(|text| line("lost events", text)));
+    lines
 }
 
 /// The headline of growth: the most urgent cause of steady growth (the diagnosis's first), at
@@ -392,23 +421,22 @@ fn relief_line(r: &OomRelief) -> String {
 }
 
 /// What the events the tracer lost could explain, and was therefore left out above.
-fn lost_events(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
+fn lost_events(a: &Analysis) -> Option<String> {
     let lost = a.anomalies.lost_events;
     if lost == 0 {
-        return Ok(());
+        return None;
     }
     let u = &a.leaks.uncertain;
-    writeln!(
-        out,
-        "  lost events    {} lost; left out above because they could explain them: {}, {} \
-         ({} device, {} host), {}",
+    Some(format!(
+        "{} lost; left out above because they could explain them: {}, {} ({} device, {} host), \
+         {}",
         count(lost, "event"),
         count(a.anomalies.uncertain, "anomaly"),
         count(u.count(), "live object"),
         bytes(u.device.bytes),
         bytes(u.host.bytes),
         count(a.orphans.uncertain.count, "orphan")
-    )
+    ))
 }
 
 /// Where the steps came from, in words.
@@ -717,7 +745,7 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
 }
 
 /// An alert the tracer raised while the program ran, as the program's stderr said it.
-fn alert_line(raised: &RaisedAlert) -> String {
+pub(crate) fn alert_line(raised: &RaisedAlert) -> String {
     let a = &raised.alert;
     // Labelled as every other place; a line PyTorch's tensors named, by its file's base name.
     let place = match &raised.site {
@@ -742,11 +770,22 @@ fn alert_line(raised: &RaisedAlert) -> String {
     } else {
         String::new()
     };
+    let signal = signal_name(a.signal).map_or(String::new(), |s| format!("; signal {s} sent"));
     format!(
-        "while running, at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}",
+        "while running, at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}{signal}",
         a.step,
         a.device,
         signed_bytes(a.rate as f64),
         a.reason
     )
+}
+
+/// The signal the tracer sent with an alert, by name (`None`: none was sent).
+pub(crate) fn signal_name(signal: i32) -> Option<&'static str> {
+    match signal {
+        0 => None,
+        libc::SIGUSR1 => Some("SIGUSR1"),
+        libc::SIGUSR2 => Some("SIGUSR2"),
+        _ => Some("a signal"),
+    }
 }

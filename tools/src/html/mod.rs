@@ -1,11 +1,12 @@
-//! `vramtrace report --html`: the report as one self-contained page — the FINDINGS, the chart of
-//! live device memory over time, and the analyses' tables — that opens in any browser without a
-//! network and can be mailed.
+//! `vramtrace report --html`: the report as one self-contained page — the DIAGNOSIS, the chart of
+//! live device memory over steps or time, the FINDINGS and the analyses' tables — that opens in
+//! any browser without a network and can be mailed.
 //!
-//! The tables come from the same [`Report`] the terminal and JSON reports render, through the
-//! template `page.html` (exact bytes in each cell's title); the chart is drawn in the browser by
-//! `chart.js` from the [`Timeline`] gathered while the trace was read, embedded as JSON. Stacks
-//! are looked up here, once, for every holder a click can ask about.
+//! The words come from the same [`Report`] and the same functions as the terminal report's
+//! (`findings::summary_lines`, `findings::diagnosis::words`), through the template `page.html`
+//! (exact bytes in each cell's title); the chart is drawn in the browser by `chart.js` from the
+//! [`Timeline`] gathered while the trace was read, embedded as JSON. Stacks are looked up here,
+//! once, for every holder a click can ask about.
 
 mod data;
 
@@ -17,6 +18,8 @@ use minijinja::{AutoEscape, Environment};
 use serde::Serialize;
 use vramtrace_collector::symbols::Symbolizer;
 
+use crate::findings::diagnosis::{self, Diagnosis};
+use crate::findings::SummaryLine;
 use crate::load::LoadedTrace;
 use crate::options::ReportArgs;
 use crate::output_file::OutputFile;
@@ -66,9 +69,13 @@ fn write_page(args: &ReportArgs, trace: &Path, page: &OutputFile) -> Result<u8> 
 struct Page<'a> {
     title: String,
     report: &'a Report<'a>,
-    findings: String,
+    findings: Vec<SummaryLine>,
+    diagnosis: Option<Diagnosis>,
     top: usize,
     duration: String,
+    /// The x axis and the grouping the chart opens with.
+    chart_axis: &'static str,
+    chart_by: &'static str,
     chart_note: String,
     style: &'static str,
     script: &'static str,
@@ -101,28 +108,33 @@ pub fn render(
     symbols: &mut Symbolizer,
 ) -> Result<String> {
     let chart = data::chart(trace, report, timeline, symbols);
-    let mut findings = Vec::new();
-    crate::findings::summary(&mut findings, &report.analysis, "at the end")
-        .context("writing the findings")?;
-    let findings = String::from_utf8_lossy(&findings)
-        .trim_start_matches('\n')
-        .trim_start_matches("FINDINGS\n")
-        .to_string();
+    let when = "at the end";
     let span = timeline
         .last_ns
         .saturating_sub(timeline.first_ns.unwrap_or(0));
-    let chart_note =
-        format!(
-        "Each point covers {} consecutive events; the grey envelope spans the lowest and highest \
-         live bytes within them, the bands what each holder held at their end. {} steps{}. \
-         The tables hold exact numbers.",
-        timeline.stride(),
-        timeline.step_starts.len(),
-        if chart.steps.len() < timeline.step_starts.len() {
-            format!(" (every {}th drawn)", timeline.step_starts.len() / chart.steps.len().max(1))
-        } else {
-            String::new()
-        }
+    let steps = match timeline.step_starts.len() {
+        0 => "No steps: the x axis is time.".to_string(),
+        n => format!(
+            "{n} step{}{}: on the steps axis each step has the same width (step 0 is the \
+             start-up before the first), on the time axis its duration.",
+            if n == 1 { "" } else { "s" },
+            if chart.steps.len() < n {
+                format!(" (a tick every {} steps)", chart.steps_every)
+            } else {
+                String::new()
+            }
+        ),
+    };
+    let points = match timeline.stride() {
+        1 => "Each point is one event, the bands what each holder held after it.".to_string(),
+        n => format!(
+            "Each point covers {n} consecutive events; the grey envelope spans the lowest and \
+             highest live bytes within them, the bands what each holder held at their end."
+        ),
+    };
+    let chart_note = format!(
+        "{points} {steps} Shaded: the phases the analysis found; red flags: the alerts the \
+         tracer raised while the program ran. The tables hold exact numbers."
     );
     let page = Page {
         title: format!(
@@ -134,9 +146,12 @@ pub fn render(
                 .map_or("trace", |c| c.rsplit('/').next().unwrap_or(c))
         ),
         report,
-        findings,
+        findings: crate::findings::summary_lines(&report.analysis, when),
+        diagnosis: diagnosis::words(&report.analysis, report.top, when),
         top: report.top,
         duration: duration(span),
+        chart_axis: chart.axis,
+        chart_by: chart.by,
         chart_note,
         style: STYLE,
         script: SCRIPT,

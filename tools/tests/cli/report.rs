@@ -18,7 +18,7 @@ fn report_json(path: &std::path::Path, extra: &[&str]) -> Value {
     serde_json::from_slice(&out).expect("one JSON document")
 }
 
-fn report_text(path: &std::path::Path, extra: &[&str]) -> String {
+pub fn report_text(path: &std::path::Path, extra: &[&str]) -> String {
     let out = vramtrace()
         .arg("report")
         .args(extra)
