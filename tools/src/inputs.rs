@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
-use vramtrace_collector::analysis::{analyze, Analysis, GrowthConfig};
+use vramtrace_collector::analysis::{Analysis, GrowthConfig};
 use vramtrace_collector::compare::CallTally;
 use vramtrace_collector::live::StepSource;
+use vramtrace_collector::torch::TorchView;
 
 use crate::load::{read, Flow, LoadedTrace, Progress};
 
@@ -55,6 +56,10 @@ fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
 /// A trace read to its end, with its analyses and the tally of its calls.
 pub struct Run {
     pub trace: LoadedTrace,
+    /// What the trace holds of PyTorch, read once.
+    pub torch: TorchView,
+    /// Every analysis, with PyTorch's own view of its tensors beside the driver's, as the
+    /// report makes them.
     pub analysis: Analysis,
     pub tally: CallTally,
 }
@@ -80,10 +85,12 @@ pub fn load_run(path: &Path, growth: GrowthConfig, progress: &Progress) -> Resul
         }
         _ => (first, tally),
     };
-    let analysis = analyze(&trace.state, &growth);
+    let trace = LoadedTrace { growth, ..trace };
+    let torch = trace.torch();
     Ok(Run {
-        trace: LoadedTrace { growth, ..trace },
-        analysis,
+        analysis: trace.analyze(&torch),
+        trace,
+        torch,
         tally,
     })
 }

@@ -22,17 +22,11 @@ const PEAK_SHARE: f64 = 0.05;
 /// Unmapped physical memory is a finding from this many bytes.
 const FRAGMENTATION_BYTES: u64 = 64 << 20;
 
-/// What the line of a steady growth row is to its memory: a framework allocator's row in the
-/// driver's view is where it asked the driver for memory for a pool or segment, unless its
-/// allocations are stream-ordered (PyTorch's `cudaMallocAsync` backend: each is a tensor); every
-/// other row allocated what stays live.
+/// What the line of a steady growth row is to its memory: another view's row names the line
+/// whose arrays stay live; a driver row, see [`LineMeaning::of_driver`].
 fn line_means(s: &SiteGrowth, framework: &Framework) -> LineMeaning {
-    let per_array = s.site.api.is_some_and(|a| {
-        a.contains("MallocAsync") || a.contains("AllocAsync") || a.contains("FromPool")
-    }) || (s.site.owner == OwnerKind::Torch
-        && framework.torch_backend.as_deref() == Some("cudaMallocAsync"));
-    if s.view == DRIVER && s.site.owner.is_framework() && !per_array {
-        LineMeaning::Asked
+    if s.view == DRIVER {
+        LineMeaning::of_driver(s.site.owner, s.site.api, framework.torch_backend.as_deref())
     } else {
         LineMeaning::Keeps
     }

@@ -27,7 +27,7 @@ mod tensors;
 use serde::Serialize;
 
 pub use config::{AllocatorConfig, RecorderSettings};
-pub use lines::{step_lines, VIEW};
+pub use lines::{step_lines, VIEW, VIEW_NAME};
 pub use snapshot::{
     Action, AllocatorSnapshot, BlockState, ClockAnchor, Frame, OomFacts, SnapshotBlock,
     SnapshotError, SnapshotSegment, TraceEntry,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use vramtrace_collector::compare::Thresholds;
 
+use crate::options::AnalysisArgs;
 use crate::units::parse_size;
 
 pub const EXAMPLES: &str = "\
@@ -12,8 +13,10 @@ EXAMPLES:
     Compare today's run with last week's; exit 1 if today's regressed:
         vramtrace diff last-week.vtrace today.vtrace
 
-    The same, failing only on more than 256 MiB left live or 4 MiB of growth per step:
-        vramtrace diff --max-live 256MiB --max-growth 4MiB before.vtrace after.vtrace
+    The same, failing only on more than 256 MiB left live or 4 MiB of growth per step, or on
+    a new steady growth above 1 MiB per step or filling an 80 GiB device within 5,000 steps:
+        vramtrace diff --max-live 256MiB --max-growth 4MiB --min-new-growth 1MiB \
+            --device-memory 80GiB --horizon-steps 5000 --horizon 0s before.vtrace after.vtrace
 
     Two runs of a torchrun job, one directory of traces each, compared rank by rank:
         vramtrace diff runs/before/ runs/after/
@@ -27,6 +30,17 @@ EXAMPLES:
 
     Machine-readable output (schema in docs/report-json.md, \"Diff\"):
         vramtrace diff --json a.vtrace b.vtrace > diff.json
+
+REGRESSION:
+    B regressed when, over A, it holds more than --max-live at the end, peaks more than
+    --max-peak higher, grows more than --max-growth per step faster (both runs with steps),
+    orphans more than --max-orphans or fails more than --max-failures calls; or when it has a
+    new steady growth: a call site (or, with PyTorch's recorder, a Python line of its tensors)
+    that grows steadily in B, surely (at least 3 rises along a line with R² of 0.9 or more, the
+    report's own judgement), where A's does not grow at all, while B's growth in all rose with
+    it; and at that rate B's device would be full within the report's horizon (--horizon-steps,
+    --horizon; when the device's size is known: sampled by the tracer, or --device-memory), or
+    the rate is above --min-new-growth per step (per second for runs without steps).
 
 EXIT STATUS:
     0 no regression beyond the thresholds, 1 regression, 2 error.";
@@ -62,6 +76,10 @@ pub struct DiffArgs {
     pub source_dirs: Vec<PathBuf>,
     #[command(flatten)]
     pub thresholds: ThresholdArgs,
+    /// The growth analysis' settings, as `report` takes them: what a new growth is projected
+    /// against.
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
 }
 
 /// How much B may exceed A: above any of these, B regressed (exit 1).
@@ -82,6 +100,10 @@ pub struct ThresholdArgs {
     /// Largest increase of failed calls.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_failures: u64,
+    /// A steady growth B has where A has none is a regression above this rate per step (per
+    /// second without steps), or when it would fill B's device within the horizon.
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = parse_threshold)]
+    pub min_new_growth: u64,
 }
 
 impl ThresholdArgs {
@@ -92,6 +114,7 @@ impl ThresholdArgs {
             growth_per_step: self.max_growth,
             orphan_bytes: self.max_orphans,
             failures: self.max_failures,
+            new_growth: self.min_new_growth,
         }
     }
 }

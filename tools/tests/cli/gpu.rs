@@ -211,7 +211,8 @@ fn the_recorder_names_the_added_line_first() {
         assert_eq!(line["b"]["line"]["line"], 57);
         assert_eq!(line["b"]["live_count"], 120);
         assert_eq!(line["b"]["live_bytes"], leaked);
-        // The verdict holds the view's checks beside the driver's.
+        // The verdict holds the view's checks beside the driver's, and the new growth of both:
+        // the line that keeps the tensors, and the allocator's segments for them.
         let checks: Vec<(&str, bool)> = (d["verdict"]["checks"].as_array().unwrap().iter())
             .map(|c| (c["metric"].as_str().unwrap(), c["exceeded"] == true))
             .skip(5)
@@ -219,9 +220,25 @@ fn the_recorder_names_the_added_line_first() {
         assert_eq!(
             checks,
             [
+                ("new_growth", true),
                 ("tensor_live_bytes", true),
-                ("tensor_growth_per_step", true)
+                ("tensor_growth_per_step", true),
+                ("tensor_new_growth", true)
             ]
+        );
+        let new: Vec<(&str, f64)> = (d["verdict"]["new_growth"].as_array().unwrap().iter())
+            .map(|g| (g["view"].as_str().unwrap(), g["rate"].as_f64().unwrap()))
+            .collect();
+        assert_eq!(
+            new,
+            [
+                ("allocator-tensors", (16 * MIB) as f64),
+                ("driver", (16 * MIB) as f64)
+            ]
+        );
+        assert_eq!(
+            d["verdict"]["new_growth"][0]["label"],
+            "gpt_leaky.py:57 in <module>"
         );
         // The driver's view still sees the allocator's segments grow, at a native stack.
         assert_eq!(d["sites"]["view"], "driver");
@@ -244,8 +261,8 @@ fn the_recorder_names_the_added_line_first() {
     let (code, out) = diff_text(&["--source-dir", &sources()], RECORDED_A, RECORDED_B);
     assert_eq!(code, 1);
     assert!(out.contains(
-        "  top difference, view tensors (PyTorch recorder): gpt_leaky.py:57 in <module>: new, \
-         +1.9 GiB live at end, +16.0 MiB/step\n"
+        "  top difference, view tensors (PyTorch recorder): gpt_leaky.py:57 in <module> \
+         (PyTorch tensors): new, +1.9 GiB live at end, +16.0 MiB/step\n"
     ));
     let lines = out.find("Changed Python lines, view tensors (PyTorch recorder)");
     let sites = out.find("Changed call sites, view driver");
