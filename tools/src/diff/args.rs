@@ -13,10 +13,13 @@ EXAMPLES:
     Compare today's run with last week's; exit 1 if today's regressed:
         vramtrace diff last-week.vtrace today.vtrace
 
-    The same, failing only on more than 256 MiB left live or 4 MiB of growth per step, or on
-    a new steady growth above 1 MiB per step or filling an 80 GiB device within 5,000 steps:
-        vramtrace diff --max-live 256MiB --max-growth 4MiB --min-new-growth 1MiB \
-            --device-memory 80GiB --horizon-steps 5000 --horizon 0s before.vtrace after.vtrace
+    The same, failing only on more than 256 MiB left live, 4 MiB more growth per step, or a
+    new steady growth above 1 MiB per step:
+        vramtrace diff --max-live 256MiB --max-growth 4MiB --min-new-growth 1MiB a.vtrace b.vtrace
+
+    A new steady growth also fails when it would fill the device within the report's horizon:
+    here an 80 GiB device within 5,000 steps, however long they take:
+        vramtrace diff --device-memory 80GiB --horizon-steps 5000 --horizon 0s a.vtrace b.vtrace
 
     Two runs of a torchrun job, one directory of traces each, compared rank by rank:
         vramtrace diff runs/before/ runs/after/
