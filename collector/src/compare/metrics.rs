@@ -76,52 +76,20 @@ pub fn median_f64(mut v: Vec<f64>) -> f64 {
 macro_rules! record {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident {
-            $( $(#[$cdoc:meta])* $count:ident, )*
-            ;
-            $( $(#[$rdoc:meta])* $rate:ident, )*
-        }
+        pub struct $name:ident $fields:tt
         $(#[$change_meta:meta])*
         pub struct $change:ident;
-        $(#[$sides_meta:meta])*
-        pub struct $sides:ident;
+        $(
+            $(#[$sides_meta:meta])*
+            pub struct $sides:ident;
+        )?
     ) => {
-        record! {
-            $(#[$meta])*
-            pub struct $name {
-                $( $(#[$cdoc])* $count, )*
-                ;
-                $( $(#[$rdoc])* $rate, )*
-            }
-            $(#[$change_meta])*
-            pub struct $change;
-        }
-
-        $(#[$sides_meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-        pub struct $sides {
-            $( pub $count: $crate::compare::metrics::Count, )*
-        }
-
-        impl $name {
-            /// A's and B's counts side by side.
-            pub fn side_by_side(a: &Self, b: &Self) -> $sides {
-                $sides {
-                    $( $count: $crate::compare::metrics::Count::of(a.$count, b.$count), )*
-                }
-            }
-        }
+        record!(@record [$(#[$meta])*] $name [$(#[$change_meta])*] $change $fields);
+        $( record!(@sides [$(#[$sides_meta])*] $name $sides $fields); )?
     };
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident {
-            $( $(#[$cdoc:meta])* $count:ident, )*
-            ;
-            $( $(#[$rdoc:meta])* $rate:ident, )*
-        }
-        $(#[$change_meta:meta])*
-        pub struct $change:ident;
-    ) => {
+    (@record [$(#[$meta:meta])*] $name:ident [$(#[$change_meta:meta])*] $change:ident {
+        $( $(#[$cdoc:meta])* $count:ident, )* ; $( $(#[$rdoc:meta])* $rate:ident, )*
+    }) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
         pub struct $name {
@@ -161,6 +129,24 @@ macro_rules! record {
                 $change {
                     $( $count: signed(b.$count) - signed(a.$count), )*
                     $( $rate: b.$rate - a.$rate, )*
+                }
+            }
+        }
+    };
+    (@sides [$(#[$sides_meta:meta])*] $name:ident $sides:ident {
+        $( $(#[$cdoc:meta])* $count:ident, )* ; $( $(#[$rdoc:meta])* $rate:ident, )*
+    }) => {
+        $(#[$sides_meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+        pub struct $sides {
+            $( pub $count: $crate::compare::metrics::Count, )*
+        }
+
+        impl $name {
+            /// A's and B's counts side by side.
+            pub fn side_by_side(a: &Self, b: &Self) -> $sides {
+                $sides {
+                    $( $count: $crate::compare::metrics::Count::of(a.$count, b.$count), )*
                 }
             }
         }
