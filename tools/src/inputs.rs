@@ -10,10 +10,11 @@ use indicatif::MultiProgress;
 use rayon::prelude::*;
 use vramtrace_collector::analysis::{Analysis, GrowthConfig};
 use vramtrace_collector::compare::CallTally;
-use vramtrace_collector::live::StepSource;
+use vramtrace_collector::event::Event;
+use vramtrace_collector::live::LiveState;
 use vramtrace_collector::torch::TorchView;
 
-use crate::load::{read, Flow, LoadedTrace, Progress};
+use crate::load::{load_analyzed_observing, LoadedTrace, Observer, Progress};
 
 /// The trace files named by `inputs`: each file as given, each directory's `*.vtrace` files in
 /// name order.
@@ -64,28 +65,21 @@ pub struct Run {
     pub tally: CallTally,
 }
 
-/// Reads the trace at `path` as [`crate::load::load_analyzed`] does (a second pass when its
-/// steps must come from a repeating allocation), tallying its calls in the pass that counts.
+/// The tally of every call, taken as the trace is read.
+struct Tallying(CallTally);
+
+impl Observer for Tallying {
+    fn event(&mut self, _: &LiveState, e: &Event) {
+        self.0.note(e);
+    }
+    fn finish(&mut self, _: &LiveState) {}
+}
+
+/// Reads the trace at `path` as [`crate::load::load_analyzed`] does (its steps decided the same
+/// way), tallying its calls in the pass that counts, and analyzes it with PyTorch's view.
 pub fn load_run(path: &Path, growth: GrowthConfig, progress: &Progress) -> Result<Run> {
-    let pass = |source: StepSource| -> Result<(LoadedTrace, CallTally)> {
-        let mut tally = CallTally::new();
-        let trace = read(path, source, progress, |_, e| {
-            tally.note(e);
-            Flow::Apply
-        })?;
-        Ok((trace, tally))
-    };
-    let (first, tally) = pass(StepSource::Marks)?;
-    let (trace, tally) = match first.state.step_pattern() {
-        Some(pattern) if first.state.marks() == 0 => {
-            progress.restart("pass 2 (steps from the repeating allocation)");
-            let (mut second, tally) = pass(pattern.source())?;
-            second.passes = 2;
-            (second, tally)
-        }
-        _ => (first, tally),
-    };
-    let trace = LoadedTrace { growth, ..trace };
+    let (trace, Tallying(tally)) =
+        load_analyzed_observing(path, growth, progress, || Tallying(CallTally::new()))?;
     let torch = trace.torch();
     Ok(Run {
         analysis: trace.analyze(&torch),

@@ -22,11 +22,15 @@ const PEAK_SHARE: f64 = 0.05;
 /// Unmapped physical memory is a finding from this many bytes.
 const FRAGMENTATION_BYTES: u64 = 64 << 20;
 
-/// What the line of a steady growth row is to its memory: another view's row names the line
-/// whose arrays stay live; a driver row, see [`LineMeaning::of_driver`].
+/// What the line of a steady growth row is to its memory: a framework allocator's row in the
+/// driver's view is where it asked the driver for memory for a pool or segment, unless its
+/// allocations are stream-ordered (PyTorch's `cudaMallocAsync` backend: each is a tensor); every
+/// other row allocated what stays live.
 fn line_means(s: &SiteGrowth, framework: &Framework) -> LineMeaning {
-    if s.view == DRIVER {
-        LineMeaning::of_driver(s.site.owner, s.site.api, framework.torch_backend.as_deref())
+    let async_torch = s.site.owner == OwnerKind::Torch
+        && framework.torch_backend.as_deref() == Some("cudaMallocAsync");
+    if s.view == DRIVER && s.site.is_framework_pool() && !async_torch {
+        LineMeaning::Asked
     } else {
         LineMeaning::Keeps
     }

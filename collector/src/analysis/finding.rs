@@ -5,7 +5,6 @@
 use serde::Serialize;
 
 use super::causes::Role;
-use super::owner::OwnerKind;
 use super::site::SiteName;
 use crate::live::{Holder, SampleAxis};
 
@@ -60,24 +59,6 @@ pub enum LineMeaning {
     /// The line is where an allocator asked the driver for memory (a caching allocator's
     /// segment): what keeps it may be another line.
     Asked,
-}
-
-impl LineMeaning {
-    /// What the line of a driver-view place is to its memory: where a framework's allocator
-    /// asked the driver for a pool or segment, unless its allocations are stream-ordered
-    /// (`api`, or PyTorch's `cudaMallocAsync` backend: each one is an array); else the line
-    /// that allocated what stays live.
-    pub fn of_driver(owner: OwnerKind, api: Option<&str>, torch_backend: Option<&str>) -> Self {
-        let per_array = api.is_some_and(|a| {
-            a.contains("MallocAsync") || a.contains("AllocAsync") || a.contains("FromPool")
-        }) || (owner == OwnerKind::Torch
-            && torch_backend == Some("cudaMallocAsync"));
-        if owner.is_framework() && !per_array {
-            LineMeaning::Asked
-        } else {
-            LineMeaning::Keeps
-        }
-    }
 }
 
 /// What a finding rests on: the numbers of the analysis that made it (fields that do not apply

@@ -176,15 +176,26 @@ pub struct Growth {
     /// The settings every series of the trace was judged with.
     #[serde(skip)]
     config: GrowthConfig,
+    /// Samples added after a pattern's last step to every series of the driver's view.
+    #[serde(skip)]
+    quiet: u64,
 }
 
 impl Growth {
-    /// Judges a series of this trace (`(x, bytes)` on its axis: step numbers, or nanoseconds on
-    /// the time axis) on `holder` exactly as the analysis judges its own rows: with its
-    /// settings, the holder's teardown cut off and its warm-up known. The comparisons judge
-    /// their call sites and lines with it, so that a growth is the same growth in every output.
+    /// Judges a series of the driver's view of this trace (`(x, bytes)` on its axis: step
+    /// numbers, or nanoseconds on the time axis) on `holder` exactly as the analysis judges its
+    /// own rows: with its settings, the quiet after a pattern's last step, the holder's teardown
+    /// cut off and its warm-up known. The comparisons judge their call sites and lines with it,
+    /// so that a growth is the same growth in every output.
     pub fn judge(&self, holder: Holder, points: Vec<(u64, u64)>) -> Course {
-        let points = in_units(points, self.window_ns);
+        self.judge_in_view(DRIVER, holder, points)
+    }
+
+    /// [`Growth::judge`] for a series of another view (`view`, as in [`LineSeries`]): its steps
+    /// are its own, so no quiet is added after a pattern's.
+    pub fn judge_in_view(&self, view: &str, holder: Holder, points: Vec<(u64, u64)>) -> Course {
+        let quiet = if view == DRIVER { self.quiet } else { 0 };
+        let points = with_quiet(in_units(points, self.window_ns), quiet);
         match self.holders.iter().find(|h| h.holder == holder) {
             Some(h) => judge_on(h, self.axis, &points, &self.config),
             None => Course::within(&points, Bounds::default(), &self.config),
@@ -253,6 +264,20 @@ pub fn axis_of(state: &LiveState) -> SampleAxis {
     } else {
         SampleAxis::Time
     }
+}
+
+/// The most samples added for the quiet after a pattern's last step.
+const MAX_QUIET_SAMPLES: u64 = 64;
+
+/// A series on the steps of an allocation pattern, with the quiet after its last step added as
+/// `quiet` samples that stay at its last value: an anchor that is itself a warm-up's growth
+/// (a caching allocator adding a segment a few times) makes steps only while it grows, and the
+/// rest of the run, without it, says the growth stopped.
+fn with_quiet(mut points: Vec<(u64, u64)>, quiet: u64) -> Vec<(u64, u64)> {
+    if let Some(&(x, y)) = points.last() {
+        points.extend((1..=quiet).map(|k| (x + k, y)));
+    }
+    points
 }
 
 /// Samples of a series in axis units: time samples become window indices.
@@ -369,11 +394,19 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         "observed-peak"
     };
     let mut device_memory = config.device_memory;
+    // Steps of a pattern that stopped recurring long before the end: the quiet after them.
+    let quiet = match state.steps_after_pattern() {
+        q if q >= 2 && axis == SampleAxis::Steps => q.min(MAX_QUIET_SAMPLES),
+        _ => 0,
+    };
     let mut holders: Vec<HolderGrowth> = state
         .holders()
         .iter()
         .map(|h| {
-            let points = in_units(state.holder_series(h.holder, axis), window_ns);
+            let points = with_quiet(
+                in_units(state.holder_series(h.holder, axis), window_ns),
+                quiet,
+            );
             let teardown = match axis {
                 SampleAxis::Time => teardown_start(&points),
                 SampleAxis::Steps => None,
@@ -419,7 +452,8 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
     for (site, holder, points) in state.site_series(axis) {
         let peak = points.iter().map(|p| p.1).max().unwrap_or(0);
         let e = places.entry((holder, place(state, site))).or_default();
-        e.series.push(in_units(points, window_ns));
+        e.series
+            .push(with_quiet(in_units(points, window_ns), quiet));
         e.sites.push((peak, site));
     }
     let now: BTreeMap<(Holder, SiteId), u64> = holders
@@ -539,5 +573,6 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         shrinking,
         one_off_rises,
         config: *config,
+        quiet,
     }
 }

@@ -53,8 +53,9 @@ use crate::live::{LiveState, StepPattern, StepSource};
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepInfo {
     /// `marks` (the program's step marks: `vramtrace_mark_step`, the Python bootstrap's
-    /// optimizer hook, an NVTX step range), `pattern` (the period of the allocation pattern, see
-    /// `pattern`), or `none` (growth is then sampled per time window).
+    /// optimizer hook, an NVTX step range), `iterations` (a loop without an optimizer: each
+    /// outermost model call, marked by the Python bootstrap), `pattern` (the period of the
+    /// allocation pattern, see `pattern`), or `none` (growth is then sampled per time window).
     pub source: &'static str,
     /// Steps begun.
     pub steps: u64,
@@ -69,13 +70,36 @@ pub struct StepInfo {
     pub anchor_site: Option<SiteName>,
 }
 
+/// An alert the tracer raised while the program ran, with the call site it named (when it named
+/// one of the trace's: an alert named by PyTorch's tensors names a line only), so that reports
+/// label it as they label every other place.
+#[derive(Clone, Debug, Serialize)]
+pub struct RaisedAlert {
+    #[serde(flatten)]
+    pub alert: crate::format::Alert,
+    pub site: Option<SiteName>,
+}
+
+impl RaisedAlert {
+    fn of(state: &LiveState, alert: &crate::format::Alert) -> Self {
+        let id = (alert.stack != 0 || alert.caller != 0)
+            .then(|| state.site_of_call(alert.caller, alert.stack, alert.py_stack))
+            .flatten();
+        RaisedAlert {
+            alert: alert.clone(),
+            site: id.map(|id| site::name(state, id)),
+        }
+    }
+}
+
 /// The steps of a replay.
 pub fn step_info(state: &LiveState) -> StepInfo {
     let pattern = state.step_pattern();
     let source = match state.step_source() {
         StepSource::Pattern(_) => "pattern",
-        StepSource::Marks if state.marks() > 0 => "marks",
-        StepSource::Marks => "none",
+        _ if state.marks() > 0 => "marks",
+        _ if state.iteration_steps() > 0 => "iterations",
+        _ => "none",
     };
     let anchor_site = pattern
         .as_ref()
@@ -108,7 +132,7 @@ pub struct Analysis {
     /// The alerts the tracer raised while the program ran (`VRAMTRACE_ALERT_*`), in the order
     /// raised; absent from the JSON when there were none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub alerts: Vec<crate::format::Alert>,
+    pub alerts: Vec<RaisedAlert>,
 }
 
 impl Analysis {
@@ -136,6 +160,7 @@ impl Analysis {
                 .chain(f.growth_by_site.iter_mut().map(|s| &mut s.site))
         });
         let steps = self.steps.anchor_site.iter_mut();
+        let alerts = self.alerts.iter_mut().filter_map(|a| a.site.as_mut());
         let diagnosis = self.diagnosis.iter_mut().flat_map(|f| {
             f.site
                 .as_mut()
@@ -148,6 +173,7 @@ impl Analysis {
             .chain(peaks)
             .chain(ooms)
             .chain(steps)
+            .chain(alerts)
             .chain(diagnosis)
     }
 }
@@ -206,6 +232,10 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framewo
         fragmentation,
         anomalies: anomalies(state),
         diagnosis,
-        alerts: state.alerts().to_vec(),
+        alerts: state
+            .alerts()
+            .iter()
+            .map(|a| RaisedAlert::of(state, a))
+            .collect(),
     }
 }

@@ -358,6 +358,7 @@ fn verdict(
             }
         )),
     }
+    checks.push(check("orphans", t.counts.orphans.change as f64, th.orphans));
     checks.push(check(
         "orphan_bytes",
         t.counts.orphan_bytes.change as f64,

@@ -533,13 +533,14 @@ fn name_site(naming: &mut Attribution<'_>, python: &PythonStacks, site: &Site<'_
         python_lines: lines.into_iter().collect(),
         python_inferred: inferred,
         shared_stack: site.shared,
-        line_means: LineMeaning::of_driver(
-            module
-                .as_deref()
-                .map_or(OwnerKind::Unknown, OwnerKind::of_module),
-            site.api,
-            None,
-        ),
+        line_means: if module
+            .as_deref()
+            .is_some_and(|m| OwnerKind::of_module(m).makes_pools(site.api))
+        {
+            LineMeaning::Asked
+        } else {
+            LineMeaning::Keeps
+        },
         module,
         frames,
         metrics: site.metrics,

@@ -288,7 +288,7 @@ fn steady_growth(g: &LineGrowth, snapshot: &AllocatorSnapshot, growth: &Growth) 
         .map(|h| h.holder)
         .find(|h| matches!(h, Holder::Device { .. }))
         .unwrap_or(Holder::Device { device: 0 });
-    let course = growth.judge(device, points);
+    let course = growth.judge_in_view(crate::torch::VIEW, device, points);
     match course.shape {
         Shape::Steady if growth.confident(&course) => (course.rate, course.rate),
         Shape::Steady => (course.rate, 0.0),

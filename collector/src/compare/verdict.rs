@@ -30,6 +30,8 @@ pub struct Thresholds {
     pub peak_bytes: u64,
     /// Sustained growth, bytes per step (compared only when both runs have steps).
     pub growth_per_step: u64,
+    /// Orphans (memory whose owner is gone), counted.
+    pub orphans: u64,
     /// Device bytes held by orphans.
     pub orphan_bytes: u64,
     /// Failed calls.
@@ -48,6 +50,7 @@ impl Default for Thresholds {
             live_bytes: 64 << 20,
             peak_bytes: 256 << 20,
             growth_per_step: 1 << 20,
+            orphans: 0,
             orphan_bytes: 0,
             failures: 0,
             new_growth: 64 << 10,
@@ -58,7 +61,7 @@ impl Default for Thresholds {
 /// One threshold checked.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Check {
-    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphan_bytes`, `failures` or
+    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphans`, `orphan_bytes`, `failures` or
     /// `new_growth` (the driver's view); `tensor_live_bytes`, `tensor_growth_per_step` or
     /// `tensor_new_growth` (PyTorch's recorder).
     pub metric: &'static str,

@@ -8,6 +8,7 @@
 
 use std::io::Read;
 
+use super::failures::means_shutting_down;
 use super::ledger::{Charge, Holder};
 use super::objects::Origin;
 use super::sites::CallId;
@@ -304,7 +305,16 @@ impl LiveState {
             &Op::MarkStep { .. } => {
                 self.marks += 1;
                 self.detector.turn_off();
-                if self.step_source == StepSource::Marks {
+                if matches!(self.step_source, StepSource::Marks | StepSource::StepMarks) {
+                    self.step_boundary(e.time_ns);
+                }
+                None
+            }
+            &Op::MarkIteration { .. } => {
+                self.iterations += 1;
+                self.detector.turn_off();
+                if self.step_source == StepSource::Marks && self.marks == 0 {
+                    self.iteration_steps += 1;
                     self.step_boundary(e.time_ns);
                 }
                 None
@@ -338,6 +348,10 @@ impl LiveState {
             Op::Free { ptr, .. } => self.on_failed_free(e, ptr, false),
             Op::FreeHost { ptr } => self.on_failed_free(e, ptr, true),
             _ => {}
+        }
+        if means_shutting_down(e) {
+            self.failures.record_shutting_down(e.api);
+            return;
         }
         let ledger = &self.ledger;
         let failure = Failure::new(e, origin, |d| {

@@ -48,8 +48,8 @@ pub use crate::ids::SiteId;
 pub use anomalies::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
 pub use device_memory::DeviceAccount;
 pub use failures::{
-    means_out_of_memory, Failure, Failures, OomLog, OomSnapshot, RecentSeries, SiteHolding,
-    MAX_FIRST_FAILURES, MAX_FIRST_OOMS, MAX_RECENT_FAILURES, MAX_RECENT_OOMS,
+    means_out_of_memory, means_shutting_down, Failure, Failures, OomLog, OomSnapshot, RecentSeries,
+    SiteHolding, MAX_FIRST_FAILURES, MAX_FIRST_OOMS, MAX_RECENT_FAILURES, MAX_RECENT_OOMS,
 };
 pub use ledger::{Holder, PeakPoint, PoolUse};
 pub use losses::Losses;
@@ -183,6 +183,9 @@ pub struct LiveState {
     losses: Losses,
     steps: u64,
     marks: u64,
+    /// Iteration marks seen, and those applied as steps (while no step mark had come).
+    iterations: u64,
+    iteration_steps: u64,
     pool_trims: u64,
     primary_releases: u64,
     /// References to each device's primary context seen taken and not yet released.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use super::{TensorHistory, TorchView};
 use crate::analysis::{LineSeries, OwnerKind, SiteName, SourceLine};
-use crate::live::{Holder, LiveState, StepSource};
+use crate::live::{Holder, LiveState};
 
 /// The name of the recorder's view in growth rows and findings.
 pub const VIEW: &str = "allocator";
@@ -27,7 +27,7 @@ pub fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries> {
     let Some(snapshot) = view.snapshot.as_ref() else {
         return Vec::new();
     };
-    if *state.step_source() != StepSource::Marks || state.marks() == 0 {
+    if !state.steps_from_marks() {
         return Vec::new();
     }
     let mut tensors = TensorHistory::new(snapshot);

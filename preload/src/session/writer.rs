@@ -10,11 +10,12 @@ use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{
     End, Header, Packing, PyStackDef, Record, StackDef, Stats, TraceWriter,
 };
+use vramtrace_collector::units::pattern::{self, Naming};
 
+use super::announce;
 use super::lifecycle::Ending;
 use super::live::Live;
 use super::module_tracker::ModuleTracker;
-use super::output::{self, Naming};
 use super::ring::Take;
 use super::trace_file::{CreateError, TraceFile};
 use super::{Session, HOOK_PANICS, MISSING_REAL};
@@ -91,6 +92,7 @@ impl Sink {
     }
 
     fn fail(&mut self, e: &dyn std::fmt::Display) {
+        announce::trace_cut(&self.path);
         warn(&format!(
             "writing {} failed ({e}); tracing stops, the program continues",
             self.path
@@ -244,6 +246,7 @@ fn open_sink(session: &Session) -> Sink {
     };
     let quiet = session.config.quiet;
     let untraced = |path: &std::path::Path, why: String| {
+        announce::untraced(&why);
         if !quiet {
             warn(&format!("{why}; the program runs on untraced"));
         }
@@ -254,8 +257,8 @@ fn open_sink(session: &Session) -> Sink {
             lost: 0,
         }
     };
-    let pattern = &session.config.output;
-    let first = output::first_choice(pattern, &naming);
+    let output = &session.config.output;
+    let first = pattern::first_choice(output, &naming);
     // The header is written into the staged file, which appears under its name with it.
     let mut writer = match TraceWriter::new(TimedWrite::new(TraceFile::staged()), &header) {
         Ok(w) => w.with_chunk_bytes(256 * 1024),
@@ -264,9 +267,12 @@ fn open_sink(session: &Session) -> Sink {
     let path = match writer
         .get_mut()
         .get_mut()
-        .create(output::candidates(&first, pattern, pid))
+        .create(pattern::candidates(&first, output, pid))
     {
-        Ok(path) => path.to_path_buf(),
+        Ok(path) => {
+            announce::trace_created(path);
+            path.to_path_buf()
+        }
         Err(e @ CreateError::NotRegular(_)) => return untraced(&first, e.to_string()),
         Err(e) => return untraced(&first, format!("cannot write the trace: {e}")),
     };
@@ -312,10 +318,12 @@ impl Writer {
 
     /// Writes a record that is not an event, and feeds it to the live analysis.
     fn write_record(&mut self, r: Record) {
-        if let Some(live) = self.live.as_mut() {
-            live.record(&r);
-        }
+        let alerts = match self.live.as_mut() {
+            Some(live) => live.record(&r, &self.sink.path),
+            None => Vec::new(),
+        };
         self.sink.write(&r);
+        self.write_alerts(alerts);
     }
 
     /// Writes the alerts the live analysis raised.
@@ -464,7 +472,8 @@ impl Writer {
             self.attachments += 1;
             let id = self.attachments;
             for piece in attached::pieces(&a.kind, id, a.time_ns, a.after_seq, &a.data) {
-                self.sink.write(&Record::Attachment(piece));
+                // Through the live analysis: PyTorch's payloads name an alert's line.
+                self.write_record(Record::Attachment(piece));
             }
         }
         self.sink.flush();
@@ -646,9 +655,10 @@ impl Writer {
         let reason = Ending::reason(finish);
         let lost_stacks = intern::NATIVE.lost() + intern::PYTHON.lost();
         if lost_stacks > 0 {
-            let msg = format!(
-                "{lost_stacks} stacks were not recorded: more distinct stacks than the tracer's tables hold"
-            );
+            let msg = match lost_stacks {
+                1 => "1 stack was not recorded".to_string(),
+                n => format!("{n} stacks were not recorded"),
+            } + ": more distinct stacks than the tracer's tables hold";
             if !self.session.config.quiet {
                 warn(&msg);
             }
@@ -657,7 +667,8 @@ impl Writer {
         let stats = self.stats();
         let lost = stats.dropped;
         if let Some(live) = self.live.as_mut() {
-            live.finish(clock::monotonic_ns(), lost);
+            let alerts = live.finish(clock::monotonic_ns(), &self.sink.path, lost);
+            self.write_alerts(alerts);
         }
         self.sink.write(&Record::Stats(stats.clone()));
         self.sink.write(&Record::End(End {
@@ -673,9 +684,13 @@ impl Writer {
         // Closed (if still ours): a process whose exec failed goes on with a new trace.
         self.sink.writer = None;
         if lost > 0 && !self.session.config.quiet {
+            let events = match lost {
+                1 => "1 event was lost".to_string(),
+                n => format!("{n} events were lost"),
+            };
             warn(&format!(
-                "{lost} events were lost (the buffer was full, or their call had not returned at \
-                 the end); the trace {} says so and where",
+                "{events} (the buffer was full, or their call had not returned at the end); the \
+                 trace {} says so and where",
                 self.sink.path
             ));
         }

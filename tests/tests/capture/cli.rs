@@ -266,3 +266,56 @@ captest!(a_file_that_is_no_trace_is_one_error_line, |dir| {
         }
     }
 });
+
+// The README's demo of `diff`: `vramtrace-demo --regression` traces the loop a second time with
+// a regression planted (4 MiB more kept every step, at `fw_alloc` called from wl_train.c line
+// 111) and diffs it against the first run: exit 1, the planted site named first. An unknown
+// flag is an error, not silently the plain demo.
+captest!(the_demo_diffs_a_planted_regression, |dir| {
+    let demo = || {
+        let mut c = vramtrace_tests::traced::clean_command(env!("CARGO_BIN_EXE_vramtrace-demo"));
+        c.current_dir(dir);
+        c
+    };
+    let out = demo().arg("--regression").output().unwrap();
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}{}", text(&out.stderr));
+    assert!(
+        shown.contains("\nVERDICT  REGRESSION (exit 1): "),
+        "{shown}"
+    );
+    let top = shown
+        .lines()
+        .find(|l| l.starts_with("  top difference, view driver: "))
+        .unwrap_or_else(|| panic!("no top difference in: {shown}"));
+    assert!(
+        top.contains("fw_alloc") && top.contains("wl_train.c:111") && top.contains("+80.0 MiB"),
+        "{top}"
+    );
+    // The README shows these lines of it: they must be what the demo prints.
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let shown_in_readme: Vec<&str> = (readme.lines())
+        .filter(|l| l.starts_with("VERDICT  REGRESSION") || l.starts_with("  top difference, "))
+        .collect();
+    assert_eq!(shown_in_readme.len(), 2, "the README's demo of diff");
+    for line in shown_in_readme {
+        assert!(
+            shown.lines().any(|l| l == line),
+            "README: {line}\ndemo: {shown}"
+        );
+    }
+    let traces = trace_files(&dir.join("vramtrace-demo"));
+    assert_eq!(traces.len(), 2, "{traces:?}");
+
+    let out = demo().args(["--program", "--extra-leek"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).starts_with(
+            "vramtrace-demo: error: unknown arguments '--program --extra-leek'\nusage: "
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+});

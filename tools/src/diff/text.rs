@@ -59,7 +59,7 @@ fn growth(g: f64, unit: GrowthUnit) -> String {
 
 fn check_line(c: &Check) -> String {
     let (change, limit) = match c.metric {
-        "failures" => (format!("{:+}", c.change as i64), c.threshold.to_string()),
+        "failures" | "orphans" => (format!("{:+}", c.change as i64), c.threshold.to_string()),
         "growth_per_step" | "tensor_growth_per_step" => (
             format!("{} per step", signed_bytes(c.change)),
             bytes(c.threshold as u64),
@@ -70,6 +70,7 @@ fn check_line(c: &Check) -> String {
         "live_bytes" => "live at end",
         "peak_bytes" => "peak",
         "growth_per_step" => "growth",
+        "orphans" => "orphans",
         "orphan_bytes" => "orphaned memory",
         "tensor_live_bytes" => "tensors live at end",
         "tensor_growth_per_step" => "tensor growth",

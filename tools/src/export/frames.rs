@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
-use crate::site_labels::short_function;
+use vramtrace_collector::analysis::site::short_function;
 
 /// One frame, named the way flame graphs and PyTorch snapshots name them.
 #[derive(Clone, Debug, PartialEq, Eq)]

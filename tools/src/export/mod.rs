@@ -13,14 +13,14 @@ mod perfetto;
 mod pickle;
 mod pytorch;
 
-use std::io::{BufWriter, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::options::AnalysisArgs;
+use crate::output_file::OutputFile;
 
 pub const EXAMPLES: &str = "\
 EXAMPLES:
@@ -39,7 +39,11 @@ EXAMPLES:
 
     Tables for a notebook (pandas.read_csv): the live set at the end, or every event:
         vramtrace export --format csv-live -o live.csv run.vtrace
-        vramtrace export --format csv-events -o events.csv run.vtrace";
+        vramtrace export --format csv-events -o events.csv run.vtrace
+
+    A file that exists is never replaced unless asked; to standard output instead:
+        vramtrace export --format csv-live --force -o live.csv run.vtrace
+        vramtrace export --format csv-live -o - run.vtrace | head";
 
 /// What `export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -81,9 +85,13 @@ pub struct ExportArgs {
         value_name = "perfetto|flamegraph|pytorch|csv-live|csv-events"
     )]
     pub format: Format,
-    /// Where to write it; `-` for standard output.
+    /// Where to write it; `-` for standard output. A file that exists is left alone unless
+    /// --force is given; the trace read is never replaced.
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
+    /// Replace the output file if it exists (never the trace being read).
+    #[arg(long)]
+    pub force: bool,
     /// Flame graph: the bytes it weighs.
     #[arg(long, value_enum, default_value_t = Moment::End, value_name = "end|peak|growth")]
     pub at: Moment,
@@ -99,74 +107,19 @@ pub struct ExportArgs {
     pub analysis: AnalysisArgs,
 }
 
-/// Where the export goes: standard output for `-`, else a temporary file beside the output that
-/// takes its name only once complete, so that a failed export leaves no partial file behind.
-enum Destination {
-    Stdout,
-    File(tempfile::NamedTempFile),
-}
-
-impl Destination {
-    fn open(path: &Path) -> Result<Self> {
-        if path == Path::new("-") {
-            return Ok(Destination::Stdout);
-        }
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        // The file a user asked for gets the modes any new file gets (0666 less the umask), not
-        // a temporary file's 0600.
-        let file = tempfile::Builder::new()
-            .prefix(".vramtrace-export-")
-            .permissions(std::fs::Permissions::from_mode(0o666))
-            .tempfile_in(dir)
-            .map_err(|e| {
-                // The OS's own message, without the temporary name tempfile adds to it.
-                let message = e.to_string();
-                let reason = message
-                    .split(" at path ")
-                    .next()
-                    .unwrap_or(&message)
-                    .to_string();
-                anyhow::anyhow!(
-                    "creating {}: {}",
-                    path.display(),
-                    crate::load::lower_first(reason)
-                )
-            })?;
-        Ok(Destination::File(file))
-    }
-}
-
 /// Runs `vramtrace export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    match Destination::open(&args.output)? {
-        Destination::Stdout => {
-            let mut out = BufWriter::new(std::io::stdout().lock());
-            write(args, &mut out)?;
-            out.flush().context("writing to standard output")?;
-        }
-        Destination::File(file) => {
-            let what = {
-                let mut out = BufWriter::new(file.as_file());
-                let what = write(args, &mut out)?;
-                out.flush()
-                    .with_context(|| format!("writing {}", args.output.display()))?;
-                what
-            };
-            file.persist(&args.output)
-                .map_err(|e| anyhow::anyhow!("writing {}: {}", args.output.display(), e.error))?;
-            let size = std::fs::metadata(&args.output).map_or(0, |m| m.len());
-            eprintln!(
-                "wrote {} ({}, {}) in {:.2} s",
-                args.output.display(),
-                what,
-                crate::units::bytes(size),
-                started.elapsed().as_secs_f64()
-            );
-        }
+    let output = OutputFile::prepare(&args.output, args.force, std::slice::from_ref(&args.trace))?;
+    let (what, size) = output.write(|out| write(args, out))?;
+    if !output.is_stdout() {
+        eprintln!(
+            "wrote {} ({}, {}) in {:.2} s",
+            output.path().display(),
+            what,
+            crate::units::bytes(size),
+            started.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }

@@ -9,12 +9,13 @@ use std::io::{self, Write};
 use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::analysis::orphans::Orphan;
 use vramtrace_collector::analysis::{
-    Analysis, Finding, FindingClass, OrphanKind, Orphans, Role, Severity, Shape, SiteName,
+    Analysis, Finding, FindingClass, OrphanKind, Orphans, RaisedAlert, Role, Severity, Shape,
+    SiteName,
 };
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
 use crate::tables::{emit, or_unknown, table};
-use crate::units::{bytes, duration, signed_bytes, unit};
+use crate::units::{bytes, count, duration, signed_bytes, unit};
 
 /// The site's label (its Python line or native function, when symbols named it) or its
 /// `module+offset`, with its owner module.
@@ -100,12 +101,12 @@ fn holder_line(h: &HolderGrowth, unit: &str) -> String {
     });
     let full = full_in(h).map_or(String::new(), |f| format!("; {f}"));
     format!(
-        "{}: {} {unit} sustained{threshold}{full}; live {} -> {} over {} samples{fit}",
+        "{}: {} {unit} sustained{threshold}{full}; live {} -> {} over {}{fit}",
         h.holder.name(),
         signed_bytes(h.steady_growth),
         bytes(c.first_bytes),
         bytes(c.last_bytes),
-        c.samples,
+        count(c.samples as u64, "sample"),
     )
 }
 
@@ -241,21 +242,21 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
     let l = &a.leaks;
     writeln!(
         out,
-        "  live           {when}: {} device in {} objects, {} host in {}, {} other objects, at {} call sites",
+        "  live           {when}: {} device in {}, {} host in {}, {}, at {}",
         bytes(l.device.bytes),
-        l.device.count,
+        count(l.device.count, "object"),
         bytes(l.host.bytes),
         l.host.count,
-        l.views,
-        l.sites.len()
+        count(l.views, "other object"),
+        count(l.sites.len() as u64, "call site")
     )?;
     for p in &a.peaks.holders {
         writeln!(
             out,
-            "  peak           {}: {} in {} objects at event {} (seq {}, step {}); {} now",
+            "  peak           {}: {} in {} at event {} (seq {}, step {}); {} now",
             p.holder.name(),
             bytes(p.peak.bytes),
-            p.peak.count,
+            count(p.peak.count, "object"),
             p.peak.event,
             p.peak.seq,
             p.peak.step,
@@ -282,16 +283,22 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         bytes(f.address_space.mapped_bytes)
     )?;
     let an = &a.anomalies;
-    let dropped = an
-        .dropped_events
-        .map_or("unknown".to_string(), |d| d.to_string());
+    // "Dropped" only when events were lost; a trace read before its end (a replay, a cut
+    // trace) has no count from the tracer yet, only the gaps seen so far.
+    let lost = match (an.lost_events, an.dropped_events) {
+        (0, Some(_)) => "no event lost".to_string(),
+        (0, None) => {
+            "no event lost so far (the tracer's count of its losses comes last)".to_string()
+        }
+        (n, _) => format!("{} lost", count(n, "event")),
+    };
     writeln!(
         out,
-        "  anomalies      {} ({} double frees, {} unknown frees, {} unmaps of unmapped ranges); {dropped} events dropped",
+        "  anomalies      {} ({}, {}, {} of unmapped ranges); {lost}",
         an.total,
-        an.count(AnomalyKind::DoubleFree),
-        an.count(AnomalyKind::UnknownFree),
-        an.count(AnomalyKind::UnmapUnmapped)
+        count(an.count(AnomalyKind::DoubleFree), "double free"),
+        count(an.count(AnomalyKind::UnknownFree), "unknown free"),
+        count(an.count(AnomalyKind::UnmapUnmapped), "unmap")
     )?;
     lost_events(out, a)
 }
@@ -345,13 +352,14 @@ fn lost_events(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
     let u = &a.leaks.uncertain;
     writeln!(
         out,
-        "  lost events    {lost} events were lost; left out above because they could explain them: \
-         {} anomalies, {} live objects ({} device, {} host), {} orphans",
-        a.anomalies.uncertain,
-        u.count(),
+        "  lost events    {} lost; left out above because they could explain them: {}, {} \
+         ({} device, {} host), {}",
+        count(lost, "event"),
+        count(a.anomalies.uncertain, "anomaly"),
+        count(u.count(), "live object"),
         bytes(u.device.bytes),
         bytes(u.host.bytes),
-        a.orphans.uncertain.count
+        count(a.orphans.uncertain.count, "orphan")
     )
 }
 
@@ -363,6 +371,11 @@ fn steps_line(a: &Analysis) -> String {
         .map_or(String::new(), |ns| format!(", one every {}", duration(ns)));
     match (s.source, &s.pattern) {
         ("marks", _) => format!("{} steps from step marks{every}", s.steps),
+        ("iterations", _) => format!(
+            "{} steps, one per call of the program's model (no optimizer step: each outermost \
+             model call is a step){every}",
+            s.steps
+        ),
         ("pattern", Some(p)) => {
             let anchor = match (p.anchor.event, &p.anchor.range) {
                 (_, Some(name)) => format!("NVTX range \"{name}\""),
@@ -449,8 +462,8 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
     if g.holders.iter().any(|h| h.course.samples >= 2) {
         writeln!(
             out,
-            "\nGrowth ({} samples kept)",
-            g.ticks.div_ceil(g.stride)
+            "\nGrowth ({} kept)",
+            count(g.ticks.div_ceil(g.stride), "sample")
         )?;
         for h in g.holders.iter().filter(|h| h.course.samples >= 2) {
             let mark = if h.alert { "ALERT " } else { "" };
@@ -467,15 +480,15 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
     }
     if !g.steady.is_empty() {
         let title = format!(
-            "Steady growth by place (Python line, else call site; {} places)",
-            g.steady.len()
+            "Steady growth by place (Python line, else call site; {})",
+            count(g.steady.len() as u64, "place")
         );
         emit(out, &title, &site_rows(&g.steady, top, &unit))?;
     }
     if !g.peaks.is_empty() {
         let title = format!(
-            "One-off peaks by place (rose and fell back; {} places)",
-            g.peaks.len()
+            "One-off peaks by place (rose and fell back; {})",
+            count(g.peaks.len() as u64, "place")
         );
         emit(out, &title, &site_rows(&g.peaks, top, &unit))?;
     }
@@ -497,9 +510,9 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
         )?;
         writeln!(
             out,
-            "  live then {} in {} objects; free but unusable {} (pools {} unused, {} physical unmapped){}",
+            "  live then {} in {}; free but unusable {} (pools {} unused, {} physical unmapped){}",
             bytes(f.live.bytes),
-            f.live.count,
+            count(f.live.count, "object"),
             bytes(f.free_but_unusable_bytes),
             bytes(f.pool_free_bytes),
             bytes(f.unmapped_physical_bytes),
@@ -518,9 +531,9 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
             };
             writeln!(
                 out,
-                "  before it: {} per {per} over {} samples (R² {:.3}){}",
+                "  before it: {} per {per} over {} (R² {:.3}){}",
                 signed_bytes(slope),
-                fit.samples,
+                count(fit.samples as u64, "sample"),
                 fit.r2,
                 if f.growing { ", growing steadily" } else { "" }
             )?;
@@ -643,12 +656,12 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
     if v.reservations > 0 || f.physical.handles > 0 {
         writeln!(
             out,
-            "\nVirtual memory: {} reserved in {} reservations, {} mapped; {} physical in {} handles, {} of it unmapped",
+            "\nVirtual memory: {} reserved in {}, {} mapped; {} physical in {}, {} of it unmapped",
             bytes(v.reserved_bytes),
-            v.reservations,
+            count(v.reservations, "reservation"),
             bytes(v.mapped_bytes),
             bytes(f.physical.bytes),
-            f.physical.handles,
+            count(f.physical.handles, "handle"),
             bytes(f.physical.unmapped_bytes)
         )?;
     }
@@ -656,7 +669,16 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
 }
 
 /// An alert the tracer raised while the program ran, as the program's stderr said it.
-fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
+fn alert_line(raised: &RaisedAlert) -> String {
+    let a = &raised.alert;
+    // Labelled as every other place; a line PyTorch's tensors named, by its file's base name.
+    let place = match &raised.site {
+        Some(s) => site_label(s),
+        None => match a.place.split_once(':') {
+            Some((file, rest)) => format!("{}:{rest}", file.rsplit('/').next().unwrap_or(file)),
+            None => a.place.clone(),
+        },
+    };
     let unit = if a.unit == "step" {
         "per step".to_string()
     } else {
@@ -667,12 +689,16 @@ fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
         (None, Some(s)) => format!("; full in {s} s"),
         _ => String::new(),
     };
+    let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
+        format!(", {} {unit} of it", signed_bytes(a.place_rate as f64))
+    } else {
+        String::new()
+    };
     format!(
-        "while running, at step {}: device {} grew steadily, {} {unit} at {} ({}){full}",
+        "while running, at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}",
         a.step,
         a.device,
         signed_bytes(a.rate as f64),
-        a.place,
         a.reason
     )
 }

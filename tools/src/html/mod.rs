@@ -19,6 +19,7 @@ use vramtrace_collector::symbols::Symbolizer;
 
 use crate::load::LoadedTrace;
 use crate::options::ReportArgs;
+use crate::output_file::OutputFile;
 use crate::report::Report;
 use crate::timeline::Timeline;
 use crate::units::{bytes, signed_bytes};
@@ -39,11 +40,12 @@ pub fn run(args: &ReportArgs, path: &Path) -> Result<u8> {
     let [one] = &paths[..] else {
         anyhow::bail!("--html takes one trace ({} given)", paths.len());
     };
-    write_page(args, one, path)
+    let page = OutputFile::prepare(path, args.force, &paths)?;
+    write_page(args, one, &page)
 }
 
 /// `vramtrace report --html PATH`: the page, and one line on stderr saying where it went.
-fn write_page(args: &ReportArgs, trace: &Path, path: &Path) -> Result<u8> {
+fn write_page(args: &ReportArgs, trace: &Path, page: &OutputFile) -> Result<u8> {
     let (trace, timeline) = crate::timeline::load_with_timeline(
         trace,
         args.analysis.config(),
@@ -52,8 +54,10 @@ fn write_page(args: &ReportArgs, trace: &Path, path: &Path) -> Result<u8> {
     )?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
-    let size = write(path, &trace, &report, &timeline, &mut symbols)?;
-    eprintln!("wrote {} ({})", path.display(), bytes(size));
+    let size = write(page, &trace, &report, &timeline, &mut symbols)?;
+    if !page.is_stdout() {
+        eprintln!("wrote {} ({})", page.path().display(), bytes(size));
+    }
     crate::report::fail_on(args, &[&report])
 }
 
@@ -151,15 +155,15 @@ pub fn render(
         .map_err(|e| anyhow::anyhow!("rendering the page: {e:#}"))
 }
 
-/// Writes the page to `path`; returns its size in bytes.
+/// Writes the page to `to`; returns its size in bytes.
 pub fn write(
-    path: &Path,
+    to: &OutputFile,
     trace: &LoadedTrace,
     report: &Report<'_>,
     timeline: &Timeline,
     symbols: &mut Symbolizer,
 ) -> Result<u64> {
     let page = render(trace, report, timeline, symbols)?;
-    std::fs::write(path, &page).with_context(|| format!("writing {}", path.display()))?;
-    Ok(page.len() as u64)
+    let ((), size) = to.write(|out| Ok(out.write_all(page.as_bytes())?))?;
+    Ok(size)
 }

@@ -204,7 +204,8 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
 /// allocation pattern, each occurrence of the pattern's anchor begins a step. Read once
 /// ([`steps_found::read`]) unless the steps found in its first part turn out wrong.
 pub fn load_analyzed(path: &Path, growth: GrowthConfig) -> Result<LoadedTrace> {
-    load_analyzed_observing(path, growth, || ()).map(|(trace, ())| trace)
+    let progress = Progress::new(path, "reading");
+    load_analyzed_observing(path, growth, &progress, || ()).map(|(trace, ())| trace)
 }
 
 /// What reading a trace for analysis gathers besides the state, event by event: the course of
@@ -226,15 +227,15 @@ impl Observer for () {
 pub fn load_analyzed_observing<O: Observer>(
     path: &Path,
     growth: GrowthConfig,
+    progress: &Progress,
     new: impl Fn() -> O,
 ) -> Result<(LoadedTrace, O)> {
-    let progress = Progress::new(path, "reading");
-    let (trace, mut observer) = match steps_found::read(path, &progress, &new)? {
+    let (trace, mut observer) = match steps_found::read(path, progress, &new)? {
         Found::Read(read) => *read,
         Found::ReadAgain(source) => {
-            progress.restart("pass 2 (steps from the allocation pattern)");
+            progress.restart("pass 2 (steps from the whole trace)");
             let mut observer = new();
-            let mut second = read(path, source, &progress, |state, e| {
+            let mut second = read(path, source, progress, |state, e| {
                 observer.event(state, e);
                 Flow::Apply
             })?;

@@ -37,7 +37,7 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Runs `vramtrace report`: of one trace, or of several (see [`many`]); returns the exit code
-/// (1 when a trace passes a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
+/// (1 when a trace exceeds a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
 pub fn run(args: &ReportArgs) -> Result<u8> {
     let paths = crate::inputs::expand(&args.traces)?;
     if let [one] = &paths[..] {
@@ -47,21 +47,56 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
 }
 
 /// With `--fail-on`: measures the limits on each report and prints them on stderr, after the
-/// report; returns the exit code.
+/// report; returns the exit code: 1 when a trace exceeds a limit, an error (exit 2) when a trace
+/// could not be checked in full (cut short, damaged, events lost), as `check` does.
 pub(crate) fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> {
     if args.fail_on.is_empty() {
         return Ok(0);
     }
     let mut err = std::io::stderr().lock();
     let mut failed = 0;
+    let mut unchecked = Vec::new();
     for r in reports {
         writeln!(err, "vramtrace report: limits of {}", r.trace.path)
             .context("writing the limits")?;
         let measured = crate::limits::measure(&r.analysis, &args.fail_on);
         crate::limits::render(&mut err, &measured).context("writing the limits")?;
-        failed += usize::from(measured.iter().any(|m| m.passed));
+        let gaps = r.gaps();
+        crate::limits::render_gaps(&mut err, &gaps).context("writing the limits")?;
+        unchecked.extend(gaps.into_iter().map(|g| format!("{} {g}", r.trace.path)));
+        failed += usize::from(measured.iter().any(|m| m.exceeded));
+    }
+    if !unchecked.is_empty() {
+        return Err(crate::limits::could_not_check(&unchecked));
     }
     Ok(u8::from(failed > 0))
+}
+
+impl Report<'_> {
+    /// What keeps this trace from being checked in full, in words (`is cut short: …`); empty
+    /// when the trace is whole.
+    pub fn gaps(&self) -> Vec<String> {
+        let mut gaps = Vec::new();
+        if !self.reading.complete {
+            gaps.push(format!(
+                "is cut short ({})",
+                self.reading.ending.description
+            ));
+        }
+        let unread = &self.reading.unread;
+        if unread.bytes > 0 {
+            gaps.push(format!(
+                "has {} that could not be read (damaged)",
+                crate::units::bytes(unread.bytes)
+            ));
+        }
+        let lost = self.analysis.anomalies.lost_events;
+        if lost > 0 {
+            let events = crate::units::count(lost, "event");
+            gaps.push(format!("is missing {events} the tracer lost"));
+        }
+        gaps
+    }
 }
 
 fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
@@ -269,6 +304,10 @@ pub struct FailureList<'a> {
     pub by_api: Vec<ApiTally>,
     /// Kept failures, out-of-memory ones first, each group in trace order.
     pub list: Vec<&'a Failure>,
+    /// Calls refused because the driver or the runtime was shutting down (the process exiting:
+    /// `CUDA_ERROR_DEINITIALIZED`, `cudaErrorCudartUnloading`), per entry point: not failures,
+    /// and not counted above.
+    pub at_shutdown: Vec<ApiTally>,
 }
 
 #[derive(Serialize)]
@@ -422,6 +461,14 @@ impl<'a> Report<'a> {
                     })
                     .collect(),
                 list: failures,
+                at_shutdown: state
+                    .failures()
+                    .shutting_down_by_api()
+                    .map(|(api, count)| ApiTally {
+                        api: api.name(),
+                        count,
+                    })
+                    .collect(),
             },
             anomalies: AnomalyList {
                 total: anomalies.total(),

@@ -119,6 +119,7 @@ fn the_planted_leak_is_the_only_difference() {
             ("live_bytes", false),
             ("peak_bytes", false),
             ("growth_per_step", true),
+            ("orphans", false),
             ("orphan_bytes", false),
             ("failures", false),
             ("new_growth", true)
@@ -403,4 +404,48 @@ fn every_field_is_documented() {
     let (_, r) = json(&["report", "--json", path(dir.path())]);
     assert_eq!(keys(&r), documented("## Ranks"));
     assert_eq!(keys(&r["ranks"][0]), documented("### RankRow"));
+}
+
+// `--max-growth` reads as in `check` and `report --fail-on growth=…`: a size per step
+// (`4MiB/step`, or `4MiB`), exceeded when the growth is above it. Run A grows 1 MiB a step and
+// B 5 MiB: B's growth is 4 MiB a step more, which `diff` measures against its limit as `report
+// --fail-on` measures B's own 5 MiB.
+#[test]
+fn max_growth_is_a_size_per_step_as_in_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = pair(dir.path(), true);
+    let growth_exceeded = |limit: &str| {
+        let (code, d) = json(&["diff", "--json", "--max-growth", limit, path(&a), path(&b)]);
+        let check = (d["verdict"]["checks"].as_array().unwrap().iter())
+            .find(|c| c["metric"] == "growth_per_step")
+            .unwrap()
+            .clone();
+        assert_eq!(check["change"], 4.0 * MIB as f64);
+        (code, check["exceeded"].as_bool().unwrap())
+    };
+    assert_eq!(growth_exceeded("4MiB/step"), (0, false));
+    assert_eq!(growth_exceeded("4MiB"), (0, false));
+    assert_eq!(growth_exceeded("3MiB/step"), (1, true));
+    let fail_on = |limit: &str| {
+        let (code, _) = run(&["report", "--fail-on", limit, path(&b)]);
+        code
+    };
+    assert_eq!(fail_on("growth=5MiB/step"), 0);
+    assert_eq!(fail_on("growth=4MiB/step"), 1);
+    let out = vramtrace()
+        .args(["diff", "--max-growth", "4MiB/s", path(&a), path(&b)])
+        .assert()
+        .code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&out.get_output().stderr),
+        "error: invalid value '4MiB/s' for '--max-growth <SIZE/step>': not a growth per step \
+         (examples: 1MiB/step, 512KiB) (see --help)\n"
+    );
+    // --max-orphans counts orphans, as in `check`; their memory is --max-orphan-bytes.
+    let out = vramtrace()
+        .args(["diff", "--max-orphans", "64MiB", path(&a), path(&b)])
+        .assert()
+        .code(2);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr)
+        .contains("not a number of orphans (for the memory they hold, use --max-orphan-bytes)"));
 }

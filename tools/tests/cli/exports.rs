@@ -11,10 +11,11 @@ use serde_json::Value;
 
 use crate::support::*;
 
+/// Exports `trace` to `dir/out.FORMAT`, replacing an earlier export there.
 fn export(trace: &Path, dir: &Path, format: &str, extra: &[&str]) -> PathBuf {
     let out = dir.join(format!("out.{format}"));
     vramtrace()
-        .args(["export", "--format", format, "-o"])
+        .args(["export", "--force", "--format", format, "-o"])
         .arg(&out)
         .args(extra)
         .arg(trace)

@@ -215,7 +215,7 @@ fn the_recorder_names_the_added_line_first() {
         // the line that keeps the tensors, and the allocator's segments for them.
         let checks: Vec<(&str, bool)> = (d["verdict"]["checks"].as_array().unwrap().iter())
             .map(|c| (c["metric"].as_str().unwrap(), c["exceeded"] == true))
-            .skip(5)
+            .skip(6)
             .collect();
         assert_eq!(
             checks,

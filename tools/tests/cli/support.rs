@@ -418,3 +418,14 @@ pub fn write_pairs(dir: &Path, name: &str, pairs: u64) -> PathBuf {
     w.finish().unwrap();
     path
 }
+
+/// Writes `records` as a trace at `dir/name`.
+pub fn write_records(dir: &Path, name: &str, records: &[Record]) -> PathBuf {
+    let path = dir.join(name);
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header()).unwrap();
+    for record in records {
+        w.write(record).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
