@@ -7,8 +7,7 @@
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::growth::DRIVER;
-use vramtrace_collector::analysis::Analysis;
+use vramtrace_collector::analysis::{Analysis, FindingClass};
 use vramtrace_collector::live::Holder;
 
 use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
@@ -144,14 +143,21 @@ fn growth_found(
         signed_bytes(h.steady_growth),
         h.steady_growth.round() as u64
     );
-    if let Some(top) = g
-        .steady
-        .iter()
-        .find(|s| s.holder == h.holder && s.view == DRIVER)
-    {
-        let place = top.site.label.as_deref().unwrap_or(&top.site.site);
-        let module = top.site.module_name.as_deref().unwrap_or("unknown");
-        found.push_str(&format!(" at {place} ({module})"));
+    // The device's first cause, as the report's diagnosis names it: the line that keeps the
+    // memory, with its own rate when that is not the device's.
+    let cause = analysis.diagnosis.iter().find(|f| {
+        f.class == FindingClass::SteadyGrowth && f.holder == Some(h.holder) && f.site.is_some()
+    });
+    if let Some((f, site)) = cause.and_then(|f| Some((f, f.site.as_ref()?))) {
+        let place = site.label.as_deref().unwrap_or(&site.site);
+        let module = site.module_name.as_deref().unwrap_or("unknown");
+        let rate = f.evidence.rate.unwrap_or(0.0);
+        let own = if (rate - h.steady_growth).abs() > 0.1 * h.steady_growth {
+            format!(", {} {per} of it", signed_bytes(rate))
+        } else {
+            String::new()
+        };
+        found.push_str(&format!("{own} at {place} ({module})"));
     }
     if exceeded && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
         found.push_str(", full within the horizon");

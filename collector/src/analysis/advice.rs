@@ -154,6 +154,30 @@ pub(super) fn fragmentation(owner: OwnerKind, failed: bool) -> Advice {
     advice(cause, fix)
 }
 
+/// An out-of-memory error of PyTorch's that its own cache could have served.
+pub(super) fn cache_relief(r: &crate::torch::OomRelief) -> Advice {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    if r.empty_cache_serves {
+        advice(
+            format!(
+                "PyTorch ran out of memory for {} while its cache held {} in whole free segments:                  given back, they would have served it",
+                mib(r.requested),
+                mib(r.free_segments)
+            ),
+            "torch.cuda.empty_cache() after one-off large passes (evaluation, a larger batch);              PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True keeps the cache from splitting",
+        )
+    } else {
+        advice(
+            format!(
+                "PyTorch ran out of memory for {} while its cache held {} free, split inside                  segments in use: enough, but not in one piece",
+                mib(r.requested),
+                mib(r.cached_free)
+            ),
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the allocator maps free pages into              one growing segment); empty_cache() would not have helped",
+        )
+    }
+}
+
 /// Orphans of `kind`.
 pub(super) fn orphan(kind: OrphanKind) -> Advice {
     use OrphanKind::*;

@@ -158,7 +158,32 @@ pub fn diagnose(
     // pool's reserve alone is a cache for reuse, not waste.
     let f = fragmentation;
     let failed = ooms.failures.iter().find(|o| o.request_fits_in_unusable);
-    if failed.is_some() || f.physical.unmapped_bytes >= FRAGMENTATION_BYTES {
+    let relief = f
+        .oom_relief
+        .filter(|r| r.empty_cache_serves || r.expandable_serves);
+    if let Some(r) = relief {
+        let Advice { cause, fix } = advice::cache_relief(&r);
+        out.push(Finding {
+            class: FindingClass::Fragmentation,
+            severity: Severity::Warning,
+            holder: i32::try_from(r.device)
+                .ok()
+                .map(|device| Holder::Device { device }),
+            site: None,
+            cause,
+            fix,
+            evidence: Evidence {
+                bytes: if r.empty_cache_serves {
+                    r.free_segments
+                } else {
+                    r.cached_free
+                },
+                objects: Some(1),
+                ..Evidence::default()
+            },
+            related: Vec::new(),
+        });
+    } else if failed.is_some() || f.physical.unmapped_bytes >= FRAGMENTATION_BYTES {
         let owner = failed.map_or(OwnerKind::Unknown, |o| o.requester.owner);
         let Advice { cause, fix } = advice::fragmentation(owner, failed.is_some());
         out.push(Finding {

@@ -67,6 +67,15 @@ pub struct Fragmentation {
     /// nothing is in use (memory a pool keeps after everything was freed is a cache for reuse,
     /// not fragmentation).
     pub unusable_share: Option<f64>,
+    /// PyTorch's caching allocator per device, from its own view (its recorder's last snapshot):
+    /// what it reserved, what its tensors use, what it keeps cached, and how much of that is
+    /// unusable for the requests that came; empty without a snapshot.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocator: Vec<crate::torch::CacheUse>,
+    /// At PyTorch's first out-of-memory error: whether `empty_cache()` or expandable segments
+    /// would have served it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom_relief: Option<crate::torch::OomRelief>,
 }
 
 /// The fragmentation of `state`.
@@ -133,5 +142,7 @@ pub fn fragmentation(state: &LiveState) -> Fragmentation {
         pools,
         unusable_bytes: unusable,
         unusable_share: (in_use > 0).then(|| unusable as f64 / allocated as f64),
+        allocator: Vec::new(),
+        oom_relief: None,
     }
 }

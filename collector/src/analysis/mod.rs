@@ -186,6 +186,10 @@ pub struct Framework {
     pub lines: Vec<LineSeries>,
     /// PyTorch's allocator backend (`native`, `cudaMallocAsync`), when the trace says.
     pub torch_backend: Option<String>,
+    /// PyTorch's caching allocator's memory per device, from its own view (its last snapshot).
+    pub cache: Vec<crate::torch::CacheUse>,
+    /// At its first out-of-memory error: whether freeing its cache would have served it.
+    pub oom_relief: Option<crate::torch::OomRelief>,
 }
 
 /// Runs every analysis on `state`.
@@ -196,16 +200,25 @@ pub fn analyze(state: &LiveState, config: &GrowthConfig) -> Analysis {
 /// Runs every analysis on `state`, with what the trace holds of the program's framework: its
 /// own view of memory judged for growth beside the driver's, and its allocator's settings.
 pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framework) -> Analysis {
-    let torch_backend = framework.torch_backend.clone();
-    let mut growth = growth_with(state, config, framework.lines);
+    let Framework {
+        lines,
+        torch_backend,
+        cache,
+        oom_relief,
+    } = framework;
+    let mut growth = growth_with(state, config, lines);
     let framework = Framework {
         lines: Vec::new(),
         torch_backend,
+        cache,
+        oom_relief,
     };
     let leaks = leaks(state);
     let orphans = orphans(state);
     let peaks = peaks(state);
-    let fragmentation = fragmentation(state);
+    let mut fragmentation = fragmentation(state);
+    fragmentation.allocator = framework.cache.clone();
+    fragmentation.oom_relief = framework.oom_relief;
     let ooms = ooms(state, config);
     let device_peak = peaks.highest_device().map(|p| p.peak.bytes);
     let diagnosis = diagnose(

@@ -19,6 +19,7 @@
 //! the tensors still live at the end. It is a second source of line evidence beside the driver
 //! view; [`View`] names which one a finding rests on.
 
+mod cache;
 mod config;
 mod lines;
 mod snapshot;
@@ -26,6 +27,7 @@ mod tensors;
 
 use serde::Serialize;
 
+pub use cache::{cache_use, oom_relief, CacheUse, OomRelief};
 pub use config::{AllocatorConfig, RecorderSettings};
 pub use lines::{step_lines, VIEW, VIEW_NAME};
 pub use snapshot::{
@@ -124,9 +126,15 @@ impl TorchView {
     /// What the analyses take from this view: the tensor bytes per Python line at each step of
     /// `state` (see [`step_lines`]) and the allocator backend.
     pub fn framework(&self, state: &LiveState) -> Framework {
+        let oom = self
+            .at_oom
+            .as_ref()
+            .or(self.snapshot.as_ref().filter(|s| s.reason == "oom"));
         Framework {
             lines: step_lines(self, state),
             torch_backend: self.backend().map(str::to_string),
+            cache: self.snapshot.as_ref().map(cache_use).unwrap_or_default(),
+            oom_relief: oom.and_then(oom_relief),
         }
     }
 

@@ -13,6 +13,7 @@ use vramtrace_collector::analysis::{
     SiteName,
 };
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
+use vramtrace_collector::torch::{CacheUse, OomRelief};
 
 use crate::tables::{emit, or_unknown, table};
 use crate::units::{bytes, count, duration, signed_bytes, unit};
@@ -282,6 +283,12 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         bytes(f.address_space.reserved_bytes),
         bytes(f.address_space.mapped_bytes)
     )?;
+    for c in &f.allocator {
+        writeln!(out, "  cache          {}", cache_line(c))?;
+    }
+    if let Some(r) = &f.oom_relief {
+        writeln!(out, "  oom relief     {}", relief_line(r))?;
+    }
     let an = &a.anomalies;
     // "Dropped" only when events were lost; a trace read before its end (a replay, a cut
     // trace) has no count from the tracer yet, only the gaps seen so far.
@@ -340,6 +347,50 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
     format!(
         "{what}: {} {unit} at {place}{others}{full}",
         signed_bytes(top.evidence.rate.unwrap_or(0.0)),
+    )
+}
+
+/// PyTorch's cache on one device in words: what it reserved and what its tensors use, and of
+/// the rest what `empty_cache()` returns and what stays split, unusable for the requests that
+/// came.
+fn cache_line(c: &CacheUse) -> String {
+    let unusable = match c.smallest_unserved_request {
+        Some(min) => format!(
+            ", {} of it in blocks smaller than any request that took a new segment (the smallest {})",
+            bytes(c.unusable),
+            bytes(min)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "device {} (PyTorch's caching allocator): {} reserved, {} in tensors, {} cached free: {} \
+         in whole free segments (torch.cuda.empty_cache() returns them), {} split in segments in \
+         use{unusable}; largest free block {}",
+        c.device,
+        bytes(c.reserved),
+        bytes(c.allocated),
+        bytes(c.cached_free),
+        bytes(c.free_segments),
+        bytes(c.split_free),
+        bytes(c.largest_free_block)
+    )
+}
+
+/// Whether PyTorch's cache could have served its out-of-memory request, in words.
+fn relief_line(r: &OomRelief) -> String {
+    let verdict = match (r.empty_cache_serves, r.expandable_serves) {
+        (true, _) => "empty_cache() would have served it",
+        (false, true) => "expandable_segments:True would have served it, empty_cache() not",
+        (false, false) => "neither empty_cache() nor expandable_segments:True would have served it",
+    };
+    format!(
+        "device {}: {} requested with {} free on the device, {} in whole free segments, {} cached \
+         free in all: {verdict}",
+        r.device,
+        bytes(r.requested),
+        bytes(r.device_free),
+        bytes(r.free_segments),
+        bytes(r.cached_free)
     )
 }
 
