@@ -273,7 +273,10 @@ fn one_finding_per_cause_when_several_views_see_it() {
     // Every steady row is part of a finding: the three causes and their segments.
     let rows = a["growth"]["steady"].as_array().unwrap();
     assert_eq!(rows.len(), 6);
-    assert!(rows.iter().all(|r| r["finding"]["number"].is_u64()), "{rows:#?}");
+    assert!(
+        rows.iter().all(|r| r["finding"]["number"].is_u64()),
+        "{rows:#?}"
+    );
     // An evaluation without no_grad keeps its graph: one finding at the evaluation's line, the
     // segments the allocator took for it (charged to the optimizer step above) its evidence.
     let a = analysis("leak_eval_grad-recorder");
@@ -284,9 +287,16 @@ fn one_finding_per_cause_when_several_views_see_it() {
     )];
     let found = causes(&a);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!((&found[0].0, &found[0].2, &found[0].3), (&eval, &view, &segments));
+    assert_eq!(
+        (&found[0].0, &found[0].2, &found[0].3),
+        (&eval, &view, &segments)
+    );
     // 33,575,936 bytes a step, as the program measured with torch.cuda.memory_allocated().
-    assert!((found[0].1 - 33_575_936.0).abs() < 0.01 * 33_575_936.0, "{}", found[0].1);
+    assert!(
+        (found[0].1 - 33_575_936.0).abs() < 0.01 * 33_575_936.0,
+        "{}",
+        found[0].1
+    );
     // The report's text says it once, with its evidence.
     let out = vramtrace()
         .arg("report")
@@ -314,7 +324,10 @@ fn a_warm_up_burst_and_jax_s_pool_are_not_leaks() {
     let a = analysis("healthy_jax-traced");
     assert!(!classes(&a).contains(&"steady-growth".to_string()));
     let peak = &a["diagnosis"][0];
-    assert_eq!((&peak["class"], &peak["site"]["owner"]), (&"peak".into(), &"jax".into()));
+    assert_eq!(
+        (&peak["class"], &peak["site"]["owner"]),
+        (&"peak".into(), &"jax".into())
+    );
     let fix = peak["fix"].as_str().unwrap();
     assert!(fix.contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"), "{fix}");
     assert!(!fix.contains("empty_cache"), "{fix}");
