@@ -297,7 +297,7 @@ impl Diff {
             }
         };
         let tensors = TensorDiff::of((a, pa), (b, pb), sources, thresholds);
-        (self.verdict).add(tensors.checks.clone(), tensors.new_growth.clone());
+        (self.verdict).add_tensors(tensors.checks.clone(), tensors.new_growth.clone());
         if tensors.explains || self.top.is_none() {
             if let Some(first) = tensors.lines.first() {
                 let owner = Some(crate::torch::VIEW_NAME.to_string());
@@ -371,7 +371,9 @@ fn verdict(
     ));
     let (new, found) = new_growth(
         (View::Driver, "new_growth"),
-        (sites, |s: &SiteDiff| s.place.module.clone()),
+        (sites, |s: &SiteDiff| {
+            (s.place.module.clone(), s.place.line_means)
+        }),
         t.growth,
         (b.steps.unit, b.fill.as_ref()),
         th,

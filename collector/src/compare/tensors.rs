@@ -388,7 +388,9 @@ impl TensorDiff {
         }
         let (check, new_growth) = new_growth(
             (View::AllocatorTensors, "tensor_new_growth"),
-            (&lines, |_: &TensorLineDiff| Some(VIEW_NAME.to_string())),
+            (&lines, |_: &TensorLineDiff| {
+                (Some(VIEW_NAME.to_string()), LineMeaning::Keeps)
+            }),
             growth,
             (GrowthUnit::Step, pb.fill.as_ref()),
             thresholds,

@@ -9,7 +9,9 @@
 //! regression when at its rate B's device would be full within the report's horizon
 //! (`--horizon-steps`, `--horizon`; only when the device's size is known) or when it is above
 //! the floor ([`Thresholds::new_growth`]): a leak of 1 MiB a step over 30 steps adds only 30
-//! MiB, under any threshold on memory, and is still a leak.
+//! MiB, under any threshold on memory, and is still a leak. When PyTorch's tensors have a new
+//! growth, the caching allocator's segments growing for them in the driver's view are its
+//! evidence (as in the report's causes), not a regression of their own.
 //!
 //! [`Growth::confident`]: crate::analysis::Growth::confident
 
@@ -19,6 +21,7 @@ use super::metrics::Rate;
 use super::profile::{Fill, GrowthUnit};
 use super::row::{Measures, Row};
 use super::tensors::view_name;
+use crate::analysis::{LineMeaning, Role};
 use crate::torch::View;
 
 /// How much B may exceed A before the difference is a regression.
@@ -95,6 +98,11 @@ pub struct NewGrowth {
     /// What holds it, as the report names it beside a label: the module that asked (driver),
     /// or `PyTorch tensors`.
     pub owner: Option<String>,
+    /// Whether its line keeps the memory, or is where a framework's allocator asked for it.
+    pub line_means: LineMeaning,
+    /// `cause`, or `segments`: a framework allocator's segments growing for the tensors of a
+    /// new growth of the per-tensor view, its evidence rather than a regression of its own.
+    pub role: Role,
     /// B's steady growth there, bytes per `unit`.
     pub rate: f64,
     pub unit: GrowthUnit,
@@ -106,7 +114,7 @@ pub struct NewGrowth {
     pub within_horizon: bool,
     /// Above the floor (`--min-new-growth`).
     pub above_floor: bool,
-    /// Whether it makes B a regression: within the horizon or above the floor.
+    /// Whether it makes B a regression: a cause, within the horizon or above the floor.
     pub regression: bool,
 }
 
@@ -135,8 +143,31 @@ impl Verdict {
         v
     }
 
+    /// Adds the per-tensor view's checks and new growths: when it has new growths of its own,
+    /// the driver's new growths of a framework allocator's segments are the memory reserved for
+    /// those tensors (their evidence, as in the report's causes), not regressions of their own.
+    pub(crate) fn add_tensors(&mut self, checks: Vec<Check>, new_growth: Vec<NewGrowth>) {
+        if !new_growth.is_empty() {
+            let segments =
+                |g: &&mut NewGrowth| g.view == View::Driver && g.line_means == LineMeaning::Asked;
+            for g in self.new_growth.iter_mut().filter(segments) {
+                g.role = Role::Segments;
+                g.regression = false;
+            }
+            let driver = self.new_growth.iter().filter(|g| g.view == View::Driver);
+            let any = driver.clone().any(|g| g.regression);
+            let fastest = (driver.filter(|g| g.regression))
+                .map(|g| g.rate)
+                .fold(0.0, f64::max);
+            if let Some(c) = self.checks.iter_mut().find(|c| c.metric == "new_growth") {
+                (c.exceeded, c.change) = (any, fastest);
+            }
+        }
+        self.add(checks, new_growth);
+    }
+
     /// Adds another view's checks and new growths.
-    pub(crate) fn add(&mut self, checks: Vec<Check>, new_growth: Vec<NewGrowth>) {
+    fn add(&mut self, checks: Vec<Check>, new_growth: Vec<NewGrowth>) {
         self.checks.extend(checks);
         self.new_growth.extend(new_growth);
         self.new_growth
@@ -145,11 +176,15 @@ impl Verdict {
     }
 }
 
-/// The new growths among `rows` of one view (each held by `owner`), when its growth in all
-/// (`total`, A's and B's per unit) is comparable, and the check they make (`metric`).
+/// The new growths among `rows` of one view (each held by `owner`, its line meaning what
+/// `meaning` says), when its growth in all (`total`, A's and B's per unit) is comparable, and the
+/// check they make (`metric`).
 pub(crate) fn new_growth<M: Measures, P>(
     (view, metric): (View, &'static str),
-    (rows, owner): (&[Row<M, P>], impl Fn(&Row<M, P>) -> Option<String>),
+    (rows, named): (
+        &[Row<M, P>],
+        impl Fn(&Row<M, P>) -> (Option<String>, LineMeaning),
+    ),
     total: Option<Rate>,
     (unit, fill): (GrowthUnit, Option<&Fill>),
     thresholds: &Thresholds,
@@ -164,11 +199,14 @@ pub(crate) fn new_growth<M: Measures, P>(
                 let full = fill.and_then(|f| f.at(rate, unit));
                 let within_horizon = full.is_some_and(|p| p.within_horizon);
                 let above_floor = rate > floor;
+                let (owner, line_means) = named(r);
                 NewGrowth {
                     view,
                     view_name: view_name(view),
                     label: r.label.clone(),
-                    owner: owner(r),
+                    owner,
+                    line_means,
+                    role: Role::Cause,
                     rate,
                     unit,
                     steps_to_full: full.and_then(|p| p.steps_to_full),

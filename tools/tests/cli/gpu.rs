@@ -212,7 +212,8 @@ fn the_recorder_names_the_added_line_first() {
         assert_eq!(line["b"]["live_count"], 120);
         assert_eq!(line["b"]["live_bytes"], leaked);
         // The verdict holds the view's checks beside the driver's, and the new growth of both:
-        // the line that keeps the tensors, and the allocator's segments for them.
+        // the line that keeps the tensors (the cause), and the allocator's segments for them
+        // (its evidence, not a regression of their own).
         let checks: Vec<(&str, bool)> = (d["verdict"]["checks"].as_array().unwrap().iter())
             .map(|c| (c["metric"].as_str().unwrap(), c["exceeded"] == true))
             .skip(6)
@@ -220,20 +221,29 @@ fn the_recorder_names_the_added_line_first() {
         assert_eq!(
             checks,
             [
-                ("new_growth", true),
+                ("new_growth", false),
                 ("tensor_live_bytes", true),
                 ("tensor_growth_per_step", true),
                 ("tensor_new_growth", true)
             ]
         );
-        let new: Vec<(&str, f64)> = (d["verdict"]["new_growth"].as_array().unwrap().iter())
-            .map(|g| (g["view"].as_str().unwrap(), g["rate"].as_f64().unwrap()))
+        let new: Vec<(&str, f64, &str, bool)> = (d["verdict"]["new_growth"].as_array())
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["view"].as_str().unwrap(),
+                    g["rate"].as_f64().unwrap(),
+                    g["role"].as_str().unwrap(),
+                    g["regression"] == true,
+                )
+            })
             .collect();
         assert_eq!(
             new,
             [
-                ("allocator-tensors", (16 * MIB) as f64),
-                ("driver", (16 * MIB) as f64)
+                ("allocator-tensors", (16 * MIB) as f64, "cause", true),
+                ("driver", (16 * MIB) as f64, "segments", false)
             ]
         );
         assert_eq!(
