@@ -8,13 +8,9 @@
 
 use std::collections::HashMap;
 
-use vramtrace_collector::analysis::owner::is_library_module;
 use vramtrace_collector::analysis::site::short_function;
-use vramtrace_collector::analysis::{Analysis, OwnerKind, SiteName};
-use vramtrace_collector::python::is_library_file;
-use vramtrace_collector::symbols::{
-    Attribution, CallRef, CallSiteKey, FrameKind, Granularity, StackFrame,
-};
+use vramtrace_collector::analysis::{Analysis, SiteName};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, FrameKind};
 
 /// Fills in the label of every site the answers name, and tells apart the places of one list
 /// whose labels came out the same.
@@ -139,89 +135,12 @@ fn native_functions(naming: &mut Attribution<'_>, site: &SiteName) -> Vec<String
         .collect()
 }
 
+/// The label of `site`: its mixed stack named by the one rule ([`frames_label`]).
 fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
     let call = CallRef {
         caller: site.caller,
         stack: site.stack,
         py_stack: site.py_stack,
     };
-    match naming.key(Granularity::Python, call) {
-        CallSiteKey::Python {
-            file,
-            line,
-            function,
-        } => Some(format!("{}:{line} in {function}", base_name(&file))),
-        // A native program's own function, where a library (NCCL, a framework) allocated for
-        // it: the place the user can change.
-        _ if program_function(naming, site).is_some() => program_function(naming, site),
-        CallSiteKey::Function { function, .. } => Some(short_function(&function)),
-        // Nothing names it: the recorded `module+offset` says as much.
-        _ => None,
-    }
-}
-
-/// A native program's own function where a library owns the site (its memory made by NCCL,
-/// cuBLAS or a framework on the program's behalf), and the library function it called:
-/// `init_comms → ncclCommInitRank`. `None` for a site with a Python line, a site the program
-/// owns, or when symbols name no function of the program.
-fn program_function(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
-    if site.source.is_some() || site.program_frame == 0 || !is_library_owned(site) {
-        return None;
-    }
-    let call = CallRef {
-        caller: site.caller,
-        stack: site.stack,
-        py_stack: site.py_stack,
-    };
-    let frames: Vec<StackFrame> = naming
-        .stack(call)
-        .into_iter()
-        .filter(|f| f.kind == FrameKind::Native)
-        .collect();
-    let ours = |f: &StackFrame| f.module.as_deref().is_some_and(|m| !is_library_module(m));
-    let k = frames.iter().position(ours)?;
-    let program = short_function(frames[k].function.as_deref()?);
-    let entry = frames[..k]
-        .iter()
-        .rev()
-        .find(|f| !f.in_cuda_library())
-        .and_then(|f| f.function.as_deref())
-        .map(short_function);
-    Some(match entry {
-        Some(entry) => format!("{program} → {entry}"),
-        None => program,
-    })
-}
-
-/// Whether a site's owner is a library rather than the program (its memory made by NCCL,
-/// cuBLAS or a framework on the program's behalf).
-fn is_library_owned(site: &SiteName) -> bool {
-    !matches!(site.owner, OwnerKind::Extension | OwnerKind::Unknown)
-}
-
-/// The label of a call with these (mixed) frames: its program's innermost Python frame (as
-/// [`is_library_file`] tells the program from packages), else its first
-/// named native frame outside the CUDA libraries; `None` when neither exists.
-pub fn frames_label(frames: &[StackFrame]) -> Option<String> {
-    let python = || frames.iter().filter(|f| f.kind == FrameKind::Python);
-    let program = python()
-        .find(|f| !f.file.as_deref().is_some_and(is_library_file))
-        .or_else(|| python().next());
-    if let Some(p) = program {
-        return Some(format!(
-            "{}:{} in {}",
-            base_name(p.file.as_deref().unwrap_or("<unknown>")),
-            p.line.unwrap_or(0),
-            p.function.as_deref().unwrap_or("?")
-        ));
-    }
-    frames
-        .iter()
-        .filter(|f| !f.in_cuda_library())
-        .find_map(|f| f.function.as_deref())
-        .map(short_function)
-}
-
-fn base_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
+    frames_label(&naming.stack(call))
 }

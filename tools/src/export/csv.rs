@@ -8,7 +8,7 @@ use std::io::Write;
 use anyhow::{anyhow, Context, Result};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::live::StepSource;
-use vramtrace_collector::symbols::{Attribution, CallRef, Granularity, Symbolizer};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 
 use super::ExportArgs;
 use crate::load::{load_analyzed, read, Flow, Progress};
@@ -48,7 +48,7 @@ pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         let call = CallRef::from(origin);
         let owner = state.owners().resolve(origin.caller, origin.stack);
         let site = state.locate(owner.frame).to_string();
-        let label = naming.key(Granularity::Python, call).to_string();
+        let label = frames_label(&naming.stack(call)).unwrap_or_else(|| site.clone());
         let module = owner
             .module
             .and_then(|m| state.owners().module_name(m))

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
+use vramtrace_collector::symbols::{base_name, Attribution, CallRef, FrameKind, StackFrame};
 
 use vramtrace_collector::analysis::site::short_function;
 
@@ -28,10 +28,6 @@ impl Frame {
             (f, l) => format!("{} ({}:{l})", self.name, base_name(f)),
         }
     }
-}
-
-fn base_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Whether a native frame is the Python interpreter's own (its frames repeat what the Python

@@ -18,7 +18,7 @@ use vramtrace_collector::format::{Ending, Lookup, Unread};
 use vramtrace_collector::live::{
     Anomaly, AnomalyKind, ApiCount, CallSite, Communicator, Failure, LiveObject, Summary, Teardown,
 };
-use vramtrace_collector::symbols::{Attribution, Granularity, Symbolizer};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Granularity, Symbolizer};
 use vramtrace_collector::torch::TorchView;
 
 use vramtrace_collector::analysis::Analysis;
@@ -156,6 +156,10 @@ pub struct Report<'a> {
     pub symbols: Vec<SymbolFacts>,
     #[serde(skip)]
     pub top: usize,
+    /// The orphans' and failures' places in words, by sequence number (as every other place is
+    /// named: [`vramtrace_collector::symbols::frames_label`]).
+    #[serde(skip)]
+    pub places: std::collections::HashMap<u64, String>,
     #[serde(skip)]
     pub state: &'a vramtrace_collector::live::LiveState,
 }
@@ -349,6 +353,14 @@ pub struct ModuleFacts<'a> {
 }
 
 impl<'a> Report<'a> {
+    /// The place of an orphan's or a failure's call, in words.
+    pub fn place_of(&self, origin: &vramtrace_collector::live::Origin) -> String {
+        self.places
+            .get(&origin.seq)
+            .cloned()
+            .unwrap_or_else(|| self.state.locate(origin.caller).to_string())
+    }
+
     /// Gathers the report of a loaded trace; lists are cut to `top` entries, and the `top`
     /// call sites and groups (grouped `by`) get their stacks from `symbols`.
     pub fn new(
@@ -381,7 +393,6 @@ impl<'a> Report<'a> {
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
         site_labels::label_sites(&mut analysis, &mut naming);
-        let symbols = attribution::symbol_facts(naming.symbolizer());
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).
         let mut orphans: Vec<LiveObject<'a>> = state
             .orphans()
@@ -392,6 +403,19 @@ impl<'a> Report<'a> {
         orphans.truncate(top);
         let mut failures: Vec<&Failure> = state.failures().iter().collect();
         failures.sort_by_key(|f| !f.out_of_memory);
+        let origins = orphans
+            .iter()
+            .map(|o| &*o.origin)
+            .chain(failures.iter().take(top).map(|f| &f.origin));
+        let places = origins
+            .map(|o| {
+                let frames = naming.stack(CallRef::from(o));
+                let place =
+                    frames_label(&frames).unwrap_or_else(|| state.locate(o.caller).to_string());
+                (o.seq, place)
+            })
+            .collect();
+        let symbols = attribution::symbol_facts(naming.symbolizer());
         let anomalies = state.anomalies();
         Report {
             schema: SCHEMA,
@@ -517,6 +541,7 @@ impl<'a> Report<'a> {
             symbols,
             analysis,
             top,
+            places,
             state,
         }
     }

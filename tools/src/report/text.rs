@@ -348,7 +348,7 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::
             for (i, site) in r.call_sites.iter().enumerate() {
                 let s = &site.item;
                 let seqs = seq_range(s.first_seq, s.last_seq);
-                let place = crate::site_labels::frames_label(&site.frames)
+                let place = vramtrace_collector::symbols::frames_label(&site.frames)
                     .unwrap_or_else(|| s.location.to_string());
                 t.add_row(vec![
                     (i + 1).to_string(),
@@ -398,7 +398,7 @@ fn orphans(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             o.origin
                 .communicator
                 .map_or("-".to_string(), |c| format!("{c:#x}")),
-            r.state.locate(o.origin.caller).to_string(),
+            r.place_of(&o.origin),
             o.origin.seq.to_string(),
         ]);
     }
@@ -460,7 +460,7 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             crate::units::device(x.device),
             bytes(x.live_device_bytes),
             x.seq.to_string(),
-            r.state.locate(x.origin.caller).to_string(),
+            r.place_of(&x.origin),
         ]);
     }
     let title = format!(

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use vramtrace_collector::live::{Accounting, LiveState};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 use vramtrace_collector::units::pattern::NamePattern;
 
 use super::status::Reported;
@@ -165,14 +166,22 @@ fn summarize_live(out: &mut impl Write, state: &LiveState) -> io::Result<()> {
     )?;
     let sites = state.by_call_site();
     let device_sites: Vec<_> = sites.iter().filter(|s| s.bytes > 0).collect();
+    // Named as the report names them (the one rule, from the binaries' symbols).
+    let mut symbols = Symbolizer::from_env();
+    let mut naming = Attribution::of_state(state, &mut symbols);
     for s in device_sites.iter().take(SUMMARY_SITES) {
+        let call = CallRef {
+            caller: s.caller,
+            stack: s.stack,
+            py_stack: s.py_stack,
+        };
+        let place = frames_label(&naming.stack(call)).unwrap_or_else(|| s.site.clone());
         writeln!(
             out,
-            "    {:>10}  {:>13}  {:<24} {} (owner {})",
+            "    {:>10}  {:>13}  {:<24} {place} (owner {})",
             bytes(s.bytes),
             count(s.count, "object"),
             s.api.name(),
-            s.location,
             s.module_name.as_deref().unwrap_or("unknown")
         )?;
     }

@@ -226,8 +226,11 @@ fn communicators_torn_down_at_exit_are_still_growth() {
     assert_eq!(g["holders"][0]["phases"]["teardown_from"], 57);
 }
 
-/// The steady-growth findings of an analysis: `(label, rate, view, related as (role, label))`.
-fn causes(a: &Value) -> Vec<(String, f64, String, Vec<(String, String)>)> {
+/// A steady-growth finding: its label, rate, view, and related rows as `(role, label)`.
+type Cause = (String, f64, String, Vec<(String, String)>);
+
+/// The steady-growth findings of an analysis.
+fn causes(a: &Value) -> Vec<Cause> {
     a["diagnosis"]
         .as_array()
         .unwrap()

@@ -76,7 +76,8 @@ job() {
     local cmd
     case $variant in
         plain) cmd=("${py[@]}" "$prog") ;;
-        traced|traced2) cmd=("$VT" run -o "$dir/$name_of.vtrace" --no-summary -- "${py[@]}" "$prog") ;;
+        # The self-profile says what a hand-over of PyTorch's history cost (an alert's too).
+        traced|traced2) cmd=(env VRAMTRACE_SELF_PROFILE=1 "$VT" run -o "$dir/$name_of.vtrace" --no-summary -- "${py[@]}" "$prog") ;;
         bare) cmd=("$VT" run -o "$dir/$name_of.vtrace" --no-summary --no-python-hooks -- "${py[@]}" "$prog") ;;
         marks) cmd=("$VT" run -o "$dir/$name_of.vtrace" --no-summary -- python3 "$ACC/stepmark.py" "$prog") ;;
         record) cmd=(python3 "$ACC/record_snapshot.py" "$dir/record.pickle" 100000 "$prog") ;;
