@@ -90,7 +90,7 @@ pub struct HolderGrowth {
     /// Sustained growth above the threshold, or full within the horizon.
     pub alert: bool,
     /// Bytes left at the end of its steady state, when the device's size is known: what any
-    /// rate's projection counts down from ([`Growth::project`]).
+    /// rate's projection counts down from ([`Growth::headroom`]).
     #[serde(skip)]
     room: Option<u64>,
 }
