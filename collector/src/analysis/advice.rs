@@ -155,7 +155,7 @@ pub(super) fn fragmentation(owner: OwnerKind, failed: bool) -> Advice {
 }
 
 /// An out-of-memory error of PyTorch's that its own cache could have served.
-pub(super) fn cache_relief(r: &crate::torch::OomRelief) -> Advice {
+pub(super) fn cache_relief(r: &super::fragmentation::OomRelief) -> Advice {
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
     if r.empty_cache_serves {
         advice(

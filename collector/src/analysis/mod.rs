@@ -187,9 +187,9 @@ pub struct Framework {
     /// PyTorch's allocator backend (`native`, `cudaMallocAsync`), when the trace says.
     pub torch_backend: Option<String>,
     /// PyTorch's caching allocator's memory per device, from its own view (its last snapshot).
-    pub cache: Vec<crate::torch::CacheUse>,
+    pub cache: Vec<fragmentation::CacheUse>,
     /// At its first out-of-memory error: whether freeing its cache would have served it.
-    pub oom_relief: Option<crate::torch::OomRelief>,
+    pub oom_relief: Option<fragmentation::OomRelief>,
 }
 
 /// Runs every analysis on `state`.

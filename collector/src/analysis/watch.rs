@@ -13,10 +13,10 @@
 //! judged, which a one-off peak is not.
 //!
 //! With PyTorch's recorder on, the driver sees the caching allocator's segments, charged to
-//! whichever line made the allocator grow. The watch keeps PyTorch's payloads, and once the
-//! program has handed over a snapshot of its recorder (the Python hooks do when an alert waits
-//! for it), [`Watch::keeping_places`] names each device's fastest cause at the line whose
-//! tensors stay live, with the same causes as the report ([`causes`](super::causes)).
+//! whichever line made the allocator grow. The watch keeps PyTorch's payloads, from which, once
+//! the program has handed over a snapshot of its recorder (the Python hooks do when an alert
+//! waits for it), `torch::keeping_places` names each device's fastest cause at the line whose
+//! tensors stay live, with the same causes as the report.
 //!
 //! Without step marks the samples are time windows of a millisecond and up, so a count of them
 //! says little: a PyTorch program building its model and taking its first step (before the
@@ -26,17 +26,13 @@
 
 use std::collections::BTreeSet;
 
-use super::causes;
 use super::course::Shape;
-use super::growth::{
-    growth, growth_with, Growth, GrowthConfig, HolderGrowth, Projection, SiteGrowth, DRIVER,
-};
+use super::growth::{growth, Growth, GrowthConfig, HolderGrowth, Projection, SiteGrowth, DRIVER};
 use super::site::{Place, SiteName};
 use crate::attached::Attachments;
 use crate::event::Event;
 use crate::format::Record;
 use crate::live::{Holder, LiveState, SampleAxis};
-use crate::torch::{step_lines, AllocatorConfig, TorchView, KIND_ALLOCATOR, KIND_SNAPSHOT};
 
 /// How the live analysis judges.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -161,55 +157,19 @@ impl Watch {
     }
 
     /// Applies a record written to the trace. Of the payloads the program attached only
-    /// PyTorch's are kept (to name the line behind an alert); the judgement reads none.
+    /// PyTorch's are kept (to name the line behind an alert: `torch::keeping_places`); the
+    /// judgement reads none.
     pub fn apply(&mut self, record: &Record) {
         match record {
-            Record::Attachment(a) if a.kind == KIND_ALLOCATOR || a.kind == KIND_SNAPSHOT => {
-                self.torch.add(a)
-            }
+            Record::Attachment(a) if a.kind.starts_with("torch.") => self.torch.add(a),
             Record::Attachment(_) => {}
             r => self.state.apply(r),
         }
     }
 
-    /// Whether the program's PyTorch records its tensors (its recorder is on): it can then
-    /// name the line whose tensors stay live, given a snapshot.
-    pub fn torch_recorder_on(&self) -> bool {
-        self.torch
-            .of_kind(KIND_ALLOCATOR)
-            .last()
-            .and_then(|a| AllocatorConfig::parse(&a.data).ok())
-            .is_some_and(|c| c.recorder.state == "on")
-    }
-
-    /// The number of the latest snapshot of PyTorch's recorder handed over (0: none yet).
-    pub fn torch_snapshot(&self) -> u32 {
-        self.torch.of_kind(KIND_SNAPSHOT).last().map_or(0, |a| a.id)
-    }
-
-    /// Per device of `devices`: the fastest cause of steady growth there, judged with PyTorch's
-    /// tensors (its latest snapshot) beside the driver's view: the place that names it and its
-    /// rate per sample unit. `None` for a device with no cause, or when no snapshot says more
-    /// than the driver.
-    pub fn keeping_places(&self, devices: &[i32]) -> Vec<(i32, Option<(SiteName, f64)>)> {
-        let view = TorchView::read(&self.torch, None);
-        let lines = step_lines(&view, &self.state);
-        let g = (!lines.is_empty()).then(|| growth_with(&self.state, &self.growth_config(), lines));
-        devices
-            .iter()
-            .map(|&device| {
-                let place = g.as_ref().and_then(|g| {
-                    let holder = Holder::Device { device };
-                    let row = causes::group(&g.steady)
-                        .into_iter()
-                        .map(|c| &g.steady[c.primary])
-                        .filter(|s| s.holder == holder)
-                        .max_by(|a, b| a.course.rate.total_cmp(&b.course.rate))?;
-                    (row.view != DRIVER).then(|| (row.site.clone(), row.course.rate))
-                });
-                (device, place)
-            })
-            .collect()
+    /// The payloads the program attached that the watch keeps: PyTorch's (`torch.*`).
+    pub fn attachments(&self) -> &Attachments {
+        &self.torch
     }
 
     /// Applies an event written to the trace.
@@ -239,7 +199,7 @@ impl Watch {
 
     /// The growth settings with an absolute threshold turned into a share of the device memory
     /// known now.
-    fn growth_config(&self) -> GrowthConfig {
+    pub fn growth_config(&self) -> GrowthConfig {
         let mut c = self.config.growth;
         if let Some(bytes) = self.config.threshold_bytes {
             let memory = c.device_memory.or_else(|| {

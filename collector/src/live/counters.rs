@@ -14,7 +14,9 @@ use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
 
 /// See [`LiveState::steps_after_pattern`].
-pub const QUIET_FACTOR: u64 = 16;
+pub const QUIET_FACTOR: u64 = 100;
+/// See [`LiveState::steps_after_pattern`].
+pub const QUIET_MIN_NS: u64 = 1_000_000_000;
 
 impl LiveState {
     /// Device memory live on `device` now.
@@ -163,11 +165,13 @@ impl LiveState {
     }
 
     /// Steps' worth of time from the last step boundary to the last event, when the steps come
-    /// from an allocation pattern and that quiet is more than [`QUIET_FACTOR`] times the time
-    /// the pattern's steps spanned (0 otherwise): a pattern's steps end where its anchor stops
-    /// recurring, and a run that went on that long without it was not in those steps (a burst
-    /// of a caching allocator's segments while a model compiles). A program's exit, after a
-    /// loop that ran to its end, takes a few times a short loop's time, not twenty.
+    /// from an allocation pattern and that quiet lasted at least [`QUIET_MIN_NS`] and more than
+    /// [`QUIET_FACTOR`] times the time the pattern's steps spanned (0 otherwise): a pattern's
+    /// steps end where its anchor stops recurring, and a run that went on that long without it
+    /// was not in those steps (a burst of a caching allocator's segments while a model
+    /// compiles, then seconds of training it never shows). A program's exit, after a loop that
+    /// ran to its end, takes a few times a GPU training loop's time (three, on the H200's
+    /// acceptance programs), and tens of milliseconds after a loop of a few milliseconds.
     pub fn steps_after_pattern(&self) -> u64 {
         let (StepSource::Pattern(_), Some((first, last)), Some(step)) =
             (&self.step_source, self.step_times, self.step_duration_ns())
@@ -175,7 +179,8 @@ impl LiveState {
             return 0;
         };
         let after = self.ledger.time_ns().saturating_sub(last);
-        if after <= QUIET_FACTOR.saturating_mul(last.saturating_sub(first)) {
+        if after < QUIET_MIN_NS || after <= QUIET_FACTOR.saturating_mul(last.saturating_sub(first))
+        {
             return 0;
         }
         after / step.max(1)

@@ -12,53 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use super::snapshot::{Action, AllocatorSnapshot, BlockState};
-
-/// The caching allocator's memory on one device at a snapshot.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct CacheUse {
-    pub device: i32,
-    /// Bytes of segments held from the driver.
-    pub reserved: u64,
-    /// Bytes of blocks held by tensors (or waiting for a stream to let them go).
-    pub allocated: u64,
-    /// `reserved - allocated`: cached and free.
-    pub cached_free: u64,
-    /// Of it, whole segments with no block in use: what `torch.cuda.empty_cache()` gives back.
-    pub free_segments: u64,
-    /// Of it, free blocks inside segments still in use: kept whatever the program does.
-    pub split_free: u64,
-    /// The largest free block.
-    pub largest_free_block: u64,
-    /// The smallest request in the recorder's window that the cache could not serve (it took a
-    /// new segment); `null` when none did.
-    pub smallest_unserved_request: Option<u64>,
-    /// Free split blocks smaller than that request: unusable for the requests that came.
-    pub unusable: u64,
-    /// Reserved bytes, and tensors' requested bytes, at the program's step marks inside the
-    /// recorder's window, `(step, reserved, allocated)`: the cache over time.
-    pub at_steps: Vec<(u64, u64, u64)>,
-}
-
-/// Whether freeing the cache would have served a failed request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct OomRelief {
-    pub device: i64,
-    pub requested: u64,
-    /// Bytes the driver had free when it failed.
-    pub device_free: u64,
-    /// Whole free segments then (`empty_cache()` returns them to the driver).
-    pub free_segments: u64,
-    /// All of the cache's free bytes then.
-    pub cached_free: u64,
-    /// `device_free + free_segments` covers the request.
-    pub empty_cache_serves: bool,
-    /// `device_free + cached_free` covers it: with `expandable_segments:True` the allocator maps
-    /// pages wherever they are free instead of needing a whole segment.
-    pub expandable_serves: bool,
-}
+use crate::analysis::fragmentation::{CacheUse, OomRelief};
 
 /// The cache of every device of `snapshot`, in device order.
 pub fn cache_use(snapshot: &AllocatorSnapshot) -> Vec<CacheUse> {

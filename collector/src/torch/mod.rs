@@ -19,6 +19,7 @@
 //! the tensors still live at the end. It is a second source of line evidence beside the driver
 //! view; [`View`] names which one a finding rests on.
 
+pub mod alerts;
 mod cache;
 mod config;
 mod lines;
@@ -27,7 +28,7 @@ mod tensors;
 
 use serde::Serialize;
 
-pub use cache::{cache_use, oom_relief, CacheUse, OomRelief};
+pub use cache::{cache_use, oom_relief};
 pub use config::{AllocatorConfig, RecorderSettings};
 pub use lines::{step_lines, VIEW, VIEW_NAME};
 pub use snapshot::{

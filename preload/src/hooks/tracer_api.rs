@@ -4,7 +4,7 @@
 //! installs; `docs/pytorch.md`), and whether an alert waits for that view.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use vramtrace_collector::event::{Api, Op};
@@ -15,10 +15,6 @@ use crate::session::{self, Attached, Session, HOOK_PANICS};
 
 static STEP: AtomicU64 = AtomicU64::new(0);
 static ITERATION: AtomicU64 = AtomicU64::new(0);
-
-/// Set while an alert of the live analysis waits for the program's own view of its memory
-/// (a snapshot of PyTorch's recorder) to name the line that keeps it.
-pub static ALERT_VIEW_WANTED: AtomicBool = AtomicBool::new(false);
 
 /// Marks the start of a training step; returns the step number (1 for the first call).
 ///
@@ -50,7 +46,7 @@ pub extern "C" fn vramtrace_mark_iteration() -> u64 {
 /// else 0. Cheap: one load, for polling at every step.
 #[unsafe(no_mangle)]
 pub extern "C" fn vramtrace_alert_pending() -> c_int {
-    c_int::from(ALERT_VIEW_WANTED.load(Ordering::Relaxed))
+    c_int::from(session::live::ALERT_VIEW_WANTED.load(Ordering::Relaxed))
 }
 
 /// `vramtrace_attach` took the payload.

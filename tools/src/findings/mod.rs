@@ -6,6 +6,7 @@ mod diagnosis;
 
 use std::io::{self, Write};
 
+use vramtrace_collector::analysis::fragmentation::{CacheUse, OomRelief};
 use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::analysis::orphans::Orphan;
 use vramtrace_collector::analysis::{
@@ -13,7 +14,6 @@ use vramtrace_collector::analysis::{
     SiteName,
 };
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
-use vramtrace_collector::torch::{CacheUse, OomRelief};
 
 use crate::tables::{emit, or_unknown, table};
 use crate::units::{bytes, count, duration, signed_bytes, unit};

@@ -324,7 +324,7 @@ fn one_finding_per_cause_when_several_views_see_it() {
 #[test]
 fn a_warm_up_burst_and_jax_s_pool_are_not_leaks() {
     healthy("healthy_compile-bare", ("pattern", 6));
-    let a = analysis("healthy_jax-traced");
+    let a = analysis("healthy_jax-recorder");
     assert!(!classes(&a).contains(&"steady-growth".to_string()));
     let peak = &a["diagnosis"][0];
     assert_eq!(

@@ -412,7 +412,7 @@ fn csv_has_a_row_per_event_and_per_live_object() {
     let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
     let leak_rows: Vec<_> = rows
         .iter()
-        .filter(|r| &r[col("label")] == "/work/app/train.py:42 in step")
+        .filter(|r| &r[col("label")] == "train.py:42 in step")
         .collect();
     assert_eq!(leak_rows.len(), 12);
     assert!(leak_rows

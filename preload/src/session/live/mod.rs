@@ -21,7 +21,7 @@ mod metrics;
 mod settings;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use vramtrace_collector::analysis::watch::Judgement;
@@ -29,11 +29,15 @@ use vramtrace_collector::analysis::{GrowthConfig, Watch, WatchConfig};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::{Alert, Record};
 use vramtrace_collector::live::SampleAxis;
+use vramtrace_collector::torch;
 
 pub use settings::{AlertSettings, MetricsSettings};
 
-use crate::hooks::tracer_api::ALERT_VIEW_WANTED;
 use crate::warn::warn;
+
+/// Set while an alert waits for the program's own view of its memory (a snapshot of PyTorch's
+/// recorder) to name the line that keeps it; `vramtrace_alert_pending` reads it.
+pub static ALERT_VIEW_WANTED: AtomicBool = AtomicBool::new(false);
 
 /// How long an alert waits at least for the program's own view of its memory; longer when a
 /// step takes longer (two steps' time, at most [`VIEW_WAIT_MAX`]).
@@ -132,7 +136,7 @@ impl Live {
     pub fn record(&mut self, r: &Record, trace_path: &str) -> Vec<Alert> {
         let snapshot = self.guarded(|w, _| {
             w.apply(r);
-            w.torch_snapshot()
+            torch::alerts::latest_snapshot(w.attachments())
         });
         match snapshot {
             Some(id) if id != self.snapshot_seen => {
@@ -219,7 +223,7 @@ impl Live {
                 .filter(|_| settings.enabled)
                 .filter_map(|&d| alert::describe(w, &j, d, now_ns, after_seq))
                 .collect();
-            if w.torch_recorder_on() && !raised.is_empty() {
+            if torch::alerts::recorder_on(w.attachments()) && !raised.is_empty() {
                 // Two steps' time, within bounds: the hooks answer at the next step.
                 let step = j
                     .unit_ns
@@ -275,7 +279,8 @@ impl Live {
             .guarded(|w, settings| {
                 let devices: Vec<i32> = due.iter().map(|p| p.alert.device).collect();
                 let places = if answered {
-                    w.keeping_places(&devices)
+                    let config = w.growth_config();
+                    torch::alerts::keeping_places(w.state(), w.attachments(), &config, &devices)
                 } else {
                     Vec::new()
                 };
