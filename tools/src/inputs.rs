@@ -12,6 +12,7 @@ use vramtrace_collector::analysis::{Analysis, GrowthConfig};
 use vramtrace_collector::compare::CallTally;
 use vramtrace_collector::event::Event;
 use vramtrace_collector::live::LiveState;
+use vramtrace_collector::torch::TorchView;
 
 use crate::load::{load_analyzed_observing, LoadedTrace, Observer, Progress};
 
@@ -56,6 +57,10 @@ fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
 /// A trace read to its end, with its analyses and the tally of its calls.
 pub struct Run {
     pub trace: LoadedTrace,
+    /// What the trace holds of PyTorch, read once.
+    pub torch: TorchView,
+    /// Every analysis, with PyTorch's own view of its tensors beside the driver's, as the
+    /// report makes them.
     pub analysis: Analysis,
     pub tally: CallTally,
 }
@@ -75,10 +80,11 @@ impl Observer for Tallying {
 pub fn load_run(path: &Path, growth: GrowthConfig, progress: &Progress) -> Result<Run> {
     let (trace, Tallying(tally)) =
         load_analyzed_observing(path, growth, progress, || Tallying(CallTally::new()))?;
-    let analysis = trace.analyze(&trace.torch());
+    let torch = trace.torch();
     Ok(Run {
+        analysis: trace.analyze(&torch),
         trace,
-        analysis,
+        torch,
         tally,
     })
 }

@@ -34,7 +34,8 @@ EXAMPLES:
         vramtrace report --html report.html vramtrace-4242.vtrace
         vramtrace report --html report.html --force vramtrace-4242.vtrace
 
-    Every rank of a torchrun job: the rank that differs from the others first, then each report:
+    Every rank of a torchrun job: the rank table, the reports of the ranks that differ from the
+    others in full, one line for each other rank (--all: every report in full):
         vramtrace report traces/";
 
 /// How the report ranks live memory.
@@ -98,6 +99,11 @@ pub struct ReportArgs {
     /// How many call sites, modules and orphans to list.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    /// With several traces: print every trace's report in full. By default only the traces the
+    /// rank table marks as differing from the others are printed in full, and every other one
+    /// in one line.
+    #[arg(long)]
+    pub all: bool,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
     /// Exit 1 when a trace exceeds a limit (after the report): growth (the ALERT verdict),

@@ -35,7 +35,9 @@ pub use diagnose::{diagnose, row_findings};
 pub use finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Severity};
 pub use fit::Fit;
 pub use fragmentation::{fragmentation, Fragmentation};
-pub use growth::{growth, growth_with, FindingRef, Growth, GrowthConfig, LineSeries, Projection};
+pub use growth::{
+    growth, growth_with, FindingRef, Growth, GrowthConfig, Headroom, LineSeries, Projection,
+};
 pub use integrity::{anomalies, AnomalyReport};
 pub use leaks::{leaks, Leaks};
 pub use oom::{ooms, OomReport};

@@ -73,6 +73,16 @@ impl OwnerKind {
         )
     }
 
+    /// Whether what this kind of module allocated through entry point `api` is a framework
+    /// allocator's pool or segment (not one array). Stream-ordered allocations (PyTorch's
+    /// `cudaMallocAsync` backend) are one array each.
+    pub fn makes_pools(self, api: Option<&str>) -> bool {
+        let per_array = api.is_some_and(|a| {
+            a.contains("MallocAsync") || a.contains("AllocAsync") || a.contains("FromPool")
+        });
+        self.is_framework() && !per_array
+    }
+
     /// The name users know it by.
     pub const fn name(self) -> &'static str {
         match self {

@@ -82,10 +82,7 @@ impl SiteName {
     /// the line made the allocator grow, and need not be the line whose arrays keep it.
     /// Stream-ordered allocations (PyTorch's `cudaMallocAsync` backend) are one array each.
     pub fn is_framework_pool(&self) -> bool {
-        let per_array = self.api.is_some_and(|a| {
-            a.contains("MallocAsync") || a.contains("AllocAsync") || a.contains("FromPool")
-        });
-        self.owner.is_framework() && !per_array
+        self.owner.makes_pools(self.api)
     }
 
     /// A place another view of memory names by its Python line alone (a framework allocator's

@@ -30,7 +30,7 @@ use serde::Serialize;
 
 pub use cache::{cache_use, oom_relief};
 pub use config::{AllocatorConfig, RecorderSettings};
-pub use lines::{step_lines, VIEW};
+pub use lines::{step_lines, VIEW, VIEW_NAME};
 pub use snapshot::{
     Action, AllocatorSnapshot, BlockState, ClockAnchor, Frame, OomFacts, SnapshotBlock,
     SnapshotError, SnapshotSegment, TraceEntry,

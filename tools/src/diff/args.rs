@@ -7,6 +7,8 @@ use vramtrace_collector::compare::Thresholds;
 
 use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
+use crate::options::AnalysisArgs;
+
 pub const EXAMPLES: &str = "\
 EXAMPLES:
     Compare today's run with last week's; exit 1 if today's regressed:
@@ -15,6 +17,11 @@ EXAMPLES:
     The same, failing only on more than 256 MiB more left live, 4 MiB more growth per step or
     two more orphans:
         vramtrace diff --max-live 256MiB --max-growth 4MiB/step --max-orphans 2 before.vtrace after.vtrace
+
+    A new steady growth fails above 1 MiB per step, or when it would fill the device within the
+    report's horizon: here an 80 GiB device within 5,000 steps, however long they take:
+        vramtrace diff --min-new-growth 1MiB/step --device-memory 80GiB --horizon-steps 5000 \
+            --horizon 0s a.vtrace b.vtrace
 
     Two runs of a torchrun job, one directory of traces each, compared rank by rank:
         vramtrace diff runs/before/ runs/after/
@@ -28,6 +35,18 @@ EXAMPLES:
 
     Machine-readable output (schema in docs/report-json.md, \"Diff\"):
         vramtrace diff --json a.vtrace b.vtrace > diff.json
+
+REGRESSION:
+    B regressed when, over A, it holds more than --max-live at the end, peaks more than
+    --max-peak higher, grows more than --max-growth per step faster (both runs with steps), has
+    more than --max-orphans more orphans or --max-orphan-bytes more orphaned memory, or fails
+    more than --max-failures more calls; or when it has a new steady growth: a call site (or,
+    with PyTorch's recorder, a Python line of its tensors) that grows steadily in B, surely (at
+    least 3 rises along a line with R² of 0.9 or more, the report's own judgement), where A's
+    does not grow at all, while B's growth in all rose with it; and at that rate B's device
+    would be full within the report's horizon (--horizon-steps, --horizon; when the device's
+    size is known: sampled by the tracer, or --device-memory), or the rate is above
+    --min-new-growth (per step; per second for runs without steps).
 
 EXIT STATUS:
     0 no regression beyond the thresholds, 1 regression, 2 error.";
@@ -63,6 +82,10 @@ pub struct DiffArgs {
     pub source_dirs: Vec<PathBuf>,
     #[command(flatten)]
     pub thresholds: ThresholdArgs,
+    /// The growth analysis' settings, as `report` takes them: what a new growth is projected
+    /// against.
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
 }
 
 /// How much B may exceed A: above any of these, B regressed (exit 1). The flags `check` shares
@@ -88,6 +111,10 @@ pub struct ThresholdArgs {
     /// Largest increase of failed calls.
     #[arg(long, value_name = "N", default_value = "0", value_parser = parse_count)]
     pub max_failures: u64,
+    /// A steady growth B has where A has none is a regression above this rate per step (per
+    /// second without steps), or when it would fill B's device within the horizon.
+    #[arg(long, value_name = "SIZE/step", default_value = "64KiB/step", value_parser = parse_rate)]
+    pub min_new_growth: u64,
 }
 
 impl ThresholdArgs {
@@ -99,6 +126,7 @@ impl ThresholdArgs {
             orphans: self.max_orphans,
             orphan_bytes: self.max_orphan_bytes,
             failures: self.max_failures,
+            new_growth: self.min_new_growth,
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::units::{bytes, count, duration, signed_bytes, unit};
 
 /// The site's label (its Python line or native function, when symbols named it) or its
 /// `module+offset`, with its owner module.
-fn site_label(s: &SiteName) -> String {
+pub(crate) fn site_label(s: &SiteName) -> String {
     let place = s.label.as_deref().unwrap_or(&s.site);
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
 }
@@ -39,17 +39,20 @@ fn long_duration(seconds: f64) -> String {
 /// `full in 1,930 steps (2.1 h)` for a holder's projection, or nothing.
 fn full_in(h: &HolderGrowth) -> Option<String> {
     let p = h.projection?;
-    let steps = p
-        .steps_to_full
-        .map(|n| format!("{} steps", grouped(n.floor() as u64)));
-    let time = p.seconds_to_full.map(long_duration);
-    let when = match (steps, time) {
-        (Some(s), Some(t)) => format!("{s} ({t})"),
-        (Some(s), None) => s,
-        (None, Some(t)) => t,
-        (None, None) => return None,
-    };
+    let when = when_full(p.steps_to_full, p.seconds_to_full)?;
     Some(format!("{} left, full in {when}", bytes(p.headroom)))
+}
+
+/// `1,930 steps (2.1 h)`: when a projection is full, in steps and in time, or nothing.
+pub(crate) fn when_full(steps: Option<f64>, seconds: Option<f64>) -> Option<String> {
+    let steps = steps.map(|n| format!("{} steps", grouped(n.floor() as u64)));
+    let time = seconds.map(long_duration);
+    match (steps, time) {
+        (Some(s), Some(t)) => Some(format!("{s} ({t})")),
+        (Some(s), None) => Some(s),
+        (None, Some(t)) => Some(t),
+        (None, None) => None,
+    }
 }
 
 /// `1930` as `1,930`.

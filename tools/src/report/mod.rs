@@ -19,6 +19,7 @@ use vramtrace_collector::live::{
     Anomaly, AnomalyKind, ApiCount, CallSite, Communicator, Failure, LiveObject, Summary, Teardown,
 };
 use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Granularity, Symbolizer};
+use vramtrace_collector::torch::TorchView;
 
 use vramtrace_collector::analysis::Analysis;
 
@@ -368,6 +369,20 @@ impl<'a> Report<'a> {
         by: Granularity,
         symbols: &mut Symbolizer,
     ) -> Self {
+        let torch = trace.torch();
+        let analysis = trace.analyze(&torch);
+        Self::with_analysis(trace, &torch, analysis, top, by, symbols)
+    }
+
+    /// [`Report::new`], with the trace's PyTorch view and analysis already made.
+    pub fn with_analysis(
+        trace: &'a LoadedTrace,
+        torch: &TorchView,
+        mut analysis: Analysis,
+        top: usize,
+        by: Granularity,
+        symbols: &mut Symbolizer,
+    ) -> Self {
         let state = &trace.state;
         let header = &trace.header;
         let stats = state.stats();
@@ -377,8 +392,6 @@ impl<'a> Report<'a> {
         let mut naming = Attribution::of_state(state, symbols);
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
-        let torch = trace.torch();
-        let mut analysis = trace.analyze(&torch);
         site_labels::label_sites(&mut analysis, &mut naming);
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).
         let mut orphans: Vec<LiveObject<'a>> = state
@@ -425,7 +438,7 @@ impl<'a> Report<'a> {
                     .map(|(name, value)| Setting { name, value })
                     .collect(),
             },
-            allocator: allocator::AllocatorFacts::of(&torch, top),
+            allocator: allocator::AllocatorFacts::of(torch, top),
             reading: Reading {
                 complete: trace.ending.is_complete(),
                 ending: EndingFacts::new(&trace.ending),

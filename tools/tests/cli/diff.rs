@@ -121,8 +121,20 @@ fn the_planted_leak_is_the_only_difference() {
             ("growth_per_step", true),
             ("orphans", false),
             ("orphan_bytes", false),
-            ("failures", false)
+            ("failures", false),
+            ("new_growth", true)
         ]
+    );
+    // The leak is a new steady growth: 10 rises of 4 MiB, above the floor.
+    let new = &d["verdict"]["new_growth"];
+    assert_eq!(new.as_array().unwrap().len(), 1);
+    assert_eq!(
+        (&new[0]["label"], &new[0]["rate"], &new[0]["regression"]),
+        (
+            &Value::from("train.py:15 in Model.step"),
+            &Value::from(4.0 * MIB as f64),
+            &Value::Bool(true)
+        )
     );
     // Step N of A against step N of B: B holds 4 MiB more after each step.
     let rows = d["steps"]["rows"].as_array().unwrap();
@@ -130,19 +142,51 @@ fn the_planted_leak_is_the_only_difference() {
     let changes: Vec<u64> = rows.iter().map(|r| r["change"].as_u64().unwrap()).collect();
     assert_eq!(changes, (0..STEPS).map(|k| k * 4 * MIB).collect::<Vec<_>>());
 
-    // Thresholds decide the exit code.
-    let (code, _) = run(&["diff", "--max-growth", "8MiB", path(&a), path(&b)]);
-    assert_eq!(code, 0);
-    let (code, _) = run(&[
+    // Thresholds decide the exit code: the new growth's floor among them.
+    let lenient = ["diff", "--max-growth", "8MiB", "--min-new-growth", "8MiB"];
+    let with = |more: &[&str]| {
+        let mut args = lenient.to_vec();
+        args.extend_from_slice(more);
+        args.extend([path(&a), path(&b)]);
+        run(&args).0
+    };
+    assert_eq!(with(&[]), 0);
+    assert_eq!(with(&["--max-live", "32MiB"]), 1);
+    assert_eq!(
+        run(&["diff", "--max-growth", "8MiB", path(&a), path(&b)]).0,
+        1
+    );
+    // Below the floor, the new growth is still a regression when it would fill the device
+    // within the horizon: 1 GiB less the 45 MiB B held at its last step, at 4 MiB a step, is
+    // full in 244.75 steps.
+    assert_eq!(with(&["--device-memory", "1GiB"]), 1);
+    let (_, d) = json(&[
         "diff",
-        "--max-growth",
+        "--json",
+        "--min-new-growth",
         "8MiB",
-        "--max-live",
-        "32MiB",
+        "--device-memory",
+        "1GiB",
         path(&a),
         path(&b),
     ]);
-    assert_eq!(code, 1);
+    let new = &d["verdict"]["new_growth"][0];
+    assert_eq!(new["steps_to_full"], 244.75);
+    assert_eq!(
+        (&new["within_horizon"], &new["above_floor"]),
+        (&Value::Bool(true), &Value::Bool(false))
+    );
+    assert_eq!(
+        with(&[
+            "--device-memory",
+            "1GiB",
+            "--horizon-steps",
+            "200",
+            "--horizon",
+            "0s"
+        ]),
+        0
+    );
     // B against A: the leak is gone, and that is no regression.
     let (code, d) = json(&["diff", "--json", path(&b), path(&a)]);
     assert_eq!(code, 0);
@@ -370,8 +414,18 @@ fn every_field_is_documented() {
 fn max_growth_is_a_size_per_step_as_in_check() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = pair(dir.path(), true);
+    // B's new 4 MiB a step is also a new steady growth: its floor is raised out of the way.
     let growth_exceeded = |limit: &str| {
-        let (code, d) = json(&["diff", "--json", "--max-growth", limit, path(&a), path(&b)]);
+        let (code, d) = json(&[
+            "diff",
+            "--json",
+            "--max-growth",
+            limit,
+            "--min-new-growth",
+            "8MiB/step",
+            path(&a),
+            path(&b),
+        ]);
         let check = (d["verdict"]["checks"].as_array().unwrap().iter())
             .find(|c| c["metric"] == "growth_per_step")
             .unwrap()
