@@ -19,7 +19,7 @@ use crate::analysis::growth::{self, Growth};
 use crate::analysis::{Analysis, Headroom, LineMeaning, OwnerKind, Projection, Shape};
 use crate::live::{Accounting, Holder, LiveState, ProgramLine, SampleAxis, SiteId, SiteKey};
 use crate::python::PythonStacks;
-use crate::symbols::{Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
+use crate::symbols::{frames_label, Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
 
 /// What growth is measured against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -547,25 +547,15 @@ fn name_site(naming: &mut Attribution<'_>, python: &PythonStacks, site: &Site<'_
     }
 }
 
-/// A native site in words: the frame that asked (the first outside the CUDA libraries) and,
-/// when it has one, the first frame of another module that led there: `fw_alloc ← main at
-/// wl_train.c:88`.
+/// A native site in words, as every output names it ([`frames_label`]); its frame's
+/// `module+offset` when symbols name nothing.
 pub fn native_label(frames: &[StackFrame]) -> String {
-    let mut outside = frames
-        .iter()
-        .filter(|f| f.kind == FrameKind::Native && !f.in_cuda_library());
-    let Some(owner) = outside.next() else {
-        return "(no stack)".to_string();
-    };
-    let caller = outside.find(|f| f.module != owner.module);
-    let asked = match FrameId::of(owner) {
-        FrameId::Function { function, .. } => function,
-        id => id.to_string(),
-    };
-    match caller {
-        Some(c) => format!("{asked} ← {}", FrameId::of(c)),
-        None => asked,
-    }
+    frames_label(frames).unwrap_or_else(|| {
+        frames
+            .iter()
+            .find(|f| f.kind == FrameKind::Native && !f.in_cuda_library())
+            .map_or("(no stack)".to_string(), |f| FrameId::of(f).to_string())
+    })
 }
 
 /// Lines executed per code object, and the main script.

@@ -4,10 +4,12 @@
 //! 1. the program's own Python line, `train.py:42 in step` (its innermost frame outside
 //!    installed packages and the standard library, else the innermost Python frame);
 //! 2. else, where a library (NCCL, cuBLAS, a framework: [`is_library_module`]) allocated for a
-//!    native program, the program's own function and the library function it called,
-//!    `init_comms → ncclCommInitRank`: the place the user can change;
+//!    native program, the program's own function, at its source line when the program has line
+//!    tables, and the library function it called, `init_comms at trainer.cc:88 →
+//!    ncclCommInitRank`: the place the user can change;
 //! 3. else the native function that asked (the first frame outside the CUDA libraries), with
-//!    its last two scopes and without parameters ([`short_function`]);
+//!    its last two scopes and without parameters ([`short_function`]), at its source line when
+//!    it is the program's own and has line tables;
 //! 4. else nothing: the caller's `module+offset` says as much.
 
 use super::stack::{FrameKind, StackFrame};
@@ -47,19 +49,30 @@ pub fn frames_label(frames: &[StackFrame]) -> Option<String> {
             .iter()
             .position(|f| f.module.is_some() && !library(f))
         {
-            if let Some(program) = native[k].function.as_deref() {
+            if let Some(place) = function_at_line(native[k]) {
                 let entry = native[..k].iter().rev().find_map(|f| f.function.as_deref());
                 return Some(match entry {
-                    Some(e) => format!("{} → {}", short_function(program), short_function(e)),
-                    None => short_function(program),
+                    Some(e) => format!("{place} → {}", short_function(e)),
+                    None => place,
                 });
             }
         }
     }
-    native
-        .iter()
-        .find_map(|f| f.function.as_deref())
-        .map(short_function)
+    let asked = native.iter().find(|f| f.function.is_some())?;
+    Some(if library(asked) {
+        short_function(asked.function.as_deref()?)
+    } else {
+        function_at_line(asked)?
+    })
+}
+
+/// A frame of the program's own code: its function, at its source line when known.
+fn function_at_line(f: &StackFrame) -> Option<String> {
+    let function = short_function(f.function.as_deref()?);
+    Some(match (f.file.as_deref(), f.line) {
+        (Some(file), Some(line)) => format!("{function} at {}:{line}", base_name(file)),
+        _ => function,
+    })
 }
 
 #[cfg(test)]
@@ -117,6 +130,14 @@ mod tests {
         assert_eq!(
             frames_label(&frames).as_deref(),
             Some("init_comms → ncclCommInitRank")
+        );
+        // With the program's line tables, its line too.
+        let mut at_line = frames.clone();
+        at_line[3].file = Some("/src/trainer.cc".to_string());
+        at_line[3].line = Some(88);
+        assert_eq!(
+            frames_label(&at_line).as_deref(),
+            Some("init_comms at trainer.cc:88 → ncclCommInitRank")
         );
         // Its own allocation: the function that asked.
         let frames = [

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
 use serde::Serialize;
+use vramtrace_collector::analysis::owner::is_library_module;
 use vramtrace_collector::analysis::site::short_function;
 use vramtrace_collector::analysis::watch::{Judgement, Reason};
 use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
@@ -95,20 +96,45 @@ pub fn place_name(w: &Watch, site: &SiteName) -> String {
     }
     let library_owned = !matches!(site.owner, OwnerKind::Extension | OwnerKind::Unknown);
     if library_owned && site.program_frame != 0 && site.entry_frame != 0 {
-        let (program, _) = native_parts(site.program_frame);
-        let (entry, module) = native_parts(site.entry_frame);
-        return format!("{program} → {entry} ({module})");
+        let program = native_parts(site.program_frame).at_line();
+        let entry = native_parts(site.entry_frame);
+        return format!("{program} → {} ({})", entry.function, entry.module);
     }
     native_name(w.owner_frame(site))
 }
 
-/// `function (module)`, `module+0x1a2b`, or the bare address, by `dladdr`.
+/// `function (module)` (at its source line when the program's own), `module+0x1a2b`, or the
+/// bare address.
 fn native_name(address: u64) -> String {
-    match native_parts(address) {
-        (function, module) if !module.is_empty() && !function.starts_with(&module) => {
-            format!("{function} ({module})")
+    let parts = native_parts(address);
+    let module = parts.module.clone();
+    let function = if is_library_module(&module) {
+        parts.function
+    } else {
+        parts.at_line()
+    };
+    if module.is_empty() || function.starts_with(&module) {
+        function
+    } else {
+        format!("{function} ({module})")
+    }
+}
+
+/// A code address named from the process's own symbols.
+struct NativeParts {
+    function: String,
+    module: String,
+    /// The source file's base name and line, when line tables name them.
+    line: Option<(String, u32)>,
+}
+
+impl NativeParts {
+    /// `main at wl_train.c:108`, or the function alone.
+    fn at_line(self) -> String {
+        match self.line {
+            Some((file, line)) => format!("{} at {file}:{line}", self.function),
+            None => self.function,
         }
-        (function, _) => function,
     }
 }
 
@@ -116,16 +142,25 @@ fn native_name(address: u64) -> String {
 /// `backtrace` crate reads the static ones too, so a program's own `main` is named, as the
 /// report names it), else `module+0x1a2b` by `dladdr`, else the bare address (with an empty
 /// module). An alert is rare; reading a module's symbols then is its cost.
-fn native_parts(address: u64) -> (String, String) {
-    let mut function = None;
-    // The return address points after the call: the byte before it is inside the caller.
+fn native_parts(address: u64) -> NativeParts {
+    let (mut function, mut line) = (None, None);
+    // The return address points after the call: the byte before it is inside the caller (the
+    // reports look it up the same way). The innermost (inlined) frame comes first.
     backtrace::resolve(address.saturating_sub(1) as *mut libc::c_void, |symbol| {
         if function.is_none() {
             function = symbol.name().map(|n| format!("{n:#}"));
+            line = symbol.filename().zip(symbol.lineno()).map(|(f, l)| {
+                let file = f.file_name().map_or(String::new(), |n| n.to_string_lossy().into());
+                (file, l)
+            });
         }
     });
     let (name, module) = dladdr_parts(address);
-    (function.map_or(name, |f| short_function(&f)), module)
+    NativeParts {
+        function: function.map_or(name, |f| short_function(&f)),
+        module,
+        line,
+    }
 }
 
 /// `(function, module)` of `address` by `dladdr` (dynamic symbols only).
