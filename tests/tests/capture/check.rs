@@ -67,7 +67,7 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
     assert_eq!(
         &lines[1..],
         [
-            "  FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B) at main → fw_alloc \
+            "  FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B) at main at wl_train.c:108 → fw_alloc \
              (libtorch_standin.so), full within the horizon",
             "  FAIL  leak             20.0 MiB live at the end (20971520 B in 20 objects), limit \
              1.0 MiB (1048576 B)",
@@ -126,8 +126,8 @@ captest!(check_takes_a_growth_limit_per_step, |dir| {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
         err.contains(
-            "  ok    growth > 2.0 MiB (2097152 B) device 0: +1.0 MiB per step (1048576 B) at main \
-             → fw_alloc (libtorch_standin.so)\n"
+            "  ok    growth > 2.0 MiB (2097152 B) device 0: +1.0 MiB per step (1048576 B) at main at \
+             wl_train.c:108 → fw_alloc (libtorch_standin.so)\n"
         ),
         "{err}"
     );
@@ -216,7 +216,7 @@ captest!(report_fails_on_the_same_limits, |dir| {
         err,
         format!(
             "vramtrace report: limits of {}\n  FAIL  growth (alert)   device 0: +1.0 MiB per \
-             step (1048576 B) at main → fw_alloc (libtorch_standin.so), full within the horizon\n  FAIL  \
+             step (1048576 B) at main at wl_train.c:108 → fw_alloc (libtorch_standin.so), full within the horizon\n  FAIL  \
              leak             20.0 MiB live at the end (20971520 B in 20 objects), limit 1.0 MiB \
              (1048576 B)\n  ok    orphans          1 orphan holding 0 B of device memory, limit \
              1\n",

@@ -74,8 +74,13 @@ pub fn bands(
                         Granularity::Function => call.py_stack == 0,
                         _ => false,
                     };
-                    let place = by_place.then(|| frames_label(&naming.stack(call))).flatten();
-                    Some((place.unwrap_or_else(|| naming.key(by, call).to_string()), call))
+                    let place = by_place
+                        .then(|| frames_label(&naming.stack(call)))
+                        .flatten();
+                    Some((
+                        place.unwrap_or_else(|| naming.key(by, call).to_string()),
+                        call,
+                    ))
                 });
                 let (label, call) = match named {
                     Some((label, call)) => (label.clone(), Some(*call)),

@@ -119,9 +119,9 @@ fn perfetto_has_counter_tracks_slices_and_instants() {
     assert_eq!(device.iter().map(|p| p.1).max(), Some(22 * MIB));
     assert_eq!(device.last().unwrap().1, 14 * MIB);
     // The leak's own track ends at 12 MiB; the temporary's rises to 8 MiB and falls back.
-    let leak = counter(&events, "device 0: /work/app/train.py:42 in step");
+    let leak = counter(&events, "device 0: train.py:42 in step");
     assert_eq!(leak.last().unwrap().1, 12 * MIB);
-    let temp = counter(&events, "device 0: /work/app/train.py:30 in forward");
+    let temp = counter(&events, "device 0: train.py:30 in forward");
     assert_eq!(temp.iter().map(|p| p.1).max(), Some(8 * MIB));
     assert_eq!(temp.last().unwrap().1, 0);
 

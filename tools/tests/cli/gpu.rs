@@ -250,12 +250,10 @@ fn the_recorder_names_the_added_line_first() {
             d["verdict"]["new_growth"][0]["label"],
             "gpt_leaky.py:57 in <module>"
         );
-        // The driver's view still sees the allocator's segments grow, at a native stack.
+        // The driver's view still sees the allocator's segments grow, at a native stack (the
+        // GPU machine's libraries are not here to name it).
         assert_eq!(d["sites"]["view"], "driver");
-        assert_eq!(
-            d["sites"]["list"][0]["label"],
-            "libc10_cuda.so+0x2f4cb ← libtorch_cpu.so+0x197746c"
-        );
+        assert_eq!(d["sites"]["list"][0]["label"], "libc10_cuda.so+0x2f4cb");
     }
     let (_, d) = diff(&["--source-dir", &sources()], RECORDED_A, RECORDED_B);
     let moved = (d["files"].as_array().unwrap().iter())

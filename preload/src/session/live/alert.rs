@@ -150,7 +150,9 @@ fn native_parts(address: u64) -> NativeParts {
         if function.is_none() {
             function = symbol.name().map(|n| format!("{n:#}"));
             line = symbol.filename().zip(symbol.lineno()).map(|(f, l)| {
-                let file = f.file_name().map_or(String::new(), |n| n.to_string_lossy().into());
+                let file = f
+                    .file_name()
+                    .map_or(String::new(), |n| n.to_string_lossy().into());
                 (file, l)
             });
         }

@@ -153,8 +153,9 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
     assert!(first
         .cause
         .starts_with("NCCL communicators created and never destroyed"));
-    // A native program's places are named by its own function that made the communicators and
-    // the NCCL function it called (`new_comm → pncclCommInitRank`), not by NCCL's internals;
+    // A native program's places are named by its own function and line that made the
+    // communicators and the NCCL function it called (`new_comm at wl_shapes.c:113 →
+    // pncclCommInitRank`), not by NCCL's internals;
     // NCCL's channels and its proxy both come from that call, and are told apart by where their
     // stacks part. The proxy thread's host buffer has no frame of the program: NCCL's function
     // names it.
@@ -174,11 +175,17 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
     assert_eq!(
         rows,
         [
-            row("device", "new_comm → pncclCommInitRank via vmm_alloc"),
-            row("device", "new_comm → pncclAllReduce"),
+            row(
+                "device",
+                "new_comm at wl_shapes.c:113 → pncclCommInitRank via vmm_alloc"
+            ),
+            row("device", "new_comm at wl_shapes.c:114 → pncclAllReduce"),
             row("host", "cudaHostAlloc"),
-            row("device", "new_comm → pncclCommInitRank via cudaMalloc"),
-            row("host", "new_comm → pncclCommInitRank"),
+            row(
+                "device",
+                "new_comm at wl_shapes.c:113 → pncclCommInitRank via cudaMalloc"
+            ),
+            row("host", "new_comm at wl_shapes.c:113 → pncclCommInitRank"),
         ]
     );
 });

@@ -161,7 +161,7 @@ captest!(an_extra_leak_is_the_one_difference, |dir| {
     let line = line_of(&train, "extra[step] = alloc(4 * MiB, FW_MODE_ASYNC);");
     assert_eq!(
         leak["label"],
-        format!("fw_alloc ← main at wl_train.c:{line}")
+        format!("main at wl_train.c:{line} → fw_alloc")
     );
     assert_eq!(
         frames_in(leak, &train),
@@ -246,7 +246,7 @@ captest!(a_new_slow_leak_is_a_regression, |dir| {
     let line = line_of(&train, "history[step] = alloc(1 * MiB, FW_MODE_ASYNC);");
     assert_eq!(
         new[0]["label"],
-        format!("fw_alloc ← main at wl_train.c:{line}")
+        format!("main at wl_train.c:{line} → fw_alloc")
     );
     assert_eq!(new[0]["owner"], "libtorch_standin.so");
     assert_eq!(
@@ -281,8 +281,8 @@ captest!(a_new_slow_leak_is_a_regression, |dir| {
     assert_eq!(out.status.code(), Some(1));
     let shown = text(&out.stdout);
     let verdict = format!(
-        "VERDICT  REGRESSION (exit 1): new steady growth +1.0 MiB/step at fw_alloc ← main at \
-         wl_train.c:{line} (libtorch_standin.so): above 64.0 KiB"
+        "VERDICT  REGRESSION (exit 1): new steady growth +1.0 MiB/step at main at \
+         wl_train.c:{line} → fw_alloc (libtorch_standin.so): above 64.0 KiB"
     );
     assert!(shown.contains(&verdict), "{shown}");
     let (code, d) = diff_json([&a, &a2]);
@@ -358,7 +358,7 @@ captest!(eight_ranks_name_the_odd_one_first, |dir| {
         assert!(line.starts_with(&format!("  rank {rank} (pid ")), "{line}");
         assert!(line.contains(": 20.0 MiB live at end, peak "), "{line}");
         assert!(
-            line.contains(", growth +1.0 MiB/step at main → fw_alloc (libtorch_standin.so), "),
+            line.contains(", growth +1.0 MiB/step at main at wl_train.c:108 → fw_alloc (libtorch_standin.so), "),
             "{line}"
         );
     }

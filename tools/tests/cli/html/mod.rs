@@ -113,7 +113,7 @@ fn the_page_is_self_contained_and_has_the_numbers() {
     let bands = data["devices"][0]["bands"]["python"].as_array().unwrap();
     let leak = bands
         .iter()
-        .find(|b| b["label"] == "/work/app/train.py:42 in step")
+        .find(|b| b["label"] == "train.py:42 in step")
         .unwrap();
     assert_eq!(leak["values"].as_array().unwrap().last().unwrap(), 12 * MIB);
     let key = leak["stack"].as_str().unwrap();

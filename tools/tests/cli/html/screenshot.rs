@@ -227,7 +227,9 @@ fn the_readme_screenshot_is_made_from_the_current_page_of_the_demo() {
         "{diagnosis:#?}"
     );
     assert!(
-        diagnosis.contains(&"at main → fw_alloc (libtorch_standin.so) on device 0".to_string()),
+        diagnosis.contains(
+            &"at main at wl_train.c:108 → fw_alloc (libtorch_standin.so) on device 0".to_string()
+        ),
         "{diagnosis:#?}"
     );
 
