@@ -120,17 +120,25 @@ pub struct SourceLine {
 impl SourceLine {
     /// `train.py:42 in step`: the file's base name, as the reports show a line.
     pub fn label(&self) -> String {
-        let file = self.file.rsplit('/').next().unwrap_or(&self.file);
-        format!("{file}:{} in {}", self.line, self.function)
+        format!(
+            "{}:{} in {}",
+            base_name(&self.file),
+            self.line,
+            self.function
+        )
     }
 
     /// Whether two lines are the same line of the same file (files compared by base name when
     /// one view recorded a relative path).
     pub fn same_line(&self, other: &SourceLine) -> bool {
-        let base = |f: &str| f.rsplit('/').next().unwrap_or(f).to_string();
         self.line == other.line
-            && (self.file == other.file || base(&self.file) == base(&other.file))
+            && (self.file == other.file || base_name(&self.file) == base_name(&other.file))
     }
+}
+
+/// The last component of a path: how reports name a source file or a module.
+pub fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// The program's line of Python stack frames `line`, with its code object's names.

@@ -14,13 +14,8 @@
 
 use super::stack::{FrameKind, StackFrame};
 use crate::analysis::owner::is_library_module;
-use crate::analysis::site::short_function;
+use crate::analysis::site::{base_name, short_function};
 use crate::python::is_library_file;
-
-/// The last component of a path.
-pub fn base_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
 
 /// The label of a call with these mixed frames (Python frames innermost first, then native
 /// frames innermost first), by the rule above; `None` when nothing names it.

@@ -28,7 +28,7 @@ use rustc_hash::FxHashMap;
 
 pub use callsite::{Attribution, CallRef, CallSiteGroup, CallSiteKey, CallSiteTally, Granularity};
 pub use error::SymbolError;
-pub use label::{base_name, frames_label};
+pub use label::frames_label;
 pub use search::{SymbolSearch, SYMBOL_PATH_VAR};
 pub use stack::{collapse, FrameKind, StackFrame, StackLine};
 

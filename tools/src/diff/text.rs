@@ -6,9 +6,9 @@
 
 use std::io::{self, Write};
 
+use vramtrace_collector::analysis::site::base_name;
 use vramtrace_collector::analysis::LineMeaning;
 use vramtrace_collector::compare::diff::{StepRow, TopDifference};
-use vramtrace_collector::compare::identity::base_name;
 use vramtrace_collector::compare::matching::{LineMapping, PairedBy};
 use vramtrace_collector::compare::metrics::Count;
 use vramtrace_collector::compare::sources::LineChangeKind;

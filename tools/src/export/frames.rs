@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use vramtrace_collector::symbols::{base_name, Attribution, CallRef, FrameKind, StackFrame};
+use vramtrace_collector::analysis::site::base_name;
+use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
 use vramtrace_collector::analysis::site::short_function;
 

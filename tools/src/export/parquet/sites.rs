@@ -11,7 +11,8 @@ use arrow_array::builder::{
 };
 use arrow_schema::{DataType, Field, Fields};
 use vramtrace_collector::analysis::site;
-use vramtrace_collector::compare::identity::{base_name, native_identity};
+use vramtrace_collector::analysis::site::base_name;
+use vramtrace_collector::compare::identity::native_identity;
 use vramtrace_collector::live::{LiveState, SiteId};
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
