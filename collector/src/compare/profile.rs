@@ -11,11 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::identity::{base_name, native_identity, FrameId, PythonLine, SiteIdentity};
+use super::identity::{native_identity, FrameId, PythonLine, SiteIdentity};
 use super::lines::{line_metrics, live_by_call, Span};
 use super::metrics::{median_u64, SiteMetrics};
 use super::tally::{CallCounts, CallTally};
 use crate::analysis::growth::{self, Growth};
+use crate::analysis::site::base_name;
 use crate::analysis::{Analysis, Headroom, LineMeaning, OwnerKind, Projection, Shape};
 use crate::live::{Accounting, Holder, LiveState, ProgramLine, SampleAxis, SiteId, SiteKey};
 use crate::python::PythonStacks;
