@@ -15,10 +15,10 @@ mod ids;
 pub mod live;
 pub mod module_map;
 pub mod python;
-pub mod size;
 #[cfg(feature = "symbols")]
 pub mod symbols;
 pub mod torch;
+pub mod units;
 
 pub use event::{Api, Event, MemKind, Op};
 pub use format::{Header, Record, TraceError, TraceReader, TraceWriter};

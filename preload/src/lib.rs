@@ -27,6 +27,7 @@ pub mod hooks;
 pub mod profile;
 pub mod resolve;
 pub mod session;
+pub mod setting;
 pub mod tracer_thread;
 pub mod warn;
 

@@ -12,6 +12,11 @@ and speaks to the tracer when a program runs under it:
 
 Run a program traced with `vramtrace run -- python train.py` (or `python -m vramtrace run ...`).
 Every function here is safe to call without the tracer: nothing raises, nothing is loaded.
+
+A trace, or a directory of them, read back as pyarrow tables (needs pyarrow):
+
+    data = vramtrace.load("traces/")
+    data.allocations.to_pandas()
 """
 
 import ctypes
@@ -20,7 +25,9 @@ import os
 import shutil
 import threading
 
-__all__ = ["enabled", "mark_step", "library_path", "executable"]
+from .data import Error, Tables, load
+
+__all__ = ["enabled", "mark_step", "library_path", "executable", "load", "Tables", "Error"]
 
 #: The tracer's file name (tools/src/run: `run` looks for it beside itself and in `../lib/`).
 LIBRARY_NAME = "libvramtrace.so"

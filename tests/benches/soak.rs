@@ -33,7 +33,10 @@ use vramtrace_tests::{standin_ld_library_path, workload};
 /// This build's `target/release` directory.
 fn release_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("bench executable path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target directory");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target directory");
     if !dir.join("libvramtrace.so").exists() || !dir.join("vramtrace").exists() {
         eprintln!("error: run `cargo build --release --workspace` first");
         std::process::exit(2);
@@ -99,7 +102,9 @@ fn vramtrace_timed(args: &[&str]) -> (Value, f64, u64) {
             .map(|v| v.trim().to_string())
             .unwrap_or_default()
     };
-    let rss_kb: u64 = field("Maximum resident set size (kbytes):").parse().unwrap_or(0);
+    let rss_kb: u64 = field("Maximum resident set size (kbytes):")
+        .parse()
+        .unwrap_or(0);
     let wall = field("Elapsed (wall clock) time (h:mm:ss or m:ss):");
     let seconds = wall
         .split(':')
@@ -118,8 +123,11 @@ fn soak_part() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(600);
     let budget = std::env::var("VRAMTRACE_BENCH_SOAK_BUDGET").unwrap_or_else(|_| "1GiB".into());
-    let budget_bytes = vramtrace_collector::size::parse_size(&budget).expect("a size");
-    let tmp = tempfile::Builder::new().prefix("vramtrace-soak-").tempdir().unwrap();
+    let budget_bytes = vramtrace_collector::units::parse_size(&budget).expect("a size");
+    let tmp = tempfile::Builder::new()
+        .prefix("vramtrace-soak-")
+        .tempdir()
+        .unwrap();
     let dir = tmp.path();
     // VRAMTRACE_BENCH_KEEP=1 leaves the trace behind, to look at.
     let keep = std::env::var_os("VRAMTRACE_BENCH_KEEP").is_some_and(|v| v == "1");
@@ -149,18 +157,31 @@ fn soak_part() {
         "  trace directory: at most {:.1} MiB of {:.1} MiB ({}), {} files at the end, {:.1} MiB",
         mib(most),
         mib(budget_bytes),
-        if most <= budget_bytes { "within" } else { "OVER" },
+        if most <= budget_bytes {
+            "within"
+        } else {
+            "OVER"
+        },
         std::fs::read_dir(dir).unwrap().count(),
         mib(dir_bytes(dir))
     );
-    let by_minute: Vec<String> = rss_by_minute.iter().map(|r| format!("{:.0}", mib(*r))).collect();
-    println!("  traced process's resident memory, MiB, highest each minute: {}", by_minute.join(" "));
+    let by_minute: Vec<String> = rss_by_minute
+        .iter()
+        .map(|r| format!("{:.0}", mib(*r)))
+        .collect();
+    println!(
+        "  traced process's resident memory, MiB, highest each minute: {}",
+        by_minute.join(" ")
+    );
     let d = dir.to_str().unwrap();
     let (whole, whole_s, whole_rss) = vramtrace_timed(&["report", "--json", d]);
     let (last, last_s, last_rss) = vramtrace_timed(&["report", "--json", "--last", "0", d]);
     let events = &whole["tracer"]["events_written"];
     let segments = &whole["reading"]["segments"];
-    println!("  events written: {events}; segments {}-{} there", segments["first_there"], segments["last_there"]);
+    println!(
+        "  events written: {events}; segments {}-{} there",
+        segments["first_there"], segments["last_there"]
+    );
     println!("  removed by rotation: {}", segments["removed"]);
     println!("  dropped: {}", whole["tracer"]["dropped"]);
     println!(
@@ -179,13 +200,20 @@ fn soak_part() {
         .collect();
     println!("  the same in both: {same:?}");
     for (label, report) in [("segments there", &whole), ("last segment", &last)] {
-        let leak = (report["analysis"]["diagnosis"].as_array().into_iter().flatten())
-            .find(|f| f["site"]["label"] == "keep_history");
+        let leak = (report["analysis"]["diagnosis"]
+            .as_array()
+            .into_iter()
+            .flatten())
+        .find(|f| f["site"]["label"] == "keep_history");
         match leak {
             Some(f) => println!(
                 "  {label}: {} {} at {} ({}): {} B per step, R² {}",
-                f["severity"], f["class"], f["site"]["label"], f["site"]["site"],
-                f["evidence"]["rate"], f["evidence"]["r2"]
+                f["severity"],
+                f["class"],
+                f["site"]["label"],
+                f["site"]["site"],
+                f["evidence"]["rate"],
+                f["evidence"]["r2"]
             ),
             None => println!("  {label}: the leak at keep_history is NOT found"),
         }
@@ -214,7 +242,10 @@ fn flood_part() {
         libs.push(("base", PathBuf::from(base)));
     }
     println!("flood: wl_soak {steps} steps of 500 temporaries, 64 KiB kept every step; 3 rounds");
-    let tmp = tempfile::Builder::new().prefix("vramtrace-flood-").tempdir().unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("vramtrace-flood-")
+        .tempdir()
+        .unwrap();
     struct Row {
         label: String,
         lib: PathBuf,
@@ -255,9 +286,10 @@ fn flood_part() {
             row.runs.push((start.elapsed().as_secs_f64(), cpu));
             if row.alert == "1" && round == 0 {
                 let (r, _, _) = vramtrace_timed(&["report", "--json", dir.to_str().unwrap()]);
-                let alerts: Vec<String> = (r["analysis"]["alerts"].as_array().into_iter().flatten())
-                    .map(|a| format!("step {} ({} B per {})", a["step"], a["rate"], a["unit"]))
-                    .collect();
+                let alerts: Vec<String> =
+                    (r["analysis"]["alerts"].as_array().into_iter().flatten())
+                        .map(|a| format!("step {} ({} B per {})", a["step"], a["rate"], a["unit"]))
+                        .collect();
                 println!("  {}: alerts {alerts:?}", row.label);
                 let notes = (r["warnings"]["list"].as_array().into_iter().flatten())
                     .filter_map(Value::as_str)

@@ -222,6 +222,19 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `c` to its end and returns what it printed; panics, with its output, unless it exited 0.
+pub fn succeed(c: &mut Command) -> Output {
+    let out = c.output().unwrap_or_else(|e| panic!("running {c:?}: {e}"));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{c:?}\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
 /// The `*.vtrace` files in `dir`, sorted by name.
 pub fn trace_files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)

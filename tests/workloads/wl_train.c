@@ -108,7 +108,7 @@ int main(int argc, char **argv)
         history[step] = alloc(1 * MiB, FW_MODE_ASYNC);
         out("  history[%d] = 0x%llx", step, P(history[step]));
         if (extra_leak) {
-            extra[step] = alloc(4 * MiB, FW_MODE_ASYNC);
+            extra[step] = alloc(4 * MiB, FW_MODE_ASYNC); // @extra_leak
             out("  extra[%d] = 0x%llx", step, P(extra[step]));
         }
         if (fix_leak)

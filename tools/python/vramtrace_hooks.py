@@ -13,6 +13,12 @@ removed itself), and only if the tracer is loaded in the process, the hooks:
 - mark one training step per iteration from a global optimizer step post-hook: an optimizer
   marks a step when it steps again before the others that stepped since the last mark (so a GAN's
   two optimizers, or parameter groups split over several, make one step per iteration);
+- until an optimizer steps, mark an iteration at each outermost `nn.Module` call (global
+  forward hooks, removed at the first optimizer step): the step of a loop without an optimizer,
+  such as an inference server's (one request, one model call);
+- when the tracer's live analysis raises an alert and waits for PyTorch's own view
+  (`vramtrace_alert_pending`), hand it a snapshot of the memory history recorder at the next
+  step, so the alert names the line whose tensors stay live;
 - when torch initialises CUDA (a call queued with `torch.cuda._lazy_call`, so CUDA is never
   initialised by us), record the allocator configuration (`PYTORCH_ALLOC_CONF` /
   `PYTORCH_CUDA_ALLOC_CONF` and the backend torch actually uses) and, with the native caching
@@ -48,8 +54,15 @@ MARKS_KEPT = 100000
 
 _installed = False
 _hooked = False
-#: (step number, time.time_ns()) of the marks made here.
+#: (step number, time.time_ns()) of the marks made here: iteration marks until the first
+#: optimizer step, then step marks only (the tracer's reader does the same).
 _marks = collections.deque(maxlen=MARKS_KEPT)
+#: The allocator view, once torch initialised CUDA (to hand its history over for an alert).
+_view = None
+#: The iteration clock while it runs (stopped at the first optimizer step).
+_iterations = None
+#: Seconds between two snapshots handed over for alerts, at least.
+ALERT_SNAPSHOT_EVERY = 30.0
 
 
 def install():
@@ -179,19 +192,42 @@ def _tracer():
     if attach is not None:
         attach.restype = ctypes.c_int
         attach.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
-    return _Tracer(mark, attach)
+    iteration = getattr(lib, "vramtrace_mark_iteration", None)
+    if iteration is not None:
+        iteration.restype = ctypes.c_uint64
+        iteration.argtypes = []
+    pending = getattr(lib, "vramtrace_alert_pending", None)
+    if pending is not None:
+        pending.restype = ctypes.c_int
+        pending.argtypes = []
+    return _Tracer(mark, attach, iteration, pending)
 
 
 class _Tracer:
-    def __init__(self, mark, attach):
+    def __init__(self, mark, attach, iteration=None, pending=None):
         self.mark = mark
+        self.mark_iteration = iteration
+        self.alert_pending = pending
         self._attach = attach
+        self._last_alert_snapshot = None
 
     def attach(self, kind, payload):
         """Hands `payload` (bytes) to the tracer; whether it was taken."""
         if self._attach is None:
             return False
         return self._attach(kind, payload, len(payload)) == 0
+
+    def poll_alert(self):
+        """At a step: when an alert waits for PyTorch's view, hands it the recorder's snapshot
+        (at most once per ALERT_SNAPSHOT_EVERY seconds)."""
+        if self.alert_pending is None or _view is None or not self.alert_pending():
+            return
+        now = time.monotonic()
+        last = self._last_alert_snapshot
+        if last is not None and now - last < ALERT_SNAPSHOT_EVERY:
+            return
+        self._last_alert_snapshot = now
+        _view.hand_over("alert", None)
 
 
 def _torch_imported(torch):
@@ -205,6 +241,7 @@ def _torch_imported(torch):
             return
         if _setting("VRAMTRACE_TORCH_STEPS", 1) != 0:
             _install_step_clock(torch, tracer)
+            _install_iteration_clock(torch, tracer)
         _install_allocator_view(torch, tracer)
     except Exception as e:
         _warn("torch hooks failed: %r" % (e,))
@@ -222,16 +259,22 @@ class StepClock:
     WGAN critic) marks k times: its steps are the finest loop there is.
     """
 
-    def __init__(self, mark):
-        self._mark = mark
+    def __init__(self, tracer):
+        self._tracer = tracer
         self._since_mark = set()
+        self._marked = False
 
     def __call__(self, optimizer, args=None, kwargs=None):
         key = id(optimizer)
         if not self._since_mark or key in self._since_mark:
             self._since_mark = {key}
-            step = self._mark()
+            if not self._marked:
+                # The program steps an optimizer: its steps are these, not model calls.
+                self._marked = True
+                _stop_iteration_clock()
+            step = self._tracer.mark()
             _marks.append((step, time.time_ns()))
+            self._tracer.poll_alert()
         else:
             self._since_mark.add(key)
 
@@ -247,7 +290,79 @@ def _install_step_clock(torch, tracer):
     if register is None:
         _warn("this torch has no global optimizer step hook; steps come from the trace alone")
         return
-    register(StepClock(tracer.mark))
+    register(StepClock(tracer))
+
+
+class IterationClock:
+    """Marks one iteration per outermost `nn.Module` call, for a program that steps no
+    optimizer: the model call of an inference loop is its step.
+
+    Global forward hooks count how deep module calls are nested on each thread; the outermost
+    call marks an iteration. They run on every module call, so they are removed at the first
+    optimizer step (the step clock's marks are then the steps, and the iterations marked before
+    are ignored by the tracer's reader). A hook never raises into the program.
+    """
+
+    def __init__(self, tracer):
+        import threading
+
+        self._tracer = tracer
+        self._depth = threading.local()
+        self._handles = []
+
+    def install(self, module):
+        self._handles.append(module.register_module_forward_pre_hook(self._enter))
+        try:
+            self._handles.append(module.register_module_forward_hook(self._leave, always_call=True))
+        except TypeError:
+            self._handles.append(module.register_module_forward_hook(self._leave))
+
+    def stop(self):
+        for h in self._handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self._handles = []
+
+    def _enter(self, module, args):
+        try:
+            depth = getattr(self._depth, "n", 0)
+            self._depth.n = depth + 1
+            if depth == 0 and self._handles:
+                n = self._tracer.mark_iteration()
+                _marks.append((n, time.time_ns()))
+                self._tracer.poll_alert()
+        except Exception:
+            pass
+
+    def _leave(self, module, args, output):
+        try:
+            self._depth.n = max(0, getattr(self._depth, "n", 0) - 1)
+        except Exception:
+            pass
+
+
+def _install_iteration_clock(torch, tracer):
+    global _iterations
+    if tracer.mark_iteration is None:
+        return
+    module = sys.modules.get("torch.nn.modules.module")
+    if module is None or not hasattr(module, "register_module_forward_pre_hook"):
+        return
+    clock = IterationClock(tracer)
+    clock.install(module)
+    _iterations = clock
+
+
+def _stop_iteration_clock():
+    """The first optimizer step: model calls are no longer steps, and the marks kept for the
+    recorder's history are the optimizer's from now on."""
+    global _iterations
+    if _iterations is not None:
+        _iterations.stop()
+        _iterations = None
+        _marks.clear()
 
 
 class _AllocatorView:
@@ -360,10 +475,12 @@ class _AllocatorView:
 
 
 def _install_allocator_view(torch, tracer):
+    global _view
     cuda = getattr(torch, "cuda", None)
     if cuda is None:
         return
     view = _AllocatorView(torch, tracer)
+    _view = view
     lazy_call = getattr(cuda, "_lazy_call", None)
     if lazy_call is not None:
         # Runs right after torch initialises CUDA, or now if it already has.

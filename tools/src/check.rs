@@ -3,29 +3,38 @@
 //!
 //! The exit code, in order: the program's own when it failed (non-zero, or 128 + the signal that
 //! killed it), since a failing test run must stay a failure and must not be mistaken for a
-//! leak; 2 when vramtrace could not check (a bad flag, no tracer loaded, an unreadable trace); 1
-//! when a trace passes a limit; 0 otherwise.
+//! leak; 2 when vramtrace could not check everything (a bad flag; the tracer not loaded, or
+//! disabled; a process whose trace could not be written; a trace that cannot be read, is cut
+//! short or lost events); 1 when a trace exceeds a limit; 0 otherwise. What was not seen is
+//! never "ok": the run's processes say what became of them (`crate::run`'s status directory).
+//!
+//! The same flag means the same thing in every command: `--max-growth` is a size per step as in
+//! `diff`, `--max-orphans` a number of orphans as in `diff`.
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use vramtrace_collector::symbols::{Granularity, Symbolizer};
+use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
-use crate::limits::{measure, parse_growth_limit, parse_size_limit, render, Limit, Measured};
+use crate::limits::{could_not_check, measure, render, render_gaps, Limit, Measured};
 use crate::load::{load_analyzed, ReadFrom};
 use crate::options::AnalysisArgs;
 use crate::options::TracerArgs;
 use crate::report::Report;
+use crate::units::count;
 
 pub const EXAMPLES: &str = "\
 EXITS WITH:
     the program's own exit code when it failed (128 + N when signal N killed it); else 2 when
-    vramtrace could not check (a bad flag, no tracer loaded, an unreadable trace); else 1 when a
-    trace passes a limit; else 0. Without --max-growth, growth fails when the growth verdict
-    says ALERT (as `vramtrace report` does).
+    vramtrace could not check everything: a bad flag, the tracer library not loaded or disabled
+    (VRAMTRACE_DISABLE), a process whose trace could not be written (a read-only directory), a
+    trace that cannot be read, is cut short or lost events; else 1 when a trace exceeds a limit;
+    else 0 (also for a program that made no GPU memory call). Without --max-growth, growth fails
+    when the growth verdict says ALERT (as `vramtrace report` does).
 
 EXAMPLES:
     A CI gate on a test suite: fail when memory grows steadily step after step:
@@ -45,15 +54,15 @@ EXAMPLES:
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Fail when more than SIZE of device memory is live at the end of a trace (0: any).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_limit)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_leak: Option<u64>,
     /// Fail when a device grows steadily by more than SIZE per step (per time window when the
     /// steps cannot be told). Default: fail when the growth verdict alerts (growth above
     /// --alert-percent of device memory per step, or the device full within the horizon).
-    #[arg(long, value_name = "SIZE/step", value_parser = parse_growth_limit)]
+    #[arg(long, value_name = "SIZE/step", value_parser = parse_rate)]
     pub max_growth: Option<u64>,
     /// Fail on more than N orphans (memory whose owner is gone).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_count)]
     pub max_orphans: Option<u64>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
@@ -87,87 +96,116 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     let ran = crate::run::launch(&args.tracer, &args.command)?;
     let limits = args.limits();
     let mut err = std::io::stderr().lock();
-    let checked = check_traces(&mut err, &ran.traces, &limits, &args.analysis);
-    if ran.exit_code != 0 {
-        if let Err(e) = &checked {
-            writeln!(err, "vramtrace check: {e:#}").ok();
+    let mut checked = check_traces(&mut err, &ran.traces, &limits, &args.analysis)?;
+    // What no trace shows: processes that ran untraced, traces that are gone.
+    let mut unseen = crate::run::unseen(&ran);
+    if ran.reported.is_none() {
+        unseen.push(
+            "whether every process was traced: no status directory could be made in the \
+             temporary directory"
+                .into(),
+        );
+    }
+    let no_trace = ran.traces.is_empty() && checked.unchecked.is_empty() && unseen.is_empty();
+    let made_no_call = ran.reported.as_ref().is_some_and(|r| r.tracing() > 0);
+    if no_trace && !made_no_call {
+        unseen.push(crate::run::why_no_trace(ran.reported.as_ref()).to_string());
+    }
+    // One thing alone is said once, by the error line below (unless the program's failure
+    // takes the exit).
+    if checked.unchecked.len() + unseen.len() > 1 || ran.exit_code != 0 {
+        for u in &unseen {
+            writeln!(err, "vramtrace check: not checked: {u}").context("writing the verdict")?;
         }
+    }
+    checked.unchecked.extend(unseen);
+    let traces = count(ran.traces.len() as u64, "trace");
+    if checked.failed > 0 {
+        writeln!(
+            err,
+            "vramtrace check: FAILED: limits exceeded in {} of {traces}: {} (details: vramtrace \
+             report TRACE)",
+            checked.failed,
+            checked.limits.join(", "),
+        )
+        .context("writing the verdict")?;
+    }
+    if ran.exit_code != 0 {
         writeln!(
             err,
             "vramtrace check: the program failed (exit code {}); exiting with its code",
             ran.exit_code
         )
-        .ok();
+        .context("writing the verdict")?;
         return Ok(ran.exit_code);
     }
-    let failed = checked?;
-    if ran.traces.is_empty() {
-        let why = crate::run::why_no_trace(ran.loaded);
-        if ran.loaded.is_some_and(|l| l.tracing > 0) {
-            writeln!(err, "vramtrace check: ok: {why}").context("writing the verdict")?;
-            return Ok(0);
-        }
-        bail!("nothing to check: {why}");
+    if !checked.unchecked.is_empty() {
+        return Err(could_not_check(&checked.unchecked));
     }
-    let traces = plural(ran.traces.len(), "trace");
-    let verdict = if failed.traces == 0 {
-        format!("ok: {traces} within the limits")
+    if checked.failed > 0 {
+        return Ok(1);
+    }
+    let verdict = if no_trace {
+        crate::run::why_no_trace(ran.reported.as_ref()).to_string()
     } else {
-        format!(
-            "FAILED: {} passed in {} of {traces} (details: vramtrace report TRACE)",
-            failed.limits.join(", "),
-            failed.traces
-        )
+        format!("{traces} within the limits")
     };
-    writeln!(err, "vramtrace check: {verdict}").context("writing the verdict")?;
-    Ok(u8::from(failed.traces > 0))
+    writeln!(err, "vramtrace check: ok: {verdict}").context("writing the verdict")?;
+    Ok(0)
 }
 
-fn plural(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
-/// What failed in a run's traces.
+/// What the checks of a run's traces found.
 #[derive(Debug, Default)]
-struct Failed {
-    /// The limits passed, each once, in the order asked.
+struct Checked {
+    /// The limits exceeded, each once, in the order asked.
     limits: Vec<&'static str>,
-    /// Traces that passed any.
-    traces: usize,
+    /// Traces that exceeded any.
+    failed: usize,
+    /// What could not be checked in full, each naming its trace or process.
+    unchecked: Vec<String>,
 }
 
-/// Measures and prints each trace.
+/// Measures and prints each trace; a trace that cannot be read, or only in part, is named in
+/// [`Checked::unchecked`] and the others are checked all the same.
 fn check_traces(
     out: &mut impl Write,
-    traces: &[std::path::PathBuf],
+    traces: &[PathBuf],
     limits: &[Limit],
     analysis: &AnalysisArgs,
-) -> Result<Failed> {
-    let mut failed = Failed::default();
+) -> Result<Checked> {
+    let mut checked = Checked::default();
     for path in traces {
-        let measured = measure_trace(out, path, limits, analysis)?;
-        for m in measured.iter().filter(|m| m.passed) {
-            if !failed.limits.contains(&m.limit.name()) {
-                failed.limits.push(m.limit.name());
+        let (measured, gaps) = match measure_trace(out, path, limits, analysis) {
+            Ok(found) => found,
+            Err(e) => {
+                checked.unchecked.push(format!("{e:#}"));
+                continue;
+            }
+        };
+        for m in measured.iter().filter(|m| m.exceeded) {
+            if !checked.limits.contains(&m.limit.name()) {
+                checked.limits.push(m.limit.name());
             }
         }
-        failed.traces += usize::from(measured.iter().any(|m| m.passed));
+        checked.failed += usize::from(measured.iter().any(|m| m.exceeded));
         render(out, &measured).context("writing the verdict")?;
+        render_gaps(out, &gaps).context("writing the verdict")?;
+        let path = path.display();
+        checked
+            .unchecked
+            .extend(gaps.into_iter().map(|g| format!("{path} {g}")));
     }
-    Ok(failed)
+    Ok(checked)
 }
 
-/// Reads the trace at `path` and measures `limits` on it, printing its heading.
+/// Reads the trace at `path` and measures `limits` on it, printing its heading; also returns
+/// what keeps it from being checked in full.
 fn measure_trace(
     out: &mut impl Write,
     path: &Path,
     limits: &[Limit],
     analysis: &AnalysisArgs,
-) -> Result<Vec<Measured>> {
+) -> Result<(Vec<Measured>, Vec<String>)> {
     let trace = load_analyzed(path, ReadFrom::First, analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
@@ -179,5 +217,5 @@ fn measure_trace(
         trace.ending.describe()
     )
     .context("writing the verdict")?;
-    Ok(measure(&report.analysis, limits))
+    Ok((measure(&report.analysis, limits), report.gaps()))
 }

@@ -33,7 +33,7 @@ pub enum Command {
     /// Run a program under the tracer and summarise the traces it wrote.
     #[command(after_help = crate::run::EXAMPLES)]
     Run(crate::run::RunArgs),
-    /// Run a program under the tracer and fail when its traces pass the limits (a CI gate):
+    /// Run a program under the tracer and fail when its traces exceed the limits (a CI gate):
     /// growth, memory live at the end, orphans.
     #[command(after_help = crate::check::EXAMPLES)]
     Check(crate::check::CheckArgs),

@@ -8,12 +8,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
-use vramtrace_collector::analysis::{analyze, Analysis, GrowthConfig};
+use vramtrace_collector::analysis::{Analysis, GrowthConfig};
 use vramtrace_collector::compare::CallTally;
+use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{SegmentFile, TraceKey};
-use vramtrace_collector::live::StepSource;
+use vramtrace_collector::live::LiveState;
+use vramtrace_collector::torch::TorchView;
 
-use crate::load::{read, Flow, LoadedTrace, Progress, ReadFrom};
+use crate::load::{load_analyzed_observing, LoadedTrace, Observer, Progress, ReadFrom};
 
 /// The traces named by `inputs`: each file as given, each directory's `*.vtrace` files in
 /// name order; the segments of one trace cut into segments are one trace, named by the first
@@ -85,40 +87,39 @@ fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
 /// A trace read to its end, with its analyses and the tally of its calls.
 pub struct Run {
     pub trace: LoadedTrace,
+    /// What the trace holds of PyTorch, read once.
+    pub torch: TorchView,
+    /// Every analysis, with PyTorch's own view of its tensors beside the driver's, as the
+    /// report makes them.
     pub analysis: Analysis,
     pub tally: CallTally,
 }
 
-/// Reads the trace at `path` as [`crate::load::load_analyzed`] does (a second pass when its
-/// steps must come from a repeating allocation), tallying its calls in the pass that counts.
+/// The tally of every call, taken as the trace is read.
+struct Tallying(CallTally);
+
+impl Observer for Tallying {
+    fn event(&mut self, _: &LiveState, e: &Event) {
+        self.0.note(e);
+    }
+    fn finish(&mut self, _: &LiveState) {}
+}
+
+/// Reads the trace at `path` as [`crate::load::load_analyzed`] does (its steps decided the same
+/// way), tallying its calls in the pass that counts, and analyzes it with PyTorch's view.
 pub fn load_run(
     path: &Path,
     from: ReadFrom,
     growth: GrowthConfig,
     progress: &Progress,
 ) -> Result<Run> {
-    let pass = |source: StepSource| -> Result<(LoadedTrace, CallTally)> {
-        let mut tally = CallTally::new();
-        let trace = read(path, from, source, progress, |_, e| {
-            tally.note(e);
-            Flow::Apply
-        })?;
-        Ok((trace, tally))
-    };
-    let (first, tally) = pass(StepSource::Marks)?;
-    let (trace, tally) = match first.state.step_pattern() {
-        Some(pattern) if first.state.marks() == 0 => {
-            progress.restart("pass 2 (steps from the repeating allocation)");
-            let (mut second, tally) = pass(pattern.source())?;
-            second.passes = 2;
-            (second, tally)
-        }
-        _ => (first, tally),
-    };
-    let analysis = analyze(&trace.state, &growth);
+    let (trace, Tallying(tally)) =
+        load_analyzed_observing(path, from, growth, progress, || Tallying(CallTally::new()))?;
+    let torch = trace.torch();
     Ok(Run {
-        trace: LoadedTrace { growth, ..trace },
-        analysis,
+        analysis: trace.analyze(&torch),
+        trace,
+        torch,
         tally,
     })
 }

@@ -2,16 +2,17 @@
 //! `vramtrace report --fail-on` (traces already taken): steady growth (the growth verdict's
 //! ALERT, or more than so many bytes per step), device memory live at the end, and orphans.
 //!
-//! Each limit is passed when the trace's number is above it; a trace passing any limit fails.
+//! A limit is exceeded when the trace's number is above it; a trace exceeding any limit fails.
 //! The numbers are the report's own ([`Analysis`]), so a failure reads the same in the report.
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::growth::DRIVER;
-use vramtrace_collector::analysis::Analysis;
+use vramtrace_collector::analysis::{Analysis, FindingClass};
 use vramtrace_collector::live::Holder;
 
-use crate::units::{bytes, parse_size, signed_bytes, unit};
+use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
+
+use crate::units::{bytes, count, signed_bytes, unit};
 
 /// One limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,32 +40,6 @@ impl Limit {
     }
 }
 
-/// A size limit: `0`, or a size as [`parse_size`] reads it.
-pub fn parse_size_limit(text: &str) -> Result<u64, String> {
-    if text.trim() == "0" {
-        return Ok(0);
-    }
-    parse_size(text)
-}
-
-/// A growth limit: a size per step (`1MiB/step`, or `1MiB`).
-pub fn parse_growth_limit(text: &str) -> Result<u64, String> {
-    let size = text.trim();
-    let size = size.strip_suffix("/step").unwrap_or(size);
-    if size.contains('/') {
-        return Err(format!(
-            "'{text}' is not a growth per step (examples: 1MiB/step, 512KiB)"
-        ));
-    }
-    parse_size_limit(size)
-}
-
-fn parse_count(text: &str) -> Result<u64, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("'{text}' is not a number of objects"))
-}
-
 /// One item of `--fail-on`: `growth`, `growth=SIZE/step`, `leak[=SIZE]`, `orphans[=N]` (a
 /// bare `leak` or `orphans` allows none).
 pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
@@ -74,14 +49,12 @@ pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
     };
     match (name, value) {
         ("growth", None) => Ok(Limit::GrowthAlert),
-        ("growth", Some(v)) => parse_growth_limit(v).map(Limit::Growth),
+        ("growth", Some(v)) => parse_rate(v).map(Limit::Growth),
         ("leak", None) => Ok(Limit::Leak(0)),
-        ("leak", Some(v)) => parse_size_limit(v).map(Limit::Leak),
+        ("leak", Some(v)) => parse_size(v).map(Limit::Leak),
         ("orphans", None) => Ok(Limit::Orphans(0)),
         ("orphans", Some(v)) => parse_count(v).map(Limit::Orphans),
-        _ => Err(format!(
-            "'{text}' is not a limit (growth, growth=SIZE/step, leak[=SIZE], orphans[=N])"
-        )),
+        _ => Err("not a limit (growth, growth=SIZE/step, leak[=SIZE], orphans[=N])".into()),
     }
 }
 
@@ -89,8 +62,8 @@ pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measured {
     pub limit: Limit,
-    /// Whether the trace passes it.
-    pub passed: bool,
+    /// Whether the trace exceeds it.
+    pub exceeded: bool,
     /// What was measured, in words, with exact bytes.
     pub found: String,
 }
@@ -100,33 +73,33 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
     limits
         .iter()
         .map(|&limit| {
-            let (passed, found) = match limit {
+            let (exceeded, found) = match limit {
                 Limit::GrowthAlert => growth_found(analysis, |h| h.alert),
                 Limit::Growth(max) => growth_found(analysis, |h| h.steady_growth > max as f64),
                 Limit::Leak(max) => {
                     let live = analysis.leaks.device;
                     let found = format!(
-                        "{} live at the end ({} B in {} objects), limit {}",
+                        "{} live at the end ({} B in {}), limit {}",
                         bytes(live.bytes),
                         live.bytes,
-                        live.count,
+                        count(live.count, "object"),
                         exact(max)
                     );
                     (live.bytes > max, found)
                 }
                 Limit::Orphans(max) => {
                     let o = analysis.orphans.total;
-                    let noun = if o.count == 1 { "orphan" } else { "orphans" };
                     let found = format!(
-                        "{} {noun} holding {} B of device memory, limit {max}",
-                        o.count, o.bytes
+                        "{} holding {} B of device memory, limit {max}",
+                        count(o.count, "orphan"),
+                        o.bytes
                     );
                     (o.count > max, found)
                 }
             };
             Measured {
                 limit,
-                passed,
+                exceeded,
                 found,
             }
         })
@@ -157,7 +130,7 @@ fn growth_found(
         .clone()
         .chain(devices)
         .max_by(|a, b| a.steady_growth.total_cmp(&b.steady_growth));
-    let passed = failing.count() > 0;
+    let exceeded = failing.count() > 0;
     let Some(h) = worst else {
         return (false, "no device memory".to_string());
     };
@@ -170,26 +143,54 @@ fn growth_found(
         signed_bytes(h.steady_growth),
         h.steady_growth.round() as u64
     );
-    if let Some(top) = g
-        .steady
-        .iter()
-        .find(|s| s.holder == h.holder && s.view == DRIVER)
-    {
-        let place = top.site.label.as_deref().unwrap_or(&top.site.site);
-        let module = top.site.module_name.as_deref().unwrap_or("unknown");
-        found.push_str(&format!(" at {place} ({module})"));
+    // The device's first cause, as the report's diagnosis names it: the line that keeps the
+    // memory, with its own rate when that is not the device's.
+    let cause = analysis.diagnosis.iter().find(|f| {
+        f.class == FindingClass::SteadyGrowth && f.holder == Some(h.holder) && f.site.is_some()
+    });
+    if let Some((f, site)) = cause.and_then(|f| Some((f, f.site.as_ref()?))) {
+        let place = site.label.as_deref().unwrap_or(&site.site);
+        let module = site.module_name.as_deref().unwrap_or("unknown");
+        let rate = f.evidence.rate.unwrap_or(0.0);
+        let own = if (rate - h.steady_growth).abs() > 0.1 * h.steady_growth {
+            format!(", {} {per} of it", signed_bytes(rate))
+        } else {
+            String::new()
+        };
+        found.push_str(&format!("{own} at {place} ({module})"));
     }
-    if passed && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
+    if exceeded && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
         found.push_str(", full within the horizon");
     }
-    (passed, found)
+    (exceeded, found)
+}
+
+/// Writes what keeps one trace from being checked in full ([`crate::report::Report::gaps`]), one
+/// line each, after its limits.
+pub fn render_gaps(out: &mut impl Write, gaps: &[String]) -> io::Result<()> {
+    for g in gaps {
+        writeln!(out, "  not checked: the trace {g}")?;
+    }
+    Ok(())
+}
+
+/// The error (exit 2) of a check that could not look everywhere: the first thing it could not
+/// check, and how many more (each also named above it).
+pub fn could_not_check(unchecked: &[String]) -> anyhow::Error {
+    match unchecked {
+        [] | [_] => anyhow::anyhow!("could not check: {}", unchecked.join("")),
+        [first, rest @ ..] => anyhow::anyhow!(
+            "could not check: {first}; and {} more (named above)",
+            rest.len()
+        ),
+    }
 }
 
 /// Writes the measured limits of one trace, one line each: `FAIL` or `ok`, the limit, what was
 /// found.
 pub fn render(out: &mut impl Write, measured: &[Measured]) -> io::Result<()> {
     for m in measured {
-        let verdict = if m.passed { "FAIL" } else { "ok  " };
+        let verdict = if m.exceeded { "FAIL" } else { "ok  " };
         let name = match m.limit {
             Limit::GrowthAlert => "growth (alert)".to_string(),
             Limit::Growth(max) => format!("growth > {}", exact(max)),

@@ -3,9 +3,11 @@
 //!
 //! Exit codes: 0 when all went well; for `run`, the traced program's own exit code (128 + the
 //! signal that killed it); for `diff`, 1 when the second run regressed beyond the thresholds; for
-//! `check` and `report --fail-on`, 1 when a trace passes a limit (`check` exits with the
+//! `check` and `report --fail-on`, 1 when a trace exceeds a limit (`check` exits with the
 //! program's own code first when it failed); 2 for an error of vramtrace's own (a bad flag, an
-//! unreadable trace), reported as one `error: …` line on stderr.
+//! unreadable trace, an output that would replace a file) and when a check could not see
+//! everything (a process that ran untraced, a trace cut short or that lost events), reported as
+//! one `error: …` line on stderr.
 
 mod check;
 mod cli;
@@ -17,6 +19,7 @@ mod inputs;
 mod limits;
 mod load;
 mod options;
+mod output_file;
 mod ranks;
 mod replay;
 mod report;

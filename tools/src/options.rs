@@ -9,8 +9,10 @@ use clap::{Args, ValueEnum};
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::symbols::Granularity;
 
+use vramtrace_collector::units::count::FRAMES;
+use vramtrace_collector::units::{parse_duration, parse_size};
+
 use crate::load::ReadFrom;
-use crate::units::parse_size;
 
 /// The report's help examples.
 pub const REPORT_EXAMPLES: &str = "\
@@ -29,10 +31,13 @@ EXAMPLES:
         vramtrace report --json --top 50 vramtrace-4242.vtrace > report.json
 
     One self-contained page to open in a browser or mail: the chart of live memory over
-    time, the findings and every table (nothing is loaded from the network):
+    time, the findings and every table (nothing is loaded from the network); a page that
+    exists is replaced only with --force:
         vramtrace report --html report.html vramtrace-4242.vtrace
+        vramtrace report --html report.html --force vramtrace-4242.vtrace
 
-    Every rank of a torchrun job: the rank that differs from the others first, then each report:
+    Every rank of a torchrun job: the rank table, the reports of the ranks that differ from the
+    others in full, one line for each other rank (--all: every report in full):
         vramtrace report traces/";
 
 /// How the report ranks live memory.
@@ -74,9 +79,12 @@ pub struct ReportArgs {
     #[arg(long)]
     pub json: bool,
     /// Write the report as one self-contained HTML page (chart, findings, tables) to PATH
-    /// instead of printing it.
+    /// instead of printing it. A file that exists is left alone unless --force is given.
     #[arg(long, value_name = "PATH", conflicts_with = "json")]
     pub html: Option<PathBuf>,
+    /// Replace the --html page if it exists (never a trace being read).
+    #[arg(long, requires = "html")]
+    pub force: bool,
     /// What the ranking table groups live memory by. Symbols come from the binaries the trace
     /// names (checked by build id), /usr/lib/debug, and the directories in VRAMTRACE_SYMBOL_PATH.
     #[arg(
@@ -93,13 +101,19 @@ pub struct ReportArgs {
     /// How many call sites, modules and orphans to list.
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    /// With several traces: print every trace's report in full. By default only the traces the
+    /// rank table marks as differing from the others are printed in full, and every other one
+    /// in one line.
+    #[arg(long)]
+    pub all: bool,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
     #[command(flatten)]
     pub window: WindowArgs,
-    /// Exit 1 when a trace passes a limit (after the report): growth (the ALERT verdict),
+    /// Exit 1 when a trace exceeds a limit (after the report): growth (the ALERT verdict),
     /// growth=SIZE/step, leak[=SIZE] (device memory live at the end), orphans[=N]; several
-    /// separated by commas. The limits of `vramtrace check`.
+    /// separated by commas. The limits of `vramtrace check`; as there, a trace cut short,
+    /// damaged or that lost events is not checked in full: exit 2.
     #[arg(long, value_name = "LIMIT", value_delimiter = ',', value_parser = crate::limits::parse_fail_on)]
     pub fail_on: Vec<crate::limits::Limit>,
 }
@@ -116,15 +130,17 @@ pub struct TracerArgs {
     /// whose name is taken writes beside it (NAME.PID.EXT).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
-    /// Native stack frames to capture per call (VRAMTRACE_STACK_DEPTH).
-    #[arg(long, value_name = "N")]
+    /// Native stack frames to capture per call, 0 to 256 (VRAMTRACE_STACK_DEPTH; 0 turns them
+    /// off).
+    #[arg(long, value_name = "N", value_parser = parse_frames)]
     pub stack_depth: Option<u32>,
-    /// Python frames to capture per allocation (VRAMTRACE_PYTHON_DEPTH; 0 turns them off).
-    #[arg(long, value_name = "N")]
+    /// Python frames to capture per allocation, 0 to 256 (VRAMTRACE_PYTHON_DEPTH; 0 turns them
+    /// off).
+    #[arg(long, value_name = "N", value_parser = parse_frames)]
     pub python_depth: Option<u32>,
     /// The NVTX range whose push starts a training step, e.g. "step" for
     /// torch.cuda.nvtx.range_push("step") (VRAMTRACE_STEP_RANGE).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = parse_range_name)]
     pub step_range: Option<String>,
     /// Keep each process's trace within SIZE on disk (VRAMTRACE_MAX_BYTES; default 4GiB, 0 for
     /// no bound): the trace is cut into segments and the oldest are deleted; a report still
@@ -136,7 +152,7 @@ pub struct TracerArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero)]
     pub segment_bytes: Option<u64>,
     /// Also cut a segment after this long (VRAMTRACE_SEGMENT_SECONDS: 30m, 1h; default never).
-    #[arg(long = "segment-seconds", value_name = "TIME", value_parser = parse_duration)]
+    #[arg(long = "segment-seconds", value_name = "TIME", value_parser = parse_nanos)]
     pub segment_time: Option<u64>,
     /// Do not make the tracer the NVTX injection library (NVTX_INJECTION64_PATH); ranges and
     /// marks then do not reach the trace.
@@ -165,7 +181,7 @@ pub struct TracerArgs {
 #[derive(Clone, Debug, Default, Args)]
 pub struct WindowArgs {
     /// Read the last TIME of the trace (90s, 30m, 1h; 0 for its last segment).
-    #[arg(long, value_name = "TIME", value_parser = parse_duration, conflicts_with = "since")]
+    #[arg(long, value_name = "TIME", value_parser = parse_nanos, conflicts_with = "since")]
     pub last: Option<u64>,
     /// Read from this moment on: 'step N', or a time after the trace began (90m, 2h).
     #[arg(long, value_name = "WHEN", value_parser = parse_since)]
@@ -196,7 +212,7 @@ fn parse_since(text: &str) -> Result<ReadFrom, String> {
             .map(ReadFrom::Step)
             .map_err(|_| format!("'{text}': a step needs a whole number, like 'step 12'"));
     }
-    parse_duration(&t).map(ReadFrom::Time)
+    parse_nanos(&t).map(ReadFrom::Time)
 }
 
 /// Options of the analyses.
@@ -204,7 +220,7 @@ fn parse_since(text: &str) -> Result<ReadFrom, String> {
 pub struct AnalysisArgs {
     /// Memory of each device (80GiB, 1073741824, ...): steady growth alerts above
     /// --alert-percent of it per step. Default: the device's highest live point (a lower bound).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_device_memory)]
     pub device_memory: Option<u64>,
     /// Growth per step, in percent of device memory, above which steady growth alerts.
     #[arg(long, default_value_t = 0.1, value_name = "PERCENT", value_parser = parse_percent)]
@@ -213,32 +229,33 @@ pub struct AnalysisArgs {
     #[arg(long, default_value_t = 10_000, value_name = "STEPS")]
     pub horizon_steps: u64,
     /// ...or within this time (90s, 30m, 24h, 2d).
-    #[arg(long, default_value = "24h", value_name = "TIME", value_parser = parse_duration)]
+    #[arg(long, default_value = "24h", value_name = "TIME", value_parser = parse_nanos)]
     pub horizon: u64,
 }
 
-/// Parses a duration into nanoseconds: a number with `s`, `m`/`min`, `h` or `d` (seconds when
-/// bare).
-fn parse_duration(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let seconds = match unit.trim() {
-        "" | "s" | "sec" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        other => return Err(format!("unknown time unit '{other}' (use s, m, h or d)")),
-    };
-    match number.parse::<f64>() {
-        Ok(n) if n.is_finite() && n >= 0.0 && n * seconds * 1e9 < u64::MAX as f64 => {
-            Ok((n * seconds * 1e9) as u64)
-        }
-        _ => Err(format!(
-            "'{text}' is not a duration (examples: 90s, 30m, 24h, 2d)"
-        )),
+/// `--device-memory`: a size above 0.
+fn parse_device_memory(text: &str) -> Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err("not a size above 0".into()),
+        n => Ok(n),
+    }
+}
+
+/// `--horizon`, `--last`, `--segment-seconds`: a duration, in nanoseconds.
+fn parse_nanos(text: &str) -> Result<u64, String> {
+    parse_duration(text).map(|d| d.as_nanos().min(u64::MAX as u128) as u64)
+}
+
+/// `--stack-depth`, `--python-depth`: frames per stack, in the range the tracer takes.
+fn parse_frames(text: &str) -> Result<u32, String> {
+    FRAMES.parse(text).map(|n| n as u32)
+}
+
+/// `--step-range`: a range name.
+fn parse_range_name(text: &str) -> Result<String, String> {
+    match text.trim() {
+        "" => Err("not an NVTX range name (it is empty)".into()),
+        name => Ok(name.to_string()),
     }
 }
 
@@ -253,7 +270,7 @@ fn parse_size_or_zero(text: &str) -> Result<u64, String> {
 fn parse_percent(text: &str) -> Result<f64, String> {
     match text.trim().trim_end_matches('%').parse::<f64>() {
         Ok(p) if p.is_finite() && p > 0.0 && p <= 100.0 => Ok(p),
-        _ => Err(format!("'{text}' is not a percentage between 0 and 100")),
+        _ => Err("not a percentage above 0, at most 100".into()),
     }
 }
 

@@ -1,26 +1,47 @@
-//! The rank table: one row per trace of a job (rank, host, pid, live at the end, peak, growth,
-//! orphans, failures), the trace farthest from the median first and named in a headline.
-//! Printed by `report` of several traces and by `diff --rank`.
+//! The rank table: one row per trace of a job (rank, host, pid, live at the end, peak, growth
+//! and its first cause, orphans, failures), the trace farthest from the median first and named
+//! in a headline, the traces that differ from the others marked. Printed by `report` of several
+//! traces and by `diff --rank`.
 
 use std::io::{self, Write};
 
-use vramtrace_collector::compare::profile::growth_unit;
-use vramtrace_collector::compare::{RankInput, RankRow, RunTotals};
+use vramtrace_collector::analysis::{Analysis, FindingClass, Severity};
+use vramtrace_collector::compare::profile::{growth_unit, unit_converter};
+use vramtrace_collector::compare::{RankCause, RankInput, RankRow, RunTotals};
 
+use crate::findings::site_label;
 use crate::inputs::Run;
 use crate::tables::{emit, table};
 use crate::units::{bytes, signed_bytes};
 
-/// What the rank table needs of a run.
-pub fn rank_input(run: &Run) -> RankInput {
+/// What the rank table needs of a run, with its `analysis` labelled (the report's).
+pub fn rank_input(run: &Run, analysis: &Analysis) -> RankInput {
     let t = &run.trace;
+    let per_unit = unit_converter(&analysis.growth);
+    let diagnosis = &analysis.diagnosis;
+    let first_cause = (diagnosis.iter())
+        .find(|f| f.class == FindingClass::SteadyGrowth)
+        .map(|f| RankCause {
+            site: f.site.as_ref().map_or_else(String::new, site_label),
+            rate: per_unit(f.evidence.rate.unwrap_or(0.0)),
+            framework_view: f.evidence.view.is_some_and(|v| v != "driver"),
+        });
+    let findings = (diagnosis.iter())
+        .filter(|f| f.severity != Severity::Note)
+        .map(|f| match &f.site {
+            Some(s) => format!("{} at {}", f.class.name(), site_label(s)),
+            None => f.class.name().to_string(),
+        })
+        .collect();
     RankInput {
         path: t.path.display().to_string(),
         rank: t.header.rank,
         host: t.header.host.clone(),
         pid: t.header.pid,
-        unit: growth_unit(&run.analysis.growth),
-        totals: RunTotals::of(&t.state, &run.analysis, &run.tally),
+        unit: growth_unit(&analysis.growth),
+        totals: RunTotals::of(&t.state, analysis, &run.tally),
+        first_cause,
+        findings,
     }
 }
 
@@ -58,8 +79,12 @@ pub fn headline(rows: &[RankRow]) -> String {
         Some(r) if r.distance > 0.0 => {
             let metric = r.differs_in.unwrap_or("live_bytes");
             let unit = r.growth_unit.name();
+            let at = match (&r.growth_at, metric) {
+                (Some(site), "growth") if !site.is_empty() => format!(" at {site}"),
+                _ => String::new(),
+            };
             format!(
-                "{} differs most: {} {} against a median of {}",
+                "{} differs most: {} {}{at} against a median of {}",
                 who(r.rank, r.pid),
                 metric_name(metric),
                 amount(metric, r.value, unit),
@@ -67,6 +92,29 @@ pub fn headline(rows: &[RankRow]) -> String {
             )
         }
         _ => format!("all {} traces alike", rows.len()),
+    }
+}
+
+/// What makes a row odd, in a word or two; empty for a trace like the others.
+fn differs(r: &RankRow) -> String {
+    if !r.odd {
+        String::new()
+    } else if r.distance >= vramtrace_collector::compare::ranks::ODD_DISTANCE {
+        metric_name(r.differs_in.unwrap_or("live_bytes")).to_string()
+    } else {
+        "own finding".to_string()
+    }
+}
+
+/// The first cause in the table: its place, and its own rate when the growth column shows
+/// another (the devices' growth in all).
+fn first_cause(r: &RankRow) -> String {
+    match (&r.growth_at, r.cause_growth) {
+        (Some(site), Some(rate)) if rate != r.growth => {
+            format!("{}/{} at {site}", signed_bytes(rate), r.growth_unit.name())
+        }
+        (Some(site), _) => site.clone(),
+        _ => String::new(),
     }
 }
 
@@ -80,12 +128,14 @@ pub fn render(out: &mut impl Write, rows: &[RankRow]) -> io::Result<()> {
         "live at end",
         "peak",
         "growth",
+        "first cause",
         "orphans",
         "failures",
         "distance",
+        "differs",
         "trace",
     ];
-    let mut t = table(&headers, &[0, 1, 3, 4, 5, 6, 7, 8, 9]);
+    let mut t = table(&headers, &[0, 1, 3, 4, 5, 6, 8, 9, 10]);
     for (i, r) in rows.iter().enumerate() {
         t.add_row(vec![
             (i + 1).to_string(),
@@ -95,9 +145,11 @@ pub fn render(out: &mut impl Write, rows: &[RankRow]) -> io::Result<()> {
             bytes(r.live_bytes),
             bytes(r.peak_bytes),
             format!("{}/{}", signed_bytes(r.growth), r.growth_unit.name()),
+            first_cause(r),
             bytes(r.orphan_bytes),
             r.failures.to_string(),
             format!("{:.2}", r.distance),
+            differs(r),
             r.path.clone(),
         ]);
     }

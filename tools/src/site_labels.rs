@@ -4,15 +4,13 @@
 //! <module>`: sites are split by that line, so it is the same for all of a site's calls), else by
 //! the native function that asked (`DeviceCachingAllocator::alloc_block`), else by
 //! `module+offset` as recorded. `report` and `replay` label their tables with it, `export` its
-//! frames.
+//! frames and the call sites of its Parquet tables.
 
 use std::collections::HashMap;
 
+use vramtrace_collector::analysis::site::short_function;
 use vramtrace_collector::analysis::{Analysis, SiteName};
-use vramtrace_collector::python::is_library_file;
-use vramtrace_collector::symbols::{
-    Attribution, CallRef, CallSiteKey, FrameKind, Granularity, StackFrame,
-};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, FrameKind};
 
 /// Fills in the label of every site the answers name, and tells apart the places of one list
 /// whose labels came out the same.
@@ -89,17 +87,30 @@ fn tell_apart(naming: &mut Attribution<'_>, mut list: Vec<(String, &mut SiteName
             let at = |s: &Vec<String>| s.get(d).cloned().unwrap_or_default();
             stacks.iter().any(|s| at(s) != at(&stacks[0]))
         });
-        let sites_differ = members
+        // Each member is told apart by the first of these that no other member shares.
+        let tags: Vec<[Option<String>; 3]> = members
             .iter()
-            .any(|&i| list[i].1.site != list[members[0]].1.site);
+            .enumerate()
+            .map(|(k, &i)| {
+                let s = &*list[i].1;
+                let via = parting
+                    .map(|d| format!("via {}", stacks[k].get(d).map_or("?", String::as_str)));
+                [
+                    via,
+                    Some(format!("[{}]", s.site)),
+                    Some(format!("[stack {}]", s.stack)),
+                ]
+            })
+            .collect();
         for (k, &i) in members.iter().enumerate() {
+            let unique = (0..3).find_map(|t| {
+                let tag = tags[k][t].as_ref()?;
+                let shared = tags.iter().filter(|o| o[t].as_ref() == Some(tag)).count();
+                (shared == 1).then(|| tag.clone())
+            });
             let s = &mut *list[i].1;
             let base = s.label.clone().unwrap_or_else(|| s.site.clone());
-            let apart = match parting {
-                Some(d) => format!("via {}", stacks[k].get(d).map_or("?", String::as_str)),
-                None if sites_differ => format!("[{}]", s.site),
-                None => format!("[stack {}]", s.stack),
-            };
+            let apart = unique.unwrap_or_else(|| format!("[stack {}]", s.stack));
             s.label = Some(format!("{base} {apart}"));
         }
     }
@@ -124,124 +135,13 @@ fn native_functions(naming: &mut Attribution<'_>, site: &SiteName) -> Vec<String
         .collect()
 }
 
-fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
+/// The label of `site`: its mixed stack named by the one rule ([`frames_label`]); `None` when
+/// nothing names it (the recorded `module+offset` then does).
+pub fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
     let call = CallRef {
         caller: site.caller,
         stack: site.stack,
         py_stack: site.py_stack,
     };
-    match naming.key(Granularity::Python, call) {
-        CallSiteKey::Python {
-            file,
-            line,
-            function,
-        } => Some(format!("{}:{line} in {function}", base_name(&file))),
-        CallSiteKey::Function { function, .. } => Some(short_function(&function)),
-        // Nothing names it: the recorded `module+offset` says as much.
-        _ => None,
-    }
-}
-
-/// The label of a call with these (mixed) frames: its program's innermost Python frame (as
-/// [`is_library_file`] tells the program from packages), else its first
-/// named native frame outside the CUDA libraries; `None` when neither exists.
-pub fn frames_label(frames: &[StackFrame]) -> Option<String> {
-    let python = || frames.iter().filter(|f| f.kind == FrameKind::Python);
-    let program = python()
-        .find(|f| !f.file.as_deref().is_some_and(is_library_file))
-        .or_else(|| python().next());
-    if let Some(p) = program {
-        return Some(format!(
-            "{}:{} in {}",
-            base_name(p.file.as_deref().unwrap_or("<unknown>")),
-            p.line.unwrap_or(0),
-            p.function.as_deref().unwrap_or("?")
-        ));
-    }
-    frames
-        .iter()
-        .filter(|f| !f.in_cuda_library())
-        .find_map(|f| f.function.as_deref())
-        .map(short_function)
-}
-
-fn base_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-/// A demangled C++ name without its parameter list and with only its last two scopes:
-/// `c10::cuda::…::DeviceCachingAllocator::alloc_block(AllocParams&, bool)` becomes
-/// `DeviceCachingAllocator::alloc_block`. Template arguments and `(anonymous namespace)` are
-/// kept whole; C and Rust names pass through.
-pub fn short_function(name: &str) -> String {
-    // Cut at the '(' that opens the parameter list: the first one outside <…> that does not
-    // begin "(anonymous namespace)".
-    let mut depth = 0i32;
-    let mut end = name.len();
-    for (i, c) in name.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' => depth -= 1,
-            '(' if depth == 0 && !name[i..].starts_with("(anonymous namespace)") => {
-                end = i;
-                break;
-            }
-            _ => {}
-        }
-    }
-    let head = &name[..end];
-    // Split into scopes at "::" outside <…>.
-    let mut scopes = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    let bytes = head.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'<' => depth += 1,
-            b'>' => depth -= 1,
-            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
-                scopes.push(&head[start..i]);
-                start = i + 2;
-                i += 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    scopes.push(&head[start..]);
-    let keep = scopes.len().saturating_sub(2);
-    let short = scopes[keep..].join("::");
-    if short.is_empty() {
-        name.to_string()
-    } else {
-        short
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::short_function;
-
-    #[test]
-    fn function_names_shorten_to_their_last_two_scopes() {
-        for (long, short) in [
-            (
-                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::alloc_block(c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::AllocParams&, bool)",
-                "DeviceCachingAllocator::alloc_block",
-            ),
-            ("leak_weights", "leak_weights"),
-            ("alloc_buffers(int)", "alloc_buffers"),
-            (
-                "at::(anonymous namespace)::wrapper_CUDA_empty(c10::ArrayRef<long>)",
-                "(anonymous namespace)::wrapper_CUDA_empty",
-            ),
-            (
-                "std::vector<std::pair<int, int>, std::allocator<std::pair<int, int> > >::push_back(int const&)",
-                "vector<std::pair<int, int>, std::allocator<std::pair<int, int> > >::push_back",
-            ),
-            ("vramtrace_collector::live::LiveState::apply", "LiveState::apply"),
-        ] {
-            assert_eq!(short_function(long), short, "{long}");
-        }
-    }
+    frames_label(&naming.stack(call))
 }

@@ -1,15 +1,11 @@
-//! Human-readable sizes and rates for tables (JSON always carries exact bytes). Sizes are printed
-//! by `bytesize` and read here: a size flag's units are powers of 1024 whatever their spelling
-//! (`80G` is 80 GiB), where `bytesize` would read `G` and `GB` as powers of 1000.
+//! Human-readable numbers for tables (JSON always carries exact bytes): sizes as the collector
+//! prints them everywhere ([`bytes`]), signed rates, device ordinals, short spans. What users
+//! type is read by the collector's `units`, the grammar the tracer's settings share.
 
-use bytesize::ByteSize;
 use vramtrace_collector::analysis::Analysis;
 use vramtrace_collector::live::SampleAxis;
 
-/// `512 B`, `4.0 KiB`, `1.5 GiB`.
-pub fn bytes(n: u64) -> String {
-    ByteSize(n).display().iec().to_string()
-}
+pub use vramtrace_collector::units::bytes;
 
 /// A device ordinal for tables: `?` when the trace could not tell it (-1).
 pub fn device(d: i32) -> String {
@@ -37,17 +33,40 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
+/// A number of things, the noun in the plural unless there is one: `1 object`, `3 objects`,
+/// `2 processes`, `0 anomalies`.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        return format!("1 {noun}");
+    }
+    let consonant_y = noun
+        .strip_suffix('y')
+        .filter(|stem| !stem.ends_with(['a', 'e', 'i', 'o', 'u']));
+    match consonant_y {
+        Some(stem) => format!("{n} {stem}ies"),
+        None if noun.ends_with('s') => format!("{n} {noun}es"),
+        None => format!("{n} {noun}s"),
+    }
+}
+
 /// Bytes per unit of a growth slope, signed: `+1.0 MiB`, `-512 B`.
 pub fn signed_bytes(n: f64) -> String {
     let sign = if n < 0.0 { "-" } else { "+" };
     format!("{sign}{}", bytes(n.abs().round() as u64))
 }
 
-pub use vramtrace_collector::size::parse_size;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_agree_with_their_noun() {
+        assert_eq!(count(1, "object"), "1 object");
+        assert_eq!(count(0, "object"), "0 objects");
+        assert_eq!(count(2, "process"), "2 processes");
+        assert_eq!(count(0, "anomaly"), "0 anomalies");
+        assert_eq!(count(2, "key"), "2 keys");
+    }
 
     #[test]
     fn an_unknown_device_is_a_question_mark() {
@@ -55,17 +74,5 @@ mod tests {
             (device(0), device(7), device(-1)),
             ("0".into(), "7".into(), "?".into())
         );
-    }
-
-    #[test]
-    fn sizes_read_naturally() {
-        assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(1023), "1023 B");
-        assert_eq!(bytes(1024), "1.0 KiB");
-        assert_eq!(bytes((1 << 20) - 1), "1024.0 KiB");
-        assert_eq!(bytes(3 << 20), "3.0 MiB");
-        assert_eq!(bytes(3 << 29), "1.5 GiB");
-        assert_eq!(bytes((1 << 50) + (1 << 49)), "1.5 PiB");
-        assert_eq!(bytes(u64::MAX), "16.0 EiB");
     }
 }

@@ -6,12 +6,13 @@
 #   run(command="VRAMTRACE_BUILD=target/gpu validation/gpu/batch.sh torch_hooks harm profile",
 #       carry=["target/gpu"])
 #
-# Steps: acceptance (acceptance/run.sh validate), torch_hooks (check_torch_hooks.py), harm
+# Steps: acceptance (acceptance/run.sh validate; ACC_PROGRAMS: which programs, default all), torch_hooks (check_torch_hooks.py), harm
 # (harm/run.sh), harm_exit (harm/run.sh exit: the exit delay only), profile (profile_hooks.sh),
 # bench (bench_step_time.py --rounds ${ROUNDS:-3} $BENCH_ARGS), exports (exports.sh), multi
 # (multi/run.sh), live (live/run.sh: alerts and the CI gate), scenarios (run.sh: the capture
 # scenarios), wheel (wheel/run.sh: the pip wheel; carry target/wheels too, built by
-# python/build_wheel.sh), segments (segments.sh: report memory on the fixtures, a bounded trace).
+# python/build_wheel.sh), parquet (parquet.sh: traces as data, one run and a multi-rank job), segments
+# (segments.sh: report memory on the fixtures, a bounded trace).
 
 set -u
 GPU=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +31,7 @@ for step in "$@"; do
     mkdir -p "$OUT"
     t0=$(date +%s)
     case $step in
-        acceptance) "$GPU/acceptance/run.sh" validate ;;
+        acceptance) "$GPU/acceptance/run.sh" validate ${ACC_PROGRAMS:-} ;;
         torch_hooks) python3 "$GPU/check_torch_hooks.py" ;;
         harm) "$GPU/harm/run.sh" ;;
         harm_exit) "$GPU/harm/run.sh" exit ;;
@@ -42,6 +43,7 @@ for step in "$@"; do
         scenarios) "$GPU/run.sh" ;;
         wheel) "$GPU/wheel/run.sh" ;;
         segments) "$GPU/segments.sh" ;;
+        parquet) "$GPU/parquet.sh" ;;
         *) echo "unknown step $step" ;;
     esac > "$WORK/$step.log" 2>&1
     echo "== $step: rc $?, $(( $(date +%s) - t0 )) s"

@@ -67,6 +67,15 @@ pub struct Fragmentation {
     /// nothing is in use (memory a pool keeps after everything was freed is a cache for reuse,
     /// not fragmentation).
     pub unusable_share: Option<f64>,
+    /// PyTorch's caching allocator per device, from its own view (its recorder's last snapshot):
+    /// what it reserved, what its tensors use, what it keeps cached, and how much of that is
+    /// unusable for the requests that came; empty without a snapshot.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocator: Vec<CacheUse>,
+    /// At PyTorch's first out-of-memory error: whether `empty_cache()` or expandable segments
+    /// would have served it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom_relief: Option<OomRelief>,
 }
 
 /// The fragmentation of `state`.
@@ -133,5 +142,51 @@ pub fn fragmentation(state: &LiveState) -> Fragmentation {
         pools,
         unusable_bytes: unusable,
         unusable_share: (in_use > 0).then(|| unusable as f64 / allocated as f64),
+        allocator: Vec::new(),
+        oom_relief: None,
     }
+}
+
+/// The caching allocator's memory on one device at a snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CacheUse {
+    pub device: i32,
+    /// Bytes of segments held from the driver.
+    pub reserved: u64,
+    /// Bytes of blocks held by tensors (or waiting for a stream to let them go).
+    pub allocated: u64,
+    /// `reserved - allocated`: cached and free.
+    pub cached_free: u64,
+    /// Of it, whole segments with no block in use: what `torch.cuda.empty_cache()` gives back.
+    pub free_segments: u64,
+    /// Of it, free blocks inside segments still in use: kept whatever the program does.
+    pub split_free: u64,
+    /// The largest free block.
+    pub largest_free_block: u64,
+    /// The smallest request in the recorder's window that the cache could not serve (it took a
+    /// new segment); `null` when none did.
+    pub smallest_unserved_request: Option<u64>,
+    /// Free split blocks smaller than that request: unusable for the requests that came.
+    pub unusable: u64,
+    /// Reserved bytes, and tensors' requested bytes, at the program's step marks inside the
+    /// recorder's window, `(step, reserved, allocated)`: the cache over time.
+    pub at_steps: Vec<(u64, u64, u64)>,
+}
+
+/// Whether freeing the cache would have served a failed request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct OomRelief {
+    pub device: i64,
+    pub requested: u64,
+    /// Bytes the driver had free when it failed.
+    pub device_free: u64,
+    /// Whole free segments then (`empty_cache()` returns them to the driver).
+    pub free_segments: u64,
+    /// All of the cache's free bytes then.
+    pub cached_free: u64,
+    /// `device_free + free_segments` covers the request.
+    pub empty_cache_serves: bool,
+    /// `device_free + cached_free` covers it: with `expandable_segments:True` the allocator maps
+    /// pages wherever they are free instead of needing a whole segment.
+    pub expandable_serves: bool,
 }

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::causes::Role;
 use super::course::{teardown_start, Bounds, Course, Shape};
 use super::site::{name, place, Place, SiteName};
 use crate::live::{Holder, LiveState, SampleAxis, SiteId};
@@ -88,6 +89,10 @@ pub struct HolderGrowth {
     pub teardown_freed: u64,
     /// Sustained growth above the threshold, or full within the horizon.
     pub alert: bool,
+    /// Bytes left at the end of its steady state, when the device's size is known: what any
+    /// rate's projection counts down from ([`Growth::headroom`]).
+    #[serde(skip)]
+    room: Option<u64>,
 }
 
 /// One place's growth on one holder.
@@ -109,6 +114,17 @@ pub struct SiteGrowth {
     pub view: &'static str,
     /// Sustained growth above its holder's threshold on its own, or full within the horizon.
     pub alert: bool,
+    /// For steady growth: the finding of the diagnosis this row is part of, and what it is
+    /// there (the cause, or evidence of it); set by [`analyze_with`](super::analyze_with).
+    pub finding: Option<FindingRef>,
+}
+
+/// A row's place in the diagnosis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FindingRef {
+    /// The finding's number in the diagnosis, from 1.
+    pub number: usize,
+    pub role: Role,
 }
 
 /// Live bytes of one place over the run from another view of memory than the driver's (say, a
@@ -157,6 +173,88 @@ pub struct Growth {
     /// Places that rose once after the warm-up and stayed there (a one-off batch or evaluation
     /// whose memory an allocator keeps), largest rise first.
     pub one_off_rises: Vec<SiteGrowth>,
+    /// The settings every series of the trace was judged with.
+    #[serde(skip)]
+    config: GrowthConfig,
+    /// Samples added after a pattern's last step to every series of the driver's view.
+    #[serde(skip)]
+    quiet: u64,
+}
+
+impl Growth {
+    /// Judges a series of the driver's view of this trace (`(x, bytes)` on its axis: step
+    /// numbers, or nanoseconds on the time axis) on `holder` exactly as the analysis judges its
+    /// own rows: with its settings, the quiet after a pattern's last step, the holder's teardown
+    /// cut off and its warm-up known. The comparisons judge their call sites and lines with it,
+    /// so that a growth is the same growth in every output.
+    pub fn judge(&self, holder: Holder, points: Vec<(u64, u64)>) -> Course {
+        self.judge_in_view(DRIVER, holder, points)
+    }
+
+    /// [`Growth::judge`] for a series of another view (`view`, as in [`LineSeries`]): its steps
+    /// are its own, so no quiet is added after a pattern's.
+    pub fn judge_in_view(&self, view: &str, holder: Holder, points: Vec<(u64, u64)>) -> Course {
+        let quiet = if view == DRIVER { self.quiet } else { 0 };
+        let points = with_quiet(in_units(points, self.window_ns), quiet);
+        match self.holders.iter().find(|h| h.holder == holder) {
+            Some(h) => judge_on(h, self.axis, &points, &self.config),
+            None => Course::within(&points, Bounds::default(), &self.config),
+        }
+    }
+
+    /// What projecting another growth on `holder` needs, as the analysis projects its own (the
+    /// same bytes left, the same horizon); `None` when the device's size is not known.
+    pub fn headroom(&self, holder: Holder) -> Option<Headroom> {
+        let h = self.holders.iter().find(|h| h.holder == holder)?;
+        Some(Headroom {
+            room: h.room?,
+            axis: self.axis,
+            unit_ns: self.window_ns.or(self.step_ns),
+            config: self.config,
+        })
+    }
+
+    /// Whether a steady course is sure enough to act on without a threshold: grown over at
+    /// least [`MIN_RISES`](super::course::MIN_RISES) rises along a line that fits (R² at least
+    /// the settings' `min_r2`; a series that only ever rose is steady without it).
+    pub fn confident(&self, course: &Course) -> bool {
+        course.shape == Shape::Steady
+            && course.rises >= super::course::MIN_RISES
+            && course.fit.is_some_and(|f| f.r2 >= self.config.min_r2)
+    }
+}
+
+/// A holder's bytes left at the end of its steady state, with what a projection needs of its
+/// trace (the axis, its unit's duration, the horizon).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Headroom {
+    pub room: u64,
+    axis: SampleAxis,
+    unit_ns: Option<u64>,
+    config: GrowthConfig,
+}
+
+impl Headroom {
+    /// When the holder is full at `rate` bytes per sample unit (a step, or a time window).
+    pub fn project(&self, rate: f64) -> Projection {
+        project(self.room, rate, self.axis, self.unit_ns, &self.config)
+    }
+}
+
+/// The course of one series (in axis units) of holder `h`: the holder's teardown cut off, its
+/// warm-up known.
+fn judge_on(
+    h: &HolderGrowth,
+    axis: SampleAxis,
+    points: &[(u64, u64)],
+    config: &GrowthConfig,
+) -> Course {
+    let bounds = Bounds {
+        teardown: before(points, h.course.phases.teardown_from),
+        warm_up_until: Some(h.course.phases.steady_from),
+        time: axis == SampleAxis::Time,
+    };
+    Course::within(points, bounds, config)
 }
 
 /// The axis a state's growth is read on: steps when at least two were sampled, else time.
@@ -166,6 +264,20 @@ pub fn axis_of(state: &LiveState) -> SampleAxis {
     } else {
         SampleAxis::Time
     }
+}
+
+/// The most samples added for the quiet after a pattern's last step.
+const MAX_QUIET_SAMPLES: u64 = 64;
+
+/// A series on the steps of an allocation pattern, with the quiet after its last step added as
+/// `quiet` samples that stay at its last value: an anchor that is itself a warm-up's growth
+/// (a caching allocator adding a segment a few times) makes steps only while it grows, and the
+/// rest of the run, without it, says the growth stopped.
+fn with_quiet(mut points: Vec<(u64, u64)>, quiet: u64) -> Vec<(u64, u64)> {
+    if let Some(&(x, y)) = points.last() {
+        points.extend((1..=quiet).map(|k| (x + k, y)));
+    }
+    points
 }
 
 /// Samples of a series in axis units: time samples become window indices.
@@ -282,12 +394,19 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         "observed-peak"
     };
     let mut device_memory = config.device_memory;
-    // Per holder: its course, and where its teardown begins (time axis).
-    let mut holders: Vec<(HolderGrowth, Option<u64>, Option<u64>)> = state
+    // Steps of a pattern that stopped recurring long before the end: the quiet after them.
+    let quiet = match state.steps_after_pattern() {
+        q if q >= 2 && axis == SampleAxis::Steps => q.min(MAX_QUIET_SAMPLES),
+        _ => 0,
+    };
+    let mut holders: Vec<HolderGrowth> = state
         .holders()
         .iter()
         .map(|h| {
-            let points = in_units(state.holder_series(h.holder, axis), window_ns);
+            let points = with_quiet(
+                in_units(state.holder_series(h.holder, axis), window_ns),
+                quiet,
+            );
             let teardown = match axis {
                 SampleAxis::Time => teardown_start(&points),
                 SampleAxis::Steps => None,
@@ -314,33 +433,33 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 }
                 Holder::Host => (None, None),
             };
-            let teardown_x = teardown.and_then(|t| points.get(t)).map(|p| p.0);
-            let growth = HolderGrowth {
+            HolderGrowth {
                 holder: h.holder,
                 teardown_freed: course.last_bytes.saturating_sub(h.bytes),
+                room: memory.map(|m| m.saturating_sub(course.last_bytes)),
                 course,
                 threshold,
                 steady_growth: 0.0,
                 projection: None,
                 alert: false,
-            };
-            (growth, teardown_x, memory)
+            }
         })
         .collect();
-    let holder_of = |holder: Holder| holders.iter().find(|h| h.0.holder == holder);
+    let holder_of = |holder: Holder| holders.iter().find(|h| h.holder == holder);
 
     // The driver's series by place and holder, summed.
     let mut places: BTreeMap<(Holder, Place), Members> = BTreeMap::new();
     for (site, holder, points) in state.site_series(axis) {
         let peak = points.iter().map(|p| p.1).max().unwrap_or(0);
         let e = places.entry((holder, place(state, site))).or_default();
-        e.series.push(in_units(points, window_ns));
+        e.series
+            .push(with_quiet(in_units(points, window_ns), quiet));
         e.sites.push((peak, site));
     }
     let now: BTreeMap<(Holder, SiteId), u64> = holders
         .iter()
         .flat_map(|h| {
-            let holder = h.0.holder;
+            let holder = h.holder;
             state
                 .site_holdings(holder)
                 .into_iter()
@@ -386,15 +505,10 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             now_bytes,
             points,
         } = row;
-        let Some((h, teardown_x, memory)) = holder_of(holder) else {
+        let Some(h) = holder_of(holder) else {
             continue;
         };
-        let bounds = Bounds {
-            teardown: before(&points, *teardown_x),
-            warm_up_until: Some(h.course.phases.steady_from),
-            time: axis == SampleAxis::Time,
-        };
-        let course = Course::within(&points, bounds, config);
+        let course = judge_on(h, axis, &points, config);
         let list = match course.shape {
             Shape::Steady => &mut steady,
             Shape::Peak => &mut peaks,
@@ -404,9 +518,8 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         };
         let alert = course.shape == Shape::Steady
             && h.threshold.is_some_and(|t| {
-                let headroom = memory.map(|m| m.saturating_sub(h.course.last_bytes));
                 course.rate > t
-                    || headroom.is_some_and(|room| {
+                    || h.room.is_some_and(|room| {
                         project(room, course.rate, axis, unit_ns, config).within_horizon
                     })
             });
@@ -418,9 +531,10 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             now_bytes,
             view,
             alert,
+            finding: None,
         });
     }
-    for (h, _, memory) in &mut holders {
+    for h in &mut holders {
         // The driver's view measures the device; another view's rows name lines, and would
         // count the same growth twice.
         h.steady_growth = steady
@@ -430,16 +544,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             .sum();
         if h.steady_growth > 0.0 {
             let above = h.threshold.is_some_and(|t| h.steady_growth > t);
-            let live = h.course.last_bytes;
-            let p = memory.map(|m| {
-                project(
-                    m.saturating_sub(live),
-                    h.steady_growth,
-                    axis,
-                    unit_ns,
-                    config,
-                )
-            });
+            let p = (h.room).map(|room| project(room, h.steady_growth, axis, unit_ns, config));
             h.alert = above || p.is_some_and(|p| p.within_horizon);
             h.projection = p;
         }
@@ -450,7 +555,6 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
     shrinking.sort_by(by_rate);
     peaks.sort_by_key(|s| std::cmp::Reverse(s.course.max_bytes));
     one_off_rises.sort_by_key(|s| std::cmp::Reverse(s.course.phases.late_rise.map(|r| r.1)));
-    let holders: Vec<HolderGrowth> = holders.into_iter().map(|h| h.0).collect();
     Growth {
         axis,
         ticks,
@@ -468,5 +572,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         peaks,
         shrinking,
         one_off_rises,
+        config: *config,
+        quiet,
     }
 }

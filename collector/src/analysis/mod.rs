@@ -2,14 +2,19 @@
 //! typed, serializable result: is it a leak or a peak ([`leaks`](leaks()),
 //! [`growth`](growth()), [`peak`]), who holds the memory ([`orphans`](orphans()), [`peak`]), why
 //! did it run out ([`oom`]), is memory free but unusable ([`fragmentation`](fragmentation())),
-//! and did the trace see impossible things ([`anomalies`](anomalies())).
+//! and did the trace see impossible things ([`anomalies`](anomalies())); then the diagnosis
+//! ([`diagnose`](diagnose())): one finding per cause ([`causes`]), worded for the framework that
+//! made the memory ([`advice`], [`owner`]).
 //!
 //! The state must have been built by replaying a trace (or in-process, event by event) with
 //! [`crate::live::LiveState::apply`]; every analysis reads it as of the last event applied, so
 //! the same functions answer at the end of a trace and at any point a replay stops.
 
-pub mod advice;
+mod advice;
+pub mod causes;
 pub mod course;
+mod diagnose;
+pub mod finding;
 pub mod fit;
 pub mod fragmentation;
 pub mod growth;
@@ -17,23 +22,29 @@ pub mod integrity;
 pub mod leaks;
 pub mod oom;
 pub mod orphans;
+pub mod owner;
 pub mod peak;
 pub mod site;
 pub mod watch;
 
 use serde::Serialize;
 
-pub use advice::{diagnose, Evidence, Finding, FindingClass, Severity};
+pub use causes::Role;
 pub use course::{Bounds, Course, Phases, Shape};
+pub use diagnose::{diagnose, row_findings};
+pub use finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Severity};
 pub use fit::Fit;
 pub use fragmentation::{fragmentation, Fragmentation};
-pub use growth::{growth, growth_with, Growth, GrowthConfig, LineSeries, Projection};
+pub use growth::{
+    growth, growth_with, FindingRef, Growth, GrowthConfig, Headroom, LineSeries, Projection,
+};
 pub use integrity::{anomalies, AnomalyReport};
 pub use leaks::{leaks, Leaks};
 pub use oom::{ooms, OomReport};
 pub use orphans::{orphans, OrphanKind, Orphans};
+pub use owner::OwnerKind;
 pub use peak::{peaks, Peaks};
-pub use site::{Place, SiteAmount, SiteName};
+pub use site::{Place, SiteAmount, SiteName, SourceLine};
 pub use watch::{DeviceVerdict, Judgement, Reason, Watch, WatchConfig};
 
 use crate::live::{LiveState, StepPattern, StepSource};
@@ -42,8 +53,9 @@ use crate::live::{LiveState, StepPattern, StepSource};
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepInfo {
     /// `marks` (the program's step marks: `vramtrace_mark_step`, the Python bootstrap's
-    /// optimizer hook, an NVTX step range), `pattern` (the period of the allocation pattern, see
-    /// `pattern`), or `none` (growth is then sampled per time window).
+    /// optimizer hook, an NVTX step range), `iterations` (a loop without an optimizer: each
+    /// outermost model call, marked by the Python bootstrap), `pattern` (the period of the
+    /// allocation pattern, see `pattern`), or `none` (growth is then sampled per time window).
     pub source: &'static str,
     /// Steps begun.
     pub steps: u64,
@@ -58,13 +70,36 @@ pub struct StepInfo {
     pub anchor_site: Option<SiteName>,
 }
 
+/// An alert the tracer raised while the program ran, with the call site it named (when it named
+/// one of the trace's: an alert named by PyTorch's tensors names a line only), so that reports
+/// label it as they label every other place.
+#[derive(Clone, Debug, Serialize)]
+pub struct RaisedAlert {
+    #[serde(flatten)]
+    pub alert: crate::format::Alert,
+    pub site: Option<SiteName>,
+}
+
+impl RaisedAlert {
+    fn of(state: &LiveState, alert: &crate::format::Alert) -> Self {
+        let id = (alert.stack != 0 || alert.caller != 0)
+            .then(|| state.site_of_call(alert.caller, alert.stack, alert.py_stack))
+            .flatten();
+        RaisedAlert {
+            alert: alert.clone(),
+            site: id.map(|id| site::name(state, id)),
+        }
+    }
+}
+
 /// The steps of a replay.
 pub fn step_info(state: &LiveState) -> StepInfo {
     let pattern = state.step_pattern();
     let source = match state.step_source() {
         StepSource::Pattern(_) => "pattern",
-        StepSource::Marks if state.marks() > 0 => "marks",
-        StepSource::Marks => "none",
+        _ if state.marks() > 0 => "marks",
+        _ if state.iteration_steps() > 0 => "iterations",
+        _ => "none",
     };
     let anchor_site = pattern
         .as_ref()
@@ -97,7 +132,7 @@ pub struct Analysis {
     /// The alerts the tracer raised while the program ran (`VRAMTRACE_ALERT_*`), in the order
     /// raised; absent from the JSON when there were none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub alerts: Vec<crate::format::Alert>,
+    pub alerts: Vec<RaisedAlert>,
 }
 
 impl Analysis {
@@ -125,30 +160,65 @@ impl Analysis {
                 .chain(f.growth_by_site.iter_mut().map(|s| &mut s.site))
         });
         let steps = self.steps.anchor_site.iter_mut();
-        let diagnosis = self.diagnosis.iter_mut().filter_map(|f| f.site.as_mut());
+        let alerts = self.alerts.iter_mut().filter_map(|a| a.site.as_mut());
+        let diagnosis = self.diagnosis.iter_mut().flat_map(|f| {
+            f.site
+                .as_mut()
+                .into_iter()
+                .chain(f.related.iter_mut().map(|r| &mut r.site))
+        });
         growth
             .chain(leaks)
             .chain(orphans)
             .chain(peaks)
             .chain(ooms)
             .chain(steps)
+            .chain(alerts)
             .chain(diagnosis)
     }
 }
 
-/// Runs every analysis on `state`.
-pub fn analyze(state: &LiveState, config: &GrowthConfig) -> Analysis {
-    analyze_with(state, config, Vec::new())
+/// What a trace holds of the program's framework beside the driver's view of memory.
+#[derive(Clone, Debug, Default)]
+pub struct Framework {
+    /// Per-line series of another view of memory (PyTorch's recorder: tensor bytes per Python
+    /// line at each step), judged for growth beside the driver's.
+    pub lines: Vec<LineSeries>,
+    /// PyTorch's allocator backend (`native`, `cudaMallocAsync`), when the trace says.
+    pub torch_backend: Option<String>,
+    /// PyTorch's caching allocator's memory per device, from its own view (its last snapshot).
+    pub cache: Vec<fragmentation::CacheUse>,
+    /// At its first out-of-memory error: whether freeing its cache would have served it.
+    pub oom_relief: Option<fragmentation::OomRelief>,
 }
 
-/// Runs every analysis on `state`, with `lines` from another view of memory (a framework
-/// allocator's per-tensor records, by Python line) judged for growth beside the driver's.
-pub fn analyze_with(state: &LiveState, config: &GrowthConfig, lines: Vec<LineSeries>) -> Analysis {
-    let growth = growth_with(state, config, lines);
+/// Runs every analysis on `state`.
+pub fn analyze(state: &LiveState, config: &GrowthConfig) -> Analysis {
+    analyze_with(state, config, Framework::default())
+}
+
+/// Runs every analysis on `state`, with what the trace holds of the program's framework: its
+/// own view of memory judged for growth beside the driver's, and its allocator's settings.
+pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framework) -> Analysis {
+    let Framework {
+        lines,
+        torch_backend,
+        cache,
+        oom_relief,
+    } = framework;
+    let mut growth = growth_with(state, config, lines);
+    let framework = Framework {
+        lines: Vec::new(),
+        torch_backend,
+        cache,
+        oom_relief,
+    };
     let leaks = leaks(state);
     let orphans = orphans(state);
     let peaks = peaks(state);
-    let fragmentation = fragmentation(state);
+    let mut fragmentation = fragmentation(state);
+    fragmentation.allocator = framework.cache.clone();
+    fragmentation.oom_relief = framework.oom_relief;
     let ooms = ooms(state, config);
     let device_peak = peaks.highest_device().map(|p| p.peak.bytes);
     let diagnosis = diagnose(
@@ -159,7 +229,12 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, lines: Vec<LineSer
         &ooms,
         device_peak,
         state.end().is_some(),
+        &framework,
     );
+    let found = row_findings(&growth, &diagnosis);
+    for (row, found) in growth.steady.iter_mut().zip(found) {
+        row.finding = found.map(|(number, role)| FindingRef { number, role });
+    }
     Analysis {
         steps: step_info(state),
         orphans,
@@ -170,6 +245,10 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, lines: Vec<LineSer
         fragmentation,
         anomalies: anomalies(state),
         diagnosis,
-        alerts: state.alerts().to_vec(),
+        alerts: state
+            .alerts()
+            .iter()
+            .map(|a| RaisedAlert::of(state, a))
+            .collect(),
     }
 }

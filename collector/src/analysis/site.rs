@@ -1,11 +1,13 @@
-//! Naming a call site for reports: the frame that names its owner as `module+offset`, with the
-//! raw stack id, caller address and an example Python stack kept for symbolization, and a label
-//! a symbolizing reader fills in; and the place the analyses group sites by.
+//! Naming a call site for reports: the frame that names its owner as `module+offset`, the kind of
+//! owner ([`OwnerKind`]), the program's own Python line and native frame, with the raw stack id,
+//! caller address and an example Python stack kept for symbolization, and a label a symbolizing
+//! reader fills in; and the place the analyses group sites by.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::owner::{is_library_module, OwnerKind};
 use crate::live::{LiveState, ProgramLine, SiteId};
 
 /// Where the analyses group call sites: the program's own Python line and the module that
@@ -49,6 +51,23 @@ pub struct SiteName {
     pub py_stack: u32,
     /// Whether calls at the site came from more than one Python stack.
     pub py_stacks_vary: bool,
+    /// What kind of module the owner is (a framework, NCCL, cuBLAS, an extension...).
+    pub owner: OwnerKind,
+    /// The entry point of the first call there (`cudaMalloc`, `cudaMallocAsync`...); `null`
+    /// for a place another view names.
+    pub api: Option<&'static str>,
+    /// The program's own Python line behind the site (the innermost frame outside installed
+    /// packages and the standard library), when the calls had Python frames.
+    pub source: Option<SourceLine>,
+    /// The program's own first native frame: the innermost outside the CUDA libraries, NCCL,
+    /// cuBLAS, the frameworks and the C runtime (0: none). A native program's site is labelled
+    /// by it, so a communicator NCCL allocates for `main` is `main`'s.
+    #[serde(serialize_with = "crate::live::hex")]
+    pub program_frame: u64,
+    /// The frame before it, in the library the program called (`ncclCommInitRank`): 0 when the
+    /// program frame is the site's own caller or there is none.
+    #[serde(serialize_with = "crate::live::hex")]
+    pub entry_frame: u64,
     /// The site in words (`train.py:88 in step`, or the native function that asked), filled in
     /// by a reader with symbols ([`Analysis::sites_mut`](super::Analysis::sites_mut)); `null`
     /// otherwise.
@@ -56,6 +75,103 @@ pub struct SiteName {
     /// The place the analyses group the site in.
     #[serde(skip)]
     pub place: Place,
+}
+
+impl SiteName {
+    /// Whether the site's memory is a framework allocator's pool or segment (not one array):
+    /// the line made the allocator grow, and need not be the line whose arrays keep it.
+    /// Stream-ordered allocations (PyTorch's `cudaMallocAsync` backend) are one array each.
+    pub fn is_framework_pool(&self) -> bool {
+        self.owner.makes_pools(self.api)
+    }
+
+    /// A place another view of memory names by its Python line alone (a framework allocator's
+    /// records): no native stack, the view named where a library would be.
+    pub fn of_line(view_name: &str, owner: OwnerKind, source: SourceLine) -> SiteName {
+        SiteName {
+            stack: 0,
+            caller: 0,
+            site: format!("{}:{} in {}", source.file, source.line, source.function),
+            module: None,
+            module_name: Some(view_name.to_string()),
+            py_stack: 0,
+            py_stacks_vary: false,
+            owner,
+            api: None,
+            label: Some(source.label()),
+            source: Some(source),
+            program_frame: 0,
+            entry_frame: 0,
+            place: Place::Site(u32::MAX),
+        }
+    }
+}
+
+/// A line of the program's Python source.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct SourceLine {
+    /// The file as the interpreter named it (`co_filename`).
+    pub file: String,
+    pub line: u32,
+    /// The function (`co_qualname`), `<module>` at the top level.
+    pub function: String,
+}
+
+impl SourceLine {
+    /// `train.py:42 in step`: the file's base name, as the reports show a line.
+    pub fn label(&self) -> String {
+        format!(
+            "{}:{} in {}",
+            base_name(&self.file),
+            self.line,
+            self.function
+        )
+    }
+
+    /// Whether two lines are the same line of the same file (files compared by base name when
+    /// one view recorded a relative path).
+    pub fn same_line(&self, other: &SourceLine) -> bool {
+        self.line == other.line
+            && (self.file == other.file || base_name(&self.file) == base_name(&other.file))
+    }
+}
+
+/// The last component of a path: how reports name a source file or a module.
+pub fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The program's line of Python stack frames `line`, with its code object's names.
+fn source_of(state: &LiveState, line: ProgramLine) -> Option<SourceLine> {
+    if !line.is_some() {
+        return None;
+    }
+    let code = state.python_stacks().code(line.code)?;
+    Some(SourceLine {
+        file: code.file.clone(),
+        line: line.line,
+        function: code.function.clone(),
+    })
+}
+
+/// The innermost frame of a site that belongs to the program rather than to a library, and the
+/// frame before it (in the library the program called); 0 for either that is not there.
+fn program_frame(state: &LiveState, caller: u64, stack: u32) -> (u64, u64) {
+    let owners = state.owners();
+    let frames: Vec<u64> = std::iter::once(caller)
+        .chain(owners.stack(stack).unwrap_or(&[]).iter().copied())
+        .filter(|&a| a != 0)
+        .collect();
+    let ours = |addr: u64| {
+        owners
+            .modules()
+            .find(addr)
+            .is_some_and(|m| !is_library_module(&m.path))
+    };
+    match frames.iter().position(|&a| ours(a)) {
+        Some(k) => (frames[k], k.checked_sub(1).map_or(0, |e| frames[e])),
+        None => (0, 0),
+    }
 }
 
 /// Names call site `id` of `state`.
@@ -69,6 +185,11 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
             module_name: None,
             py_stack: 0,
             py_stacks_vary: false,
+            owner: OwnerKind::Unknown,
+            api: None,
+            source: None,
+            program_frame: 0,
+            entry_frame: 0,
             label: None,
             place: Place::Site(id),
         };
@@ -76,16 +197,21 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
     let (py_stack, py_stacks_vary) = state.site_python(id).unwrap_or((0, false));
     let owner = state.owners().resolve(caller, key.stack);
     let location = state.locate(owner.frame);
+    let (program, entry) = program_frame(state, caller, key.stack);
+    let module = owner.module.and_then(|m| state.owners().modules().by_id(m));
     SiteName {
         stack: key.stack,
         caller,
         site: location.to_string(),
         module: owner.module,
-        module_name: owner
-            .module
-            .and_then(|m| state.owners().module_name(m).map(str::to_string)),
+        module_name: module.map(|m| m.file_name().to_string()),
         py_stack,
         py_stacks_vary,
+        owner: module.map_or(OwnerKind::Unknown, |m| OwnerKind::of_module(&m.path)),
+        api: state.site_api(id).map(|a| a.name()),
+        source: source_of(state, key.line),
+        program_frame: program,
+        entry_frame: entry,
         label: None,
         place: place(state, id),
     }
@@ -136,4 +262,81 @@ pub(crate) fn amounts(
             .then((a.site.stack, a.site.caller).cmp(&(b.site.stack, b.site.caller)))
     });
     list
+}
+
+/// A demangled C++ name without its parameter list and with only its last two scopes:
+/// `c10::cuda::…::DeviceCachingAllocator::alloc_block(AllocParams&, bool)` becomes
+/// `DeviceCachingAllocator::alloc_block`. Template arguments and `(anonymous namespace)` are
+/// kept whole; C and Rust names pass through.
+pub fn short_function(name: &str) -> String {
+    // Cut at the '(' that opens the parameter list: the first one outside <…> that does not
+    // begin "(anonymous namespace)".
+    let mut depth = 0i32;
+    let mut end = name.len();
+    for (i, c) in name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 && !name[i..].starts_with("(anonymous namespace)") => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let head = &name[..end];
+    // Split into scopes at "::" outside <…>.
+    let mut scopes = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    let bytes = head.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' => depth += 1,
+            b'>' => depth -= 1,
+            b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                scopes.push(&head[start..i]);
+                start = i + 2;
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    scopes.push(&head[start..]);
+    let keep = scopes.len().saturating_sub(2);
+    let short = scopes[keep..].join("::");
+    if short.is_empty() {
+        name.to_string()
+    } else {
+        short
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_function;
+
+    #[test]
+    fn function_names_shorten_to_their_last_two_scopes() {
+        for (long, short) in [
+            (
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::alloc_block(c10::cuda::CUDACachingAllocator::Native::(anonymous namespace)::AllocParams&, bool)",
+                "DeviceCachingAllocator::alloc_block",
+            ),
+            ("leak_weights", "leak_weights"),
+            ("alloc_buffers(int)", "alloc_buffers"),
+            (
+                "at::(anonymous namespace)::wrapper_CUDA_empty(c10::ArrayRef<long>)",
+                "(anonymous namespace)::wrapper_CUDA_empty",
+            ),
+            (
+                "std::vector<std::pair<int, int>, std::allocator<std::pair<int, int> > >::push_back(int const&)",
+                "vector<std::pair<int, int>, std::allocator<std::pair<int, int> > >::push_back",
+            ),
+            ("vramtrace_collector::live::LiveState::apply", "LiveState::apply"),
+        ] {
+            assert_eq!(short_function(long), short, "{long}");
+        }
+    }
 }

@@ -15,6 +15,11 @@
 //! When the tracer's writer falls behind the program, it lowers the resolution instead of
 //! stopping the analysis ([`Watch::set_stride`]): judgements every N-th step or N intervals,
 //! from the same state, kept current on every event (the trace's segments need it anyway).
+//! With PyTorch's recorder on, the driver sees the caching allocator's segments, charged to
+//! whichever line made the allocator grow. The watch keeps PyTorch's payloads, from which, once
+//! the program has handed over a snapshot of its recorder (the Python hooks do when an alert
+//! waits for it), `torch::keeping_places` names each device's fastest cause at the line whose
+//! tensors stay live, with the same causes as the report.
 //!
 //! Without step marks the samples are time windows of a millisecond and up, so a count of them
 //! says little: a PyTorch program building its model and taking its first step (before the
@@ -27,6 +32,7 @@ use std::collections::BTreeSet;
 use super::course::Shape;
 use super::growth::{growth, Growth, GrowthConfig, HolderGrowth, Projection, SiteGrowth, DRIVER};
 use super::site::{Place, SiteName};
+use crate::attached::Attachments;
 use crate::event::Event;
 use crate::format::Record;
 use crate::live::{Holder, LiveState, SampleAxis};
@@ -134,6 +140,8 @@ pub struct Watch {
     /// Judge at most every `stride`-th step and every `stride` intervals (see
     /// [`Watch::set_stride`]).
     stride: u64,
+    /// PyTorch's payloads: its allocator settings and its recorder's snapshots.
+    torch: Attachments,
 }
 
 impl Watch {
@@ -146,6 +154,7 @@ impl Watch {
             judged: None,
             alerted: BTreeSet::new(),
             stride: 1,
+            torch: Attachments::default(),
         }
     }
 
@@ -167,12 +176,20 @@ impl Watch {
         &self.state
     }
 
-    /// Applies a record written to the trace (payloads the program attached are left out: the
-    /// judgement does not read them, and they may be large).
+    /// Applies a record written to the trace. Of the payloads the program attached only
+    /// PyTorch's are kept (to name the line behind an alert: `torch::keeping_places`); the
+    /// judgement reads none.
     pub fn apply(&mut self, record: &Record) {
-        if !matches!(record, Record::Attachment(_)) {
-            self.state.apply(record);
+        match record {
+            Record::Attachment(a) if a.kind.starts_with("torch.") => self.torch.add(a),
+            Record::Attachment(_) => {}
+            r => self.state.apply(r),
         }
+    }
+
+    /// The payloads the program attached that the watch keeps: PyTorch's (`torch.*`).
+    pub fn attachments(&self) -> &Attachments {
+        &self.torch
     }
 
     /// Applies an event written to the trace.
@@ -207,7 +224,7 @@ impl Watch {
 
     /// The growth settings with an absolute threshold turned into a share of the device memory
     /// known now.
-    fn growth_config(&self) -> GrowthConfig {
+    pub fn growth_config(&self) -> GrowthConfig {
         let mut c = self.config.growth;
         if let Some(bytes) = self.config.threshold_bytes {
             let memory = c.device_memory.or_else(|| {

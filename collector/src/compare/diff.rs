@@ -1,158 +1,48 @@
 //! What changed from run A to run B: totals, the live bytes of aligned steps, every call site
 //! that changed ranked by how much, the source lines that changed, and whether B regressed
-//! beyond the thresholds.
+//! ([`verdict`](super::verdict)).
 
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::identity::PythonLine;
-use super::matching::{FilePair, MatchHow, Matching};
-use super::profile::{GrowthUnit, Profile, RunTotals, SiteMetrics, SiteProfile};
+use super::matching::{FilePair, Matching};
+use super::metrics::{signed, Count, MetricsSides, Rate, SiteMetrics};
+use super::profile::{GrowthUnit, Profile, SiteProfile};
+use super::row::{most_changed_first, Measures, Row, SiteStatus};
 use super::sources::{LineChangeKind, SourceSearch};
-use super::tensors::{view_name, TensorDiff, TensorLineDiff, TensorProfile};
+use super::tensors::{view_name, TensorDiff, TensorProfile};
+use super::verdict::{new_growth, Check, Thresholds, Verdict};
+use crate::analysis::LineMeaning;
 use crate::symbols::StackFrame;
 use crate::torch::View;
-
-/// How much B may exceed A before the difference is a regression.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Thresholds {
-    /// Device bytes live at the end.
-    pub live_bytes: u64,
-    /// The devices' peaks.
-    pub peak_bytes: u64,
-    /// Sustained growth, bytes per step (compared only when both runs have steps).
-    pub growth_per_step: u64,
-    /// Device bytes held by orphans.
-    pub orphan_bytes: u64,
-    /// Failed calls.
-    pub failures: u64,
-}
-
-impl Default for Thresholds {
-    /// Above the noise of a caching allocator between two runs of one program (a segment or
-    /// two), below any leak that matters.
-    fn default() -> Self {
-        Thresholds {
-            live_bytes: 64 << 20,
-            peak_bytes: 256 << 20,
-            growth_per_step: 1 << 20,
-            orphan_bytes: 0,
-            failures: 0,
-        }
-    }
-}
-
-/// A count in A and in B.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Count {
-    pub a: u64,
-    pub b: u64,
-    pub change: i64,
-}
-
-impl Count {
-    pub(crate) fn of(a: u64, b: u64) -> Self {
-        Count {
-            a,
-            b,
-            change: signed(b) - signed(a),
-        }
-    }
-}
-
-fn signed(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// A rate in A and in B.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Rate {
-    pub a: f64,
-    pub b: f64,
-    pub change: f64,
-}
 
 /// The totals of both runs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TotalsDiff {
-    pub live_bytes: Count,
-    pub live_count: Count,
-    pub host_bytes: Count,
-    pub peak_bytes: Count,
+    /// Each count of the runs' totals, A's and B's.
+    #[serde(flatten)]
+    pub counts: MetricsSides,
     /// Bytes per unit (`unit`); `null` when one run has steps and the other not.
     pub growth: Option<Rate>,
     pub growth_unit: Option<GrowthUnit>,
-    pub allocations: Count,
-    pub allocated_bytes: Count,
-    pub orphans: Count,
-    pub orphan_bytes: Count,
-    pub failures: Count,
-    pub out_of_memory: Count,
     pub communicators: Count,
     pub communicator_bytes: Count,
 }
 
 impl TotalsDiff {
     fn of(a: &Profile, b: &Profile) -> Self {
-        let (x, y): (&RunTotals, &RunTotals) = (&a.totals, &b.totals);
+        let (x, y) = (&a.totals, &b.totals);
         let same_unit = a.steps.unit == b.steps.unit;
         TotalsDiff {
-            live_bytes: Count::of(x.live_bytes, y.live_bytes),
-            live_count: Count::of(x.live_count, y.live_count),
-            host_bytes: Count::of(x.host_bytes, y.host_bytes),
-            peak_bytes: Count::of(x.peak_bytes, y.peak_bytes),
-            growth: same_unit.then_some(Rate {
-                a: x.growth,
-                b: y.growth,
-                change: y.growth - x.growth,
-            }),
+            counts: SiteMetrics::side_by_side(&x.metrics, &y.metrics),
+            growth: same_unit.then(|| Rate::of(x.metrics.growth, y.metrics.growth)),
             growth_unit: same_unit.then_some(a.steps.unit),
-            allocations: Count::of(x.allocations, y.allocations),
-            allocated_bytes: Count::of(x.allocated_bytes, y.allocated_bytes),
-            orphans: Count::of(x.orphans, y.orphans),
-            orphan_bytes: Count::of(x.orphan_bytes, y.orphan_bytes),
-            failures: Count::of(x.failures, y.failures),
-            out_of_memory: Count::of(x.out_of_memory, y.out_of_memory),
             communicators: Count::of(x.communicators, y.communicators),
             communicator_bytes: Count::of(x.communicator_bytes, y.communicator_bytes),
         }
     }
-}
-
-/// One threshold checked.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Check {
-    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphan_bytes` or `failures` (the
-    /// driver's view); `tensor_live_bytes` or `tensor_growth_per_step` (PyTorch's recorder).
-    pub metric: &'static str,
-    /// B's value minus A's.
-    pub change: f64,
-    pub threshold: f64,
-    /// Whether the change is above the threshold.
-    pub exceeded: bool,
-}
-
-impl Check {
-    pub(crate) fn of(metric: &'static str, change: f64, threshold: u64) -> Self {
-        Check {
-            metric,
-            change,
-            threshold: threshold as f64,
-            exceeded: change > threshold as f64,
-        }
-    }
-}
-
-/// Whether B regressed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Verdict {
-    pub regression: bool,
-    /// Every threshold that could be checked.
-    pub checks: Vec<Check>,
-    /// What could not be checked, and why.
-    pub notes: Vec<String>,
 }
 
 /// Device bytes live at one step boundary in both runs.
@@ -205,93 +95,39 @@ impl StepAlignment {
     }
 }
 
-/// What happened to a site's live memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SiteStatus {
-    /// A held nothing live there at the end, B does.
-    New,
-    /// A held memory live there at the end, B holds nothing.
-    Gone,
-    Grew,
-    Shrank,
-    /// The same live memory; other numbers changed.
-    Changed,
-}
-
-/// B's numbers minus A's (a site missing from a run counts as zeros there).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct MetricsChange {
-    pub live_count: i64,
-    pub live_bytes: i64,
-    pub host_bytes: i64,
-    pub peak_bytes: i64,
-    pub growth: f64,
-    pub allocations: i64,
-    pub allocated_bytes: i64,
-    pub orphans: i64,
-    pub orphan_bytes: i64,
-    pub failures: i64,
-    pub out_of_memory: i64,
-}
-
-impl MetricsChange {
-    fn of(a: &SiteMetrics, b: &SiteMetrics) -> Self {
-        let d = |x: u64, y: u64| signed(y) - signed(x);
-        MetricsChange {
-            live_count: d(a.live_count, b.live_count),
-            live_bytes: d(a.live_bytes, b.live_bytes),
-            host_bytes: d(a.host_bytes, b.host_bytes),
-            peak_bytes: d(a.peak_bytes, b.peak_bytes),
-            growth: b.growth - a.growth,
-            allocations: d(a.allocations, b.allocations),
-            allocated_bytes: d(a.allocated_bytes, b.allocated_bytes),
-            orphans: d(a.orphans, b.orphans),
-            orphan_bytes: d(a.orphan_bytes, b.orphan_bytes),
-            failures: d(a.failures, b.failures),
-            out_of_memory: d(a.out_of_memory, b.out_of_memory),
-        }
-    }
-
-    /// How much changed, for ranking: live memory first, then the peak, growth, allocations,
-    /// orphans and failures.
-    fn magnitude(&self) -> (u64, u64, u64, u64, u64, u64, u64) {
-        (
-            (self.live_bytes + self.host_bytes).unsigned_abs(),
-            self.peak_bytes.unsigned_abs(),
-            self.growth.abs().round() as u64,
-            self.allocated_bytes.unsigned_abs(),
-            self.allocations.unsigned_abs(),
-            self.orphan_bytes.unsigned_abs(),
-            self.failures.unsigned_abs(),
-        )
-    }
-}
-
-/// One call site that changed.
+/// What else names a call site of the driver's view, beside its label.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SiteDiff {
-    /// The site in words, as B names it (as A names it when B lacks it).
-    pub label: String,
-    /// A's name for it when it differs (a moved Python line).
-    pub a_label: Option<String>,
-    pub status: SiteStatus,
-    /// How A's and B's sites were paired, and whether that was a guess.
-    #[serde(rename = "match")]
-    pub how: MatchHow,
-    pub guessed: bool,
+pub struct SitePlace {
     pub module: Option<String>,
     /// The Python lines of its calls in A and in B.
     pub a_python: Vec<PythonLine>,
     pub b_python: Vec<PythonLine>,
     /// Whether some of those lines were inferred (a thread without Python).
     pub python_inferred: bool,
-    pub a: Option<SiteMetrics>,
-    pub b: Option<SiteMetrics>,
-    pub change: MetricsChange,
+    /// Whether the line allocated what stays live (`keeps`), or is where a framework's
+    /// allocator asked the driver for memory (`asked`: what keeps it may be another line).
+    pub line_means: LineMeaning,
     /// The stack of its largest call (B's, else A's).
     pub frames: Vec<StackFrame>,
 }
+
+impl SitePlace {
+    fn of(a: Option<&SiteProfile>, b: Option<&SiteProfile>) -> Self {
+        let named = b.or(a).expect("a pair has a site on one side");
+        SitePlace {
+            module: named.module.clone(),
+            a_python: a.map(|s| s.python_lines.clone()).unwrap_or_default(),
+            b_python: b.map(|s| s.python_lines.clone()).unwrap_or_default(),
+            python_inferred: a.is_some_and(|s| s.python_inferred)
+                || b.is_some_and(|s| s.python_inferred),
+            line_means: named.line_means,
+            frames: named.frames.clone(),
+        }
+    }
+}
+
+/// One call site that changed.
+pub type SiteDiff = Row<SiteMetrics, SitePlace>;
 
 /// A code line that differs between A's and B's version of a Python file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -345,6 +181,12 @@ pub struct TopDifference {
     pub view_name: &'static str,
     /// The call site (driver) or Python line (tensors) as B names it.
     pub label: String,
+    /// What holds it, as the report names it beside a label: the module that asked (driver),
+    /// or `PyTorch tensors`.
+    pub owner: Option<String>,
+    /// Whether its line allocated what stays live (`keeps`: every line of the per-tensor view),
+    /// or is where a framework's allocator asked the driver for memory (`asked`).
+    pub line_means: LineMeaning,
     pub status: SiteStatus,
     /// B's live bytes there minus A's (device and host bytes for a driver site).
     pub live_bytes: i64,
@@ -355,28 +197,28 @@ pub struct TopDifference {
 }
 
 impl TopDifference {
-    fn of_site(s: &SiteDiff) -> Self {
+    fn of<M: Measures, P>(
+        r: &Row<M, P>,
+        view: View,
+        owner: Option<String>,
+        line_means: LineMeaning,
+    ) -> Self {
         TopDifference {
-            view: View::Driver,
-            view_name: view_name(View::Driver),
-            label: s.label.clone(),
-            status: s.status,
-            live_bytes: s.change.live_bytes + s.change.host_bytes,
-            growth: s.change.growth,
-            guessed: s.guessed,
+            view,
+            view_name: view_name(view),
+            label: r.label.clone(),
+            owner,
+            line_means,
+            status: r.status,
+            live_bytes: M::live_change(&r.change),
+            growth: M::growth_change(&r.change),
+            guessed: r.guessed,
         }
     }
 
-    fn of_line(l: &TensorLineDiff) -> Self {
-        TopDifference {
-            view: View::AllocatorTensors,
-            view_name: view_name(View::AllocatorTensors),
-            label: l.label.clone(),
-            status: l.status,
-            live_bytes: l.change.live_bytes,
-            growth: l.change.growth,
-            guessed: l.guessed,
-        }
+    fn of_site(s: &SiteDiff) -> Self {
+        let owner = s.place.module.clone();
+        TopDifference::of(s, View::Driver, owner, s.place.line_means)
     }
 }
 
@@ -385,7 +227,6 @@ impl Diff {
     pub fn of(a: &Profile, b: &Profile, matching: Matching, thresholds: &Thresholds) -> Self {
         let totals = TotalsDiff::of(a, b);
         let steps = StepAlignment::of(a, b);
-        let verdict = verdict(a, b, &totals, thresholds);
         let mut sites = Vec::new();
         let (mut matched, mut guessed, mut only_in_a, mut only_in_b, mut unchanged) =
             (0, 0, 0, 0, 0);
@@ -393,28 +234,21 @@ impl Diff {
             let sa = pair.a.map(|i| &a.sites[i]);
             let sb = pair.b.map(|j| &b.sites[j]);
             match (sa, sb) {
-                (Some(_), Some(_)) => {
+                (Some(x), Some(y)) => {
                     matched += 1;
                     guessed += usize::from(pair.guessed);
+                    if x.metrics == y.metrics {
+                        unchanged += 1;
+                        continue;
+                    }
                 }
                 (Some(_), None) => only_in_a += 1,
                 _ => only_in_b += 1,
             }
-            let (ma, mb) = (
-                sa.map(|s| s.metrics).unwrap_or_default(),
-                sb.map(|s| s.metrics).unwrap_or_default(),
-            );
-            if sa.is_some() && sb.is_some() && ma == mb {
-                unchanged += 1;
-                continue;
-            }
-            sites.push(site_diff(sa, sb, pair.how, pair.guessed));
+            sites.push(Row::of(side(sa), side(sb), pair, SitePlace::of(sa, sb)));
         }
-        sites.sort_by(|x, y| {
-            Reverse(x.change.magnitude())
-                .cmp(&Reverse(y.change.magnitude()))
-                .then_with(|| x.label.cmp(&y.label))
-        });
+        most_changed_first(&mut sites);
+        let verdict = verdict(a, b, &totals, &sites, thresholds);
         let source_changes = source_changes(a, b, &matching.files);
         let suspects = if verdict.regression {
             suspects(b, &sites, &[], &source_changes)
@@ -463,11 +297,12 @@ impl Diff {
             }
         };
         let tensors = TensorDiff::of((a, pa), (b, pb), sources, thresholds);
-        self.verdict.checks.extend(tensors.checks.iter().cloned());
-        self.verdict.regression |= tensors.checks.iter().any(|c| c.exceeded);
+        (self.verdict).add_tensors(tensors.checks.clone(), tensors.new_growth.clone());
         if tensors.explains || self.top.is_none() {
             if let Some(first) = tensors.lines.first() {
-                self.top = Some(TopDifference::of_line(first));
+                let owner = Some(crate::torch::VIEW_NAME.to_string());
+                let top = TopDifference::of(first, tensors.view, owner, LineMeaning::Keeps);
+                self.top = Some(top);
             }
         }
         if self.verdict.regression {
@@ -481,50 +316,31 @@ impl Diff {
     }
 }
 
-fn site_diff(
-    a: Option<&SiteProfile>,
-    b: Option<&SiteProfile>,
-    how: MatchHow,
-    guessed: bool,
-) -> SiteDiff {
-    let (ma, mb) = (a.map(|s| s.metrics), b.map(|s| s.metrics));
-    let change = MetricsChange::of(&ma.unwrap_or_default(), &mb.unwrap_or_default());
-    let held = |m: Option<SiteMetrics>| m.map_or(0, |m| m.live_bytes + m.host_bytes);
-    let (ha, hb) = (held(ma), held(mb));
-    let status = match (ha, hb) {
-        (0, 0) => SiteStatus::Changed,
-        (0, _) => SiteStatus::New,
-        (_, 0) => SiteStatus::Gone,
-        (x, y) if y > x => SiteStatus::Grew,
-        (x, y) if y < x => SiteStatus::Shrank,
-        _ => SiteStatus::Changed,
-    };
-    let named = b.or(a).expect("a pair has a site on one side");
-    SiteDiff {
-        label: named.label.clone(),
-        a_label: a
-            .filter(|s| s.label != named.label)
-            .map(|s| s.label.clone()),
-        status,
-        how,
-        guessed,
-        module: named.module.clone(),
-        a_python: a.map(|s| s.python_lines.clone()).unwrap_or_default(),
-        b_python: b.map(|s| s.python_lines.clone()).unwrap_or_default(),
-        python_inferred: a.is_some_and(|s| s.python_inferred)
-            || b.is_some_and(|s| s.python_inferred),
-        a: ma,
-        b: mb,
-        change,
-        frames: named.frames.clone(),
-    }
+/// A site's numbers and label in one run.
+fn side(s: Option<&SiteProfile>) -> (Option<&SiteMetrics>, Option<String>) {
+    (s.map(|s| &s.metrics), s.map(|s| s.label.clone()))
 }
 
-fn verdict(a: &Profile, b: &Profile, t: &TotalsDiff, th: &Thresholds) -> Verdict {
+/// B's numbers against A's thresholds, in the driver's view, and the new growths among `sites`.
+fn verdict(
+    a: &Profile,
+    b: &Profile,
+    t: &TotalsDiff,
+    sites: &[SiteDiff],
+    th: &Thresholds,
+) -> Verdict {
     let check = Check::of;
     let mut checks = vec![
-        check("live_bytes", t.live_bytes.change as f64, th.live_bytes),
-        check("peak_bytes", t.peak_bytes.change as f64, th.peak_bytes),
+        check(
+            "live_bytes",
+            t.counts.live_bytes.change as f64,
+            th.live_bytes,
+        ),
+        check(
+            "peak_bytes",
+            t.counts.peak_bytes.change as f64,
+            th.peak_bytes,
+        ),
     ];
     let mut notes = Vec::new();
     match (a.steps.unit, b.steps.unit, t.growth) {
@@ -542,17 +358,28 @@ fn verdict(a: &Profile, b: &Profile, t: &TotalsDiff, th: &Thresholds) -> Verdict
             }
         )),
     }
+    checks.push(check("orphans", t.counts.orphans.change as f64, th.orphans));
     checks.push(check(
         "orphan_bytes",
-        t.orphan_bytes.change as f64,
+        t.counts.orphan_bytes.change as f64,
         th.orphan_bytes,
     ));
-    checks.push(check("failures", t.failures.change as f64, th.failures));
-    Verdict {
-        regression: checks.iter().any(|c| c.exceeded),
-        checks,
-        notes,
-    }
+    checks.push(check(
+        "failures",
+        t.counts.failures.change as f64,
+        th.failures,
+    ));
+    let (new, found) = new_growth(
+        (View::Driver, "new_growth"),
+        (sites, |s: &SiteDiff| {
+            (s.place.module.clone(), s.place.line_means)
+        }),
+        t.growth,
+        (b.steps.unit, b.fill.as_ref()),
+        th,
+    );
+    checks.push(new);
+    Verdict::of(checks, found, notes)
 }
 
 /// The lines B added in code it ran, most likely cause of a regression first: a line a changed
@@ -567,7 +394,7 @@ fn suspects(
     changes: &[SourceChange],
 ) -> Vec<SourceChange> {
     let lines: Vec<&PythonLine> = (sites.iter())
-        .flat_map(|s| s.b_python.iter())
+        .flat_map(|s| s.place.b_python.iter())
         .chain(tensor_lines)
         .collect();
     let rank = |c: &SourceChange| {

@@ -7,6 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::analysis::site::base_name;
 use crate::symbols::{FrameKind, StackFrame};
 
 /// One native frame of a call site.
@@ -106,11 +107,6 @@ pub fn native_identity(frames: &[StackFrame]) -> Vec<FrameId> {
         .filter(|f| f.kind == FrameKind::Native && !f.in_cuda_library())
         .map(FrameId::of)
         .collect()
-}
-
-/// The file name without directories.
-pub fn base_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 #[cfg(test)]

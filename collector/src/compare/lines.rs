@@ -9,11 +9,11 @@
 //! growth analysis counts growth, only when it is steady).
 use rustc_hash::FxHashMap;
 
-use super::profile::{GrowthUnit, SiteMetrics};
+use super::metrics::SiteMetrics;
+use super::profile::unit_converter;
 use super::tally::CallCounts;
-use crate::analysis::course::Course;
-use crate::analysis::{Analysis, GrowthConfig, Shape};
-use crate::live::{Holder, LiveState};
+use crate::analysis::{Analysis, Growth, Shape};
+use crate::live::{Holder, LiveState, SampleAxis};
 use crate::symbols::CallRef;
 
 /// What one call's objects still live at the end hold.
@@ -26,8 +26,8 @@ pub(super) struct CallLive {
     orphan_bytes: u64,
     /// Device bytes of those made before their device peaked.
     before_peak: u64,
-    /// `(step, time_ns, device bytes)` of each object made.
-    made: Vec<(u64, u64, u64)>,
+    /// Each object made: when, and its device bytes on which device.
+    made: Vec<Made>,
 }
 
 /// The live objects of `state` per call.
@@ -52,10 +52,24 @@ pub(super) fn live_by_call(state: &LiveState, analysis: &Analysis) -> FxHashMap<
             if o.origin.seq <= peak_seq(o.device) {
                 c.before_peak += device;
             }
-            c.made.push((o.origin.step, o.origin.time_ns, device));
+            c.made.push(Made {
+                step: o.origin.step,
+                time_ns: o.origin.time_ns,
+                device: o.device,
+                bytes: device,
+            });
         }
     }
     calls
+}
+
+/// An object still live at the end: when it was made, and its device bytes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Made {
+    step: u64,
+    time_ns: u64,
+    device: i32,
+    bytes: u64,
 }
 
 /// The numbers of the calls of one line of a shared site.
@@ -63,6 +77,7 @@ pub(super) fn line_metrics(
     calls: &[(CallRef, CallCounts)],
     live: &FxHashMap<CallRef, CallLive>,
     span: Span,
+    growth: &Growth,
 ) -> SiteMetrics {
     let mut m = SiteMetrics::default();
     let mut made = Vec::new();
@@ -81,62 +96,91 @@ pub(super) fn line_metrics(
             made.extend_from_slice(&l.made);
         }
     }
-    m.growth = leak_rate(&made, span);
+    let Some(device) = main_device(&made) else {
+        return m;
+    };
+    let course = growth.judge(Holder::Device { device }, held_by_when(&made, span));
+    if course.shape == Shape::Steady {
+        let per_unit = unit_converter(growth);
+        m.growth = per_unit(course.rate);
+        if growth.confident(&course) {
+            m.confident_growth = m.growth;
+        }
+    }
     m
 }
 
-/// What a leak rate is measured over: the steps of the run, or its time.
+/// The device most of `made`'s bytes are on.
+fn main_device(made: &[Made]) -> Option<i32> {
+    let mut by_device: Vec<(i32, u64)> = Vec::new();
+    for m in made {
+        match by_device.iter_mut().find(|d| d.0 == m.device) {
+            Some(d) => d.1 += m.bytes,
+            None => by_device.push((m.device, m.bytes)),
+        }
+    }
+    by_device
+        .into_iter()
+        .max_by_key(|&(device, bytes)| (bytes, -device))
+        .map(|d| d.0)
+}
+
+/// What a leak rate is measured over: the steps of the run, or its time windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Span {
     /// Step boundaries 0 ..= the steps begun.
     Steps(u64),
-    /// The first and last event's times, nanoseconds.
-    Time(u64, u64),
+    /// The first and last event's times, and the width of the analysis' time windows,
+    /// nanoseconds.
+    Time { first: u64, last: u64, window: u64 },
 }
 
 impl Span {
-    /// The span of a run read into `state`, in `unit`.
-    pub(super) fn of(state: &LiveState, unit: GrowthUnit) -> Self {
-        match unit {
-            GrowthUnit::Step => Span::Steps(state.steps()),
-            GrowthUnit::Second => Span::Time(state.first_time_ns(), state.last_time_ns()),
+    /// The span of a run read into `state`, on the axis of its `analysis`.
+    pub(super) fn of(state: &LiveState, analysis: &Analysis) -> Self {
+        let g = &analysis.growth;
+        match (g.axis, g.window_ns) {
+            (SampleAxis::Time, Some(window)) if window > 0 => Span::Time {
+                first: state.first_time_ns(),
+                last: state.last_time_ns(),
+                window,
+            },
+            _ => Span::Steps(state.steps()),
         }
     }
 }
 
-/// Points of a time span: as many as the growth analysis keeps of a series of time windows.
-const TIME_POINTS: u64 = 64;
-/// Step boundaries sampled at most: as many as the growth analysis keeps of a step series.
-const STEP_POINTS: u64 = 256;
+/// Sample points at most: as many as the growth analysis keeps of a step series.
+const MAX_POINTS: u64 = 256;
 
-/// The slope of the bytes still live, added up by when they were made, when it grows steadily
-/// (as [`Course`] judges growth): per step, sampled at step boundaries (every one, or
-/// [`STEP_POINTS`] evenly spaced); or per second, sampled at [`TIME_POINTS`] even points of the
-/// run.
-fn leak_rate(made: &[(u64, u64, u64)], span: Span) -> f64 {
-    if made.is_empty() {
-        return 0.0;
-    }
-    // (when it was made, bytes), in order.
+/// The bytes still live at the end, added up by when they were made, at the points the growth
+/// analysis samples (`(x, bytes)` on its axis: step boundaries, every one or [`MAX_POINTS`]
+/// evenly spaced; or the ends of its time windows, in nanoseconds since the first event).
+fn held_by_when(made: &[Made], span: Span) -> Vec<(u64, u64)> {
+    // (when it was made, bytes), in order, and the points sampled.
     let (mut when, xs): (Vec<(u64, u64)>, Vec<u64>) = match span {
         Span::Steps(steps) => {
-            let n = steps.min(STEP_POINTS - 1);
+            let n = steps.min(MAX_POINTS - 1);
             let xs = (0..=n).map(|k| k * steps / n.max(1)).collect();
-            (made.iter().map(|m| (m.0, m.2)).collect(), xs)
+            (made.iter().map(|m| (m.step, m.bytes)).collect(), xs)
         }
-        Span::Time(first, last) => {
-            let width = last.saturating_sub(first).max(1);
-            let xs = (1..=TIME_POINTS).map(|k| width * k / TIME_POINTS).collect();
+        Span::Time {
+            first,
+            last,
+            window,
+        } => {
+            let windows = last.saturating_sub(first).div_ceil(window).max(1);
+            let n = windows.min(MAX_POINTS);
+            let xs = (1..=n).map(|k| k * windows / n * window).collect();
             let when = (made.iter())
-                .map(|m| (m.1.saturating_sub(first), m.2))
+                .map(|m| (m.time_ns.saturating_sub(first), m.bytes))
                 .collect();
             (when, xs)
         }
     };
     when.sort_unstable();
     let (mut held, mut next) = (0u64, 0usize);
-    let points: Vec<(u64, u64)> = xs
-        .into_iter()
+    xs.into_iter()
         .map(|x| {
             while next < when.len() && when[next].0 <= x {
                 held += when[next].1;
@@ -144,38 +188,62 @@ fn leak_rate(made: &[(u64, u64, u64)], span: Span) -> f64 {
             }
             (x, held)
         })
-        .collect();
-    let course = Course::of(&points, &GrowthConfig::default());
-    if course.shape != Shape::Steady {
-        return 0.0;
-    }
-    match span {
-        Span::Steps(_) => course.slope(),
-        Span::Time(..) => course.slope() * 1e9,
-    }
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::{Course, GrowthConfig};
+
+    /// The rate as the growth analysis would judge it: time samples in windows, then per
+    /// second.
+    fn rate(made: &[Made], span: Span) -> f64 {
+        let window = match span {
+            Span::Steps(_) => 1,
+            Span::Time { window, .. } => window,
+        };
+        let points: Vec<(u64, u64)> = (held_by_when(made, span).into_iter())
+            .map(|(x, y)| (x / window, y))
+            .collect();
+        let course = Course::of(&points, &GrowthConfig::default());
+        match span {
+            Span::Steps(_) => course.slope(),
+            Span::Time { .. } => course.slope() * 1e9 / window as f64,
+        }
+    }
+
+    fn made(step: u64, time_ns: u64, bytes: u64) -> Made {
+        Made {
+            step,
+            time_ns,
+            device: 0,
+            bytes,
+        }
+    }
 
     #[test]
     fn a_line_keeping_one_mib_a_step_leaks_one_mib_a_step() {
         let mib = 1u64 << 20;
-        let made: Vec<(u64, u64, u64)> = (1..=20).map(|s| (s, s * 1000, mib)).collect();
-        assert_eq!(leak_rate(&made, Span::Steps(20)), mib as f64);
+        let kept: Vec<Made> = (1..=20).map(|s| made(s, s * 1000, mib)).collect();
+        assert_eq!(rate(&kept, Span::Steps(20)), mib as f64);
         // Made once, before the first step: no rate.
-        assert_eq!(leak_rate(&[(0, 5, 8 * mib)], Span::Steps(20)), 0.0);
-        assert_eq!(leak_rate(&[], Span::Steps(20)), 0.0);
-        // 1 MiB every 10 ms over 640 ms: 100 MiB per second.
-        let timed: Vec<(u64, u64, u64)> = (0..64).map(|i| (0, i * 10_000_000, mib)).collect();
-        let per_second = leak_rate(&timed, Span::Time(0, 640_000_000));
+        assert_eq!(rate(&[made(0, 5, 8 * mib)], Span::Steps(20)), 0.0);
+        assert_eq!(main_device(&[]), None);
+        // 1 MiB every 10 ms over 640 ms, in windows of 10 ms: 100 MiB per second.
+        let timed: Vec<Made> = (0..64).map(|i| made(0, i * 10_000_000, mib)).collect();
+        let span = Span::Time {
+            first: 0,
+            last: 640_000_000,
+            window: 10_000_000,
+        };
+        let per_second = rate(&timed, span);
         assert!(
             (per_second - 100.0 * mib as f64).abs() < mib as f64,
             "{per_second}"
         );
         // Made at the start of the run only: warm-up, not growth.
-        let early: Vec<(u64, u64, u64)> = (0..6).map(|i| (0, i * 1_000, 16 * mib)).collect();
-        assert_eq!(leak_rate(&early, Span::Time(0, 640_000_000)), 0.0);
+        let early: Vec<Made> = (0..6).map(|i| made(0, i * 1_000, 16 * mib)).collect();
+        assert_eq!(rate(&early, span), 0.0);
     }
 }

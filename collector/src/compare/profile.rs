@@ -11,15 +11,16 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::identity::{base_name, native_identity, FrameId, PythonLine, SiteIdentity};
+use super::identity::{native_identity, FrameId, PythonLine, SiteIdentity};
 use super::lines::{line_metrics, live_by_call, Span};
+use super::metrics::{median_u64, SiteMetrics};
 use super::tally::{CallCounts, CallTally};
-use crate::analysis::course::{Course, Shape};
-use crate::analysis::growth::{in_units, Growth};
-use crate::analysis::{Analysis, GrowthConfig};
+use crate::analysis::growth::{self, Growth};
+use crate::analysis::site::base_name;
+use crate::analysis::{Analysis, Headroom, LineMeaning, OwnerKind, Projection, Shape};
 use crate::live::{Accounting, Holder, LiveState, ProgramLine, SampleAxis, SiteId, SiteKey};
 use crate::python::PythonStacks;
-use crate::symbols::{Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
+use crate::symbols::{frames_label, Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
 
 /// What growth is measured against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -51,70 +52,22 @@ pub struct StepFacts {
     pub unit: GrowthUnit,
 }
 
-/// The numbers compared per call site.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct SiteMetrics {
-    /// Objects and device bytes live at the end.
-    pub live_count: u64,
-    pub live_bytes: u64,
-    /// Pinned and registered host bytes live at the end.
-    pub host_bytes: u64,
-    /// Device bytes it held when its device peaked (added over devices).
-    pub peak_bytes: u64,
-    /// Steady growth in bytes per [`GrowthUnit`] (0 when it does not grow steadily).
-    pub growth: f64,
-    /// Allocations made over the whole run, and the bytes they asked for.
-    pub allocations: u64,
-    pub allocated_bytes: u64,
-    /// Live objects whose owner is gone, and their device bytes.
-    pub orphans: u64,
-    pub orphan_bytes: u64,
-    /// Failed calls, and out-of-memory failures among them.
-    pub failures: u64,
-    pub out_of_memory: u64,
-}
-
-impl SiteMetrics {
-    /// Adds another site's numbers.
-    pub fn add(&mut self, o: &SiteMetrics) {
-        self.live_count += o.live_count;
-        self.live_bytes += o.live_bytes;
-        self.host_bytes += o.host_bytes;
-        self.peak_bytes += o.peak_bytes;
-        self.growth += o.growth;
-        self.allocations += o.allocations;
-        self.allocated_bytes += o.allocated_bytes;
-        self.orphans += o.orphans;
-        self.orphan_bytes += o.orphan_bytes;
-        self.failures += o.failures;
-        self.out_of_memory += o.out_of_memory;
-    }
-
-    fn add_calls(&mut self, c: &CallCounts) {
-        self.allocations += c.allocations;
-        self.allocated_bytes += c.allocated_bytes;
-        self.failures += c.failures;
-        self.out_of_memory += c.out_of_memory;
-    }
+/// Adds a call's allocations and failures to a site's numbers.
+fn add_calls(m: &mut SiteMetrics, c: &CallCounts) {
+    m.allocations += c.allocations;
+    m.allocated_bytes += c.allocated_bytes;
+    m.failures += c.failures;
+    m.out_of_memory += c.out_of_memory;
 }
 
 /// A trace's totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct RunTotals {
-    /// Device objects and bytes live at the end; pinned host bytes live at the end.
-    pub live_count: u64,
-    pub live_bytes: u64,
-    pub host_bytes: u64,
-    /// The devices' peaks, added.
-    pub peak_bytes: u64,
-    /// Sustained growth of the devices (their steadily growing sites' slopes), per unit.
-    pub growth: f64,
-    pub allocations: u64,
-    pub allocated_bytes: u64,
-    pub orphans: u64,
-    pub orphan_bytes: u64,
-    pub failures: u64,
-    pub out_of_memory: u64,
+    /// The devices' numbers in all: objects and bytes live at the end (device, and pinned
+    /// host), the devices' peaks added, sustained growth (their steadily growing places' rates,
+    /// per unit), allocations, orphans and failures.
+    #[serde(flatten)]
+    pub metrics: SiteMetrics,
     /// Communicators not destroyed or aborted at the end, and the device bytes attributed to
     /// communicators (live or ended) at the end.
     pub communicators: u64,
@@ -124,37 +77,49 @@ pub struct RunTotals {
 impl RunTotals {
     /// The totals of a trace read into `state`, with its `analysis` and `tally`.
     pub fn of(state: &LiveState, analysis: &Analysis, tally: &CallTally) -> Self {
-        let per_unit = unit_converter(&analysis.growth);
+        let g = &analysis.growth;
+        let per_unit = unit_converter(g);
         let calls = tally.total();
         let summary = state.summary();
-        RunTotals {
+        // The driver's view measures the devices (another view's rows name lines).
+        let steady =
+            || (g.steady.iter()).filter(|s| is_device(s.holder) && s.view == growth::DRIVER);
+        let mut metrics = SiteMetrics {
             live_count: analysis.leaks.device.count,
             live_bytes: analysis.leaks.device.bytes,
             host_bytes: analysis.leaks.host.bytes,
-            peak_bytes: analysis
-                .peaks
-                .holders
-                .iter()
+            peak_bytes: (analysis.peaks.holders.iter())
                 .filter(|h| is_device(h.holder))
                 .map(|h| h.peak.bytes)
                 .sum(),
-            growth: per_unit(
-                analysis
-                    .growth
-                    .holders
-                    .iter()
-                    .filter(|h| is_device(h.holder))
-                    .map(|h| h.steady_growth)
+            growth: per_unit(steady().map(|s| s.course.rate).sum()),
+            confident_growth: per_unit(
+                steady()
+                    .filter(|s| g.confident(&s.course))
+                    .map(|s| s.course.rate)
                     .sum(),
             ),
-            allocations: calls.allocations,
-            allocated_bytes: calls.allocated_bytes,
             orphans: analysis.orphans.total.count,
             orphan_bytes: analysis.orphans.total.bytes,
-            failures: state.failures().total(),
-            out_of_memory: analysis.ooms.total,
+            ..SiteMetrics::default()
+        };
+        add_calls(&mut metrics, &calls);
+        metrics.failures = state.failures().total();
+        metrics.out_of_memory = analysis.ooms.total;
+        RunTotals {
+            metrics,
             communicators: state.communicators().filter(|c| !c.state.is_gone()).count() as u64,
             communicator_bytes: summary.by_communicator.iter().map(|c| c.bytes).sum(),
+        }
+    }
+
+    /// The median of each number over `all` (at least one).
+    pub fn median(all: &[&RunTotals]) -> RunTotals {
+        let metrics: Vec<SiteMetrics> = all.iter().map(|t| t.metrics).collect();
+        RunTotals {
+            metrics: SiteMetrics::median(&metrics),
+            communicators: median_u64(all.iter().map(|t| t.communicators).collect()),
+            communicator_bytes: median_u64(all.iter().map(|t| t.communicator_bytes).collect()),
         }
     }
 }
@@ -177,6 +142,9 @@ pub struct SiteProfile {
     /// Whether the site is one of several Python lines that reached one native stack: its peak
     /// and growth are then estimated from the objects it still holds (see `compare::lines`).
     pub shared_stack: bool,
+    /// Whether its line kept the memory, or is where a framework's allocator asked the driver
+    /// for memory (a segment: what keeps it may be another line).
+    pub line_means: LineMeaning,
     /// The mixed stack of its largest call.
     #[serde(skip)]
     pub frames: Vec<StackFrame>,
@@ -210,6 +178,43 @@ pub struct Profile {
     pub executed: ExecutedLines,
     /// The program's main script: the file of the outermost Python frame most calls had.
     pub main_script: Option<String>,
+    /// When its device would be full at a growth of its own (`None`: the device's size is not
+    /// known, or the profile is a median).
+    pub fill: Option<Fill>,
+}
+
+/// When a trace's device would be full at a growth of its own, as the report's analysis projects
+/// its devices' growth: from the bytes left on the device with the least at the end of its
+/// steady state, against the same horizon.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fill {
+    headroom: Headroom,
+    unit: GrowthUnit,
+    /// Units ([`GrowthUnit`]) per sample unit of the analysis: 1 per step, a window's seconds.
+    per_sample: f64,
+}
+
+impl Fill {
+    /// The fill of a trace's `growth`.
+    pub fn of(growth: &Growth) -> Option<Fill> {
+        let headroom = (growth.holders.iter())
+            .filter(|h| is_device(h.holder))
+            .filter_map(|h| growth.headroom(h.holder))
+            .min_by_key(|h| h.room)?;
+        Some(Fill {
+            headroom,
+            unit: growth_unit(growth),
+            per_sample: match (growth.axis, growth.window_ns) {
+                (SampleAxis::Time, Some(w)) => w as f64 / 1e9,
+                _ => 1.0,
+            },
+        })
+    }
+
+    /// When the device is full at `rate` more bytes per `unit`; `None` in another unit.
+    pub fn at(&self, rate: f64, unit: GrowthUnit) -> Option<Projection> {
+        (unit == self.unit).then(|| self.headroom.project(rate * self.per_sample))
+    }
 }
 
 fn is_device(h: Holder) -> bool {
@@ -218,7 +223,7 @@ fn is_device(h: Holder) -> bool {
 
 /// Turns the growth analysis's slopes (per step, or per time window) into bytes per
 /// [`GrowthUnit`].
-fn unit_converter(g: &Growth) -> impl Fn(f64) -> f64 {
+pub fn unit_converter(g: &Growth) -> impl Fn(f64) -> f64 {
     let window = match (g.axis, g.window_ns) {
         (SampleAxis::Time, Some(w)) if w > 0 => Some(w as f64),
         _ => None,
@@ -239,6 +244,8 @@ pub fn growth_unit(g: &Growth) -> GrowthUnit {
 struct Gathered {
     metrics: SiteMetrics,
     caller: u64,
+    /// The entry point of a call there that made what the live state keeps.
+    api: Option<&'static str>,
     calls: Vec<(CallRef, CallCounts)>,
 }
 
@@ -259,7 +266,7 @@ impl Profile {
         };
         let gathered = gather(state, analysis, tally);
         let live = live_by_call(state, analysis);
-        let span = Span::of(state, unit);
+        let span = Span::of(state, analysis);
         let python = state.python_stacks();
         let mut naming = Attribution::of_state(state, symbols);
         let mut by_identity: BTreeMap<SiteIdentity, (SiteProfile, u64)> = BTreeMap::new();
@@ -269,6 +276,7 @@ impl Profile {
             let site = |line: Option<PythonLine>, calls, metrics| Site {
                 key,
                 caller: g.caller,
+                api: g.api,
                 line,
                 calls,
                 metrics,
@@ -277,7 +285,11 @@ impl Profile {
             let sites: Vec<Site<'_>> = if shared {
                 (lines.iter())
                     .map(|(line, calls)| {
-                        site(line.clone(), calls, line_metrics(calls, &live, span))
+                        site(
+                            line.clone(),
+                            calls,
+                            line_metrics(calls, &live, span, &analysis.growth),
+                        )
                     })
                     .collect()
             } else {
@@ -315,6 +327,7 @@ impl Profile {
             codes,
             executed,
             main_script,
+            fill: Fill::of(&analysis.growth),
         }
     }
 }
@@ -371,14 +384,21 @@ fn gather(
         }
     }
     let g = &analysis.growth;
-    let config = GrowthConfig::default();
-    for (site, _, points) in state.site_series(g.axis).filter(|s| is_device(s.1)) {
-        let course = Course::of(&in_units(points, g.window_ns), &config);
-        if course.shape != Shape::Steady {
+    for (site, holder, points) in state.site_series(g.axis).filter(|s| is_device(s.1)) {
+        let Some((caller, stack)) = native(site) else {
             continue;
-        }
-        if let Some((caller, stack)) = native(site) {
-            at(&mut sites, caller, stack).metrics.growth += per_unit(course.slope());
+        };
+        let gathered = at(&mut sites, caller, stack);
+        gathered.api = gathered
+            .api
+            .or_else(|| state.site_api(site).map(|a| a.name()));
+        let course = g.judge(holder, points);
+        if course.shape == Shape::Steady {
+            let m = &mut gathered.metrics;
+            m.growth += per_unit(course.rate);
+            if g.confident(&course) {
+                m.confident_growth += per_unit(course.rate);
+            }
         }
     }
     for (call, counts) in tally.iter() {
@@ -388,7 +408,7 @@ fn gather(
         if g.caller == 0 {
             g.caller = call.caller;
         }
-        g.metrics.add_calls(counts);
+        add_calls(&mut g.metrics, counts);
         g.calls.push((*call, *counts));
     }
     for g in sites.values_mut() {
@@ -412,6 +432,7 @@ fn program_line(python: &PythonStacks, py_stack: u32) -> Option<PythonLine> {
 struct Site<'a> {
     key: SiteKey,
     caller: u64,
+    api: Option<&'static str>,
     /// Its Python line, when it has one of its own.
     line: Option<PythonLine>,
     calls: &'a [(CallRef, CallCounts)],
@@ -459,6 +480,7 @@ fn add_site(by_identity: &mut BTreeMap<SiteIdentity, (SiteProfile, u64)>, named:
             site.shared_stack |= named.shared_stack;
             if size > *largest {
                 site.frames = named.frames;
+                site.line_means = named.line_means;
                 *largest = size;
             }
         }
@@ -509,34 +531,32 @@ fn name_site(naming: &mut Attribution<'_>, python: &PythonStacks, site: &Site<'_
             native,
         },
         label,
-        module,
         python_lines: lines.into_iter().collect(),
         python_inferred: inferred,
         shared_stack: site.shared,
+        line_means: if module
+            .as_deref()
+            .is_some_and(|m| OwnerKind::of_module(m).makes_pools(site.api))
+        {
+            LineMeaning::Asked
+        } else {
+            LineMeaning::Keeps
+        },
+        module,
         frames,
         metrics: site.metrics,
     }
 }
 
-/// A native site in words: the frame that asked (the first outside the CUDA libraries) and,
-/// when it has one, the first frame of another module that led there: `fw_alloc ← main at
-/// wl_train.c:88`.
+/// A native site in words, as every output names it ([`frames_label`]); its frame's
+/// `module+offset` when symbols name nothing.
 pub fn native_label(frames: &[StackFrame]) -> String {
-    let mut outside = frames
-        .iter()
-        .filter(|f| f.kind == FrameKind::Native && !f.in_cuda_library());
-    let Some(owner) = outside.next() else {
-        return "(no stack)".to_string();
-    };
-    let caller = outside.find(|f| f.module != owner.module);
-    let asked = match FrameId::of(owner) {
-        FrameId::Function { function, .. } => function,
-        id => id.to_string(),
-    };
-    match caller {
-        Some(c) => format!("{asked} ← {}", FrameId::of(c)),
-        None => asked,
-    }
+    frames_label(frames).unwrap_or_else(|| {
+        frames
+            .iter()
+            .find(|f| f.kind == FrameKind::Native && !f.in_cuda_library())
+            .map_or("(no stack)".to_string(), |f| FrameId::of(f).to_string())
+    })
 }
 
 /// Lines executed per code object, and the main script.

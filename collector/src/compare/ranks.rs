@@ -4,14 +4,33 @@
 //! A trace's distance is its largest relative deviation from the median over live memory at the
 //! end, the peak, growth, orphaned memory and failures: `|value − median| / max(|median|, floor)`,
 //! where the floor (1 MiB for memory, 64 KiB per unit for growth, 1 for failures) keeps a rank
-//! that differs from zero by a few bytes from looking infinitely odd.
+//! that differs from zero by a few bytes from looking infinitely odd. A trace's growth is that of
+//! its first cause ([`RankCause`]) when a framework's own view names it (PyTorch's tensors: the
+//! line that keeps the memory), else its devices' sustained growth in the driver's view.
+//!
+//! A trace is odd ([`RankRow::odd`]) when its distance is at least [`ODD_DISTANCE`] or it has a
+//! finding that fewer than half of the other traces have: those are the traces worth reading.
 
 use std::cmp::Ordering;
 
 use serde::Serialize;
 
-use super::median::median_f64;
+use super::metrics::median_f64;
 use super::profile::{GrowthUnit, RunTotals};
+
+/// A distance from which a trace is odd: one of its numbers is off the median by half of it.
+pub const ODD_DISTANCE: f64 = 0.5;
+
+/// The first cause of steady growth of a trace's diagnosis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankCause {
+    /// Where, as the report says it (`train.py:42 in step (PyTorch tensors)`).
+    pub site: String,
+    /// Bytes per unit ([`RankInput::unit`]).
+    pub rate: f64,
+    /// Whether a framework's own view names it (not the driver's).
+    pub framework_view: bool,
+}
 
 /// One trace of a job, as the rank table needs it.
 #[derive(Clone, Debug, PartialEq)]
@@ -22,6 +41,20 @@ pub struct RankInput {
     pub pid: u32,
     pub unit: GrowthUnit,
     pub totals: RunTotals,
+    pub first_cause: Option<RankCause>,
+    /// Its findings worth attention (alerts and warnings), each named by its class and place.
+    pub findings: Vec<String>,
+}
+
+impl RankInput {
+    /// The trace's growth: its first cause's when a framework's own view names it, else its
+    /// devices' sustained growth.
+    fn growth(&self) -> f64 {
+        match &self.first_cause {
+            Some(c) if c.framework_view => c.rate,
+            _ => self.totals.metrics.growth,
+        }
+    }
 }
 
 /// One row of the rank table.
@@ -33,9 +66,14 @@ pub struct RankRow {
     pub pid: u32,
     pub live_bytes: u64,
     pub peak_bytes: u64,
-    /// Sustained growth, bytes per `growth_unit`.
+    /// Bytes per `growth_unit`: the first cause's growth when a framework's own view names it
+    /// (PyTorch's tensors), else the devices' sustained growth.
     pub growth: f64,
     pub growth_unit: GrowthUnit,
+    /// The first cause of steady growth, as the report names it, and its own rate per
+    /// `growth_unit` (on its holder: a device, or host memory); `null` without one.
+    pub growth_at: Option<String>,
+    pub cause_growth: Option<f64>,
     pub orphans: u64,
     pub orphan_bytes: u64,
     pub failures: u64,
@@ -45,13 +83,18 @@ pub struct RankRow {
     pub differs_in: Option<&'static str>,
     pub value: f64,
     pub median: f64,
+    /// Findings (alerts and warnings) that fewer than half of the other traces have.
+    pub own_findings: Vec<String>,
+    /// Whether the trace differs from the others: a distance of at least [`ODD_DISTANCE`], or
+    /// a finding of its own.
+    pub odd: bool,
 }
 
 const MIB: f64 = (1u64 << 20) as f64;
 
 /// The numbers compared: name, value, and the floor of the denominator.
 fn measures(r: &RankInput, growth: bool) -> Vec<(&'static str, f64, f64)> {
-    let t = &r.totals;
+    let t = &r.totals.metrics;
     let mut m = vec![
         ("live_bytes", t.live_bytes as f64, MIB),
         ("peak_bytes", t.peak_bytes as f64, MIB),
@@ -59,9 +102,25 @@ fn measures(r: &RankInput, growth: bool) -> Vec<(&'static str, f64, f64)> {
         ("failures", t.failures as f64, 1.0),
     ];
     if growth {
-        m.insert(2, ("growth", t.growth, 64.0 * 1024.0));
+        m.insert(2, ("growth", r.growth(), 64.0 * 1024.0));
     }
     m
+}
+
+/// The findings of `traces[i]` that fewer than half of the other traces have.
+fn own_findings(traces: &[RankInput], i: usize) -> Vec<String> {
+    let others = traces.len() - 1;
+    let mut own: Vec<String> = (traces[i].findings.iter())
+        .filter(|f| {
+            let with = (traces.iter().enumerate())
+                .filter(|&(j, t)| j != i && t.findings.contains(f))
+                .count();
+            2 * with < others
+        })
+        .cloned()
+        .collect();
+    own.dedup();
+    own
 }
 
 /// The rows of `traces`, the one farthest from the median first (then by rank, then pid).
@@ -75,9 +134,8 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
     let medians: Vec<f64> = (0..names.len())
         .map(|i| median_f64(traces.iter().map(|t| measures(t, growth)[i].1).collect()))
         .collect();
-    let mut rows: Vec<RankRow> = traces
-        .iter()
-        .map(|t| {
+    let mut rows: Vec<RankRow> = (traces.iter().enumerate())
+        .map(|(n, t)| {
             let mut worst: Option<(&'static str, f64, f64, f64)> = None;
             for (i, (name, value, floor)) in measures(t, growth).into_iter().enumerate() {
                 let median = medians[i];
@@ -86,7 +144,9 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
                     worst = Some((name, d, value, median));
                 }
             }
-            let x = &t.totals;
+            let x = &t.totals.metrics;
+            let distance = worst.map_or(0.0, |w| w.1);
+            let own_findings = own_findings(traces, n);
             RankRow {
                 path: t.path.clone(),
                 rank: t.rank,
@@ -94,15 +154,19 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
                 pid: t.pid,
                 live_bytes: x.live_bytes,
                 peak_bytes: x.peak_bytes,
-                growth: x.growth,
+                growth: t.growth(),
                 growth_unit: t.unit,
+                growth_at: t.first_cause.as_ref().map(|c| c.site.clone()),
+                cause_growth: t.first_cause.as_ref().map(|c| c.rate),
                 orphans: x.orphans,
                 orphan_bytes: x.orphan_bytes,
                 failures: x.failures,
-                distance: worst.map_or(0.0, |w| w.1),
+                distance,
                 differs_in: worst.map(|w| w.0),
                 value: worst.map_or(0.0, |w| w.2),
                 median: worst.map_or(0.0, |w| w.3),
+                odd: distance >= ODD_DISTANCE || !own_findings.is_empty(),
+                own_findings,
             }
         })
         .collect();
@@ -120,6 +184,7 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::SiteMetrics;
 
     fn trace(rank: i32, live_mib: u64) -> RankInput {
         RankInput {
@@ -129,10 +194,15 @@ mod tests {
             pid: 100 + rank as u32,
             unit: GrowthUnit::Step,
             totals: RunTotals {
-                live_bytes: live_mib << 20,
-                peak_bytes: 64 << 20,
+                metrics: SiteMetrics {
+                    live_bytes: live_mib << 20,
+                    peak_bytes: 64 << 20,
+                    ..SiteMetrics::default()
+                },
                 ..RunTotals::default()
             },
+            first_cause: None,
+            findings: Vec::new(),
         }
     }
 
@@ -150,6 +220,40 @@ mod tests {
         assert_eq!(rest, [0, 1, 2, 3, 4, 6, 7].map(Some));
         assert!(rows[1..]
             .iter()
-            .all(|r| r.distance == 0.0 && r.differs_in.is_none()));
+            .all(|r| r.distance == 0.0 && r.differs_in.is_none() && !r.odd));
+        assert!(rows[0].odd);
+    }
+
+    #[test]
+    fn a_finding_the_others_lack_makes_a_rank_odd() {
+        let mut traces: Vec<RankInput> = (0..4).map(|r| trace(r, 20)).collect();
+        for t in &mut traces {
+            t.findings.push("orphan at comm.py:3".into());
+        }
+        traces[2]
+            .findings
+            .push("steady growth at train.py:48".into());
+        // A cause the tensors name gives the rank its growth, and its line.
+        traces[2].first_cause = Some(RankCause {
+            site: "train.py:48 in <module> (PyTorch tensors)".into(),
+            rate: 8.0 * MIB,
+            framework_view: true,
+        });
+        traces[2].totals.metrics.growth = 11.0 * MIB;
+        let rows = rank_rows(&traces);
+        assert_eq!(rows[0].rank, Some(2));
+        assert_eq!(rows[0].own_findings, ["steady growth at train.py:48"]);
+        assert_eq!(
+            (rows[0].growth, rows[0].differs_in),
+            (8.0 * MIB, Some("growth"))
+        );
+        assert_eq!(
+            rows[0].growth_at.as_deref(),
+            Some("train.py:48 in <module> (PyTorch tensors)")
+        );
+        assert!(rows[0].odd);
+        assert!(rows[1..]
+            .iter()
+            .all(|r| !r.odd && r.own_findings.is_empty()));
     }
 }

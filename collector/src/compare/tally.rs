@@ -4,7 +4,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::event::{Event, Op};
-use crate::live::means_out_of_memory;
+use crate::live::{means_out_of_memory, means_shutting_down};
 use crate::symbols::CallRef;
 
 /// Counts of one call (caller, native stack, Python stack).
@@ -49,6 +49,7 @@ impl CallTally {
             Op::Free { .. }
             | Op::FreeHost { .. }
             | Op::MarkStep { .. }
+            | Op::MarkIteration { .. }
             | Op::RangePush { .. }
             | Op::RangePop
             | Op::Mark { .. }
@@ -65,7 +66,7 @@ impl CallTally {
                 c.allocations += 1;
                 c.allocated_bytes += size;
             }
-        } else {
+        } else if !means_shutting_down(e) {
             c.failures += 1;
             c.out_of_memory += u64::from(means_out_of_memory(e));
         }

@@ -15,19 +15,20 @@
 //! the very same tensors (bytes and count) are one line moved, when nothing else paired them
 //! ([`MatchHow::SameTensors`]).
 
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::diff::{Check, Count, Rate, SiteStatus, Thresholds};
 use super::identity::{PythonLine, SiteIdentity};
-use super::matching::{MatchHow, Matching, SitePair};
-use super::profile::{Profile, SiteMetrics, SiteProfile};
+use super::matching::{MatchHow, Matching};
+use super::metrics::{median_u64, record, Count, Rate, SiteMetrics};
+use super::profile::{GrowthUnit, Profile, SiteProfile};
+use super::row::{most_changed_first, Measures, Row};
 use super::sources::SourceSearch;
-use crate::analysis::course::{Course, Shape};
-use crate::analysis::GrowthConfig;
-use crate::torch::{LineGrowth, TensorHistory, TorchView, View};
+use super::verdict::{new_growth, Check, NewGrowth, Thresholds};
+use crate::analysis::{Growth, LineMeaning, Shape};
+use crate::live::Holder;
+use crate::torch::{AllocatorSnapshot, LineGrowth, TensorHistory, TorchView, View, VIEW_NAME};
 
 /// The words for the recorder's view in tables and JSON (`view_name`).
 pub const TENSOR_VIEW_NAME: &str = "tensors (PyTorch recorder)";
@@ -42,21 +43,34 @@ pub const fn view_name(view: View) -> &'static str {
     }
 }
 
+record! {
+    /// What one Python line's tensors are in one run.
+    pub struct TensorMetrics {
+        /// Tensors and bytes (requested) live at the end.
+        live_count,
+        live_bytes,
+        /// Of `live_bytes`, those whose line was inferred (allocated on a thread without Python,
+        /// such as the autograd engine's).
+        inferred_bytes,
+        ;
+        /// Bytes per step by which the tensors still live at the end piled up, over the steps
+        /// the recorder's window holds whole, when they piled up steadily (else 0).
+        growth,
+        /// Of `growth`, what was judged sure ([`Growth::confident`]).
+        confident_growth,
+    }
+    /// B's numbers of a line minus A's (a line missing from a run counts as zeros there).
+    pub struct TensorChange;
+}
+
 /// One Python line's tensors in one run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TensorLine {
     /// The line (the innermost frame of the program's own code); `null` for tensors without a
     /// stack.
     pub line: Option<PythonLine>,
-    /// Tensors and bytes (requested) live at the end.
-    pub live_count: u64,
-    pub live_bytes: u64,
-    /// Of `live_bytes`, those whose line was inferred (allocated on a thread without Python,
-    /// such as the autograd engine's).
-    pub inferred_bytes: u64,
-    /// Bytes per step by which the tensors still live at the end piled up, over the steps the
-    /// recorder's window holds whole, when they piled up steadily (else 0).
-    pub growth: f64,
+    #[serde(flatten)]
+    pub metrics: TensorMetrics,
 }
 
 impl TensorLine {
@@ -65,6 +79,45 @@ impl TensorLine {
         self.line
             .as_ref()
             .map_or_else(|| "(no stack)".to_string(), |l| l.to_string())
+    }
+}
+
+impl Measures for TensorLine {
+    type Change = TensorChange;
+
+    fn change(a: Option<&Self>, b: Option<&Self>) -> TensorChange {
+        let zero = TensorMetrics::default();
+        let of = |l: Option<&Self>| l.map_or(zero, |l| l.metrics);
+        TensorMetrics::change(&of(a), &of(b))
+    }
+
+    fn held(&self) -> u64 {
+        self.metrics.live_bytes
+    }
+
+    fn growth(&self) -> f64 {
+        self.metrics.growth
+    }
+
+    fn confident_growth(&self) -> f64 {
+        self.metrics.confident_growth
+    }
+
+    /// Live bytes first, then growth, then the count.
+    fn magnitude(c: &TensorChange) -> Vec<u64> {
+        vec![
+            c.live_bytes.unsigned_abs(),
+            c.growth.abs().round() as u64,
+            c.live_count.unsigned_abs(),
+        ]
+    }
+
+    fn live_change(c: &TensorChange) -> i64 {
+        c.live_bytes
+    }
+
+    fn growth_change(c: &TensorChange) -> f64 {
+        c.growth
     }
 }
 
@@ -94,16 +147,18 @@ pub struct TensorProfile {
 }
 
 impl TensorProfile {
-    /// The per-line tensors of a trace's last recorder snapshot; `None` without one.
-    pub fn of(view: &TorchView) -> Option<TensorProfile> {
+    /// The per-line tensors of a trace's last recorder snapshot, their growth judged as the
+    /// trace's `growth` judges every series ([`Growth::judge`]); `None` without a snapshot.
+    pub fn of(view: &TorchView, growth: &Growth) -> Option<TensorProfile> {
         let snapshot = view.snapshot.as_ref()?;
         let mut history = TensorHistory::new(snapshot);
-        let growth = history.survivor_growth_at_marks();
-        let steps_measured = growth.first().map_or(0, |g| g.steps_measured);
-        let growth_of: BTreeMap<Option<u32>, f64> =
-            growth.iter().map(|g| (g.frame, steady_growth(g))).collect();
+        let per_line = history.survivor_growth_at_marks();
+        let steps_measured = per_line.first().map_or(0, |g| g.steps_measured);
+        let growth_of: BTreeMap<Option<u32>, (f64, f64)> = (per_line.iter())
+            .map(|g| (g.frame, steady_growth(g, snapshot, growth)))
+            .collect();
         // Frames are interned, but two could still name one line: add them up by line.
-        let mut by_line: BTreeMap<Option<PythonLine>, TensorLine> = BTreeMap::new();
+        let mut by_line: BTreeMap<Option<PythonLine>, TensorMetrics> = BTreeMap::new();
         for l in history.live_at_end() {
             let line = l.frame.map(|f| {
                 let frame = &snapshot.frames[f as usize];
@@ -113,42 +168,78 @@ impl TensorProfile {
                     line: frame.line,
                 }
             });
-            let t = by_line.entry(line.clone()).or_insert(TensorLine {
-                line,
-                live_count: 0,
-                live_bytes: 0,
-                inferred_bytes: 0,
-                growth: 0.0,
+            let (rate, sure) = growth_of.get(&l.frame).copied().unwrap_or_default();
+            by_line.entry(line).or_default().add(&TensorMetrics {
+                live_count: l.count,
+                live_bytes: l.bytes,
+                inferred_bytes: l.inferred_bytes,
+                growth: rate,
+                confident_growth: sure,
             });
-            t.live_count += l.count;
-            t.live_bytes += l.bytes;
-            t.inferred_bytes += l.inferred_bytes;
-            t.growth += growth_of.get(&l.frame).copied().unwrap_or(0.0);
         }
-        let mut lines: Vec<TensorLine> = by_line.into_values().collect();
-        lines.sort_by(|a, b| {
-            b.live_bytes
-                .cmp(&a.live_bytes)
-                .then_with(|| a.line.cmp(&b.line))
-        });
+        let lines = (by_line.into_iter())
+            .map(|(line, metrics)| TensorLine { line, metrics })
+            .collect();
         let run = TensorRun {
-            live_count: lines.iter().map(|l| l.live_count).sum(),
-            live_bytes: lines.iter().map(|l| l.live_bytes).sum(),
-            growth: lines.iter().map(|l| l.growth).sum(),
             steps: snapshot.step_marks.len() as u64,
             steps_measured,
             ring_full: snapshot.ring_full(),
             unmatched: history.unmatched(),
+            ..TensorRun::default()
         };
-        Some(TensorProfile { run, lines })
+        Some(TensorProfile { run, lines }.sorted())
+    }
+
+    /// The lines most live bytes first, and the run's totals added up from them.
+    fn sorted(mut self) -> Self {
+        self.lines.sort_by(|a, b| {
+            (b.metrics.live_bytes)
+                .cmp(&a.metrics.live_bytes)
+                .then_with(|| a.line.cmp(&b.line))
+        });
+        let sum = |f: fn(&TensorMetrics) -> u64| self.lines.iter().map(|l| f(&l.metrics)).sum();
+        self.run.live_count = sum(|m| m.live_count);
+        self.run.live_bytes = sum(|m| m.live_bytes);
+        self.run.growth = self.lines.iter().map(|l| l.metrics.growth).sum();
+        self
+    }
+
+    /// The median of several runs' tensors (the ranks of a job other than the one under
+    /// suspicion), as [`Profile::median`] takes the median of their call sites: a line belongs
+    /// to it when more than half of the runs have it, a run without it counting as zeros.
+    pub fn median(runs: &[&TensorProfile]) -> TensorProfile {
+        let n = runs.len();
+        let mut by_line: BTreeMap<&Option<PythonLine>, Vec<TensorMetrics>> = BTreeMap::new();
+        for r in runs {
+            for l in &r.lines {
+                by_line.entry(&l.line).or_default().push(l.metrics);
+            }
+        }
+        let lines = (by_line.into_iter())
+            .filter(|(_, all)| 2 * all.len() > n)
+            .map(|(line, mut all)| {
+                all.resize(n, TensorMetrics::default());
+                TensorLine {
+                    line: line.clone(),
+                    metrics: TensorMetrics::median(&all),
+                }
+            })
+            .collect();
+        let of = |f: fn(&TensorRun) -> u64| median_u64(runs.iter().map(|r| f(&r.run)).collect());
+        let run = TensorRun {
+            steps: of(|r| r.steps),
+            steps_measured: of(|r| r.steps_measured as u64) as usize,
+            ring_full: runs.iter().any(|r| r.run.ring_full),
+            unmatched: of(|r| r.unmatched),
+            ..TensorRun::default()
+        };
+        TensorProfile { run, lines }.sorted()
     }
 
     /// The lines as sites of a profile the driver diff's matching can pair: each a Python line
     /// without native frames, with `driver`'s code objects, executed lines and main script.
     fn as_profile(&self, driver: &Profile) -> Profile {
-        let sites = self
-            .lines
-            .iter()
+        let sites = (self.lines.iter())
             .map(|l| SiteProfile {
                 identity: SiteIdentity {
                     python: l.line.clone(),
@@ -157,13 +248,15 @@ impl TensorProfile {
                 label: l.label(),
                 module: None,
                 python_lines: l.line.iter().cloned().collect(),
-                python_inferred: l.inferred_bytes > 0,
+                python_inferred: l.metrics.inferred_bytes > 0,
                 shared_stack: false,
+                line_means: LineMeaning::Keeps,
                 frames: Vec::new(),
                 metrics: SiteMetrics {
-                    live_count: l.live_count,
-                    live_bytes: l.live_bytes,
-                    growth: l.growth,
+                    live_count: l.metrics.live_count,
+                    live_bytes: l.metrics.live_bytes,
+                    growth: l.metrics.growth,
+                    confident_growth: l.metrics.confident_growth,
                     ..SiteMetrics::default()
                 },
             })
@@ -175,9 +268,10 @@ impl TensorProfile {
     }
 }
 
-/// The slope of a line's survivors added up step by step over the measured steps, when they
-/// pile up steadily ([`Course`]); 0 otherwise.
-fn steady_growth(g: &LineGrowth) -> f64 {
+/// The rate of a line's survivors added up step by step over the measured steps when they pile
+/// up steadily, and the same when that growth is sure; 0 otherwise. Judged on the trace's
+/// first device, at the trace's step numbers (a step mark `k` is sample `k - 1`).
+fn steady_growth(g: &LineGrowth, snapshot: &AllocatorSnapshot, growth: &Growth) -> (f64, f64) {
     // The measured steps are the last closed ones: every step but the open last one, from the
     // first that starts inside the recorder's window.
     let end = g.per_step.len().saturating_sub(1);
@@ -186,52 +280,28 @@ fn steady_growth(g: &LineGrowth) -> f64 {
     let points: Vec<(u64, u64)> = (first..end)
         .map(|i| {
             held += g.per_step[i];
-            (i as u64, held)
+            let x = snapshot.step_marks.get(i).map_or(i as u64, |m| m.step);
+            (x.saturating_sub(1), held)
         })
         .collect();
-    let course = Course::of(&points, &GrowthConfig::default());
-    if course.shape == Shape::Steady {
-        course.slope()
-    } else {
-        0.0
+    let device = (growth.holders.iter())
+        .map(|h| h.holder)
+        .find(|h| matches!(h, Holder::Device { .. }))
+        .unwrap_or(Holder::Device { device: 0 });
+    let course = growth.judge_in_view(crate::torch::VIEW, device, points);
+    match course.shape {
+        Shape::Steady if growth.confident(&course) => (course.rate, course.rate),
+        Shape::Steady => (course.rate, 0.0),
+        _ => (0.0, 0.0),
     }
 }
 
-/// B's numbers of a line minus A's (a line missing from a run counts as zeros there).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct TensorChange {
-    pub live_count: i64,
-    pub live_bytes: i64,
-    pub growth: f64,
-}
+/// What else names a line of the per-tensor view: nothing but its label.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LinePlace {}
 
 /// One Python line whose tensors changed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TensorLineDiff {
-    /// The line as B names it (as A names it when B lacks it).
-    pub label: String,
-    /// A's name for it when it differs (a moved line).
-    pub a_label: Option<String>,
-    pub status: SiteStatus,
-    /// How A's and B's lines were paired, and whether that was a guess.
-    #[serde(rename = "match")]
-    pub how: MatchHow,
-    pub guessed: bool,
-    pub a: Option<TensorLine>,
-    pub b: Option<TensorLine>,
-    pub change: TensorChange,
-}
-
-impl TensorLineDiff {
-    /// How much changed, for ranking: live bytes first, then growth, then the count.
-    fn magnitude(&self) -> (u64, u64, u64) {
-        (
-            self.change.live_bytes.unsigned_abs(),
-            self.change.growth.abs().round() as u64,
-            self.change.live_count.unsigned_abs(),
-        )
-    }
-}
+pub type TensorLineDiff = Row<TensorLine, LinePlace>;
 
 /// The per-tensor comparison of two runs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -245,11 +315,14 @@ pub struct TensorDiff {
     pub live_count: Count,
     /// Bytes per step; `null` when a run's recorder window holds no whole step.
     pub growth: Option<Rate>,
-    /// The thresholds checked in this view (`tensor_live_bytes`, `tensor_growth_per_step`);
-    /// they are also among the verdict's checks.
+    /// The thresholds checked in this view (`tensor_live_bytes`, `tensor_growth_per_step`,
+    /// `tensor_new_growth`); they are also among the verdict's checks.
     pub checks: Vec<Check>,
+    /// The lines that grow steadily in B where they do not in A.
+    pub new_growth: Vec<NewGrowth>,
     /// Whether this view found a change beyond the thresholds (either way: B holding more, or
-    /// less): its lines then explain the difference and rank before the driver's call sites.
+    /// less), or a new growth that is a regression: its lines then explain the difference and
+    /// rank before the driver's call sites.
     pub explains: bool,
     pub matched: usize,
     pub guessed: usize,
@@ -278,35 +351,29 @@ impl TensorDiff {
             let la = pair.a.map(|i| &a.lines[i]);
             let lb = pair.b.map(|j| &b.lines[j]);
             match (la, lb) {
-                (Some(_), Some(_)) => {
+                (Some(x), Some(y)) => {
                     matched += 1;
                     guessed += usize::from(pair.guessed);
+                    if x.metrics == y.metrics {
+                        unchanged += 1;
+                        continue;
+                    }
                 }
                 (Some(_), None) => only_in_a += 1,
                 _ => only_in_b += 1,
             }
-            let same = |x: &TensorLine, y: &TensorLine| {
-                (x.live_count, x.live_bytes, x.growth) == (y.live_count, y.live_bytes, y.growth)
-            };
-            if let (Some(x), Some(y)) = (la, lb) {
-                if same(x, y) {
-                    unchanged += 1;
-                    continue;
-                }
-            }
-            lines.push(line_diff(la, lb, pair));
+            let named = |l: Option<&TensorLine>| l.map(TensorLine::label);
+            lines.push(Row::of(
+                (la, named(la)),
+                (lb, named(lb)),
+                pair,
+                LinePlace::default(),
+            ));
         }
-        lines.sort_by(|x, y| {
-            Reverse(x.magnitude())
-                .cmp(&Reverse(y.magnitude()))
-                .then_with(|| x.label.cmp(&y.label))
-        });
+        most_changed_first(&mut lines);
         let live_bytes = Count::of(a.run.live_bytes, b.run.live_bytes);
-        let growth = (a.run.steps_measured > 0 && b.run.steps_measured > 0).then_some(Rate {
-            a: a.run.growth,
-            b: b.run.growth,
-            change: b.run.growth - a.run.growth,
-        });
+        let growth = (a.run.steps_measured > 0 && b.run.steps_measured > 0)
+            .then(|| Rate::of(a.run.growth, b.run.growth));
         let mut checks = vec![Check::of(
             "tensor_live_bytes",
             live_bytes.change as f64,
@@ -319,6 +386,16 @@ impl TensorDiff {
                 thresholds.growth_per_step,
             ));
         }
+        let (check, new_growth) = new_growth(
+            (View::AllocatorTensors, "tensor_new_growth"),
+            (&lines, |_: &TensorLineDiff| {
+                (Some(VIEW_NAME.to_string()), LineMeaning::Keeps)
+            }),
+            growth,
+            (GrowthUnit::Step, pb.fill.as_ref()),
+            thresholds,
+        );
+        checks.push(check);
         TensorDiff {
             view: View::AllocatorTensors,
             view_name: TENSOR_VIEW_NAME,
@@ -327,9 +404,13 @@ impl TensorDiff {
             live_bytes,
             live_count: Count::of(a.run.live_count, b.run.live_count),
             growth,
-            // A change beyond a threshold either way: a leak added, or one fixed.
-            explains: checks.iter().any(|c| c.change.abs() > c.threshold),
+            // A change beyond a threshold either way (a leak added, or one fixed), or a new
+            // growth.
+            explains: checks
+                .iter()
+                .any(|c| c.change.abs() > c.threshold || c.exceeded),
             checks,
+            new_growth,
             matched,
             guessed,
             only_in_a,
@@ -337,41 +418,6 @@ impl TensorDiff {
             unchanged,
             lines,
         }
-    }
-}
-
-fn line_diff(a: Option<&TensorLine>, b: Option<&TensorLine>, pair: &SitePair) -> TensorLineDiff {
-    let zero = TensorLine {
-        line: None,
-        live_count: 0,
-        live_bytes: 0,
-        inferred_bytes: 0,
-        growth: 0.0,
-    };
-    let (x, y) = (a.unwrap_or(&zero), b.unwrap_or(&zero));
-    let status = match (x.live_bytes, y.live_bytes) {
-        (0, 0) => SiteStatus::Changed,
-        (0, _) => SiteStatus::New,
-        (_, 0) => SiteStatus::Gone,
-        (p, q) if q > p => SiteStatus::Grew,
-        (p, q) if q < p => SiteStatus::Shrank,
-        _ => SiteStatus::Changed,
-    };
-    let named = b.or(a).expect("a pair has a line on one side");
-    let label = named.label();
-    TensorLineDiff {
-        a_label: a.map(TensorLine::label).filter(|l| *l != label),
-        label,
-        status,
-        how: pair.how,
-        guessed: pair.guessed,
-        a: a.cloned(),
-        b: b.cloned(),
-        change: TensorChange {
-            live_count: y.live_count as i64 - x.live_count as i64,
-            live_bytes: y.live_bytes as i64 - x.live_bytes as i64,
-            growth: y.growth - x.growth,
-        },
     }
 }
 

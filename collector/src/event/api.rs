@@ -130,6 +130,7 @@ apis! {
     NvtxMark => "nvtxMark", Tracer;
     TracerMemInfo => "cuMemGetInfo_v2", Tracer;
     CuDevicePrimaryCtxRetain => "cuDevicePrimaryCtxRetain", Driver;
+    TracerMarkIteration => "vramtrace_mark_iteration", Tracer;
 }
 
 impl Api {

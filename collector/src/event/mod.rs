@@ -253,4 +253,8 @@ pub enum Op {
     DeviceMemory { free: u64, total: u64 },
     /// A reference to a device's primary context taken (`cuDevicePrimaryCtxRetain`).
     PrimaryCtxRetain { device: i32, ctx: u64 },
+    /// An iteration of the program's outermost loop as a framework sees it (the Python hooks
+    /// of `vramtrace run`: each outermost `nn.Module` call of a program with no optimizer):
+    /// the step of a loop that never marks one (`vramtrace_mark_iteration`; `n` from 1).
+    MarkIteration { n: u64 },
 }

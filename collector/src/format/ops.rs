@@ -237,4 +237,5 @@ operations! {
     Mark { name },
     DeviceMemory { free, total },
     PrimaryCtxRetain { device, ctx },
+    MarkIteration { n },
 }

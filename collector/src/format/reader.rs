@@ -50,6 +50,16 @@ impl Ending {
         }
     }
 
+    /// `complete`, `no-end-record`, `truncated` or `corrupt`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Ending::Complete => "complete",
+            Ending::NoEndRecord { .. } => "no-end-record",
+            Ending::Truncated { .. } => "truncated",
+            Ending::Corrupt { .. } => "corrupt",
+        }
+    }
+
     /// Whether the trace is whole.
     pub fn is_complete(&self) -> bool {
         matches!(self, Ending::Complete)

@@ -6,6 +6,7 @@
 //! objects keep the call's id), and an event like one seen before finds its call with one hash
 //! lookup.
 
+use super::failures::means_shutting_down;
 use super::ledger::{Charge, Holder};
 use super::objects::Origin;
 use super::sites::CallId;
@@ -88,6 +89,7 @@ impl LiveState {
     #[inline]
     pub fn apply_event(&mut self, e: &Event) {
         self.events += 1;
+        self.begin_endings(e);
         if e.seq != self.last_seq + 1 {
             self.sequence_break(e.seq);
         }
@@ -305,7 +307,16 @@ impl LiveState {
             &Op::MarkStep { .. } => {
                 self.marks += 1;
                 self.detector.turn_off();
-                if self.step_source == StepSource::Marks {
+                if matches!(self.step_source, StepSource::Marks | StepSource::StepMarks) {
+                    self.step_boundary(e.time_ns);
+                }
+                None
+            }
+            &Op::MarkIteration { .. } => {
+                self.iterations += 1;
+                self.detector.turn_off();
+                if self.step_source == StepSource::Marks && self.marks == 0 {
+                    self.iteration_steps += 1;
                     self.step_boundary(e.time_ns);
                 }
                 None
@@ -339,6 +350,10 @@ impl LiveState {
             Op::Free { ptr, .. } => self.on_failed_free(e, ptr, false),
             Op::FreeHost { ptr } => self.on_failed_free(e, ptr, true),
             _ => {}
+        }
+        if means_shutting_down(e) {
+            self.failures.record_shutting_down(e.api);
+            return;
         }
         let ledger = &self.ledger;
         let failure = Failure::new(e, origin, |d| {

@@ -79,6 +79,7 @@ impl LiveState {
         for a in gone {
             freed.add(a.size);
             self.discharge_allocation(&a);
+            self.ended_now(&a);
         }
         let arrays: Vec<u64> = self
             .memory
@@ -91,6 +92,7 @@ impl LiveState {
             if let Some(a) = self.memory.arrays.remove(&id) {
                 freed.add(a.bytes);
                 self.discharge_array(&a);
+                self.ended_now(&a);
             }
         }
         freed

@@ -13,6 +13,11 @@ use crate::format::{End, Lookup, Stats};
 use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
 
+/// See [`LiveState::steps_after_pattern`].
+pub const QUIET_FACTOR: u64 = 100;
+/// See [`LiveState::steps_after_pattern`].
+pub const QUIET_MIN_NS: u64 = 1_000_000_000;
+
 impl LiveState {
     /// Device memory live on `device` now.
     pub fn device_bytes(&self, device: i32) -> u64 {
@@ -94,6 +99,23 @@ impl LiveState {
         self.marks
     }
 
+    /// Iteration marks seen (`vramtrace_mark_iteration`), whatever the step source.
+    pub fn iterations(&self) -> u64 {
+        self.iterations
+    }
+
+    /// Iteration marks that began a step (with [`StepSource::Marks`], before the first step
+    /// mark).
+    pub fn iteration_steps(&self) -> u64 {
+        self.iteration_steps
+    }
+
+    /// Whether the steps applied are the program's marks (step marks, or iteration marks).
+    pub fn steps_from_marks(&self) -> bool {
+        matches!(self.step_source, StepSource::Marks | StepSource::StepMarks)
+            && (self.marks > 0 || self.iteration_steps > 0)
+    }
+
     /// Where steps come from.
     pub fn step_source(&self) -> &StepSource {
         &self.step_source
@@ -118,7 +140,7 @@ impl LiveState {
                 p.boundaries = applied.into();
                 Some(p)
             }
-            StepSource::Marks => self.detector.detect(),
+            StepSource::Marks | StepSource::StepMarks => self.detector.detect(),
         }
     }
 
@@ -129,13 +151,39 @@ impl LiveState {
     pub fn unapplied_steps(&self) -> Option<StepSource> {
         let found = self.detector.detect();
         match (&self.step_source, found) {
-            (StepSource::Marks, None) => None,
-            (StepSource::Marks, Some(p)) => Some(p.source()),
+            // Iterations began steps, and step marks came after them: step marks alone.
+            (StepSource::Marks, _) if self.marks > 0 && self.iteration_steps > 0 => {
+                Some(StepSource::StepMarks)
+            }
+            (StepSource::Marks | StepSource::StepMarks, None) => None,
+            (StepSource::Marks | StepSource::StepMarks, Some(p)) => Some(p.source()),
             (StepSource::Pattern(_), None) => Some(StepSource::Marks),
             (StepSource::Pattern(_), Some(p)) => {
                 (*p.boundaries != self.applied_boundaries[..]).then(|| p.source())
             }
         }
+    }
+
+    /// Steps' worth of time from the last step boundary to the last event, when the steps come
+    /// from an allocation pattern and that quiet lasted at least [`QUIET_MIN_NS`] and more than
+    /// [`QUIET_FACTOR`] times the time the pattern's steps spanned (0 otherwise): a pattern's
+    /// steps end where its anchor stops recurring, and a run that went on that long without it
+    /// was not in those steps (a burst of a caching allocator's segments while a model
+    /// compiles, then seconds of training it never shows). A program's exit, after a loop that
+    /// ran to its end, takes a few times a GPU training loop's time (three, on the H200's
+    /// acceptance programs), and tens of milliseconds after a loop of a few milliseconds.
+    pub fn steps_after_pattern(&self) -> u64 {
+        let (StepSource::Pattern(_), Some((first, last)), Some(step)) =
+            (&self.step_source, self.step_times, self.step_duration_ns())
+        else {
+            return 0;
+        };
+        let after = self.ledger.time_ns().saturating_sub(last);
+        if after < QUIET_MIN_NS || after <= QUIET_FACTOR.saturating_mul(last.saturating_sub(first))
+        {
+            return 0;
+        }
+        after / step.max(1)
     }
 
     /// Mean nanoseconds between step boundaries, with at least two.

@@ -30,6 +30,9 @@ pub const MAX_RECENT_FAILURES: usize = 100;
 
 /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` share the value 2.
 const CUDA_OUT_OF_MEMORY: i32 = 2;
+/// `CUDA_ERROR_DEINITIALIZED` and `cudaErrorCudartUnloading` share the value 4: the driver or
+/// the runtime is shutting down.
+const CUDA_SHUTTING_DOWN: i32 = 4;
 
 /// One failed call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -75,6 +78,13 @@ impl Failure {
             origin,
         }
     }
+}
+
+/// Whether a failed `event` only reports the driver or the runtime shutting down (a context
+/// released while the process exits): noise of the exit, not a failure of the program.
+pub fn means_shutting_down(event: &Event) -> bool {
+    event.result == CUDA_SHUTTING_DOWN
+        && matches!(event.api.layer(), Layer::Runtime | Layer::Driver)
 }
 
 /// Whether a failed `event` ran out of memory: the runtime's and the driver's out-of-memory code
@@ -142,17 +152,34 @@ impl<T, const FIRST: usize, const RECENT: usize> FirstAndRecent<T, FIRST, RECENT
     }
 }
 
-/// The failures of a trace.
+/// The failures of a trace. Calls refused because the driver or the runtime was shutting down
+/// ([`means_shutting_down`]) are counted apart and are not failures.
 #[derive(Clone, Debug, Default)]
 pub struct Failures {
     kept: FirstAndRecent<Failure, MAX_FIRST_FAILURES, MAX_RECENT_FAILURES>,
     by_api: BTreeMap<Api, u64>,
+    shutting_down: BTreeMap<Api, u64>,
 }
 
 impl Failures {
     pub(crate) fn record(&mut self, failure: Failure) {
         *self.by_api.entry(failure.api).or_default() += 1;
         self.kept.record(failure);
+    }
+
+    /// Counts a call refused because the driver or the runtime was shutting down.
+    pub(crate) fn record_shutting_down(&mut self, api: Api) {
+        *self.shutting_down.entry(api).or_default() += 1;
+    }
+
+    /// Calls refused because the driver or the runtime was shutting down (not failures).
+    pub fn shutting_down(&self) -> u64 {
+        self.shutting_down.values().sum()
+    }
+
+    /// Those calls per entry point.
+    pub fn shutting_down_by_api(&self) -> impl Iterator<Item = (Api, u64)> + '_ {
+        self.shutting_down.iter().map(|(&a, &n)| (a, n))
     }
 
     /// The failures kept, in trace order (the first ones, then the most recent ones).

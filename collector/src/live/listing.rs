@@ -2,33 +2,12 @@
 //! the rest of the state (a physical handle nothing maps, a registration whose buffer is gone)
 //! worked out at the moment of asking.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use super::objects::{Category, Flag, Flags, LiveObject, Origin};
+use super::endings::Listed;
+use super::objects::{Flag, Flags, LiveObject};
 use super::pointers::InOrder;
 use super::LiveState;
-
-fn object(
-    category: Category,
-    address: u64,
-    bytes: u64,
-    device: i32,
-    flags: Flags,
-    origin: &Origin,
-) -> LiveObject<'_> {
-    LiveObject {
-        category,
-        address,
-        bytes,
-        device,
-        handle: None,
-        refs: None,
-        mappings: None,
-        flags,
-        origin: Cow::Borrowed(origin),
-    }
-}
 
 /// Whether a range in `map` (keyed by start) contains `addr`.
 fn covers<T>(map: &BTreeMap<u64, T>, addr: u64, len: impl Fn(&T) -> u64) -> bool {
@@ -56,108 +35,40 @@ impl LiveState {
             .values()
             .map(|w| self.registration_flags(w.flags, w.ptr, &device, &host))
             .collect();
-        let allocations = device.into_iter().chain(host).map(|a| {
-            let origin = self.allocation_origin(a);
-            LiveObject {
-                category: Category::of_kind(a.kind),
-                address: a.ptr,
-                bytes: a.size,
-                device: origin.device,
-                handle: None,
-                refs: None,
-                mappings: None,
-                flags: a.flags,
-                origin: Cow::Owned(origin),
-            }
-        });
-        let arrays = m.arrays.values().map(|a| {
-            object(
-                Category::Array,
-                a.array,
-                a.bytes,
-                a.origin.device,
-                a.flags,
-                &a.origin,
-            )
-        });
+        let allocations = device.into_iter().chain(host).map(|a| a.listed(self));
+        let arrays = m.arrays.values().map(|a| a.listed(self));
+        // Worked out at the moment of asking: whether anything maps a handle or holds it.
         let physical = v.handles.values().map(|h| {
-            let mut flags = h.flags;
+            let mut o = h.listed(self);
             if h.mappings == 0 {
-                flags.insert(Flag::Unmapped);
+                o.flags.insert(Flag::Unmapped);
             }
             if h.refs == 0 {
-                flags.insert(Flag::Released);
+                o.flags.insert(Flag::Released);
             }
-            LiveObject {
-                refs: Some(h.refs),
-                mappings: Some(h.mappings),
-                ..object(
-                    Category::Physical,
-                    h.handle,
-                    h.size,
-                    h.device,
-                    flags,
-                    &h.origin,
-                )
-            }
+            o
         });
-        let host_registered = m.host_registrations.values().map(|r| {
-            let category = Category::HostRegistered;
-            object(category, r.ptr, r.size, r.origin.device, r.flags, &r.origin)
-        });
-        let ipc = m
-            .ipc
-            .values()
-            .map(|i| object(Category::Ipc, i.ptr, 0, i.origin.device, i.flags, &i.origin));
-        let reservations = v.reservations.values().map(|r| {
-            let category = Category::ReservationVa;
-            object(category, r.ptr, r.size, r.origin.device, r.flags, &r.origin)
-        });
-        let mappings = v.mappings.values().map(|mp| {
-            let device = v
-                .handles
-                .get(&mp.handle)
-                .map_or(mp.origin.device, |h| h.device);
-            LiveObject {
-                handle: Some(mp.handle),
-                ..object(
-                    Category::Mapping,
-                    mp.ptr,
-                    mp.size,
-                    device,
-                    mp.flags,
-                    &mp.origin,
-                )
-            }
-        });
-        let labels = n.buffers.values().map(|b| {
-            let category = Category::NcclBufferLabel;
-            object(category, b.ptr, b.size, b.origin.device, b.flags, &b.origin)
-        });
+        let host_registered = m.host_registrations.values().map(|r| r.listed(self));
+        let ipc = m.ipc.values().map(|i| i.listed(self));
+        let reservations = v.reservations.values().map(|r| r.listed(self));
+        let mappings = v.mappings.values().map(|mp| mp.listed(self));
+        let labels = n.buffers.values().map(|b| b.listed(self));
         let registrations = n
             .registrations
             .values()
             .zip(registration_flags)
-            .map(|(r, flags)| {
-                object(
-                    Category::Registration,
-                    r.handle,
-                    r.size,
-                    r.origin.device,
-                    flags,
-                    &r.origin,
-                )
-            });
-        let windows = n.windows.values().zip(window_flags).map(|(w, flags)| {
-            object(
-                Category::Window,
-                w.window,
-                w.size,
-                w.origin.device,
+            .map(|(r, flags)| LiveObject {
                 flags,
-                &w.origin,
-            )
-        });
+                ..r.listed(self)
+            });
+        let windows = n
+            .windows
+            .values()
+            .zip(window_flags)
+            .map(|(w, flags)| LiveObject {
+                flags,
+                ..w.listed(self)
+            });
         allocations
             .chain(arrays)
             .chain(physical)

@@ -110,7 +110,7 @@ impl LiveState {
     }
 
     /// Events lost in all: the gaps, and what the counters say beyond them.
-    pub(crate) fn lost_events(&self) -> u64 {
+    pub fn lost_events(&self) -> u64 {
         self.losses.missing + self.lost_at_the_end()
     }
 

@@ -145,6 +145,17 @@ impl LiveState {
                 self.anomalies.retract(AnomalyKind::UnknownFree, |a| {
                     a.seq == free_seq && a.address == ptr
                 });
+                let made = Allocation {
+                    ptr,
+                    size,
+                    seq,
+                    time_ns: e.time_ns,
+                    step: self.steps,
+                    call,
+                    flags: Flags::default(),
+                    kind,
+                };
+                self.end_before_made(&made, free_seq);
                 return false;
             }
         }
@@ -163,11 +174,15 @@ impl LiveState {
             &mut self.memory.device
         };
         match table.free(ptr, e.seq) {
-            Freed::Live(a) => self.discharge_allocation(&a),
+            Freed::Live(a) => {
+                self.discharge_allocation(&a);
+                self.ended_now(&a);
+            }
             Freed::SetAside(a) => {
                 self.anomalies.retract(AnomalyKind::AddressReused, |x| {
                     x.address == ptr && x.related_seq == Some(a.seq)
                 });
+                self.ended_now(&a);
             }
             Freed::TornDown => {}
             Freed::Unknown => self.anomaly(e, AnomalyKind::UnknownFree, ptr, None),
@@ -211,6 +226,7 @@ impl LiveState {
         );
         if let Some(old) = old {
             self.discharge(&old.origin, Holder::Host, None, old.size);
+            self.ended_now(&old);
         }
         Some(ObjectRef {
             store: Store::HostRegistration,
@@ -221,7 +237,10 @@ impl LiveState {
 
     pub(super) fn on_host_unregister(&mut self, e: &Event, ptr: u64) -> Option<ObjectRef> {
         match self.memory.host_registrations.remove(&ptr) {
-            Some(r) => self.discharge(&r.origin, Holder::Host, None, r.size),
+            Some(r) => {
+                self.discharge(&r.origin, Holder::Host, None, r.size);
+                self.ended_now(&r);
+            }
             None => self.anomaly(e, AnomalyKind::UnknownHostRegistration, ptr, None),
         }
         None
@@ -247,6 +266,7 @@ impl LiveState {
         };
         if let Some(old) = self.memory.arrays.insert(array, new) {
             self.discharge_array(&old);
+            self.ended_now(&old);
             self.anomaly(e, AnomalyKind::AddressReused, array, Some(old.origin.seq));
         }
         Some(ObjectRef {
@@ -258,7 +278,10 @@ impl LiveState {
 
     pub(super) fn on_array_destroy(&mut self, e: &Event, array: u64) -> Option<ObjectRef> {
         match self.memory.arrays.remove(&array) {
-            Some(a) => self.discharge_array(&a),
+            Some(a) => {
+                self.discharge_array(&a);
+                self.ended_now(&a);
+            }
             None => self.anomaly(e, AnomalyKind::UnknownArray, array, None),
         }
         None
@@ -288,8 +311,9 @@ impl LiveState {
     }
 
     pub(super) fn on_ipc_close(&mut self, e: &Event, ptr: u64) -> Option<ObjectRef> {
-        if self.memory.ipc.remove(&ptr).is_none() {
-            self.anomaly(e, AnomalyKind::UnknownIpc, ptr, None);
+        match self.memory.ipc.remove(&ptr) {
+            Some(m) => self.ended_now(&m),
+            None => self.anomaly(e, AnomalyKind::UnknownIpc, ptr, None),
         }
         None
     }

@@ -9,14 +9,16 @@
 //! The work is split by domain: `apply` takes the records, `table`, `pointers` and `memory` hold
 //! pointer allocations and the other plain objects, `vmm` the virtual memory management objects,
 //! `context` context teardown, `nccl` communicators and attribution, `sites` the call sites and
-//! the interned calls objects point at, `ledger` the running totals, and `listing`, `summary`,
-//! `query` and `counters` answer the queries.
+//! the interned calls objects point at, `ledger` the running totals, `endings` the objects each
+//! event ends (for a reader that keeps them), and `listing`, `summary`, `query` and `counters`
+//! answer the queries.
 
 mod anomalies;
 mod apply;
 mod context;
 mod counters;
 mod device_memory;
+mod endings;
 mod failures;
 mod ledger;
 mod listing;
@@ -48,9 +50,10 @@ use self::steps::StepDetector;
 pub use crate::ids::SiteId;
 pub use anomalies::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
 pub use device_memory::DeviceAccount;
+pub use endings::{Ended, EndingCall};
 pub use failures::{
-    means_out_of_memory, Failure, Failures, OomLog, OomSnapshot, RecentSeries, SiteHolding,
-    MAX_FIRST_FAILURES, MAX_FIRST_OOMS, MAX_RECENT_FAILURES, MAX_RECENT_OOMS,
+    means_out_of_memory, means_shutting_down, Failure, Failures, OomLog, OomSnapshot, RecentSeries,
+    SiteHolding, MAX_FIRST_FAILURES, MAX_FIRST_OOMS, MAX_RECENT_FAILURES, MAX_RECENT_OOMS,
 };
 pub use ledger::{Holder, PeakPoint, PoolUse};
 pub use losses::Losses;
@@ -185,6 +188,9 @@ pub struct LiveState {
     losses: Losses,
     steps: u64,
     marks: u64,
+    /// Iteration marks seen, and those applied as steps (while no step mark had come).
+    iterations: u64,
+    iteration_steps: u64,
     pool_trims: u64,
     primary_releases: u64,
     /// References to each device's primary context seen taken and not yet released.
@@ -196,6 +202,8 @@ pub struct LiveState {
     attachments: Attachments,
     /// Set when the state started from a snapshot (a segment of a trace read alone).
     restored: Option<Restored>,
+    /// The objects the event being applied ended, when asked for.
+    endings: self::endings::Endings,
 }
 
 impl LiveState {

@@ -369,11 +369,16 @@ impl LiveState {
                     flags: Flags::default(),
                     origin,
                 };
-                self.nccl.buffers.insert(ptr, buffer);
+                if let Some(old) = self.nccl.buffers.insert(ptr, buffer) {
+                    self.ended_now(&old);
+                }
             }
             &Op::NcclMemFree { ptr } => {
-                let known = self.nccl.buffers.remove(&ptr).is_some();
-                self.expect_known(known, e, AnomalyKind::UnknownNcclBuffer, ptr);
+                let removed = self.nccl.buffers.remove(&ptr);
+                if let Some(b) = &removed {
+                    self.ended_now(b);
+                }
+                self.expect_known(removed.is_some(), e, AnomalyKind::UnknownNcclBuffer, ptr);
             }
             &Op::Register {
                 comm,
@@ -392,10 +397,16 @@ impl LiveState {
                     flags,
                     origin,
                 };
-                self.nccl.registrations.insert(handle, registration);
+                if let Some(old) = self.nccl.registrations.insert(handle, registration) {
+                    self.ended_now(&old);
+                }
             }
             &Op::Deregister { handle, .. } => {
-                let known = self.nccl.registrations.remove(&handle).is_some();
+                let removed = self.nccl.registrations.remove(&handle);
+                if let Some(r) = &removed {
+                    self.ended_now(r);
+                }
+                let known = removed.is_some();
                 self.expect_known(known, e, AnomalyKind::UnknownRegistration, handle);
             }
             &Op::WindowRegister {
@@ -417,10 +428,16 @@ impl LiveState {
                     flags,
                     origin,
                 };
-                self.nccl.windows.insert(window, w);
+                if let Some(old) = self.nccl.windows.insert(window, w) {
+                    self.ended_now(&old);
+                }
             }
             &Op::WindowDeregister { window, .. } => {
-                let known = self.nccl.windows.remove(&window).is_some();
+                let removed = self.nccl.windows.remove(&window);
+                if let Some(w) = &removed {
+                    self.ended_now(w);
+                }
+                let known = removed.is_some();
                 self.expect_known(known, e, AnomalyKind::UnknownWindow, window);
             }
             _ => {}

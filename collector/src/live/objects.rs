@@ -64,6 +64,10 @@ pub struct Origin {
     /// The call site node of this trace's replay (its stack, else its caller).
     #[serde(skip)]
     pub site: SiteId,
+    /// The memory pool an async allocation came from (0: the device's default pool, and for
+    /// every other kind of object).
+    #[serde(skip)]
+    pub pool: u64,
 }
 
 /// Something about a live object a user should know.

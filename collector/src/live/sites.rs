@@ -80,7 +80,7 @@ impl SiteKey {
 }
 
 /// What the objects made by alike calls share: all of their [`Origin`] but its sequence number,
-/// time and step, plus the pool of an allocation.
+/// time and step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Call {
     pub(crate) caller: u64,
@@ -114,6 +114,7 @@ impl Call {
             communicator: self.communicator,
             step,
             site: self.site,
+            pool: self.pool,
         }
     }
 }
@@ -325,6 +326,12 @@ impl SiteTable {
     /// Sites seen.
     pub(crate) fn len(&self) -> usize {
         self.sites.len()
+    }
+
+    /// The entry point of the first call made at `site` (a scan of every call: for naming a
+    /// site, not for the replay's path).
+    pub(crate) fn first_api(&self, site: SiteId) -> Option<Api> {
+        self.calls.iter().find(|c| c.site == site).map(|c| c.api)
     }
 
     /// Notes a free that succeeded: it makes nothing, so it needs no call, but its site is

@@ -47,6 +47,7 @@ impl LiveState {
         };
         if let Some(old) = self.vmm.reservations.insert(ptr, new) {
             self.anomaly(e, AnomalyKind::AddressReused, ptr, Some(old.origin.seq));
+            self.ended_now(&old);
         }
         Some(ObjectRef {
             store: Store::Reservation,
@@ -66,6 +67,7 @@ impl LiveState {
         for m in self.vmm.mappings.range_mut(r.ptr..end).map(|(_, m)| m) {
             m.flags.insert(Flag::ReservationGone);
         }
+        self.ended_now(&r);
         None
     }
 
@@ -90,6 +92,7 @@ impl LiveState {
         };
         if let Some(old) = self.vmm.handles.insert(handle, new) {
             self.discharge_handle(&old);
+            self.ended_now(&old);
             self.anomaly(e, AnomalyKind::HandleReused, handle, Some(old.origin.seq));
             // Mappings of the old handle now count against the new one: the handle value is all
             // a mapping records.
@@ -247,6 +250,8 @@ impl LiveState {
 
     /// Drops a removed mapping's use of its handle.
     fn unmap_one(&mut self, mapping: Mapping) {
+        // Noted while its handle is still there to say the device.
+        self.ended_now(&mapping);
         if let Some(h) = self.vmm.handles.get_mut(&mapping.handle) {
             h.mappings = h.mappings.saturating_sub(1);
             self.drop_handle_if_unused(mapping.handle);
@@ -263,6 +268,7 @@ impl LiveState {
         if unused {
             if let Some(h) = self.vmm.handles.remove(&handle) {
                 self.discharge_handle(&h);
+                self.ended_now(&h);
             }
         }
     }

@@ -9,12 +9,13 @@
 //!
 //! On top of it, [`Attribution`] names calls (an event's or a live object's caller, native stack
 //! and Python stack) at a chosen [`Granularity`], and builds the mixed Python + native stacks
-//! reports print.
+//! reports print; [`frames_label`] is the one rule that names a call site in words.
 
 mod callsite;
 mod dwarf;
 mod elf;
 mod error;
+mod label;
 mod search;
 mod stack;
 mod symtab;
@@ -27,6 +28,7 @@ use rustc_hash::FxHashMap;
 
 pub use callsite::{Attribution, CallRef, CallSiteGroup, CallSiteKey, CallSiteTally, Granularity};
 pub use error::SymbolError;
+pub use label::frames_label;
 pub use search::{SymbolSearch, SYMBOL_PATH_VAR};
 pub use stack::{collapse, FrameKind, StackFrame, StackLine};
 

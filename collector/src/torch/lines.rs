@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 
 use super::{TensorHistory, TorchView};
-use crate::analysis::{LineSeries, Place, SiteName};
-use crate::live::{Holder, LiveState, StepSource};
+use crate::analysis::{LineSeries, OwnerKind, SiteName, SourceLine};
+use crate::live::{Holder, LiveState};
 
 /// The name of the recorder's view in growth rows and findings.
 pub const VIEW: &str = "allocator";
@@ -27,7 +27,7 @@ pub fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries> {
     let Some(snapshot) = view.snapshot.as_ref() else {
         return Vec::new();
     };
-    if *state.step_source() != StepSource::Marks || state.marks() == 0 {
+    if !state.steps_from_marks() {
         return Vec::new();
     }
     let mut tensors = TensorHistory::new(snapshot);
@@ -67,21 +67,14 @@ pub fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries> {
                 .skip(series.complete_from)
                 .map(|(&x, &b)| (x, b))
                 .collect();
-            let file = frame.file.rsplit('/').next().unwrap_or(&frame.file);
-            let label = format!("{file}:{} in {}", frame.line, frame.function);
+            let source = SourceLine {
+                file: frame.file.clone(),
+                line: frame.line,
+                function: frame.function.clone(),
+            };
             Some(LineSeries {
-                site: SiteName {
-                    stack: 0,
-                    caller: 0,
-                    site: frame.to_string(),
-                    module: None,
-                    // No library owns a tensor: the view that saw it is named in its place.
-                    module_name: Some(VIEW_NAME.to_string()),
-                    py_stack: 0,
-                    py_stacks_vary: false,
-                    label: Some(label),
-                    place: Place::Site(u32::MAX),
-                },
+                // No library owns a tensor: the view that saw it is named in its place.
+                site: SiteName::of_line(VIEW_NAME, OwnerKind::Torch, source),
                 holder: Holder::Device { device },
                 view: VIEW,
                 points,

@@ -19,6 +19,8 @@
 //! the tensors still live at the end. It is a second source of line evidence beside the driver
 //! view; [`View`] names which one a finding rests on.
 
+pub mod alerts;
+mod cache;
 mod config;
 mod lines;
 mod snapshot;
@@ -26,15 +28,18 @@ mod tensors;
 
 use serde::Serialize;
 
+pub use cache::{cache_use, oom_relief};
 pub use config::{AllocatorConfig, RecorderSettings};
-pub use lines::{step_lines, VIEW};
+pub use lines::{step_lines, VIEW, VIEW_NAME};
 pub use snapshot::{
     Action, AllocatorSnapshot, BlockState, ClockAnchor, Frame, OomFacts, SnapshotBlock,
     SnapshotError, SnapshotSegment, TraceEntry,
 };
 pub use tensors::{LineBytes, LineGrowth, LineSeries, Series, Tensor, TensorHistory};
 
+use crate::analysis::Framework;
 use crate::attached::Attachments;
+use crate::live::LiveState;
 
 /// The payload kind of the allocator configuration.
 pub const KIND_ALLOCATOR: &str = "torch.allocator";
@@ -117,6 +122,21 @@ impl TorchView {
     /// The allocator backend torch used (`native`, `cudaMallocAsync`), when known.
     pub fn backend(&self) -> Option<&str> {
         self.config.as_ref().and_then(|c| c.backend.as_deref())
+    }
+
+    /// What the analyses take from this view: the tensor bytes per Python line at each step of
+    /// `state` (see [`step_lines`]) and the allocator backend.
+    pub fn framework(&self, state: &LiveState) -> Framework {
+        let oom = self
+            .at_oom
+            .as_ref()
+            .or(self.snapshot.as_ref().filter(|s| s.reason == "oom"));
+        Framework {
+            lines: step_lines(self, state),
+            torch_backend: self.backend().map(str::to_string),
+            cache: self.snapshot.as_ref().map(cache_use).unwrap_or_default(),
+            oom_relief: oom.and_then(oom_relief),
+        }
     }
 
     /// Where the tensors can be seen one by one; `None` for a trace without PyTorch payloads.

@@ -320,19 +320,14 @@ fn a_trace_without_steps_is_sampled_per_time_window() {
 /// judged on the same steps as the driver's, without counting twice towards the device.
 #[test]
 fn another_view_s_lines_are_judged_beside_the_driver_s() {
-    use vramtrace_collector::analysis::{growth_with, LineSeries, Place, SiteName};
+    use vramtrace_collector::analysis::{growth_with, LineSeries, OwnerKind, SiteName, SourceLine};
     let state = workload().replay();
-    let site = SiteName {
-        stack: 0,
-        caller: 0,
-        site: "train.py:46".into(),
-        module: None,
-        module_name: None,
-        py_stack: 0,
-        py_stacks_vary: false,
-        label: Some("train.py:46 in <module>".into()),
-        place: Place::Site(u32::MAX),
+    let source = SourceLine {
+        file: "train.py".into(),
+        line: 46,
+        function: "<module>".into(),
     };
+    let site = SiteName::of_line("PyTorch tensors", OwnerKind::Torch, source);
     // 512 KiB a step kept by the allocator from step 5 on, on device 0.
     let points = (0..STEPS)
         .map(|k| (k, k.saturating_sub(5) * 512 * KIB))

@@ -336,3 +336,41 @@ fn arrays_and_ipc_mappings() {
     assert_eq!(t.state.anomalies().count(AnomalyKind::UnknownArray), 1);
     assert_eq!(t.state.anomalies().count(AnomalyKind::UnknownIpc), 1);
 }
+
+/// A context released while the driver shuts down (the process exiting) is refused with
+/// `CUDA_ERROR_DEINITIALIZED`: counted apart, not a failure; a free refused by the runtime
+/// unloading keeps its object live, and the same code from NCCL is a failure like any other.
+#[test]
+fn calls_refused_at_shutdown_are_not_failures() {
+    let mut t = Trace::new();
+    t.malloc(0x1000, 1 << 20);
+    for _ in 0..3 {
+        t.fail(
+            Api::CuDevicePrimaryCtxRelease,
+            Op::PrimaryCtxRelease { device: 0 },
+            4,
+        );
+    }
+    t.fail(
+        Api::CudaFree,
+        Op::Free {
+            ptr: 0x1000,
+            stream: 0,
+        },
+        4,
+    );
+    t.fail(Api::NcclCommInitRank, comm_init(0, 0, 2), 4);
+    let f = t.state.failures();
+    assert_eq!((f.total(), f.shutting_down()), (1, 4));
+    assert_eq!(f.iter().next().unwrap().api, Api::NcclCommInitRank);
+    let apart: Vec<_> = f.shutting_down_by_api().collect();
+    assert_eq!(
+        apart,
+        vec![(Api::CudaFree, 1), (Api::CuDevicePrimaryCtxRelease, 3)]
+    );
+    assert_eq!(
+        t.state.device_bytes(0),
+        1 << 20,
+        "the refused free freed nothing"
+    );
+}

@@ -1,6 +1,7 @@
-//! The tracer's own C API, for programs that want to help it: step marks, and payloads of the
-//! program's own view of its memory (PyTorch's allocator history, handed over by the Python
-//! bootstrap that `vramtrace run` installs; `docs/pytorch.md`).
+//! The tracer's own C API, for programs that want to help it: step marks, iteration marks (the
+//! step of a loop without an optimizer), payloads of the program's own view of its memory
+//! (PyTorch's allocator history, handed over by the Python bootstrap that `vramtrace run`
+//! installs; `docs/pytorch.md`), and whether an alert waits for that view.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use crate::capture::clock;
 use crate::session::{self, Attached, Session, HOOK_PANICS};
 
 static STEP: AtomicU64 = AtomicU64::new(0);
+static ITERATION: AtomicU64 = AtomicU64::new(0);
 
 /// Marks the start of a training step; returns the step number (1 for the first call).
 ///
@@ -23,6 +25,28 @@ pub extern "C" fn vramtrace_mark_step() -> u64 {
     let call = Call::begin(Api::TracerMarkStep, 0, Order::Create);
     call.end(0, || Op::MarkStep { step });
     step
+}
+
+/// Marks one iteration of the program's outermost loop as a framework sees it (one call of its
+/// model) in a program that marks no steps: its steps until a step mark comes. Returns the
+/// iteration number (1 for the first call).
+///
+/// Callable from Python: the bootstrap of `vramtrace run` calls it for each outermost
+/// `nn.Module` call of a PyTorch program that made no optimizer.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_mark_iteration() -> u64 {
+    let n = ITERATION.fetch_add(1, Ordering::Relaxed) + 1;
+    let call = Call::begin(Api::TracerMarkIteration, 0, Order::Create);
+    call.end(0, || Op::MarkIteration { n });
+    n
+}
+
+/// 1 while an alert waits for the program's own view of its memory (hand over a snapshot of
+/// PyTorch's recorder with `vramtrace_attach`, reason `alert`, to name the line that keeps it),
+/// else 0. Cheap: one load, for polling at every step.
+#[unsafe(no_mangle)]
+pub extern "C" fn vramtrace_alert_pending() -> c_int {
+    c_int::from(session::live::ALERT_VIEW_WANTED.load(Ordering::Relaxed))
 }
 
 /// `vramtrace_attach` took the payload.

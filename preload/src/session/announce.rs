@@ -1,56 +1,146 @@
-//! Telling `vramtrace run` that the tracer was loaded into a process.
+//! Telling `vramtrace run` what became of each traced process, so that a run, and `vramtrace
+//! check` above all, never mistakes "not seen" for "nothing there".
 //!
 //! A process that makes no GPU memory call writes no trace (the session starts at the first
 //! event), and neither does a process the loader never gave the library to (a setuid program, a
-//! static binary, a library file it could not load). `run` must tell the two apart, so it names
-//! a private directory of its own in `VRAMTRACE_RUN_STATUS` and the library constructor of every
-//! traced process leaves one file there, named by its pid, holding `tracing` or `disabled`.
+//! static binary, a library file it could not load), one with `VRAMTRACE_DISABLE` set, or one
+//! whose trace could not be created (a read-only directory). `run` must tell these apart, so it
+//! names a private directory of its own in `VRAMTRACE_RUN_STATUS`, and each traced process
+//! appends lines to a file there named by its pid:
+//!
+//! - `tracing` or `disabled`, from the library constructor (once per program image: an `exec`
+//!   adds another);
+//! - `trace PATH` when its trace file was created;
+//! - `untraced REASON` when it could not be: the process ran on untraced;
+//! - `cut PATH` when writing it failed later: the trace stops there.
+//!
+//! A warning about a bad setting is the same in every process of a run, so only the first
+//! process to give it does ([`first_to_warn`]): it leaves a `warned-HASH` file for the others.
 //!
 //! The directory and the files are `run`'s, created fresh for the run and removed after it; the
-//! program's own files and descriptors are never touched (the file is opened close-on-exec and
-//! closed before the constructor returns), and `errno` is left as the program would see it.
-//! Without the variable (the library preloaded by hand) nothing is written.
+//! program's own files and descriptors are never touched (each file is opened close-on-exec and
+//! closed before returning), and `errno` is left as the program would see it. Without the
+//! variable (the library preloaded by hand) nothing is written.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 
-/// The variable `vramtrace run` sets: a directory for one marker file per traced process.
+/// The variable `vramtrace run` sets: a directory for one status file per traced process.
 pub const RUN_STATUS: &str = "VRAMTRACE_RUN_STATUS";
 
-/// Leaves this process's marker in the run's status directory, if there is one.
-pub fn loaded(disabled: bool) {
-    let Some(dir) = std::env::var_os(RUN_STATUS).filter(|d| !d.is_empty()) else {
-        return;
-    };
-    let mut path = dir.as_bytes().to_vec();
-    path.extend_from_slice(format!("/{}", std::process::id()).as_bytes());
-    let Ok(path) = CString::new(path) else {
-        return;
-    };
-    let state: &[u8] = if disabled {
-        b"disabled\n"
-    } else {
-        b"tracing\n"
-    };
+/// The run's status directory, if this process is part of one.
+fn status_dir() -> Option<Vec<u8>> {
+    std::env::var_os(RUN_STATUS)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.as_bytes().to_vec())
+}
+
+/// Opens `name` in the status directory with `flags` (plus write-only, close-on-exec, never
+/// through a symlink), runs `then` on the descriptor and closes it; `errno` is kept. `None`
+/// when there is no status directory, else the open's error number when it failed.
+fn with_file<T>(
+    name: &str,
+    flags: libc::c_int,
+    then: impl FnOnce(libc::c_int) -> T,
+) -> Option<Result<T, i32>> {
+    let mut path = status_dir()?;
+    path.push(b'/');
+    path.extend_from_slice(name.as_bytes());
+    let path = CString::new(path).ok()?;
     // SAFETY: errno is this thread's; it is read here and restored below.
     let saved_errno = unsafe { *libc::__errno_location() };
     // SAFETY: a NUL-terminated path; O_CREAT with a mode; the descriptor is ours alone and
-    // closed below. O_EXCL and O_NOFOLLOW: only a fresh file in the directory run made.
+    // closed below.
     let fd = unsafe {
         libc::open(
             path.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC | flags,
             0o600,
         )
     };
-    if fd >= 0 {
-        // SAFETY: writes our own buffer to our own descriptor, then closes it. A short write
-        // still leaves the file, which is what `run` looks for.
-        unsafe {
-            libc::write(fd, state.as_ptr().cast(), state.len());
-            libc::close(fd);
-        }
-    }
+    let result = if fd >= 0 {
+        let r = then(fd);
+        // SAFETY: closes the descriptor opened above.
+        unsafe { libc::close(fd) };
+        Ok(r)
+    } else {
+        // SAFETY: as above.
+        Err(unsafe { *libc::__errno_location() })
+    };
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved_errno };
+    Some(result)
+}
+
+/// Appends one line to this process's status file. One `write(2)` of a few hundred bytes to a
+/// file opened `O_APPEND`: lines from the images of one process never mix.
+fn append(line: &[u8]) {
+    let mut text = Vec::with_capacity(line.len() + 1);
+    // A line break inside a path or reason would start a line of its own: keep it one line.
+    text.extend(line.iter().map(|&b| if b == b'\n' { b' ' } else { b }));
+    text.push(b'\n');
+    with_file(&std::process::id().to_string(), libc::O_APPEND, |fd| {
+        // SAFETY: writes our own buffer to our own descriptor. A short write still leaves the
+        // file, which is what `run` looks for first.
+        unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
+    });
+}
+
+/// The library was loaded into this process image (tracing, or disabled).
+pub fn loaded(disabled: bool) {
+    append(if disabled { b"disabled" } else { b"tracing" });
+}
+
+/// This process's trace was created at `path`.
+pub fn trace_created(path: &std::path::Path) {
+    append(&[b"trace ", path.as_os_str().as_bytes()].concat());
+}
+
+/// This process's trace could not be created: it runs on untraced.
+pub fn untraced(reason: &str) {
+    append(format!("untraced {reason}").as_bytes());
+}
+
+/// Writing the trace at `path` failed: it stops where the last write ended.
+pub fn trace_cut(path: &str) {
+    append(format!("cut {path}").as_bytes());
+}
+
+/// Whether this process should print `warning` (a bad setting): outside a run always; in a
+/// run, only the first process to give this warning does.
+pub fn first_to_warn(warning: &str) -> bool {
+    // FNV-1a: the name needs only to tell this run's few warnings apart.
+    let hash = warning.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    // Only a file another process made keeps this one quiet; any other trouble warns.
+    with_file(&format!("warned-{hash:016x}"), libc::O_EXCL, |_| ())
+        .is_none_or(|made| made != Err(libc::EEXIST))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The status directory is process-wide (an environment variable): one test does it all.
+    #[test]
+    fn lines_are_appended_and_warnings_given_once() {
+        let dir = tempfile::tempdir().unwrap();
+        // SAFETY: no other test of this binary reads or writes this variable.
+        unsafe { std::env::set_var(RUN_STATUS, dir.path()) };
+        loaded(false);
+        trace_created(std::path::Path::new("/t/a\nb.vtrace"));
+        untraced("cannot write the trace: read-only");
+        assert!(first_to_warn("X='1' is bad"));
+        assert!(!first_to_warn("X='1' is bad"));
+        assert!(first_to_warn("Y='2' is bad"));
+        // SAFETY: as above.
+        unsafe { std::env::remove_var(RUN_STATUS) };
+        assert!(first_to_warn("X='1' is bad"), "outside a run, every time");
+        let mine = dir.path().join(std::process::id().to_string());
+        assert_eq!(
+            std::fs::read_to_string(mine).unwrap(),
+            "tracing\ntrace /t/a b.vtrace\nuntraced cannot write the trace: read-only\n"
+        );
+    }
 }

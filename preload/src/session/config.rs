@@ -3,6 +3,12 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use vramtrace_collector::units::count::FRAMES;
+use vramtrace_collector::units::pattern;
+use vramtrace_collector::units::CountRange;
+
+use crate::setting::{count, switch};
+
 /// Which layers produce events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capture {
@@ -116,36 +122,9 @@ pub const SETTINGS: &[&str] = &[
     "VRAMTRACE_MAX_BYTES",
 ];
 
-fn parse_bool(name: &str, v: &str, warnings: &mut Vec<String>) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" | "" => Some(false),
-        _ => {
-            warnings.push(format!(
-                "{name}='{v}' is not a boolean (use 1 or 0); using the default"
-            ));
-            None
-        }
-    }
-}
-
-fn parse_range(
-    name: &str,
-    v: &str,
-    lo: u64,
-    hi: u64,
-    default: u64,
-    warnings: &mut Vec<String>,
-) -> u64 {
-    match v.trim().parse::<u64>() {
-        Ok(n) if (lo..=hi).contains(&n) => n,
-        _ => {
-            warnings.push(format!(
-                "{name}='{v}' is not a number from {lo} to {hi}; using {default}"
-            ));
-            default
-        }
-    }
+/// A count setting from `lo` to `hi`.
+fn range(lo: u64, hi: u64) -> CountRange {
+    CountRange { lo, hi }
 }
 
 fn parse_capture(v: &str, warnings: &mut Vec<String>) -> Capture {
@@ -195,15 +174,14 @@ impl Config {
                 Err(v) => Some(v.to_string_lossy().into_owned()),
             }
         };
-        if let Some(v) = get("VRAMTRACE_DISABLE") {
-            c.disabled = parse_bool("VRAMTRACE_DISABLE", &v, &mut w).unwrap_or(false);
-        }
-        if let Some(v) = get("VRAMTRACE_QUIET") {
-            c.quiet = parse_bool("VRAMTRACE_QUIET", &v, &mut w).unwrap_or(false);
-        }
-        if let Some(v) = get("VRAMTRACE_SELF_PROFILE") {
-            c.self_profile = parse_bool("VRAMTRACE_SELF_PROFILE", &v, &mut w).unwrap_or(false);
-        }
+        c.disabled = switch("VRAMTRACE_DISABLE", get("VRAMTRACE_DISABLE"), false, &mut w);
+        c.quiet = switch("VRAMTRACE_QUIET", get("VRAMTRACE_QUIET"), false, &mut w);
+        c.self_profile = switch(
+            "VRAMTRACE_SELF_PROFILE",
+            get("VRAMTRACE_SELF_PROFILE"),
+            false,
+            &mut w,
+        );
         let rank_known = get("RANK").is_some() || get("LOCAL_RANK").is_some();
         c.output = match get_os("VRAMTRACE_OUTPUT") {
             Some(v) if !v.to_string_lossy().trim().is_empty() => v,
@@ -213,16 +191,23 @@ impl Config {
             }
             None => default_output(rank_known),
         };
-        if let Some(v) = get("VRAMTRACE_STORE_CMDLINE") {
-            c.store_command_line =
-                parse_bool("VRAMTRACE_STORE_CMDLINE", &v, &mut w).unwrap_or(true);
-        }
-        if let Some(v) = get("VRAMTRACE_STACK_DEPTH") {
-            c.stack_depth = parse_range("VRAMTRACE_STACK_DEPTH", &v, 0, 256, 32, &mut w) as usize;
-        }
-        if let Some(v) = get("VRAMTRACE_PYTHON_DEPTH") {
-            c.python_depth = parse_range("VRAMTRACE_PYTHON_DEPTH", &v, 0, 256, 32, &mut w) as usize;
-        }
+        c.store_command_line = switch(
+            "VRAMTRACE_STORE_CMDLINE",
+            get("VRAMTRACE_STORE_CMDLINE"),
+            true,
+            &mut w,
+        );
+        let mut number = |name: &str, range: CountRange, default: u64| {
+            count(name, get(name), range, default, &mut w)
+        };
+        c.stack_depth = number("VRAMTRACE_STACK_DEPTH", FRAMES, 32) as usize;
+        c.python_depth = number("VRAMTRACE_PYTHON_DEPTH", FRAMES, 32) as usize;
+        let ms = |n: u64| Duration::from_millis(n);
+        c.meminfo_interval = ms(number("VRAMTRACE_MEMINFO_MS", range(0, 3_600_000), 500));
+        c.buffer_events = number("VRAMTRACE_BUFFER_EVENTS", range(1024, 1 << 24), 1 << 16) as usize;
+        c.flush_interval = ms(number("VRAMTRACE_FLUSH_MS", range(1, 60_000), 200));
+        c.full_wait = ms(number("VRAMTRACE_FULL_WAIT_MS", range(0, 10_000), 1000));
+        c.reorder_wait = ms(number("VRAMTRACE_REORDER_WAIT_MS", range(0, 60_000), 1000));
         if let Some(v) = get("VRAMTRACE_STEP_RANGE") {
             let v = v.trim();
             if v.is_empty() {
@@ -234,58 +219,8 @@ impl Config {
                 c.step_range = Some(v.to_string());
             }
         }
-        if let Some(v) = get("VRAMTRACE_MEMINFO_MS") {
-            c.meminfo_interval = Duration::from_millis(parse_range(
-                "VRAMTRACE_MEMINFO_MS",
-                &v,
-                0,
-                3_600_000,
-                500,
-                &mut w,
-            ));
-        }
         if let Some(v) = get("VRAMTRACE_CAPTURE") {
             c.capture = parse_capture(&v, &mut w);
-        }
-        if let Some(v) = get("VRAMTRACE_BUFFER_EVENTS") {
-            c.buffer_events = parse_range(
-                "VRAMTRACE_BUFFER_EVENTS",
-                &v,
-                1024,
-                1 << 24,
-                1 << 16,
-                &mut w,
-            ) as usize;
-        }
-        if let Some(v) = get("VRAMTRACE_FLUSH_MS") {
-            c.flush_interval = Duration::from_millis(parse_range(
-                "VRAMTRACE_FLUSH_MS",
-                &v,
-                1,
-                60_000,
-                200,
-                &mut w,
-            ));
-        }
-        if let Some(v) = get("VRAMTRACE_FULL_WAIT_MS") {
-            c.full_wait = Duration::from_millis(parse_range(
-                "VRAMTRACE_FULL_WAIT_MS",
-                &v,
-                0,
-                10_000,
-                1000,
-                &mut w,
-            ));
-        }
-        if let Some(v) = get("VRAMTRACE_REORDER_WAIT_MS") {
-            c.reorder_wait = Duration::from_millis(parse_range(
-                "VRAMTRACE_REORDER_WAIT_MS",
-                &v,
-                0,
-                60_000,
-                1000,
-                &mut w,
-            ));
         }
         c.alerts = super::live::AlertSettings::from_lookup(get, &mut w);
         c.metrics = super::live::MetricsSettings::from_lookup(get, &mut w);
@@ -348,9 +283,9 @@ impl Config {
 
 fn default_output(rank_known: bool) -> OsString {
     if rank_known {
-        "vramtrace-rank%r-%p.vtrace".into()
+        pattern::DEFAULT_RANKED.into()
     } else {
-        "vramtrace-%p.vtrace".into()
+        pattern::DEFAULT.into()
     }
 }
 

@@ -11,7 +11,6 @@ pub mod config;
 pub mod lifecycle;
 pub mod live;
 pub mod module_tracker;
-pub mod output;
 pub mod ring;
 pub mod segments;
 pub mod trace_file;
@@ -71,7 +70,7 @@ pub fn config() -> &'static Config {
             crate::profile::enable();
         }
         if !c.quiet {
-            for w in &warnings {
+            for w in warnings.iter().filter(|w| announce::first_to_warn(w)) {
                 crate::warn::warn(w);
             }
         }

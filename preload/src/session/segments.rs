@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use vramtrace_collector::format::{Header, TraceReader};
 
-use super::live::parse_duration;
-use super::output;
+use vramtrace_collector::units::pattern;
+use vramtrace_collector::units::{parse_duration, parse_size};
 
 /// What a segment may hold beyond its size when it is cut: the chunk that passed the size and
 /// the next one's head. Rotation begins this much before the size (a quarter of it for small
@@ -65,7 +65,7 @@ impl SegmentSettings {
         let size = |name: &str, default: u64, w: &mut Vec<String>| match get(name) {
             None => default,
             Some(v) if v.trim() == "0" => 0,
-            Some(v) => match vramtrace_collector::size::parse_size(v.trim()) {
+            Some(v) => match parse_size(v.trim()) {
                 Ok(n) => n,
                 Err(_) => {
                     w.push(format!(
@@ -81,8 +81,8 @@ impl SegmentSettings {
             match v.trim() {
                 "" | "0" => s.segment_time = None,
                 t => match parse_duration(t) {
-                    Some(d) => s.segment_time = Some(d),
-                    None => w.push(format!(
+                    Ok(d) => s.segment_time = Some(d),
+                    Err(_) => w.push(format!(
                         "VRAMTRACE_SEGMENT_SECONDS='{v}' is not a duration (examples: 600, 30m, \
                          1h, 0 for none); segments are cut by size only"
                     )),
@@ -213,9 +213,9 @@ impl Segments {
     /// The names to try for the next segment: `NAME.segN.EXT` beside the first, then fresh
     /// ones beside that (`NAME.segN.PID.EXT`, …) as for the first.
     pub fn next_names(&self) -> impl Iterator<Item = PathBuf> + '_ {
-        let name = output::with_tag(&self.first, &format!("seg{}", self.current.index + 1));
+        let name = pattern::with_tag(&self.first, &format!("seg{}", self.current.index + 1));
         let pattern = std::ffi::OsString::new();
-        output::candidates(&name, &pattern, self.pid)
+        pattern::candidates(&name, &pattern, self.pid)
             .collect::<Vec<_>>()
             .into_iter()
     }

@@ -6,7 +6,7 @@
 //! - **Never someone else's file.** The trace is created with `O_EXCL` semantics (an unnamed
 //!   `O_TMPFILE` linked into place with `linkat`, which fails on an existing name, or else
 //!   `O_CREAT | O_EXCL | O_NOFOLLOW`); an existing name — a checkpoint, a parent's trace, a
-//!   symlink — gives way to a fresh one ([`super::output::candidates`]). A name that is a device,
+//!   symlink — gives way to a fresh one ([`vramtrace_collector::units::pattern::candidates`]). A name that is a device,
 //!   FIFO or socket means "no trace" (`VRAMTRACE_OUTPUT=/dev/null`): nothing is created.
 //! - **No empty or headless files.** The header is gathered in memory and written to the unnamed
 //!   file before it gets its name, so a process killed at any moment leaves a readable trace or

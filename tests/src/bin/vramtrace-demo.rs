@@ -2,11 +2,17 @@
 //! NCCL process group, cuBLAS workspaces, temporaries, and a planted leak of 1 MiB per step) under
 //! `vramtrace run`, then prints `vramtrace report` of the trace. No GPU needed.
 //!
+//! `vramtrace-demo --regression` runs the loop again with a regression planted (a second list
+//! that keeps 4 MiB a step, allocated at `fw_alloc` of the framework stand-in) and prints
+//! `vramtrace diff` of the two runs; it exits as `diff` does: 1, a regression.
+//!
 //! `vramtrace-demo --program` runs the training loop alone, untraced, so a user can trace it
-//! with `vramtrace run` as they would their own program (the README's "Tracing a program").
+//! with `vramtrace run` as they would their own program (the README's "Tracing a program");
+//! `--program --extra-leak` plants the same regression, `--program --fix-leak` fixes the leak.
 //!
 //! ```text
 //! cargo build --release --workspace && target/release/vramtrace-demo
+//! target/release/vramtrace-demo --regression
 //! target/release/vramtrace run -o traces/job-%p.vtrace -- target/release/vramtrace-demo --program
 //! ```
 
@@ -14,6 +20,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use vramtrace_tests::{standin_ld_library_path, workload};
+
+/// Where the demo keeps its traces, in the current directory.
+const OUT_DIR: &str = "vramtrace-demo";
+/// The first run's trace names (`%p`: the pid).
+const FIRST: &str = "train-";
+/// The regressed run's.
+const REGRESSED: &str = "regressed-";
+
+const USAGE: &str = "usage: vramtrace-demo [--regression | --program [--extra-leak | --fix-leak]]
+  (nothing)        trace the training loop and report it
+  --regression     trace it again with a regression planted, and diff the two runs (exit 1)
+  --program        run the training loop alone, untraced (to trace with `vramtrace run`);
+                   --extra-leak plants the regression, --fix-leak fixes the leak";
 
 fn sibling(name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
@@ -29,60 +48,87 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// The stand-in training loop, as the demo runs it.
-fn training_loop() -> Command {
+/// The stand-in training loop, as the demo runs it, with `variant` (`--extra-leak`, ...).
+fn training_loop(variant: Option<&str>) -> Command {
     let mut c = Command::new(workload("wl_train"));
-    c.env("LD_LIBRARY_PATH", standin_ld_library_path())
+    c.args(variant)
+        .env("LD_LIBRARY_PATH", standin_ld_library_path())
         // A 512 MiB stand-in device: the planted 1 MiB per step is then 0.2% of it, above the
         // 0.1% at which steady growth alerts.
-        .env("STANDIN_DEVICE_MEM", "512M");
+        .env("STANDIN_DEVICE_MEM", "512M")
+        // The loop's 20 steps take about a millisecond, and the tracer judges growth at most
+        // once a second by default: judged at every step mark, the leak raises its live alert
+        // (at step 11, once it has grown for the 10 steps of confirmation).
+        .env("VRAMTRACE_ALERT_INTERVAL_MS", "0");
     c
 }
 
-/// `--program`: the training loop alone, its exit code passed on.
-fn program() -> Result<ExitCode, String> {
-    let status = training_loop()
+/// `--program [VARIANT]`: the training loop alone, its exit code passed on.
+fn program(variant: Option<&str>) -> Result<ExitCode, String> {
+    let status = training_loop(variant)
         .status()
         .map_err(|e| format!("cannot run {}: {e}", workload("wl_train").display()))?;
     Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
 }
 
-fn run() -> Result<ExitCode, String> {
-    let vramtrace = sibling("vramtrace")?;
-    let lib = sibling("libvramtrace.so")?;
-    let out_dir = PathBuf::from("vramtrace-demo");
-    std::fs::create_dir_all(&out_dir)
-        .map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
-    for e in std::fs::read_dir(&out_dir).into_iter().flatten().flatten() {
-        if e.path().extension().is_some_and(|x| x == "vtrace") {
-            let _ = std::fs::remove_file(e.path());
-        }
+/// The demo's traces named `prefix…` in its directory, newest last.
+fn traces(prefix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(OUT_DIR)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with(prefix) && name.ends_with(".vtrace")
+        })
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Traces the loop (`variant`) under `vramtrace run` into `OUT_DIR/PREFIX%p.vtrace`, after
+/// removing the demo's earlier traces of that name (its own files only); returns the trace.
+fn traced_run(
+    vramtrace: &Path,
+    prefix: &str,
+    variant: Option<&str>,
+    summary: bool,
+) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(OUT_DIR).map_err(|e| format!("cannot create {OUT_DIR}: {e}"))?;
+    for old in traces(prefix) {
+        let _ = std::fs::remove_file(old);
     }
-    let pattern = out_dir.join("train-%p.vtrace");
-    println!(
-        "== vramtrace run -- wl_train   (a training loop on the CPU stand-ins of CUDA and NCCL)"
-    );
-    let training = training_loop();
-    let status = Command::new(&vramtrace)
+    let lib = sibling("libvramtrace.so")?;
+    let training = training_loop(variant);
+    let status = Command::new(vramtrace)
         .arg("run")
         .arg("--lib")
         .arg(&lib)
         .arg("-o")
-        .arg(&pattern)
+        .arg(Path::new(OUT_DIR).join(format!("{prefix}%p.vtrace")))
+        .args((!summary).then_some("--no-summary"))
         .arg("--")
         .arg(training.get_program())
+        .args(training.get_args())
         .envs(training.get_envs().filter_map(|(k, v)| Some((k, v?))))
         .status()
         .map_err(|e| format!("cannot run {}: {e}", vramtrace.display()))?;
     if !status.success() {
         return Err(format!("the traced program failed: {status}"));
     }
-    let trace = std::fs::read_dir(&out_dir)
-        .map_err(|e| format!("cannot list {}: {e}", out_dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "vtrace"))
-        .ok_or("the run wrote no trace")?;
+    traces(prefix)
+        .pop()
+        .ok_or_else(|| "the run wrote no trace".to_string())
+}
+
+fn run() -> Result<ExitCode, String> {
+    let vramtrace = sibling("vramtrace")?;
+    println!(
+        "== vramtrace run -- wl_train   (a training loop on the CPU stand-ins of CUDA and NCCL)"
+    );
+    let trace = traced_run(&vramtrace, FIRST, None, true)?;
     println!("\n== vramtrace report {}", trace.display());
     let status = Command::new(&vramtrace)
         .arg("report")
@@ -90,8 +136,8 @@ fn run() -> Result<ExitCode, String> {
         .status()
         .map_err(|e| format!("cannot run {}: {e}", vramtrace.display()))?;
     println!(
-        "\nThe trace stays in {}/ — try `{} report --json {}` or `{} replay {} --at step=10`.",
-        out_dir.display(),
+        "\nThe trace stays in {OUT_DIR}/ — try `{} report --json {}` or `{} replay {} --at step=10`, \
+         or `vramtrace-demo --regression` for a second run to compare with.",
         vramtrace.display(),
         trace.display(),
         vramtrace.display(),
@@ -104,13 +150,42 @@ fn run() -> Result<ExitCode, String> {
     })
 }
 
+/// `--regression`: a second run with the regression planted, diffed against the first (made
+/// now when there is none).
+fn regression() -> Result<ExitCode, String> {
+    let vramtrace = sibling("vramtrace")?;
+    let first = match traces(FIRST).pop() {
+        Some(t) => t,
+        None => {
+            println!("== vramtrace run -- wl_train   (the first run, to compare with)");
+            traced_run(&vramtrace, FIRST, None, false)?
+        }
+    };
+    println!("== vramtrace run -- wl_train --extra-leak   (4 MiB more kept every step)");
+    let second = traced_run(&vramtrace, REGRESSED, Some("--extra-leak"), false)?;
+    println!(
+        "\n== vramtrace diff {} {}",
+        first.display(),
+        second.display()
+    );
+    let status = Command::new(&vramtrace)
+        .arg("diff")
+        .arg(&first)
+        .arg(&second)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", vramtrace.display()))?;
+    Ok(ExitCode::from(status.code().unwrap_or(2) as u8))
+}
+
 fn main() -> ExitCode {
-    let result = match std::env::args().nth(1).as_deref() {
-        None => run(),
-        Some("--program") => program(),
-        Some(other) => Err(format!(
-            "unknown argument '{other}' (no argument: the demo; --program: the training loop alone)"
-        )),
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args[..] {
+        [] => run(),
+        ["--regression"] => regression(),
+        ["--program"] => program(None),
+        ["--program", variant @ ("--extra-leak" | "--fix-leak")] => program(Some(variant)),
+        _ => Err(format!("unknown arguments '{}'\n{USAGE}", args.join(" "))),
     };
     match result {
         Ok(c) => c,

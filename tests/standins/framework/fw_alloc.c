@@ -347,3 +347,12 @@ FW_API size_t fw_allocated_bytes(void)
     pthread_mutex_unlock(&mu);
     return n;
 }
+
+/*
+ * For an allocator kept elsewhere (the Python stand-in of torch, tests/standins/torch/): the
+ * driver-level calls made from this library, as libc10_cuda's allocator makes them, so the
+ * tracer sees them owned by the framework. Return the CUDA error; no bookkeeping here.
+ */
+FW_API int fw_raw_malloc(void **ptr, size_t bytes) { return cudaMalloc(ptr, bytes); }
+FW_API int fw_raw_malloc_async(void **ptr, size_t bytes) { return cudaMallocAsync(ptr, bytes, NULL); }
+FW_API int fw_raw_free_async(void *ptr) { return cudaFreeAsync(ptr, NULL); }

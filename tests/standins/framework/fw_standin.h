@@ -23,6 +23,10 @@ int fw_destroy_process_group(void);
 ncclComm_t fw_process_group_comm(void);
 int fw_matmul(size_t m, size_t n, size_t k); /* a cuBLAS gemm on the framework's handle */
 int fw_shutdown(void); /* destroy the cuBLAS handle, empty the cache, free the VA range */
+/* The CUDA calls alone, for an allocator kept by the caller (the Python stand-in of torch). */
+int fw_raw_malloc(void **ptr, size_t bytes);
+int fw_raw_malloc_async(void **ptr, size_t bytes);
+int fw_raw_free_async(void *ptr);
 
 typedef void *(*fw_alloc_fn)(size_t, int);
 typedef int (*fw_free_fn)(void *);

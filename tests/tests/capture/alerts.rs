@@ -36,8 +36,8 @@ captest!(
         let err = run.stderr();
         assert_eq!(
         alert_lines(&err),
-        ["vramtrace: ALERT at step 11: device 0 grows steadily, +1.0 MiB per step at fw_alloc \
-          (libtorch_standin.so) (full within the horizon); 12.0 MiB live, full in 1012 steps"]
+        ["vramtrace: ALERT at step 11: device 0 grows steadily, +1.0 MiB per step at main at \
+          wl_alert.c:79 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 MiB live, full in 1012 steps"]
     );
         assert!(run.stdout().contains("no SIGUSR1\n"), "{}", run.stdout());
         let trace = run.single_trace();
@@ -48,7 +48,10 @@ captest!(
         assert_eq!((a.rate, a.place_rate, a.unit.as_str()), (MIB, MIB, "step"));
         assert_eq!((a.live_bytes, a.device_memory), (12 * MIB, 1 << 30));
         assert_eq!(a.steps_to_full, Some(1012));
-        assert_eq!(a.place, "fw_alloc (libtorch_standin.so)");
+        assert_eq!(
+            a.place,
+            "main at wl_alert.c:79 → fw_alloc (libtorch_standin.so)"
+        );
         assert_eq!((a.signal, a.snapshot.as_str()), (0, ""));
         // The alert follows the last event of step 11's mark: the mark itself.
         let mark = trace.events.iter().find(|e| e.seq == a.after_seq).unwrap();
@@ -68,7 +71,7 @@ captest!(
             alerted,
             [
                 "  alerted        while running, at step 11: device 0 grew steadily, +1.0 MiB per \
-              step at fw_alloc (libtorch_standin.so) (horizon); full in 1012 steps"
+              step at main at wl_alert.c:79 → fw_alloc (libtorch_standin.so) (horizon); full in 1012 steps"
             ],
             "{text}"
         );
@@ -88,8 +91,8 @@ captest!(the_threshold_and_the_confirmation_are_settings, |dir| {
     assert_eq!(
         alert_lines(&run.stderr()),
         [
-            "vramtrace: ALERT at step 6: device 0 grows steadily, +1.0 MiB per step at fw_alloc \
-          (libtorch_standin.so) (above the threshold of 512.0 KiB per step); 7.0 MiB live, full \
+            "vramtrace: ALERT at step 6: device 0 grows steadily, +1.0 MiB per step at main at \
+          wl_alert.c:79 → fw_alloc (libtorch_standin.so) (above the threshold of 512.0 KiB per step); 7.0 MiB live, full \
           in 1017 steps"
         ]
     );
@@ -139,7 +142,10 @@ captest!(
         assert_eq!(doc["alert"]["step"], 11);
         assert_eq!(doc["live"]["device"]["bytes"], 12 * MIB);
         let top = &doc["live"]["sites"][0];
-        assert_eq!(top["label"], "fw_alloc (libtorch_standin.so)");
+        assert_eq!(
+            top["label"],
+            "main at wl_alert.c:79 → fw_alloc (libtorch_standin.so)"
+        );
         assert_eq!(
             (top["bytes"].as_u64(), top["count"].as_u64()),
             (Some(10 * MIB), Some(10))

@@ -15,17 +15,28 @@ fn check(
     program: impl AsRef<std::ffi::OsStr>,
     args: &[&str],
 ) -> Output {
-    vramtrace_command()
-        .arg("check")
+    check_command(dir, flags, program, args)
+        .output()
+        .expect("running vramtrace check")
+}
+
+/// The command [`check`] runs, for more settings.
+fn check_command(
+    dir: &Path,
+    flags: &[&str],
+    program: impl AsRef<std::ffi::OsStr>,
+    args: &[&str],
+) -> std::process::Command {
+    let mut c = vramtrace_command();
+    c.arg("check")
         .arg("-o")
         .arg(dir.join("c-%p.vtrace"))
         .args(flags)
         .arg("--")
         .arg(program)
         .args(args)
-        .env("LD_LIBRARY_PATH", standin_ld_library_path())
-        .output()
-        .expect("running vramtrace check")
+        .env("LD_LIBRARY_PATH", standin_ld_library_path());
+    c
 }
 
 fn only_trace(dir: &Path) -> PathBuf {
@@ -56,13 +67,13 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
     assert_eq!(
         &lines[1..],
         [
-            "  FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B) at fw_alloc \
+            "  FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B) at main at wl_train.c:108 → fw_alloc \
              (libtorch_standin.so), full within the horizon",
             "  FAIL  leak             20.0 MiB live at the end (20971520 B in 20 objects), limit \
              1.0 MiB (1048576 B)",
             "  FAIL  orphans          1 orphan holding 0 B of device memory, limit 0",
-            "vramtrace check: FAILED: growth, leak, orphans passed in 1 of 1 trace (details: \
-             vramtrace report TRACE)",
+            "vramtrace check: FAILED: limits exceeded in 1 of 1 trace: growth, leak, orphans \
+             (details: vramtrace report TRACE)",
         ]
     );
 });
@@ -100,7 +111,7 @@ captest!(check_passes_the_fixed_workload, |dir| {
         &["--fix-leak"],
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("FAILED: orphans passed in 1 of 1 trace"));
+    assert!(text(&out.stderr).contains("FAILED: limits exceeded in 1 of 1 trace: orphans"));
 });
 
 // An absolute growth limit replaces the verdict: 1 MiB a step passes 512 KiB, not 2 MiB.
@@ -115,8 +126,8 @@ captest!(check_takes_a_growth_limit_per_step, |dir| {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
         err.contains(
-            "  ok    growth > 2.0 MiB (2097152 B) device 0: +1.0 MiB per step (1048576 B) at \
-             fw_alloc (libtorch_standin.so)\n"
+            "  ok    growth > 2.0 MiB (2097152 B) device 0: +1.0 MiB per step (1048576 B) at main at \
+             wl_train.c:108 → fw_alloc (libtorch_standin.so)\n"
         ),
         "{err}"
     );
@@ -161,8 +172,8 @@ captest!(check_passes_the_programs_failure_through, |dir| {
     assert_eq!(text(&out.stdout), "", "the program did not run");
     assert_eq!(
         text(&out.stderr),
-        "error: invalid value '5x' for '--max-leak <SIZE>': unknown size unit 'x' (use B, KiB, \
-         MiB, GiB, TiB) (see --help)\n"
+        "error: invalid value '5x' for '--max-leak <SIZE>': not a size: unknown unit 'x' (use \
+         B, KiB, MiB, GiB, TiB) (see --help)\n"
     );
     let out = check(
         dir,
@@ -205,7 +216,7 @@ captest!(report_fails_on_the_same_limits, |dir| {
         err,
         format!(
             "vramtrace report: limits of {}\n  FAIL  growth (alert)   device 0: +1.0 MiB per \
-             step (1048576 B) at fw_alloc (libtorch_standin.so), full within the horizon\n  FAIL  \
+             step (1048576 B) at main at wl_train.c:108 → fw_alloc (libtorch_standin.so), full within the horizon\n  FAIL  \
              leak             20.0 MiB live at the end (20971520 B in 20 objects), limit 1.0 MiB \
              (1048576 B)\n  ok    orphans          1 orphan holding 0 B of device memory, limit \
              1\n",
@@ -217,4 +228,177 @@ captest!(report_fails_on_the_same_limits, |dir| {
     let bad = report("peak");
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).starts_with("error: invalid value 'peak' for '--fail-on <LIMIT>'"));
+});
+
+/// A directory the tracer cannot write in, or `None` (with a note) where this machine cannot
+/// make one: mode 0555 stops anyone but root; for root, a read-only tmpfs is mounted over it
+/// (unmounted when the guard drops).
+fn read_only_dir(base: &Path) -> Option<ReadOnly> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = base.join("ro");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    if std::fs::File::create(dir.join("probe")).is_err() {
+        return Some(ReadOnly {
+            dir,
+            mounted: false,
+        });
+    }
+    std::fs::remove_file(dir.join("probe")).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
+        .arg(&dir)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        eprintln!("skipped the read-only directory: root here, and mounting a tmpfs failed");
+        return None;
+    }
+    Some(ReadOnly { dir, mounted })
+}
+
+struct ReadOnly {
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = std::process::Command::new("umount").arg(&self.dir).output();
+        }
+    }
+}
+
+/// The one `error: …` line of `out`, after checking it is the last line and the exit is 2.
+fn could_not_check(out: &Output) -> String {
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: could not check: "), "{err}");
+    last.to_string()
+}
+
+// The tracer cannot write the trace (a read-only directory; a directory that became a file
+// before the first GPU call): the program runs on untraced, and the gate says it could not check
+// — even with --max-leak 0 on a program that leaves 20 MiB live. It said "ok" before.
+captest!(
+    check_cannot_pass_a_program_whose_trace_could_not_be_written,
+    |dir| {
+        let plain = Workload::new("wl_train").run_plain();
+        if let Some(ro) = read_only_dir(dir) {
+            let out = check(&ro.dir, &["--max-leak", "0"], workload("wl_train"), &[]);
+            assert_eq!(
+                text(&out.stdout),
+                text(&plain.stdout),
+                "the program's output"
+            );
+            let line = could_not_check(&out);
+            let why = if ro.mounted {
+                "Read-only file system"
+            } else {
+                "Permission denied"
+            };
+            assert!(
+                line.contains(" ran untraced: cannot write the trace: cannot create "),
+                "{line}"
+            );
+            assert!(line.contains(why), "{line}");
+            assert!(trace_files(&ro.dir).is_empty());
+        }
+        // The output directory turns into a file under the program's feet: no root needed.
+        let gone = dir.join("gone");
+        std::fs::create_dir(&gone).unwrap();
+        let script = format!(
+            "rmdir {0} && touch {0} && exec {1}",
+            gone.display(),
+            workload("wl_train").display()
+        );
+        let out = check(&gone, &["--max-leak", "0"], "sh", &["-c", &script]);
+        let line = could_not_check(&out);
+        assert!(line.contains("Not a directory"), "{line}");
+        let err = text(&out.stderr);
+        assert!(!err.contains("ok"), "{err}");
+    }
+);
+
+// The library disabled, or never loaded (a file the loader refuses, as it ignores a setuid or
+// static program's LD_PRELOAD): nothing was seen, so nothing passes.
+captest!(check_cannot_pass_a_program_the_tracer_did_not_see, |dir| {
+    let out = check_command(dir, &[], workload("wl_train"), &[])
+        .env("VRAMTRACE_DISABLE", "1")
+        .output()
+        .unwrap();
+    let line = could_not_check(&out);
+    assert!(
+        line.ends_with(" ran untraced: VRAMTRACE_DISABLE is set"),
+        "{line}"
+    );
+
+    let refused = dir.join("libvramtrace.so");
+    std::fs::write(&refused, b"").unwrap();
+    let lib = refused.to_str().unwrap();
+    let out = check(dir, &["--lib", lib], workload("wl_train"), &[]);
+    let line = could_not_check(&out);
+    assert_eq!(
+        line,
+        "error: could not check: the tracer library was not loaded (no trace written): the \
+         loader ignores LD_PRELOAD for setuid programs and static binaries, and says on stderr \
+         when it cannot load a library"
+    );
+    let out = check(dir, &["--lib", "/nonexistent/libvramtrace.so"], "true", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "error: --lib /nonexistent/libvramtrace.so: no such file\n"
+    );
+});
+
+// A trace cut short (its process killed with SIGKILL, which no handler sees) and a trace that
+// lost events (a 1024-event buffer under a storm of 16 threads, no waiting) are named, never ok.
+captest!(check_cannot_pass_a_cut_trace_or_lost_events, |dir| {
+    let script = format!(
+        "{} 1 100000000 >/dev/null & while ! ls {}/c-$!.vtrace >/dev/null 2>&1; do sleep 0.01; \
+         done; kill -9 $!; wait $!; exit 0",
+        workload("wl_threads").display(),
+        dir.display()
+    );
+    let out = check(dir, &["--max-growth", "1TiB/step"], "sh", &["-c", &script]);
+    let line = could_not_check(&out);
+    let trace = only_trace(dir);
+    assert!(
+        line.starts_with(&format!(
+            "error: could not check: {} is cut short (",
+            trace.display()
+        )),
+        "{line}"
+    );
+    std::fs::remove_file(trace).unwrap();
+
+    let out = check_command(
+        dir,
+        &["--max-growth", "1TiB/step"],
+        workload("wl_harm"),
+        &[],
+    )
+    .args(["storm", "16", "2000"])
+    .env("VRAMTRACE_BUFFER_EVENTS", "1024")
+    .env("VRAMTRACE_FULL_WAIT_MS", "0")
+    .env("VRAMTRACE_MEMINFO_MS", "0")
+    .output()
+    .unwrap();
+    let line = could_not_check(&out);
+    let trace = only_trace(dir);
+    assert!(
+        line.starts_with(&format!(
+            "error: could not check: {} is missing ",
+            trace.display()
+        )) && line.ends_with(" events the tracer lost"),
+        "{line}"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("  not checked: the trace is missing "),
+        "{err}"
+    );
 });

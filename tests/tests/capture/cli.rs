@@ -266,3 +266,171 @@ captest!(a_file_that_is_no_trace_is_one_error_line, |dir| {
         }
     }
 });
+
+// The README's demo of `diff`: `vramtrace-demo --regression` traces the loop a second time with
+// a regression planted (4 MiB more kept every step, at `fw_alloc` called from wl_train.c line
+// 111) and diffs it against the first run: exit 1, the planted site named first. An unknown
+// flag is an error, not silently the plain demo.
+captest!(the_demo_diffs_a_planted_regression, |dir| {
+    let demo = || {
+        let mut c = vramtrace_tests::traced::clean_command(env!("CARGO_BIN_EXE_vramtrace-demo"));
+        c.current_dir(dir);
+        c
+    };
+    let out = demo().arg("--regression").output().unwrap();
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}{}", text(&out.stderr));
+    assert!(
+        shown.contains("\nVERDICT  REGRESSION (exit 1): "),
+        "{shown}"
+    );
+    let top = shown
+        .lines()
+        .find(|l| l.starts_with("  top difference, view driver: "))
+        .unwrap_or_else(|| panic!("no top difference in: {shown}"));
+    assert!(
+        top.contains("fw_alloc") && top.contains("wl_train.c:111") && top.contains("+80.0 MiB"),
+        "{top}"
+    );
+    // The README shows these lines of it: they must be what the demo prints.
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let shown_in_readme: Vec<&str> = (readme.lines())
+        .filter(|l| l.starts_with("VERDICT  REGRESSION") || l.starts_with("  top difference, "))
+        .collect();
+    assert_eq!(shown_in_readme.len(), 2, "the README's demo of diff");
+    for line in shown_in_readme {
+        assert!(
+            shown.lines().any(|l| l == line),
+            "README: {line}\ndemo: {shown}"
+        );
+    }
+    let traces = trace_files(&dir.join("vramtrace-demo"));
+    assert_eq!(traces.len(), 2, "{traces:?}");
+
+    let out = demo().args(["--program", "--extra-leek"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).starts_with(
+            "vramtrace-demo: error: unknown arguments '--program --extra-leek'\nusage: "
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+});
+
+/// `vramtrace CMD ARGS...`: exit code and stdout.
+fn vramtrace_out(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+    let out = vramtrace_command().args(args).output().unwrap();
+    (out.status.code(), text(&out.stdout))
+}
+
+// One place, one name: the planted extra leak of wl_train (main calls fw_alloc at line 111 and
+// keeps the 4 MiB it returns) reads the same in run's summary, the report's first finding,
+// replay, diff's top difference, export csv-live and the HTML page's chart.
+captest!(a_place_has_one_label_in_every_output, |dir| {
+    let line = wl_train_line("extra_leak");
+    let label = format!("main at wl_train.c:{line} → fw_alloc");
+    let a_dir = dir.join("a");
+    let b_dir = dir.join("b");
+    std::fs::create_dir_all(&a_dir).unwrap();
+    std::fs::create_dir_all(&b_dir).unwrap();
+    assert_eq!(
+        vramtrace_run(&a_dir, "wl_train", &[]).status.code(),
+        Some(0)
+    );
+    let run = vramtrace_run(&b_dir, "wl_train", &["--extra-leak"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+    let (a, b) = (trace_files(&a_dir).remove(0), trace_files(&b_dir).remove(0));
+    // run's summary: the largest live site first.
+    let summary = text(&run.stderr);
+    let first = summary
+        .lines()
+        .find(|l| l.contains("80.0 MiB"))
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        first.contains(&format!(" {label} (owner libtorch_standin.so)")),
+        "{first}"
+    );
+    // The report: the first finding, and the live set.
+    let r = report_json(&b);
+    assert_eq!(
+        r["analysis"]["diagnosis"][0]["site"]["label"],
+        label.as_str()
+    );
+    assert_eq!(r["analysis"]["leaks"]["sites"][0]["label"], label.as_str());
+    // replay at the last step.
+    let args = [
+        "replay".as_ref(),
+        "--json".as_ref(),
+        "--at".as_ref(),
+        "step 20".as_ref(),
+    ];
+    let (code, out) = vramtrace_out(&[&args[..], &[b.as_os_str()]].concat());
+    assert_eq!(code, Some(0), "{out}");
+    let replay: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        replay["analysis"]["diagnosis"][0]["site"]["label"],
+        label.as_str()
+    );
+    // diff: the new leak is the top difference.
+    let args = [
+        "diff".as_ref(),
+        "--json".as_ref(),
+        a.as_os_str(),
+        b.as_os_str(),
+    ];
+    let (code, out) = vramtrace_out(&args);
+    assert_eq!(code, Some(1), "{out}");
+    let diff: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(diff["top_difference"]["label"], label.as_str());
+    // export csv-live: its 20 objects.
+    let csv = dir.join("live.csv");
+    let (code, _) = vramtrace_out(&[
+        "export".as_ref(),
+        "--format".as_ref(),
+        "csv-live".as_ref(),
+        "-o".as_ref(),
+        csv.as_os_str(),
+        b.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0));
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    let labelled = rows
+        .lines()
+        .filter(|l| l.contains(&format!(",{label},")))
+        .count();
+    assert_eq!(labelled, 20, "{rows}");
+    // The HTML page: the chart's band (by native function, the default for a native program).
+    let page = dir.join("page.html");
+    let (code, _) = vramtrace_out(&[
+        "report".as_ref(),
+        "--html".as_ref(),
+        page.as_os_str(),
+        b.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let tag = r#"id="vramtrace-data">"#;
+    let start = html.find(tag).unwrap() + tag.len();
+    let end = html[start..].find("</script>").unwrap() + start;
+    let data: Value = serde_json::from_str(&html[start..end]).unwrap();
+    let bands = data["devices"][0]["bands"]["function"].as_array().unwrap();
+    assert!(
+        bands.iter().any(|b| b["label"] == label.as_str()),
+        "{bands:#?}"
+    );
+});
+
+/// The line of wl_train.c that `// @marker` ends.
+fn wl_train_line(marker: &str) -> usize {
+    let source =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/wl_train.c"))
+            .unwrap();
+    source
+        .lines()
+        .position(|l| l.trim_end().ends_with(&format!("// @{marker}")))
+        .unwrap_or_else(|| panic!("no // @{marker} in wl_train.c"))
+        + 1
+}

@@ -580,13 +580,13 @@ captest!(
         let out = text(&text_report.stdout);
         assert!(
             out.contains(&format!(
-            "lost events    {} events were lost; left out above because they could explain them",
-            a["anomalies"]["lost_events"]
-        )),
+                "lost events    {} events lost; left out above because they could explain them",
+                a["anomalies"]["lost_events"]
+            )),
             "{out}"
         );
         assert!(
-            out.contains("live           at the end: 3.0 MiB device in 1 objects"),
+            out.contains("live           at the end: 3.0 MiB device in 1 object,"),
             "{out}"
         );
     }

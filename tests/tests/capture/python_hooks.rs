@@ -86,6 +86,69 @@ for i in range(7):
 print("gan done")
 "#;
 
+/// An inference server's loop: no optimizer, 6 requests, each one call of a model whose inner
+/// module makes the 1 MiB answer the cache keeps, beside a 2 MiB scratch tensor it drops.
+const INFER: &str = r#"import torch
+
+
+class Inner(torch.nn.Module):
+    def forward(self, n):
+        return torch.empty(n)  # @answer
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        self.inner = Inner()
+
+    def forward(self, n):
+        scratch = torch.empty(2 << 20)
+        del scratch
+        return self.inner(n)
+
+
+model = Model()
+cache = {}
+for request in range(6):
+    cache[request] = model(1 << 20)
+print("answered", len(cache))
+"#;
+
+/// A model called twice before its optimizer is made (a warm-up), then trained for 5 steps.
+const WARM_TRAIN: &str = r#"import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, n):
+        return torch.empty(n)
+
+
+model = Model()
+model(4096)
+model(4096)
+opt = torch.optim.SGD([])
+kept = []
+for step in range(5):
+    kept.append(model(1 << 20))
+    opt.step()
+print("trained", len(kept))
+"#;
+
+/// A loop of 40 steps keeping 1 MiB a step (and dropping a 2 MiB temporary), 20 ms a step: the
+/// stand-in allocator charges its 8 MiB segments to whichever of the two lines needs one.
+const ALERTED: &str = r#"import time
+import torch
+
+opt = torch.optim.SGD([])
+kept = []
+for step in range(40):
+    tmp = torch.empty(2 << 20)
+    kept.append(torch.empty(1 << 20))  # @alert_kept
+    del tmp
+    opt.step()
+    time.sleep(0.02)
+print("done", len(kept))
+"#;
+
 /// No torch at all.
 const PLAIN: &str = r#"import sys
 print("hello", "torch" in sys.modules, "ctypes" in sys.modules)
@@ -169,6 +232,9 @@ fn setup(dir: &Path) -> Setup {
         ("busy_exit.py", BUSY_EXIT),
         ("healthy.py", HEALTHY),
         ("leaky.py", LEAKY),
+        ("infer.py", INFER),
+        ("warm_train.py", WARM_TRAIN),
+        ("alerted.py", ALERTED),
     ] {
         std::fs::write(dir.join(name), script).unwrap();
     }
@@ -219,6 +285,16 @@ impl Setup {
         assert_eq!(files.len(), 1, "{files:?}");
         Trace::load(&files[0])
     }
+}
+
+fn iterations(t: &Trace) -> Vec<u64> {
+    t.events
+        .iter()
+        .filter_map(|e| match e.op {
+            Op::MarkIteration { n } => Some(n),
+            _ => None,
+        })
+        .collect()
 }
 
 fn marks(t: &Trace) -> Vec<u64> {
@@ -592,3 +668,103 @@ captest!(diff_compares_the_recorders_tensors_by_line, |dir| {
     assert_eq!(d["tensors"]["changed"], 0);
     assert_eq!(d["top_difference"], serde_json::Value::Null);
 });
+
+// A loop without an optimizer: each outermost model call (not the inner module's) marks an
+// iteration, the report's steps are the 6 requests, and the cache's growth is 1 MiB a request
+// at the line that makes the answers, from PyTorch's recorder (the stand-in's 8 MiB segment
+// holds them all: the driver sees no growth).
+captest!(a_loop_without_an_optimizer_steps_per_model_call, |dir| {
+    let s = setup(dir);
+    let plain = s.plain("infer.py");
+    let traced = s.traced("infer.py", &[], &[]);
+    assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+    assert_eq!(text(&traced.stdout), text(&plain.stdout));
+    assert_eq!(text(&plain.stdout), "user sitecustomize ran\nanswered 6\n");
+    let t = s.trace();
+    assert_eq!(iterations(&t), [1, 2, 3, 4, 5, 6]);
+    assert!(marks(&t).is_empty());
+    let files = trace_files(&s.dir.join("out"));
+    let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), files[0].as_os_str()]);
+    let steps = &r["analysis"]["steps"];
+    assert_eq!(
+        (&steps["source"], &steps["steps"]),
+        (&"iterations".into(), &6.into())
+    );
+    let answer = format!("infer.py:{} in forward", line_of(INFER, "answer"));
+    let growth: Vec<&serde_json::Value> = r["analysis"]["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["class"] == "steady-growth")
+        .collect();
+    assert_eq!(growth.len(), 1, "{growth:#?}");
+    assert_eq!(growth[0]["site"]["label"].as_str(), Some(answer.as_str()));
+    assert_eq!(growth[0]["evidence"]["rate"], MIB as f64);
+    assert_eq!(growth[0]["evidence"]["view"], "allocator");
+});
+
+// Model calls before the optimizer is made mark iterations until its first step; the trace's
+// steps are then the optimizer's 5 alone.
+captest!(
+    iterations_before_the_first_optimizer_step_are_not_steps,
+    |dir| {
+        let s = setup(dir);
+        let traced = s.traced("warm_train.py", &[], &[]);
+        assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+        assert_eq!(text(&traced.stdout), text(&s.plain("warm_train.py").stdout));
+        let t = s.trace();
+        // The two warm-up calls and the first training call, before the first optimizer step.
+        assert_eq!(iterations(&t), [1, 2, 3]);
+        assert_eq!(marks(&t).len(), 5);
+        let files = trace_files(&s.dir.join("out"));
+        let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), files[0].as_os_str()]);
+        let steps = &r["analysis"]["steps"];
+        assert_eq!(
+            (&steps["source"], &steps["steps"]),
+            (&"marks".into(), &5.into())
+        );
+        assert_eq!(r["events"]["steps"], 5);
+    }
+);
+
+// The live alert with PyTorch's recorder on waits for the hooks' snapshot and names the line
+// whose tensors stay live, at its own rate, where the driver sees the allocator's segments grow
+// at both lines; the program's output is unchanged and the trace records the alert as said.
+captest!(
+    the_live_alert_names_the_line_that_keeps_the_tensors,
+    |dir| {
+        let s = setup(dir);
+        let env = [
+            ("VRAMTRACE_ALERT_INTERVAL_MS", "0"),
+            ("VRAMTRACE_ALERT_CONFIRM", "5"),
+            ("VRAMTRACE_ALERT_THRESHOLD", "512KiB"),
+        ];
+        let traced = s.traced("alerted.py", &[], &env);
+        assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+        assert_eq!(text(&traced.stdout), text(&s.plain("alerted.py").stdout));
+        let err = text(&traced.stderr);
+        let alerts: Vec<&str> = err.lines().filter(|l| l.contains("ALERT")).collect();
+        assert_eq!(alerts.len(), 1, "{err}");
+        let kept = at(&s, "alerted.py", line_of(ALERTED, "alert_kept"));
+        let named = format!("+1.0 MiB per step of it kept at {kept} (PyTorch tensors)");
+        assert!(alerts[0].contains(&named), "{}", alerts[0]);
+        let files = trace_files(&s.dir.join("out"));
+        let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), files[0].as_os_str()]);
+        let recorded = &r["analysis"]["alerts"][0];
+        assert_eq!(recorded["place"], format!("{kept} (PyTorch tensors)"));
+        assert_eq!(recorded["place_rate"], MIB);
+        // The hand-over for the alert is a snapshot of its own, before the one at exit.
+        let t = s.trace();
+        let reasons: Vec<String> = t
+            .state
+            .attachments()
+            .of_kind(vramtrace_collector::torch::KIND_SNAPSHOT)
+            .iter()
+            .map(|a| {
+                let v: serde_json::Value = serde_json::from_slice(&a.data).unwrap();
+                v["reason"].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(reasons, ["alert", "exit"]);
+    }
+);

@@ -40,10 +40,17 @@ fn marks(trace: &Trace) -> Vec<&Event> {
     marks.collect()
 }
 
-/// What the JSON `at` (and a snapshot) says of the moment right after event `e`.
+/// What the JSON `at` (and a snapshot) says of the moment right after event `e`: its time on
+/// the tracer's clock, and counted from the trace's first event.
 fn moment(trace: &Trace, point: &str, e: &Event, step: u64) -> Value {
     let event = trace.ordinal(e.seq);
-    json!({ "point": point, "event": event, "seq": e.seq, "time_ns": e.time_ns, "step": step })
+    let first = (trace.events.iter())
+        .chain(&trace.samples)
+        .chain(&trace.retains)
+        .min_by_key(|e| e.seq)
+        .map_or(0, |e| e.time_ns);
+    json!({ "point": point, "event": event, "seq": e.seq, "time_ns": e.time_ns,
+            "since_first_ns": e.time_ns - first, "step": step })
 }
 
 /// Device memory of wl_train right after step `k` began (its mark comes first in the loop

@@ -247,3 +247,52 @@ captest!(every_event_has_a_stack_starting_at_its_caller, |dir| {
         std::fs::remove_file(&trace.path).unwrap();
     }
 });
+
+// A bad setting is the same mistake in every process of a run: `vramtrace run` of a program of
+// three processes (the shell and the two it starts, each loading the tracer) warns once, and
+// each trace still records the warning. Without `run`, each process warns (nothing shared).
+captest!(a_bad_setting_warns_once_per_run, |dir| {
+    let runtime = vramtrace_tests::workload("wl_runtime");
+    let script = format!("{0} >/dev/null; {0} >/dev/null", runtime.display());
+    let out = vramtrace_command()
+        .arg("run")
+        .arg("-o")
+        .arg(dir.join("t-%p.vtrace"))
+        .args(["--no-summary", "--", "sh", "-c", &script])
+        .env(
+            "LD_LIBRARY_PATH",
+            vramtrace_tests::standin_ld_library_path(),
+        )
+        .env("VRAMTRACE_ALERT_HORIZON", "soon")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let warning = "vramtrace: warning: VRAMTRACE_ALERT_HORIZON='soon' is not a duration: unknown \
+                   unit 'soon' (use ns, us, ms, s, m, h or d); using 24h";
+    assert_eq!(stderr_lines(&out), [warning]);
+    let traces = trace_files(dir);
+    assert_eq!(traces.len(), 2, "{traces:?}");
+    for t in traces {
+        let trace = Trace::load(&t);
+        assert_eq!(trace.warnings.len(), 1, "{:?}", trace.warnings);
+    }
+});
+
+// `run --stack-depth 99999`: the flag is what the user set, so the flag is named, and nothing
+// runs; the tracer never sees a value it would have to warn about.
+captest!(a_bad_flag_is_named_as_the_flag, |dir| {
+    let out = vramtrace_command()
+        .arg("run")
+        .arg("-o")
+        .arg(dir.join("t-%p.vtrace"))
+        .args(["--stack-depth", "99999", "--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stdout), "", "nothing ran");
+    assert_eq!(
+        text(&out.stderr),
+        "error: invalid value '99999' for '--stack-depth <N>': not a number from 0 to 256 (see \
+         --help)\n"
+    );
+});

@@ -5,15 +5,23 @@ use std::path::PathBuf;
 use clap::Args;
 use vramtrace_collector::compare::Thresholds;
 
-use crate::units::parse_size;
+use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
+
+use crate::options::AnalysisArgs;
 
 pub const EXAMPLES: &str = "\
 EXAMPLES:
     Compare today's run with last week's; exit 1 if today's regressed:
         vramtrace diff last-week.vtrace today.vtrace
 
-    The same, failing only on more than 256 MiB left live or 4 MiB of growth per step:
-        vramtrace diff --max-live 256MiB --max-growth 4MiB before.vtrace after.vtrace
+    The same, failing only on more than 256 MiB more left live, 4 MiB more growth per step or
+    two more orphans:
+        vramtrace diff --max-live 256MiB --max-growth 4MiB/step --max-orphans 2 before.vtrace after.vtrace
+
+    A new steady growth fails above 1 MiB per step, or when it would fill the device within the
+    report's horizon: here an 80 GiB device within 5,000 steps, however long they take:
+        vramtrace diff --min-new-growth 1MiB/step --device-memory 80GiB --horizon-steps 5000 \
+            --horizon 0s a.vtrace b.vtrace
 
     Two runs of a torchrun job, one directory of traces each, compared rank by rank:
         vramtrace diff runs/before/ runs/after/
@@ -27,6 +35,18 @@ EXAMPLES:
 
     Machine-readable output (schema in docs/report-json.md, \"Diff\"):
         vramtrace diff --json a.vtrace b.vtrace > diff.json
+
+REGRESSION:
+    B regressed when, over A, it holds more than --max-live at the end, peaks more than
+    --max-peak higher, grows more than --max-growth per step faster (both runs with steps), has
+    more than --max-orphans more orphans or --max-orphan-bytes more orphaned memory, or fails
+    more than --max-failures more calls; or when it has a new steady growth: a call site (or,
+    with PyTorch's recorder, a Python line of its tensors) that grows steadily in B, surely (at
+    least 3 rises along a line with R² of 0.9 or more, the report's own judgement), where A's
+    does not grow at all, while B's growth in all rose with it; and at that rate B's device
+    would be full within the report's horizon (--horizon-steps, --horizon; when the device's
+    size is known: sampled by the tracer, or --device-memory), or the rate is above
+    --min-new-growth (per step; per second for runs without steps).
 
 EXIT STATUS:
     0 no regression beyond the thresholds, 1 regression, 2 error.";
@@ -62,26 +82,39 @@ pub struct DiffArgs {
     pub source_dirs: Vec<PathBuf>,
     #[command(flatten)]
     pub thresholds: ThresholdArgs,
+    /// The growth analysis' settings, as `report` takes them: what a new growth is projected
+    /// against.
+    #[command(flatten)]
+    pub analysis: AnalysisArgs,
 }
 
-/// How much B may exceed A: above any of these, B regressed (exit 1).
+/// How much B may exceed A: above any of these, B regressed (exit 1). The flags `check` shares
+/// mean the same things here, as increases from A to B.
 #[derive(Debug, Args)]
 pub struct ThresholdArgs {
     /// Largest increase of device memory live at the end that is no regression.
-    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_threshold)]
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
     pub max_live: u64,
     /// Largest increase of the devices' peak.
-    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_threshold)]
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
     pub max_peak: u64,
-    /// Largest increase of sustained growth per step (checked when both runs have steps).
-    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = parse_threshold)]
+    /// Largest increase of steady growth per step (1MiB/step; checked when both runs have
+    /// steps).
+    #[arg(long, value_name = "SIZE/step", default_value = "1MiB/step", value_parser = parse_rate)]
     pub max_growth: u64,
-    /// Largest increase of device memory held by orphans (memory whose owner is gone).
-    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_threshold)]
+    /// Largest increase of the number of orphans (memory whose owner is gone).
+    #[arg(long, value_name = "N", default_value = "0", value_parser = parse_orphans)]
     pub max_orphans: u64,
+    /// Largest increase of device memory held by orphans.
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size)]
+    pub max_orphan_bytes: u64,
     /// Largest increase of failed calls.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value = "0", value_parser = parse_count)]
     pub max_failures: u64,
+    /// A steady growth B has where A has none is a regression above this rate per step (per
+    /// second without steps), or when it would fill B's device within the horizon.
+    #[arg(long, value_name = "SIZE/step", default_value = "64KiB/step", value_parser = parse_rate)]
+    pub min_new_growth: u64,
 }
 
 impl ThresholdArgs {
@@ -90,18 +123,23 @@ impl ThresholdArgs {
             live_bytes: self.max_live,
             peak_bytes: self.max_peak,
             growth_per_step: self.max_growth,
-            orphan_bytes: self.max_orphans,
+            orphans: self.max_orphans,
+            orphan_bytes: self.max_orphan_bytes,
             failures: self.max_failures,
+            new_growth: self.min_new_growth,
         }
     }
 }
 
-/// A size as [`parse_size`] reads it, or 0.
-fn parse_threshold(text: &str) -> Result<u64, String> {
-    if text.trim() == "0" {
-        return Ok(0);
-    }
-    parse_size(text)
+/// `--max-orphans`: a count, as in `check`. A size here meant the orphans' memory before
+/// `--max-orphan-bytes` existed; it is refused with the flag to use, never read as a count.
+fn parse_orphans(text: &str) -> Result<u64, String> {
+    parse_count(text).map_err(|e| match parse_size(text) {
+        Ok(_) => {
+            "not a number of orphans (for the memory they hold, use --max-orphan-bytes)".into()
+        }
+        Err(_) => e,
+    })
 }
 
 #[cfg(test)]
@@ -121,7 +159,14 @@ mod tests {
     fn the_default_limits_are_the_comparisons_own() {
         let args = Diff::parse_from(["diff", "a.vtrace", "b.vtrace"]).args;
         assert_eq!(args.thresholds.thresholds(), Thresholds::default());
-        assert_eq!(parse_threshold("0"), Ok(0));
-        assert_eq!(parse_threshold("2MiB"), Ok(2 << 20));
+        let args = Diff::parse_from(["diff", "--max-growth", "2MiB/step", "a", "b"]).args;
+        assert_eq!(args.thresholds.max_growth, 2 << 20);
+        assert_eq!(parse_orphans("3"), Ok(3));
+        assert_eq!(
+            parse_orphans("1MiB"),
+            Err(
+                "not a number of orphans (for the memory they hold, use --max-orphan-bytes)".into()
+            )
+        );
     }
 }

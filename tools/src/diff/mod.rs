@@ -17,18 +17,18 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 use vramtrace_collector::analysis::GrowthConfig;
-use vramtrace_collector::compare::diff::{
-    Check, Count, Rate, SourceChange, StepAlignment, TopDifference, TotalsDiff, Verdict,
-};
+use vramtrace_collector::compare::diff::{SourceChange, StepAlignment, TopDifference, TotalsDiff};
 use vramtrace_collector::compare::matching::FilePair;
+use vramtrace_collector::compare::metrics::{Count, Rate};
 use vramtrace_collector::compare::tensors::{
     view_name, TensorLineDiff, TensorRun, DRIVER_VIEW_NAME,
 };
+use vramtrace_collector::compare::verdict::{Check, NewGrowth, Verdict};
 use vramtrace_collector::compare::{
     rank_rows, Diff, Matching, Profile, RankRow, SiteDiff, SourceSearch, TensorProfile, Thresholds,
 };
-use vramtrace_collector::symbols::Symbolizer;
-use vramtrace_collector::torch::{ClockAnchor, TorchView, View};
+use vramtrace_collector::symbols::{Attribution, Symbolizer};
+use vramtrace_collector::torch::View;
 
 pub use args::{DiffArgs, EXAMPLES};
 
@@ -66,15 +66,15 @@ struct Compared {
     rank_input: vramtrace_collector::compare::RankInput,
 }
 
-fn profile_of(run: Run) -> Result<Compared> {
+fn profile_of(mut run: Run) -> Result<Compared> {
     let mut symbols = Symbolizer::from_env();
     let t = &run.trace;
     let profile = Profile::build(&t.state, &run.analysis, &run.tally, &mut symbols);
-    let anchor = ClockAnchor {
-        unix_ns: t.header.start_unix_ns,
-        monotonic_ns: t.header.start_mono_ns,
-    };
-    let tensors = TensorProfile::of(&TorchView::read(t.state.attachments(), Some(anchor)));
+    let tensors = TensorProfile::of(&run.torch, &run.analysis.growth);
+    // The rank table names each trace's first cause as its report does.
+    let mut naming = Attribution::of_state(&t.state, &mut symbols);
+    crate::site_labels::label_sites(&mut run.analysis, &mut naming);
+    let t = &run.trace;
     Ok(Compared {
         facts: RunFacts {
             path: t.path.display().to_string(),
@@ -85,7 +85,7 @@ fn profile_of(run: Run) -> Result<Compared> {
             steps: profile.steps.steps,
             median_of: Vec::new(),
         },
-        rank_input: rank_input(&run),
+        rank_input: rank_input(&run, &run.analysis),
         profile,
         tensors,
     })
@@ -144,6 +144,8 @@ pub struct TensorList<'a> {
     pub growth: Option<&'a Rate>,
     /// The thresholds checked in this view (also among the verdict's checks).
     pub checks: &'a [Check],
+    /// The lines that grow steadily in B where they do not in A (also in the verdict).
+    pub new_growth: &'a [NewGrowth],
     /// Whether this view found a change beyond the thresholds (either way): its lines then rank
     /// first.
     pub explains: bool,
@@ -197,6 +199,7 @@ impl Comparison {
                 live_count: &t.live_count,
                 growth: t.growth.as_ref(),
                 checks: &t.checks,
+                new_growth: &t.new_growth,
                 explains: t.explains,
                 matched: t.matched,
                 guessed: t.guessed,
@@ -233,11 +236,12 @@ fn compare_runs(a: &Compared, b: &Compared, sources: &SourceSearch, t: &Threshol
 /// Runs `vramtrace diff`; the exit code is 1 when a comparison found a regression.
 pub fn run(args: &DiffArgs) -> Result<u8> {
     let thresholds = args.thresholds.thresholds();
+    let growth = args.analysis.config();
     let sources = SourceSearch::with_env(args.source_dirs.clone());
     let comparisons = if args.rank.is_some() || args.pid.is_some() {
-        vec![against_median(args, &sources, &thresholds)?]
+        vec![against_median(args, growth, &sources, &thresholds)?]
     } else {
-        two_runs(args, &sources, &thresholds)?
+        two_runs(args, growth, &sources, &thresholds)?
     };
     let regression = comparisons.iter().any(|c| c.diff.verdict.regression);
     let stdout = std::io::stdout();
@@ -284,7 +288,12 @@ fn write_json(out: &mut impl Write, doc: &impl Serialize) -> Result<()> {
 }
 
 /// `diff A B`: two traces, or two directories compared rank by rank.
-fn two_runs(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Result<Vec<Comparison>> {
+fn two_runs(
+    args: &DiffArgs,
+    growth: GrowthConfig,
+    sources: &SourceSearch,
+    t: &Thresholds,
+) -> Result<Vec<Comparison>> {
     let [a, b] = &args.inputs[..] else {
         return Err(anyhow!(
             "diff takes two runs, A and B (traces or directories of traces), or --rank N with \
@@ -297,7 +306,7 @@ fn two_runs(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Result<V
         expand(std::slice::from_ref(b))?,
     );
     let all: Vec<PathBuf> = a_paths.iter().chain(&b_paths).cloned().collect();
-    let mut compared = load_all(&all, ReadFrom::First, GrowthConfig::default(), profile_of)?;
+    let mut compared = load_all(&all, ReadFrom::First, growth, profile_of)?;
     let b_runs = compared.split_off(a_paths.len());
     let a_runs = compared;
     let pairs = pair_runs(&a_runs, &b_runs)?;
@@ -348,7 +357,12 @@ fn pair_runs(a: &[Compared], b: &[Compared]) -> Result<Vec<(usize, usize)>> {
 }
 
 /// `diff --rank N TRACES…`: that trace against the median of the others.
-fn against_median(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Result<Comparison> {
+fn against_median(
+    args: &DiffArgs,
+    growth: GrowthConfig,
+    sources: &SourceSearch,
+    t: &Thresholds,
+) -> Result<Comparison> {
     let paths = expand(&args.inputs)?;
     let chosen = |c: &Compared| match (args.rank, args.pid) {
         (Some(r), _) => c.facts.rank == Some(r),
@@ -365,7 +379,7 @@ fn against_median(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Re
              traces (or a directory of them)"
         ));
     }
-    let runs = load_all(&paths, ReadFrom::First, GrowthConfig::default(), profile_of)?;
+    let runs = load_all(&paths, ReadFrom::First, growth, profile_of)?;
     let (mine, others): (Vec<&Compared>, Vec<&Compared>) = runs.iter().partition(|c| chosen(c));
     let target = match mine[..] {
         [one] => one,
@@ -387,6 +401,9 @@ fn against_median(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Re
         }
     };
     let median = Profile::median(&others.iter().map(|c| &c.profile).collect::<Vec<_>>());
+    // The others' tensors, when every one of them has the recorder's history.
+    let tensors: Option<Vec<&TensorProfile>> = others.iter().map(|c| c.tensors.as_ref()).collect();
+    let median_tensors = tensors.map(|all| TensorProfile::median(&all));
     let facts = RunFacts {
         path: format!("median of {} traces", others.len()),
         pid: None,
@@ -397,9 +414,14 @@ fn against_median(args: &DiffArgs, sources: &SourceSearch, t: &Thresholds) -> Re
         median_of: others.iter().map(|c| c.facts.path.clone()).collect(),
     };
     let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
+    let diff = compare(&median, &target.profile, sources, t).with_tensors(
+        (median_tensors.as_ref(), &median),
+        (target.tensors.as_ref(), &target.profile),
+        sources,
+        t,
+    );
     Ok(Comparison {
-        // A median has no tensors of its own: the per-tensor view compares two runs.
-        diff: compare(&median, &target.profile, sources, t),
+        diff,
         a: facts,
         b: target.facts.clone(),
         ranks: Some(rank_rows(&inputs)),

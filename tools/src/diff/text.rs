@@ -6,16 +6,22 @@
 
 use std::io::{self, Write};
 
-use vramtrace_collector::compare::diff::{Check, Count, SiteStatus, StepRow, TopDifference};
-use vramtrace_collector::compare::identity::base_name;
+use vramtrace_collector::analysis::site::base_name;
+use vramtrace_collector::analysis::LineMeaning;
+use vramtrace_collector::compare::diff::{StepRow, TopDifference};
 use vramtrace_collector::compare::matching::{LineMapping, PairedBy};
+use vramtrace_collector::compare::metrics::Count;
 use vramtrace_collector::compare::sources::LineChangeKind;
 use vramtrace_collector::compare::tensors::{TensorLine, DRIVER_VIEW_NAME};
-use vramtrace_collector::compare::{GrowthUnit, MatchHow, PythonLine, SiteMetrics};
+use vramtrace_collector::compare::verdict::{Check, NewGrowth};
+use vramtrace_collector::compare::{
+    GrowthUnit, MatchHow, PythonLine, SiteMetrics, SiteStatus, Thresholds,
+};
 use vramtrace_collector::symbols::collapse;
 use vramtrace_collector::torch::View;
 
 use super::{Comparison, DiffArgs, RunFacts};
+use crate::findings::when_full;
 use crate::ranks;
 use crate::tables::{emit, table};
 use crate::units::{bytes, signed_bytes};
@@ -53,7 +59,7 @@ fn growth(g: f64, unit: GrowthUnit) -> String {
 
 fn check_line(c: &Check) -> String {
     let (change, limit) = match c.metric {
-        "failures" => (format!("{:+}", c.change as i64), c.threshold.to_string()),
+        "failures" | "orphans" => (format!("{:+}", c.change as i64), c.threshold.to_string()),
         "growth_per_step" | "tensor_growth_per_step" => (
             format!("{} per step", signed_bytes(c.change)),
             bytes(c.threshold as u64),
@@ -64,6 +70,7 @@ fn check_line(c: &Check) -> String {
         "live_bytes" => "live at end",
         "peak_bytes" => "peak",
         "growth_per_step" => "growth",
+        "orphans" => "orphans",
         "orphan_bytes" => "orphaned memory",
         "tensor_live_bytes" => "tensors live at end",
         "tensor_growth_per_step" => "tensor growth",
@@ -83,8 +90,8 @@ pub fn pairs_summary(out: &mut impl Write, all: &[Comparison]) -> io::Result<()>
             c.b.rank.map_or("-".to_string(), |r| r.to_string()),
             c.a.path.clone(),
             c.b.path.clone(),
-            signed(d.totals.live_bytes.change),
-            signed(d.totals.peak_bytes.change),
+            signed(d.totals.counts.live_bytes.change),
+            signed(d.totals.counts.peak_bytes.change),
             match (d.totals.growth, d.totals.growth_unit) {
                 (Some(g), Some(u)) => growth(g.change, u),
                 _ => "-".to_string(),
@@ -117,9 +124,14 @@ pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Resu
     if let Some(rows) = &c.ranks {
         ranks::render(out, rows)?;
     }
+    let thresholds = args.thresholds.thresholds();
+    let new_growth = (d.verdict.new_growth.iter())
+        .filter(|g| g.regression)
+        .map(|g| new_growth_line(g, &thresholds));
     let exceeded: Vec<String> = (d.verdict.checks.iter())
-        .filter(|c| c.exceeded)
+        .filter(|c| c.exceeded && !c.metric.ends_with("new_growth"))
         .map(check_line)
+        .chain(new_growth)
         .collect();
     if exceeded.is_empty() {
         writeln!(out, "\nVERDICT  no regression (exit 0)")?;
@@ -156,7 +168,33 @@ pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Resu
     files(out, c)
 }
 
-/// `gpt.py:57 in <module>: new, +1.9 GiB live at end, +16.0 MiB/step`.
+/// `new steady growth +1.0 MiB/step at train.py:15 in step (PyTorch tensors): above 64.0 KiB;
+/// device full in 1,200 steps (2 min), within the horizon`.
+fn new_growth_line(g: &NewGrowth, t: &Thresholds) -> String {
+    let mut why = Vec::new();
+    if g.above_floor {
+        why.push(format!("above {}", bytes(t.new_growth)));
+    }
+    if let (true, Some(full)) = (
+        g.within_horizon,
+        when_full(g.steps_to_full, g.seconds_to_full),
+    ) {
+        why.push(format!("device full in {full}, within the horizon"));
+    }
+    let owner = g
+        .owner
+        .as_ref()
+        .map_or(String::new(), |o| format!(" ({o})"));
+    format!(
+        "new steady growth {}/{} at {}{owner}: {}",
+        signed_bytes(g.rate),
+        g.unit.name(),
+        g.label,
+        why.join("; ")
+    )
+}
+
+/// `gpt.py:57 in <module> (PyTorch tensors): new, +1.9 GiB live at end, +16.0 MiB/step`.
 fn top_line(t: &TopDifference, driver_unit: Option<GrowthUnit>) -> String {
     let mut parts = vec![status(t.status).to_string()];
     parts.push(format!("{} live at end", signed(t.live_bytes)));
@@ -172,7 +210,18 @@ fn top_line(t: &TopDifference, driver_unit: Option<GrowthUnit>) -> String {
     if t.guessed {
         parts.push("paired by a guess".to_string());
     }
-    format!("{}: {}", t.label, parts.join(", "))
+    let owner = t
+        .owner
+        .as_ref()
+        .map_or(String::new(), |o| format!(" ({o})"));
+    let asked = match t.line_means {
+        LineMeaning::Asked => {
+            "; the line where the allocator asked the driver for memory, not necessarily the \
+             one whose tensors keep it (PyTorch's recorder names that line: vramtrace run)"
+        }
+        LineMeaning::Keeps => "",
+    };
+    format!("{}{owner}: {}{asked}", t.label, parts.join(", "))
 }
 
 fn suspects(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
@@ -208,10 +257,11 @@ fn totals(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
         r.extend(cells);
         tab.add_row(r);
     };
-    row("live at end", b(&t.live_bytes));
-    row("live objects", n(&t.live_count));
-    row("host memory at end", b(&t.host_bytes));
-    row("peak", b(&t.peak_bytes));
+    let c = &t.counts;
+    row("live at end", b(&c.live_bytes));
+    row("live objects", n(&c.live_count));
+    row("host memory at end", b(&c.host_bytes));
+    row("peak", b(&c.peak_bytes));
     match (t.growth, t.growth_unit) {
         (Some(g), Some(u)) => row(
             "growth",
@@ -222,12 +272,12 @@ fn totals(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
             vec!["-".into(), "-".into(), "not comparable".into()],
         ),
     }
-    row("allocations", n(&t.allocations));
-    row("allocated", b(&t.allocated_bytes));
-    row("orphans", n(&t.orphans));
-    row("orphaned memory", b(&t.orphan_bytes));
-    row("failed calls", n(&t.failures));
-    row("out of memory", n(&t.out_of_memory));
+    row("allocations", n(&c.allocations));
+    row("allocated", b(&c.allocated_bytes));
+    row("orphans", n(&c.orphans));
+    row("orphaned memory", b(&c.orphan_bytes));
+    row("failed calls", n(&c.failures));
+    row("out of memory", n(&c.out_of_memory));
     row("communicators live", n(&t.communicators));
     row("communicator memory", b(&t.communicator_bytes));
     emit(out, "Totals", &tab)
@@ -378,20 +428,21 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
         if let Some(a) = &s.a_label {
             writeln!(out, "      (in A: {a})")?;
         }
-        let (pa, pb) = (lines(&s.a_python), lines(&s.b_python));
-        let named_by_line = s.a_python.len() <= 1
-            && s.b_python.len() <= 1
-            && (s.b_python.first().or(s.a_python.first()))
-                .is_some_and(|p| p.to_string() == s.label);
+        let p = &s.place;
+        let (pa, pb) = (lines(&p.a_python), lines(&p.b_python));
+        let named_by_line = p.a_python.len() <= 1
+            && p.b_python.len() <= 1
+            && (p.b_python.first().or(p.a_python.first()))
+                .is_some_and(|l| l.to_string() == s.label);
         if !named_by_line && (!pa.is_empty() || !pb.is_empty()) {
-            let inferred = if s.python_inferred {
+            let inferred = if p.python_inferred {
                 " (some inferred: a thread without Python)"
             } else {
                 ""
             };
             writeln!(out, "      Python lines{inferred}: A {pa}; B {pb}")?;
         }
-        for line in collapse(&s.frames, args.full_stacks) {
+        for line in collapse(&p.frames, args.full_stacks) {
             writeln!(out, "      {line}")?;
         }
     }
@@ -435,11 +486,12 @@ fn tensor_lines(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Re
     ];
     let mut tab = table(&headers, &[0, 2, 3, 4, 5, 6, 7]);
     let shown = &t.lines[..t.lines.len().min(args.top)];
-    let live = |l: Option<&TensorLine>| l.map_or("-".to_string(), |l| bytes(l.live_bytes));
-    let count = |l: Option<&TensorLine>| l.map_or("-".to_string(), |l| l.live_count.to_string());
+    let live = |l: Option<&TensorLine>| l.map_or("-".to_string(), |l| bytes(l.metrics.live_bytes));
+    let count =
+        |l: Option<&TensorLine>| l.map_or("-".to_string(), |l| l.metrics.live_count.to_string());
     let rate = |l: Option<&TensorLine>| {
         l.map_or("-".to_string(), |l| {
-            format!("{}/step", signed_bytes(l.growth))
+            format!("{}/step", signed_bytes(l.metrics.growth))
         })
     };
     for (i, l) in shown.iter().enumerate() {

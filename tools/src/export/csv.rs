@@ -8,7 +8,7 @@ use std::io::Write;
 use anyhow::{anyhow, Context, Result};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::live::StepSource;
-use vramtrace_collector::symbols::{Attribution, CallRef, Granularity, Symbolizer};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 
 use super::ExportArgs;
 use crate::load::{load_analyzed, read, Flow, Progress};
@@ -48,7 +48,7 @@ pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         let call = CallRef::from(origin);
         let owner = state.owners().resolve(origin.caller, origin.stack);
         let site = state.locate(owner.frame).to_string();
-        let label = naming.key(Granularity::Python, call).to_string();
+        let label = frames_label(&naming.stack(call)).unwrap_or_else(|| site.clone());
         let module = owner
             .module
             .and_then(|m| state.owners().module_name(m))
@@ -76,7 +76,7 @@ pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         rows += 1;
     }
     w.flush().context("writing the table")?;
-    Ok(format!("{rows} live objects"))
+    Ok(crate::units::count(rows, "live object"))
 }
 
 /// The object an operation is about (pointer, handle, communicator, pool, context...), its size,
@@ -120,6 +120,7 @@ fn op_fields(op: &Op) -> (&'static str, u64, u64, &str) {
         Op::WindowRegister { ptr, size, .. } => ("window-register", *ptr, *size, ""),
         Op::WindowDeregister { window, .. } => ("window-deregister", *window, 0, ""),
         Op::MarkStep { step } => ("mark-step", 0, *step, ""),
+        Op::MarkIteration { n } => ("mark-iteration", 0, *n, ""),
         Op::RangePush { name } => ("range-push", 0, 0, name),
         Op::RangePop => ("range-pop", 0, 0, ""),
         Op::Mark { name } => ("mark", 0, 0, name),
@@ -194,5 +195,5 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         return Err(anyhow!(err).context("writing the table"));
     }
     w.flush().context("writing the table")?;
-    Ok(format!("{rows} events"))
+    Ok(crate::units::count(rows, "event"))
 }

@@ -116,5 +116,9 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     options.name_type = "Frame:".to_string();
     from_lines(&mut options, lines.iter().map(String::as_str), out)
         .context("drawing the flame graph")?;
-    Ok(format!("{} stacks: {}", lines.len(), title.to_lowercase()))
+    Ok(format!(
+        "{}: {}",
+        crate::units::count(lines.len() as u64, "stack"),
+        title.to_lowercase()
+    ))
 }

@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 
+use vramtrace_collector::analysis::site::base_name;
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
-use crate::site_labels::short_function;
+use vramtrace_collector::analysis::site::short_function;
 
 /// One frame, named the way flame graphs and PyTorch snapshots name them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,10 +29,6 @@ impl Frame {
             (f, l) => format!("{} ({}:{l})", self.name, base_name(f)),
         }
     }
-}
-
-fn base_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Whether a native frame is the Python interpreter's own (its frames repeat what the Python

@@ -1,6 +1,7 @@
 //! `vramtrace export`: a trace in the formats of the viewers users already know — a Perfetto /
 //! Chrome trace-event JSON, a flame graph SVG, a PyTorch memory snapshot pickle for
-//! `torch.cuda._memory_viz`, and CSV tables for notebooks.
+//! `torch.cuda._memory_viz`, CSV tables for notebooks — and a Parquet dataset of one trace or
+//! a job's for DuckDB, Spark and pandas.
 //!
 //! Each format has its module; they share the reading (with its progress bar) through
 //! [`crate::load`] and [`crate::timeline`], and the naming of call sites through the
@@ -9,18 +10,19 @@
 mod csv;
 mod flamegraph;
 mod frames;
+mod parquet;
 mod perfetto;
 mod pickle;
 mod pytorch;
 
-use std::io::{BufWriter, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::options::{AnalysisArgs, WindowArgs};
+use crate::output_file::OutputFile;
 
 pub const EXAMPLES: &str = "\
 EXAMPLES:
@@ -39,7 +41,17 @@ EXAMPLES:
 
     Tables for a notebook (pandas.read_csv): the live set at the end, or every event:
         vramtrace export --format csv-live -o live.csv run.vtrace
-        vramtrace export --format csv-events -o events.csv run.vtrace";
+        vramtrace export --format csv-events -o events.csv run.vtrace
+
+    A file that exists is never replaced unless asked; to standard output instead:
+        vramtrace export --format csv-live --force -o live.csv run.vtrace
+        vramtrace export --format csv-live -o - run.vtrace | head
+
+    Every rank of a job as a Parquet dataset for DuckDB, Spark or pandas (docs/data.md), then
+    the Python lines still holding memory at the end, per rank:
+        vramtrace export --format parquet -o job-data/ traces/
+        duckdb -c \"SELECT rank, label, sum(bytes) FROM 'job-data/allocations/**/*.parquet'
+                    WHERE free_seq IS NULL AND accounting = 'device' GROUP BY ALL ORDER BY 3 DESC\"";
 
 /// What `export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -55,6 +67,9 @@ pub enum Format {
     CsvLive,
     /// CSV, one row per event of the trace.
     CsvEvents,
+    /// A Parquet dataset (a directory) of a trace or a directory of traces: every object,
+    /// call site, step, driver sample, communicator and failed call (docs/data.md).
+    Parquet,
 }
 
 /// Which bytes the flame graph weighs.
@@ -70,7 +85,8 @@ pub enum Moment {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// The trace file to read.
+    /// The trace file to read; for parquet, a directory of traces too (one per rank or
+    /// process).
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
     /// What to write.
@@ -78,12 +94,21 @@ pub struct ExportArgs {
         short,
         long,
         value_enum,
-        value_name = "perfetto|flamegraph|pytorch|csv-live|csv-events"
+        value_name = "perfetto|flamegraph|pytorch|csv-live|csv-events|parquet"
     )]
     pub format: Format,
-    /// Where to write it; `-` for standard output.
+    /// Where to write it; `-` for standard output; for parquet, a new (or empty) directory. A
+    /// file that exists is left alone unless --force is given; the trace read is never replaced.
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
+    /// Parquet: the run's name, its partition in the dataset (`run=NAME/`); default: the name
+    /// of the trace or directory given.
+    #[arg(long, value_name = "NAME")]
+    pub run: Option<String>,
+    /// Replace the output if it exists (a file, or for parquet a directory that is not empty);
+    /// never the trace being read.
+    #[arg(long)]
+    pub force: bool,
     /// Flame graph: the bytes it weighs.
     #[arg(long, value_enum, default_value_t = Moment::End, value_name = "end|peak|growth")]
     pub at: Moment,
@@ -101,74 +126,30 @@ pub struct ExportArgs {
     pub window: WindowArgs,
 }
 
-/// Where the export goes: standard output for `-`, else a temporary file beside the output that
-/// takes its name only once complete, so that a failed export leaves no partial file behind.
-enum Destination {
-    Stdout,
-    File(tempfile::NamedTempFile),
-}
-
-impl Destination {
-    fn open(path: &Path) -> Result<Self> {
-        if path == Path::new("-") {
-            return Ok(Destination::Stdout);
-        }
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        // The file a user asked for gets the modes any new file gets (0666 less the umask), not
-        // a temporary file's 0600.
-        let file = tempfile::Builder::new()
-            .prefix(".vramtrace-export-")
-            .permissions(std::fs::Permissions::from_mode(0o666))
-            .tempfile_in(dir)
-            .map_err(|e| {
-                // The OS's own message, without the temporary name tempfile adds to it.
-                let message = e.to_string();
-                let reason = message
-                    .split(" at path ")
-                    .next()
-                    .unwrap_or(&message)
-                    .to_string();
-                anyhow::anyhow!(
-                    "creating {}: {}",
-                    path.display(),
-                    crate::load::lower_first(reason)
-                )
-            })?;
-        Ok(Destination::File(file))
-    }
-}
-
 /// Runs `vramtrace export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
+    if args.format == Format::Parquet {
+        return parquet::run(&parquet::Job {
+            input: &args.trace,
+            output: &args.output,
+            run: args.run.as_deref(),
+            force: args.force,
+        });
+    }
+    if args.run.is_some() {
+        return Err(anyhow::anyhow!("--run is an option of --format parquet"));
+    }
     let started = std::time::Instant::now();
-    match Destination::open(&args.output)? {
-        Destination::Stdout => {
-            let mut out = BufWriter::new(std::io::stdout().lock());
-            write(args, &mut out)?;
-            out.flush().context("writing to standard output")?;
-        }
-        Destination::File(file) => {
-            let what = {
-                let mut out = BufWriter::new(file.as_file());
-                let what = write(args, &mut out)?;
-                out.flush()
-                    .with_context(|| format!("writing {}", args.output.display()))?;
-                what
-            };
-            file.persist(&args.output)
-                .map_err(|e| anyhow::anyhow!("writing {}: {}", args.output.display(), e.error))?;
-            let size = std::fs::metadata(&args.output).map_or(0, |m| m.len());
-            eprintln!(
-                "wrote {} ({}, {}) in {:.2} s",
-                args.output.display(),
-                what,
-                crate::units::bytes(size),
-                started.elapsed().as_secs_f64()
-            );
-        }
+    let output = OutputFile::prepare(&args.output, args.force, std::slice::from_ref(&args.trace))?;
+    let (what, size) = output.write(|out| write(args, out))?;
+    if !output.is_stdout() {
+        eprintln!(
+            "wrote {} ({}, {}) in {:.2} s",
+            output.path().display(),
+            what,
+            crate::units::bytes(size),
+            started.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }
@@ -181,5 +162,6 @@ fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         Format::Pytorch => pytorch::write(args, out),
         Format::CsvLive => csv::write_live(args, out),
         Format::CsvEvents => csv::write_events(args, out),
+        Format::Parquet => unreachable!("a dataset is a directory, written by parquet::run"),
     }
 }

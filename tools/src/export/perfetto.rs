@@ -165,11 +165,14 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
             "events_per_sample": timeline.stride(), "ranges_omitted": timeline.ranges_omitted})
     )
     .context("writing the trace events")?;
+    let n = |n: usize, noun: &str| crate::units::count(n as u64, noun);
     Ok(format!(
-        "{events} trace events: {counters} counter samples, {} steps, {} NVTX ranges, {} marks, \
-         {failures} failures",
-        steps.len(),
-        timeline.ranges.len(),
-        timeline.marks.len()
+        "{}: {}, {}, {}, {}, {}",
+        n(events as usize, "trace event"),
+        n(counters as usize, "counter sample"),
+        n(steps.len(), "step"),
+        n(timeline.ranges.len(), "NVTX range"),
+        n(timeline.marks.len(), "mark"),
+        n(failures as usize, "failure"),
     ))
 }

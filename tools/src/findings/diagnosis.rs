@@ -1,9 +1,16 @@
-//! The diagnosis as text: one block per finding, most urgent first, each with where it is, the
-//! evidence it rests on, the likely cause and the usual fix.
+//! The diagnosis in words: one block per finding, most urgent first, each with where it is, the
+//! evidence it rests on, the other views of the same cause, the likely cause and the usual fix.
+//! [`words`] says it once; the text report writes it as lines, the HTML page as a section.
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, Severity};
+use serde::Serialize;
+
+use vramtrace_collector::analysis::growth::DRIVER;
+use vramtrace_collector::analysis::{
+    Analysis, Finding, FindingClass, LineMeaning, OwnerKind, Related, Role, Severity,
+};
+use vramtrace_collector::torch::VIEW;
 
 use super::{at_sample, grouped, long_duration, site_label};
 use crate::units::{bytes, signed_bytes, unit};
@@ -11,38 +18,149 @@ use crate::units::{bytes, signed_bytes, unit};
 /// Findings listed in full; the rest are counted.
 const SHOWN: usize = 10;
 
-/// Writes the diagnosis (nothing when there are no findings); `when` says which moment the
-/// live set is of (`at the end`, `at step 12`).
-pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
+/// The diagnosis in words, as the text report and the HTML page say it.
+#[derive(Debug, Serialize)]
+pub struct Diagnosis {
+    /// `2 findings, most urgent first`.
+    pub heading: String,
+    /// The findings listed in full, most urgent first.
+    pub shown: Vec<FindingWords>,
+    /// Findings past those, counted only (`--json` lists them).
+    pub more: usize,
+}
+
+/// One finding in words: the headline (severity, class and place), then the evidence, the
+/// other views of the same cause, the cause and the fix.
+#[derive(Debug, Serialize)]
+pub struct FindingWords {
+    pub number: usize,
+    /// `ALERT`, `warning` or `note`.
+    pub severity: &'static str,
+    pub class: &'static str,
+    /// `at SITE on HOLDER`, `at SITE`, `on HOLDER`, or empty.
+    pub place: String,
+    pub evidence: String,
+    pub also: Vec<String>,
+    pub cause: String,
+    pub fix: String,
+}
+
+/// The diagnosis of `a` (`None` when there are no findings); `when` says which moment the live
+/// set is of (`at the end`, `at step 12`).
+pub fn words(a: &Analysis, top: usize, when: &str) -> Option<Diagnosis> {
     let list = &a.diagnosis;
     if list.is_empty() {
-        return Ok(());
+        return None;
     }
     let s = if list.len() == 1 { "" } else { "s" };
     let n = list.len();
-    writeln!(out, "\nDIAGNOSIS ({n} finding{s}, most urgent first)")?;
     let shown = top.clamp(1, SHOWN);
-    for (i, f) in list.iter().take(shown).enumerate() {
-        let severity = match f.severity {
-            Severity::Alert => "ALERT",
-            Severity::Warning => "warning",
-            Severity::Note => "note",
+    Some(Diagnosis {
+        heading: format!("{n} finding{s}, most urgent first"),
+        shown: list
+            .iter()
+            .take(shown)
+            .enumerate()
+            .map(|(i, f)| finding_words(a, i + 1, f, when))
+            .collect(),
+        more: list.len().saturating_sub(shown),
+    })
+}
+
+/// Finding number `number` in words.
+fn finding_words(a: &Analysis, number: usize, f: &Finding, when: &str) -> FindingWords {
+    let severity = match f.severity {
+        Severity::Alert => "ALERT",
+        Severity::Warning => "warning",
+        Severity::Note => "note",
+    };
+    let place = match (&f.site, f.holder) {
+        (Some(s), Some(h)) => format!("at {} on {}", site_label(s), h.name()),
+        (Some(s), None) => format!("at {}", site_label(s)),
+        (None, Some(h)) => format!("on {}", h.name()),
+        (None, None) => String::new(),
+    };
+    FindingWords {
+        number,
+        severity,
+        class: f.class.name(),
+        place,
+        evidence: evidence(a, f, when),
+        also: f.related.iter().map(|r| related(a, r)).collect(),
+        cause: f.cause.clone(),
+        fix: f.fix.clone(),
+    }
+}
+
+/// Writes the diagnosis (nothing when there are no findings); `when` says which moment the
+/// live set is of (`at the end`, `at step 12`).
+pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
+    let Some(d) = words(a, top, when) else {
+        return Ok(());
+    };
+    writeln!(out, "\nDIAGNOSIS ({})", d.heading)?;
+    for f in &d.shown {
+        let place = if f.place.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", f.place)
         };
-        let place = match (&f.site, f.holder) {
-            (Some(s), Some(h)) => format!(" at {} on {}", site_label(s), h.name()),
-            (Some(s), None) => format!(" at {}", site_label(s)),
-            (None, Some(h)) => format!(" on {}", h.name()),
-            (None, None) => String::new(),
-        };
-        writeln!(out, "  {}. {severity}: {}{place}", i + 1, f.class.name())?;
-        writeln!(out, "     evidence  {}", evidence(a, f, when))?;
+        writeln!(out, "  {}. {}: {}{place}", f.number, f.severity, f.class)?;
+        writeln!(out, "     evidence  {}", f.evidence)?;
+        for also in &f.also {
+            writeln!(out, "     also      {also}")?;
+        }
         writeln!(out, "     cause     {}", f.cause)?;
         writeln!(out, "     fix       {}", f.fix)?;
     }
-    if list.len() > shown {
-        writeln!(out, "  ({} more in --json)", list.len() - shown)?;
+    if d.more > 0 {
+        writeln!(out, "  ({} more in --json)", d.more)?;
     }
     Ok(())
+}
+
+/// Who a view is, in words.
+fn view_name(view: &str) -> &str {
+    match view {
+        VIEW => "PyTorch's recorder",
+        other => other,
+    }
+}
+
+/// What a view sees one of.
+fn view_unit(view: &str) -> &str {
+    match view {
+        VIEW => "tensor",
+        _ => "allocation",
+    }
+}
+
+/// Another view of a finding's cause, in words.
+fn related(a: &Analysis, r: &Related) -> String {
+    let rate = format!("{} {}", signed_bytes(r.rate), unit(a));
+    let place = site_label(&r.site);
+    match r.role {
+        Role::Segments => format!(
+            "{} reserved {rate} for them: segments asked for at {place}",
+            allocator_of(r.site.owner)
+        ),
+        Role::Host => format!("host memory grows beside it: {rate} at {place}"),
+        Role::SameLine | Role::Cause if r.view == DRIVER => {
+            format!("the driver sees the same line: {rate} at {place}")
+        }
+        Role::SameLine | Role::Cause => format!("{} sees the same line: {rate}", view_name(r.view)),
+    }
+}
+
+/// The allocator a framework's driver calls come from.
+fn allocator_of(owner: OwnerKind) -> &'static str {
+    match owner {
+        OwnerKind::Torch => "PyTorch's caching allocator",
+        OwnerKind::Jax => "XLA's allocator",
+        OwnerKind::Cupy => "CuPy's memory pool",
+        OwnerKind::TensorFlow => "TensorFlow's allocator",
+        _ => "the allocator",
+    }
 }
 
 /// The evidence of a finding in words.
@@ -80,8 +198,16 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
                 (None, None) => None,
             };
             parts.extend(full);
-            if let Some(view) = e.view.filter(|&v| v != "driver") {
-                parts.push(format!("seen by the {view}"));
+            match (e.view, e.line_means) {
+                (Some(view), _) if view != DRIVER => parts.push(format!(
+                    "each {} seen by {}",
+                    view_unit(view),
+                    view_name(view)
+                )),
+                (_, Some(LineMeaning::Asked)) => parts.push(
+                    "the line is where the allocator asked the driver for memory".to_string(),
+                ),
+                _ => {}
             }
             parts.join("; ")
         }

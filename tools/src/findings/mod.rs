@@ -2,21 +2,26 @@
 //! first, then out-of-memory failures, leaks, peaks, fragmentation and anomalies. `report` and
 //! `replay` print them, the HTML page takes its summary from here.
 
-mod diagnosis;
+pub(crate) mod diagnosis;
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth, DRIVER};
+use serde::Serialize;
+use vramtrace_collector::analysis::fragmentation::{CacheUse, OomRelief};
+use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::analysis::orphans::Orphan;
-use vramtrace_collector::analysis::{Analysis, OrphanKind, Orphans, Shape, SiteName};
+use vramtrace_collector::analysis::{
+    Analysis, Finding, FindingClass, OrphanKind, Orphans, RaisedAlert, Role, Severity, Shape,
+    SiteName,
+};
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
 use crate::tables::{emit, or_unknown, table};
-use crate::units::{bytes, duration, signed_bytes, unit};
+use crate::units::{bytes, count, duration, signed_bytes, unit};
 
 /// The site's label (its Python line or native function, when symbols named it) or its
 /// `module+offset`, with its owner module.
-fn site_label(s: &SiteName) -> String {
+pub(crate) fn site_label(s: &SiteName) -> String {
     let place = s.label.as_deref().unwrap_or(&s.site);
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
 }
@@ -34,17 +39,20 @@ fn long_duration(seconds: f64) -> String {
 /// `full in 1,930 steps (2.1 h)` for a holder's projection, or nothing.
 fn full_in(h: &HolderGrowth) -> Option<String> {
     let p = h.projection?;
-    let steps = p
-        .steps_to_full
-        .map(|n| format!("{} steps", grouped(n.floor() as u64)));
-    let time = p.seconds_to_full.map(long_duration);
-    let when = match (steps, time) {
-        (Some(s), Some(t)) => format!("{s} ({t})"),
-        (Some(s), None) => s,
-        (None, Some(t)) => t,
-        (None, None) => return None,
-    };
+    let when = when_full(p.steps_to_full, p.seconds_to_full)?;
     Some(format!("{} left, full in {when}", bytes(p.headroom)))
+}
+
+/// `1,930 steps (2.1 h)`: when a projection is full, in steps and in time, or nothing.
+pub(crate) fn when_full(steps: Option<f64>, seconds: Option<f64>) -> Option<String> {
+    let steps = steps.map(|n| format!("{} steps", grouped(n.floor() as u64)));
+    let time = seconds.map(long_duration);
+    match (steps, time) {
+        (Some(s), Some(t)) => Some(format!("{s} ({t})")),
+        (Some(s), None) => Some(s),
+        (None, Some(t)) => Some(t),
+        (None, None) => None,
+    }
 }
 
 /// `1930` as `1,930`.
@@ -61,7 +69,7 @@ fn grouped(n: u64) -> String {
 }
 
 /// `step 12` or `window 12`.
-fn at_sample(a: &Analysis, x: u64) -> String {
+pub(crate) fn at_sample(a: &Analysis, x: u64) -> String {
     match a.growth.axis {
         SampleAxis::Steps => format!("step {x}"),
         SampleAxis::Time => format!("window {x}"),
@@ -95,12 +103,12 @@ fn holder_line(h: &HolderGrowth, unit: &str) -> String {
     });
     let full = full_in(h).map_or(String::new(), |f| format!("; {f}"));
     format!(
-        "{}: {} {unit} sustained{threshold}{full}; live {} -> {} over {} samples{fit}",
+        "{}: {} {unit} sustained{threshold}{full}; live {} -> {} over {}{fit}",
         h.holder.name(),
         signed_bytes(h.steady_growth),
         bytes(c.first_bytes),
         bytes(c.last_bytes),
-        c.samples,
+        count(c.samples as u64, "sample"),
     )
 }
 
@@ -207,61 +215,39 @@ fn counted(count: u64, noun: &str) -> String {
     format!("{count} {noun}{s}")
 }
 
+/// One line of the FINDINGS block: the question (`orphans`, `growth`, `phases`...) and its
+/// answer.
+#[derive(Debug, Serialize)]
+pub struct SummaryLine {
+    pub topic: &'static str,
+    pub text: String,
+}
+
+fn line(topic: &'static str, text: String) -> SummaryLine {
+    SummaryLine { topic, text }
+}
+
 /// The FINDINGS block: one line per question, the answer first.
-pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
+fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
     writeln!(out, "\nFINDINGS")?;
-    writeln!(out, "  orphans        {}", orphans_line(&a.orphans))?;
+    for l in summary_lines(a, when) {
+        writeln!(out, "  {:<14} {}", l.topic, l.text)?;
+    }
+    Ok(())
+}
+
+/// The lines of the FINDINGS block, as the text report and the HTML page say them.
+pub(crate) fn summary_lines(a: &Analysis, when: &str) -> Vec<SummaryLine> {
+    let mut lines = vec![line("orphans", orphans_line(&a.orphans))];
     let unit = unit(a);
-    let g = &a.growth;
-    // The headline names the place whose memory stays live, and where it leads: the line a
-    // framework allocator's view sees keeping tensors, when it accounts for at least half the
-    // fastest growth (the driver's view of the same growth is its allocator's segments).
-    let top = g.steady.first();
-    let tensors = g
-        .steady
-        .iter()
-        .find(|s| s.view != DRIVER && top.is_some_and(|t| s.course.rate * 2.0 >= t.course.rate));
-    let growth = match tensors.or(top) {
-        Some(s) => {
-            let h = g.holders.iter().find(|h| h.holder == s.holder);
-            let alert = h.is_some_and(|h| h.alert);
-            let full = h
-                .and_then(full_in)
-                .map_or(String::new(), |f| format!("; {f}"));
-            let driver = |o: &&SiteGrowth| o.holder == s.holder && o.view == DRIVER;
-            let others = match g.steady.iter().filter(driver).count() {
-                1 => String::new(),
-                n => format!(
-                    " ({} {unit} at {} places in all)",
-                    signed_bytes(h.map_or(0.0, |h| h.steady_growth)),
-                    n
-                ),
-            };
-            let what = if alert {
-                format!("STEADY GROWTH on {}", s.holder.name())
-            } else {
-                format!(
-                    "steady growth below the alert threshold on {}",
-                    s.holder.name()
-                )
-            };
-            format!(
-                "{what}: {} {unit} at {}{others}{full}",
-                signed_bytes(s.course.rate),
-                site_label(&s.site)
-            )
-        }
-        None => "no steady growth".to_string(),
-    };
-    writeln!(out, "  growth         {growth}")?;
-    for line in phases_lines(a) {
-        writeln!(out, "  phases         {line}")?;
+    lines.push(line("growth", growth_headline(a, &unit)));
+    for text in phases_lines(a) {
+        lines.push(line("phases", text));
     }
     for alert in &a.alerts {
-        writeln!(out, "  alerted        {}", alert_line(alert))?;
+        lines.push(line("alerted", alert_line(alert)));
     }
-    let steps = steps_line(a);
-    writeln!(out, "  steps          {steps}")?;
+    lines.push(line("steps", steps_line(a)));
     let oom = match a.ooms.failures.first() {
         None => "none".to_string(),
         Some(f) => format!(
@@ -273,30 +259,34 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
             bytes(f.live.bytes)
         ),
     };
-    writeln!(out, "  out of memory  {oom}")?;
+    lines.push(line("out of memory", oom));
     let l = &a.leaks;
-    writeln!(
-        out,
-        "  live           {when}: {} device in {} objects, {} host in {}, {} other objects, at {} call sites",
-        bytes(l.device.bytes),
-        l.device.count,
-        bytes(l.host.bytes),
-        l.host.count,
-        l.views,
-        l.sites.len()
-    )?;
+    lines.push(line(
+        "live",
+        format!(
+            "{when}: {} device in {}, {} host in {}, {}, at {}",
+            bytes(l.device.bytes),
+            count(l.device.count, "object"),
+            bytes(l.host.bytes),
+            l.host.count,
+            count(l.views, "other object"),
+            count(l.sites.len() as u64, "call site")
+        ),
+    ));
     for p in &a.peaks.holders {
-        writeln!(
-            out,
-            "  peak           {}: {} in {} objects at event {} (seq {}, step {}); {} now",
-            p.holder.name(),
-            bytes(p.peak.bytes),
-            p.peak.count,
-            p.peak.event,
-            p.peak.seq,
-            p.peak.step,
-            bytes(p.now_bytes)
-        )?;
+        lines.push(line(
+            "peak",
+            format!(
+                "{}: {} in {} at event {} (seq {}, step {}); {} now",
+                p.holder.name(),
+                bytes(p.peak.bytes),
+                count(p.peak.count, "object"),
+                p.peak.event,
+                p.peak.seq,
+                p.peak.step,
+                bytes(p.now_bytes)
+            ),
+        ));
     }
     let f = &a.fragmentation;
     let held = match f.unusable_share {
@@ -311,44 +301,145 @@ pub(crate) fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Res
         ),
         None => "none".to_string(),
     };
-    writeln!(
-        out,
-        "  fragmentation  {held}; {} reserved VA, {} mapped",
-        bytes(f.address_space.reserved_bytes),
-        bytes(f.address_space.mapped_bytes)
-    )?;
+    lines.push(line(
+        "fragmentation",
+        format!(
+            "{held}; {} reserved VA, {} mapped",
+            bytes(f.address_space.reserved_bytes),
+            bytes(f.address_space.mapped_bytes)
+        ),
+    ));
+    for c in &f.allocator {
+        lines.push(line("cache", cache_line(c)));
+    }
+    if let Some(r) = &f.oom_relief {
+        lines.push(line("oom relief", relief_line(r)));
+    }
     let an = &a.anomalies;
-    let dropped = an
-        .dropped_events
-        .map_or("unknown".to_string(), |d| d.to_string());
-    writeln!(
-        out,
-        "  anomalies      {} ({} double frees, {} unknown frees, {} unmaps of unmapped ranges); {dropped} events dropped",
-        an.total,
-        an.count(AnomalyKind::DoubleFree),
-        an.count(AnomalyKind::UnknownFree),
-        an.count(AnomalyKind::UnmapUnmapped)
-    )?;
-    lost_events(out, a)
+    // "Dropped" only when events were lost; a trace read before its end (a replay, a cut
+    // trace) has no count from the tracer yet, only the gaps seen so far.
+    let lost = match (an.lost_events, an.dropped_events) {
+        (0, Some(_)) => "no event lost".to_string(),
+        (0, None) => {
+            "no event lost so far (the tracer's count of its losses comes last)".to_string()
+        }
+        (n, _) => format!("{} lost", count(n, "event")),
+    };
+    lines.push(line(
+        "anomalies",
+        format!(
+            "{} ({}, {}, {} of unmapped ranges); {lost}",
+            an.total,
+            count(an.count(AnomalyKind::DoubleFree), "double free"),
+            count(an.count(AnomalyKind::UnknownFree), "unknown free"),
+            count(an.count(AnomalyKind::UnmapUnmapped), "unmap")
+        ),
+    ));
+    lines.extend(lost_events(a).map(|text| line("lost events", text)));
+    lines
+}
+
+/// The headline of growth: the most urgent cause of steady growth (the diagnosis's first), at
+/// the line that keeps its memory, and how many causes grow on its holder in all.
+fn growth_headline(a: &Analysis, unit: &str) -> String {
+    let causes: Vec<&Finding> = a
+        .diagnosis
+        .iter()
+        .filter(|f| f.class == FindingClass::SteadyGrowth)
+        .collect();
+    let Some(top) = causes.first() else {
+        return "no steady growth".to_string();
+    };
+    let holder = top.holder.unwrap_or(Holder::Host);
+    let h = a.growth.holders.iter().find(|h| h.holder == holder);
+    let full = h
+        .and_then(full_in)
+        .map_or(String::new(), |f| format!("; {f}"));
+    let on_holder = causes.iter().filter(|f| f.holder == Some(holder)).count();
+    let others = match on_holder {
+        1 => String::new(),
+        n => format!(
+            " ({n} causes on {}, {} {unit} in all)",
+            holder.name(),
+            signed_bytes(h.map_or(0.0, |h| h.steady_growth))
+        ),
+    };
+    let what = if top.severity == Severity::Alert {
+        format!("STEADY GROWTH on {}", holder.name())
+    } else {
+        format!(
+            "steady growth below the alert threshold on {}",
+            holder.name()
+        )
+    };
+    let place = top.site.as_ref().map_or("?".to_string(), site_label);
+    format!(
+        "{what}: {} {unit} at {place}{others}{full}",
+        signed_bytes(top.evidence.rate.unwrap_or(0.0)),
+    )
+}
+
+/// PyTorch's cache on one device in words: what it reserved and what its tensors use, and of
+/// the rest what `empty_cache()` returns and what stays split, unusable for the requests that
+/// came.
+fn cache_line(c: &CacheUse) -> String {
+    let unusable = match c.smallest_unserved_request {
+        Some(min) => format!(
+            ", {} of it in blocks smaller than any request that took a new segment (the smallest {})",
+            bytes(c.unusable),
+            bytes(min)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "device {} (PyTorch's caching allocator): {} reserved, {} in tensors, {} cached free: {} \
+         in whole free segments (torch.cuda.empty_cache() returns them), {} split in segments in \
+         use{unusable}; largest free block {}",
+        c.device,
+        bytes(c.reserved),
+        bytes(c.allocated),
+        bytes(c.cached_free),
+        bytes(c.free_segments),
+        bytes(c.split_free),
+        bytes(c.largest_free_block)
+    )
+}
+
+/// Whether PyTorch's cache could have served its out-of-memory request, in words.
+fn relief_line(r: &OomRelief) -> String {
+    let verdict = match (r.empty_cache_serves, r.expandable_serves) {
+        (true, _) => "empty_cache() would have served it",
+        (false, true) => "expandable_segments:True would have served it, empty_cache() not",
+        (false, false) => "neither empty_cache() nor expandable_segments:True would have served it",
+    };
+    format!(
+        "device {}: {} requested with {} free on the device, {} in whole free segments, {} cached \
+         free in all: {verdict}",
+        r.device,
+        bytes(r.requested),
+        bytes(r.device_free),
+        bytes(r.free_segments),
+        bytes(r.cached_free)
+    )
 }
 
 /// What the events the tracer lost could explain, and was therefore left out above.
-fn lost_events(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
+fn lost_events(a: &Analysis) -> Option<String> {
     let lost = a.anomalies.lost_events;
     if lost == 0 {
-        return Ok(());
+        return None;
     }
     let u = &a.leaks.uncertain;
-    writeln!(
-        out,
-        "  lost events    {lost} events were lost; left out above because they could explain them: \
-         {} anomalies, {} live objects ({} device, {} host), {} orphans",
-        a.anomalies.uncertain,
-        u.count(),
+    Some(format!(
+        "{} lost; left out above because they could explain them: {}, {} ({} device, {} host), \
+         {}",
+        count(lost, "event"),
+        count(a.anomalies.uncertain, "anomaly"),
+        count(u.count(), "live object"),
         bytes(u.device.bytes),
         bytes(u.host.bytes),
-        a.orphans.uncertain.count
-    )
+        count(a.orphans.uncertain.count, "orphan")
+    ))
 }
 
 /// Where the steps came from, in words.
@@ -359,6 +450,11 @@ fn steps_line(a: &Analysis) -> String {
         .map_or(String::new(), |ns| format!(", one every {}", duration(ns)));
     match (s.source, &s.pattern) {
         ("marks", _) => format!("{} steps from step marks{every}", s.steps),
+        ("iterations", _) => format!(
+            "{} steps, one per call of the program's model (no optimizer step: each outermost \
+             model call is a step){every}",
+            s.steps
+        ),
         ("pattern", Some(p)) => {
             let anchor = match (p.anchor.event, &p.anchor.range) {
                 (_, Some(name)) => format!("NVTX range \"{name}\""),
@@ -407,14 +503,19 @@ fn orphan_kinds(out: &mut impl Write, a: &Analysis) -> io::Result<()> {
 
 fn site_rows(list: &[SiteGrowth], top: usize, unit: &str) -> comfy_table::Table {
     let headers = [
-        "#", "rate", "R²", "from", "first", "last", "max", "at end", "samples", "holder", "site",
-        "alert",
+        "#", "finding", "rate", "R²", "from", "first", "last", "max", "at end", "samples",
+        "holder", "site", "alert",
     ];
-    let mut t = table(&headers, &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let mut t = table(&headers, &[0, 2, 3, 4, 5, 6, 7, 8, 9]);
     for (i, s) in list.iter().take(top).enumerate() {
         let c = &s.course;
+        let finding = s.finding.map_or(String::new(), |f| match f.role {
+            Role::Cause => f.number.to_string(),
+            role => format!("{} ({})", f.number, role.name()),
+        });
         t.add_row(vec![
             (i + 1).to_string(),
+            finding,
             format!("{} {unit}", signed_bytes(c.slope())),
             c.fit.map_or("-".to_string(), |f| format!("{:.3}", f.r2)),
             c.phases
@@ -440,8 +541,8 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
     if g.holders.iter().any(|h| h.course.samples >= 2) {
         writeln!(
             out,
-            "\nGrowth ({} samples kept)",
-            g.ticks.div_ceil(g.stride)
+            "\nGrowth ({} kept)",
+            count(g.ticks.div_ceil(g.stride), "sample")
         )?;
         for h in g.holders.iter().filter(|h| h.course.samples >= 2) {
             let mark = if h.alert { "ALERT " } else { "" };
@@ -458,15 +559,15 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
     }
     if !g.steady.is_empty() {
         let title = format!(
-            "Steady growth by place (Python line, else call site; {} places)",
-            g.steady.len()
+            "Steady growth by place (Python line, else call site; {})",
+            count(g.steady.len() as u64, "place")
         );
         emit(out, &title, &site_rows(&g.steady, top, &unit))?;
     }
     if !g.peaks.is_empty() {
         let title = format!(
-            "One-off peaks by place (rose and fell back; {} places)",
-            g.peaks.len()
+            "One-off peaks by place (rose and fell back; {})",
+            count(g.peaks.len() as u64, "place")
         );
         emit(out, &title, &site_rows(&g.peaks, top, &unit))?;
     }
@@ -488,9 +589,9 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
         )?;
         writeln!(
             out,
-            "  live then {} in {} objects; free but unusable {} (pools {} unused, {} physical unmapped){}",
+            "  live then {} in {}; free but unusable {} (pools {} unused, {} physical unmapped){}",
             bytes(f.live.bytes),
-            f.live.count,
+            count(f.live.count, "object"),
             bytes(f.free_but_unusable_bytes),
             bytes(f.pool_free_bytes),
             bytes(f.unmapped_physical_bytes),
@@ -509,9 +610,9 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
             };
             writeln!(
                 out,
-                "  before it: {} per {per} over {} samples (R² {:.3}){}",
+                "  before it: {} per {per} over {} (R² {:.3}){}",
                 signed_bytes(slope),
-                fit.samples,
+                count(fit.samples as u64, "sample"),
                 fit.r2,
                 if f.growing { ", growing steadily" } else { "" }
             )?;
@@ -634,12 +735,12 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
     if v.reservations > 0 || f.physical.handles > 0 {
         writeln!(
             out,
-            "\nVirtual memory: {} reserved in {} reservations, {} mapped; {} physical in {} handles, {} of it unmapped",
+            "\nVirtual memory: {} reserved in {}, {} mapped; {} physical in {}, {} of it unmapped",
             bytes(v.reserved_bytes),
-            v.reservations,
+            count(v.reservations, "reservation"),
             bytes(v.mapped_bytes),
             bytes(f.physical.bytes),
-            f.physical.handles,
+            count(f.physical.handles, "handle"),
             bytes(f.physical.unmapped_bytes)
         )?;
     }
@@ -647,7 +748,16 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
 }
 
 /// An alert the tracer raised while the program ran, as the program's stderr said it.
-fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
+pub(crate) fn alert_line(raised: &RaisedAlert) -> String {
+    let a = &raised.alert;
+    // Labelled as every other place; a line PyTorch's tensors named, by its file's base name.
+    let place = match &raised.site {
+        Some(s) => site_label(s),
+        None => match a.place.split_once(':') {
+            Some((file, rest)) => format!("{}:{rest}", file.rsplit('/').next().unwrap_or(file)),
+            None => a.place.clone(),
+        },
+    };
     let unit = if a.unit == "step" {
         "per step".to_string()
     } else {
@@ -658,12 +768,27 @@ fn alert_line(a: &vramtrace_collector::format::Alert) -> String {
         (None, Some(s)) => format!("; full in {s} s"),
         _ => String::new(),
     };
+    let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
+        format!(", {} {unit} of it", signed_bytes(a.place_rate as f64))
+    } else {
+        String::new()
+    };
+    let signal = signal_name(a.signal).map_or(String::new(), |s| format!("; signal {s} sent"));
     format!(
-        "while running, at step {}: device {} grew steadily, {} {unit} at {} ({}){full}",
+        "while running, at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}{signal}",
         a.step,
         a.device,
         signed_bytes(a.rate as f64),
-        a.place,
         a.reason
     )
+}
+
+/// The signal the tracer sent with an alert, by name (`None`: none was sent).
+pub(crate) fn signal_name(signal: i32) -> Option<&'static str> {
+    match signal {
+        0 => None,
+        libc::SIGUSR1 => Some("SIGUSR1"),
+        libc::SIGUSR2 => Some("SIGUSR2"),
+        _ => Some("a signal"),
+    }
 }

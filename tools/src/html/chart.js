@@ -1,9 +1,10 @@
-// The report page's chart: live device memory over time per device, drawn by hand as SVG from
-// the JSON embedded in the page (no library, nothing fetched). Bands stack what each holder
-// held at the end of each stretch of events; the grey envelope spans the lowest and highest
-// value inside each stretch, so a short peak between two samples still shows. Steps, NVTX
-// ranges and marks, allocation failures and the analysis' phases are drawn on the same time
-// axis. Clicking a band, a legend entry or a table row shows the stack behind it.
+// The report page's chart: live device memory per device, drawn by hand as SVG from the JSON
+// embedded in the page (no library, nothing fetched). Bands stack what each holder held at the
+// end of each stretch of events; the grey envelope spans the lowest and highest value inside
+// each stretch, so a short peak between two samples still shows. The x axis counts steps (each
+// step the same width, so a long start-up does not squeeze the run) or wall time; steps, NVTX
+// ranges and marks, allocation failures, the tracer's alerts and the analysis' phases are drawn
+// on it. Clicking a band, a legend entry or a table row shows the stack behind it.
 (function () {
   'use strict';
   const errors = [];
@@ -58,7 +59,18 @@
     if (s >= 1) {
       return `${s.toFixed(2)} s`;
     }
-    return `${(us / 1000).toFixed(1)} ms`;
+    if (us >= 1000) {
+      return `${(us / 1000).toFixed(1)} ms`;
+    }
+    return `${Number(us.toFixed(1))} µs`;
+  }
+
+  // Tick labels of a time axis up to `end` microseconds, `step` apart: one unit for the whole
+  // axis (the one `end` reads best in), with the decimals that tell the ticks apart.
+  function timeLabel(end, step) {
+    const [div, unit] = end >= 1e6 ? [1e6, 's'] : end >= 1e3 ? [1e3, 'ms'] : [1, 'µs'];
+    const decimals = Math.max(0, Math.min(6, Math.ceil(-Math.log10(step / div) - 1e-9)));
+    return (us) => (us === 0 ? '0' : `${(us / div).toFixed(decimals)} ${unit}`);
   }
 
   // Round tick steps: 1, 2 or 5 times a power of `base`.
@@ -108,7 +120,7 @@
     document.getElementById('stack').scrollIntoView({block: 'nearest'});
   });
 
-  // The index of the last x at or before `us`.
+  // The index of the last x at or before `us` (0 when none is).
   function indexAt(xs, us) {
     let lo = 0;
     let hi = xs.length - 1;
@@ -123,21 +135,92 @@
     return lo;
   }
 
-  function drawDevice(container, dev, by) {
+  // The piecewise-linear function through the knots (xs ascending, ys ascending) at x. Where two
+  // knots share an x (a step that began with the trace), the later one counts.
+  function interpolate(xs, ys, x) {
+    if (x <= xs[0] && xs[0] !== xs[1]) {
+      return ys[0];
+    }
+    const j = indexAt(xs, x);
+    if (j >= xs.length - 1) {
+      return ys[ys.length - 1];
+    }
+    const dx = xs[j + 1] - xs[j];
+    return dx > 0 ? ys[j] + ((x - xs[j]) / dx) * (ys[j + 1] - ys[j]) : ys[j];
+  }
+
+  // Round tick steps for a count: 1, 2 or 5 times a power of ten, at least 1.
+  function countTicks(max, count) {
+    let step = 1;
+    for (let p = 1; step * count < max; p *= 10) {
+      step = [1, 2, 5].map((m) => m * p).find((s) => s * count >= max) || p * 10;
+    }
+    const out = [];
+    for (let v = 0; v <= max; v += step) {
+      out.push(v);
+    }
+    return out;
+  }
+
+  // The x axis: `pos` maps microseconds since the first event to a position in [0, max],
+  // `time` maps back. On the steps axis position k is the start of step k (step 0 is the
+  // start-up before the first step; the last step runs to the end of the trace).
+  function makeAxis(kind, end) {
+    if (kind === 'steps' && data.steps.length) {
+      const times = [0];
+      const steps = [0];
+      data.steps.forEach((t, i) => {
+        times.push(t);
+        steps.push(i * data.steps_every + 1);
+      });
+      times.push(Math.max(end, times[times.length - 1]));
+      steps.push(data.steps_total + 1);
+      const max = data.steps_total + 1;
+      return {
+        kind: 'steps',
+        name: 'step',
+        max: max,
+        pos: (us) => interpolate(times, steps, us),
+        time: (p) => interpolate(steps, times, p),
+        ticks: countTicks(data.steps_total, 10),
+        label: (v) => String(v),
+        at: (us) => `step ${Math.floor(interpolate(times, steps, us))}, ${fmtTime(us)}`,
+      };
+    }
+    const timeTicks = ticks(end, 8, 10);
+    return {
+      kind: 'time',
+      name: 'time',
+      max: end,
+      pos: (us) => us,
+      time: (p) => p,
+      ticks: timeTicks,
+      label: timeLabel(end, timeTicks[1] || end),
+      at: fmtTime,
+    };
+  }
+
+  function drawDevice(container, dev, by, axisKind) {
     const xs = data.x;
     const duration = Math.max(data.duration_us, xs.length ? xs[xs.length - 1] : 0, 1);
+    const axis = makeAxis(axisKind, duration);
     const bands = (dev.bands[by] || []);
+    const phases = data.phases.filter((p) => p.device === dev.device);
+    const alerts = data.alerts.filter((a) => a.device === dev.device);
     const depth = Math.min(data.range_depth, 4);
-    const lanes = {steps: 10, ranges: depth * 9, events: 12};
+    const lanes = {phases: phases.length ? 16 : 0, steps: data.steps.length ? 10 : 0,
+      ranges: depth * 9, events: 12};
     const laneTop = TOP + PLOT_H + 22;
-    const H = laneTop + lanes.steps + lanes.ranges + lanes.events + 6;
+    const H = laneTop + lanes.phases + lanes.steps + lanes.ranges + lanes.events + 6;
     const plotW = W - LEFT - RIGHT;
     let ymax = 0;
     for (const v of dev.max) {
       ymax = Math.max(ymax, v);
     }
     ymax = ymax > 0 ? ymax * 1.06 : 1;
-    const sx = (us) => LEFT + (us / duration) * plotW;
+    // Pixels of a position on the axis, and of a time.
+    const px = (p) => LEFT + (p / axis.max) * plotW;
+    const sx = (us) => px(axis.pos(us));
     const sy = (b) => TOP + PLOT_H - (b / ymax) * PLOT_H;
 
     const figure = document.createElement('figure');
@@ -151,20 +234,21 @@
       class: 'chart',
       viewBox: `0 0 ${W} ${H}`,
       role: 'img',
-      'aria-label': `live bytes on device ${dev.device} over time`,
+      'aria-label': `live bytes on device ${dev.device} over ${axis.kind}`,
+      'data-axis': axis.kind,
     }, figure);
     let points = 0;
 
-    for (const p of data.phases) {
-      const x0 = sx(p.start_us);
-      const x1 = sx(p.end_us);
-      el('rect', {class: `phase phase-${p.name}`, x: x0, y: TOP, width: Math.max(x1 - x0, 0.5),
-        height: PLOT_H}, svg);
-      const label = el('text', {class: 'phase-label', x: x0 + 4, y: TOP + 12}, svg);
-      label.textContent = p.name;
+    // Warm-up and teardown shaded behind everything else.
+    for (const p of phases) {
+      if (p.kind === 'warm-up' || p.kind === 'teardown') {
+        const x0 = sx(p.start_us);
+        el('rect', {class: `phase phase-${p.kind}`, x: x0, y: TOP,
+          width: Math.max(sx(p.end_us) - x0, 0.5), height: PLOT_H}, svg);
+      }
     }
 
-    // Step boundaries behind everything else, where there are few enough to tell apart.
+    // Step boundaries, where there are few enough to tell apart.
     if (data.steps.length <= 60) {
       for (const s of data.steps) {
         el('line', {class: 'step-grid', x1: sx(s), x2: sx(s), y1: TOP, y2: TOP + PLOT_H}, svg);
@@ -176,12 +260,15 @@
       const label = el('text', {class: 'axis', x: LEFT - 6, y: sy(t) + 4, 'text-anchor': 'end'}, svg);
       label.textContent = fmtBytes(t);
     }
-    for (const t of ticks(duration, 8, 10)) {
-      el('line', {class: 'tick', x1: sx(t), x2: sx(t), y1: TOP + PLOT_H, y2: TOP + PLOT_H + 4}, svg);
-      const label = el('text', {class: 'axis', x: sx(t), y: TOP + PLOT_H + 16, 'text-anchor': 'middle'},
-        svg);
-      label.textContent = fmtTime(t);
+    for (const t of axis.ticks) {
+      el('line', {class: 'tick', x1: px(t), x2: px(t), y1: TOP + PLOT_H, y2: TOP + PLOT_H + 4}, svg);
+      const label = el('text', {class: 'axis x-tick', x: px(t), y: TOP + PLOT_H + 16,
+        'text-anchor': 'middle'}, svg);
+      label.textContent = axis.label(t);
     }
+    const axisName = el('text', {class: 'axis-name', x: LEFT - 14, y: TOP + PLOT_H + 16,
+      'text-anchor': 'end'}, svg);
+    axisName.textContent = axis.name;
 
     // The envelope: lowest to highest value within each stretch.
     if (xs.length) {
@@ -221,23 +308,61 @@
     }
 
     if (dev.peak_bytes > 0) {
-      const px = sx(dev.peak_us);
-      const py = sy(dev.peak_bytes);
-      el('circle', {class: 'peak', cx: px, cy: py, r: 4}, svg);
-      const label = el('text', {class: 'peak-label', x: Math.min(px + 6, W - 140), y: Math.max(py - 6, TOP + 10)}, svg);
+      const x = sx(dev.peak_us);
+      const y = sy(dev.peak_bytes);
+      el('circle', {class: 'peak', cx: x, cy: y, r: 4}, svg);
+      const label = el('text', {class: 'peak-label', x: Math.min(x + 6, W - 140), y: Math.max(y - 6, TOP + 10)}, svg);
       label.textContent = `peak ${fmtBytes(dev.peak_bytes)}`;
     }
 
-    // Lanes under the plot: steps, NVTX ranges by depth, marks and failures.
+    // The tracer's alerts: a line through the plot and a flag above it.
+    for (const a of alerts) {
+      const x = sx(a.t_us);
+      el('line', {class: 'alert-line', x1: x, x2: x, y1: TOP, y2: TOP + PLOT_H}, svg);
+      const flag = el('g', {class: 'alert-marker'}, svg);
+      el('path', {d: `M${x},${TOP} l0,14 M${x},${TOP} l-7,4 l7,4 z`}, flag);
+      const label = el('text', {class: 'alert-label', x: x - 10, y: TOP + 10, 'text-anchor': 'end'},
+        flag);
+      label.textContent = `ALERT at step ${a.step}` + (a.signal ? `, ${a.signal} sent` : '');
+      const title = el('title', {}, flag);
+      title.textContent = `alerted ${a.text}`;
+    }
+
+    // Lanes under the plot: phases, steps, NVTX ranges by depth, marks, failures and alerts.
     const laneLabel = (text, y) => {
       const t = el('text', {class: 'lane-label', x: LEFT - 6, y: y, 'text-anchor': 'end'}, svg);
       t.textContent = text;
     };
-    laneLabel('steps', laneTop + 8);
-    for (const s of data.steps) {
-      el('line', {class: 'step', x1: sx(s), x2: sx(s), y1: laneTop, y2: laneTop + lanes.steps}, svg);
+    if (phases.length) {
+      laneLabel('phases', laneTop + 10);
     }
-    const rangeTop = laneTop + lanes.steps + 2;
+    for (const p of phases) {
+      const x0 = sx(p.start_us);
+      const width = sx(p.end_us) - x0;
+      const mark = el('g', {class: `phase-span phase-span-${p.kind}`}, svg);
+      if (p.kind === 'growth') {
+        el('path', {d: `M${x0},${laneTop} l4,6 l-4,6 l-4,-6 z`}, mark);
+      } else {
+        el('rect', {x: x0, y: laneTop + 1, width: Math.max(width, 0.5), height: 12}, mark);
+      }
+      const title = el('title', {}, mark);
+      title.textContent = p.label;
+      // A label only where it fits: the growth marker's to its right, over the steady bar.
+      const room = p.kind === 'growth' ? px(axis.max) - x0 : width;
+      if (room > p.label.length * 6 + 8) {
+        const text = el('text', {class: 'phase-label', x: x0 + (p.kind === 'growth' ? 7 : 4),
+          y: laneTop + 10}, mark);
+        text.textContent = p.label;
+      }
+    }
+    const stepTop = laneTop + lanes.phases;
+    if (data.steps.length) {
+      laneLabel('steps', stepTop + 8);
+    }
+    for (const s of data.steps) {
+      el('line', {class: 'step', x1: sx(s), x2: sx(s), y1: stepTop, y2: stepTop + lanes.steps}, svg);
+    }
+    const rangeTop = stepTop + lanes.steps + 2;
     if (depth > 0) {
       laneLabel('NVTX', rangeTop + 8);
     }
@@ -281,14 +406,14 @@
       }
       const box = svg.getBoundingClientRect();
       const vx = ((e.clientX - box.left) / box.width) * W;
-      const us = ((vx - LEFT) / plotW) * duration;
+      const us = axis.time(((vx - LEFT) / plotW) * axis.max);
       const i = indexAt(xs, us);
       cursor.setAttribute('x1', sx(xs[i]));
       cursor.setAttribute('x2', sx(xs[i]));
       cursor.setAttribute('visibility', 'visible');
       const parts = bands.filter((band) => band.values[i] > 0).slice(0, 4)
         .map((band) => `${band.label}: ${fmtBytes(band.values[i])}`);
-      readout.textContent = `${fmtTime(xs[i])}: ${fmtBytes(dev.last[i])} live` +
+      readout.textContent = `${axis.at(xs[i])}: ${fmtBytes(dev.last[i])} live` +
         ` (${fmtBytes(dev.min[i])}..${fmtBytes(dev.max[i])} in this stretch)` +
         (parts.length ? ` · ${parts.join(' · ')}` : '');
     });
@@ -318,12 +443,23 @@
     return points;
   }
 
-  function draw(by) {
+  // What the chart shows now: the grouping of its bands and its x axis; the page's address
+  // may ask for others (`report.html#axis=time&by=module`).
+  const view = {by: data.by, axis: data.axis};
+  for (const [key, value] of new URLSearchParams(location.hash.slice(1))) {
+    if (key === 'axis' && (value === 'time' || (value === 'steps' && data.steps.length))) {
+      view.axis = value;
+    } else if (key === 'by' && ['python', 'module', 'function'].includes(value)) {
+      view.by = value;
+    }
+  }
+
+  function draw() {
     const charts = document.getElementById('charts');
     charts.replaceChildren();
     let points = 0;
     for (const dev of data.devices) {
-      points += drawDevice(charts, dev, by);
+      points += drawDevice(charts, dev, view.by, view.axis);
     }
     if (!data.devices.length) {
       const p = document.createElement('p');
@@ -331,14 +467,22 @@
       charts.appendChild(p);
     }
     document.body.dataset.chartPoints = String(points);
+    document.getElementById('axis-name').textContent = view.axis;
     for (const b of document.querySelectorAll('.controls button')) {
-      b.classList.toggle('on', b.dataset.by === by);
+      b.classList.toggle('on', b.dataset.by === view.by || b.dataset.axis === view.axis);
     }
   }
 
   for (const b of document.querySelectorAll('.controls button')) {
-    b.addEventListener('click', () => draw(b.dataset.by));
+    b.addEventListener('click', () => {
+      if (b.dataset.by) {
+        view.by = b.dataset.by;
+      } else {
+        view.axis = b.dataset.axis;
+      }
+      draw();
+    });
   }
-  draw('python');
+  draw();
   document.body.dataset.chart = 'drawn';
 })();

@@ -1,14 +1,16 @@
 //! The chart's data as the page embeds it: times in microseconds since the first event, bytes as
 //! plain numbers (exact in JavaScript up to 8 PiB), each device's envelope and bands, the steps,
-//! ranges, marks, failures and phases, and the stack behind every holder a click can name.
+//! ranges, marks, failures, the tracer's alerts and the analysis' phases, the axis and grouping
+//! the page opens with, and the stack behind every holder a click can name.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramtrace_collector::analysis::{Analysis, SiteName};
-use vramtrace_collector::live::Holder;
+use vramtrace_collector::analysis::{Analysis, RaisedAlert, SiteName};
+use vramtrace_collector::live::{Holder, SampleAxis};
 use vramtrace_collector::symbols::{collapse, Attribution, CallRef, Granularity, Symbolizer};
 
+use crate::findings;
 use crate::load::LoadedTrace;
 use crate::report::Report;
 use crate::timeline::{bands, Timeline};
@@ -20,17 +22,26 @@ const STEP_TICKS: usize = 1000;
 
 #[derive(Serialize)]
 pub struct Chart {
+    /// The x axis the page opens with: `steps` when the analysis samples per step (each step
+    /// the same width, so a long start-up does not squeeze the run), else `time`.
+    pub axis: &'static str,
+    /// The grouping the bands open with: `python` for a program with Python frames, else
+    /// `function`.
+    pub by: &'static str,
     pub duration_us: u64,
     /// End of each stretch.
     pub x: Vec<u64>,
     pub devices: Vec<DeviceChart>,
+    /// Start of every `steps_every`-th step, from step 1 (the start-up before it is step 0).
     pub steps: Vec<u64>,
+    pub steps_every: usize,
     pub steps_total: usize,
     pub ranges: Vec<RangeSpan>,
     pub range_depth: u32,
     pub ranges_omitted: u64,
     pub marks: Vec<MarkPoint>,
     pub failures: Vec<FailurePoint>,
+    pub alerts: Vec<AlertPoint>,
     pub phases: Vec<PhaseSpan>,
     /// Stack lines by key: `stack:caller:py_stack` for call sites, `group:N` for the report's
     /// groups.
@@ -83,10 +94,27 @@ pub struct FailurePoint {
     pub t_us: u64,
 }
 
-/// A stretch of the run the analysis named (warm-up, steady state, teardown).
+/// An alert the tracer raised while the program ran, on the device it is about.
+#[derive(Serialize)]
+pub struct AlertPoint {
+    pub device: i32,
+    pub step: u64,
+    pub t_us: u64,
+    /// The FINDINGS block's `alerted` line.
+    pub text: String,
+    /// The signal sent to the program (`SIGUSR1`), if any.
+    pub signal: Option<&'static str>,
+}
+
+/// A phase of a device's course as the analysis found it: `warm-up`, `steady` and `teardown`
+/// are stretches, `growth` is the moment the sustained growth began (`end_us` equal to
+/// `start_us`).
 #[derive(Serialize)]
 pub struct PhaseSpan {
-    pub name: String,
+    pub device: i32,
+    pub kind: &'static str,
+    /// `growth from step 3`, in the text report's words.
+    pub label: String,
     pub start_us: u64,
     pub end_us: u64,
 }
@@ -122,10 +150,93 @@ fn table_sites(a: &Analysis, top: usize) -> Vec<CallRef> {
     sites.into_iter().map(site_call).collect()
 }
 
-/// The phases the analysis found, as spans of time. The analysis names none yet (warm-up,
-/// steady state and teardown are issue 17's); the chart shades whatever this returns.
-fn phases(_analysis: &Analysis) -> Vec<PhaseSpan> {
-    Vec::new()
+/// Where sample `x` of the analysis' growth series begins, in microseconds since the first
+/// event: the start of step `x` (step 0 is the start-up before the first step), or of time
+/// window `x`.
+fn sample_us(a: &Analysis, timeline: &Timeline, x: u64) -> u64 {
+    let ns = match (a.growth.axis, a.growth.window_ns) {
+        (SampleAxis::Time, Some(w)) => x.saturating_mul(w),
+        _ => match x.checked_sub(1) {
+            None => 0,
+            Some(i) => timeline
+                .step_starts
+                .get(i as usize)
+                .map_or(u64::MAX, |&t| timeline.since_start(t)),
+        },
+    };
+    (ns / 1000).min(timeline.since_start(timeline.last_ns) / 1000)
+}
+
+/// The phases the analysis found on each device (as the FINDINGS block's `phases` lines say
+/// them), as spans of time.
+fn phases(a: &Analysis, timeline: &Timeline) -> Vec<PhaseSpan> {
+    let end = timeline.since_start(timeline.last_ns) / 1000;
+    let mut out = Vec::new();
+    for h in a.growth.holders.iter().filter(|h| h.course.samples >= 2) {
+        let Holder::Device { device } = h.holder else {
+            continue;
+        };
+        let p = &h.course.phases;
+        let at = |x| sample_us(a, timeline, x);
+        let steady = at(p.steady_from);
+        let teardown = p.teardown_from.map(at);
+        let mut span = |kind, label: String, start_us, end_us| {
+            out.push(PhaseSpan {
+                device,
+                kind,
+                label,
+                start_us,
+                end_us,
+            })
+        };
+        if steady > 0 {
+            span("warm-up", "warm-up".to_string(), 0, steady);
+        }
+        let label = format!("steady from {}", findings::at_sample(a, p.steady_from));
+        span("steady", label, steady, teardown.unwrap_or(end));
+        if let Some(g) = p.growth_from.filter(|&g| g > p.steady_from) {
+            let label = format!("growth from {}", findings::at_sample(a, g));
+            span("growth", label, at(g), at(g));
+        }
+        if let (Some(t), Some(x)) = (teardown, p.teardown_from) {
+            let label = format!("teardown from {}", findings::at_sample(a, x));
+            span("teardown", label, t, end);
+        }
+    }
+    out
+}
+
+/// The tracer's alerts, each within the step it was raised at: the tracer judges at a step's
+/// mark, and its clock may read a little later than the events it judged.
+fn alerts(alerts: &[RaisedAlert], timeline: &Timeline) -> Vec<AlertPoint> {
+    alerts
+        .iter()
+        .map(|raised| {
+            let a = &raised.alert;
+            let first = timeline.first_ns.unwrap_or(0);
+            let start = match a.step.checked_sub(1) {
+                None => first,
+                Some(i) => timeline
+                    .step_starts
+                    .get(i as usize)
+                    .copied()
+                    .unwrap_or(first),
+            };
+            let end = timeline
+                .step_starts
+                .get(a.step as usize)
+                .copied()
+                .unwrap_or(timeline.last_ns);
+            let t = a.time_ns.clamp(start, end.max(start));
+            AlertPoint {
+                device: a.device,
+                step: a.step,
+                t_us: timeline.since_start(t) / 1000,
+                text: findings::alert_line(raised),
+                signal: findings::signal_name(a.signal),
+            }
+        })
+        .collect()
 }
 
 /// The chart of `trace`, read with `timeline`, whose report is `report`.
@@ -225,7 +336,14 @@ pub fn chart(
         .collect();
 
     let every = timeline.step_starts.len().div_ceil(STEP_TICKS).max(1);
+    let analysis = &report.analysis;
+    let python = state.python_stacks().codes().next().is_some();
     Chart {
+        axis: match analysis.growth.axis {
+            SampleAxis::Steps if !timeline.step_starts.is_empty() => "steps",
+            _ => "time",
+        },
+        by: if python { "python" } else { "function" },
         duration_us: us(timeline.last_ns),
         x: timeline.stretches.iter().map(|s| us(s.end_ns)).collect(),
         devices,
@@ -235,6 +353,7 @@ pub fn chart(
             .step_by(every)
             .map(|&t| us(t))
             .collect(),
+        steps_every: every,
         steps_total: timeline.step_starts.len(),
         range_depth: timeline
             .ranges
@@ -274,7 +393,8 @@ pub fn chart(
                 t_us: us(f.time_ns),
             })
             .collect(),
-        phases: phases(&report.analysis),
+        alerts: alerts(&analysis.alerts, timeline),
+        phases: phases(analysis, timeline),
         stacks,
     }
 }

@@ -1,11 +1,12 @@
-//! `vramtrace report --html`: the report as one self-contained page — the FINDINGS, the chart of
-//! live device memory over time, and the analyses' tables — that opens in any browser without a
-//! network and can be mailed.
+//! `vramtrace report --html`: the report as one self-contained page — the DIAGNOSIS, the chart of
+//! live device memory over steps or time, the FINDINGS and the analyses' tables — that opens in
+//! any browser without a network and can be mailed.
 //!
-//! The tables come from the same [`Report`] the terminal and JSON reports render, through the
-//! template `page.html` (exact bytes in each cell's title); the chart is drawn in the browser by
-//! `chart.js` from the [`Timeline`] gathered while the trace was read, embedded as JSON. Stacks
-//! are looked up here, once, for every holder a click can ask about.
+//! The words come from the same [`Report`] and the same functions as the terminal report's
+//! (`findings::summary_lines`, `findings::diagnosis::words`), through the template `page.html`
+//! (exact bytes in each cell's title); the chart is drawn in the browser by `chart.js` from the
+//! [`Timeline`] gathered while the trace was read, embedded as JSON. Stacks are looked up here,
+//! once, for every holder a click can ask about.
 
 mod data;
 
@@ -17,8 +18,11 @@ use minijinja::{AutoEscape, Environment};
 use serde::Serialize;
 use vramtrace_collector::symbols::Symbolizer;
 
+use crate::findings::diagnosis::{self, Diagnosis};
+use crate::findings::SummaryLine;
 use crate::load::LoadedTrace;
 use crate::options::ReportArgs;
+use crate::output_file::OutputFile;
 use crate::report::Report;
 use crate::timeline::Timeline;
 use crate::units::{bytes, signed_bytes};
@@ -39,11 +43,12 @@ pub fn run(args: &ReportArgs, path: &Path) -> Result<u8> {
     let [one] = &paths[..] else {
         anyhow::bail!("--html takes one trace ({} given)", paths.len());
     };
-    write_page(args, one, path)
+    let page = OutputFile::prepare(path, args.force, &paths)?;
+    write_page(args, one, &page)
 }
 
 /// `vramtrace report --html PATH`: the page, and one line on stderr saying where it went.
-fn write_page(args: &ReportArgs, trace: &Path, path: &Path) -> Result<u8> {
+fn write_page(args: &ReportArgs, trace: &Path, page: &OutputFile) -> Result<u8> {
     let (trace, timeline) = crate::timeline::load_with_timeline(
         trace,
         args.window.read_from(),
@@ -53,8 +58,10 @@ fn write_page(args: &ReportArgs, trace: &Path, path: &Path) -> Result<u8> {
     )?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
-    let size = write(path, &trace, &report, &timeline, &mut symbols)?;
-    eprintln!("wrote {} ({})", path.display(), bytes(size));
+    let size = write(page, &trace, &report, &timeline, &mut symbols)?;
+    if !page.is_stdout() {
+        eprintln!("wrote {} ({})", page.path().display(), bytes(size));
+    }
     crate::report::fail_on(args, &[&report])
 }
 
@@ -63,9 +70,13 @@ fn write_page(args: &ReportArgs, trace: &Path, path: &Path) -> Result<u8> {
 struct Page<'a> {
     title: String,
     report: &'a Report<'a>,
-    findings: String,
+    findings: Vec<SummaryLine>,
+    diagnosis: Option<Diagnosis>,
     top: usize,
     duration: String,
+    /// The x axis and the grouping the chart opens with.
+    chart_axis: &'static str,
+    chart_by: &'static str,
     chart_note: String,
     style: &'static str,
     script: &'static str,
@@ -98,28 +109,33 @@ pub fn render(
     symbols: &mut Symbolizer,
 ) -> Result<String> {
     let chart = data::chart(trace, report, timeline, symbols);
-    let mut findings = Vec::new();
-    crate::findings::summary(&mut findings, &report.analysis, "at the end")
-        .context("writing the findings")?;
-    let findings = String::from_utf8_lossy(&findings)
-        .trim_start_matches('\n')
-        .trim_start_matches("FINDINGS\n")
-        .to_string();
+    let when = "at the end";
     let span = timeline
         .last_ns
         .saturating_sub(timeline.first_ns.unwrap_or(0));
-    let chart_note =
-        format!(
-        "Each point covers {} consecutive events; the grey envelope spans the lowest and highest \
-         live bytes within them, the bands what each holder held at their end. {} steps{}. \
-         The tables hold exact numbers.",
-        timeline.stride(),
-        timeline.step_starts.len(),
-        if chart.steps.len() < timeline.step_starts.len() {
-            format!(" (every {}th drawn)", timeline.step_starts.len() / chart.steps.len().max(1))
-        } else {
-            String::new()
-        }
+    let steps = match timeline.step_starts.len() {
+        0 => "No steps: the x axis is time.".to_string(),
+        n => format!(
+            "{n} step{}{}: on the steps axis each step has the same width (step 0 is the \
+             start-up before the first), on the time axis its duration.",
+            if n == 1 { "" } else { "s" },
+            if chart.steps.len() < n {
+                format!(" (a tick every {} steps)", chart.steps_every)
+            } else {
+                String::new()
+            }
+        ),
+    };
+    let points = match timeline.stride() {
+        1 => "Each point is one event, the bands what each holder held after it.".to_string(),
+        n => format!(
+            "Each point covers {n} consecutive events; the grey envelope spans the lowest and \
+             highest live bytes within them, the bands what each holder held at their end."
+        ),
+    };
+    let chart_note = format!(
+        "{points} {steps} Shaded: the phases the analysis found; red flags: the alerts the \
+         tracer raised while the program ran. The tables hold exact numbers."
     );
     let page = Page {
         title: format!(
@@ -131,9 +147,12 @@ pub fn render(
                 .map_or("trace", |c| c.rsplit('/').next().unwrap_or(c))
         ),
         report,
-        findings,
+        findings: crate::findings::summary_lines(&report.analysis, when),
+        diagnosis: diagnosis::words(&report.analysis, report.top, when),
         top: report.top,
         duration: duration(span),
+        chart_axis: chart.axis,
+        chart_by: chart.by,
         chart_note,
         style: STYLE,
         script: SCRIPT,
@@ -152,15 +171,15 @@ pub fn render(
         .map_err(|e| anyhow::anyhow!("rendering the page: {e:#}"))
 }
 
-/// Writes the page to `path`; returns its size in bytes.
+/// Writes the page to `to`; returns its size in bytes.
 pub fn write(
-    path: &Path,
+    to: &OutputFile,
     trace: &LoadedTrace,
     report: &Report<'_>,
     timeline: &Timeline,
     symbols: &mut Symbolizer,
 ) -> Result<u64> {
     let page = render(trace, report, timeline, symbols)?;
-    std::fs::write(path, &page).with_context(|| format!("writing {}", path.display()))?;
-    Ok(page.len() as u64)
+    let ((), size) = to.write(|out| Ok(out.write_all(page.as_bytes())?))?;
+    Ok(size)
 }

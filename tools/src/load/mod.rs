@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use vramtrace_collector::analysis::GrowthConfig;
+use vramtrace_collector::analysis::{analyze_with, Analysis, GrowthConfig};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{Ending, Header, Series, SeriesReader, TraceError, Unread};
 use vramtrace_collector::live::{LiveState, StepSource};
+use vramtrace_collector::torch::{ClockAnchor, TorchView};
 
 use self::steps_found::Found;
 pub use self::window::{indexed, ReadFrom, SegmentFacts};
@@ -51,6 +52,25 @@ pub struct LoadedTrace {
     pub stopped: Option<String>,
     /// How the segments of a trace cut into segments were read; `None` for a trace of one file.
     pub segments: Option<SegmentFacts>,
+}
+
+impl LoadedTrace {
+    /// What the trace holds of PyTorch (its allocator's settings and recorder), read from the
+    /// payloads its Python hooks attached; the trace header's clock places a snapshot without an
+    /// anchor of its own.
+    pub fn torch(&self) -> TorchView {
+        let fallback = ClockAnchor {
+            unix_ns: self.header.start_unix_ns,
+            monotonic_ns: self.header.start_mono_ns,
+        };
+        TorchView::read(self.state.attachments(), Some(fallback))
+    }
+
+    /// Every analysis of the trace, with PyTorch's own view of its tensors (`torch`, from
+    /// [`LoadedTrace::torch`]) beside the driver's.
+    pub fn analyze(&self, torch: &TorchView) -> Analysis {
+        analyze_with(&self.state, &self.growth, torch.framework(&self.state))
+    }
 }
 
 /// Whether to go on reading.
@@ -213,7 +233,8 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
 /// but a repeating allocation pattern, each occurrence of the pattern's anchor begins a step.
 /// Read once ([`steps_found::read`]) unless the steps found in its first part turn out wrong.
 pub fn load_analyzed(path: &Path, from: ReadFrom, growth: GrowthConfig) -> Result<LoadedTrace> {
-    load_analyzed_observing(path, from, growth, || ()).map(|(trace, ())| trace)
+    let progress = Progress::new(path, "reading");
+    load_analyzed_observing(path, from, growth, &progress, || ()).map(|(trace, ())| trace)
 }
 
 /// What reading a trace for analysis gathers besides the state, event by event: the course of
@@ -236,15 +257,15 @@ pub fn load_analyzed_observing<O: Observer>(
     path: &Path,
     from: ReadFrom,
     growth: GrowthConfig,
+    progress: &Progress,
     new: impl Fn() -> O,
 ) -> Result<(LoadedTrace, O)> {
-    let progress = Progress::new(path, "reading");
-    let (trace, mut observer) = match steps_found::read(path, from, &progress, &new)? {
+    let (trace, mut observer) = match steps_found::read(path, from, progress, &new)? {
         Found::Read(read) => *read,
         Found::ReadAgain(source) => {
-            progress.restart("pass 2 (steps from the allocation pattern)");
+            progress.restart("pass 2 (steps from the whole trace)");
             let mut observer = new();
-            let mut second = read(path, from, source, &progress, |state, e| {
+            let mut second = read(path, from, source, progress, |state, e| {
                 observer.event(state, e);
                 Flow::Apply
             })?;
@@ -280,6 +301,31 @@ pub fn read(
         from,
     };
     Ok(loaded(path, &read, reader, state, stopped))
+}
+
+/// A reader of the whole trace at `path` (every segment there, from the first), for a reader
+/// that takes the records itself (the Parquet export); [`whole_loaded`] then says what it read.
+pub(crate) fn open_whole(path: &Path, progress: &Progress) -> Result<(Series, SeriesReader)> {
+    let (series, start) = start(path, ReadFrom::First, progress)?;
+    let reader = series.read_from(start).map_err(|e| open_error(path, e))?;
+    Ok((series, reader))
+}
+
+/// What reading the trace at `path` whole ([`open_whole`]) with `reader` into `state` gave.
+pub(crate) fn whole_loaded(
+    path: &Path,
+    series: &Series,
+    reader: SeriesReader,
+    state: LiveState,
+) -> LoadedTrace {
+    let from = ReadFrom::First;
+    let start = window::choose(series, from).unwrap_or(0);
+    let read = Read {
+        series,
+        start,
+        from,
+    };
+    loaded(path, &read, reader, state, false)
 }
 
 /// Which files of a trace were read, and why from there.

@@ -181,7 +181,16 @@ struct Looks {
 impl Looks {
     /// The steps the records applied to `state` show, once they can be trusted.
     fn shown(&mut self, state: &LiveState) -> Option<StepSource> {
+        // Step marks win; iteration marks that began steps before them do not count.
         if state.marks() > 0 {
+            let iterations_applied = state.iteration_steps() > 0;
+            return Some(match state.step_source() {
+                StepSource::StepMarks => StepSource::StepMarks,
+                _ if iterations_applied => StepSource::StepMarks,
+                _ => StepSource::Marks,
+            });
+        }
+        if state.iterations() > 0 {
             return Some(StepSource::Marks);
         }
         // Steps found are applied: they carry on, and the end checks them.

@@ -75,9 +75,11 @@ pub struct Moment {
     pub point: String,
     /// Events applied (the ordinal of the last one).
     pub event: u64,
-    /// Sequence number and time of the last event applied.
+    /// Sequence number and time (the tracer's clock) of the last event applied.
     pub seq: u64,
     pub time_ns: u64,
+    /// That time, counted from the first event of the trace.
+    pub since_first_ns: u64,
     /// Steps begun.
     pub step: u64,
 }
@@ -141,10 +143,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             &progress,
             |_, _| Flow::Apply,
         )?;
-        if whole.state.marks() == 0 {
-            if let Some(p) = whole.state.step_pattern() {
-                source = p.source();
-            }
+        // The steps the whole trace shows (its pattern, or its step marks alone).
+        if let Some(steps) = whole.state.unapplied_steps() {
+            source = steps;
         }
         peak_event = peaks(&whole.state).highest_device().map(|p| p.peak.event);
         progress.restart("pass 2 (replaying to the point)");
@@ -279,6 +280,7 @@ fn moment(state: &LiveState, point: &str) -> Moment {
         event: state.events(),
         seq: state.last_seq(),
         time_ns: state.last_time_ns(),
+        since_first_ns: state.last_time_ns().saturating_sub(state.first_time_ns()),
         step: state.steps(),
     }
 }

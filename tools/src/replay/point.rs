@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use vramtrace_collector::units::duration::{has_unit, parse_duration};
+
 /// A moment of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Point {
@@ -59,26 +61,17 @@ impl Point {
     }
 }
 
-/// Parses `12.5s`, `300ms`, `40us`, `100ns`.
+/// A time since the first event: a duration as the collector reads it (`12.5s`, `300ms`,
+/// `40us`), whose unit must be given: a bare number here could as well be a step or an event.
 fn duration(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let scale = match unit.trim() {
-        "s" => 1e9,
-        "ms" => 1e6,
-        "us" | "µs" => 1e3,
-        "ns" => 1.0,
-        _ => return Err(format!("'{text}': a time needs a unit (s, ms, us, ns)")),
-    };
-    match number.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 && v * scale < u64::MAX as f64 => {
-            Ok((v * scale).round() as u64)
-        }
-        _ => Err(format!("'{text}' is not a time")),
+    if !has_unit(text) {
+        return Err(format!(
+            "'{text}': a time needs a unit (12.5s, 300ms, 40us)"
+        ));
     }
+    parse_duration(text)
+        .map(|d| d.as_nanos().min(u64::MAX as u128) as u64)
+        .map_err(|e| format!("'{text}' is {e}"))
 }
 
 impl fmt::Display for Point {

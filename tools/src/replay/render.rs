@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use crate::findings;
 use crate::load::LoadedTrace;
-use crate::units::bytes;
+use crate::units::{bytes, count, duration};
 
 use super::ReplayReport;
 
@@ -20,20 +20,26 @@ pub fn render(
     let at = &r.at;
     writeln!(
         out,
-        "  at        {}: after event {} (seq {}, time {} ns), {} steps begun",
-        at.point, at.event, at.seq, at.time_ns, at.step
+        "  at        {}: after event {} (seq {}, {} after the first event), {} begun",
+        at.point,
+        at.event,
+        at.seq,
+        duration(at.since_first_ns),
+        count(at.step, "step")
     )?;
     writeln!(
         out,
-        "  read      {} records ({} bytes) in {} pass(es)",
-        trace.records, trace.bytes_read, r.passes
+        "  read      {} ({}) in {}",
+        count(trace.records, "record"),
+        count(trace.bytes_read, "byte"),
+        count(r.passes.into(), "pass")
     )?;
     let s = &r.live;
     writeln!(
         out,
-        "  live      {} device in {} objects, {} orphaned, {} host, {} reserved VA",
+        "  live      {} device in {}, {} orphaned, {} host, {} reserved VA",
         bytes(s.device_memory.bytes),
-        s.device_memory.count,
+        count(s.device_memory.count, "object"),
         bytes(s.orphaned.bytes),
         bytes(s.host_memory.bytes),
         bytes(s.reserved_va.bytes)

@@ -3,10 +3,7 @@
 //! (`docs/report-json.md`, "Allocator").
 
 use serde::Serialize;
-use vramtrace_collector::analysis::LineSeries;
-use vramtrace_collector::format::Header;
-use vramtrace_collector::live::LiveState;
-use vramtrace_collector::torch::{ClockAnchor, TensorHistory, TensorView, TorchView};
+use vramtrace_collector::torch::{TensorHistory, TensorView, TorchView};
 
 use crate::units::bytes;
 
@@ -76,25 +73,9 @@ pub struct OomAt {
     pub live_bytes: u64,
 }
 
-/// The recorder's per-line tensor series at the trace's step marks, for the growth analysis
-/// (empty without a snapshot, or without marks).
-pub fn step_lines(state: &LiveState, header: &Header) -> Vec<LineSeries> {
-    let fallback = ClockAnchor {
-        unix_ns: header.start_unix_ns,
-        monotonic_ns: header.start_mono_ns,
-    };
-    let view = TorchView::read(state.attachments(), Some(fallback));
-    vramtrace_collector::torch::step_lines(&view, state)
-}
-
 impl AllocatorFacts {
-    /// The facts of a trace; `None` when it holds nothing from PyTorch's hooks.
-    pub fn of(state: &LiveState, header: &Header, top: usize) -> Option<AllocatorFacts> {
-        let fallback = ClockAnchor {
-            unix_ns: header.start_unix_ns,
-            monotonic_ns: header.start_mono_ns,
-        };
-        let view = TorchView::read(state.attachments(), Some(fallback));
+    /// The facts of a trace's PyTorch view; `None` when it holds nothing from PyTorch's hooks.
+    pub fn of(view: &TorchView, top: usize) -> Option<AllocatorFacts> {
         if view.is_empty() {
             return None;
         }

@@ -1,7 +1,9 @@
 //! `vramtrace report` of several traces (files, or directories of them: one per rank or
-//! process): the rank table first, the trace that differs most from the median named at its
-//! head, then the report of each trace in the table's order. As JSON, one document holding the
-//! rows and every report.
+//! process), on one page: the rank table first, the trace that differs most from the median
+//! named at its head; then the report of each trace the table marks as differing from the
+//! others (odd: far from the median in some number, or with a finding fewer than half of the
+//! others have), in the table's order; then one line for every other trace. `--all` prints
+//! every report in full. As JSON, one document holding the rows and every report.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,6 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde::Serialize;
+use vramtrace_collector::analysis::Severity;
 use vramtrace_collector::compare::{rank_rows, RankRow};
 use vramtrace_collector::symbols::Symbolizer;
 
@@ -16,6 +19,7 @@ use super::{text, Report};
 use crate::inputs::load_all;
 use crate::options::ReportArgs;
 use crate::ranks::{rank_input, render, who};
+use crate::units::{bytes, signed_bytes};
 
 /// Version of the document's shape.
 pub const SCHEMA: &str = "vramtrace-ranks/1";
@@ -26,26 +30,31 @@ struct Document<'a> {
     /// The traces, the one farthest from the median first.
     ranks: &'a [RankRow],
     /// The report of each trace, in the order of `ranks`.
-    reports: &'a [Report<'a>],
+    reports: Vec<&'a Report<'a>>,
 }
 
 /// Reports the traces at `paths`.
 pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<u8> {
     let runs = load_all(paths, args.window.read_from(), args.analysis.config(), Ok)?;
-    let inputs: Vec<_> = runs.iter().map(rank_input).collect();
-    let rows = rank_rows(&inputs);
-    let order: Vec<usize> = (rows.iter())
-        .map(|r| {
-            let found = inputs.iter().position(|i| i.path == r.path);
-            found.expect("every row comes from an input")
+    let granularity = args.by.granularity();
+    let reports: Vec<Report<'_>> = runs
+        .par_iter()
+        .map(|run| {
+            let mut symbols = Symbolizer::from_env();
+            let analysis = run.analysis.clone();
+            let (top, torch) = (args.top, &run.torch);
+            Report::with_analysis(&run.trace, torch, analysis, top, granularity, &mut symbols)
         })
         .collect();
-    let granularity = args.by.granularity();
-    let reports: Vec<Report<'_>> = order
-        .par_iter()
-        .map(|&i| {
-            let mut symbols = Symbolizer::from_env();
-            Report::new(&runs[i].trace, args.top, granularity, &mut symbols)
+    // The table reads the reports' analyses: their sites are labelled as the reports say them.
+    let inputs: Vec<_> = (runs.iter().zip(&reports))
+        .map(|(run, report)| rank_input(run, &report.analysis))
+        .collect();
+    let rows = rank_rows(&inputs);
+    let in_order: Vec<&Report<'_>> = (rows.iter())
+        .map(|r| {
+            let found = inputs.iter().position(|i| i.path == r.path);
+            &reports[found.expect("every row comes from an input")]
         })
         .collect();
     let stdout = std::io::stdout();
@@ -54,36 +63,99 @@ pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<u8> {
         let doc = Document {
             schema: SCHEMA,
             ranks: &rows,
-            reports: &reports,
+            reports: in_order.clone(),
         };
         serde_json::to_writer_pretty(&mut out, &doc)
             .map_err(std::io::Error::from)
             .context("writing the report")?;
         writeln!(out).context("writing the report")?;
     } else {
-        text_reports(&mut out, args, &rows, &reports)?;
+        text_reports(&mut out, args, &rows, &in_order).context("writing the report")?;
     }
     out.flush().context("writing the report")?;
-    super::fail_on(args, &reports.iter().collect::<Vec<_>>())
+    super::fail_on(args, &in_order)
 }
 
 fn text_reports(
     mut out: &mut impl Write,
     args: &ReportArgs,
     rows: &[RankRow],
-    reports: &[Report<'_>],
-) -> Result<()> {
-    writeln!(out, "vramtrace report: {} traces", rows.len()).context("writing the report")?;
-    render(&mut out, rows).context("writing the report")?;
-    for (row, report) in rows.iter().zip(reports) {
+    reports: &[&Report<'_>],
+) -> std::io::Result<()> {
+    writeln!(out, "vramtrace report: {} traces", rows.len())?;
+    render(&mut out, rows)?;
+    let full = |r: &RankRow| args.all || r.odd;
+    for (row, report) in rows.iter().zip(reports).filter(|(r, _)| full(r)) {
         writeln!(
             out,
             "\n════ {} ({}) ════\n",
             who(row.rank, row.pid),
             row.path
-        )
-        .context("writing the report")?;
-        text::render(&mut out, report, args.by, args.full_stacks).context("writing the report")?;
+        )?;
+        text::render(&mut out, report, args.by, args.full_stacks)?;
+    }
+    let rest: Vec<(&RankRow, &&Report<'_>)> =
+        rows.iter().zip(reports).filter(|(r, _)| !full(r)).collect();
+    if rest.is_empty() {
+        return Ok(());
+    }
+    let odd = rows.len() - rest.len();
+    let heading = if odd == 0 {
+        "No trace differs from the others; one line each (--all prints every report)"
+    } else {
+        "The other traces, like the median: one line each (--all prints every report)"
+    };
+    writeln!(out, "\n{heading}")?;
+    for (row, report) in rest {
+        writeln!(out, "  {}", summary_line(row, report))?;
     }
     Ok(())
+}
+
+/// One trace in one line: who, what it holds and how it grows, its findings, its file.
+fn summary_line(r: &RankRow, report: &Report<'_>) -> String {
+    let diagnosis = &report.analysis.diagnosis;
+    let count = |s: Severity| diagnosis.iter().filter(|f| f.severity == s).count();
+    let findings = match diagnosis.len() {
+        0 => "no findings".to_string(),
+        n => {
+            let kinds: Vec<String> = [
+                (Severity::Alert, "alert"),
+                (Severity::Warning, "warning"),
+                (Severity::Note, "note"),
+            ]
+            .into_iter()
+            .filter(|&(s, _)| count(s) > 0)
+            .map(|(s, name)| format!("{} {name}{}", count(s), plural(count(s))))
+            .collect();
+            format!("{n} finding{} ({})", plural(n), kinds.join(", "))
+        }
+    };
+    let at = r
+        .growth_at
+        .as_deref()
+        .map_or(String::new(), |s| format!(" at {s}"));
+    let who = match r.rank {
+        Some(rank) => format!("rank {rank} (pid {})", r.pid),
+        None => format!("pid {}", r.pid),
+    };
+    format!(
+        "{who}: {} live at end, peak {}, growth {}/{}{at}, {} orphaned, {} failed calls; \
+         {findings}; {}",
+        bytes(r.live_bytes),
+        bytes(r.peak_bytes),
+        signed_bytes(r.growth),
+        r.growth_unit.name(),
+        bytes(r.orphan_bytes),
+        r.failures,
+        r.path
+    )
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }

@@ -18,9 +18,10 @@ use vramtrace_collector::format::{Ending, Lookup, Unread};
 use vramtrace_collector::live::{
     Anomaly, AnomalyKind, ApiCount, CallSite, Communicator, Failure, LiveObject, Summary, Teardown,
 };
-use vramtrace_collector::symbols::{Attribution, Granularity, Symbolizer};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Granularity, Symbolizer};
+use vramtrace_collector::torch::TorchView;
 
-use vramtrace_collector::analysis::{analyze_with, Analysis};
+use vramtrace_collector::analysis::Analysis;
 
 use crate::load::{load_analyzed, LoadedTrace};
 use crate::options::ReportArgs;
@@ -36,7 +37,7 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Runs `vramtrace report`: of one trace, or of several (see [`many`]); returns the exit code
-/// (1 when a trace passes a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
+/// (1 when a trace exceeds a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
 pub fn run(args: &ReportArgs) -> Result<u8> {
     let paths = crate::inputs::expand(&args.traces)?;
     if let [one] = &paths[..] {
@@ -46,21 +47,56 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
 }
 
 /// With `--fail-on`: measures the limits on each report and prints them on stderr, after the
-/// report; returns the exit code.
+/// report; returns the exit code: 1 when a trace exceeds a limit, an error (exit 2) when a trace
+/// could not be checked in full (cut short, damaged, events lost), as `check` does.
 pub(crate) fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> {
     if args.fail_on.is_empty() {
         return Ok(0);
     }
     let mut err = std::io::stderr().lock();
     let mut failed = 0;
+    let mut unchecked = Vec::new();
     for r in reports {
         writeln!(err, "vramtrace report: limits of {}", r.trace.path)
             .context("writing the limits")?;
         let measured = crate::limits::measure(&r.analysis, &args.fail_on);
         crate::limits::render(&mut err, &measured).context("writing the limits")?;
-        failed += usize::from(measured.iter().any(|m| m.passed));
+        let gaps = r.gaps();
+        crate::limits::render_gaps(&mut err, &gaps).context("writing the limits")?;
+        unchecked.extend(gaps.into_iter().map(|g| format!("{} {g}", r.trace.path)));
+        failed += usize::from(measured.iter().any(|m| m.exceeded));
+    }
+    if !unchecked.is_empty() {
+        return Err(crate::limits::could_not_check(&unchecked));
     }
     Ok(u8::from(failed > 0))
+}
+
+impl Report<'_> {
+    /// What keeps this trace from being checked in full, in words (`is cut short: …`); empty
+    /// when the trace is whole.
+    pub fn gaps(&self) -> Vec<String> {
+        let mut gaps = Vec::new();
+        if !self.reading.complete {
+            gaps.push(format!(
+                "is cut short ({})",
+                self.reading.ending.description
+            ));
+        }
+        let unread = &self.reading.unread;
+        if unread.bytes > 0 {
+            gaps.push(format!(
+                "has {} that could not be read (damaged)",
+                crate::units::bytes(unread.bytes)
+            ));
+        }
+        let lost = self.analysis.anomalies.lost_events;
+        if lost > 0 {
+            let events = crate::units::count(lost, "event");
+            gaps.push(format!("is missing {events} the tracer lost"));
+        }
+        gaps
+    }
 }
 
 fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
@@ -120,6 +156,10 @@ pub struct Report<'a> {
     pub symbols: Vec<SymbolFacts>,
     #[serde(skip)]
     pub top: usize,
+    /// The orphans' and failures' places in words, by sequence number (as every other place is
+    /// named: [`vramtrace_collector::symbols::frames_label`]).
+    #[serde(skip)]
+    pub places: std::collections::HashMap<u64, String>,
     #[serde(skip)]
     pub state: &'a vramtrace_collector::live::LiveState,
 }
@@ -227,14 +267,14 @@ pub struct EndingFacts {
 
 impl EndingFacts {
     fn new(ending: &Ending) -> Self {
-        let (kind, offset) = match *ending {
-            Ending::Complete => ("complete", None),
-            Ending::NoEndRecord { offset } => ("no-end-record", Some(offset)),
-            Ending::Truncated { offset, .. } => ("truncated", Some(offset)),
-            Ending::Corrupt { offset, .. } => ("corrupt", Some(offset)),
+        let offset = match *ending {
+            Ending::Complete => None,
+            Ending::NoEndRecord { offset }
+            | Ending::Truncated { offset, .. }
+            | Ending::Corrupt { offset, .. } => Some(offset),
         };
         EndingFacts {
-            kind,
+            kind: ending.kind(),
             description: ending.describe(),
             offset,
         }
@@ -271,6 +311,10 @@ pub struct FailureList<'a> {
     pub by_api: Vec<ApiTally>,
     /// Kept failures, out-of-memory ones first, each group in trace order.
     pub list: Vec<&'a Failure>,
+    /// Calls refused because the driver or the runtime was shutting down (the process exiting:
+    /// `CUDA_ERROR_DEINITIALIZED`, `cudaErrorCudartUnloading`), per entry point: not failures,
+    /// and not counted above.
+    pub at_shutdown: Vec<ApiTally>,
 }
 
 #[derive(Serialize)]
@@ -312,10 +356,32 @@ pub struct ModuleFacts<'a> {
 }
 
 impl<'a> Report<'a> {
+    /// The place of an orphan's or a failure's call, in words.
+    pub fn place_of(&self, origin: &vramtrace_collector::live::Origin) -> String {
+        self.places
+            .get(&origin.seq)
+            .cloned()
+            .unwrap_or_else(|| self.state.locate(origin.caller).to_string())
+    }
+
     /// Gathers the report of a loaded trace; lists are cut to `top` entries, and the `top`
     /// call sites and groups (grouped `by`) get their stacks from `symbols`.
     pub fn new(
         trace: &'a LoadedTrace,
+        top: usize,
+        by: Granularity,
+        symbols: &mut Symbolizer,
+    ) -> Self {
+        let torch = trace.torch();
+        let analysis = trace.analyze(&torch);
+        Self::with_analysis(trace, &torch, analysis, top, by, symbols)
+    }
+
+    /// [`Report::new`], with the trace's PyTorch view and analysis already made.
+    pub fn with_analysis(
+        trace: &'a LoadedTrace,
+        torch: &TorchView,
+        mut analysis: Analysis,
         top: usize,
         by: Granularity,
         symbols: &mut Symbolizer,
@@ -329,10 +395,7 @@ impl<'a> Report<'a> {
         let mut naming = Attribution::of_state(state, symbols);
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
-        let lines = allocator::step_lines(state, header);
-        let mut analysis = analyze_with(state, &trace.growth, lines);
         site_labels::label_sites(&mut analysis, &mut naming);
-        let symbols = attribution::symbol_facts(naming.symbolizer());
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).
         let mut orphans: Vec<LiveObject<'a>> = state
             .orphans()
@@ -343,6 +406,19 @@ impl<'a> Report<'a> {
         orphans.truncate(top);
         let mut failures: Vec<&Failure> = state.failures().iter().collect();
         failures.sort_by_key(|f| !f.out_of_memory);
+        let origins = orphans
+            .iter()
+            .map(|o| &*o.origin)
+            .chain(failures.iter().take(top).map(|f| &f.origin));
+        let places = origins
+            .map(|o| {
+                let frames = naming.stack(CallRef::from(o));
+                let place =
+                    frames_label(&frames).unwrap_or_else(|| state.locate(o.caller).to_string());
+                (o.seq, place)
+            })
+            .collect();
+        let symbols = attribution::symbol_facts(naming.symbolizer());
         let anomalies = state.anomalies();
         Report {
             schema: SCHEMA,
@@ -365,7 +441,7 @@ impl<'a> Report<'a> {
                     .map(|(name, value)| Setting { name, value })
                     .collect(),
             },
-            allocator: allocator::AllocatorFacts::of(state, header, top),
+            allocator: allocator::AllocatorFacts::of(torch, top),
             reading: Reading {
                 complete: trace.ending.is_complete(),
                 ending: EndingFacts::new(&trace.ending),
@@ -413,6 +489,14 @@ impl<'a> Report<'a> {
                     })
                     .collect(),
                 list: failures,
+                at_shutdown: state
+                    .failures()
+                    .shutting_down_by_api()
+                    .map(|(api, count)| ApiTally {
+                        api: api.name(),
+                        count,
+                    })
+                    .collect(),
             },
             anomalies: AnomalyList {
                 total: anomalies.total(),
@@ -461,6 +545,7 @@ impl<'a> Report<'a> {
             symbols,
             analysis,
             top,
+            places,
             state,
         }
     }

@@ -78,7 +78,7 @@ pub fn groups(out: &mut impl Write, r: &Report<'_>, full: bool) -> io::Result<()
 /// The stacks of the call-site table (`--by site`).
 pub fn site_stacks(out: &mut impl Write, r: &Report<'_>, full: bool) -> io::Result<()> {
     let entries = r.call_sites.iter().map(|s| {
-        let title = match crate::site_labels::frames_label(&s.frames) {
+        let title = match vramtrace_collector::symbols::frames_label(&s.frames) {
             Some(label) => format!("{label}  [{}]", s.item.location),
             None => s.item.location.to_string(),
         };

@@ -7,7 +7,7 @@ use vramtrace_collector::live::{CommState, Flags};
 
 use super::{stacks, Report};
 use crate::options::RankBy;
-use crate::units::bytes;
+use crate::units::{bytes, count};
 
 pub(super) use crate::tables::{emit, or_unknown, table};
 
@@ -81,8 +81,11 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     writeln!(out, "  trace     {ending}")?;
     writeln!(
         out,
-        "  records   {} read in {} chunks ({} bytes); {} skipped (kinds this version does not know)",
-        reading.records, reading.chunks, reading.bytes_read, reading.skipped_records
+        "  records   {} read in {} ({}); {} skipped (kinds this version does not know)",
+        reading.records,
+        count(reading.chunks, "chunk"),
+        count(reading.bytes_read, "byte"),
+        reading.skipped_records
     )?;
     if let Some(segments) = &reading.segments {
         writeln!(out, "  segments  {}", segments.describe())?;
@@ -90,9 +93,9 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let unread = &reading.unread;
     if unread.ranges_total > 0 {
         let events = if unread.events_known {
-            format!("{} events", unread.events)
+            count(unread.events, "event")
         } else if unread.events > 0 {
-            format!("at least {} events", unread.events)
+            format!("at least {}", count(unread.events, "event"))
         } else {
             "events unknown".to_string()
         };
@@ -120,19 +123,28 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         )?;
     }
     let tracer = &r.tracer;
-    let dropped = if !tracer.recorded {
-        "unknown: the trace holds no tracer counters (it stops before the first stats record)"
-            .to_string()
+    // "Dropped" only where events were: the tracer says so in its counters.
+    let (word, lost) = if !tracer.recorded {
+        (
+            "lost",
+            "not known: the trace holds no tracer counters (it stops before the first stats \
+             record)"
+                .to_string(),
+        )
     } else if tracer.dropped == 0 {
-        "0 events (nothing was lost)".to_string()
+        ("lost", "no event".to_string())
     } else {
-        format!(
-            "{} events LOST (the tracer's buffer was full, or their call had not returned at the \
-             end): the live set below may be wrong; the findings leave out what they could explain",
-            tracer.dropped
+        (
+            "dropped",
+            format!(
+                "{} LOST (the tracer's buffer was full, or their call had not returned at the \
+                 end): the live set below may be wrong; the findings leave out what they could \
+                 explain",
+                count(tracer.dropped, "event")
+            ),
         )
     };
-    writeln!(out, "  dropped   {dropped}")?;
+    writeln!(out, "  {word:<9} {lost}")?;
     if tracer.hook_panics > 0 || tracer.missing_real > 0 {
         writeln!(
             out,
@@ -143,8 +155,11 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let e = &r.events;
     writeln!(
         out,
-        "  events    {} applied (last seq {}), {} late, {} steps",
-        e.applied, e.last_seq, tracer.late, e.steps
+        "  events    {} applied (last seq {}), {} late, {}",
+        e.applied,
+        e.last_seq,
+        tracer.late,
+        count(e.steps, "step")
     )
 }
 
@@ -336,7 +351,7 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::
             for (i, site) in r.call_sites.iter().enumerate() {
                 let s = &site.item;
                 let seqs = seq_range(s.first_seq, s.last_seq);
-                let place = crate::site_labels::frames_label(&site.frames)
+                let place = vramtrace_collector::symbols::frames_label(&site.frames)
                     .unwrap_or_else(|| s.location.to_string());
                 t.add_row(vec![
                     (i + 1).to_string(),
@@ -386,7 +401,7 @@ fn orphans(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             o.origin
                 .communicator
                 .map_or("-".to_string(), |c| format!("{c:#x}")),
-            r.state.locate(o.origin.caller).to_string(),
+            r.place_of(&o.origin),
             o.origin.seq.to_string(),
         ]);
     }
@@ -400,8 +415,33 @@ fn orphans(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
 
 fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let f = &r.failures;
+    let shutdown: u64 = f.at_shutdown.iter().map(|a| a.count).sum();
+    let apart = if shutdown == 0 {
+        String::new()
+    } else {
+        let apis: Vec<String> = f
+            .at_shutdown
+            .iter()
+            .map(|a| format!("{} {}", a.count, a.api))
+            .collect();
+        let s = if shutdown == 1 { "" } else { "s" };
+        format!(
+            " ({shutdown} call{s} refused while the driver shut down at exit, not counted: {})",
+            apis.join(", ")
+        )
+    };
     if f.total == 0 {
-        return writeln!(out, "\nFailures: none");
+        return writeln!(out, "\nFailures: none{apart}");
+    }
+    if !apart.is_empty() {
+        writeln!(
+            out,
+            "\n{}",
+            apart
+                .trim_start()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+        )?;
     }
     let headers = [
         "api",
@@ -423,7 +463,7 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             crate::units::device(x.device),
             bytes(x.live_device_bytes),
             x.seq.to_string(),
-            r.state.locate(x.origin.caller).to_string(),
+            r.place_of(&x.origin),
         ]);
     }
     let title = format!(

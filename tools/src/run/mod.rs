@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
 use anyhow::{anyhow, bail, Context, Result};
+use vramtrace_collector::units::pattern::{DEFAULT, IN_DIRECTORY, PLACEHOLDERS};
 
-pub use self::status::Loaded;
+pub use self::status::Reported;
 use self::status::StatusDir;
-pub use self::traces::why_no_trace;
 use self::traces::OutputPattern;
+pub use self::traces::{unseen, why_no_trace};
 use crate::options::TracerArgs;
 
 use crate::load::lower_first;
@@ -26,20 +27,13 @@ pub use args::{RunArgs, EXAMPLES};
 
 /// The tracer's file name.
 const LIB_NAME: &str = "libvramtrace.so";
-/// Where traces go by default; the tracer replaces `%p` with the pid.
-const DEFAULT_OUTPUT: &str = "vramtrace-%p.vtrace";
-/// The file name each process writes in a directory given as `-o DIR/` (the tracer's own choice
-/// for a directory).
-const IN_DIRECTORY: &str = "vramtrace-%p.vtrace";
-/// The placeholders the tracer fills in a file name.
-const PLACEHOLDERS: [&str; 4] = ["%p", "%r", "%h", "%t"];
 
 /// Runs `vramtrace run`; returns the exit code to leave with.
 pub fn run(args: &RunArgs) -> Result<u8> {
     let ran = launch(&args.tracer, &args.command)?;
     if !args.no_summary {
         let mut err = std::io::stderr().lock();
-        traces::summarize(&mut err, &ran.traces, ran.loaded).context("writing the summary")?;
+        traces::summarize(&mut err, &ran).context("writing the summary")?;
     }
     Ok(ran.exit_code)
 }
@@ -50,8 +44,9 @@ pub struct Ran {
     pub exit_code: u8,
     /// The traces its processes wrote, oldest first.
     pub traces: Vec<PathBuf>,
-    /// Whether the tracer was loaded into its processes (`None`: unknown).
-    pub loaded: Option<Loaded>,
+    /// What its processes said became of them (`None`: unknown, no status directory could be
+    /// made).
+    pub reported: Option<Reported>,
 }
 
 /// Runs `argv` (the program and its arguments) with the tracer preloaded as `args` ask, passing
@@ -150,10 +145,19 @@ pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
     signals::release();
     let status = child.wait().context("waiting for the program")?;
     drop(bootstrap);
+    let reported = status_dir.as_ref().map(StatusDir::read);
+    let mut traces = pattern.written_since(&before);
+    // A process may write where the pattern does not point (a program that sets its children's
+    // VRAMTRACE_OUTPUT): what it said it created counts too.
+    for (_, path) in reported.iter().flat_map(Reported::traces) {
+        if path.is_file() && !traces.iter().any(|t| t == path) {
+            traces.push(path.to_path_buf());
+        }
+    }
     Ok(Ran {
         exit_code: exit_code(status),
-        traces: pattern.written_since(&before),
-        loaded: status_dir.as_ref().map(StatusDir::read),
+        traces,
+        reported,
     })
 }
 
@@ -249,7 +253,7 @@ fn output_setting(flag: Option<&Path>) -> (PathBuf, &'static str) {
         }
         (Some(flag), None) => (flag.to_path_buf(), "-o"),
         (None, Some(env)) => (PathBuf::from(env), "VRAMTRACE_OUTPUT"),
-        (None, None) => (PathBuf::from(DEFAULT_OUTPUT), "-o"),
+        (None, None) => (PathBuf::from(DEFAULT), "-o"),
     }
 }
 

@@ -1,11 +1,17 @@
-//! Whether the tracer was loaded into the run's processes, so a run without traces can say why:
-//! the program made no GPU memory call, or the loader never gave it the library.
+//! What the run's processes said became of them, so that a run without traces can say why, and
+//! `check` never passes a process it did not see: the program made no GPU memory call, the
+//! loader never gave it the library, tracing was off, or its trace could not be written.
 //!
 //! `run` makes a private directory (mode 0700, removed after the run) and names it in
-//! `VRAMTRACE_RUN_STATUS`; the library constructor of each traced process leaves a file there
-//! named by its pid, holding `tracing` or `disabled` (see the library's `session::announce`).
+//! `VRAMTRACE_RUN_STATUS`; each traced process appends lines to a file there named by its pid
+//! (see the library's `session::announce`): `tracing` or `disabled` when the library is loaded,
+//! `trace PATH` when its trace was created, `untraced REASON` when it could not be, `cut PATH`
+//! when writing it failed later. Other files there (`warned-…`) are the library's own.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 
@@ -15,13 +21,81 @@ pub const RUN_STATUS: &str = "VRAMTRACE_RUN_STATUS";
 /// The run's status directory.
 pub struct StatusDir(TempDir);
 
-/// What the traced processes reported.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Loaded {
+/// What one traced process said, in the order it said it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    /// An image of it loaded the tracer with tracing on.
+    pub tracing: bool,
+    /// An image of it loaded the tracer with `VRAMTRACE_DISABLE` set.
+    pub disabled: bool,
+    /// The traces it created.
+    pub traces: Vec<PathBuf>,
+    /// Why a trace of it could not be created (it ran on untraced).
+    pub untraced: Vec<String>,
+    /// Its traces whose writing failed part way.
+    pub cut: Vec<PathBuf>,
+}
+
+/// What the traced processes reported, by pid.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reported {
+    pub processes: Vec<Process>,
+}
+
+impl Reported {
     /// Processes that loaded the tracer with tracing on.
-    pub tracing: usize,
-    /// Processes that loaded it with `VRAMTRACE_DISABLE` set.
-    pub disabled: usize,
+    pub fn tracing(&self) -> usize {
+        self.processes.iter().filter(|p| p.tracing).count()
+    }
+
+    /// Processes that loaded it with `VRAMTRACE_DISABLE` set (and never with tracing on).
+    pub fn disabled(&self) -> impl Iterator<Item = &Process> {
+        self.processes.iter().filter(|p| p.disabled && !p.tracing)
+    }
+
+    /// Processes whose trace could not be created.
+    pub fn untraced(&self) -> impl Iterator<Item = (&Process, &str)> {
+        (self.processes.iter()).flat_map(|p| p.untraced.iter().map(move |r| (p, r.as_str())))
+    }
+
+    /// The traces the processes created, in pid order.
+    pub fn traces(&self) -> impl Iterator<Item = (&Process, &Path)> {
+        (self.processes.iter()).flat_map(|p| p.traces.iter().map(move |t| (p, t.as_path())))
+    }
+
+    /// Whether writing the trace at `path` failed part way.
+    pub fn was_cut(&self, path: &Path) -> bool {
+        self.processes
+            .iter()
+            .any(|p| p.cut.iter().any(|c| c == path))
+    }
+}
+
+/// Reads one process's status file.
+fn parse(pid: u32, text: &[u8]) -> Process {
+    let mut p = Process {
+        pid,
+        // A file without a line: the library made it, and its write failed.
+        tracing: text.iter().all(|&b| b == b'\n'),
+        ..Process::default()
+    };
+    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let (word, rest) = match line.iter().position(|&b| b == b' ') {
+            Some(i) => (&line[..i], &line[i + 1..]),
+            None => (line, &line[line.len()..]),
+        };
+        let path = || PathBuf::from(OsStr::from_bytes(rest));
+        match word {
+            b"disabled" => p.disabled = true,
+            b"trace" => p.traces.push(path()),
+            b"untraced" => p.untraced.push(String::from_utf8_lossy(rest).into_owned()),
+            b"cut" => p.cut.push(path()),
+            // `tracing`, and what a newer library may add: it was loaded.
+            _ => p.tracing = true,
+        }
+    }
+    p
 }
 
 impl StatusDir {
@@ -41,17 +115,44 @@ impl StatusDir {
     }
 
     /// What the processes left so far.
-    pub fn read(&self) -> Loaded {
-        let mut loaded = Loaded::default();
-        let Ok(entries) = std::fs::read_dir(self.path()) else {
-            return loaded;
-        };
-        for entry in entries.filter_map(Result::ok) {
-            match std::fs::read(entry.path()).as_deref() {
-                Ok(b"disabled\n") => loaded.disabled += 1,
-                _ => loaded.tracing += 1,
-            }
+    pub fn read(&self) -> Reported {
+        let mut by_pid = BTreeMap::new();
+        for entry in std::fs::read_dir(self.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let text = std::fs::read(entry.path()).unwrap_or_default();
+            by_pid.insert(pid, parse(pid, &text));
         }
-        loaded
+        Reported {
+            processes: by_pid.into_values().collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_line_says_one_thing() {
+        let p = parse(
+            7,
+            b"tracing\ntrace /t/a.vtrace\ntracing\nuntraced cannot write the trace: x\ncut /t/a.vtrace\n",
+        );
+        assert!(p.tracing && !p.disabled);
+        assert_eq!(p.traces, [PathBuf::from("/t/a.vtrace")]);
+        assert_eq!(p.untraced, ["cannot write the trace: x"]);
+        assert_eq!(p.cut, [PathBuf::from("/t/a.vtrace")]);
+        let off = parse(8, b"disabled\n");
+        assert!(off.disabled && !off.tracing);
+        // A file whose write failed, or was cut short: loaded, tracing.
+        assert!(parse(9, b"").tracing);
+        assert!(parse(9, b"trac").tracing);
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use vramtrace_collector::live::{LiveState, SiteId};
-use vramtrace_collector::symbols::{Attribution, CallRef, Granularity};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Granularity};
 
 use super::{Timeline, OTHER_SITES};
 
@@ -67,7 +67,20 @@ pub fn bands(
                         return None;
                     }
                     let call = site_call(state, site)?;
-                    Some((naming.key(by, call).to_string(), call))
+                    // By place (a Python line; a native program's function), named as every
+                    // output names it.
+                    let by_place = match by {
+                        Granularity::Python => true,
+                        Granularity::Function => call.py_stack == 0,
+                        _ => false,
+                    };
+                    let place = by_place
+                        .then(|| frames_label(&naming.stack(call)))
+                        .flatten();
+                    Some((
+                        place.unwrap_or_else(|| naming.key(by, call).to_string()),
+                        call,
+                    ))
                 });
                 let (label, call) = match named {
                     Some((label, call)) => (label.clone(), Some(*call)),

@@ -340,7 +340,10 @@ pub fn load_with_timeline(
     cap: usize,
     max_ranges: usize,
 ) -> anyhow::Result<(crate::load::LoadedTrace, Timeline)> {
-    crate::load::load_analyzed_observing(path, from, growth, || Timeline::new(cap, max_ranges))
+    let progress = crate::load::Progress::new(path, "reading");
+    crate::load::load_analyzed_observing(path, from, growth, &progress, || {
+        Timeline::new(cap, max_ranges)
+    })
 }
 
 #[cfg(test)]

@@ -225,3 +225,113 @@ fn communicators_torn_down_at_exit_are_still_growth() {
     );
     assert_eq!(g["holders"][0]["phases"]["teardown_from"], 57);
 }
+
+/// A steady-growth finding: its label, rate, view, and related rows as `(role, label)`.
+type Cause = (String, f64, String, Vec<(String, String)>);
+
+/// The steady-growth findings of an analysis.
+fn causes(a: &Value) -> Vec<Cause> {
+    a["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["class"] == "steady-growth")
+        .map(|f| {
+            let related = f["related"].as_array().map_or(Vec::new(), |r| {
+                r.iter()
+                    .map(|x| {
+                        let role = x["role"].as_str().unwrap().to_string();
+                        (role, x["site"]["label"].as_str().unwrap().to_string())
+                    })
+                    .collect()
+            });
+            (
+                f["site"]["label"].as_str().unwrap().to_string(),
+                f["evidence"]["rate"].as_f64().unwrap(),
+                f["evidence"]["view"].as_str().unwrap().to_string(),
+                related,
+            )
+        })
+        .collect()
+}
+
+// Three leaks in one loop, seen by PyTorch's tensors and by the caching allocator's segments:
+// three findings, each at the line that keeps its tensors with its own rate, and the segments
+// as their evidence: the one requested at line 34 (the input's line) belongs to the 4 MiB
+// activations of line 38, the nearest rate; nothing else is a finding.
+#[test]
+fn one_finding_per_cause_when_several_views_see_it() {
+    let a = analysis("leak_three-recorder");
+    let at = |line: u32| format!("leak_three.py:{line} in <module>");
+    let seg = |line: u32| ("segments".to_string(), at(line));
+    let view = "allocator".to_string();
+    assert_eq!(
+        causes(&a),
+        [
+            (at(39), 8.0 * MIB, view.clone(), vec![seg(39)]),
+            (at(38), 4.0 * MIB, view.clone(), vec![seg(34)]),
+            (at(40), 1.0 * MIB, view.clone(), vec![seg(40)]),
+        ]
+    );
+    // Every steady row is part of a finding: the three causes and their segments.
+    let rows = a["growth"]["steady"].as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    assert!(
+        rows.iter().all(|r| r["finding"]["number"].is_u64()),
+        "{rows:#?}"
+    );
+    // An evaluation without no_grad keeps its graph: one finding at the evaluation's line, the
+    // segments the allocator took for it (charged to the optimizer step above) its evidence.
+    let a = analysis("leak_eval_grad-recorder");
+    let eval = "leak_eval_grad.py:42 in <module>".to_string();
+    let segments = vec![(
+        "segments".to_string(),
+        "leak_eval_grad.py:41 in <module>".to_string(),
+    )];
+    let found = causes(&a);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (&found[0].0, &found[0].2, &found[0].3),
+        (&eval, &view, &segments)
+    );
+    // 33,575,936 bytes a step, as the program measured with torch.cuda.memory_allocated().
+    assert!(
+        (found[0].1 - 33_575_936.0).abs() < 0.01 * 33_575_936.0,
+        "{}",
+        found[0].1
+    );
+    // The report's text says it once, with its evidence.
+    let out = vramtrace()
+        .arg("report")
+        .arg(fixture("leak_eval_grad-recorder"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("ALERT: steady growth").count(), 1, "{text}");
+    assert!(
+        text.contains(
+            "     also      PyTorch's caching allocator reserved +32.0 MiB per step for them: \
+             segments asked for at leak_eval_grad.py:41 in <module> (libc10_cuda.so)\n"
+        ),
+        "{text}"
+    );
+}
+
+// torch.compile's warm-up takes six 2 MiB segments in a burst while it compiles, the only
+// repeating allocation of the trace without marks: their "steps" end seconds before the run
+// does, and the quiet after them says the growth stopped. JAX's pool, preallocated at start,
+// is a note with JAX's own advice.
+#[test]
+fn a_warm_up_burst_and_jax_s_pool_are_not_leaks() {
+    healthy("healthy_compile-bare", ("pattern", 6));
+    let a = analysis("healthy_jax-recorder");
+    assert!(!classes(&a).contains(&"steady-growth".to_string()));
+    let peak = &a["diagnosis"][0];
+    assert_eq!(
+        (&peak["class"], &peak["site"]["owner"]),
+        (&"peak".into(), &"jax".into())
+    );
+    let fix = peak["fix"].as_str().unwrap();
+    assert!(fix.contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"), "{fix}");
+    assert!(!fix.contains("empty_cache"), "{fix}");
+}

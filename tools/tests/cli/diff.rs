@@ -119,9 +119,22 @@ fn the_planted_leak_is_the_only_difference() {
             ("live_bytes", false),
             ("peak_bytes", false),
             ("growth_per_step", true),
+            ("orphans", false),
             ("orphan_bytes", false),
-            ("failures", false)
+            ("failures", false),
+            ("new_growth", true)
         ]
+    );
+    // The leak is a new steady growth: 10 rises of 4 MiB, above the floor.
+    let new = &d["verdict"]["new_growth"];
+    assert_eq!(new.as_array().unwrap().len(), 1);
+    assert_eq!(
+        (&new[0]["label"], &new[0]["rate"], &new[0]["regression"]),
+        (
+            &Value::from("train.py:15 in Model.step"),
+            &Value::from(4.0 * MIB as f64),
+            &Value::Bool(true)
+        )
     );
     // Step N of A against step N of B: B holds 4 MiB more after each step.
     let rows = d["steps"]["rows"].as_array().unwrap();
@@ -129,19 +142,51 @@ fn the_planted_leak_is_the_only_difference() {
     let changes: Vec<u64> = rows.iter().map(|r| r["change"].as_u64().unwrap()).collect();
     assert_eq!(changes, (0..STEPS).map(|k| k * 4 * MIB).collect::<Vec<_>>());
 
-    // Thresholds decide the exit code.
-    let (code, _) = run(&["diff", "--max-growth", "8MiB", path(&a), path(&b)]);
-    assert_eq!(code, 0);
-    let (code, _) = run(&[
+    // Thresholds decide the exit code: the new growth's floor among them.
+    let lenient = ["diff", "--max-growth", "8MiB", "--min-new-growth", "8MiB"];
+    let with = |more: &[&str]| {
+        let mut args = lenient.to_vec();
+        args.extend_from_slice(more);
+        args.extend([path(&a), path(&b)]);
+        run(&args).0
+    };
+    assert_eq!(with(&[]), 0);
+    assert_eq!(with(&["--max-live", "32MiB"]), 1);
+    assert_eq!(
+        run(&["diff", "--max-growth", "8MiB", path(&a), path(&b)]).0,
+        1
+    );
+    // Below the floor, the new growth is still a regression when it would fill the device
+    // within the horizon: 1 GiB less the 45 MiB B held at its last step, at 4 MiB a step, is
+    // full in 244.75 steps.
+    assert_eq!(with(&["--device-memory", "1GiB"]), 1);
+    let (_, d) = json(&[
         "diff",
-        "--max-growth",
+        "--json",
+        "--min-new-growth",
         "8MiB",
-        "--max-live",
-        "32MiB",
+        "--device-memory",
+        "1GiB",
         path(&a),
         path(&b),
     ]);
-    assert_eq!(code, 1);
+    let new = &d["verdict"]["new_growth"][0];
+    assert_eq!(new["steps_to_full"], 244.75);
+    assert_eq!(
+        (&new["within_horizon"], &new["above_floor"]),
+        (&Value::Bool(true), &Value::Bool(false))
+    );
+    assert_eq!(
+        with(&[
+            "--device-memory",
+            "1GiB",
+            "--horizon-steps",
+            "200",
+            "--horizon",
+            "0s"
+        ]),
+        0
+    );
     // B against A: the leak is gone, and that is no regression.
     let (code, d) = json(&["diff", "--json", path(&b), path(&a)]);
     assert_eq!(code, 0);
@@ -359,4 +404,58 @@ fn every_field_is_documented() {
     let (_, r) = json(&["report", "--json", path(dir.path())]);
     assert_eq!(keys(&r), documented("## Ranks"));
     assert_eq!(keys(&r["ranks"][0]), documented("### RankRow"));
+}
+
+// `--max-growth` reads as in `check` and `report --fail-on growth=…`: a size per step
+// (`4MiB/step`, or `4MiB`), exceeded when the growth is above it. Run A grows 1 MiB a step and
+// B 5 MiB: B's growth is 4 MiB a step more, which `diff` measures against its limit as `report
+// --fail-on` measures B's own 5 MiB.
+#[test]
+fn max_growth_is_a_size_per_step_as_in_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = pair(dir.path(), true);
+    // B's new 4 MiB a step is also a new steady growth: its floor is raised out of the way.
+    let growth_exceeded = |limit: &str| {
+        let (code, d) = json(&[
+            "diff",
+            "--json",
+            "--max-growth",
+            limit,
+            "--min-new-growth",
+            "8MiB/step",
+            path(&a),
+            path(&b),
+        ]);
+        let check = (d["verdict"]["checks"].as_array().unwrap().iter())
+            .find(|c| c["metric"] == "growth_per_step")
+            .unwrap()
+            .clone();
+        assert_eq!(check["change"], 4.0 * MIB as f64);
+        (code, check["exceeded"].as_bool().unwrap())
+    };
+    assert_eq!(growth_exceeded("4MiB/step"), (0, false));
+    assert_eq!(growth_exceeded("4MiB"), (0, false));
+    assert_eq!(growth_exceeded("3MiB/step"), (1, true));
+    let fail_on = |limit: &str| {
+        let (code, _) = run(&["report", "--fail-on", limit, path(&b)]);
+        code
+    };
+    assert_eq!(fail_on("growth=5MiB/step"), 0);
+    assert_eq!(fail_on("growth=4MiB/step"), 1);
+    let out = vramtrace()
+        .args(["diff", "--max-growth", "4MiB/s", path(&a), path(&b)])
+        .assert()
+        .code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&out.get_output().stderr),
+        "error: invalid value '4MiB/s' for '--max-growth <SIZE/step>': not a growth per step \
+         (examples: 1MiB/step, 512KiB) (see --help)\n"
+    );
+    // --max-orphans counts orphans, as in `check`; their memory is --max-orphan-bytes.
+    let out = vramtrace()
+        .args(["diff", "--max-orphans", "64MiB", path(&a), path(&b)])
+        .assert()
+        .code(2);
+    assert!(String::from_utf8_lossy(&out.get_output().stderr)
+        .contains("not a number of orphans (for the memory they hold, use --max-orphan-bytes)"));
 }

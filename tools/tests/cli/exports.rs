@@ -11,10 +11,11 @@ use serde_json::Value;
 
 use crate::support::*;
 
+/// Exports `trace` to `dir/out.FORMAT`, replacing an earlier export there.
 fn export(trace: &Path, dir: &Path, format: &str, extra: &[&str]) -> PathBuf {
     let out = dir.join(format!("out.{format}"));
     vramtrace()
-        .args(["export", "--format", format, "-o"])
+        .args(["export", "--force", "--format", format, "-o"])
         .arg(&out)
         .args(extra)
         .arg(trace)
@@ -118,9 +119,9 @@ fn perfetto_has_counter_tracks_slices_and_instants() {
     assert_eq!(device.iter().map(|p| p.1).max(), Some(22 * MIB));
     assert_eq!(device.last().unwrap().1, 14 * MIB);
     // The leak's own track ends at 12 MiB; the temporary's rises to 8 MiB and falls back.
-    let leak = counter(&events, "device 0: /work/app/train.py:42 in step");
+    let leak = counter(&events, "device 0: train.py:42 in step");
     assert_eq!(leak.last().unwrap().1, 12 * MIB);
-    let temp = counter(&events, "device 0: /work/app/train.py:30 in forward");
+    let temp = counter(&events, "device 0: train.py:30 in forward");
     assert_eq!(temp.iter().map(|p| p.1).max(), Some(8 * MIB));
     assert_eq!(temp.last().unwrap().1, 0);
 
@@ -411,7 +412,7 @@ fn csv_has_a_row_per_event_and_per_live_object() {
     let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
     let leak_rows: Vec<_> = rows
         .iter()
-        .filter(|r| &r[col("label")] == "/work/app/train.py:42 in step")
+        .filter(|r| &r[col("label")] == "train.py:42 in step")
         .collect();
     assert_eq!(leak_rows.len(), 12);
     assert!(leak_rows

@@ -211,24 +211,49 @@ fn the_recorder_names_the_added_line_first() {
         assert_eq!(line["b"]["line"]["line"], 57);
         assert_eq!(line["b"]["live_count"], 120);
         assert_eq!(line["b"]["live_bytes"], leaked);
-        // The verdict holds the view's checks beside the driver's.
+        // The verdict holds the view's checks beside the driver's, and the new growth of both:
+        // the line that keeps the tensors (the cause), and the allocator's segments for them
+        // (its evidence, not a regression of their own).
         let checks: Vec<(&str, bool)> = (d["verdict"]["checks"].as_array().unwrap().iter())
             .map(|c| (c["metric"].as_str().unwrap(), c["exceeded"] == true))
-            .skip(5)
+            .skip(6)
             .collect();
         assert_eq!(
             checks,
             [
+                ("new_growth", false),
                 ("tensor_live_bytes", true),
-                ("tensor_growth_per_step", true)
+                ("tensor_growth_per_step", true),
+                ("tensor_new_growth", true)
             ]
         );
-        // The driver's view still sees the allocator's segments grow, at a native stack.
-        assert_eq!(d["sites"]["view"], "driver");
+        let new: Vec<(&str, f64, &str, bool)> = (d["verdict"]["new_growth"].as_array())
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["view"].as_str().unwrap(),
+                    g["rate"].as_f64().unwrap(),
+                    g["role"].as_str().unwrap(),
+                    g["regression"] == true,
+                )
+            })
+            .collect();
         assert_eq!(
-            d["sites"]["list"][0]["label"],
-            "libc10_cuda.so+0x2f4cb ← libtorch_cpu.so+0x197746c"
+            new,
+            [
+                ("allocator-tensors", (16 * MIB) as f64, "cause", true),
+                ("driver", (16 * MIB) as f64, "segments", false)
+            ]
         );
+        assert_eq!(
+            d["verdict"]["new_growth"][0]["label"],
+            "gpt_leaky.py:57 in <module>"
+        );
+        // The driver's view still sees the allocator's segments grow, at a native stack (the
+        // GPU machine's libraries are not here to name it).
+        assert_eq!(d["sites"]["view"], "driver");
+        assert_eq!(d["sites"]["list"][0]["label"], "libc10_cuda.so+0x2f4cb");
     }
     let (_, d) = diff(&["--source-dir", &sources()], RECORDED_A, RECORDED_B);
     let moved = (d["files"].as_array().unwrap().iter())
@@ -244,8 +269,8 @@ fn the_recorder_names_the_added_line_first() {
     let (code, out) = diff_text(&["--source-dir", &sources()], RECORDED_A, RECORDED_B);
     assert_eq!(code, 1);
     assert!(out.contains(
-        "  top difference, view tensors (PyTorch recorder): gpt_leaky.py:57 in <module>: new, \
-         +1.9 GiB live at end, +16.0 MiB/step\n"
+        "  top difference, view tensors (PyTorch recorder): gpt_leaky.py:57 in <module> \
+         (PyTorch tensors): new, +1.9 GiB live at end, +16.0 MiB/step\n"
     ));
     let lines = out.find("Changed Python lines, view tensors (PyTorch recorder)");
     let sites = out.find("Changed call sites, view driver");
@@ -308,4 +333,122 @@ fn two_recorded_runs_of_the_unchanged_program_do_not_differ() {
             .starts_with("tensors (PyTorch recorder) not compared: run A has no recorder")),
         "{notes:?}"
     );
+}
+
+// Four ranks of one job on the H200 (`ranks_gloo/`, the run of 2026-12-04), with PyTorch's
+// recorder: rank 2 keeps 8 MiB of logits a step at line 48. Against the median of the others,
+// `diff --rank 2` names that line, labelled as its report's first finding labels it, with its own
+// rate, not the caching allocator's segments (+11.1 MiB a step, asked for at line 42); the rank
+// table gives each rank the growth of its first cause; the report of the directory is one page.
+
+fn ranks_dir() -> String {
+    fixtures().join("ranks_gloo").display().to_string()
+}
+
+#[test]
+fn one_rank_against_the_others_is_named_at_the_line_that_keeps_its_tensors() {
+    let out = vramtrace()
+        .args(["diff", "--json", "--rank", "2", &ranks_dir()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let top = &d["top_difference"];
+    assert_eq!(
+        (
+            &top["view"],
+            &top["label"],
+            &top["owner"],
+            &top["line_means"]
+        ),
+        (
+            &Value::from("allocator-tensors"),
+            &Value::from("ranks_gloo.py:48 in <module>"),
+            &Value::from("PyTorch tensors"),
+            &Value::from("keeps")
+        )
+    );
+    assert_eq!(top["growth"], (8 * MIB) as f64);
+    assert_eq!(top["status"], "new");
+    let new = &d["verdict"]["new_growth"];
+    assert_eq!(new.as_array().unwrap().len(), 1, "{new}");
+    assert_eq!(new[0]["label"], "ranks_gloo.py:48 in <module>");
+    // The report of rank 2 names the same line first.
+    let trace = fixtures().join("ranks_gloo/traced-rank2-2011.vtrace");
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = &r["analysis"]["diagnosis"][0];
+    assert_eq!(first["site"]["label"], top["label"]);
+    assert_eq!(first["site"]["module_name"], top["owner"]);
+    // The rank table: rank 2 first, by the growth of its first cause, and the only odd one.
+    let ranks = d["ranks"].as_array().unwrap();
+    assert_eq!(ranks[0]["rank"], 2);
+    assert_eq!(
+        (
+            &ranks[0]["growth"],
+            &ranks[0]["differs_in"],
+            &ranks[0]["odd"]
+        ),
+        (
+            &Value::from((8 * MIB) as f64),
+            &Value::from("growth"),
+            &Value::Bool(true)
+        )
+    );
+    assert_eq!(
+        ranks[0]["growth_at"],
+        "ranks_gloo.py:48 in <module> (PyTorch tensors)"
+    );
+    assert!(ranks[1..]
+        .iter()
+        .all(|r| r["odd"] == false && r["growth"] == 0.0 && r["growth_at"].is_null()));
+    let text = vramtrace()
+        .args(["diff", "--rank", "2", &ranks_dir()])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        shown.contains(
+            "  top difference, view tensors (PyTorch recorder): ranks_gloo.py:48 in <module> \
+             (PyTorch tensors): new, +320.0 MiB live at end, +8.0 MiB/step\n"
+        ),
+        "{shown}"
+    );
+    assert!(shown.contains(
+        "rank 2 differs most: growth +8.0 MiB per step at ranks_gloo.py:48 in <module> (PyTorch \
+         tensors) against a median of +0 B per step"
+    ));
+    // Every other rank is like the median of the rest.
+    for rank in ["0", "1", "3"] {
+        let out = vramtrace()
+            .args(["diff", "--rank", rank, &ranks_dir()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "rank {rank}");
+    }
+}
+
+#[test]
+fn the_report_of_four_ranks_is_one_page() {
+    let out = vramtrace().args(["report", &ranks_dir()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let full: Vec<&str> = shown.lines().filter(|l| l.starts_with("════ ")).collect();
+    assert_eq!(full.len(), 1, "{shown}");
+    assert!(full[0].starts_with("════ rank 2 ("));
+    let (_, rest) = shown
+        .split_once(
+            "\nThe other traces, like the median: one line each (--all prints every report)\n",
+        )
+        .unwrap();
+    let lines: Vec<&str> = rest.lines().collect();
+    assert_eq!(lines.len(), 3, "{rest}");
+    for (line, rank) in lines.iter().zip([0, 1, 3]) {
+        assert!(line.starts_with(&format!("  rank {rank} (pid ")), "{line}");
+        assert!(line.contains(": 830.3 MiB live at end, peak 830.3 MiB, growth +0 B/step, "));
+    }
 }

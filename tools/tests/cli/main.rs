@@ -2,11 +2,14 @@
 //! and error lines out.
 
 mod acceptance;
+mod data;
 mod diff;
 mod errors;
 mod exports;
+mod gate;
 mod gpu;
 mod html;
+mod outputs;
 mod reading;
 mod replay;
 mod report;

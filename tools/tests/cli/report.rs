@@ -18,7 +18,7 @@ fn report_json(path: &std::path::Path, extra: &[&str]) -> Value {
     serde_json::from_slice(&out).expect("one JSON document")
 }
 
-fn report_text(path: &std::path::Path, extra: &[&str]) -> String {
+pub fn report_text(path: &std::path::Path, extra: &[&str]) -> String {
     let out = vramtrace()
         .arg("report")
         .args(extra)
@@ -224,7 +224,7 @@ fn a_truncated_trace_reports_how_far_it_got_and_the_live_set_then() {
         format!("  trace     truncated: cut off inside the chunk at byte {boundary} (10 of ");
     assert!(text.contains(&want_ending), "{text}");
     assert!(
-        text.contains("  dropped   unknown: the trace holds no tracer counters"),
+        text.contains("  lost      not known: the trace holds no tracer counters"),
         "{text}"
     );
     assert!(

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use vramtrace_collector::event::{Api, CommEnd, Event, MemKind, Op};
 use vramtrace_collector::format::{
-    End, Header, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef, Stats,
-    TraceWriter,
+    Alert, End, Header, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment, StackDef,
+    Stats, TraceWriter,
 };
 
 pub const TORCH: u64 = 0x7f00_0000_0000;
@@ -274,12 +274,16 @@ pub const TRAINER: u64 = 0x7f30_0000_0000;
 pub const TRAINING_STEPS: u64 = 12;
 /// Events in [`write_training`]'s trace.
 pub const TRAINING_EVENTS: u64 = 1 + 6 * TRAINING_STEPS + 2;
+/// The step at whose mark [`write_training`]'s tracer alerted.
+pub const TRAINING_ALERT_STEP: u64 = 10;
 
 /// A training loop with planted truth, written to `dir/name`: an NCCL buffer of 2 MiB live
 /// throughout; then 12 steps, each a step mark, an NVTX range "forward" around an 8 MiB
 /// temporary (freed within the step; Python line `train.py:30 in forward`) and a 1 MiB leak
 /// (never freed; `train.py:42 in step`); a mark "checkpoint" after step 6; and after the last
-/// step a `cudaMalloc` of 64 GiB that fails out of memory. Events are 1 ms apart.
+/// step a `cudaMalloc` of 64 GiB that fails out of memory. Events are 1 ms apart. The tracer
+/// raised its live alert at step 10's mark (0.5 ms after it, and sent SIGUSR1): see
+/// [`TRAINING_ALERT_STEP`].
 ///
 /// At the end 14 MiB of device memory is live in 13 objects (12 MiB at the leak site); the
 /// peak is 22 MiB, in the last step while its temporary is live.
@@ -369,7 +373,30 @@ pub fn training() -> Vec<Record> {
         time(&mut free);
         let mut pop = e.event(Api::NvtxRangePop, Op::RangePop, TRAINER + 0x310);
         time(&mut pop);
+        let alert = (step + 1 == TRAINING_ALERT_STEP).then(|| Alert {
+            time_ns: mark.time_ns + 500_000,
+            after_seq: mark.seq,
+            step: TRAINING_ALERT_STEP,
+            device: 0,
+            reason: "growth".into(),
+            rate: MIB,
+            unit: "step".into(),
+            unit_ns: 6_000_000,
+            threshold: MIB / 2,
+            live_bytes: 11 * MIB,
+            device_memory: 1 << 30,
+            steps_to_full: Some(1013),
+            seconds_to_full: Some(6),
+            place: "/work/app/train.py:42 in step".into(),
+            place_rate: MIB,
+            stack: 1,
+            caller: TORCH + 0x1234,
+            py_stack: 1,
+            signal: libc::SIGUSR1,
+            snapshot: String::new(),
+        });
         r.extend([mark, push, temp, leak, free, pop].map(Record::Event));
+        r.extend(alert.map(|a| Record::Alert(Box::new(a))));
         if step == 5 {
             let mut m = e.event(
                 Api::NvtxMark,
@@ -508,6 +535,17 @@ pub fn write_pairs(dir: &Path, name: &str, pairs: u64) -> PathBuf {
     let path = dir.join(name);
     let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header()).unwrap();
     for record in &r {
+        w.write(record).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// Writes `records` as a trace at `dir/name`.
+pub fn write_records(dir: &Path, name: &str, records: &[Record]) -> PathBuf {
+    let path = dir.join(name);
+    let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header()).unwrap();
+    for record in records {
         w.write(record).unwrap();
     }
     w.finish().unwrap();

@@ -5,27 +5,13 @@ plain and the traced run), timings and measured facts to stderr.
 VT_ACC_DEVICE=cpu runs a program on the CPU (a smoke test of the script itself, off the GPU
 machine); VT_ACC_STEPS overrides the number of steps for the same purpose."""
 import os
-import sys
 import time
 
 import torch
 
+from plain import fact, out, steps  # noqa: F401 (re-exported for the programs)
+
 DEVICE = torch.device(os.environ.get("VT_ACC_DEVICE", "cuda"))
-
-
-def steps(default):
-    """The program's number of optimizer steps (VT_ACC_STEPS overrides, for smoke tests)."""
-    return int(os.environ.get("VT_ACC_STEPS", default))
-
-
-def out(tag, **kv):
-    """A result line, compared byte for byte between the plain and the traced run."""
-    print(f"VT {tag} " + " ".join(f"{k}={v}" for k, v in kv.items()), flush=True)
-
-
-def fact(tag, **kv):
-    """A measured fact (timings, memory figures): differs between runs, so it goes to stderr."""
-    print(f"VT-FACT {tag} " + " ".join(f"{k}={v}" for k, v in kv.items()), file=sys.stderr, flush=True)
 
 
 def sync():

@@ -1,23 +1,31 @@
-"""Checks what `vramtrace report` says about each acceptance program's traces against the
-program's planted truth, and prints the table of docs/gpu-validation.md.
+"""Checks what vramtrace says about each acceptance program against the program's planted truth,
+and prints the tables of docs/gpu-validation.md: one row per trace, then the confusion table.
 
     python3 check.py RESULTS [--vt PATH]
 
-RESULTS holds one folder per program (NAME/), with the traces run.sh wrote there
-(`traced-PID.vtrace`: no step marks; `marks-PID.vtrace`: a mark at every optimizer step) and the
-program's stderr (`*.err`, for facts a program measured, such as leak_comm's
-`VT-FACT leak_comm comm_bytes_per_step=...`). The truth is the `TRUTH` literal of NAME.py beside
-this script (truth.py), its markers resolved to the lines of the file as it is now: run the check
-on the programs that were run.
+RESULTS holds one folder per program (NAME/) as run.sh left it: the traces (`traced-PID.vtrace`
+under `vramtrace run`, with its Python hooks; `bare-PID.vtrace` with `--no-python-hooks`; a job of
+several ranks in `traced-ranks/` and `bare-ranks/`), each run's stderr (`traced.err`: the live
+alerts, and facts a program measured, `VT-FACT NAME key=value`), and for a job of several ranks
+the `diff --rank` of its leaking rank (`traced-ranks.diff.json`). The truth is the `TRUTH` literal
+of NAME.py beside this script (truth.py), its markers resolved to the lines of the file as it is
+now: run the check on the programs that were run.
 
-What must hold, per trace:
-- a healthy program: no steady growth in any view, no alert;
-- a leak: a steady growth at the marker's line, within 10% of the planted rate per step, that
-  alerts; for a leak planted from a step on, its growth starting within 2 steps of it;
-- with step marks: the steps counted within 1 of the program's.
-Without marks the steps come from the allocation pattern when the program repeats one, else there
-are none (growth is then per time window, and rates are not compared). Exit code 1 when any
-check fails."""
+What must hold, for the traces of `vramtrace run` (what a PyTorch user gets):
+- a healthy program: no steady-growth finding, no alert, no live alert;
+- a leak: each planted cause is exactly one steady-growth finding of the diagnosis, at the
+  marker's line (the line whose allocations stay live), within 10% of the planted rate per step
+  of the program (its optimizer steps, its model calls, or its iterations when the steps come from
+  the allocation pattern); no other steady-growth finding; an alert; the FINDINGS headline (the
+  first finding) at a planted line; a live alert, when one was raised, at a planted line;
+- of a leak, the steps counted within 5% (at least 1) of the program's;
+- a job of several ranks: the rank table names the leaking rank, its report says the above, the
+  other ranks are healthy, and `diff --rank` names the planted line first.
+For the traces without the hooks (`bare`) of a program without PyTorch (JAX, CuPy: `"torch":
+False` in its truth) the same holds: that is what such a user gets. For a PyTorch program's bare
+trace (its tensors unseen, its steps from the allocation pattern, which may span several of the
+program's) a healthy program must still have no finding; of a leak, what it says is reported, not
+failed. Exit code 1 when any check fails."""
 import argparse
 import glob
 import json
@@ -31,11 +39,11 @@ import truth as truths
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def report(vt, trace):
-    out = subprocess.run([vt, "report", "--json", trace], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"error: {vt} report {trace}: {out.stderr.strip()}")
-    return json.loads(out.stdout)["analysis"]
+def run_json(vt, *args):
+    out = subprocess.run([vt, *args], capture_output=True, text=True)
+    if out.returncode not in (0, 1):
+        raise SystemExit(f"error: {vt} {' '.join(args)}: {out.stderr.strip()}")
+    return json.loads(out.stdout)
 
 
 def facts(folder):
@@ -53,43 +61,112 @@ def mib(n):
     return f"{n / 1048576:.2f} MiB"
 
 
-def check(name, trace, a, t, measured):
-    """(what the report says, problems) of one trace."""
-    problems = []
-    s, g = a["steps"], a["growth"]
-    unit = "step" if g["axis"] == "steps" else f"{g['window_ns'] // 1_000_000} ms window"
-    steps = f"{s['steps']} steps ({s['source']})"
-    if s["source"] == "marks" and abs(s["steps"] - t["steps"]) > 1:
-        problems.append(f"{s['steps']} steps, the program made {t['steps']}")
-    steady = g["steady"]
-    if t["kind"] == "healthy":
-        if steady or g["alert"]:
-            problems.append("growth found in a healthy program")
-        said = "no steady growth" if not steady else "growth: " + steady[0]["label"]
-        return f"{steps}; {said}", problems
-    said = []
-    for leak in t["leaks"]:
+def label(site):
+    return (site or {}).get("label") or ""
+
+
+def at_line(text, name, line):
+    """Whether a place in words names line `line` of NAME.py."""
+    return re.search(rf"(^|/){re.escape(name)}\.py:{line}( |$)", text) is not None
+
+
+def planted(t, measured):
+    """The planted leaks with their rates resolved (`measured:KEY` from the program's facts)."""
+    out = []
+    for leak in t.get("leaks", []):
         rate = leak["bytes_per_step"]
         if isinstance(rate, str) and rate.startswith("measured:"):
             rate = measured.get(rate.split(":", 1)[1])
             rate = float(rate) if rate is not None else None
-        at_line = [r for r in steady if (r.get("label") or "").split(" in ")[0].endswith(
-            f"{os.path.basename(name)}.py:{leak['line']}")]
-        if not at_line:
-            top = steady[0]["label"] if steady else "nothing"
-            problems.append(f"no steady growth at line {leak['line']} (top: {top})")
+        out.append(dict(leak, rate=rate))
+    return out
+
+
+def check_analysis(name, a, t, leaks, variant):
+    """(what the report says, problems, confusion counts) of one trace's analysis."""
+    said, problems, counts = judge_analysis(name, a, t, leaks, variant)
+    # A PyTorch program's trace without the hooks: only a healthy program's must hold.
+    if variant == "bare" and t.get("torch", True) and t["kind"] != "healthy" and problems:
+        return f"{said} (not checked: {'; '.join(problems)})", [], counts
+    return said, problems, counts
+
+
+def judge_analysis(name, a, t, leaks, variant):
+    problems = []
+    s, g = a["steps"], a["growth"]
+    unit = "step" if g["axis"] == "steps" else f"{g['window_ns'] // 1_000_000} ms window"
+    steps = f"{s['steps']} steps ({s['source']})"
+    want = t.get("steps") or 0
+    # A leak's rate is per step of the program: its steps must be the program's.
+    counted = s["source"] in ("marks", "iterations", "pattern") and t["kind"] != "healthy"
+    if counted and want and abs(s["steps"] - want) > max(1, want // 20):
+        problems.append(f"{s['steps']} steps, the program made {want}")
+    findings = [f for f in a["diagnosis"] if f["class"] == "steady-growth"]
+    counts = {"planted": len(leaks), "once": 0, "missed": 0, "twice": 0, "other": 0, "asked": 0}
+    if t["kind"] == "healthy":
+        counts["other"] = len(findings)
+        if findings or g["alert"]:
+            problems.append("growth found in a healthy program: " + "; ".join(label(f["site"]) for f in findings))
+        said = "no steady growth" if not findings else "growth: " + label(findings[0]["site"])
+        return f"{steps}; {said}", problems, counts
+    said, matched = [], set()
+    for leak in leaks:
+        here = [i for i, f in enumerate(findings) if at_line(label(f["site"]), name, leak["line"])]
+        asked = [i for i, f in enumerate(findings) if f["evidence"].get("line_means") == "asked"]
+        if not here:
+            if variant == "bare" and asked:
+                counts["asked"] += 1
+                matched.update(asked[:1])
+                said.append(f"line {leak['line']}: seen where the allocator asked ({label(findings[asked[0]]['site'])})")
+                continue
+            counts["missed"] += 1
+            top = label(findings[0]["site"]) if findings else "nothing"
+            problems.append(f"no finding at line {leak['line']} (first: {top})")
             continue
-        r = max(at_line, key=lambda r: r["rate"])
-        said.append(f"+{mib(r['rate'])}/{unit} at line {leak['line']} ({r['view']})")
-        if not r["alert"]:
+        counts["once" if len(here) == 1 else "twice"] += 1
+        if len(here) > 1:
+            problems.append(f"line {leak['line']} is {len(here)} findings")
+        matched.update(here)
+        f = findings[here[0]]
+        rate = f["evidence"]["rate"] or 0.0
+        view = f["evidence"].get("view")
+        said.append(f"+{mib(rate)}/{unit} at line {leak['line']} ({view})")
+        if f["severity"] != "alert":
             problems.append(f"line {leak['line']} does not alert")
-        if g["axis"] == "steps" and rate and abs(r["rate"] - rate) > 0.1 * rate:
-            problems.append(f"rate {mib(r['rate'])}, planted {mib(rate)}")
-        start = r["phases"].get("growth_from")
+        if g["axis"] == "steps" and leak["rate"] and abs(rate - leak["rate"]) > 0.1 * leak["rate"]:
+            problems.append(f"rate {mib(rate)}, planted {mib(leak['rate'])}")
+        start = f["evidence"].get("growth_from")
         if g["axis"] == "steps" and leak.get("from_step") and start is not None:
             if abs(start - leak["from_step"]) > 2:
                 problems.append(f"growth from step {start}, planted from {leak['from_step']}")
-    return f"{steps}; " + ("; ".join(said) or "no growth at the planted lines"), problems
+    others = [label(f["site"]) for i, f in enumerate(findings) if i not in matched]
+    counts["other"] = len(others)
+    if others:
+        problems.append("other steady-growth findings: " + "; ".join(others))
+    if findings and not any(at_line(label(findings[0]["site"]), name, l["line"]) for l in leaks) and variant != "bare":
+        problems.append(f"the headline names {label(findings[0]['site'])}")
+    return f"{steps}; " + ("; ".join(said) or "no growth at the planted lines"), problems, counts
+
+
+def live_alerts(folder, variant):
+    """The live alert lines of one run's stderr."""
+    path = os.path.join(folder, f"{variant}.err")
+    if not os.path.exists(path):
+        return []
+    return [l.strip() for l in open(path, errors="replace") if "vramtrace: ALERT" in l]
+
+
+def check_alerts(name, t, leaks, lines):
+    problems = []
+    if t["kind"] == "healthy" and lines:
+        problems.append(f"{len(lines)} live alert(s) on a healthy program")
+    for l in lines:
+        if leaks and not any(at_line(l, name, leak["line"]) for leak in leaks):
+            problems.append(f"live alert names another line: {l}")
+    pattern = re.escape(name) + r"\.py:\d+"
+    named = sorted(set(re.findall(pattern, " ".join(lines))))
+    said = f"live alert at {', '.join(named)}" if lines else "no live alert"
+    return said, problems
 
 
 def main():
@@ -98,27 +175,85 @@ def main():
     p.add_argument("--vt", default=os.environ.get("VT", "vramtrace"))
     args = p.parse_args()
     failed = 0
-    print("| program | trace | truth | what the report says | check |")
-    print("| --- | --- | --- | --- | --- |")
+    rows, confusion = [], {}
     for path in sorted(glob.glob(os.path.join(HERE, "*.py"))):
         name = os.path.basename(path)[:-3]
         folder = os.path.join(args.results, name)
-        if not (name.startswith(("healthy_", "leak_")) and os.path.isdir(folder)):
+        if not (name.startswith(("healthy_", "leak_", "ranks_")) and os.path.isdir(folder)):
             continue
         t = truths.load(path)
-        planted = "healthy" if t["kind"] == "healthy" else "; ".join(
-            f"{l['what']}: {l['bytes_per_step']} B/step at line {l['line']}"
-            + (f" (made so at line {l['cause_line']})" if l.get("cause_line") else "")
-            + (f" from step {l['from_step']}" if l.get("from_step") else "")
-            for l in t["leaks"])
-        measured = facts(folder)
-        for trace in sorted(glob.glob(os.path.join(folder, "*.vtrace"))):
-            said, problems = check(name, trace, report(args.vt, trace), t, measured)
+        leaks = planted(t, facts(folder))
+        truth_words = "healthy" if t["kind"] == "healthy" else "; ".join(
+            f"{l['what']}: {l['bytes_per_step']} B/step at line {l['line']}" for l in leaks)
+        for variant in ("traced", "bare"):
+            if t["kind"] == "ranks":
+                checked = check_ranks(args.vt, name, folder, variant, t, leaks)
+            else:
+                checked = []
+                for trace in sorted(glob.glob(os.path.join(folder, f"{variant}-*.vtrace"))):
+                    a = run_json(args.vt, "report", "--json", trace)["analysis"]
+                    if a["steps"]["steps"] == 0 and not a["diagnosis"] and not a["growth"]["holders"]:
+                        continue  # a helper process that made no GPU memory call of note
+                    checked.append(check_analysis(name, a, t, leaks, variant))
+            if not checked:
+                continue
+            said = "; ".join(c[0] for c in checked)
+            problems = [p for c in checked for p in c[1]]
+            if variant == "traced" and t["kind"] != "ranks":
+                alert_said, alert_problems = check_alerts(name, t, leaks, live_alerts(folder, variant))
+                said += f"; {alert_said}"
+                problems += alert_problems
+            counts = checked[0][2]
+            key = (name, variant)
+            confusion[key] = (t["kind"], counts, not problems)
             failed += bool(problems)
             verdict = "ok" if not problems else "FAIL: " + "; ".join(problems)
-            kind = os.path.basename(trace).split("-")[0]
-            print(f"| {name} | {kind} | {t['steps']} steps; {planted} | {said} | {verdict} |")
+            rows.append(f"| {name} | {variant} | {t.get('steps') or '?'} steps; {truth_words} | {said} | {verdict} |")
+    print("| program | run | truth | what vramtrace says | check |")
+    print("| --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+    print()
+    print("| program | run | planted causes | found once at their line | missed | said twice | other findings | seen only where the allocator asked |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    total = {"planted": 0, "once": 0, "missed": 0, "twice": 0, "other": 0, "asked": 0}
+    for (name, variant), (kind, c, ok) in sorted(confusion.items()):
+        for k in total:
+            total[k] += c[k]
+        print(f"| {name} | {variant} | {c['planted']} | {c['once']} | {c['missed']} | {c['twice']} | {c['other']} | {c['asked']} |")
+    print(f"| all | | {total['planted']} | {total['once']} | {total['missed']} | {total['twice']} | {total['other']} | {total['asked']} |")
     sys.exit(1 if failed else 0)
+
+
+def check_ranks(vt, name, folder, variant, t, leaks):
+    """The checks of a job of several ranks: the rank table, each rank's report, diff --rank."""
+    d = os.path.join(folder, f"{variant}-ranks")
+    if not os.path.isdir(d):
+        return []
+    odd = t["leaking_rank"]
+    doc = run_json(vt, "report", "--json", d)
+    out = []
+    first = (doc.get("ranks") or [{}])[0].get("rank")
+    problems = [] if first == odd else [f"the rank table names rank {first} first, not {odd}"]
+    said = [f"rank table: rank {first} first"]
+    for trace in sorted(glob.glob(os.path.join(d, "*.vtrace"))):
+        a = run_json(vt, "report", "--json", trace)
+        rank = a["trace"]["rank"]
+        healthy = dict(t, kind="healthy")
+        words, probs, counts = check_analysis(name, a["analysis"], t if rank == odd else healthy,
+                                              leaks if rank == odd else [], variant)
+        if rank == odd:
+            said.append(f"rank {rank}: {words}")
+            main_counts = counts
+        problems += [f"rank {rank}: {p}" for p in probs]
+    diff = os.path.join(folder, f"{variant}-ranks.diff.json")
+    if os.path.exists(diff) and os.path.getsize(diff) > 0:
+        top = (json.load(open(diff)).get("top_difference") or {})
+        where = top.get("label") or ""
+        said.append(f"diff --rank {odd}: {where} ({top.get('view')})")
+        if variant == "traced" and not any(at_line(where, name, l["line"]) for l in leaks):
+            problems.append(f"diff --rank {odd} names {where}")
+    out.append(("; ".join(said), problems, main_counts))
+    return out
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ export PYTHONPATH=$ACC${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 VT_WORK=$WO
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 PROGRAMS=("$@")
-[ ${#PROGRAMS[@]} -gt 0 ] || PROGRAMS=($(cd "$ACC" && ls healthy_*.py leak_*.py | sed 's/\.py$//'))
+[ ${#PROGRAMS[@]} -gt 0 ] || PROGRAMS=($(cd "$ACC" && ls healthy_*.py leak_*.py ranks_*.py | sed 's/\.py$//'))
 
 {
     date -u +"date %Y-%m-%dT%H:%M:%SZ"
@@ -60,18 +60,26 @@ PY
 # job NAME VARIANT PORT: one run of one program, its outputs under $WORK/NAME/VARIANT.*
 job() {
     local name=$1 variant=$2 port=$3 prog="$ACC/$1.py" dir="$VT_WORK/$1"
+    local src="$prog"; [ "$name" = gpt_leaky ] && src="$ACC/healthy_gpt.py"
     [ "$name" = gpt_leaky ] && prog="$VT_WORK/gpt_leaky.py"
     [ "$name" = gpt_leaky ] || [ -f "$prog" ] || { echo "$name: no such program" > "$dir.missing"; return; }
     mkdir -p "$dir"
-    local src="$prog"; [ "$name" = gpt_leaky ] && src="$ACC/healthy_gpt.py"
     local envs=($(python3 "$ACC/truth.py" env "$src") "MASTER_PORT=$port")
     local args=($(python3 "$ACC/truth.py" args "$src" "$VT_WORK"))
+    # A job of several ranks (TRUTH "ranks") runs under torchrun, its traces named by rank.
+    local ranks=$(python3 "$ACC/truth.py" ranks "$src")
+    local py=(python3) name_of="$variant-%p"
+    if [ "$ranks" -gt 1 ]; then
+        py=(torchrun --nproc-per-node "$ranks" --master-port "$((port + 100))")
+        name_of="$variant-rank%r-%p"
+    fi
     local cmd
     case $variant in
-        plain) cmd=(python3 "$prog") ;;
-        traced|traced2) cmd=("$VT" run -o "$dir/$variant-%p.vtrace" --no-summary -- python3 "$prog") ;;
-        bare) cmd=("$VT" run -o "$dir/$variant-%p.vtrace" --no-summary --no-python-hooks -- python3 "$prog") ;;
-        marks) cmd=("$VT" run -o "$dir/$variant-%p.vtrace" --no-summary -- python3 "$ACC/stepmark.py" "$prog") ;;
+        plain) cmd=("${py[@]}" "$prog") ;;
+        # The self-profile says what a hand-over of PyTorch's history cost (an alert's too).
+        traced|traced2) cmd=(env VRAMTRACE_SELF_PROFILE=1 "$VT" run -o "$dir/$name_of.vtrace" --no-summary -- "${py[@]}" "$prog") ;;
+        bare) cmd=("$VT" run -o "$dir/$name_of.vtrace" --no-summary --no-python-hooks -- "${py[@]}" "$prog") ;;
+        marks) cmd=("$VT" run -o "$dir/$name_of.vtrace" --no-summary -- python3 "$ACC/stepmark.py" "$prog") ;;
         record) cmd=(python3 "$ACC/record_snapshot.py" "$dir/record.pickle" 100000 "$prog") ;;
     esac
     local t0=$(date +%s%N)
@@ -118,6 +126,18 @@ for d in "$WORK"/*/; do
         "$VT" report --json "$t" > "${t%.vtrace}.report.json" 2> "${t%.vtrace}.report.err"
         "$VT" report "$t" > "${t%.vtrace}.report.txt" 2>&1
     done
+    # A job of several ranks: the report of each variant's directory (the rank table) and the
+    # odd rank against the median of the others.
+    odd=$(python3 "$ACC/truth.py" leaking_rank "$ACC/$name.py" 2>/dev/null)
+    for v in traced bare; do
+        ls "$d$v"-rank*.vtrace > /dev/null 2>&1 || continue
+        mkdir -p "$d$v-ranks"
+        mv "$d$v"-rank*.vtrace "$d$v-ranks/"
+        "$VT" report "$d$v-ranks" > "$d$v-ranks.report.txt" 2>&1
+        "$VT" report --json "$d$v-ranks" > "$d$v-ranks.report.json" 2> "$d$v-ranks.report.err"
+        [ -n "$odd" ] && "$VT" diff --rank "$odd" "$d$v-ranks" > "$d$v-ranks.diff.txt" 2>&1
+        [ -n "$odd" ] && "$VT" diff --json --rank "$odd" "$d$v-ranks" > "$d$v-ranks.diff.json" 2>/dev/null
+    done
     for rc in "$d"*.rc; do
         v=$(basename "$rc" .rc)
         same=""
@@ -125,7 +145,7 @@ for d in "$WORK"/*/; do
             same=$(cmp -s "$d/plain.out" "$d/$v.out" && echo "stdout identical" || echo "stdout DIFFERENT")
         fi
         printf '%s %s: rc %s, %s ms, %s traces %s\n' "$name" "$v" "$(cat "$rc")" "$(cat "$d/$v.ms")" \
-            "$(ls "$d$v"-*.vtrace 2>/dev/null | wc -l)" "$same" >> "$WORK/summary.txt"
+            "$(ls "$d$v"-*.vtrace "$d$v"-ranks/*.vtrace 2>/dev/null | wc -l)" "$same" >> "$WORK/summary.txt"
     done
 done
 gzip -q "$WORK"/*/record.pickle 2>/dev/null

@@ -4,7 +4,9 @@ of a program) and by check.py (what the report must say).
 
     python3 truth.py env PROGRAM.py          # KEY=VALUE lines for the program's environment
     python3 truth.py args PROGRAM.py WORK    # its arguments, one a line ({WORK} replaced)
-    python3 truth.py json PROGRAM.py         # the whole truth, markers resolved, as JSON"""
+    python3 truth.py json PROGRAM.py         # the whole truth, markers resolved, as JSON
+    python3 truth.py ranks PROGRAM.py        # processes a job runs (torchrun), 1 when not said
+    python3 truth.py leaking_rank PROGRAM.py # the rank that leaks, when one does"""
 import ast
 import json
 import sys
@@ -41,6 +43,11 @@ def main():
     elif what == "args":
         for a in truth.get("args", []):
             print(a.replace("{WORK}", sys.argv[3]))
+    elif what == "ranks":
+        print(truth.get("ranks", 1))
+    elif what == "leaking_rank":
+        if "leaking_rank" in truth:
+            print(truth["leaking_rank"])
     elif what == "json":
         print(json.dumps(truth, indent=1))
     else:

@@ -3,6 +3,10 @@
 //!
 //! Marks win: the first `vramtrace_mark_step` (called by the program, by the Python bootstrap's
 //! optimizer hook, or by an NVTX range named in `VRAMTRACE_STEP_RANGE`) turns detection off.
+//! So does the first iteration mark (`vramtrace_mark_iteration`, the Python bootstrap's mark of
+//! each outermost model call in a program without an optimizer): iterations are the steps of a
+//! loop that marks none, until a step mark comes; a trace with both is read with step marks
+//! alone ([`StepSource::StepMarks`]).
 //! Without them, the detector follows the stream of tokens a loop repeats every step: each
 //! allocation and free (by site and size; a free counts under its allocation's site) and each
 //! NVTX range pushed. [`period::find`] takes the period of the whole pattern from that stream;
@@ -36,9 +40,13 @@ pub const MAX_KINDS: usize = 1 << 16;
 /// What marks a step boundary.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum StepSource {
-    /// `vramtrace_mark_step` events (the default).
+    /// `vramtrace_mark_step` events, and before the first of them the framework's iteration
+    /// marks (`vramtrace_mark_iteration`: a loop without an optimizer); the default.
     #[default]
     Marks,
+    /// `vramtrace_mark_step` events only: a trace that has them and iteration marks before
+    /// them (a model called before its optimizer was made) is read again with these.
+    StepMarks,
     /// The boundaries a replay found in the allocation pattern ([`StepPattern`]): a step begins
     /// just before each of the events they name, and past the last, before each occurrence of
     /// the pattern's anchor.

@@ -9,10 +9,13 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
 use serde::Serialize;
+use vramtrace_collector::analysis::owner::is_library_module;
+use vramtrace_collector::analysis::site::short_function;
 use vramtrace_collector::analysis::watch::{Judgement, Reason};
-use vramtrace_collector::analysis::{leaks, Leaks, SiteName, Watch};
+use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
+use vramtrace_collector::units::bytes;
 
 use super::settings::AlertSettings;
 use crate::warn::warn;
@@ -54,6 +57,11 @@ pub fn describe(
     };
     if let Some(top) = &d.top {
         a.place = place_name(w, &top.site);
+        // A framework allocator's segment: the line made it grow, not necessarily keeps it.
+        if top.site.is_framework_pool() {
+            a.place
+                .push_str(" (where the allocator asked the driver for memory)");
+        }
         a.place_rate = top.course.rate.round() as u64;
         a.stack = top.site.stack;
         a.caller = top.site.caller;
@@ -62,21 +70,109 @@ pub fn describe(
     Some(a)
 }
 
-/// The place in words: the program's Python line, else the native function that asked and its
-/// module (`fw_alloc (libtorch_standin.so)`), from the process's own dynamic symbols.
-pub fn place_name(w: &Watch, site: &SiteName) -> String {
-    w.python_place(site)
-        .unwrap_or_else(|| native_name(w.owner_frame(site)))
+/// Names alert `a` by the place the program's own view of its memory found keeping it (PyTorch's
+/// tensors at a line, and that line's rate), when it found one.
+pub fn name_view(a: &mut Alert, place: Option<&(SiteName, f64)>) {
+    let Some((site, rate)) = place else {
+        return;
+    };
+    let Some(line) = &site.source else {
+        return;
+    };
+    let view = site.module_name.as_deref().unwrap_or("tensors");
+    a.place = format!("{}:{} in {} ({view})", line.file, line.line, line.function);
+    a.place_rate = rate.round() as u64;
+    (a.stack, a.caller, a.py_stack) = (0, 0, 0);
 }
 
-/// `function (module)`, `module+0x1a2b`, or the bare address, by `dladdr`.
+/// The place in words: the program's Python line; else, where a library (NCCL, a framework)
+/// allocated for a native program, the program's function and the library's it called
+/// (`main → fw_alloc (libtorch_standin.so)`); else the native function that asked and its
+/// module (`fw_alloc (libtorch_standin.so)`). From the process's own dynamic symbols: a
+/// function they do not name is `module+offset` (the report names it from the binaries).
+pub fn place_name(w: &Watch, site: &SiteName) -> String {
+    if let Some(line) = w.python_place(site) {
+        return line;
+    }
+    let library_owned = !matches!(site.owner, OwnerKind::Extension | OwnerKind::Unknown);
+    if library_owned && site.program_frame != 0 && site.entry_frame != 0 {
+        let program = native_parts(site.program_frame).at_line();
+        let entry = native_parts(site.entry_frame);
+        return format!("{program} → {} ({})", entry.function, entry.module);
+    }
+    native_name(w.owner_frame(site))
+}
+
+/// `function (module)` (at its source line when the program's own), `module+0x1a2b`, or the
+/// bare address.
 fn native_name(address: u64) -> String {
+    let parts = native_parts(address);
+    let module = parts.module.clone();
+    let function = if is_library_module(&module) {
+        parts.function
+    } else {
+        parts.at_line()
+    };
+    if module.is_empty() || function.starts_with(&module) {
+        function
+    } else {
+        format!("{function} ({module})")
+    }
+}
+
+/// A code address named from the process's own symbols.
+struct NativeParts {
+    function: String,
+    module: String,
+    /// The source file's base name and line, when line tables name them.
+    line: Option<(String, u32)>,
+}
+
+impl NativeParts {
+    /// `main at wl_train.c:108`, or the function alone.
+    fn at_line(self) -> String {
+        match self.line {
+            Some((file, line)) => format!("{} at {file}:{line}", self.function),
+            None => self.function,
+        }
+    }
+}
+
+/// `(function, module)` of `address`: the function as the module's symbol tables name it (the
+/// `backtrace` crate reads the static ones too, so a program's own `main` is named, as the
+/// report names it), else `module+0x1a2b` by `dladdr`, else the bare address (with an empty
+/// module). An alert is rare; reading a module's symbols then is its cost.
+fn native_parts(address: u64) -> NativeParts {
+    let (mut function, mut line) = (None, None);
+    // The return address points after the call: the byte before it is inside the caller (the
+    // reports look it up the same way). The innermost (inlined) frame comes first.
+    backtrace::resolve(address.saturating_sub(1) as *mut libc::c_void, |symbol| {
+        if function.is_none() {
+            function = symbol.name().map(|n| format!("{n:#}"));
+            line = symbol.filename().zip(symbol.lineno()).map(|(f, l)| {
+                let file = f
+                    .file_name()
+                    .map_or(String::new(), |n| n.to_string_lossy().into());
+                (file, l)
+            });
+        }
+    });
+    let (name, module) = dladdr_parts(address);
+    NativeParts {
+        function: function.map_or(name, |f| short_function(&f)),
+        module,
+        line,
+    }
+}
+
+/// `(function, module)` of `address` by `dladdr` (dynamic symbols only).
+fn dladdr_parts(address: u64) -> (String, String) {
     // SAFETY: a zeroed Dl_info is valid for dladdr to fill; dladdr only reads the loader's
     // tables. The strings it returns belong to loaded objects and are copied at once.
     let (module, symbol, base) = unsafe {
         let mut info: libc::Dl_info = std::mem::zeroed();
         if address == 0 || libc::dladdr(address as *const libc::c_void, &mut info) == 0 {
-            return format!("{address:#x}");
+            return (format!("{address:#x}"), String::new());
         }
         let text = |p: *const libc::c_char| {
             (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
@@ -90,24 +186,12 @@ fn native_name(address: u64) -> String {
     let module = module.unwrap_or_default();
     let module = module.rsplit('/').next().unwrap_or(&module).to_string();
     match symbol {
-        Some(s) => format!("{s} ({module})"),
-        None => format!("{module}+{:#x}", address.wrapping_sub(base)),
+        Some(s) => (s, module),
+        None => (
+            format!("{module}+{:#x}", address.wrapping_sub(base)),
+            module,
+        ),
     }
-}
-
-/// `512 B`, `4.0 KiB`, `1.5 GiB`.
-fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }
 
 /// The warning line.
@@ -121,19 +205,36 @@ pub fn line(a: &Alert) -> String {
     } else {
         "full within the horizon".to_string()
     };
-    let mut s = format!(
-        "ALERT at step {}: device {} grows steadily, +{} per {} at {} ({why}); {} live",
-        a.step,
-        a.device,
-        bytes(a.rate),
-        a.unit,
-        if a.place.is_empty() {
-            "an unknown place"
-        } else {
-            &a.place
-        },
-        bytes(a.live_bytes)
-    );
+    let place = if a.place.is_empty() {
+        "an unknown place"
+    } else {
+        &a.place
+    };
+    // The place's own rate, when it is not the device's (the tensors a line keeps, where the
+    // device grows by the allocator's segments for them and more).
+    let own = a.place_rate.abs_diff(a.rate) * 10 > a.rate;
+    let mut s = if own && a.place_rate > 0 {
+        format!(
+            "ALERT at step {}: device {} grows steadily, +{} per {} ({why}); +{} per {} of it \
+             kept at {place}; {} live",
+            a.step,
+            a.device,
+            bytes(a.rate),
+            a.unit,
+            bytes(a.place_rate),
+            a.unit,
+            bytes(a.live_bytes)
+        )
+    } else {
+        format!(
+            "ALERT at step {}: device {} grows steadily, +{} per {} at {place} ({why}); {} live",
+            a.step,
+            a.device,
+            bytes(a.rate),
+            a.unit,
+            bytes(a.live_bytes)
+        )
+    };
     if let Some(n) = a.steps_to_full {
         s.push_str(&format!(", full in {n} steps"));
     }

@@ -4,6 +4,12 @@
 //! writer's loop. A device whose steady growth passes the threshold or the horizon raises one
 //! alert ([`alert`]).
 //!
+//! With PyTorch's recorder on, an alert first waits for the program's own view: the Python
+//! hooks poll `vramtrace_alert_pending` at each step and hand over a snapshot of the recorder,
+//! from which the watch names the line whose tensors stay live; without an answer within
+//! [`VIEW_WAIT`] (or a few steps' time), the alert names the driver's place, where the caching
+//! allocator asked for memory, and says so.
+//!
 //! It must never harm the job, and never go quiet while the job runs. It runs on the writer
 //! thread only, never in a hook; its memory is the live set and per-place series of bounded
 //! length (`collector::live::series`); its CPU is a table update per event and a judgement per
@@ -18,13 +24,17 @@ mod metrics;
 mod settings;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use vramtrace_collector::analysis::watch::Judgement;
 use vramtrace_collector::analysis::{GrowthConfig, Watch, WatchConfig};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::{Alert, Record};
+use vramtrace_collector::live::SampleAxis;
+use vramtrace_collector::torch;
 
-pub use settings::{parse_duration, AlertSettings, MetricsSettings};
+pub use settings::{AlertSettings, MetricsSettings};
 
 use crate::warn::warn;
 
@@ -42,6 +52,23 @@ fn ordinal(n: u64) -> String {
 /// The coarsest resolution: a judgement every 64th step or interval.
 const MAX_STRIDE: u64 = 64;
 
+/// Set while an alert waits for the program's own view of its memory (a snapshot of PyTorch's
+/// recorder) to name the line that keeps it; `vramtrace_alert_pending` reads it.
+pub static ALERT_VIEW_WANTED: AtomicBool = AtomicBool::new(false);
+
+/// How long an alert waits at least for the program's own view of its memory; longer when a
+/// step takes longer (two steps' time, at most [`VIEW_WAIT_MAX`]).
+pub const VIEW_WAIT: Duration = Duration::from_secs(5);
+/// The longest an alert waits for that view.
+pub const VIEW_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// An alert raised and waiting for the program's view to name its line.
+struct Pending {
+    alert: Alert,
+    /// Until when it waits (`CLOCK_MONOTONIC` nanoseconds).
+    until_ns: u64,
+}
+
 /// The live analysis of this process, while it is on.
 pub struct Live {
     watch: Option<Watch>,
@@ -56,6 +83,9 @@ pub struct Live {
     exporter: Option<metrics::Exporter>,
     /// Whether stderr was told the resolution went down.
     told_coarse: bool,
+    /// Alerts waiting for the program's view, and the snapshot of it seen last.
+    pending: Vec<Pending>,
+    snapshot_seen: u32,
 }
 
 impl Live {
@@ -91,6 +121,8 @@ impl Live {
             raised: 0,
             exporter: metrics::Exporter::new(metrics, quiet),
             told_coarse: false,
+            pending: Vec::new(),
+            snapshot_seen: 0,
         })
     }
 
@@ -190,16 +222,27 @@ impl Live {
         self.settings.enabled || self.exporter.is_some()
     }
 
-    /// Applies a record written to the trace (not an event).
-    pub fn record(&mut self, r: &Record) {
-        self.guarded(|w, _| w.apply(r));
+    /// Applies a record written to the trace (not an event); returns the alerts that a
+    /// snapshot of the program's own view, arriving in it, let name their line.
+    pub fn record(&mut self, r: &Record, trace_path: &str) -> Vec<Alert> {
+        let snapshot = self.guarded(|w, _| {
+            w.apply(r);
+            torch::alerts::latest_snapshot(w.attachments())
+        });
+        match snapshot {
+            Some(id) if id != self.snapshot_seen => {
+                self.snapshot_seen = id;
+                self.settle(None, trace_path)
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// Applies an event written to the trace (with the trace's stack ids and time); judges at a
     /// step mark when a judgement is due. Returns the alerts raised.
     pub fn event(&mut self, e: &Event, trace_path: &str) -> Vec<Alert> {
         self.last_seq = e.seq;
-        let step = matches!(e.op, Op::MarkStep { .. }) && self.judging();
+        let step = matches!(e.op, Op::MarkStep { .. } | Op::MarkIteration { .. }) && self.judging();
         let due = self.guarded(|w, _| {
             w.apply_event(e);
             step && w.due(e.time_ns)
@@ -212,31 +255,38 @@ impl Live {
     }
 
     /// Judges when due at `now_ns` (programs without step marks are sampled per time window),
-    /// and updates the metrics when due (`dropped`: events the tracer lost so far).
+    /// acts on the alerts whose wait for the program's view is over, and updates the metrics
+    /// when due (`dropped`: events the tracer lost so far).
     pub fn tick(&mut self, now_ns: u64, trace_path: &str, dropped: u64) -> Vec<Alert> {
         if !self.judging() {
             return Vec::new();
         }
-        let alerts = if self.guarded(|w, _| w.due(now_ns)) == Some(true) {
+        let mut alerts = if self.guarded(|w, _| w.due(now_ns)) == Some(true) {
             self.judge(now_ns, trace_path)
         } else {
             Vec::new()
         };
+        if self.pending.iter().any(|p| p.until_ns <= now_ns) {
+            alerts.extend(self.settle(Some(now_ns), trace_path));
+        }
         if self.exporter.as_ref().is_some_and(metrics::Exporter::due) {
             self.publish(dropped);
         }
         alerts
     }
 
-    /// At the end of the trace: the last metrics, from a judgement of the whole run.
-    pub fn finish(&mut self, now_ns: u64, dropped: u64) {
+    /// At the end of the trace: the alerts still waiting for the program's view, acted on
+    /// (returned, for the trace), and the last metrics, from a judgement of the whole run.
+    pub fn finish(&mut self, now_ns: u64, trace_path: &str, dropped: u64) -> Vec<Alert> {
+        let alerts = self.settle(Some(u64::MAX), trace_path);
         if self.exporter.is_none() {
-            return;
+            return alerts;
         }
         if let Some(j) = self.guarded(|w, _| w.judge(now_ns)) {
             self.last = Some(j);
         }
         self.publish(dropped);
+        alerts
     }
 
     fn publish(&mut self, dropped: u64) {
@@ -256,25 +306,89 @@ impl Live {
     }
 
     /// Judges growth now and acts on each alert raised: the live-set snapshot, the warning, the
-    /// signal. Returns the alerts, for the trace.
+    /// signal; with PyTorch's recorder on, the alert first waits for the program's view (see
+    /// the module's doc). Returns the alerts acted on, for the trace.
     fn judge(&mut self, now_ns: u64, trace_path: &str) -> Vec<Alert> {
         let after_seq = self.last_seq;
         let quiet = self.quiet;
-        let Some((j, alerts)) = self.guarded(|w, settings| {
+        let Some((j, alerts, wait)) = self.guarded(|w, settings| {
             let j = w.judge(now_ns);
-            let alerts: Vec<Alert> = (j.raised.iter())
+            let raised: Vec<Alert> = (j.raised.iter())
                 .filter(|_| settings.enabled)
-                .filter_map(|&d| {
-                    let mut a = alert::describe(w, &j, d, now_ns, after_seq)?;
-                    alert::act(w, &mut a, settings, trace_path, quiet);
-                    Some(a)
-                })
+                .filter_map(|&d| alert::describe(w, &j, d, now_ns, after_seq))
                 .collect();
-            (j, alerts)
+            if torch::alerts::recorder_on(w.attachments()) && !raised.is_empty() {
+                // Two steps' time, within bounds: the hooks answer at the next step.
+                let step = j
+                    .unit_ns
+                    .filter(|_| j.axis == SampleAxis::Steps)
+                    .unwrap_or(0);
+                let wait =
+                    (2 * step).clamp(VIEW_WAIT.as_nanos() as u64, VIEW_WAIT_MAX.as_nanos() as u64);
+                return (j, raised, Some(wait));
+            }
+            let mut acted = raised;
+            for a in &mut acted {
+                alert::act(w, a, settings, trace_path, quiet);
+            }
+            (j, acted, None)
         }) else {
             return Vec::new();
         };
         self.last = Some(j);
+        if let Some(wait) = wait {
+            let until_ns = now_ns.saturating_add(wait);
+            self.pending
+                .extend(alerts.into_iter().map(|alert| Pending { alert, until_ns }));
+            ALERT_VIEW_WANTED.store(true, Ordering::Relaxed);
+            return Vec::new();
+        }
+        self.raised += alerts.len() as u64;
+        alerts
+    }
+
+    /// Acts on the alerts waiting for the program's view: all of them, naming each device's
+    /// line from the latest snapshot of PyTorch's recorder (`now_ns` `None`: one just arrived),
+    /// or those whose wait is over by `now_ns`, named by the driver's place.
+    fn settle(&mut self, now_ns: Option<u64>, trace_path: &str) -> Vec<Alert> {
+        let due: Vec<Pending> = match now_ns {
+            None => std::mem::take(&mut self.pending),
+            Some(now) => {
+                let (due, wait) = std::mem::take(&mut self.pending)
+                    .into_iter()
+                    .partition(|p| p.until_ns <= now);
+                self.pending = wait;
+                due
+            }
+        };
+        if self.pending.is_empty() {
+            ALERT_VIEW_WANTED.store(false, Ordering::Relaxed);
+        }
+        if due.is_empty() {
+            return Vec::new();
+        }
+        let quiet = self.quiet;
+        let answered = now_ns.is_none();
+        let alerts = self
+            .guarded(|w, settings| {
+                let devices: Vec<i32> = due.iter().map(|p| p.alert.device).collect();
+                let places = if answered {
+                    let config = w.growth_config();
+                    torch::alerts::keeping_places(w.state(), w.attachments(), &config, &devices)
+                } else {
+                    Vec::new()
+                };
+                due.into_iter()
+                    .map(|p| {
+                        let mut a = p.alert;
+                        let place = places.iter().find(|(d, _)| *d == a.device);
+                        alert::name_view(&mut a, place.and_then(|(_, p)| p.as_ref()));
+                        alert::act(w, &mut a, settings, trace_path, quiet);
+                        a
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
         self.raised += alerts.len() as u64;
         alerts
     }

@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+use vramtrace_collector::units::{parse_duration, parse_rate, CountRange};
+
+use crate::setting::{bad, count, read, switch};
+
 /// How the writer thread judges growth while the program runs, and what it does on an alert.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AlertSettings {
@@ -46,24 +50,6 @@ impl Default for AlertSettings {
     }
 }
 
-/// A duration: seconds, or a number with `s`, `m`, `h` or `d`.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let seconds = match unit.trim() {
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        _ => return None,
-    };
-    let s = number.parse::<f64>().ok()? * seconds;
-    (s.is_finite() && s > 0.0 && s < 1e12).then(|| Duration::from_secs_f64(s))
-}
-
 /// `USR1`, `SIGUSR1`, `USR2`, `SIGUSR2`: the signals a program can take as a request (the
 /// others stop, kill or mean a fault by default).
 pub fn parse_signal(text: &str) -> Option<i32> {
@@ -78,65 +64,46 @@ pub fn parse_signal(text: &str) -> Option<i32> {
 impl AlertSettings {
     /// Reads the settings through `get`; a bad value adds a warning to `w` and keeps the default.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>, w: &mut Vec<String>) -> Self {
-        let mut s = AlertSettings::default();
-        let mut flag = |name: &str, default: bool| match get(name) {
-            None => default,
-            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" | "" => false,
-                _ => {
-                    w.push(format!(
-                        "{name}='{v}' is not a boolean (use 1 or 0); using the default"
-                    ));
-                    default
-                }
-            },
+        let mut s = AlertSettings {
+            enabled: switch("VRAMTRACE_ALERT", get("VRAMTRACE_ALERT"), true, w),
+            snapshot: switch(
+                "VRAMTRACE_ALERT_SNAPSHOT",
+                get("VRAMTRACE_ALERT_SNAPSHOT"),
+                false,
+                w,
+            ),
+            ..AlertSettings::default()
         };
-        s.enabled = flag("VRAMTRACE_ALERT", true);
-        s.snapshot = flag("VRAMTRACE_ALERT_SNAPSHOT", false);
-        if let Some(v) = get("VRAMTRACE_ALERT_THRESHOLD") {
-            let v = v
-                .trim()
-                .strip_suffix("/step")
-                .unwrap_or(v.trim())
-                .to_string();
-            match vramtrace_collector::size::parse_size(&v).ok() {
-                Some(b) => s.threshold_bytes = Some(b),
-                None => w.push(format!(
-                    "VRAMTRACE_ALERT_THRESHOLD='{v}' is not a size per step (examples: 1MiB, \
-                     512KiB/step); using 0.1% of device memory"
-                )),
-            }
-        }
-        if let Some(v) = get("VRAMTRACE_ALERT_HORIZON") {
-            match parse_duration(&v) {
-                Some(d) => s.horizon = d,
-                None => w.push(format!(
-                    "VRAMTRACE_ALERT_HORIZON='{v}' is not a duration (examples: 90s, 30m, 24h); \
-                     using 24h"
-                )),
-            }
-        }
-        if let Some(v) = get("VRAMTRACE_ALERT_CONFIRM_TIME") {
-            match parse_duration(&v) {
-                Some(d) => s.confirm_time = d,
-                None => w.push(format!(
-                    "VRAMTRACE_ALERT_CONFIRM_TIME='{v}' is not a duration (examples: 90s, 10m); \
-                     using 10m"
-                )),
-            }
-        }
-        let mut number = |name: &str, lo: u64, hi: u64, default: u64| match get(name) {
-            None => default,
-            Some(v) => match v.trim().parse::<u64>() {
-                Ok(n) if (lo..=hi).contains(&n) => n,
-                _ => {
-                    w.push(format!(
-                        "{name}='{v}' is not a number from {lo} to {hi}; using {default}"
-                    ));
-                    default
-                }
-            },
+        s.threshold_bytes = read(
+            "VRAMTRACE_ALERT_THRESHOLD",
+            get("VRAMTRACE_ALERT_THRESHOLD"),
+            |v| parse_rate(v).map(Some),
+            None,
+            "using 0.1% of device memory",
+            w,
+        );
+        let positive = |v: &str| match parse_duration(v) {
+            Ok(d) if d.is_zero() => Err("not a duration above 0".to_string()),
+            other => other,
+        };
+        s.horizon = read(
+            "VRAMTRACE_ALERT_HORIZON",
+            get("VRAMTRACE_ALERT_HORIZON"),
+            positive,
+            s.horizon,
+            "using 24h",
+            w,
+        );
+        s.confirm_time = read(
+            "VRAMTRACE_ALERT_CONFIRM_TIME",
+            get("VRAMTRACE_ALERT_CONFIRM_TIME"),
+            positive,
+            s.confirm_time,
+            "using 10m",
+            w,
+        );
+        let mut number = |name: &str, lo: u64, hi: u64, default: u64| {
+            count(name, get(name), CountRange { lo, hi }, default, w)
         };
         s.horizon_steps = number("VRAMTRACE_ALERT_HORIZON_STEPS", 1, 1 << 40, 10_000);
         s.confirm = number("VRAMTRACE_ALERT_CONFIRM", 2, 1_000_000, 10);
@@ -146,8 +113,11 @@ impl AlertSettings {
             match parse_signal(&v) {
                 Some(sig) => s.signal = Some(sig),
                 None if v.trim().is_empty() || v.trim() == "0" => {}
-                None => w.push(format!(
-                    "VRAMTRACE_ALERT_SIGNAL='{v}' is not USR1 or USR2; no signal is sent"
+                None => w.push(bad(
+                    "VRAMTRACE_ALERT_SIGNAL",
+                    &v,
+                    "not USR1 or USR2",
+                    "no signal is sent",
                 )),
             }
         }
@@ -195,14 +165,18 @@ impl MetricsSettings {
                 )),
             }
         }
-        if let Some(v) = get("VRAMTRACE_METRICS_MS") {
-            match v.trim().parse::<u64>() {
-                Ok(n) if (100..=3_600_000).contains(&n) => s.interval = Duration::from_millis(n),
-                _ => w.push(format!(
-                    "VRAMTRACE_METRICS_MS='{v}' is not a number from 100 to 3600000; using 5000"
-                )),
-            }
-        }
+        let range = CountRange {
+            lo: 100,
+            hi: 3_600_000,
+        };
+        let ms = count(
+            "VRAMTRACE_METRICS_MS",
+            get("VRAMTRACE_METRICS_MS"),
+            range,
+            5000,
+            w,
+        );
+        s.interval = Duration::from_millis(ms);
         s
     }
 }

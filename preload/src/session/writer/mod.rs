@@ -132,10 +132,12 @@ impl Writer {
 
     /// Writes a record that is not an event, and feeds it to the live analysis.
     fn write_record(&mut self, r: Record) {
-        if let Some(live) = self.live.as_mut() {
-            live.record(&r);
-        }
+        let alerts = match self.live.as_mut() {
+            Some(live) => live.record(&r, &self.sink.path),
+            None => Vec::new(),
+        };
         self.sink.write(&r);
+        self.write_alerts(alerts);
     }
 
     /// Writes the alerts the live analysis raised.
@@ -318,7 +320,8 @@ impl Writer {
             self.attachments += 1;
             let id = self.attachments;
             for piece in attached::pieces(&a.kind, id, a.time_ns, a.after_seq, &a.data) {
-                self.sink.write(&Record::Attachment(piece));
+                // Through the live analysis: PyTorch's payloads name an alert's line.
+                self.write_record(Record::Attachment(piece));
             }
         }
         self.sink.flush();
@@ -501,9 +504,10 @@ impl Writer {
         let reason = Ending::reason(finish);
         let lost_stacks = intern::NATIVE.lost() + intern::PYTHON.lost();
         if lost_stacks > 0 {
-            let msg = format!(
-                "{lost_stacks} stacks were not recorded: more distinct stacks than the tracer's tables hold"
-            );
+            let msg = match lost_stacks {
+                1 => "1 stack was not recorded".to_string(),
+                n => format!("{n} stacks were not recorded"),
+            } + ": more distinct stacks than the tracer's tables hold";
             if !self.session.config.quiet {
                 warn(&msg);
             }
@@ -512,7 +516,8 @@ impl Writer {
         let stats = self.stats();
         let lost = stats.dropped;
         if let Some(live) = self.live.as_mut() {
-            live.finish(clock::monotonic_ns(), lost);
+            let alerts = live.finish(clock::monotonic_ns(), &self.sink.path, lost);
+            self.write_alerts(alerts);
         }
         self.sink.write(&Record::Stats(stats.clone()));
         if let Some(end) = self.segment_end() {
@@ -531,9 +536,13 @@ impl Writer {
         // Closed (if still ours): a process whose exec failed goes on with a new trace.
         self.sink.writer = None;
         if lost > 0 && !self.session.config.quiet {
+            let events = match lost {
+                1 => "1 event was lost".to_string(),
+                n => format!("{n} events were lost"),
+            };
             warn(&format!(
-                "{lost} events were lost (the buffer was full, or their call had not returned at \
-                 the end); the trace {} says so and where",
+                "{events} (the buffer was full, or their call had not returned at the end); the \
+                 trace {} says so and where",
                 self.sink.path
             ));
         }

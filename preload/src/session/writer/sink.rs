@@ -8,13 +8,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{Header, Packing, Record, SegmentInfo, TraceWriter};
 
-use super::super::output::{self, Naming};
+use super::super::announce;
 use super::super::segments::FileId;
 use super::super::trace_file::{CreateError, TraceFile};
 use super::super::Session;
 use crate::capture::clock;
 use crate::profile::TimedWrite;
 use crate::warn::warn;
+use vramtrace_collector::units::pattern::{self, Naming};
 
 /// The trace writer over its file.
 pub(super) type FileWriter = TraceWriter<TimedWrite<TraceFile>>;
@@ -56,6 +57,7 @@ impl Sink {
     }
 
     pub(super) fn fail(&mut self, e: &dyn std::fmt::Display) {
+        announce::trace_cut(&self.path);
         warn(&format!(
             "writing {} failed ({e}); tracing stops, the program continues",
             self.path
@@ -174,8 +176,9 @@ pub(super) fn open_first(session: &Session) -> Opened {
     };
     let quiet = session.config.quiet;
     let pattern = &session.config.output;
-    let first = output::first_choice(pattern, &naming);
+    let first = pattern::first_choice(pattern, &naming);
     let untraced = |header: Header, path: &Path, why: String| {
+        announce::untraced(&why);
         if !quiet {
             warn(&format!("{why}; the program runs on untraced"));
         }
@@ -190,10 +193,11 @@ pub(super) fn open_first(session: &Session) -> Opened {
             file: None,
         }
     };
-    let (writer, path, id) = match create(&header, &[], output::candidates(&first, pattern, pid)) {
+    let (writer, path, id) = match create(&header, &[], pattern::candidates(&first, pattern, pid)) {
         Ok(made) => made,
         Err(why) => return untraced(header, &first, why),
     };
+    announce::trace_created(&path);
     // A forked child's trace beside its parent's is expected; anyone else is told once.
     let wanted = std::path::absolute(&first).unwrap_or(first);
     if path != wanted && session.forked_from.is_none() && !quiet {

@@ -153,8 +153,12 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
     assert!(first
         .cause
         .starts_with("NCCL communicators created and never destroyed"));
-    // NCCL's channels and its all-reduce buffer both come from its own cudaMalloc, and its two
-    // host buffers from its cudaHostAlloc: the report tells them apart by where they part.
+    // A native program's places are named by its own function and line that made the
+    // communicators and the NCCL function it called (`new_comm at wl_shapes.c:113 →
+    // pncclCommInitRank`), not by NCCL's internals;
+    // NCCL's channels and its proxy both come from that call, and are told apart by where their
+    // stacks part. The proxy thread's host buffer has no frame of the program: NCCL's function
+    // names it.
     let r = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), path.as_os_str()]);
     let rows: Vec<(String, String)> = r["analysis"]["growth"]["steady"]
         .as_array()
@@ -171,11 +175,17 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
     assert_eq!(
         rows,
         [
-            row("device", "vmm_alloc"),
-            row("device", "cudaMalloc via pncclAllReduce"),
-            row("host", "cudaHostAlloc via proxy_main"),
-            row("device", "cudaMalloc via comm_create"),
-            row("host", "cudaHostAlloc via comm_create"),
+            row(
+                "device",
+                "new_comm at wl_shapes.c:113 → pncclCommInitRank via vmm_alloc"
+            ),
+            row("device", "new_comm at wl_shapes.c:114 → pncclAllReduce"),
+            row("host", "cudaHostAlloc"),
+            row(
+                "device",
+                "new_comm at wl_shapes.c:113 → pncclCommInitRank via cudaMalloc"
+            ),
+            row("host", "new_comm at wl_shapes.c:113 → pncclCommInitRank"),
         ]
     );
 });

@@ -52,14 +52,11 @@ class _Allocator:
         self.settings = _settings()
         compact = self.settings.replace(" ", "")
         self.backend = "cudaMallocAsync" if "backend:cudaMallocAsync" in compact else "native"
-        self.rt = ctypes.CDLL("libcudart.so.13")
-        self.rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
-        self.rt.cudaMallocAsync.argtypes = [
-            ctypes.POINTER(ctypes.c_void_p),
-            ctypes.c_size_t,
-            ctypes.c_void_p,
-        ]
-        self.rt.cudaFreeAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        # The CUDA calls come from the framework's native library, as libc10_cuda's do.
+        self.fw = ctypes.CDLL("libtorch_standin.so")
+        self.fw.fw_raw_malloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+        self.fw.fw_raw_malloc_async.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+        self.fw.fw_raw_free_async.argtypes = [ctypes.c_void_p]
         self.segments = []
         self.blocks = {}
         self.history = None
@@ -92,7 +89,7 @@ class _Allocator:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate %d bytes" % nbytes)
         if self.backend == "cudaMallocAsync":
             ptr = ctypes.c_void_p()
-            rc = self.rt.cudaMallocAsync(ctypes.byref(ptr), nbytes, None)
+            rc = self.fw.fw_raw_malloc_async(ctypes.byref(ptr), nbytes)
             assert rc == 0, rc
             self.allocated += nbytes
             return Tensor(self, ptr.value, nbytes)
@@ -101,7 +98,7 @@ class _Allocator:
         if segment is None:
             total = max(SEGMENT_BYTES, (size + (2 << 20) - 1) // (2 << 20) * (2 << 20))
             ptr = ctypes.c_void_p()
-            rc = self.rt.cudaMalloc(ctypes.byref(ptr), total)
+            rc = self.fw.fw_raw_malloc(ctypes.byref(ptr), total)
             assert rc == 0, rc
             segment = {"address": ptr.value, "total_size": total, "used": 0, "blocks": [], "frames": frames}
             self.segments.append(segment)
@@ -118,7 +115,7 @@ class _Allocator:
     def free(self, tensor):
         self.allocated -= tensor.nbytes
         if self.backend == "cudaMallocAsync":
-            self.rt.cudaFreeAsync(tensor.addr, None)
+            self.fw.fw_raw_free_async(tensor.addr)
             return
         block = self.blocks.pop(tensor.addr)
         block["state"] = "inactive"

@@ -1,0 +1,305 @@
+//! A first diagnosis: every finding of the other analyses classed (steady growth, one-off peak,
+//! fragmentation, orphan, teardown-only), with its likely cause and the usual fix ([`advice`])
+//! and always the evidence it rests on. Steady growth is said once per cause
+//! ([`causes`](super::causes)), at the line that keeps the memory, with the other views of it as
+//! evidence.
+
+use super::advice::{self, Advice};
+use super::causes::{self, Cause, Role};
+use super::finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Severity};
+use super::fragmentation::Fragmentation;
+use super::growth::{Growth, SiteGrowth, DRIVER};
+use super::leaks::Leaks;
+use super::oom::OomReport;
+use super::orphans::Orphans;
+use super::owner::OwnerKind;
+use super::site::SiteName;
+use super::Framework;
+use crate::live::Holder;
+
+/// A one-off peak smaller than this share of its device's highest point is not worth a note.
+const PEAK_SHARE: f64 = 0.05;
+/// Unmapped physical memory is a finding from this many bytes.
+const FRAGMENTATION_BYTES: u64 = 64 << 20;
+
+/// What the line of a steady growth row is to its memory: a framework allocator's row in the
+/// driver's view is where it asked the driver for memory for a pool or segment, unless its
+/// allocations are stream-ordered (PyTorch's `cudaMallocAsync` backend: each is a tensor); every
+/// other row allocated what stays live.
+fn line_means(s: &SiteGrowth, framework: &Framework) -> LineMeaning {
+    let async_torch = s.site.owner == OwnerKind::Torch
+        && framework.torch_backend.as_deref() == Some("cudaMallocAsync");
+    if s.view == DRIVER && s.site.is_framework_pool() && !async_torch {
+        LineMeaning::Asked
+    } else {
+        LineMeaning::Keeps
+    }
+}
+
+/// The finding of one cause of steady growth.
+fn steady_finding(
+    g: &Growth,
+    rows: &[SiteGrowth],
+    cause: &Cause,
+    framework: &Framework,
+) -> Finding {
+    let s = &rows[cause.primary];
+    let c = &s.course;
+    let means = line_means(s, framework);
+    let Advice { cause: why, fix } = if s.view != DRIVER {
+        advice::kept_tensors()
+    } else {
+        advice::growth(
+            s.site.owner,
+            s.site.module_name.as_deref(),
+            means == LineMeaning::Asked,
+        )
+    };
+    let holder = g.holders.iter().find(|h| h.holder == s.holder);
+    let projection = holder.and_then(|h| h.projection);
+    let freed = c.last_bytes.saturating_sub(s.now_bytes);
+    let alerts = cause.rows().any(|r| rows[r].alert)
+        || cause.rows().any(|r| {
+            g.holders
+                .iter()
+                .any(|h| h.holder == rows[r].holder && h.alert)
+        });
+    let related = cause
+        .related
+        .iter()
+        .map(|&(r, role)| {
+            let x = &rows[r];
+            Related {
+                role,
+                view: x.view,
+                holder: x.holder,
+                site: x.site.clone(),
+                rate: x.course.rate,
+                bytes: x.course.last_bytes,
+                live_at_end: x.now_bytes,
+            }
+        })
+        .collect();
+    Finding {
+        class: FindingClass::SteadyGrowth,
+        severity: if alerts {
+            Severity::Alert
+        } else {
+            Severity::Warning
+        },
+        holder: Some(s.holder),
+        site: Some(s.site.clone()),
+        cause: why,
+        fix,
+        evidence: Evidence {
+            bytes: c.last_bytes,
+            rate: Some(c.rate),
+            r2: c.fit.map(|f| f.r2),
+            rises: Some(c.rises),
+            growth_from: c.phases.growth_from,
+            axis: Some(g.axis),
+            live_at_end: Some(s.now_bytes),
+            freed_at_teardown: (freed > 0).then_some(freed),
+            steps_to_full: projection.and_then(|p| p.steps_to_full),
+            seconds_to_full: projection.and_then(|p| p.seconds_to_full),
+            view: Some(s.view),
+            line_means: Some(means),
+            ..Evidence::default()
+        },
+        related,
+    }
+}
+
+/// The diagnosis of the analyses' results, most urgent first; `at_end` when the state is of the
+/// trace's end (not of where a replay stopped).
+#[allow(clippy::too_many_arguments)]
+pub fn diagnose(
+    growth: &Growth,
+    leaks: &Leaks,
+    orphans: &Orphans,
+    fragmentation: &Fragmentation,
+    ooms: &OomReport,
+    device_peak: Option<u64>,
+    at_end: bool,
+    framework: &Framework,
+) -> Vec<Finding> {
+    let mut steady: Vec<Finding> = causes::group(&growth.steady)
+        .iter()
+        .map(|c| steady_finding(growth, &growth.steady, c, framework))
+        .collect();
+    // Fastest first among findings of one severity.
+    steady.sort_by(|a, b| {
+        let rate = |f: &Finding| f.evidence.rate.unwrap_or(0.0);
+        a.severity
+            .cmp(&b.severity)
+            .then(rate(b).total_cmp(&rate(a)))
+    });
+    let mut out = steady;
+    for k in &orphans.by_kind {
+        let Advice { cause, fix } = advice::orphan(k.kind);
+        let example = orphans.objects.iter().find(|o| o.kind == k.kind);
+        out.push(Finding {
+            class: FindingClass::Orphan,
+            severity: Severity::Warning,
+            holder: example.map(|o| Holder::Device { device: o.device }),
+            site: example.map(|o| o.site.clone()),
+            cause,
+            fix,
+            evidence: Evidence {
+                bytes: k.bytes,
+                objects: Some(k.count),
+                ..Evidence::default()
+            },
+            related: Vec::new(),
+        });
+    }
+    // Fragmentation is a finding when it cost something: an out-of-memory failure that the
+    // memory held but unusable could have served, or physical memory no mapping reaches. A
+    // pool's reserve alone is a cache for reuse, not waste.
+    let f = fragmentation;
+    let failed = ooms.failures.iter().find(|o| o.request_fits_in_unusable);
+    let relief = f
+        .oom_relief
+        .filter(|r| r.empty_cache_serves || r.expandable_serves);
+    if let Some(r) = relief {
+        let Advice { cause, fix } = advice::cache_relief(&r);
+        out.push(Finding {
+            class: FindingClass::Fragmentation,
+            severity: Severity::Warning,
+            holder: i32::try_from(r.device)
+                .ok()
+                .map(|device| Holder::Device { device }),
+            site: None,
+            cause,
+            fix,
+            evidence: Evidence {
+                bytes: if r.empty_cache_serves {
+                    r.free_segments
+                } else {
+                    r.cached_free
+                },
+                objects: Some(1),
+                ..Evidence::default()
+            },
+            related: Vec::new(),
+        });
+    } else if failed.is_some() || f.physical.unmapped_bytes >= FRAGMENTATION_BYTES {
+        let owner = failed.map_or(OwnerKind::Unknown, |o| o.requester.owner);
+        let Advice { cause, fix } = advice::fragmentation(owner, failed.is_some());
+        out.push(Finding {
+            class: FindingClass::Fragmentation,
+            severity: Severity::Warning,
+            holder: failed.map(|o| Holder::Device {
+                device: o.failure.device,
+            }),
+            site: failed.map(|o| o.requester.clone()),
+            cause,
+            fix,
+            evidence: Evidence {
+                bytes: failed.map_or(f.physical.unmapped_bytes, |o| o.free_but_unusable_bytes),
+                share: f.unusable_share,
+                objects: failed.map(|_| 1),
+                ..Evidence::default()
+            },
+            related: Vec::new(),
+        });
+    }
+    out.extend(one_off(growth, device_peak));
+    out.extend(teardown_only(growth, leaks, at_end));
+    // Stable: steady growth keeps its order within a severity.
+    out.sort_by_key(|f| (f.severity, f.class));
+    out
+}
+
+/// The largest one-off: a peak that fell back, or a rise that stayed, when it is at least
+/// [`PEAK_SHARE`] of the device's highest point.
+fn one_off(growth: &Growth, device_peak: Option<u64>) -> Option<Finding> {
+    let fell = growth.peaks.iter().map(|s| (s, s.course.max_bytes, false));
+    let stayed = growth
+        .one_off_rises
+        .iter()
+        .filter_map(|s| s.course.phases.late_rise.map(|(_, b)| (s, b, true)));
+    let (top, bytes, kept) = fell.chain(stayed).max_by_key(|&(_, bytes, _)| bytes)?;
+    if (bytes as f64) < device_peak? as f64 * PEAK_SHARE {
+        return None;
+    }
+    let at = kept
+        .then(|| top.course.phases.late_rise.map(|r| r.0))
+        .flatten();
+    let Advice { cause, fix } = advice::one_off(top.site.owner, kept);
+    Some(Finding {
+        class: FindingClass::Peak,
+        severity: Severity::Note,
+        holder: Some(top.holder),
+        site: Some(top.site.clone()),
+        cause,
+        fix,
+        evidence: Evidence {
+            bytes,
+            growth_from: at,
+            axis: Some(growth.axis),
+            live_at_end: Some(top.now_bytes),
+            view: Some(top.view),
+            ..Evidence::default()
+        },
+        related: Vec::new(),
+    })
+}
+
+/// What stays live to the end without growing: released by the exit, not a leak (said only of
+/// the live set at the end of a trace, not where a replay stopped).
+fn teardown_only(growth: &Growth, leaks: &Leaks, at_end: bool) -> Option<Finding> {
+    let growing = |s: &SiteName| growth.steady.iter().any(|g| g.site.place == s.place);
+    let held: Vec<_> = leaks
+        .sites
+        .iter()
+        .filter(|s| s.bytes > 0 && s.orphans == 0 && !growing(&s.site))
+        .collect();
+    let top = held.first().filter(|_| at_end)?;
+    let places = if held.len() == 1 { "place" } else { "places" };
+    Some(Finding {
+        class: FindingClass::TeardownOnly,
+        severity: Severity::Note,
+        holder: None,
+        site: Some(top.site.clone()),
+        cause: format!(
+            "held until exit at {} {places} without growing during training (largest here)",
+            held.len()
+        ),
+        fix: "none needed: the process's exit releases it; free it first only if the process \
+              lives on"
+            .to_string(),
+        evidence: Evidence {
+            bytes: held.iter().map(|s| s.bytes).sum(),
+            objects: Some(held.iter().map(|s| s.count).sum()),
+            ..Evidence::default()
+        },
+        related: Vec::new(),
+    })
+}
+
+/// The roles of the rows of `growth.steady` in `findings`: per row, the number (1-based) of the
+/// finding it is part of and its role there.
+pub fn row_findings(growth: &Growth, findings: &[Finding]) -> Vec<Option<(usize, Role)>> {
+    growth
+        .steady
+        .iter()
+        .map(|s| {
+            findings.iter().enumerate().find_map(|(i, f)| {
+                if f.class != FindingClass::SteadyGrowth {
+                    return None;
+                }
+                let primary = f.site.as_ref() == Some(&s.site)
+                    && f.holder == Some(s.holder)
+                    && f.evidence.view == Some(s.view);
+                if primary {
+                    return Some((i + 1, Role::Cause));
+                }
+                f.related
+                    .iter()
+                    .find(|r| r.site == s.site && r.holder == s.holder && r.view == s.view)
+                    .map(|r| (i + 1, r.role))
+            })
+        })
+        .collect()
+}

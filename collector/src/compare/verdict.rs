@@ -1,0 +1,228 @@
+//! Whether B regressed: B's numbers against A's, each checked against a threshold users can set,
+//! and one rule that needs none — a steady growth B has where A has none.
+//!
+//! A growth is new when B's place (a call site, or a Python line of PyTorch's tensors) grows
+//! steadily and surely (at least [`MIN_RISES`](crate::analysis::course::MIN_RISES) rises along
+//! a line with R² at least 0.9: the report's own judgement, [`Growth::confident`]), A's
+//! place does not grow at all, and the view's growth in all rose with it (at least half its
+//! rate: a growth that only moved from one call site to another is not new). It is a
+//! regression when at its rate B's device would be full within the report's horizon
+//! (`--horizon-steps`, `--horizon`; only when the device's size is known) or when it is above
+//! the floor ([`Thresholds::new_growth`]): a leak of 1 MiB a step over 30 steps adds only 30
+//! MiB, under any threshold on memory, and is still a leak. When PyTorch's tensors have a new
+//! growth, the caching allocator's segments growing for them in the driver's view are its
+//! evidence (as in the report's causes), not a regression of their own.
+//!
+//! [`Growth::confident`]: crate::analysis::Growth::confident
+
+use serde::Serialize;
+
+use super::metrics::Rate;
+use super::profile::{Fill, GrowthUnit};
+use super::row::{Measures, Row};
+use super::tensors::view_name;
+use crate::analysis::{LineMeaning, Role};
+use crate::torch::View;
+
+/// How much B may exceed A before the difference is a regression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Thresholds {
+    /// Device bytes live at the end.
+    pub live_bytes: u64,
+    /// The devices' peaks.
+    pub peak_bytes: u64,
+    /// Sustained growth, bytes per step (compared only when both runs have steps).
+    pub growth_per_step: u64,
+    /// Orphans (memory whose owner is gone), counted.
+    pub orphans: u64,
+    /// Device bytes held by orphans.
+    pub orphan_bytes: u64,
+    /// Failed calls.
+    pub failures: u64,
+    /// A new steady growth above this many bytes per unit (step, or second without steps) is a
+    /// regression even when B's device would not be full within the horizon.
+    pub new_growth: u64,
+}
+
+impl Default for Thresholds {
+    /// Above the noise of a caching allocator between two runs of one program (a segment or
+    /// two), below any leak that matters; a new growth counts from 64 KiB per unit (a leak
+    /// that small takes 16,000 steps to make a GiB).
+    fn default() -> Self {
+        Thresholds {
+            live_bytes: 64 << 20,
+            peak_bytes: 256 << 20,
+            growth_per_step: 1 << 20,
+            orphans: 0,
+            orphan_bytes: 0,
+            failures: 0,
+            new_growth: 64 << 10,
+        }
+    }
+}
+
+/// One threshold checked.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Check {
+    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphans`, `orphan_bytes`, `failures` or
+    /// `new_growth` (the driver's view); `tensor_live_bytes`, `tensor_growth_per_step` or
+    /// `tensor_new_growth` (PyTorch's recorder).
+    pub metric: &'static str,
+    /// B's value minus A's; for a new growth, the fastest new growth's rate.
+    pub change: f64,
+    pub threshold: f64,
+    /// Whether the change is above the threshold; for a new growth, whether one is a
+    /// regression (above the floor, or B's device full within the horizon).
+    pub exceeded: bool,
+}
+
+impl Check {
+    pub(crate) fn of(metric: &'static str, change: f64, threshold: u64) -> Self {
+        Check {
+            metric,
+            change,
+            threshold: threshold as f64,
+            exceeded: change > threshold as f64,
+        }
+    }
+}
+
+/// A steady growth B has where A has none.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NewGrowth {
+    /// The view it was seen in (`driver`, `allocator-tensors`), and in words.
+    pub view: View,
+    pub view_name: &'static str,
+    /// The call site or Python line, as B names it.
+    pub label: String,
+    /// What holds it, as the report names it beside a label: the module that asked (driver),
+    /// or `PyTorch tensors`.
+    pub owner: Option<String>,
+    /// Whether its line keeps the memory, or is where a framework's allocator asked for it.
+    pub line_means: LineMeaning,
+    /// `cause`, or `segments`: a framework allocator's segments growing for the tensors of a
+    /// new growth of the per-tensor view, its evidence rather than a regression of its own.
+    pub role: Role,
+    /// B's steady growth there, bytes per `unit`.
+    pub rate: f64,
+    pub unit: GrowthUnit,
+    /// At that rate alone, when B's device would be full (`null` when its size is not known, or
+    /// without steps or step times).
+    pub steps_to_full: Option<f64>,
+    pub seconds_to_full: Option<f64>,
+    /// Full within the horizon (`--horizon-steps`, `--horizon`).
+    pub within_horizon: bool,
+    /// Above the floor (`--min-new-growth`).
+    pub above_floor: bool,
+    /// Whether it makes B a regression: a cause, within the horizon or above the floor.
+    pub regression: bool,
+}
+
+/// Whether B regressed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    pub regression: bool,
+    /// Every threshold that could be checked.
+    pub checks: Vec<Check>,
+    /// Every steady growth B has where A has none, in both views, fastest first.
+    pub new_growth: Vec<NewGrowth>,
+    /// What could not be checked, and why.
+    pub notes: Vec<String>,
+}
+
+impl Verdict {
+    /// A verdict of `checks` and `new_growth`.
+    pub(crate) fn of(checks: Vec<Check>, new_growth: Vec<NewGrowth>, notes: Vec<String>) -> Self {
+        let mut v = Verdict {
+            regression: false,
+            checks: Vec::new(),
+            new_growth: Vec::new(),
+            notes,
+        };
+        v.add(checks, new_growth);
+        v
+    }
+
+    /// Adds the per-tensor view's checks and new growths: when it has new growths of its own,
+    /// the driver's new growths of a framework allocator's segments are the memory reserved for
+    /// those tensors (their evidence, as in the report's causes), not regressions of their own.
+    pub(crate) fn add_tensors(&mut self, checks: Vec<Check>, new_growth: Vec<NewGrowth>) {
+        if !new_growth.is_empty() {
+            let segments =
+                |g: &&mut NewGrowth| g.view == View::Driver && g.line_means == LineMeaning::Asked;
+            for g in self.new_growth.iter_mut().filter(segments) {
+                g.role = Role::Segments;
+                g.regression = false;
+            }
+            let driver = self.new_growth.iter().filter(|g| g.view == View::Driver);
+            let any = driver.clone().any(|g| g.regression);
+            let fastest = (driver.filter(|g| g.regression))
+                .map(|g| g.rate)
+                .fold(0.0, f64::max);
+            if let Some(c) = self.checks.iter_mut().find(|c| c.metric == "new_growth") {
+                (c.exceeded, c.change) = (any, fastest);
+            }
+        }
+        self.add(checks, new_growth);
+    }
+
+    /// Adds another view's checks and new growths.
+    fn add(&mut self, checks: Vec<Check>, new_growth: Vec<NewGrowth>) {
+        self.checks.extend(checks);
+        self.new_growth.extend(new_growth);
+        self.new_growth
+            .sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.label.cmp(&b.label)));
+        self.regression = self.checks.iter().any(|c| c.exceeded);
+    }
+}
+
+/// The new growths among `rows` of one view (each held by `owner`, its line meaning what
+/// `meaning` says), when its growth in all (`total`, A's and B's per unit) is comparable, and the
+/// check they make (`metric`).
+pub(crate) fn new_growth<M: Measures, P>(
+    (view, metric): (View, &'static str),
+    (rows, named): (
+        &[Row<M, P>],
+        impl Fn(&Row<M, P>) -> (Option<String>, LineMeaning),
+    ),
+    total: Option<Rate>,
+    (unit, fill): (GrowthUnit, Option<&Fill>),
+    thresholds: &Thresholds,
+) -> (Check, Vec<NewGrowth>) {
+    let floor = thresholds.new_growth as f64;
+    let found: Vec<NewGrowth> = match total {
+        None => Vec::new(),
+        Some(total) => (rows.iter())
+            .map(|r| (r, r.new_growth()))
+            .filter(|&(_, rate)| rate > 0.0 && total.change >= rate / 2.0)
+            .map(|(r, rate)| {
+                let full = fill.and_then(|f| f.at(rate, unit));
+                let within_horizon = full.is_some_and(|p| p.within_horizon);
+                let above_floor = rate > floor;
+                let (owner, line_means) = named(r);
+                NewGrowth {
+                    view,
+                    view_name: view_name(view),
+                    label: r.label.clone(),
+                    owner,
+                    line_means,
+                    role: Role::Cause,
+                    rate,
+                    unit,
+                    steps_to_full: full.and_then(|p| p.steps_to_full),
+                    seconds_to_full: full.and_then(|p| p.seconds_to_full),
+                    within_horizon,
+                    above_floor,
+                    regression: within_horizon || above_floor,
+                }
+            })
+            .collect(),
+    };
+    let check = Check {
+        metric,
+        change: found.iter().map(|g| g.rate).fold(0.0, f64::max),
+        threshold: floor,
+        exceeded: found.iter().any(|g| g.regression),
+    };
+    (check, found)
+}

@@ -1,0 +1,64 @@
+//! Durations: a number and a unit (`300ms`, `90s`, `30m`, `24h`, `2d`); a bare number is
+//! seconds. The one grammar of `--horizon`, `replay --at 12.5s` and the `VRAMTRACE_ALERT_*`
+//! durations.
+
+use std::time::Duration;
+
+/// Parses a duration: a number with `ns`, `us` (`µs`), `ms`, `s` (`sec`), `m` (`min`), `h` or
+/// `d`; seconds when bare.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = super::number_and_unit(text, "duration")?;
+    let ns_per_unit = match unit.trim() {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "" | "s" | "sec" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        "d" => 86400e9,
+        other => {
+            return Err(format!(
+                "not a duration: unknown unit '{other}' (use ns, us, ms, s, m, h or d)"
+            ))
+        }
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n.is_finite() && n * ns_per_unit < u64::MAX as f64 => {
+            Ok(Duration::from_nanos((n * ns_per_unit).round() as u64))
+        }
+        _ => Err("not a duration (examples: 300ms, 90s, 30m, 24h, 2d)".into()),
+    }
+}
+
+/// Whether `text` names its unit (`12.5s`), rather than being a bare number (`12`).
+pub fn has_unit(text: &str) -> bool {
+    text.trim().chars().any(|c| !c.is_ascii_digit() && c != '.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_every_unit() {
+        let d = |t| parse_duration(t).map(|d| d.as_nanos() as u64);
+        assert_eq!(d("90s"), Ok(90_000_000_000));
+        assert_eq!(d("90"), Ok(90_000_000_000));
+        assert_eq!(d("30m"), Ok(1_800_000_000_000));
+        assert_eq!(d("30min"), d("30m"));
+        assert_eq!(d("24h"), Ok(86_400_000_000_000));
+        assert_eq!(d("2d"), Ok(172_800_000_000_000));
+        assert_eq!(d("12.5s"), Ok(12_500_000_000));
+        assert_eq!(d("300ms"), Ok(300_000_000));
+        assert_eq!(d("40us"), Ok(40_000));
+        assert_eq!(d("40µs"), Ok(40_000));
+        assert_eq!(d("100ns"), Ok(100));
+        assert_eq!(d("0"), Ok(0));
+        assert_eq!(
+            d("3 weeks"),
+            Err("not a duration: unknown unit 'weeks' (use ns, us, ms, s, m, h or d)".into())
+        );
+        assert!(d("-1s").is_err() && d("s").is_err() && d("1e400").is_err());
+        assert!(has_unit("12.5s") && !has_unit("12") && !has_unit(" 1.5 "));
+    }
+}

@@ -1,0 +1,84 @@
+//! Reading one `VRAMTRACE_*` setting: its value through the grammar the tools' flags share
+//! (`vramtrace_collector::units`), or, for a bad value, one warning that names the setting, the
+//! value and what is used instead. A module of its own, outside `session`, because the session's
+//! settings and the live analysis's (`session/live/`) both read settings this way.
+
+/// The warning for a bad value: `VRAMTRACE_X='v' is not a …; using 32`.
+pub fn bad(name: &str, value: &str, error: &str, instead: &str) -> String {
+    format!("{name}='{value}' is {error}; {instead}")
+}
+
+/// `value` of setting `name` through `parse`; `default` when unset, and when bad (with a
+/// warning in `warnings` saying `instead`).
+pub fn read<T>(
+    name: &str,
+    value: Option<String>,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+    default: T,
+    instead: &str,
+    warnings: &mut Vec<String>,
+) -> T {
+    let Some(v) = value else {
+        return default;
+    };
+    match parse(&v) {
+        Ok(x) => x,
+        Err(e) => {
+            warnings.push(bad(name, &v, &e, instead));
+            default
+        }
+    }
+}
+
+/// A count setting in `range`: `default` when unset or bad.
+pub fn count(
+    name: &str,
+    value: Option<String>,
+    range: vramtrace_collector::units::CountRange,
+    default: u64,
+    warnings: &mut Vec<String>,
+) -> u64 {
+    let instead = format!("using {default}");
+    read(name, value, |v| range.parse(v), default, &instead, warnings)
+}
+
+/// An on/off setting: `default` when unset or bad.
+pub fn switch(
+    name: &str,
+    value: Option<String>,
+    default: bool,
+    warnings: &mut Vec<String>,
+) -> bool {
+    use vramtrace_collector::units::parse_switch;
+    read(
+        name,
+        value,
+        parse_switch,
+        default,
+        "using the default",
+        warnings,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramtrace_collector::units::CountRange;
+
+    #[test]
+    fn a_bad_value_is_one_warning_and_the_default() {
+        let mut w = Vec::new();
+        let range = CountRange { lo: 0, hi: 256 };
+        assert_eq!(count("X", Some("7".into()), range, 32, &mut w), 7);
+        assert_eq!(count("X", None, range, 32, &mut w), 32);
+        assert_eq!(count("X", Some("lots".into()), range, 32, &mut w), 32);
+        assert!(!switch("Y", Some("maybe".into()), false, &mut w));
+        assert_eq!(
+            w,
+            [
+                "X='lots' is not a number from 0 to 256; using 32",
+                "Y='maybe' is not a boolean (use 1 or 0); using the default"
+            ]
+        );
+    }
+}

@@ -1,0 +1,407 @@
+//! Traces as data, read by the readers users have (docs/data.md): the Parquet dataset of the
+//! demo's trace read by pyarrow has the report's numbers in every table; DuckDB over eight
+//! stand-in ranks, one with a planted extra leak, names that rank and that leak's line first,
+//! and the peak its rows add up to is the report's; `vramtrace.load` returns the rows of the
+//! Parquet; bad input gets one-line errors from Python too.
+//!
+//! Ignored by default: needs a Python with pyarrow and duckdb, named by `VRAMTRACE_DATA_PYTHON`.
+//! CI (`.ci/run`) makes one (a virtual environment with both from PyPI) and runs
+//! `VRAMTRACE_DATA_PYTHON=… cargo test -p vramtrace-tests --test data -- --ignored`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use vramtrace_tests::source::{line_of, workload_source};
+use vramtrace_tests::traced::{
+    clean_command, profile_dir, succeed, text, trace_files, vramtrace_command,
+};
+use vramtrace_tests::{standin_ld_library_path, workload};
+
+const MIB: u64 = 1 << 20;
+
+/// The Python with pyarrow and duckdb, from `VRAMTRACE_DATA_PYTHON`.
+fn python() -> PathBuf {
+    let path = std::env::var_os("VRAMTRACE_DATA_PYTHON")
+        .map(PathBuf::from)
+        .expect(
+            "VRAMTRACE_DATA_PYTHON names a python with pyarrow and duckdb (.ci/run makes one: \
+         python3 -m venv target/data-env && target/data-env/bin/pip install pyarrow duckdb)",
+        );
+    assert!(path.is_file(), "{}: no such file", path.display());
+    path
+}
+
+/// Runs `script` with the data Python, `args` after it; the `vramtrace` module is this
+/// repository's (`python/`) and the `vramtrace` command this build's. Returns what it printed,
+/// as JSON.
+fn py(script: &str, args: &[&Path]) -> Value {
+    let modules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python");
+    let mut path = std::ffi::OsString::from(profile_dir());
+    if let Some(old) = std::env::var_os("PATH") {
+        path.push(":");
+        path.push(old);
+    }
+    let out = succeed(
+        clean_command(python())
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .env("PYTHONPATH", modules)
+            .env("PATH", path)
+            .env_remove("PYTHONHOME"),
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("the script printed no JSON ({e}): {}", text(&out.stdout)))
+}
+
+/// Reading a table of a dataset, with its partitions typed as docs/data.md says.
+const READ: &str = r#"
+import json, sys
+import pyarrow as pa
+import pyarrow.dataset as ds
+PARTS = ds.partitioning(pa.schema([("run", pa.string()), ("rank", pa.int32())]), flavor="hive")
+def table(root, name):
+    return ds.dataset(f"{root}/{name}", format="parquet", partitioning=PARTS).to_table()
+"#;
+
+/// The demo's training loop (`wl_train` on a 512 MiB stand-in device, as `vramtrace-demo` runs
+/// it) traced into `dir` under `vramtrace run`, with `RANK` set when given and `--extra-leak`
+/// when asked; returns its trace.
+fn train(dir: &Path, name: &str, rank: Option<u32>, extra_leak: bool) -> PathBuf {
+    let out = dir.join(format!("{name}.vtrace"));
+    let mut c = vramtrace_command();
+    c.args(["run", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(workload("wl_train"))
+        .env("LD_LIBRARY_PATH", standin_ld_library_path())
+        .env("STANDIN_DEVICE_MEM", "512M");
+    if extra_leak {
+        c.arg("--extra-leak");
+    }
+    if let Some(r) = rank {
+        c.env("RANK", r.to_string()).env("WORLD_SIZE", "8");
+    }
+    succeed(&mut c);
+    assert!(out.is_file(), "{} was not written", out.display());
+    out
+}
+
+fn export(trace: &Path, out: &Path) {
+    succeed(
+        vramtrace_command()
+            .args(["export", "--format", "parquet", "-o"])
+            .arg(out)
+            .arg(trace),
+    );
+}
+
+fn report(trace: &Path) -> Value {
+    let out = succeed(vramtrace_command().args(["report", "--json"]).arg(trace));
+    serde_json::from_slice(&out.stdout).expect("report --json prints JSON")
+}
+
+/// Row counts and sums of the demo's tables, as pyarrow reads them.
+const COUNTS: &str = r#"
+root = sys.argv[1]
+import pyarrow.compute as pc
+out = {}
+for name in ["allocations", "sites", "steps", "samples", "communicators", "failures", "tensors", "traces"]:
+    out[name] = table(root, name).num_rows
+a = table(root, "allocations")
+live = a.filter(pc.is_null(a["free_seq"]))
+device = live.filter(pc.equal(live["accounting"], "device"))
+out["live"] = live.num_rows
+out["live_device_bytes"] = pc.sum(device["bytes"]).as_py()
+out["by_api"] = {r["api"]: r["count"] for r in a.group_by("api").aggregate([("api", "count")]).rename_columns(["api", "count"]).to_pylist()}
+history = device.filter(pc.and_(pc.equal(device["api"], "cudaMallocAsync"), pc.equal(device["bytes"], 1 << 20)))
+out["history"] = [history.num_rows, sorted(set(history["module"].to_pylist())), sorted(history["alloc_step"].to_pylist())]
+orphans = live.filter(pc.equal(live["category"], "registration"))
+out["registration"] = [orphans["bytes"].to_pylist(), orphans["flags"].to_pylist()]
+s = table(root, "sites")
+named = set(a["site"].to_pylist()) | set(table(root, "failures")["site"].to_pylist()) | set(table(root, "communicators")["site"].to_pylist())
+out["sites_named_missing"] = sorted(named - set(s["site"].to_pylist()))
+out["site_ids"] = sorted(s["site"].to_pylist()) == list(range(s.num_rows))
+out["rank"] = sorted(set(a["rank"].to_pylist()), key=str)
+print(json.dumps(out))
+"#;
+
+// The demo's trace: every table's rows are the report's numbers, and the planted truth is in
+// the rows (20 history tensors of 1 MiB still live, one per step, owned by the framework; the
+// 4 MiB registration left after its buffer and communicator went).
+#[test]
+#[ignore = "needs pyarrow and duckdb: VRAMTRACE_DATA_PYTHON (.ci/run makes it)"]
+fn the_demos_trace_in_pyarrow_has_the_reports_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = train(dir.path(), "train", None, false);
+    let data = dir.path().join("data");
+    export(&trace, &data);
+    let r = report(&trace);
+    let got = py(&format!("{READ}{COUNTS}"), &[&data]);
+
+    let live_objects: u64 = r["live"]["by_category"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(got["live"], live_objects);
+    assert_eq!(
+        got["live_device_bytes"],
+        r["live"]["device_memory"]["bytes"]
+    );
+    assert_eq!(got["live_device_bytes"], 20 * MIB);
+    assert_eq!(got["steps"], r["events"]["steps"]);
+    assert_eq!(got["steps"], 20);
+    let samples: u64 = r["device_accounting"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["samples"].as_u64().unwrap())
+        .sum();
+    assert_eq!(got["samples"], samples);
+    assert!(samples > 0);
+    assert_eq!(got["failures"], r["failures"]["total"]);
+    assert_eq!(
+        got["communicators"],
+        r["communicators"].as_array().unwrap().len()
+    );
+    assert_eq!(got["communicators"], 1);
+    assert_eq!(got["traces"], 1);
+    assert_eq!(got["tensors"], 0);
+    // Every object a successful call made is a row: per entry point, its calls less its
+    // failures.
+    let by_api = got["by_api"].as_object().unwrap();
+    let calls = r["calls"].as_array().unwrap();
+    for (api, rows) in by_api {
+        let c = calls
+            .iter()
+            .find(|c| c["api"] == api.as_str())
+            .unwrap_or_else(|| panic!("{api} has rows but no calls"));
+        let made = c["calls"].as_u64().unwrap() - c["failed"].as_u64().unwrap();
+        assert_eq!(rows.as_u64(), Some(made), "{api}");
+    }
+    let total: u64 = by_api.values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(got["allocations"], total);
+    assert_eq!(
+        got["history"],
+        serde_json::json!([20, ["libtorch_standin.so"], (1..=20).collect::<Vec<u64>>()])
+    );
+    assert_eq!(
+        got["registration"],
+        serde_json::json!([[4 * MIB], [["communicator-gone", "buffer-gone"]]])
+    );
+    assert_eq!(got["sites_named_missing"], serde_json::json!([]));
+    assert_eq!(got["site_ids"], true);
+    assert_eq!(got["rank"], serde_json::json!([null]));
+}
+
+/// docs/data.md's fleet queries, over the dataset at argv[1]: the line that differs most from
+/// the other ranks, the odd rank, and the peak of each rank.
+const FLEET: &str = r#"
+import duckdb
+root = sys.argv[1]
+con = duckdb.connect()
+for t in ["allocations", "sites", "traces"]:
+    con.sql(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{root}/{t}/**/*.parquet', "
+            "hive_partitioning = true, hive_types = {'run': VARCHAR, 'rank': INTEGER})")
+line = con.sql("""
+WITH live AS (
+    SELECT a.rank, s.identity, any_value(s.label) AS label, sum(a.bytes) AS bytes
+    FROM allocations a JOIN sites s ON s.run = a.run AND s.rank IS NOT DISTINCT FROM a.rank
+        AND s.pid = a.pid AND s.site = a.site
+    WHERE a.free_seq IS NULL AND a.accounting = 'device' GROUP BY a.rank, s.identity),
+grid AS (
+    SELECT r.rank, i.identity, coalesce(live.bytes, 0) AS bytes
+    FROM (SELECT DISTINCT rank FROM traces) r
+    CROSS JOIN (SELECT DISTINCT identity FROM live) i
+    LEFT JOIN live ON live.rank IS NOT DISTINCT FROM r.rank AND live.identity = i.identity),
+typical AS (SELECT identity, median(bytes) AS median FROM grid GROUP BY identity)
+SELECT rank, identity, bytes, bytes - median AS excess
+FROM grid JOIN typical USING (identity)
+ORDER BY excess DESC, rank LIMIT 2""").fetchall()
+odd = con.sql("""
+WITH per_rank AS (
+    SELECT rank, sum(bytes) FILTER (WHERE free_seq IS NULL AND accounting = 'device') AS live
+    FROM allocations GROUP BY rank)
+SELECT rank, live, live - median(live) OVER () AS from_median
+FROM per_rank ORDER BY abs(from_median) DESC, rank LIMIT 2""").fetchall()
+peaks = con.sql("""
+WITH changes AS (
+    SELECT rank, pid, alloc_seq AS seq, alloc_step AS step, bytes AS delta
+    FROM allocations WHERE accounting = 'device'
+    UNION ALL
+    SELECT rank, pid, free_seq, free_step, -bytes
+    FROM allocations WHERE accounting = 'device' AND free_seq IS NOT NULL),
+running AS (
+    SELECT rank, step, sum(delta) OVER (PARTITION BY rank, pid ORDER BY seq
+        ROWS UNBOUNDED PRECEDING) AS live
+    FROM changes)
+SELECT rank, max(live) AS peak FROM running GROUP BY rank ORDER BY rank""").fetchall()
+print(json.dumps({
+    "line": [[r, i, int(b), float(e)] for r, i, b, e in line],
+    "odd": [[r, int(l), float(m)] for r, l, m in odd],
+    "peaks": [[r, int(p)] for r, p in peaks],
+}))
+"#;
+
+// Eight ranks of the training loop, rank 5 with `--extra-leak` (a 4 MiB tensor kept each step
+// at its own line of wl_train.c): DuckDB names rank 5 and that line first, 80 MiB more than the
+// median rank there; rank 5 is the odd rank by 80 MiB; every rank's peak, added up from its
+// rows, is the report's.
+#[test]
+#[ignore = "needs pyarrow and duckdb: VRAMTRACE_DATA_PYTHON (.ci/run makes it)"]
+fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("job");
+    std::fs::create_dir(&traces).unwrap();
+    for rank in 0..8 {
+        train(&traces, &format!("rank{rank}"), Some(rank), rank == 5);
+    }
+    let data = dir.path().join("data");
+    export(&traces, &data);
+    let got = py(&format!("{READ}{FLEET}"), &[&data]);
+
+    let extra = line_of(&workload_source("wl_train.c"), "extra[step] = alloc(");
+    let first = &got["line"][0];
+    assert_eq!(first[0], 5, "{got}");
+    let identity = first[1].as_str().unwrap();
+    assert!(
+        identity.starts_with("fw_alloc at fw_alloc.c:"),
+        "{identity}"
+    );
+    assert!(
+        identity.contains(&format!(" < main at wl_train.c:{extra} < ")),
+        "{identity}"
+    );
+    assert_eq!(first[2], 80 * MIB);
+    assert_eq!(first[3], (80 * MIB) as f64);
+    // Nothing else stands out.
+    assert_eq!(got["line"][1][3], 0.0, "{got}");
+
+    assert_eq!(
+        got["odd"][0],
+        serde_json::json!([5, 100 * MIB, (80 * MIB) as f64])
+    );
+    assert_eq!(got["odd"][1][2], 0.0);
+
+    let traces = trace_files(&traces);
+    assert_eq!(traces.len(), 8);
+    let peaks = got["peaks"].as_array().unwrap();
+    assert_eq!(peaks.len(), 8);
+    for t in traces {
+        let r = report(&t);
+        let rank = &r["trace"]["rank"];
+        let holders = r["analysis"]["peaks"]["holders"].as_array().unwrap();
+        let device: Vec<&Value> = holders.iter().filter(|h| h["memory"] == "device").collect();
+        assert_eq!(device.len(), 1);
+        let row = peaks.iter().find(|p| &p[0] == rank).unwrap();
+        assert_eq!(row[1], device[0]["peak"]["bytes"], "rank {rank}");
+    }
+}
+
+/// `vramtrace.load` of argv[1] against pyarrow's reading of the dataset at argv[2].
+const LOAD: &str = r#"
+import vramtrace
+data = vramtrace.load(sys.argv[1])
+root = sys.argv[2]
+same = {}
+for name in data.names:
+    t = data[name]
+    same[name] = [t.num_rows, t.equals(table(root, name)), t.schema.names[-2:]]
+frames = data.to_pandas()
+print(json.dumps({
+    "names": data.names,
+    "same": same,
+    "pandas": {k: len(v) for k, v in frames.items()},
+    "attribute": data.allocations.num_rows,
+}))
+"#;
+
+// `vramtrace.load` returns exactly the rows, columns and types of the Parquet the command
+// writes, for a trace and for a directory of them; `.to_pandas()` has the same rows.
+#[test]
+#[ignore = "needs pyarrow and duckdb: VRAMTRACE_DATA_PYTHON (.ci/run makes it)"]
+fn load_returns_the_rows_of_the_parquet() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("job");
+    std::fs::create_dir(&traces).unwrap();
+    let trace = train(&traces, "rank0", Some(0), false);
+    train(&traces, "rank1", Some(1), true);
+    for input in [&trace, &traces] {
+        let data = dir.path().join("data");
+        let _ = std::fs::remove_dir_all(&data);
+        export(input, &data);
+        let got = py(&format!("{READ}{LOAD}"), &[input, &data]);
+        let names = [
+            "allocations",
+            "sites",
+            "steps",
+            "samples",
+            "communicators",
+            "failures",
+            "tensors",
+            "traces",
+        ];
+        assert_eq!(got["names"], serde_json::json!(names));
+        for name in names {
+            let same = &got["same"][name];
+            assert_eq!(same[1], true, "{name}: {got}");
+            assert_eq!(same[2], serde_json::json!(["run", "rank"]), "{name}");
+            assert_eq!(got["pandas"][name], same[0], "{name}");
+        }
+        let traces = if input.is_dir() { 2 } else { 1 };
+        assert_eq!(got["same"]["traces"][0], traces);
+        assert_eq!(got["same"]["steps"][0], 20 * traces);
+        assert_eq!(got["attribute"], got["same"]["allocations"][0]);
+    }
+}
+
+/// What `vramtrace.load(argv[1])` raises.
+const BAD: &str = r#"
+import json, sys
+import vramtrace
+try:
+    vramtrace.load(sys.argv[1])
+    print(json.dumps(None))
+except vramtrace.Error as e:
+    print(json.dumps([type(e).__name__, str(e)]))
+"#;
+
+// A trace that cannot be read raises `vramtrace.Error` with the command's one line.
+#[test]
+#[ignore = "needs pyarrow and duckdb: VRAMTRACE_DATA_PYTHON (.ci/run makes it)"]
+fn bad_input_raises_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.vtrace");
+    let not_a_trace = dir.path().join("notes.vtrace");
+    std::fs::write(&not_a_trace, "not a trace").unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let cases = [
+        (
+            &missing,
+            format!(
+                "{}: no such file or directory (os error 2)",
+                missing.display()
+            ),
+        ),
+        (
+            &empty,
+            format!(
+                "{}: no trace files (*.vtrace) in this directory",
+                empty.display()
+            ),
+        ),
+    ];
+    for (path, message) in cases {
+        let got = py(BAD, &[path]);
+        assert_eq!(got, serde_json::json!(["Error", message]));
+    }
+    let got = py(BAD, &[&not_a_trace]);
+    let message = got[1].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("{}: ", not_a_trace.display())) && !message.contains('\n'),
+        "{got}"
+    );
+}

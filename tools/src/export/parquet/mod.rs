@@ -1,0 +1,186 @@
+//! `export --format parquet`: a trace, or a directory of them (one per rank or process), as a
+//! Parquet dataset for DuckDB, Spark, pandas and pyarrow — one dataset per table, partitioned
+//! Hive-style by run and rank (`allocations/run=job/rank=3/t-4242.parquet`). The tables and
+//! their columns are `docs/data.md`'s; every file says in its metadata which run, host, process
+//! and versions it came from.
+//!
+//! The dataset is written under a temporary name beside the output directory and takes its
+//! name only once complete: a failed export leaves nothing behind. An existing output that is
+//! not an empty directory is replaced only with `--force`.
+
+mod allocations;
+mod communicators;
+mod failures;
+mod names;
+mod output;
+mod sites;
+mod steps;
+pub(crate) mod table;
+mod tensors;
+mod trace;
+mod traces;
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+use indicatif::MultiProgress;
+use rayon::prelude::*;
+
+use self::output::Staged;
+use self::trace::{Place, Rows};
+use crate::load::Progress;
+
+/// What to export, and where.
+pub struct Job<'a> {
+    /// A trace, or a directory of them.
+    pub input: &'a Path,
+    /// The dataset's directory.
+    pub output: &'a Path,
+    /// The run's name (`--run`).
+    pub run: Option<&'a str>,
+    /// Replace what is at `output` (`--force`).
+    pub force: bool,
+}
+
+/// Runs `vramtrace export --format parquet`.
+pub fn run(job: &Job<'_>) -> Result<()> {
+    let started = Instant::now();
+    let traces = crate::inputs::expand(&[job.input.to_path_buf()])?;
+    let run = match job.run {
+        Some(name) => partition_value(name)?,
+        None => default_run(job.input),
+    };
+    let staged = Staged::claim(job.output, job.force)?;
+    let group = MultiProgress::new();
+    let rows: Vec<Rows> = traces
+        .par_iter()
+        .map(|path| {
+            let place = Place {
+                root: staged.path().to_path_buf(),
+                run: run.clone(),
+                file: file_name(path),
+            };
+            let progress = Progress::in_group(&group, path, "exporting");
+            // Its errors name the trace, or the file they could not write.
+            trace::export(path, &place, &progress)
+        })
+        .collect::<Result<_>>()?;
+    staged.commit()?;
+    let sum = |f: fn(&Rows) -> u64| rows.iter().map(f).sum::<u64>();
+    eprintln!(
+        "wrote {} (run {run}, {} trace{}: {} events as {} allocations, {} sites, {} steps, {} \
+         samples, {} communicators, {} failures, {} tensors) in {:.2} s",
+        job.output.display(),
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" },
+        sum(|r| r.events),
+        sum(|r| r.allocations),
+        sum(|r| r.sites),
+        sum(|r| r.steps),
+        sum(|r| r.samples),
+        sum(|r| r.communicators),
+        sum(|r| r.failures),
+        sum(|r| r.tensors),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The run's default name: the directory given, or the trace file's name without `.vtrace`,
+/// with any character a partition value cannot hold as `_`.
+fn default_run(input: &Path) -> String {
+    let name = if input.is_dir() {
+        input
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+    } else {
+        input.file_stem().map(|n| n.to_string_lossy().into_owned())
+    };
+    let name: String = name
+        .unwrap_or_default()
+        .trim_start_matches('.')
+        .chars()
+        .map(|c| if allowed(c) { c } else { '_' })
+        .collect();
+    if name.is_empty() {
+        "run".to_string()
+    } else {
+        name
+    }
+}
+
+fn allowed(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// A trace's file name in its partition: its own, without `.vtrace`.
+fn file_name(trace: &Path) -> String {
+    trace
+        .file_stem()
+        .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned())
+}
+
+/// `name` as a Hive partition value: one path component that every reader takes as written
+/// (letters, digits, `.`, `_` and `-`).
+fn partition_value(name: &str) -> Result<String> {
+    if name.is_empty() || name.starts_with('.') || !name.chars().all(allowed) {
+        return Err(anyhow!(
+            "--run {name:?}: a run's name is letters, digits, '.', '_' and '-' (not first '.')"
+        ));
+    }
+    Ok(name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table::Table;
+    use super::*;
+
+    /// docs/data.md's columns of `table`: the backquoted names in the first cell of each row of
+    /// the table under its heading, in order.
+    fn documented(doc: &str, table: &str) -> Vec<String> {
+        let heading = format!("## {table}\n");
+        let start = doc
+            .find(&heading)
+            .unwrap_or_else(|| panic!("no {heading:?}"))
+            + heading.len();
+        let section = doc[start..].split("\n## ").next().unwrap_or("");
+        section
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .flat_map(|l| {
+                let cell = l.split('|').nth(1).unwrap_or("");
+                cell.split(',')
+                    .map(|c| c.trim().trim_matches('`').to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_table_has_the_columns_docs_data_md_names() {
+        let doc = include_str!("../../../../docs/data.md");
+        fn columns(mut t: impl Table) -> Vec<String> {
+            let schema = t.batch().schema();
+            schema.fields().iter().map(|f| f.name().clone()).collect()
+        }
+        let tables = [
+            ("allocations", columns(allocations::Allocations::new())),
+            ("sites", columns(sites::Sites::new())),
+            ("steps", columns(steps::Steps::new())),
+            ("samples", columns(steps::Samples::new())),
+            (
+                "communicators",
+                columns(communicators::Communicators::new()),
+            ),
+            ("failures", columns(failures::Failures::new())),
+            ("tensors", columns(tensors::Tensors::new())),
+            ("traces", columns(traces::Traces::new())),
+        ];
+        for (name, columns) in tables {
+            assert_eq!(documented(doc, name), columns, "{name}");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The output directory of a dataset: claimed before any work (an existing output that is not
+//! an empty directory is refused unless `--force`), written under a temporary name beside it,
+//! and given its name only once complete, so a failed export leaves nothing behind and a
+//! reader never sees half a dataset.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Result};
+
+use crate::load::lower_first;
+
+/// What is at the output path now, and what becomes of it.
+enum Existing {
+    Nothing,
+    EmptyDirectory,
+    /// Replaced (`--force`): a directory with something in it.
+    Directory,
+    /// Replaced (`--force`): a file or link.
+    Other,
+}
+
+/// A dataset being written.
+pub struct Staged {
+    dir: tempfile::TempDir,
+    target: PathBuf,
+    existing: Existing,
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> anyhow::Error {
+    anyhow!("{}: {}", path.display(), lower_first(e.to_string()))
+}
+
+impl Staged {
+    /// Claims `target` for a dataset: refuses an existing file or non-empty directory unless
+    /// `force`, creates a missing parent directory, and makes the temporary directory beside
+    /// it.
+    pub fn claim(target: &Path, force: bool) -> Result<Staged> {
+        let existing = match std::fs::symlink_metadata(target) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Existing::Nothing,
+            Err(e) => return Err(io_error(target, e)),
+            Ok(m) if m.is_dir() => {
+                let mut entries = std::fs::read_dir(target).map_err(|e| io_error(target, e))?;
+                if entries.next().is_none() {
+                    Existing::EmptyDirectory
+                } else {
+                    Existing::Directory
+                }
+            }
+            Ok(_) => Existing::Other,
+        };
+        if !force {
+            match existing {
+                Existing::Directory => {
+                    return Err(anyhow!(
+                        "{}: the directory exists and is not empty; give a new one, or --force \
+                         to replace it",
+                        target.display()
+                    ))
+                }
+                Existing::Other => {
+                    return Err(anyhow!(
+                        "{}: exists and is not a directory; give a new one, or --force to \
+                         replace it",
+                        target.display()
+                    ))
+                }
+                Existing::Nothing | Existing::EmptyDirectory => {}
+            }
+        }
+        let parent = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+        let dir = tempfile::Builder::new()
+            .prefix(".vramtrace-export-")
+            .tempdir_in(parent)
+            .map_err(|e| io_error(parent, e))?;
+        Ok(Staged {
+            dir,
+            target: target.to_path_buf(),
+            existing,
+        })
+    }
+
+    /// Where the dataset is written until [`Staged::commit`].
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Gives the dataset its name, replacing what was there.
+    pub fn commit(self) -> Result<()> {
+        let t = &self.target;
+        match self.existing {
+            Existing::Nothing => Ok(()),
+            Existing::EmptyDirectory => std::fs::remove_dir(t),
+            Existing::Directory => std::fs::remove_dir_all(t),
+            Existing::Other => std::fs::remove_file(t),
+        }
+        .map_err(|e| io_error(t, e))?;
+        // Made with the modes any new directory gets (tempfile asks for 0777, less the umask).
+        let dir = self.dir.keep();
+        std::fs::rename(&dir, t).map_err(|e| {
+            let _ = std::fs::remove_dir_all(&dir);
+            io_error(t, e)
+        })
+    }
+}

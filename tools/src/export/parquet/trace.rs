@@ -1,0 +1,199 @@
+//! One trace into the tables: read once, its events applied to the live state one by one, and
+//! after each the rows it made — the objects it ended, its failure, its driver reading, the
+//! step it began — streamed to the files; at the end the objects still live, the call sites,
+//! the communicators, PyTorch's tensors and the trace's own row.
+//!
+//! Steps are the report's: a trace without step marks whose allocations repeat is read again
+//! with the repeating allocation as the step boundary (as `report` of several traces does), and
+//! the files of the first reading are written anew.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use parquet::file::metadata::KeyValue;
+use vramtrace_collector::event::{Event, Op};
+use vramtrace_collector::format::RecordRef;
+use vramtrace_collector::live::{LiveState, StepSource};
+
+use super::allocations::{self, Allocations};
+use super::communicators::{self, Communicators};
+use super::failures::{self, Failures};
+use super::names::Names;
+use super::sites::{self, Sites};
+use super::steps::{self, Samples, Steps};
+use super::table::TableFile;
+use super::tensors::{self, Tensors};
+use super::traces::{self, Traces};
+use crate::load::{open_whole, whole_loaded, LoadedTrace, Progress};
+
+/// Where a trace's files go: `<root>/<table>/run=<run>/rank=<rank>/<file>.parquet`.
+pub struct Place {
+    pub root: PathBuf,
+    pub run: String,
+    pub file: String,
+}
+
+/// The partition value of a trace without a rank: the one Hive, Spark, DuckDB and pyarrow read
+/// as null.
+const NO_RANK: &str = "__HIVE_DEFAULT_PARTITION__";
+
+impl Place {
+    /// The file of `table` for a trace of `rank`.
+    pub fn path(&self, table: &str, rank: Option<i32>) -> PathBuf {
+        let rank = rank.map_or(NO_RANK.to_string(), |r| r.to_string());
+        self.root
+            .join(table)
+            .join(format!("run={}", self.run))
+            .join(format!("rank={rank}"))
+            .join(format!("{}.parquet", self.file))
+    }
+}
+
+/// Rows written per table of one trace.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rows {
+    pub events: u64,
+    pub allocations: u64,
+    pub sites: u64,
+    pub steps: u64,
+    pub samples: u64,
+    pub communicators: u64,
+    pub failures: u64,
+    pub tensors: u64,
+}
+
+/// The tables filled while the trace is read.
+struct Streaming {
+    pid: i64,
+    allocations: TableFile<Allocations>,
+    steps: TableFile<Steps>,
+    samples: TableFile<Samples>,
+    failures: TableFile<Failures>,
+    names: Names,
+    /// Steps begun before the event being looked at.
+    steps_before: u64,
+}
+
+impl Streaming {
+    fn create(path: &dyn Fn(&str) -> PathBuf, pid: i64, metadata: &[KeyValue]) -> Result<Self> {
+        let m = || metadata.to_vec();
+        Ok(Streaming {
+            pid,
+            allocations: TableFile::create(path("allocations"), Allocations::new(), m())?,
+            steps: TableFile::create(path("steps"), Steps::new(), m())?,
+            samples: TableFile::create(path("samples"), Samples::new(), m())?,
+            failures: TableFile::create(path("failures"), Failures::new(), m())?,
+            names: Names::new(),
+            steps_before: 0,
+        })
+    }
+
+    /// The rows event `e`, just applied to `state`, made.
+    #[inline]
+    fn event(&mut self, state: &LiveState, e: &Event) -> Result<()> {
+        for x in state.ended() {
+            allocations::ended(&mut self.allocations, state, &mut self.names, self.pid, x)?;
+        }
+        if !e.ok() {
+            // Every failed call is recorded, the last one kept last.
+            if let Some(f) = state.failures().iter().last().filter(|f| f.seq == e.seq) {
+                failures::write(&mut self.failures, state, &mut self.names, self.pid, f)?;
+            }
+        } else if let Op::DeviceMemory { free, total } = e.op {
+            if e.device >= 0 {
+                steps::sample(&mut self.samples, state, self.pid, e, free, total)?;
+            }
+        }
+        if state.steps() != self.steps_before {
+            self.steps_before = state.steps();
+            steps::step(&mut self.steps, state, self.pid, e)?;
+        }
+        Ok(())
+    }
+}
+
+/// Exports the trace at `path` to `place`; returns the rows of each table.
+pub fn export(path: &Path, place: &Place, progress: &Progress) -> Result<Rows> {
+    match read(path, place, StepSource::Marks, progress)? {
+        Read::Done(rows) => Ok(rows),
+        Read::Again(source) => {
+            progress.restart("pass 2 (steps from the repeating allocation)");
+            match read(path, place, source, progress)? {
+                Read::Done(rows) => Ok(rows),
+                Read::Again(_) => unreachable!("a pass with a pattern's steps is final"),
+            }
+        }
+    }
+}
+
+enum Read {
+    Done(Rows),
+    /// The trace has no step marks but a repeating allocation: read it again with these steps.
+    Again(StepSource),
+}
+
+fn read(trace: &Path, place: &Place, source: StepSource, progress: &Progress) -> Result<Read> {
+    let (series, mut reader) = open_whole(trace, progress)?;
+    let header = reader.header().clone();
+    let pid = i64::from(header.pid);
+    let metadata = traces::metadata(&header, &place.run);
+    let path = |table: &str| place.path(table, header.rank);
+    let mut tables = Streaming::create(&path, pid, &metadata)?;
+    let first = source == StepSource::Marks;
+    let mut state = LiveState::with_step_source(source);
+    state.record_endings();
+    while let Some(record) = reader.next_event_or_record() {
+        match record {
+            RecordRef::Event(e) => {
+                state.apply_event(e);
+                tables.event(&state, e)?;
+            }
+            RecordRef::Other(r) => state.apply(&r),
+        }
+        progress.follow(&reader);
+    }
+    progress.set(reader.offset());
+    if first && state.marks() == 0 {
+        if let Some(pattern) = state.step_pattern() {
+            return Ok(Read::Again(pattern.source()));
+        }
+    }
+    let loaded = whole_loaded(trace, &series, reader, state);
+    finish(tables, &loaded, &path, &metadata).map(Read::Done)
+}
+
+/// Writes the tables that need the whole trace, and closes every file.
+fn finish(
+    mut t: Streaming,
+    trace: &LoadedTrace,
+    path: &dyn Fn(&str) -> PathBuf,
+    metadata: &[KeyValue],
+) -> Result<Rows> {
+    let state = &trace.state;
+    for o in state.live_objects() {
+        allocations::live(&mut t.allocations, state, &mut t.names, t.pid, &o)?;
+    }
+    let m = || metadata.to_vec();
+    let mut sites = TableFile::create(path("sites"), Sites::new(), m())?;
+    sites::write(&mut sites, state, &mut t.names, t.pid)?;
+    let mut comms = TableFile::create(path("communicators"), Communicators::new(), m())?;
+    communicators::write(&mut comms, state, &mut t.names, t.pid)?;
+    let mut torch = TableFile::create(path("tensors"), Tensors::new(), m())?;
+    tensors::write(&mut torch, state, &trace.header, t.pid)?;
+    let mut row = TableFile::create(path("traces"), Traces::new(), m())?;
+    traces::write(&mut row, trace)?;
+    let done = |k: &str, v: String| vec![KeyValue::new(format!("vramtrace.{k}"), v)];
+    let ending = || done("ending", trace.ending.kind().to_string());
+    let rows = Rows {
+        events: state.events(),
+        allocations: t.allocations.finish(ending())?,
+        steps: t.steps.finish(ending())?,
+        samples: t.samples.finish(ending())?,
+        failures: t.failures.finish(ending())?,
+        sites: sites.finish(ending())?,
+        communicators: comms.finish(ending())?,
+        tensors: torch.finish(ending())?,
+    };
+    row.finish(ending())?;
+    Ok(rows)
+}

@@ -1,0 +1,394 @@
+//! `vramtrace export --format parquet` on traces of planted truth, the dataset read back by the
+//! `parquet` crate's own reader: the files where docs/data.md says, every table's rows exact,
+//! the run's facts in every file's metadata; and the output rules (a new or empty directory, no
+//! half-written dataset, nothing replaced without `--force`).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{Array, RecordBatch};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::support::*;
+
+/// Every Parquet file under `dir`, in name order.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                assert_eq!(p.extension().unwrap(), "parquet", "{}", p.display());
+                found.push(p);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The rows of `table` in the dataset at `root`, all files together.
+fn table(root: &Path, table: &str) -> Rows {
+    let mut batches = Vec::new();
+    for f in files(&root.join(table)) {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&f).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        batches.extend(reader.map(Result::unwrap));
+    }
+    Rows(batches)
+}
+
+/// A table read back, its columns by name across its batches.
+struct Rows(Vec<RecordBatch>);
+
+impl Rows {
+    fn len(&self) -> usize {
+        self.0.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    fn columns<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a dyn Array> + 'a {
+        self.0.iter().map(move |b| {
+            b.column_by_name(name)
+                .unwrap_or_else(|| panic!("no column {name}"))
+                .as_ref()
+        })
+    }
+
+    fn int(&self, name: &str) -> Vec<Option<i64>> {
+        let mut v = Vec::new();
+        for c in self.columns(name) {
+            match c.data_type() {
+                arrow_schema::DataType::Int32 => v.extend(
+                    c.as_primitive::<Int32Type>()
+                        .iter()
+                        .map(|x| x.map(i64::from)),
+                ),
+                _ => v.extend(c.as_primitive::<Int64Type>().iter()),
+            }
+        }
+        v
+    }
+
+    fn text(&self, name: &str) -> Vec<Option<String>> {
+        self.columns(name)
+            .flat_map(|c| {
+                c.as_string::<i32>()
+                    .iter()
+                    .map(|v| v.map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn flag(&self, name: &str) -> Vec<Option<bool>> {
+        self.columns(name)
+            .flat_map(|c| c.as_boolean().iter().collect::<Vec<_>>())
+            .collect()
+    }
+}
+
+fn export(trace: &Path, out: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
+    vramtrace()
+        .args(["export", "--format", "parquet", "-o"])
+        .arg(out)
+        .args(extra)
+        .arg(trace)
+        .assert()
+}
+
+/// Counts of each distinct value.
+fn tally<T: Ord + Clone>(values: &[T]) -> BTreeMap<T, usize> {
+    let mut m = BTreeMap::new();
+    for v in values {
+        *m.entry(v.clone()).or_insert(0) += 1;
+    }
+    m
+}
+
+// The training loop: a 2 MiB NCCL buffer, 12 steps each with an 8 MiB temporary freed in its
+// step (train.py:30 in forward) and a 1 MiB leak (train.py:42 in step), then a 64 GiB
+// allocation that fails out of memory.
+#[test]
+fn the_training_loop_as_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_training(dir.path(), "train.vtrace");
+    let out = dir.path().join("data");
+    let done = export(&trace, &out, &[]).success();
+    let said = String::from_utf8_lossy(&done.get_output().stderr).into_owned();
+    assert!(
+        said.starts_with(&format!(
+            "wrote {} (run train, 1 trace: 75 events as 25 allocations, ",
+            out.display()
+        )),
+        "{said}"
+    );
+
+    // Where docs/data.md puts them: one file per table, under the run and the rank.
+    let names: Vec<String> = files(&out)
+        .iter()
+        .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
+        .collect();
+    let expected: Vec<String> = [
+        "allocations",
+        "communicators",
+        "failures",
+        "samples",
+        "sites",
+        "steps",
+        "tensors",
+        "traces",
+    ]
+    .iter()
+    .map(|t| format!("{t}/run=train/rank=3/train.parquet"))
+    .collect();
+    assert_eq!(names, expected);
+
+    let a = table(&out, "allocations");
+    assert_eq!(a.len(), 25);
+    let live: Vec<usize> = (0..a.len())
+        .filter(|&i| a.int("free_seq")[i].is_none())
+        .collect();
+    assert_eq!(live.len(), 13);
+    let live_bytes: i64 = live.iter().map(|&i| a.int("bytes")[i].unwrap()).sum();
+    assert_eq!(live_bytes, 14 * MIB as i64);
+    let label = a.text("label");
+    let by_label = tally(&label);
+    assert_eq!(by_label[&Some("train.py:30 in forward".into())], 12);
+    assert_eq!(by_label[&Some("train.py:42 in step".into())], 12);
+    let (bytes, alloc_step, free_step) = (a.int("bytes"), a.int("alloc_step"), a.int("free_step"));
+    let (alloc_seq, free_seq) = (a.int("alloc_seq"), a.int("free_seq"));
+    let (alloc_time, free_time) = (a.int("alloc_time_ns"), a.int("free_time_ns"));
+    let (free_api, module) = (a.text("free_api"), a.text("module"));
+    for (i, l) in label.iter().enumerate() {
+        match l.as_deref() {
+            // Each temporary is freed in the step that made it, by cudaFree.
+            Some("train.py:30 in forward") => {
+                assert_eq!(bytes[i], Some(8 * MIB as i64));
+                assert_eq!(free_step[i], alloc_step[i]);
+                assert_eq!(free_api[i].as_deref(), Some("cudaFree"));
+                assert!(free_seq[i] > alloc_seq[i]);
+                assert!(free_time[i] > alloc_time[i]);
+            }
+            Some("train.py:42 in step") => {
+                assert_eq!(bytes[i], Some(MIB as i64));
+                assert_eq!(free_step[i], None);
+                assert_eq!(module[i].as_deref(), Some("libtorch_cuda.so"));
+            }
+            _ => assert_eq!(bytes[i], Some(2 * MIB as i64)),
+        }
+    }
+    for (column, value) in [
+        ("category", "device"),
+        ("accounting", "device"),
+        ("api", "cudaMalloc"),
+    ] {
+        assert!(
+            a.text(column).iter().all(|v| v.as_deref() == Some(value)),
+            "{column}"
+        );
+    }
+    assert!(a.int("pid").iter().all(|p| *p == Some(4242)));
+    // One leak per step, steps 1 to 12.
+    let mut leak_steps: Vec<i64> = (0..a.len())
+        .filter(|&i| label[i].as_deref() == Some("train.py:42 in step"))
+        .map(|i| a.int("alloc_step")[i].unwrap())
+        .collect();
+    leak_steps.sort();
+    assert_eq!(leak_steps, (1..=12).collect::<Vec<_>>());
+
+    let steps = table(&out, "steps");
+    assert_eq!(steps.len(), 12);
+    assert_eq!(steps.int("step"), (1..=12).map(Some).collect::<Vec<_>>());
+    // Live when step k began: the NCCL buffer and k - 1 leaks.
+    let at_begin: Vec<Option<i64>> = (0..12).map(|k| Some(((2 + k) * MIB) as i64)).collect();
+    assert_eq!(steps.int("device_bytes"), at_begin);
+
+    let f = table(&out, "failures");
+    assert_eq!(f.len(), 1);
+    assert_eq!(f.flag("out_of_memory"), [Some(true)]);
+    assert_eq!(f.int("request_bytes"), [Some(64 << 30)]);
+    assert_eq!(f.int("live_device_bytes"), [Some(14 * MIB as i64)]);
+    assert_eq!(f.int("step"), [Some(12)]);
+    assert_eq!(f.text("label"), [Some("train.py:42 in step".to_string())]);
+    assert_eq!(f.int("seq"), [Some(TRAINING_EVENTS as i64)]);
+
+    // Every site a row names is in `sites`, with its label and Python line.
+    let s = table(&out, "sites");
+    let site_ids = s.int("site");
+    for id in a.int("site").iter().chain(&f.int("site")) {
+        let row = site_ids.iter().position(|s| s == id).expect("a named site");
+        if s.text("label")[row].as_deref() == Some("train.py:42 in step") {
+            assert_eq!(
+                s.text("python_file")[row].as_deref(),
+                Some("/work/app/train.py")
+            );
+            assert_eq!(s.int("python_line")[row], Some(42));
+            assert_eq!(s.text("python_function")[row].as_deref(), Some("step"));
+        }
+    }
+    assert_eq!(
+        site_ids,
+        (0..site_ids.len() as i64).map(Some).collect::<Vec<_>>()
+    );
+
+    for (name, rows) in [
+        ("samples", 0),
+        ("communicators", 0),
+        ("tensors", 0),
+        ("traces", 1),
+    ] {
+        assert_eq!(table(&out, name).len(), rows, "{name}");
+    }
+    let t = table(&out, "traces");
+    assert_eq!(t.text("host"), [Some("gpu-node-7".to_string())]);
+    assert_eq!(t.int("steps"), [Some(12)]);
+    assert_eq!(t.int("events"), [Some(TRAINING_EVENTS as i64)]);
+    assert_eq!(t.text("ending"), [Some("complete".to_string())]);
+
+    // The run's facts ride in every file's footer.
+    for f in files(&out) {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&f).unwrap()).unwrap();
+        let kv: BTreeMap<String, String> = reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(kv["vramtrace.schema"], "vramtrace-data/1");
+        assert_eq!(kv["vramtrace.run"], "train");
+        assert_eq!(kv["vramtrace.rank"], "3");
+        assert_eq!(kv["vramtrace.host"], "gpu-node-7");
+        assert_eq!(kv["vramtrace.pid"], "4242");
+        assert_eq!(
+            kv["vramtrace.command_line"],
+            r#"["python","train.py","--epochs","1"]"#
+        );
+    }
+}
+
+// A directory of traces is one run, a partition per rank; a trace without a rank goes under
+// Hive's null partition; `--run` names the run.
+#[test]
+fn a_directory_is_one_run_with_a_partition_per_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("job");
+    std::fs::create_dir(&traces).unwrap();
+    write_training(&traces, "a.vtrace");
+    write_six_step_training(&traces, "b.vtrace");
+    // A third trace of no rank: the workload's header, rank taken away.
+    let path = traces.join("c.vtrace");
+    let file = File::create(&path).unwrap();
+    let mut header = header();
+    header.rank = None;
+    let mut w = vramtrace_collector::format::TraceWriter::new(file, &header).unwrap();
+    for r in workload() {
+        w.write(&r).unwrap();
+    }
+    w.finish().unwrap();
+
+    let out = dir.path().join("data");
+    export(&traces, &out, &["--run", "job-7"]).success();
+    let names: Vec<String> = files(&out.join("allocations"))
+        .iter()
+        .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "allocations/run=job-7/rank=3/a.parquet",
+            "allocations/run=job-7/rank=3/b.parquet",
+            "allocations/run=job-7/rank=__HIVE_DEFAULT_PARTITION__/c.parquet",
+        ]
+    );
+    assert_eq!(table(&out, "traces").len(), 3);
+    // 25, 7, and the workload's 6 objects (2 freed).
+    let a = table(&out, "allocations");
+    assert_eq!(a.len(), 25 + 7 + 6);
+    let freed = a.int("free_seq").iter().filter(|s| s.is_some()).count();
+    assert_eq!(freed, 12 + 2);
+}
+
+#[test]
+fn an_existing_output_is_replaced_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_training(dir.path(), "train.vtrace");
+    let out = dir.path().join("data");
+
+    // An empty directory is taken.
+    std::fs::create_dir(&out).unwrap();
+    export(&trace, &out, &[]).success();
+    assert_eq!(files(&out).len(), 8);
+
+    // A directory with something in it is refused, untouched.
+    let mine = out.join("notes.txt");
+    std::fs::write(&mine, "mine").unwrap();
+    let refused = export(&trace, &out, &[]).code(2);
+    let err = String::from_utf8_lossy(&refused.get_output().stderr).into_owned();
+    assert_eq!(
+        err,
+        format!(
+            "error: {}: the directory exists and is not empty; give a new one, or --force to \
+             replace it\n",
+            out.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
+
+    // So is a file in its place.
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    export(&trace, &file, &[]).code(2);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+
+    // --force replaces both.
+    export(&trace, &out, &["--force"]).success();
+    assert!(!mine.exists());
+    assert_eq!(files(&out).len(), 8);
+    export(&trace, &file, &["--force"]).success();
+    assert_eq!(files(&file).len(), 8);
+
+    // Nothing is left beside them.
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["data", "file", "train.vtrace"]);
+}
+
+#[test]
+fn a_failed_export_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.vtrace");
+    std::fs::write(&bad, "not a trace").unwrap();
+    let out = dir.path().join("data");
+    let failed = export(&bad, &out, &[]).code(2);
+    let err = String::from_utf8_lossy(&failed.get_output().stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!("error: {}", bad.display())),
+        "{err}"
+    );
+    assert!(!out.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    // A run name that is not one path component is refused before anything is read.
+    let trace = write_training(dir.path(), "train.vtrace");
+    let err = export(&trace, &out, &["--run", "a/b"]).code(2);
+    let err = String::from_utf8_lossy(&err.get_output().stderr).into_owned();
+    assert_eq!(
+        err,
+        "error: --run \"a/b\": a run's name is letters, digits, '.', '_' and '-' (not first '.')\n"
+    );
+    assert!(!out.exists());
+}

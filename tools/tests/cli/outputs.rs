@@ -1,0 +1,159 @@
+//! Every file a command writes keeps the tracer's promise: a name that exists is never
+//! replaced unless asked (`--force`), the trace being read never (not even then, whatever name
+//! leads to it), and a refusal is exit 2 with one line, the existing file unchanged byte for
+//! byte.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::*;
+
+/// Each command that writes a file, as `vramtrace ARGS… OUTPUT TRACE` would run it: the args
+/// up to the output's flag.
+const WRITERS: &[&[&str]] = &[
+    &["export", "--format", "perfetto", "-o"],
+    &["export", "--format", "flamegraph", "-o"],
+    &["export", "--format", "pytorch", "-o"],
+    &["export", "--format", "csv-live", "-o"],
+    &["export", "--format", "csv-events", "-o"],
+    &["report", "--html"],
+];
+
+fn write(args: &[&str], force: bool, output: &Path, trace: &Path) -> assert_cmd::assert::Assert {
+    let mut c = vramtrace();
+    c.args(args).arg(output);
+    if force {
+        c.arg("--force");
+    }
+    c.arg(trace).assert()
+}
+
+fn stderr(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stderr).into_owned()
+}
+
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut names: Vec<PathBuf> = (std::fs::read_dir(dir).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_existing_output_is_replaced_only_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_training(dir.path(), "run.vtrace");
+    let output = dir.path().join("existing.out");
+    for args in WRITERS {
+        std::fs::write(&output, b"a user's file\n").unwrap();
+        let refused = write(args, false, &output, &trace).code(2);
+        assert_eq!(
+            stderr(&refused),
+            format!(
+                "error: {} already exists and is left alone; --force replaces it\n",
+                output.display()
+            ),
+            "{args:?}"
+        );
+        assert_eq!(
+            std::fs::read(&output).unwrap(),
+            b"a user's file\n",
+            "{args:?}"
+        );
+        let replaced = write(args, true, &output, &trace).success();
+        assert!(
+            stderr(&replaced).starts_with(&format!("wrote {} (", output.display())),
+            "{args:?}: {}",
+            stderr(&replaced)
+        );
+        assert_ne!(
+            std::fs::read(&output).unwrap(),
+            b"a user's file\n",
+            "{args:?}"
+        );
+        assert_eq!(
+            files_in(dir.path()),
+            [output.clone(), trace.clone()],
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn the_trace_read_is_never_an_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_training(dir.path(), "run.vtrace");
+    let before = std::fs::read(&trace).unwrap();
+    let link = dir.path().join("link.vtrace");
+    std::os::unix::fs::symlink(&trace, &link).unwrap();
+    let hard = dir.path().join("hard.vtrace");
+    std::fs::hard_link(&trace, &hard).unwrap();
+    let relative = PathBuf::from(".").join(trace.strip_prefix("/").unwrap());
+    for args in WRITERS {
+        for (output, force) in [
+            (&trace, false),
+            (&trace, true),
+            (&link, true),
+            (&hard, true),
+        ] {
+            let refused = write(args, force, output, &trace).code(2);
+            assert_eq!(
+                stderr(&refused),
+                format!(
+                    "error: {} is the trace being read ({}); it is never replaced, not even with \
+                     --force\n",
+                    output.display(),
+                    trace.display()
+                ),
+                "{args:?} {output:?}"
+            );
+        }
+        // The same file named from another directory.
+        let refused = vramtrace()
+            .current_dir("/")
+            .args(*args)
+            .arg(&relative)
+            .arg("--force")
+            .arg(&trace)
+            .assert()
+            .code(2);
+        assert!(
+            stderr(&refused).contains("is the trace being read"),
+            "{args:?}"
+        );
+    }
+    assert_eq!(std::fs::read(&trace).unwrap(), before, "byte for byte");
+    assert_eq!(files_in(dir.path()), [hard, link, trace]);
+}
+
+#[test]
+fn outputs_appear_whole_or_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_training(dir.path(), "run.vtrace");
+    // A growth flame graph of a trace where nothing grows fails after reading: nothing is left.
+    let (healthy, _) = write_workload(dir.path(), "healthy.vtrace");
+    let output = dir.path().join("g.svg");
+    vramtrace()
+        .args(["export", "-f", "flamegraph", "--at", "growth", "-o"])
+        .arg(&output)
+        .arg(&healthy)
+        .assert()
+        .code(2);
+    assert_eq!(files_in(dir.path()), [healthy, trace.clone()]);
+    // A missing directory is refused before any work.
+    let nowhere = dir.path().join("missing/page.html");
+    let refused = vramtrace()
+        .args(["report", "--html"])
+        .arg(&nowhere)
+        .arg(&trace)
+        .assert()
+        .code(2);
+    assert_eq!(
+        stderr(&refused),
+        format!(
+            "error: creating {}: no directory {}\n",
+            nowhere.display(),
+            dir.path().join("missing").display()
+        )
+    );
+}

@@ -1,0 +1,53 @@
+"""Four ranks on one GPU, one of them leaking: started by torchrun with 4 processes that all use
+cuda:0 (NCCL refuses two ranks on one device, so DDP runs over gloo, which moves CUDA tensors
+through the host). A small language model trained for 40 steps; rank 2 alone keeps 8 MiB of
+logits a step (1 x 256 x 8192 float32) at LEAK-LINE. Rank 0 prints the results (compared plain
+vs traced).
+
+Truth: rank 2 grows 8 MiB per step from step 0 at LEAK-LINE; ranks 0, 1 and 3 are healthy. The
+report of the trace directory names rank 2 as the rank that differs, and `diff --rank 2` names
+LEAK-LINE."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from plain import out, steps
+
+TRUTH = {
+    "kind": "ranks",
+    "ranks": 4,
+    "leaking_rank": 2,
+    "steps": 40,
+    "allocator": "default",
+    "leaks": [{"marker": "LEAK-LINE", "bytes_per_step": 8388608, "from_step": 0, "what": "logits kept on one rank"}],
+}
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dev = torch.device("cuda", 0)
+torch.cuda.set_device(dev)
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+VOCAB, D, SEQ, BATCH = 8192, 256, 256, 8
+layer = nn.TransformerEncoderLayer(D, 4, 4 * D, batch_first=True, norm_first=True)
+model = nn.Sequential(nn.Embedding(VOCAB, D), nn.TransformerEncoder(layer, 2), nn.Linear(D, VOCAB)).to(dev)
+model = nn.parallel.DistributedDataParallel(model, device_ids=[0])
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+kept = []
+n_steps = steps(40)
+for step in range(n_steps):
+    x = torch.randint(0, VOCAB, (BATCH, SEQ), device=dev)
+    logits = model(x)
+    loss = nn.functional.cross_entropy(logits.view(-1, VOCAB), x.view(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    if rank == 2:
+        kept.append(logits[:1].detach().clone())  # LEAK-LINE
+dist.barrier()
+if rank == 0:
+    out("ranks_gloo", world=world, steps=n_steps)
+print(f"VT-FACT ranks_gloo rank={rank} kept={len(kept)}", file=sys.stderr, flush=True)
+dist.destroy_process_group()
