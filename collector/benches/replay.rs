@@ -78,21 +78,13 @@ impl Generator {
             (None, 0)
         };
         Event {
-            seq: self.seq,
             time_ns: self.seq * 250,
             thread: 1 + (self.seq % 4) as u32,
-            api,
             inner,
-            outer: None,
-            result: 0,
-            device: 0,
             context: 0xc0,
             caller,
             stack,
-            py_stack: 0,
-            py_inferred: false,
-            nccl_scope: 0,
-            op,
+            ..Event::new(self.seq, api, op)
         }
     }
 

@@ -16,9 +16,9 @@
 //!   leak as the report finds it, what rotation removed, and whether the two reports' live sets
 //!   agree field by field. `VRAMTRACE_BENCH_KEEP=1` leaves the trace behind.
 //! - `flood`: `wl_soak` `VRAMTRACE_BENCH_FLOOD_STEPS` (3,000) steps of 500 temporaries back to
-//!   back with a 64 KiB leak every step (alerts above 32 KiB a step, confirmed over 600 steps),
-//!   with the live analysis off (`VRAMTRACE_ALERT=0`) and on,
-//!   in interleaved rounds: wall time and the process's CPU time, the alerts raised and the
+//!   back, three more threads making temporaries meanwhile, with a 64 KiB leak every step
+//!   (alerts above 32 KiB a step, confirmed over 600 steps), with the live analysis off
+//!   (`VRAMTRACE_ALERT=0`) and on, in interleaved rounds: wall time and the process's CPU time, the alerts raised and the
 //!   analysis's notes (lowered resolution, or switched off). The library is this build's, or
 //!   `VRAMTRACE_BENCH_FLOOD_LIB` (a debug build's writer falls behind where a release build's
 //!   keeps up); `VRAMTRACE_BENCH_BASE` runs an older library in the same rounds.
@@ -231,8 +231,8 @@ fn soak_part() {
 
 fn flood_part() {
     // The flood of the test `a_flood_lowers_the_resolution_and_the_leak_still_alerts`: 500
-    // temporaries a step back to back, 64 KiB kept every step, alerts above 32 KiB a step once
-    // the growth has lasted 600 steps.
+    // temporaries a step back to back and three threads making more, 64 KiB kept every step,
+    // alerts above 32 KiB a step once the growth has lasted 600 steps.
     let steps = std::env::var("VRAMTRACE_BENCH_FLOOD_STEPS").unwrap_or_else(|_| "3000".into());
     let lib = std::env::var_os("VRAMTRACE_BENCH_FLOOD_LIB")
         .map(PathBuf::from)
@@ -241,7 +241,7 @@ fn flood_part() {
     if let Some(base) = std::env::var_os("VRAMTRACE_BENCH_BASE") {
         libs.push(("base", PathBuf::from(base)));
     }
-    println!("flood: wl_soak {steps} steps of 500 temporaries, 64 KiB kept every step; 3 rounds");
+    println!("flood: wl_soak {steps} steps of 500 temporaries and 3 more threads, 64 KiB kept every step; 3 rounds");
     let tmp = tempfile::Builder::new()
         .prefix("vramtrace-flood-")
         .tempdir()
@@ -274,7 +274,7 @@ fn flood_part() {
                 ("STANDIN_DEVICE_MEM", "64G".to_string()),
             ];
             let start = Instant::now();
-            let mut child = soak(&dir, &[&steps, "500", "1", "65536"], &env)
+            let mut child = soak(&dir, &[&steps, "500", "1", "65536", "4"], &env)
                 .env("LD_PRELOAD", &row.lib)
                 .spawn()
                 .unwrap();

@@ -39,6 +39,19 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(one_per_trace(traces))
 }
 
+/// Every file of the traces at `paths`: a trace cut into segments is all of its segments there
+/// (an output must be none of them).
+pub fn files_of(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for path in paths {
+        match vramtrace_collector::format::Series::find(path) {
+            Ok(series) => files.extend(series.files.into_iter().map(|f| f.path)),
+            Err(_) => files.push(path.clone()),
+        }
+    }
+    files
+}
+
 /// `paths` with each trace cut into segments once, at the place of its first file, named by
 /// its segment of the lowest number there.
 pub fn one_per_trace(paths: Vec<PathBuf>) -> Vec<PathBuf> {

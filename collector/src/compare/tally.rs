@@ -106,21 +106,14 @@ mod tests {
 
     fn event(op: Op, result: i32, py_stack: u32, py_inferred: bool) -> Event {
         Event {
-            seq: 1,
             time_ns: 1,
             thread: 1,
-            api: Api::CudaMalloc,
-            inner: None,
-            outer: None,
             result,
-            device: 0,
-            context: 0,
             caller: 0x1000,
             stack: 3,
             py_stack,
             py_inferred,
-            nccl_scope: 0,
-            op,
+            ..Event::new(1, Api::CudaMalloc, op)
         }
     }
 

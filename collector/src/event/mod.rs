@@ -56,6 +56,30 @@ pub struct Event {
 }
 
 impl Event {
+    /// A successful call `api` that did `op`, numbered `seq`, with nothing else known: time 0,
+    /// thread 0, device 0, no context, caller or stacks. Readers and tests build events from it
+    /// with struct update syntax (`Event { caller, ..Event::new(seq, api, op) }`); the tracer
+    /// fills every field itself.
+    pub fn new(seq: u64, api: Api, op: Op) -> Event {
+        Event {
+            seq,
+            time_ns: 0,
+            thread: 0,
+            api,
+            inner: None,
+            outer: None,
+            result: 0,
+            device: 0,
+            context: 0,
+            caller: 0,
+            stack: 0,
+            py_stack: 0,
+            py_inferred: false,
+            nccl_scope: 0,
+            op,
+        }
+    }
+
     /// Whether the call succeeded.
     pub fn ok(&self) -> bool {
         self.result == 0

@@ -261,21 +261,11 @@ mod tests {
 
     fn event(seq: u64, api: Api, context: u64, op: Op) -> Event {
         Event {
-            seq,
             time_ns: seq * 10,
             thread: 1,
-            api,
-            inner: None,
-            outer: None,
-            result: 0,
-            device: 0,
             context,
             caller: 0x100,
-            stack: 0,
-            py_stack: 0,
-            py_inferred: false,
-            nccl_scope: 0,
-            op,
+            ..Event::new(seq, api, op)
         }
     }
 

@@ -248,21 +248,12 @@ mod tests {
 
     fn event(seq: u64, op: Op, result: i32, caller: u64, scope: u64) -> Record {
         Record::Event(Event {
-            seq,
             time_ns: seq,
             thread: 1,
-            api: Api::CudaMalloc,
-            inner: None,
-            outer: None,
             result,
-            device: 0,
-            context: 0,
             caller,
-            stack: 0,
-            py_stack: 0,
-            py_inferred: false,
             nccl_scope: scope,
-            op,
+            ..Event::new(seq, Api::CudaMalloc, op)
         })
     }
 

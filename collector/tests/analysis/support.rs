@@ -58,21 +58,14 @@ impl Builder {
         self.seq += 1;
         self.time_ns += self.tick_ns;
         self.records.push(Record::Event(Event {
-            seq: self.seq,
             time_ns: self.time_ns,
             thread: 7,
-            api,
-            inner: None,
-            outer: None,
             result,
             device: self.device,
             context: self.context,
             caller: self.caller,
-            stack: 0,
-            py_stack: 0,
-            py_inferred: false,
             nccl_scope: self.scope,
-            op,
+            ..Event::new(self.seq, api, op)
         }));
         self.seq
     }

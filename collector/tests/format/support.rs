@@ -19,29 +19,24 @@ pub fn header() -> Header {
 
 pub fn event(seq: u64) -> Event {
     Event {
-        seq,
         time_ns: 1000 + seq,
         thread: 7,
-        api: Api::CudaMalloc,
         inner: Some(Api::CuMemAlloc),
-        outer: None,
-        result: 0,
-        device: 0,
         context: 0xc0,
         caller: 0x401000 + seq,
-        stack: 0,
-        py_stack: 0,
-        py_inferred: false,
-        nccl_scope: 0,
-        op: Op::Alloc {
-            kind: MemKind::Device,
-            ptr: 0x7000_0000_0000 + seq * 512,
-            size: 512,
-            stream: 0,
-            pool: 0,
-            flags: 0,
-            pitch: 0,
-        },
+        ..Event::new(
+            seq,
+            Api::CudaMalloc,
+            Op::Alloc {
+                kind: MemKind::Device,
+                ptr: 0x7000_0000_0000 + seq * 512,
+                size: 512,
+                stream: 0,
+                pool: 0,
+                flags: 0,
+                pitch: 0,
+            },
+        )
     }
 }
 

@@ -95,21 +95,14 @@ impl Trace {
     pub fn make(&mut self, api: Api, op: Op) -> Event {
         self.seq += 1;
         Event {
-            seq: self.seq,
             time_ns: self.seq * 1000,
             thread: self.thread,
-            api,
-            inner: None,
-            outer: None,
-            result: 0,
             device: self.device,
             context: self.context,
             caller: self.caller,
             stack: self.stack,
-            py_stack: 0,
-            py_inferred: false,
             nccl_scope: self.scope,
-            op,
+            ..Event::new(self.seq, api, op)
         }
     }
 

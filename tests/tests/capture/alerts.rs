@@ -185,8 +185,9 @@ captest!(
     }
 );
 
-// A flood the writer cannot keep up with (500 calls a step, back to back) while 64 KiB a step
-// leaks at keep_history: the writer stays behind for seconds, and
+// A flood the writer cannot keep up with (500 calls a step back to back, and three more threads
+// making temporaries as fast as they can: four producers for one writer, on any number of
+// cores) while 64 KiB a step leaks at keep_history: the writer stays behind for seconds, and
 // the analysis, which used to switch itself off after one, lowers its resolution instead (a note
 // in the trace, one line on stderr) and still raises the alert once the growth has lasted the
 // confirmation (600 steps, so after the resolution went down).
@@ -198,6 +199,7 @@ captest!(
             .arg("500")
             .arg("1")
             .arg("65536")
+            .arg("4")
             .env("STANDIN_DEVICE_MEM", "64G")
             .env("VRAMTRACE_ALERT_THRESHOLD", "32KiB")
             .env("VRAMTRACE_ALERT_CONFIRM", "600")
@@ -230,7 +232,11 @@ captest!(
             (a.rate, a.unit.as_str(), a.reason.as_str()),
             (64 << 10, "step", "growth")
         );
-        assert!(a.place.starts_with("wl_soak"), "{}", a.place);
+        assert!(
+            a.place.starts_with("keep_history at wl_soak.c:") && a.place.ends_with(" (wl_soak)"),
+            "{}",
+            a.place
+        );
         assert!(
             a.step >= 600 && a.step > lowered[0],
             "alert at {}, lowered at {lowered:?}",

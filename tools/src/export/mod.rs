@@ -140,7 +140,8 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         return Err(anyhow::anyhow!("--run is an option of --format parquet"));
     }
     let started = std::time::Instant::now();
-    let output = OutputFile::prepare(&args.output, args.force, std::slice::from_ref(&args.trace))?;
+    let inputs = crate::inputs::files_of(std::slice::from_ref(&args.trace));
+    let output = OutputFile::prepare(&args.output, args.force, &inputs)?;
     let (what, size) = output.write(|out| write(args, out))?;
     if !output.is_stdout() {
         eprintln!(

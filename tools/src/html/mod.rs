@@ -43,7 +43,7 @@ pub fn run(args: &ReportArgs, path: &Path) -> Result<u8> {
     let [one] = &paths[..] else {
         anyhow::bail!("--html takes one trace ({} given)", paths.len());
     };
-    let page = OutputFile::prepare(path, args.force, &paths)?;
+    let page = OutputFile::prepare(path, args.force, &crate::inputs::files_of(&paths))?;
     write_page(args, one, &page)
 }
 

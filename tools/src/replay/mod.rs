@@ -280,7 +280,7 @@ fn moment(state: &LiveState, point: &str) -> Moment {
         event: state.events(),
         seq: state.last_seq(),
         time_ns: state.last_time_ns(),
-        since_first_ns: state.last_time_ns().saturating_sub(state.first_time_ns()),
+        since_first_ns: state.last_time_ns().saturating_sub(state.trace_start_ns()),
         step: state.steps(),
     }
 }

@@ -34,21 +34,11 @@ fn training(path: &Path, steps: &[(u64, u64)]) {
     let mut next = |api: Api, op: Op, caller: u64| {
         seq += 1;
         Record::Event(Event {
-            seq,
             time_ns: seq * 1000,
             thread: 1,
-            api,
-            inner: None,
-            outer: None,
-            result: 0,
-            device: 0,
             context: 0xc7,
             caller,
-            stack: 0,
-            py_stack: 0,
-            py_inferred: false,
-            nccl_scope: 0,
-            op,
+            ..Event::new(seq, api, op)
         })
     };
     let alloc = |ptr, size| Op::Alloc {

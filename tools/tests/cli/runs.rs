@@ -89,21 +89,13 @@ pub fn records(v: Variant) -> Vec<Record> {
     let mut event = |api: Api, op: Op, stack: u32, py_stack: u32| {
         seq += 1;
         Record::Event(Event {
-            seq,
             time_ns: seq * 1_000_000,
             thread: 1,
-            api,
-            inner: None,
-            outer: None,
-            result: 0,
-            device: 0,
             context: 0xc7,
             caller: cudart + 0x100,
             stack,
             py_stack,
-            py_inferred: false,
-            nccl_scope: 0,
-            op,
+            ..Event::new(seq, api, op)
         })
     };
     let alloc = |ptr: u64, size: u64| Op::Alloc {

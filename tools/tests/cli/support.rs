@@ -64,21 +64,11 @@ impl Events {
     fn event(&mut self, api: Api, op: Op, caller: u64) -> Event {
         self.seq += 1;
         Event {
-            seq: self.seq,
             time_ns: self.seq * 1_000,
             thread: 11,
-            api,
-            inner: None,
-            outer: None,
-            result: 0,
-            device: 0,
             context: 0xc7,
             caller,
-            stack: 0,
-            py_stack: 0,
-            py_inferred: false,
-            nccl_scope: 0,
-            op,
+            ..Event::new(self.seq, api, op)
         }
     }
 

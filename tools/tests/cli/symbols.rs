@@ -25,29 +25,25 @@ const CUDA: u64 = 0x7f30_0000_0000;
 
 fn alloc(seq: u64, ptr: u64, size: u64, stack: u32, py_stack: u32) -> Record {
     Record::Event(Event {
-        seq,
         time_ns: seq * 1000,
         thread: 7,
-        api: Api::CudaMalloc,
-        inner: None,
-        outer: None,
-        result: 0,
-        device: 0,
         context: 0xc7,
         caller: CUDART + 0x30,
         stack,
         py_stack,
-        py_inferred: false,
-        nccl_scope: 0,
-        op: Op::Alloc {
-            kind: MemKind::Device,
-            ptr,
-            size,
-            stream: 0,
-            pool: 0,
-            flags: 0,
-            pitch: 0,
-        },
+        ..Event::new(
+            seq,
+            Api::CudaMalloc,
+            Op::Alloc {
+                kind: MemKind::Device,
+                ptr,
+                size,
+                stream: 0,
+                pool: 0,
+                flags: 0,
+                pitch: 0,
+            },
+        )
     })
 }
 
