@@ -3,6 +3,8 @@
 //! into segments when the trace is bounded (`rotation.rs`).
 
 mod definitions;
+pub mod file;
+pub mod module_tracker;
 mod rotation;
 mod sink;
 
@@ -15,16 +17,16 @@ use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{End, Header, Packing, PyStackDef, Record, StackDef, Stats};
 
 use self::definitions::{Codes, Defined, TraceIds};
+use self::file::segments::Segments;
+use self::module_tracker::ModuleTracker;
 use self::sink::Sink;
-use super::lifecycle::Ending;
-use super::live::Live;
-use super::module_tracker::ModuleTracker;
-use super::ring::Take;
-use super::segments::Segments;
-use super::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
 use crate::capture::{intern, python};
+use crate::monitor::Live;
 use crate::profile::{self, Stage, WriterWatch};
+use crate::session::lifecycle::Ending;
+use crate::session::ring::Take;
+use crate::session::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::tracer_thread;
 use crate::warn::warn;
 
