@@ -25,7 +25,7 @@ impl Writer {
 
     /// The state the live analysis keeps, when it has one.
     fn live_state(&self) -> Option<&LiveState> {
-        self.live.as_ref().and_then(|l| l.state())
+        self.monitor.as_ref().and_then(|l| l.state())
     }
 
     /// The current segment's last record.
