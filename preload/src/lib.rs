@@ -6,30 +6,35 @@
 //! turns what happened into an event and hands it over a bounded channel to a writer thread that
 //! writes the trace. Analysis lives in `vramtrace-collector` and the tools, not here.
 //!
-//! Layout:
+//! Layout, one job a folder:
 //! - [`hooks`]: one handler per intercepted entry point, by library;
-//! - [`closure`]: the resolvers (`dlsym`, `cuGetProcAddress`, ...) that hand out wrappers;
-//! - [`resolve`]: finding real functions, also in local scopes;
+//! - [`interpose`]: how function pointers are looked up and handed out: the resolvers (`dlsym`,
+//!   `cuGetProcAddress`, ...) that hand out wrappers, and finding real functions, also in local
+//!   scopes;
 //! - [`capture`]: per-thread state, event building, stacks;
-//! - [`session`]: settings, the writer thread, the trace file, fork/exit/signals;
+//! - [`session`]: the process's session: settings, the ring from hooks to the writer, the
+//!   lifecycle (lazy start, fork/exit/exec/signals);
+//! - [`writer`]: the writer thread and the trace's files (creation, segments);
+//! - [`monitor`]: the live analysis while the program runs (alerts, metrics), fed by the writer;
 //! - [`profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`);
-//! - [`tracer_thread`] and [`warn`]: how the tracer starts its own threads and warns, for all of
-//!   the above.
+//! - [`setting`], [`tracer_thread`] and [`warn`]: how the tracer reads one setting, starts its
+//!   own threads and warns, for all of the above.
 
 #[macro_use]
 #[path = "hooks/macros.rs"]
 mod macros;
 
 pub mod capture;
-pub mod closure;
 pub mod ffi;
 pub mod hooks;
+pub mod interpose;
+pub mod monitor;
 pub mod profile;
-pub mod resolve;
 pub mod session;
 pub mod setting;
 pub mod tracer_thread;
 pub mod warn;
+pub mod writer;
 
 /// Library constructor: finds glibc's `dlsym`, reads the settings, installs the fork handlers,
 /// and finds the real functions of the process hooks. Starting the trace waits for the first

@@ -281,11 +281,11 @@ impl Watch for On {
 
 /// The writer thread's stopwatch (a plain branch on [`enabled`]: the writer's loop is not where a
 /// branch matters).
-pub struct WriterWatch(Option<On>);
+pub struct WriterTimer(Option<On>);
 
-impl WriterWatch {
-    pub fn new() -> WriterWatch {
-        WriterWatch(enabled().then(|| On::start_on(&Cell::new(0))))
+impl WriterTimer {
+    pub fn new() -> WriterTimer {
+        WriterTimer(enabled().then(|| On::start_on(&Cell::new(0))))
     }
     /// Restarts the lap without counting (time that belongs to no stage).
     #[inline]
@@ -309,7 +309,7 @@ impl WriterWatch {
         }
     }
 
-    /// [`WriterWatch::lap`] for a span that wrote chunks out: `written` of its ticks went to the
+    /// [`WriterTimer::lap`] for a span that wrote chunks out: `written` of its ticks went to the
     /// file, the rest to compressing.
     pub fn lap_flush(&mut self, written: u64) {
         let ticks = self.lap(Stage::Compress);
@@ -336,9 +336,9 @@ impl WriterWatch {
     }
 }
 
-impl Default for WriterWatch {
+impl Default for WriterTimer {
     fn default() -> Self {
-        WriterWatch::new()
+        WriterTimer::new()
     }
 }
 

@@ -1,7 +1,9 @@
 //! Reading one `VRAMTRACE_*` setting: its value through the grammar the tools' flags share
 //! (`vramtrace_collector::units`), or, for a bad value, one warning that names the setting, the
 //! value and what is used instead. A module of its own, outside `session`, because the session's
-//! settings and the live analysis's (`session/live/`) both read settings this way.
+//! settings (`session/config.rs`) and the live analysis's (`monitor/settings.rs`) both read
+//! settings this way, and the session's settings hold the monitor's: with this grammar inside
+//! `session/`, the two folders would import each other.
 
 /// The warning for a bad value: `VRAMTRACE_X='v' is not a …; using 32`.
 pub fn bad(name: &str, value: &str, error: &str, instead: &str) -> String {

@@ -1,7 +1,7 @@
 //! Starting a thread of the tracer's own (the writer, the metrics server): with asynchronous
 //! signals blocked, and marked so that hooks it reaches pass through untraced. A module of its own,
-//! outside `session`, so that every part that starts one — the writer, the live analysis's
-//! metrics server — starts it the same way without depending on another.
+//! outside `writer/` and `monitor/`, so that every part that starts one — the writer thread, the
+//! live analysis's metrics server — starts it the same way without depending on another.
 
 use std::thread::JoinHandle;
 

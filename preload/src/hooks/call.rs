@@ -19,7 +19,7 @@ use crate::capture::stack::{self, StopAt};
 use crate::capture::thread::{self, ThreadState};
 use crate::capture::{clock, context, intern};
 use crate::profile::{self, Stage, Watch};
-use crate::session::{self, Session, HOOK_PANICS};
+use crate::session::{Session, HOOK_PANICS};
 
 /// Where a call takes its sequence number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,7 +247,7 @@ impl Call {
     // docs/performance.md).
     #[inline(always)]
     fn begin_call<W: Watch>(api: Api, caller: usize, order: Order, w: &mut W) -> Call {
-        let Some(session) = session::current() else {
+        let Some(session) = super::session() else {
             return Call::OFF;
         };
         if !traced(session).contains(api) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{Call, Order};
 use crate::capture::{clock, context};
-use crate::resolve::driver;
+use crate::interpose::resolve::driver;
 
 const MAX_DEVICES: usize = 64;
 

@@ -24,12 +24,21 @@ use std::sync::atomic::Ordering;
 
 use vramtrace_collector::event::{MemKind, Op};
 
-use crate::session::MISSING_REAL;
+use crate::session::{Session, MISSING_REAL};
 
 pub use call::{Call, Order};
 pub use entry::HookEntry;
 
-/// Every hook of this folder, for the resolvers (theirs are in `closure`).
+/// The running session, started with its writer thread by the first event that needs one;
+/// `None` when tracing is off or over. The hooks (and the resolvers, which record look-ups) ask
+/// here rather than `session::current` directly: they sit above both the session and the writer,
+/// so they are the ones to name the writer thread a new session starts.
+#[inline]
+pub fn session() -> Option<&'static Session> {
+    crate::session::current(crate::writer::spawn)
+}
+
+/// Every hook of this folder, for the resolvers (theirs are in `interpose::closure`).
 pub fn all() -> impl Iterator<Item = &'static HookEntry> {
     runtime::ENTRIES
         .iter()

@@ -11,7 +11,7 @@ use vramtrace_collector::event::{Api, Op};
 
 use super::{Call, Order};
 use crate::capture::clock;
-use crate::session::{self, Attached, Session, HOOK_PANICS};
+use crate::session::{Attached, Session, HOOK_PANICS};
 
 static STEP: AtomicU64 = AtomicU64::new(0);
 static ITERATION: AtomicU64 = AtomicU64::new(0);
@@ -46,7 +46,7 @@ pub extern "C" fn vramtrace_mark_iteration() -> u64 {
 /// else 0. Cheap: one load, for polling at every step.
 #[unsafe(no_mangle)]
 pub extern "C" fn vramtrace_alert_pending() -> c_int {
-    c_int::from(session::live::ALERT_VIEW_WANTED.load(Ordering::Relaxed))
+    c_int::from(crate::monitor::ALERT_VIEW_WANTED.load(Ordering::Relaxed))
 }
 
 /// `vramtrace_attach` took the payload.
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn vramtrace_attach(
 }
 
 fn attach(kind: &CStr, bytes: &[u8]) -> c_int {
-    let Some(session) = session::current() else {
+    let Some(session) = super::session() else {
         return ATTACH_OFF;
     };
     let payload = Attached {

@@ -7,7 +7,9 @@ use vramtrace_collector::units::count::FRAMES;
 use vramtrace_collector::units::pattern;
 use vramtrace_collector::units::CountRange;
 
+use crate::monitor::{AlertSettings, MetricsSettings};
 use crate::setting::{count, switch};
+use crate::writer::file::segments::SegmentSettings;
 
 /// Which layers produce events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,11 +56,11 @@ pub struct Config {
     /// Time the stages of every hook and of the writer, and print them on stderr at the end.
     pub self_profile: bool,
     /// The live analysis on the writer thread: alerts (`VRAMTRACE_ALERT_*`).
-    pub alerts: super::live::AlertSettings,
+    pub alerts: AlertSettings,
     /// Metrics for Prometheus (`VRAMTRACE_METRICS_*`).
-    pub metrics: super::live::MetricsSettings,
+    pub metrics: MetricsSettings,
     /// Segments and the disk budget (`VRAMTRACE_SEGMENT_*`, `VRAMTRACE_MAX_BYTES`).
-    pub segments: super::segments::SegmentSettings,
+    pub segments: SegmentSettings,
 }
 
 impl Default for Config {
@@ -83,9 +85,9 @@ impl Default for Config {
             quiet: false,
             store_command_line: true,
             self_profile: false,
-            alerts: super::live::AlertSettings::default(),
-            metrics: super::live::MetricsSettings::default(),
-            segments: super::segments::SegmentSettings::default(),
+            alerts: AlertSettings::default(),
+            metrics: MetricsSettings::default(),
+            segments: SegmentSettings::default(),
         }
     }
 }
@@ -222,9 +224,9 @@ impl Config {
         if let Some(v) = get("VRAMTRACE_CAPTURE") {
             c.capture = parse_capture(&v, &mut w);
         }
-        c.alerts = super::live::AlertSettings::from_lookup(get, &mut w);
-        c.metrics = super::live::MetricsSettings::from_lookup(get, &mut w);
-        c.segments = super::segments::SegmentSettings::from_lookup(get, &mut w);
+        c.alerts = AlertSettings::from_lookup(get, &mut w);
+        c.metrics = MetricsSettings::from_lookup(get, &mut w);
+        c.segments = SegmentSettings::from_lookup(get, &mut w);
         (c, w)
     }
 

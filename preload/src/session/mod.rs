@@ -4,17 +4,18 @@
 //!
 //! A session starts only when the first event arrives, so processes that never touch CUDA (the
 //! shell and tools a training script starts) leave no trace file behind.
+//!
+//! The session is below the writer thread (`writer/`) and the live analysis (`monitor/`): both
+//! read it, and it names neither's code. Its settings hold theirs (`monitor::AlertSettings`,
+//! `writer::file::segments::SegmentSettings`, folders that import nothing of the session), and
+//! the writer thread it starts is handed to [`current`] by whoever asks for the session
+//! (`hooks::session`), so that `session/` and `writer/` do not import each other.
 
 pub mod announce;
 pub mod cmdline;
 pub mod config;
 pub mod lifecycle;
-pub mod live;
-pub mod module_tracker;
 pub mod ring;
-pub mod segments;
-pub mod trace_file;
-pub mod writer;
 
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -310,18 +311,22 @@ impl<'s> Patience<'s> {
     }
 }
 
-/// The running session, starting it on first use; `None` when tracing is off or over.
+/// Starts the writer thread of a session that is starting (`writer::spawn`).
+pub type StartWriter = fn(&'static Session, Vec<String>) -> std::io::Result<()>;
+
+/// The running session, starting it on first use (its writer thread with `start_writer`);
+/// `None` when tracing is off or over.
 #[inline]
-pub fn current() -> Option<&'static Session> {
+pub fn current(start_writer: StartWriter) -> Option<&'static Session> {
     if STATE.load(Ordering::Acquire) == RUNNING {
         // SAFETY: SESSION is set before STATE becomes RUNNING and sessions are never freed.
         return unsafe { SESSION.load(Ordering::Acquire).as_ref() };
     }
-    start_slow()
+    start_slow(start_writer)
 }
 
 #[cold]
-fn start_slow() -> Option<&'static Session> {
+fn start_slow(start_writer: StartWriter) -> Option<&'static Session> {
     let config = config();
     if config.disabled {
         return None;
@@ -367,7 +372,7 @@ fn start_slow() -> Option<&'static Session> {
     crate::capture::intern::PYTHON.prepare();
     let warnings = CONFIG_WARNINGS.get().cloned().unwrap_or_default();
     lifecycle::on_session_start();
-    match writer::spawn(session, warnings) {
+    match start_writer(session, warnings) {
         Ok(()) => {
             SESSION.store(session as *const Session as *mut Session, Ordering::Release);
             STATE.store(RUNNING, Ordering::Release);

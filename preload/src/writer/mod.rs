@@ -3,6 +3,8 @@
 //! into segments when the trace is bounded (`rotation.rs`).
 
 mod definitions;
+pub mod file;
+pub mod module_tracker;
 mod rotation;
 mod sink;
 
@@ -15,24 +17,24 @@ use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{End, Header, Packing, PyStackDef, Record, StackDef, Stats};
 
 use self::definitions::{Codes, Defined, TraceIds};
+use self::file::segments::Segments;
+use self::module_tracker::ModuleTracker;
 use self::sink::Sink;
-use super::lifecycle::Ending;
-use super::live::Live;
-use super::module_tracker::ModuleTracker;
-use super::ring::Take;
-use super::segments::Segments;
-use super::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::capture::clock::{self, Calibration};
 use crate::capture::{intern, python};
-use crate::profile::{self, Stage, WriterWatch};
+use crate::monitor::Monitor;
+use crate::profile::{self, Stage, WriterTimer};
+use crate::session::lifecycle::Ending;
+use crate::session::ring::Take;
+use crate::session::{Session, HOOK_PANICS, MISSING_REAL};
 use crate::tracer_thread;
 use crate::warn::warn;
 
 /// How long the writer stays behind the hooks before the live analysis judges less often (and
 /// again, each time, to the coarsest).
-const LIVE_BEHIND_FOR: Duration = Duration::from_secs(1);
+const MONITOR_BEHIND_FOR: Duration = Duration::from_secs(1);
 /// How long the writer keeps up before the live analysis judges more often again.
-const LIVE_KEPT_UP_FOR: Duration = Duration::from_secs(10);
+const MONITOR_KEPT_UP_FOR: Duration = Duration::from_secs(10);
 
 /// How long the loop sleeps when the channel is empty.
 const POLL: Duration = Duration::from_millis(2);
@@ -98,10 +100,10 @@ struct Writer {
     /// Payloads written so far (the last `Attachment` id).
     attachments: u32,
     /// The self-profile's stopwatch (does nothing unless `VRAMTRACE_SELF_PROFILE` is on).
-    watch: WriterWatch,
+    timer: WriterTimer,
     /// The live analysis (alerts), fed every record written; `None` when turned off.
-    live: Option<Live>,
-    /// Since when the backlog has stayed above half the ring (see [`Writer::live_tick`]).
+    monitor: Option<Monitor>,
+    /// Since when the backlog has stayed above half the ring (see [`Writer::monitor_tick`]).
     behind_since: Option<Instant>,
     /// Since when it has stayed below.
     kept_up_since: Option<Instant>,
@@ -132,8 +134,8 @@ impl Writer {
 
     /// Writes a record that is not an event, and feeds it to the live analysis.
     fn write_record(&mut self, r: Record) {
-        let alerts = match self.live.as_mut() {
-            Some(live) => live.record(&r, &self.sink.path),
+        let alerts = match self.monitor.as_mut() {
+            Some(monitor) => monitor.record(&r, &self.sink.path),
             None => Vec::new(),
         };
         self.sink.write(&r);
@@ -148,23 +150,24 @@ impl Writer {
     }
 
     /// Lets the live analysis judge when due (programs without step marks, windows of time),
-    /// less often while the writer has fallen behind the hooks: [`LIVE_BEHIND_FOR`] behind halves
-    /// the resolution, and as long again as judgements are then apart halves it again; each
-    /// [`LIVE_KEPT_UP_FOR`] of keeping up doubles it back; each change is a note in the trace. Behind means more than half the ring waiting for
-    /// [`LIVE_BEHIND_FOR`] on end: a burst, or the writer waking to a ring that filled while it
-    /// slept, is not (a flood of 2 M calls a second on the stand-ins, which the writer keeps up
-    /// with, would have lowered it at once under a rule of one look).
-    fn live_tick(&mut self) {
-        let Some(live) = self.live.as_mut() else {
+    /// less often while the writer has fallen behind the hooks: [`MONITOR_BEHIND_FOR`] behind
+    /// halves the resolution, and as long again as judgements are then apart halves it again;
+    /// each [`MONITOR_KEPT_UP_FOR`] of keeping up doubles it back; each change is a note in the
+    /// trace. Behind means more than half the ring waiting for [`MONITOR_BEHIND_FOR`] on end: a
+    /// burst, or the writer waking to a ring that filled while it slept, is not (a flood of 2 M
+    /// calls a second on the stand-ins, which the writer keeps up with, would have lowered it at
+    /// once under a rule of one look).
+    fn monitor_tick(&mut self) {
+        let Some(monitor) = self.monitor.as_mut() else {
             return;
         };
         let backlog = self.session.last_seq().saturating_sub(self.next_seq);
         let note = if backlog <= self.session.ring.capacity() / 2 {
             self.behind_since = None;
             let kept_up = self.kept_up_since.get_or_insert_with(Instant::now);
-            if live.is_coarse() && kept_up.elapsed() >= LIVE_KEPT_UP_FOR {
+            if monitor.is_coarse() && kept_up.elapsed() >= MONITOR_KEPT_UP_FOR {
                 self.kept_up_since = Some(Instant::now());
-                live.finer()
+                monitor.finer()
             } else {
                 None
             }
@@ -173,15 +176,15 @@ impl Writer {
             // apart by then: the stride follows the time spent behind, not its exponent.
             self.kept_up_since = None;
             let behind = self.behind_since.get_or_insert_with(Instant::now);
-            if behind.elapsed() >= LIVE_BEHIND_FOR * live.stride() as u32 {
+            if behind.elapsed() >= MONITOR_BEHIND_FOR * monitor.stride() as u32 {
                 self.behind_since = Some(Instant::now());
-                live.coarser()
+                monitor.coarser()
             } else {
                 None
             }
         };
         let dropped = self.session.dropped.load(Ordering::Relaxed);
-        let alerts = live.tick(clock::monotonic_ns(), &self.sink.path, dropped);
+        let alerts = monitor.tick(clock::monotonic_ns(), &self.sink.path, dropped);
         if let Some(note) = note {
             self.write_record(Record::Warning(note));
         }
@@ -206,17 +209,17 @@ impl Writer {
         if !self.modules.knows(event.caller) {
             self.write_modules();
         }
-        self.watch.lap(Stage::Define);
+        self.timer.lap(Stage::Define);
         self.last_event = (event.seq, event.time_ns);
         let chunk_written = self.sink.write_event(&event);
         if chunk_written {
             let written = self.sink.write_ticks();
-            self.watch.lap_flush(written);
+            self.timer.lap_flush(written);
         } else {
-            self.watch.lap(Stage::Encode);
+            self.timer.lap(Stage::Encode);
         }
-        if let Some(live) = self.live.as_mut() {
-            let alerts = live.event(&event, &self.sink.path);
+        if let Some(monitor) = self.monitor.as_mut() {
+            let alerts = monitor.event(&event, &self.sink.path);
             if !alerts.is_empty() {
                 self.write_alerts(alerts);
             }
@@ -342,7 +345,7 @@ impl Writer {
         let ring = &self.session.ring;
         let mut written: usize = 0;
         let seen = self.end_seen;
-        self.watch.reset();
+        self.timer.reset();
         loop {
             if self.next_seq > last {
                 return written;
@@ -355,7 +358,7 @@ impl Writer {
             }
             match ring.take(self.next_seq) {
                 Take::Ready(c) => {
-                    self.watch.lap(Stage::Take);
+                    self.timer.lap(Stage::Take);
                     self.next_seq += 1;
                     self.gap_since = None;
                     self.write_event(c);
@@ -468,10 +471,10 @@ impl Writer {
                 self.session.last_seq()
             };
             let got = self.consume(drain, reorder_wait, last);
-            self.watch.events(got as u64);
+            self.timer.events(got as u64);
             self.session.set_consumed(self.next_seq);
             if finish == 0 {
-                self.live_tick();
+                self.monitor_tick();
             }
             self.write_lookups();
             self.write_attachments();
@@ -481,11 +484,11 @@ impl Writer {
             }
             if flush_now || last_flush.elapsed() >= flush_every {
                 self.write_stats_if_changed();
-                self.watch.reset();
+                self.timer.reset();
                 self.sink.flush();
                 self.rotate_if_due();
                 let written = self.sink.write_ticks();
-                self.watch.lap_flush(written);
+                self.timer.lap_flush(written);
                 self.calibration.refine();
                 self.calibration.publish();
                 last_flush = Instant::now();
@@ -493,9 +496,9 @@ impl Writer {
             }
             if got == 0 {
                 // Parked rather than slept: the exit path unparks it to finish at once.
-                self.watch.reset();
+                self.timer.reset();
                 std::thread::park_timeout(POLL);
-                self.watch.lap(Stage::Idle);
+                self.timer.lap(Stage::Idle);
             }
         }
     }
@@ -515,8 +518,8 @@ impl Writer {
         }
         let stats = self.stats();
         let lost = stats.dropped;
-        if let Some(live) = self.live.as_mut() {
-            let alerts = live.finish(clock::monotonic_ns(), &self.sink.path, lost);
+        if let Some(monitor) = self.monitor.as_mut() {
+            let alerts = monitor.finish(clock::monotonic_ns(), &self.sink.path, lost);
             self.write_alerts(alerts);
         }
         self.sink.write(&Record::Stats(stats.clone()));
@@ -528,11 +531,11 @@ impl Writer {
             stats,
             reason,
         }));
-        self.watch.reset();
+        self.timer.reset();
         self.sink.flush();
         let written = self.sink.write_ticks();
-        self.watch.lap_flush(written);
-        profile::print(self.watch.row(), lost);
+        self.timer.lap_flush(written);
+        profile::print(self.timer.row(), lost);
         // Closed (if still ours): a process whose exec failed goes on with a new trace.
         self.sink.writer = None;
         if lost > 0 && !self.session.config.quiet {
@@ -615,8 +618,8 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         last_stats: Stats::default(),
         calibration: Calibration::measure(Duration::from_millis(2)),
         attachments: 0,
-        watch: WriterWatch::new(),
-        live: Live::new(
+        timer: WriterTimer::new(),
+        monitor: Monitor::new(
             &session.config.alerts,
             &session.config.metrics,
             session.config.segments.enabled(),

@@ -23,7 +23,11 @@ macro_rules! resolver_handler {
             let r = unsafe { real($($arg),*) };
             // SAFETY: `symbol` and `func` are the program's own, as the resolver's contract wants
             // them (null, or a NUL-terminated name and a writable slot).
-            unsafe { $crate::closure::proc_address::wrap_out(r, $symbol, $func, $version, $flags, $via) };
+            unsafe {
+                $crate::interpose::closure::proc_address::wrap_out(
+                    r, $symbol, $func, $version, $flags, $via,
+                )
+            };
             r
         }
     };

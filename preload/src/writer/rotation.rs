@@ -1,4 +1,4 @@
-//! Cutting the trace into segments on the writer thread (`super::super::segments` keeps the
+//! Cutting the trace into segments on the writer thread (`file::segments` keeps the
 //! settings and the files): the segment being written ends with its `SegmentEnd` record, the
 //! next one is created with the live analysis's snapshot of the live state at its head, and the
 //! oldest segments are deleted while the files would pass the budget. The hooks never wait for
@@ -25,7 +25,7 @@ impl Writer {
 
     /// The state the live analysis keeps, when it has one.
     fn live_state(&self) -> Option<&LiveState> {
-        self.live.as_ref().and_then(|l| l.state())
+        self.monitor.as_ref().and_then(|l| l.state())
     }
 
     /// The current segment's last record.

@@ -1,5 +1,5 @@
 //! Where the writer's records go: the trace file of the segment being written (created with its
-//! header where no file exists, `super::super::trace_file`), or nowhere once writing failed —
+//! header where no file exists, `file::trace_file`), or nowhere once writing failed —
 //! the program runs on.
 
 use std::path::{Path, PathBuf};
@@ -8,12 +8,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{Header, Packing, Record, SegmentInfo, TraceWriter};
 
-use super::super::announce;
-use super::super::segments::FileId;
-use super::super::trace_file::{CreateError, TraceFile};
-use super::super::Session;
+use super::file::segments::FileId;
+use super::file::trace_file::{CreateError, TraceFile};
 use crate::capture::clock;
 use crate::profile::TimedWrite;
+use crate::session::{announce, Session};
 use crate::warn::warn;
 use vramtrace_collector::units::pattern::{self, Naming};
 
@@ -161,7 +160,7 @@ pub(super) fn open_first(session: &Session) -> Opened {
         local_rank: env_i32("LOCAL_RANK"),
         world_size: env_i32("WORLD_SIZE"),
         command_line: if session.config.store_command_line {
-            super::super::cmdline::current()
+            crate::session::cmdline::current()
         } else {
             Vec::new()
         },

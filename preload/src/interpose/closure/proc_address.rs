@@ -11,7 +11,7 @@ use libc::{c_char, c_void};
 use vramtrace_collector::format::Lookup;
 
 use super::{registry, versions};
-use crate::resolve::{driver, loaded};
+use crate::interpose::resolve::{driver, loaded};
 use crate::session;
 
 type Ptr = *mut c_void;
@@ -37,7 +37,7 @@ fn identify(base: &str, ptr: usize, version: Option<u32>, flags: u64) -> &str {
 }
 
 fn record_lookup(via: &str, symbol: &str, version: Option<u32>, flags: u64, reason: String) {
-    if let Some(s) = session::current() {
+    if let Some(s) = crate::hooks::session() {
         s.lookups.push(Lookup {
             via: via.to_string(),
             symbol: symbol.to_string(),

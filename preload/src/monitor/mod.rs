@@ -1,8 +1,8 @@
-//! The live analysis on the writer thread: every record written to the trace is also applied to
-//! a [`Watch`] (the tools' own live-allocation state and growth verdicts, one implementation),
-//! and growth is judged at most once per `VRAMTRACE_ALERT_INTERVAL_MS`, at a step mark or in the
-//! writer's loop. A device whose steady growth passes the threshold or the horizon raises one
-//! alert ([`alert`]).
+//! The monitor: the live analysis on the writer thread (not `collector::live`, the allocation
+//! state it keeps). Every record written to the trace is also applied to a [`Watch`] (the tools'
+//! own live-allocation state and growth verdicts, one implementation), and growth is judged at
+//! most once per `VRAMTRACE_ALERT_INTERVAL_MS`, at a step mark or in the writer's loop. A device
+//! whose steady growth passes the threshold or the horizon raises one alert ([`alert`]).
 //!
 //! With PyTorch's recorder on, an alert first waits for the program's own view: the Python
 //! hooks poll `vramtrace_alert_pending` at each step and hand over a snapshot of the recorder,
@@ -13,11 +13,11 @@
 //! It must never harm the job, and never go quiet while the job runs. It runs on the writer
 //! thread only, never in a hook; its memory is the live set and per-place series of bounded
 //! length (`collector::live::series`); its CPU is a table update per event and a judgement per
-//! interval. When the writer falls behind the hooks it judges less often ([`Live::coarser`]:
+//! interval. When the writer falls behind the hooks it judges less often ([`Monitor::coarser`]:
 //! every 2nd, 4th, … step or interval, said in the trace), and more often again once the writer
-//! keeps up ([`Live::finer`]); the state stays current on every event, so an alert comes later,
-//! never not at all. A panic inside it is caught, turns it off, and is one warning: the trace
-//! goes on.
+//! keeps up ([`Monitor::finer`]); the state stays current on every event, so an alert comes
+//! later, never not at all. A panic inside it is caught, turns it off, and is one warning: the
+//! trace goes on.
 
 mod alert;
 mod metrics;
@@ -70,7 +70,7 @@ struct Pending {
 }
 
 /// The live analysis of this process, while it is on.
-pub struct Live {
+pub struct Monitor {
     watch: Option<Watch>,
     settings: AlertSettings,
     quiet: bool,
@@ -88,7 +88,7 @@ pub struct Live {
     snapshot_seen: u32,
 }
 
-impl Live {
+impl Monitor {
     /// The live analysis the settings ask for: alerts, metrics, or both, or only the live state
     /// kept current (`keep_state`: the trace's segments start from its snapshots); `None`: none
     /// of them.
@@ -97,7 +97,7 @@ impl Live {
         metrics: &MetricsSettings,
         keep_state: bool,
         quiet: bool,
-    ) -> Option<Live> {
+    ) -> Option<Monitor> {
         if !settings.enabled && !metrics.enabled() && !keep_state {
             return None;
         }
@@ -112,7 +112,7 @@ impl Live {
             confirm_time_ns: settings.confirm_time.as_nanos().min(u64::MAX as u128) as u64,
             every_ns: settings.interval.as_nanos().min(u64::MAX as u128) as u64,
         };
-        Some(Live {
+        Some(Monitor {
             watch: Some(Watch::new(config)),
             settings: settings.clone(),
             quiet,
