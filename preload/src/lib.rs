@@ -16,7 +16,7 @@
 //!   lifecycle (lazy start, fork/exit/exec/signals);
 //! - [`writer`]: the writer thread and the trace's files (creation, segments);
 //! - [`monitor`]: the live analysis while the program runs (alerts, metrics), fed by the writer;
-//! - [`profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`);
+//! - [`self_profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`);
 //! - [`setting`], [`tracer_thread`] and [`warn`]: how the tracer reads one setting, starts its
 //!   own threads and warns, for all of the above.
 
@@ -29,7 +29,7 @@ pub mod ffi;
 pub mod hooks;
 pub mod interpose;
 pub mod monitor;
-pub mod profile;
+pub mod self_profile;
 pub mod session;
 pub mod setting;
 pub mod tracer_thread;

@@ -50,7 +50,7 @@ pub struct ThreadState {
     _pad: [u8; 2],
     tid: Cell<u32>,
     runtime: Cell<u32>,
-    /// This thread's row in the self-profile (`crate::profile`), 1-based; 0: none yet.
+    /// This thread's row in the self-profile (`crate::self_profile`), 1-based; 0: none yet.
     profile_row: Cell<u32>,
     /// The NCCL call in progress on this thread (0 when none).
     nccl_scope: Cell<u64>,

@@ -18,7 +18,7 @@ use crate::capture::python::{self, PyStack};
 use crate::capture::stack::{self, StopAt};
 use crate::capture::thread::{self, ThreadState};
 use crate::capture::{clock, context, intern};
-use crate::profile::{self, Stage, Watch};
+use crate::self_profile::{self, Stage, Timer};
 use crate::session::{Session, HOOK_PANICS};
 
 /// Where a call takes its sequence number.
@@ -239,14 +239,15 @@ impl Call {
     /// Starts tracing a call to `api` made from return address `caller`.
     #[inline]
     pub fn begin(api: Api, caller: usize, order: Order) -> Call {
-        guarded(|| Call::begin_call(api, caller, order, &mut profile::Off)).unwrap_or(Call::OFF)
+        guarded(|| Call::begin_call(api, caller, order, &mut self_profile::Off))
+            .unwrap_or(Call::OFF)
     }
 
     // Inlined into each hook, as `end_inner` is: as calls, their frames and the `Call` handed
     // between them through memory cost about 6 ns a traced call (measured side by side,
     // docs/performance.md).
     #[inline(always)]
-    fn begin_call<W: Watch>(api: Api, caller: usize, order: Order, w: &mut W) -> Call {
+    fn begin_call<W: Timer>(api: Api, caller: usize, order: Order, w: &mut W) -> Call {
         let Some(session) = super::session() else {
             return Call::OFF;
         };
@@ -317,7 +318,7 @@ impl Call {
         if changes_contexts(self.api) {
             context::invalidate();
         }
-        guarded(|| self.end_inner(result, op, &mut profile::Off));
+        guarded(|| self.end_inner(result, op, &mut self_profile::Off));
     }
 
     /// One intercepted call, whole, under a single unwind guard: `real` calls the real function
@@ -340,16 +341,16 @@ impl Call {
         real: impl Fn() -> i32,
         op: impl FnOnce(i32) -> Op,
     ) -> i32 {
-        if profile::enabled() {
-            Call::run_watched::<profile::On>(api, caller, order, real, op)
+        if self_profile::enabled() {
+            Call::run_watched::<self_profile::On>(api, caller, order, real, op)
         } else {
-            Call::run_watched::<profile::Off>(api, caller, order, real, op)
+            Call::run_watched::<self_profile::Off>(api, caller, order, real, op)
         }
     }
 
     /// [`Call::run`], its stages timed by `W`.
     #[inline(always)]
-    fn run_watched<W: Watch>(
+    fn run_watched<W: Timer>(
         api: Api,
         caller: usize,
         order: Order,
@@ -389,7 +390,7 @@ impl Call {
     }
 
     #[inline(always)]
-    fn end_inner<W: Watch>(mut self, result: i32, op: impl FnOnce() -> Op, w: &mut W) {
+    fn end_inner<W: Timer>(mut self, result: i32, op: impl FnOnce() -> Op, w: &mut W) {
         let Some(session) = self.session else { return };
         // SAFETY: set in `begin` from this thread's thread-local, which lives as long as the
         // thread; a Call never leaves the thread that made it (it holds a raw pointer: !Send).
@@ -516,7 +517,7 @@ impl Call {
 /// The calling thread's Python stack, interned: its id, and whether it was inferred (the thread
 /// runs no Python). Out of line: its frame buffer is only on the stack meanwhile.
 #[inline(never)]
-fn python_stack<W: Watch>(depth: usize, w: &mut W) -> (u32, bool) {
+fn python_stack<W: Timer>(depth: usize, w: &mut W) -> (u32, bool) {
     let mut frames = [MaybeUninit::uninit(); 256];
     let found = python::capture(&mut frames[..depth.min(256)]);
     w.lap(Stage::Python);
@@ -537,7 +538,7 @@ fn python_stack<W: Watch>(depth: usize, w: &mut W) -> (u32, bool) {
 /// remembers gives its id without walking or interning). Out of line: its frame buffer is only
 /// on the stack meanwhile.
 #[inline(never)]
-fn native_stack<W: Watch>(depth: usize, caller: u64, stop: StopAt, w: &mut W) -> u32 {
+fn native_stack<W: Timer>(depth: usize, caller: u64, stop: StopAt, w: &mut W) -> u32 {
     let mut walked = false;
     let id = stack::capture_id(depth, caller, stop, true, |frames| {
         walked = true;

@@ -68,7 +68,7 @@ pub fn config() -> &'static Config {
     CONFIG.get_or_init(|| {
         let (c, warnings) = Config::from_env();
         if c.self_profile {
-            crate::profile::enable();
+            crate::self_profile::enable();
         }
         if !c.quiet {
             for w in warnings.iter().filter(|w| announce::first_to_warn(w)) {

@@ -23,7 +23,7 @@ use self::sink::Sink;
 use crate::capture::clock::{self, Calibration};
 use crate::capture::{intern, python};
 use crate::monitor::Monitor;
-use crate::profile::{self, Stage, WriterTimer};
+use crate::self_profile::{self, Stage, WriterTimer};
 use crate::session::lifecycle::Ending;
 use crate::session::ring::Take;
 use crate::session::{Session, HOOK_PANICS, MISSING_REAL};
@@ -535,7 +535,7 @@ impl Writer {
         self.sink.flush();
         let written = self.sink.write_ticks();
         self.timer.lap_flush(written);
-        profile::print(self.timer.row(), lost);
+        self_profile::print(self.timer.row(), lost);
         // Closed (if still ours): a process whose exec failed goes on with a new trace.
         self.sink.writer = None;
         if lost > 0 && !self.session.config.quiet {

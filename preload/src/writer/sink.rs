@@ -11,7 +11,7 @@ use vramtrace_collector::format::{Header, Packing, Record, SegmentInfo, TraceWri
 use super::file::segments::FileId;
 use super::file::trace_file::{CreateError, TraceFile};
 use crate::capture::clock;
-use crate::profile::TimedWrite;
+use crate::self_profile::TimedWrite;
 use crate::session::{announce, Session};
 use crate::warn::warn;
 use vramtrace_collector::units::pattern::{self, Naming};

@@ -14,7 +14,7 @@
 //! The writer thread has a row of its own too.
 //!
 //! Off (the default), the hooks pay one load and one predictable branch per call: the profiled
-//! and the plain hook paths are separate copies of the same generic code ([`Watch`]), chosen
+//! and the plain hook paths are separate copies of the same generic code ([`Timer`]), chosen
 //! once at the top of [`crate::hooks::Call::run`].
 
 use std::cell::Cell;
@@ -194,7 +194,7 @@ fn add_laps(row: usize, stage: Stage, ticks: u64, laps: u64) {
 }
 
 /// Stage timing on a hook's path: [`Off`] compiles to nothing, [`On`] reads the clock.
-pub trait Watch {
+pub trait Timer {
     /// Starts timing a call on the calling thread.
     fn start() -> Self;
     /// Restarts the lap without counting the time since the last one (it belongs elsewhere).
@@ -210,7 +210,7 @@ pub trait Watch {
 /// No profiling.
 pub struct Off;
 
-impl Watch for Off {
+impl Timer for Off {
     #[inline(always)]
     fn start() -> Off {
         Off
@@ -251,7 +251,7 @@ impl On {
     }
 }
 
-impl Watch for On {
+impl Timer for On {
     #[inline]
     fn start() -> On {
         On::start_on(crate::capture::thread::current().profile_row())
