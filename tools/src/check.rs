@@ -21,7 +21,7 @@ use vramtrace_collector::symbols::{Granularity, Symbolizer};
 use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
 use crate::limits::{could_not_check, measure, render, render_gaps, Limit, Measured};
-use crate::load::{load_analyzed, ReadFrom};
+use crate::load::{load_with_steps, ReadFrom};
 use crate::options::AnalysisArgs;
 use crate::options::TracerArgs;
 use crate::report::Report;
@@ -206,7 +206,7 @@ fn measure_trace(
     limits: &[Limit],
     analysis: &AnalysisArgs,
 ) -> Result<(Vec<Measured>, Vec<String>)> {
-    let trace = load_analyzed(path, ReadFrom::First, analysis.config())?;
+    let trace = load_with_steps(path, ReadFrom::First, analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
     writeln!(

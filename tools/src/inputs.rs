@@ -15,7 +15,7 @@ use vramtrace_collector::format::{SegmentFile, TraceKey};
 use vramtrace_collector::live::LiveState;
 use vramtrace_collector::torch::TorchView;
 
-use crate::load::{load_analyzed_observing, LoadedTrace, Observer, Progress, ReadFrom};
+use crate::load::{load_with_steps_observing, LoadedTrace, Observer, Progress, ReadFrom};
 
 /// The traces named by `inputs`: each file as given, each directory's `*.vtrace` files in
 /// name order; the segments of one trace cut into segments are one trace, named by the first
@@ -118,7 +118,7 @@ impl Observer for Tallying {
     fn finish(&mut self, _: &LiveState) {}
 }
 
-/// Reads the trace at `path` as [`crate::load::load_analyzed`] does (its steps decided the same
+/// Reads the trace at `path` as [`crate::load::load_with_steps`] does (its steps decided the same
 /// way), tallying its calls in the pass that counts, and analyzes it with PyTorch's view.
 pub fn load_run(
     path: &Path,
@@ -127,7 +127,7 @@ pub fn load_run(
     progress: &Progress,
 ) -> Result<Run> {
     let (trace, Tallying(tally)) =
-        load_analyzed_observing(path, from, growth, progress, || Tallying(CallTally::new()))?;
+        load_with_steps_observing(path, from, growth, progress, || Tallying(CallTally::new()))?;
     let torch = trace.torch();
     Ok(Run {
         analysis: trace.analyze(&torch),

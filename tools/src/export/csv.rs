@@ -11,7 +11,7 @@ use vramtrace_collector::live::StepSource;
 use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 
 use super::ExportArgs;
-use crate::load::{load_analyzed, read, Flow, Progress};
+use crate::load::{load_with_steps, read, Flow, Progress};
 
 fn hex(v: u64) -> String {
     format!("{v:#x}")
@@ -19,7 +19,7 @@ fn hex(v: u64) -> String {
 
 /// Writes one row per live object; returns what was written.
 pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
-    let trace = load_analyzed(&args.trace, args.window.read_from(), args.analysis.config())?;
+    let trace = load_with_steps(&args.trace, args.window.read_from(), args.analysis.config())?;
     let state = &trace.state;
     let mut symbols = Symbolizer::from_env();
     let mut naming = Attribution::of_state(state, &mut symbols);

@@ -13,7 +13,7 @@ use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 
 use super::frames::Stacks;
 use super::{ExportArgs, Moment};
-use crate::load::load_analyzed;
+use crate::load::load_with_steps;
 use crate::timeline::bands::site_call;
 
 /// A frame name as a folded-stack line can carry it: `;` separates frames there.
@@ -75,7 +75,7 @@ fn weights(
 
 /// Writes the flame graph; returns what it shows.
 pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
-    let trace = load_analyzed(&args.trace, args.window.read_from(), args.analysis.config())?;
+    let trace = load_with_steps(&args.trace, args.window.read_from(), args.analysis.config())?;
     let state = &trace.state;
     let (weights, title) = weights(state, args, &trace.growth);
     if weights.values().all(|&b| b == 0) {

@@ -232,9 +232,9 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
 /// Reads the trace at `path` for analysis, from where `from` says: when it has no step marks
 /// but a repeating allocation pattern, each occurrence of the pattern's anchor begins a step.
 /// Read once ([`steps_found::read`]) unless the steps found in its first part turn out wrong.
-pub fn load_analyzed(path: &Path, from: ReadFrom, growth: GrowthConfig) -> Result<LoadedTrace> {
+pub fn load_with_steps(path: &Path, from: ReadFrom, growth: GrowthConfig) -> Result<LoadedTrace> {
     let progress = Progress::new(path, "reading");
-    load_analyzed_observing(path, from, growth, &progress, || ()).map(|(trace, ())| trace)
+    load_with_steps_observing(path, from, growth, &progress, || ()).map(|(trace, ())| trace)
 }
 
 /// What reading a trace for analysis gathers besides the state, event by event: the course of
@@ -251,9 +251,9 @@ impl Observer for () {
     fn finish(&mut self, _: &LiveState) {}
 }
 
-/// [`load_analyzed`], with an observer (from `new`) that sees every event of the pass whose
+/// [`load_with_steps`], with an observer (from `new`) that sees every event of the pass whose
 /// state is kept.
-pub fn load_analyzed_observing<O: Observer>(
+pub fn load_with_steps_observing<O: Observer>(
     path: &Path,
     from: ReadFrom,
     growth: GrowthConfig,

@@ -23,7 +23,7 @@ use vramtrace_collector::torch::TorchView;
 
 use vramtrace_collector::analysis::Analysis;
 
-use crate::load::{load_analyzed, LoadedTrace};
+use crate::load::{load_with_steps, LoadedTrace};
 use crate::options::ReportArgs;
 use crate::site_labels;
 
@@ -100,7 +100,7 @@ impl Report<'_> {
 }
 
 fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
-    let trace = load_analyzed(path, args.window.read_from(), args.analysis.config())?;
+    let trace = load_with_steps(path, args.window.read_from(), args.analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
     let stdout = std::io::stdout();

@@ -331,7 +331,7 @@ impl Observer for Timeline {
     }
 }
 
-/// Reads the trace at `path` for analysis (as [`crate::load::load_analyzed`]) and gathers its
+/// Reads the trace at `path` for analysis (as [`crate::load::load_with_steps`]) and gathers its
 /// timeline of at most `cap` stretches on the way.
 pub fn load_with_timeline(
     path: &std::path::Path,
@@ -341,7 +341,7 @@ pub fn load_with_timeline(
     max_ranges: usize,
 ) -> anyhow::Result<(crate::load::LoadedTrace, Timeline)> {
     let progress = crate::load::Progress::new(path, "reading");
-    crate::load::load_analyzed_observing(path, from, growth, &progress, || {
+    crate::load::load_with_steps_observing(path, from, growth, &progress, || {
         Timeline::new(cap, max_ranges)
     })
 }
