@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::format::Attachment;
 
 /// Payloads of one kind kept; older ones are counted and dropped.
-pub const KEPT_PER_KIND: usize = 8;
+pub(crate) const KEPT_PER_KIND: usize = 8;
 
 /// One whole payload.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ pub fn is_tracer(file_name: &str) -> bool {
 }
 
 /// Whether a module file name is one of the CUDA implementation libraries (or the tracer).
-pub fn is_cuda_library(file_name: &str) -> bool {
+pub(crate) fn is_cuda_library(file_name: &str) -> bool {
     CUDA_LIBRARY_PREFIXES
         .iter()
         .any(|p| file_name.starts_with(p))

@@ -29,12 +29,12 @@ pub struct PythonStacks {
 
 impl PythonStacks {
     /// Records a code object; a later record with the same id replaces it.
-    pub fn add_code(&mut self, code: &PyCode) {
+    pub(crate) fn add_code(&mut self, code: &PyCode) {
         self.codes.insert(code.id, code.clone());
     }
 
     /// Records an interned Python stack.
-    pub fn add_stack(&mut self, stack: &PyStackDef) {
+    pub(crate) fn add_stack(&mut self, stack: &PyStackDef) {
         self.stacks
             .insert(stack.id, stack.frames.clone().into_boxed_slice());
     }
@@ -50,7 +50,7 @@ impl PythonStacks {
     }
 
     /// The raw frames of stack `id`, innermost first; `None` for 0 or an undefined id.
-    pub fn raw_frames(&self, id: StackId) -> Option<&[PyFrame]> {
+    pub(crate) fn raw_frames(&self, id: StackId) -> Option<&[PyFrame]> {
         self.stacks.get(&id).map(|f| &f[..])
     }
 
@@ -96,7 +96,7 @@ impl PythonStacks {
 /// Whether a Python source file belongs to an installed package or the standard library rather
 /// than to the program: `…/site-packages/…`, `…/dist-packages/…`, `…/lib/python3.12/…`, and
 /// `<frozen importlib._bootstrap>`-style names.
-pub fn is_library_file(file: &str) -> bool {
+pub(crate) fn is_library_file(file: &str) -> bool {
     if file.starts_with('<') || file.contains("/site-packages/") || file.contains("/dist-packages/")
     {
         return true;

@@ -118,7 +118,7 @@ fn exact(n: u64) -> String {
 /// that grows fastest there.
 fn growth_found(
     analysis: &Analysis,
-    fails: impl Fn(&vramtrace_collector::analysis::growth::HolderGrowth) -> bool,
+    fails: impl Fn(&vramtrace_collector::analysis::HolderGrowth) -> bool,
 ) -> (bool, String) {
     let g = &analysis.growth;
     let devices = g

@@ -6,7 +6,7 @@
 use std::io::{self, Write};
 
 use vramtrace_collector::analysis::{Analysis, FindingClass, Severity};
-use vramtrace_collector::compare::profile::{growth_unit, unit_converter};
+use vramtrace_collector::compare::{growth_unit, unit_converter};
 use vramtrace_collector::compare::{RankCause, RankInput, RankRow, RunTotals};
 
 use crate::findings::site_label;
@@ -99,7 +99,7 @@ pub fn headline(rows: &[RankRow]) -> String {
 fn differs(r: &RankRow) -> String {
     if !r.odd {
         String::new()
-    } else if r.distance >= vramtrace_collector::compare::ranks::ODD_DISTANCE {
+    } else if r.distance >= vramtrace_collector::compare::ODD_DISTANCE {
         metric_name(r.differs_in.unwrap_or("live_bytes")).to_string()
     } else {
         "own finding".to_string()

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use vramtrace_collector::analysis::site::short_function;
+use vramtrace_collector::analysis::short_function;
 use vramtrace_collector::analysis::{Analysis, SiteName};
 use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, FrameKind};
 

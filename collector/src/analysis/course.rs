@@ -30,11 +30,11 @@ use super::fit::Fit;
 use super::growth::GrowthConfig;
 
 /// Rises a sustained growth needs.
-pub const MIN_RISES: usize = 3;
+pub(crate) const MIN_RISES: usize = 3;
 /// The smallest gap (in samples) between rises of one growth, whatever its usual spacing.
-pub const MIN_GAP_LIMIT: usize = 4;
+pub(crate) const MIN_GAP_LIMIT: usize = 4;
 /// A leading rise this many times the median rise of its growth is warm-up.
-pub const WARM_UP_FACTOR: u64 = 4;
+pub(crate) const WARM_UP_FACTOR: u64 = 4;
 
 /// The course of a series.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -138,7 +138,7 @@ pub struct Bounds {
 /// The index where the teardown of a time series begins: the final drop, that is the trailing
 /// run of samples that never rise, from the last sample of its starting level on; `None` when
 /// the series does not end lower than that level.
-pub fn teardown_start(points: &[(u64, u64)]) -> Option<usize> {
+pub(crate) fn teardown_start(points: &[(u64, u64)]) -> Option<usize> {
     let n = points.len();
     let mut start = n.checked_sub(1)?;
     while start > 0 && points[start - 1].1 >= points[start].1 {

@@ -113,7 +113,7 @@ fn steady_finding(
 /// The diagnosis of the analyses' results, most urgent first; `at_end` when the state is of the
 /// trace's end (not of where a replay stopped).
 #[allow(clippy::too_many_arguments)]
-pub fn diagnose(
+pub(crate) fn diagnose(
     growth: &Growth,
     leaks: &Leaks,
     orphans: &Orphans,
@@ -280,7 +280,7 @@ fn teardown_only(growth: &Growth, leaks: &Leaks, at_end: bool) -> Option<Finding
 
 /// The roles of the rows of `growth.steady` in `findings`: per row, the number (1-based) of the
 /// finding it is part of and its role there.
-pub fn row_findings(growth: &Growth, findings: &[Finding]) -> Vec<Option<(usize, Role)>> {
+pub(crate) fn row_findings(growth: &Growth, findings: &[Finding]) -> Vec<Option<(usize, Role)>> {
     growth
         .steady
         .iter()

@@ -193,7 +193,12 @@ impl Growth {
 
     /// [`Growth::judge`] for a series of another view (`view`, as in [`LineSeries`]): its steps
     /// are its own, so no quiet is added after a pattern's.
-    pub fn judge_in_view(&self, view: &str, holder: Holder, points: Vec<(u64, u64)>) -> Course {
+    pub(crate) fn judge_in_view(
+        &self,
+        view: &str,
+        holder: Holder,
+        points: Vec<(u64, u64)>,
+    ) -> Course {
         let quiet = if view == DRIVER { self.quiet } else { 0 };
         let points = with_quiet(in_units(points, self.window_ns), quiet);
         match self.holders.iter().find(|h| h.holder == holder) {
@@ -217,7 +222,8 @@ impl Growth {
     /// Whether a steady course is sure enough to act on without a threshold: grown over at
     /// least [`MIN_RISES`](super::course::MIN_RISES) rises along a line that fits (R² at least
     /// the settings' `min_r2`; a series that only ever rose is steady without it).
-    pub fn confident(&self, course: &Course) -> bool {
+    #[cfg(feature = "symbols")]
+    pub(crate) fn confident(&self, course: &Course) -> bool {
         course.shape == Shape::Steady
             && course.rises >= super::course::MIN_RISES
             && course.fit.is_some_and(|f| f.r2 >= self.config.min_r2)
@@ -236,7 +242,8 @@ pub struct Headroom {
 
 impl Headroom {
     /// When the holder is full at `rate` bytes per sample unit (a step, or a time window).
-    pub fn project(&self, rate: f64) -> Projection {
+    #[cfg(feature = "symbols")]
+    pub(crate) fn project(&self, rate: f64) -> Projection {
         project(self.room, rate, self.axis, self.unit_ns, &self.config)
     }
 }
@@ -258,7 +265,7 @@ fn judge_on(
 }
 
 /// The axis a state's growth is read on: steps when at least two were sampled, else time.
-pub fn axis_of(state: &LiveState) -> SampleAxis {
+pub(crate) fn axis_of(state: &LiveState) -> SampleAxis {
     if state.samples(SampleAxis::Steps).0 >= 2 {
         SampleAxis::Steps
     } else {

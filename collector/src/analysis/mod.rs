@@ -11,41 +11,49 @@
 //! the same functions answer at the end of a trace and at any point a replay stops.
 
 mod advice;
-pub mod causes;
-pub mod course;
+pub(crate) mod causes;
+pub(crate) mod course;
 mod diagnose;
-pub mod finding;
-pub mod fit;
-pub mod fragmentation;
-pub mod growth;
-pub mod integrity;
-pub mod leaks;
-pub mod oom;
-pub mod orphans;
-pub mod owner;
-pub mod peak;
-pub mod site;
-pub mod watch;
+pub(crate) mod finding;
+pub(crate) mod fit;
+pub(crate) mod fragmentation;
+pub(crate) mod growth;
+pub(crate) mod integrity;
+pub(crate) mod leaks;
+pub(crate) mod oom;
+pub(crate) mod orphans;
+pub(crate) mod owner;
+pub(crate) mod peak;
+pub(crate) mod site;
+pub(crate) mod watch;
 
 use serde::Serialize;
 
 pub use causes::Role;
-pub use course::{Bounds, Course, Phases, Shape};
-pub use diagnose::{diagnose, row_findings};
-pub use finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Severity};
-pub use fit::Fit;
+pub use course::{Bounds, Phases, Shape};
+pub(crate) use diagnose::{diagnose, row_findings};
+pub use finding::{Finding, FindingClass, LineMeaning, Related, Severity};
 pub use fragmentation::{fragmentation, Fragmentation};
-pub use growth::{
-    growth, growth_with, FindingRef, Growth, GrowthConfig, Headroom, LineSeries, Projection,
-};
-pub use integrity::{anomalies, AnomalyReport};
+pub use fragmentation::{AddressSpace, CacheUse, OomRelief, PhysicalMemory, ReservationUse};
+pub(crate) use growth::FindingRef;
+pub use growth::{growth, growth_with, Growth, GrowthConfig, LineSeries};
+#[cfg(feature = "symbols")]
+pub(crate) use growth::{Headroom, Projection};
+pub use growth::{HolderGrowth, SiteGrowth, DRIVER};
+pub use integrity::anomalies;
+pub(crate) use integrity::AnomalyReport;
 pub use leaks::{leaks, Leaks};
-pub use oom::{ooms, OomReport};
+pub use oom::ooms;
+pub(crate) use oom::OomReport;
+pub use orphans::Orphan;
 pub use orphans::{orphans, OrphanKind, Orphans};
+pub use owner::is_library_module;
 pub use owner::OwnerKind;
-pub use peak::{peaks, Peaks};
-pub use site::{Place, SiteAmount, SiteName, SourceLine};
-pub use watch::{DeviceVerdict, Judgement, Reason, Watch, WatchConfig};
+pub use peak::peaks;
+pub(crate) use peak::Peaks;
+pub use site::{base_name, name as site_name, short_function};
+pub use site::{Place, SiteName, SourceLine};
+pub use watch::{Judgement, Reason, Watch, WatchConfig};
 
 use crate::live::{LiveState, StepPattern, StepSource};
 

@@ -34,7 +34,7 @@ pub enum OwnerKind {
 impl OwnerKind {
     /// The kind of the module at `path` (a file name alone works for every kind but CuPy, whose
     /// modules are named only by their directory).
-    pub fn of_module(path: &str) -> OwnerKind {
+    pub(crate) fn of_module(path: &str) -> OwnerKind {
         let name = path.rsplit('/').next().unwrap_or(path);
         let starts = |p: &str| name.starts_with(p);
         if starts("libnccl") {
@@ -66,7 +66,7 @@ impl OwnerKind {
     /// Whether the module is a framework's allocator: what it asks the driver for are pools or
     /// segments it carves the program's arrays from, so the line where it asked need not be the
     /// line whose arrays stay live.
-    pub const fn is_framework(self) -> bool {
+    pub(crate) const fn is_framework(self) -> bool {
         matches!(
             self,
             OwnerKind::Torch | OwnerKind::Jax | OwnerKind::TensorFlow | OwnerKind::Cupy
@@ -76,7 +76,7 @@ impl OwnerKind {
     /// Whether what this kind of module allocated through entry point `api` is a framework
     /// allocator's pool or segment (not one array). Stream-ordered allocations (PyTorch's
     /// `cudaMallocAsync` backend) are one array each.
-    pub fn makes_pools(self, api: Option<&str>) -> bool {
+    pub(crate) fn makes_pools(self, api: Option<&str>) -> bool {
         let per_array = api.is_some_and(|a| {
             a.contains("MallocAsync") || a.contains("AllocAsync") || a.contains("FromPool")
         });

@@ -130,7 +130,7 @@ impl SourceLine {
 
     /// Whether two lines are the same line of the same file (files compared by base name when
     /// one view recorded a relative path).
-    pub fn same_line(&self, other: &SourceLine) -> bool {
+    pub(crate) fn same_line(&self, other: &SourceLine) -> bool {
         self.line == other.line
             && (self.file == other.file || base_name(&self.file) == base_name(&other.file))
     }

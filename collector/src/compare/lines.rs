@@ -194,7 +194,8 @@ fn held_by_when(made: &[Made], span: Span) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::{Course, GrowthConfig};
+    use crate::analysis::course::Course;
+    use crate::analysis::GrowthConfig;
 
     /// The rate as the growth analysis would judge it: time samples in windows, then per
     /// second.

@@ -236,7 +236,7 @@ impl Matching {
     }
 
     /// The file pair B's file `b_file` belongs to.
-    pub fn file_of_b(&self, b_file: &str) -> Option<&FilePair> {
+    pub(crate) fn file_of_b(&self, b_file: &str) -> Option<&FilePair> {
         self.files.iter().find(|f| f.b == b_file)
     }
 }

@@ -61,7 +61,7 @@ pub(crate) fn median_u64(mut v: Vec<u64>) -> u64 {
 }
 
 /// The median of reals (the mean of the two middle ones for an even count); 0 for none.
-pub fn median_f64(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median_f64(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => 0.0,
@@ -144,7 +144,7 @@ macro_rules! record {
 
         impl $name {
             /// A's and B's counts side by side.
-            pub fn side_by_side(a: &Self, b: &Self) -> $sides {
+            pub(crate) fn side_by_side(a: &Self, b: &Self) -> $sides {
                 $sides {
                     $( $count: $crate::compare::metrics::Count::of(a.$count, b.$count), )*
                 }

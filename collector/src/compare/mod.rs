@@ -15,28 +15,37 @@
 //! from one record per view, [`metrics`]), and [`verdict`] decides whether it is a regression.
 //! [`ranks`] compares many traces of one job (one per rank or process) with their median.
 
-pub mod diff;
-pub mod identity;
+pub(crate) mod diff;
+pub(crate) mod identity;
 mod lines;
-pub mod matching;
-pub mod median;
-pub mod metrics;
-pub mod profile;
-pub mod ranks;
-pub mod row;
-pub mod sources;
-pub mod tally;
-pub mod tensors;
-pub mod verdict;
+pub(crate) mod matching;
+pub(crate) mod median;
+pub(crate) mod metrics;
+pub(crate) mod profile;
+pub(crate) mod ranks;
+pub(crate) mod row;
+pub(crate) mod sources;
+pub(crate) mod tally;
+pub(crate) mod tensors;
+pub(crate) mod verdict;
 
 pub use diff::{Diff, SiteDiff};
-pub use identity::{FrameId, PythonLine, SiteIdentity};
+pub use diff::{SourceChange, StepAlignment, StepRow, TopDifference, TotalsDiff};
+pub use identity::native_identity;
+pub use identity::{PythonLine, SiteIdentity};
+pub use matching::{FilePair, LineMapping, PairedBy};
 pub use matching::{MatchHow, Matching};
 pub use metrics::SiteMetrics;
-pub use profile::{GrowthUnit, Profile, RunTotals, SiteProfile, StepFacts};
+pub use metrics::{Count, Rate};
+pub use profile::{growth_unit, unit_converter};
+pub use profile::{GrowthUnit, Profile, RunTotals};
+pub use ranks::ODD_DISTANCE;
 pub use ranks::{rank_rows, RankCause, RankInput, RankRow};
 pub use row::SiteStatus;
+pub use sources::LineChangeKind;
 pub use sources::SourceSearch;
-pub use tally::{CallCounts, CallTally};
-pub use tensors::{TensorDiff, TensorProfile};
+pub use tally::CallTally;
+pub use tensors::TensorProfile;
+pub use tensors::{view_name, TensorLine, TensorLineDiff, TensorRun, DRIVER_VIEW_NAME};
+pub use verdict::Check;
 pub use verdict::{NewGrowth, Thresholds, Verdict};

@@ -153,7 +153,7 @@ pub struct SiteProfile {
 }
 
 /// Lines seen executing per `(file, function)`.
-pub type ExecutedLines = BTreeMap<(String, String), BTreeSet<u32>>;
+pub(crate) type ExecutedLines = BTreeMap<(String, String), BTreeSet<u32>>;
 
 /// A Python code object the trace named.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -550,7 +550,7 @@ fn name_site(naming: &mut Attribution<'_>, python: &PythonStacks, site: &Site<'_
 
 /// A native site in words, as every output names it ([`frames_label`]); its frame's
 /// `module+offset` when symbols name nothing.
-pub fn native_label(frames: &[StackFrame]) -> String {
+pub(crate) fn native_label(frames: &[StackFrame]) -> String {
     frames_label(frames).unwrap_or_else(|| {
         frames
             .iter()

@@ -64,7 +64,11 @@ impl SourceSearch {
 
     /// The first readable candidate for `recorded` that `fits` (the version of the file a run
     /// executed: another version read in its place would misplace every line).
-    pub fn read_fitting(&self, recorded: &str, fits: impl Fn(&Source) -> bool) -> Option<Source> {
+    pub(crate) fn read_fitting(
+        &self,
+        recorded: &str,
+        fits: impl Fn(&Source) -> bool,
+    ) -> Option<Source> {
         self.candidates(recorded).into_iter().find_map(|path| {
             let text = std::fs::read_to_string(&path).ok()?;
             let source = Source {
@@ -97,7 +101,7 @@ impl Source {
     }
 
     /// Whether line `n` holds code: not blank, not only a comment.
-    pub fn is_code(&self, n: u32) -> bool {
+    pub(crate) fn is_code(&self, n: u32) -> bool {
         self.line(n).is_some_and(|l| {
             let t = l.trim();
             !t.is_empty() && !t.starts_with('#')
@@ -235,7 +239,7 @@ impl LineMap {
     }
 
     /// The number in A of line `b_line` of B; `None` for a line B added or changed.
-    pub fn to_a(&self, b_line: u32) -> Option<u32> {
+    pub(crate) fn to_a(&self, b_line: u32) -> Option<u32> {
         self.b_to_a.get(&b_line).copied()
     }
 }

@@ -31,7 +31,7 @@ use crate::live::Holder;
 use crate::torch::{AllocatorSnapshot, LineGrowth, TensorHistory, TorchView, View, VIEW_NAME};
 
 /// The words for the recorder's view in tables and JSON (`view_name`).
-pub const TENSOR_VIEW_NAME: &str = "tensors (PyTorch recorder)";
+pub(crate) const TENSOR_VIEW_NAME: &str = "tensors (PyTorch recorder)";
 /// The words for the driver's view.
 pub const DRIVER_VIEW_NAME: &str = "driver";
 

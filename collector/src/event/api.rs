@@ -135,7 +135,8 @@ apis! {
 
 impl Api {
     /// Looks an exact exported name up.
-    pub fn from_name(name: &str) -> Option<Api> {
+    #[cfg(test)]
+    pub(crate) fn from_name(name: &str) -> Option<Api> {
         Api::ALL.iter().copied().find(|a| a.name() == name)
     }
 }

@@ -13,7 +13,7 @@ pub use api::{Api, Layer};
 use serde::{Deserialize, Serialize};
 
 /// Interned stack id; `0` means "no stack was captured".
-pub type StackId = u32;
+pub(crate) type StackId = u32;
 
 /// One intercepted call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

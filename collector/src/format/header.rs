@@ -19,7 +19,7 @@ use super::error::TraceError;
 use super::reader::Unread;
 
 /// The first eight bytes of every trace.
-pub const MAGIC: [u8; 8] = *b"VRAMTRC\0";
+pub(crate) const MAGIC: [u8; 8] = *b"VRAMTRC\0";
 
 /// The format version this code writes; it reads this one and every one since
 /// [`OLDEST_VERSION`].
@@ -27,7 +27,7 @@ pub const FORMAT_VERSION: u32 = 6;
 
 /// The oldest format version this code reads (version 4: the same chunks without sync markers,
 /// the header once).
-pub const OLDEST_VERSION: u32 = 4;
+pub(crate) const OLDEST_VERSION: u32 = 4;
 
 /// Largest header a reader accepts.
 const MAX_HEADER_BYTES: usize = 16 * 1024 * 1024;

@@ -37,13 +37,14 @@ mod varint;
 mod writer;
 
 pub use error::TraceError;
-pub use header::{Header, SegmentInfo, FORMAT_VERSION, MAGIC, OLDEST_VERSION};
+pub use header::{Header, SegmentInfo, FORMAT_VERSION};
 pub use packing::Packing;
-pub use reader::{Ending, RecordRef, RecordSource, TraceReader, Unread};
+pub(crate) use reader::RecordSource;
+pub use reader::{Ending, RecordRef, TraceReader, Unread};
 pub use record::{
     Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment,
     SegmentEnd, Snapshot, StackDef, Stats,
 };
-pub use series::{Gone, SegmentFile, Series, SeriesRead, SeriesReader, TraceKey};
-pub use tail::{read_tail, Tail};
+pub use series::{Gone, SegmentFile, Series, SeriesReader, TraceKey};
+pub use tail::read_tail;
 pub use writer::TraceWriter;

@@ -211,7 +211,7 @@ fn is_not_found(e: &TraceError) -> bool {
 }
 
 /// A file read through a buffer, as every file of a series is.
-pub type SeriesRead = Box<dyn Read + Send>;
+pub(crate) type SeriesRead = Box<dyn Read + Send>;
 
 fn boxed(file: File) -> SeriesRead {
     Box::new(BufReader::with_capacity(1 << 20, file))

@@ -15,7 +15,7 @@ use super::objects::{api_name, hex};
 use crate::event::Api;
 
 /// How many anomalies are kept in detail; the rest are only counted.
-pub const MAX_ANOMALY_DETAILS: usize = 1000;
+pub(crate) const MAX_ANOMALY_DETAILS: usize = 1000;
 
 /// What kind of impossible thing happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -196,7 +196,8 @@ impl Anomalies {
     }
 
     /// The doubtful anomalies kept in detail, in the order they were seen.
-    pub fn doubtful_details(&self) -> &[Anomaly] {
+    #[cfg(test)]
+    pub(crate) fn doubtful_details(&self) -> &[Anomaly] {
         &self.doubtful.details
     }
 

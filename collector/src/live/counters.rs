@@ -14,9 +14,9 @@ use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
 
 /// See [`LiveState::steps_after_pattern`].
-pub const QUIET_FACTOR: u64 = 100;
+pub(crate) const QUIET_FACTOR: u64 = 100;
 /// See [`LiveState::steps_after_pattern`].
-pub const QUIET_MIN_NS: u64 = 1_000_000_000;
+pub(crate) const QUIET_MIN_NS: u64 = 1_000_000_000;
 
 impl LiveState {
     /// Device memory live on `device` now.
@@ -111,7 +111,7 @@ impl LiveState {
     }
 
     /// Whether the steps applied are the program's marks (step marks, or iteration marks).
-    pub fn steps_from_marks(&self) -> bool {
+    pub(crate) fn steps_from_marks(&self) -> bool {
         matches!(self.step_source, StepSource::Marks | StepSource::StepMarks)
             && (self.marks > 0 || self.iteration_steps > 0)
     }
@@ -172,7 +172,7 @@ impl LiveState {
     /// compiles, then seconds of training it never shows). A program's exit, after a loop that
     /// ran to its end, takes a few times a GPU training loop's time (three, on the H200's
     /// acceptance programs), and tens of milliseconds after a loop of a few milliseconds.
-    pub fn steps_after_pattern(&self) -> u64 {
+    pub(crate) fn steps_after_pattern(&self) -> u64 {
         let (StepSource::Pattern(_), Some((first, last)), Some(step)) =
             (&self.step_source, self.step_times, self.step_duration_ns())
         else {

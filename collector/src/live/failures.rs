@@ -24,9 +24,9 @@ use crate::event::{Api, Event, Layer, Op};
 use crate::ids::SiteId;
 
 /// Failures kept from the start of the trace.
-pub const MAX_FIRST_FAILURES: usize = 1000;
+pub(crate) const MAX_FIRST_FAILURES: usize = 1000;
 /// Failures kept from the end of the trace, once the first are full.
-pub const MAX_RECENT_FAILURES: usize = 100;
+pub(crate) const MAX_RECENT_FAILURES: usize = 100;
 
 /// `cudaErrorMemoryAllocation` and `CUDA_ERROR_OUT_OF_MEMORY` share the value 2.
 const CUDA_OUT_OF_MEMORY: i32 = 2;
@@ -82,14 +82,14 @@ impl Failure {
 
 /// Whether a failed `event` only reports the driver or the runtime shutting down (a context
 /// released while the process exits): noise of the exit, not a failure of the program.
-pub fn means_shutting_down(event: &Event) -> bool {
+pub(crate) fn means_shutting_down(event: &Event) -> bool {
     event.result == CUDA_SHUTTING_DOWN
         && matches!(event.api.layer(), Layer::Runtime | Layer::Driver)
 }
 
 /// Whether a failed `event` ran out of memory: the runtime's and the driver's out-of-memory code
 /// (NCCL's codes mean other things).
-pub fn means_out_of_memory(event: &Event) -> bool {
+pub(crate) fn means_out_of_memory(event: &Event) -> bool {
     event.result == CUDA_OUT_OF_MEMORY
         && matches!(event.api.layer(), Layer::Runtime | Layer::Driver)
 }
@@ -209,15 +209,15 @@ impl Failures {
 }
 
 /// Out-of-memory snapshots kept from the start of the trace.
-pub const MAX_FIRST_OOMS: usize = 8;
+pub(crate) const MAX_FIRST_OOMS: usize = 8;
 /// Out-of-memory snapshots kept from the end of the trace.
-pub const MAX_RECENT_OOMS: usize = 8;
+pub(crate) const MAX_RECENT_OOMS: usize = 8;
 /// Call sites listed in a snapshot; the rest are summed.
-pub const OOM_SITES: usize = 32;
+pub(crate) const OOM_SITES: usize = 32;
 /// Call sites whose recent series a snapshot keeps.
-pub const OOM_SERIES_SITES: usize = 8;
+pub(crate) const OOM_SERIES_SITES: usize = 8;
 /// Recent sample points a snapshot keeps per series.
-pub const OOM_SERIES_POINTS: usize = 32;
+pub(crate) const OOM_SERIES_POINTS: usize = 32;
 
 /// What one call site held at a moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -48,29 +48,32 @@ use self::sites::SiteTable;
 use self::steps::StepDetector;
 
 pub use crate::ids::SiteId;
-pub use anomalies::{Anomalies, Anomaly, AnomalyKind, MAX_ANOMALY_DETAILS};
-pub use device_memory::DeviceAccount;
-pub use endings::{Ended, EndingCall};
-pub use failures::{
-    means_out_of_memory, means_shutting_down, Failure, Failures, OomLog, OomSnapshot, RecentSeries,
-    SiteHolding, MAX_FIRST_FAILURES, MAX_FIRST_OOMS, MAX_RECENT_FAILURES, MAX_RECENT_OOMS,
-};
-pub use ledger::{Holder, PeakPoint, PoolUse};
-pub use losses::Losses;
+pub use anomalies::{Anomalies, Anomaly, AnomalyKind};
+pub(crate) use device_memory::DeviceAccount;
+pub use endings::Ended;
+pub(crate) use failures::OomLog;
+pub(crate) use failures::RecentSeries;
+pub(crate) use failures::MAX_FIRST_OOMS;
+#[cfg(feature = "symbols")]
+pub(crate) use failures::{means_out_of_memory, means_shutting_down};
+pub use failures::{Failure, Failures, SiteHolding};
+pub use ledger::Holder;
+pub(crate) use ledger::{PeakPoint, PoolUse};
+pub(crate) use losses::Losses;
+pub(crate) use objects::Pool;
 pub use objects::{
     Accounting, Allocation, Array, Category, CommState, Communicator, Context, Flag, Flags,
-    HostRegistration, IpcMapping, LiveObject, Mapping, NcclBuffer, Origin, PhysicalHandle, Pool,
-    Registration, Reservation, Window,
+    LiveObject, Mapping, Origin, Registration, Window,
 };
-pub use origin::{CodeLocation, Owner, OwnerResolver};
-pub use query::{HolderState, SampleAxis};
-pub use sites::ProgramLine;
-pub use sites::SiteKey;
-pub use snapshot::Restored;
-pub use steps::{Anchor, StepPattern, StepSource};
-pub use summary::{
-    CallSite, CategoryTotals, CommunicatorTotals, DeviceTotals, ModuleTotals, Summary, Totals,
-};
+pub use origin::Owner;
+pub(crate) use origin::OwnerResolver;
+pub use query::SampleAxis;
+pub(crate) use sites::ProgramLine;
+#[cfg(feature = "symbols")]
+pub(crate) use sites::SiteKey;
+pub(crate) use snapshot::Restored;
+pub use steps::{StepPattern, StepSource};
+pub use summary::{CallSite, Summary, Totals};
 
 use self::counters::CallCounts;
 use self::memory::MemoryTables;
@@ -85,7 +88,7 @@ use crate::format::{End, Lookup, Stats};
 use crate::python::PythonStacks;
 
 /// Lookups and warnings kept in detail; the rest are counted.
-pub const MAX_TRACER_NOTES: usize = 1000;
+pub(crate) const MAX_TRACER_NOTES: usize = 1000;
 
 /// Calls and failures of one entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -242,6 +245,8 @@ impl LiveState {
 
 #[cfg(test)]
 mod tests {
+    use super::anomalies::MAX_ANOMALY_DETAILS;
+    use super::failures::{MAX_FIRST_FAILURES, MAX_RECENT_FAILURES};
     use super::*;
     use crate::event::{Event, MemKind, Op};
     use crate::format::{Module, Record, Segment};

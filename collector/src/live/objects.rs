@@ -125,7 +125,7 @@ impl Flag {
     }
 
     /// Whether the flag makes the object an orphan: live, but what owned it is gone.
-    pub const fn is_orphan(self) -> bool {
+    pub(crate) const fn is_orphan(self) -> bool {
         matches!(
             self,
             Flag::CommunicatorGone
@@ -179,7 +179,7 @@ impl Flags {
     }
 
     /// Whether any orphan flag is set.
-    pub fn is_orphan(self) -> bool {
+    pub(crate) fn is_orphan(self) -> bool {
         self.iter().any(Flag::is_orphan)
     }
 
@@ -328,7 +328,7 @@ pub struct Allocation {
 
 /// Host memory page-locked in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostRegistration {
+pub(crate) struct HostRegistration {
     pub ptr: u64,
     pub size: u64,
     pub register_flags: u32,
@@ -347,7 +347,7 @@ pub struct Array {
 
 /// Another process's memory opened through IPC.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IpcMapping {
+pub(crate) struct IpcMapping {
     pub ptr: u64,
     pub flags: Flags,
     pub origin: Origin,
@@ -355,7 +355,7 @@ pub struct IpcMapping {
 
 /// A virtual address range reservation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     pub ptr: u64,
     pub size: u64,
     pub alignment: u64,
@@ -365,7 +365,7 @@ pub struct Reservation {
 
 /// A physical allocation handle. Its bytes are live while it has references or mappings.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PhysicalHandle {
+pub(crate) struct PhysicalHandle {
     pub handle: u64,
     /// Bytes (0 for an imported or unseen handle whose size is not known).
     pub size: u64,
@@ -440,7 +440,7 @@ impl CommState {
     }
 
     /// Whether the communicator no longer exists.
-    pub const fn is_gone(self) -> bool {
+    pub(crate) const fn is_gone(self) -> bool {
         matches!(self, CommState::Destroyed | CommState::Aborted)
     }
 }
@@ -464,7 +464,7 @@ pub struct Communicator {
 
 /// An `ncclMemAlloc` buffer: names memory whose physical handles are separate objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NcclBuffer {
+pub(crate) struct NcclBuffer {
     pub ptr: u64,
     pub size: u64,
     pub flags: Flags,

@@ -62,7 +62,7 @@ impl OwnerResolver {
     }
 
     /// Records an interned stack.
-    pub fn add_stack(&mut self, stack: &StackDef) {
+    pub(crate) fn add_stack(&mut self, stack: &StackDef) {
         let previous = self
             .stacks
             .insert(stack.id, stack.frames.clone().into_boxed_slice());

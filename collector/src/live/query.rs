@@ -164,12 +164,17 @@ impl LiveState {
 
     /// The site of a call from `caller` with native stack `stack` and Python stack `py_stack`,
     /// if a call reached it.
-    pub fn site_of_call(&self, caller: u64, stack: StackId, py_stack: StackId) -> Option<SiteId> {
+    pub(crate) fn site_of_call(
+        &self,
+        caller: u64,
+        stack: StackId,
+        py_stack: StackId,
+    ) -> Option<SiteId> {
         self.sites.site_of(&self.python, caller, stack, py_stack)
     }
 
     /// The entry point of the first call made at `site`.
-    pub fn site_api(&self, site: SiteId) -> Option<crate::event::Api> {
+    pub(crate) fn site_api(&self, site: SiteId) -> Option<crate::event::Api> {
         self.sites.first_api(site)
     }
 

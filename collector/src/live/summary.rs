@@ -29,7 +29,7 @@ impl Totals {
     }
 
     /// Adds another total.
-    pub fn add_totals(&mut self, other: Totals) {
+    pub(crate) fn add_totals(&mut self, other: Totals) {
         self.count += other.count;
         self.bytes += other.bytes;
     }

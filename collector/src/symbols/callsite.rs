@@ -194,7 +194,7 @@ impl CallSiteTally {
     }
 
     /// The live device and host memory of `state` (the objects `LiveState::by_call_site` counts).
-    pub fn of_live(state: &LiveState) -> Self {
+    pub(crate) fn of_live(state: &LiveState) -> Self {
         let mut tally = CallSiteTally::new();
         for o in state.live_objects() {
             if matches!(

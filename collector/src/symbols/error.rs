@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// A problem reading one candidate file.
 #[derive(Debug, thiserror::Error)]
-pub enum SymbolError {
+pub(crate) enum SymbolError {
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

@@ -26,11 +26,11 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-pub use callsite::{Attribution, CallRef, CallSiteGroup, CallSiteKey, CallSiteTally, Granularity};
-pub use error::SymbolError;
+pub use callsite::{Attribution, CallRef, CallSiteGroup, CallSiteKey, Granularity};
+pub(crate) use error::SymbolError;
 pub use label::frames_label;
-pub use search::{SymbolSearch, SYMBOL_PATH_VAR};
-pub use stack::{collapse, FrameKind, StackFrame, StackLine};
+pub use search::SymbolSearch;
+pub use stack::{collapse, FrameKind, StackFrame};
 
 use self::dwarf::DwarfInfo;
 use self::search::ModuleFiles;
@@ -73,7 +73,7 @@ impl ResolvedAddress {
     }
 
     /// `libnccl.so.2+0x1234`, or the raw address when no module contains it.
-    pub fn module_offset(&self) -> String {
+    pub(crate) fn module_offset(&self) -> String {
         match &self.module_name {
             Some(name) => format!("{name}+{:#x}", self.offset),
             None => format!("{:#x}", self.offset),

@@ -9,7 +9,7 @@ use super::elf::{hex, ElfFile};
 use crate::format::Module;
 
 /// The environment variable naming extra symbol directories, colon-separated.
-pub const SYMBOL_PATH_VAR: &str = "VRAMTRACE_SYMBOL_PATH";
+pub(crate) const SYMBOL_PATH_VAR: &str = "VRAMTRACE_SYMBOL_PATH";
 
 /// The system's separate debug info directory (Debian, Fedora and others install
 /// `-dbg`/`-debuginfo` packages under it).

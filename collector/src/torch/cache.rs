@@ -16,7 +16,7 @@ use super::snapshot::{Action, AllocatorSnapshot, BlockState};
 use crate::analysis::fragmentation::{CacheUse, OomRelief};
 
 /// The cache of every device of `snapshot`, in device order.
-pub fn cache_use(snapshot: &AllocatorSnapshot) -> Vec<CacheUse> {
+pub(crate) fn cache_use(snapshot: &AllocatorSnapshot) -> Vec<CacheUse> {
     let mut devices: BTreeMap<i32, CacheUse> = BTreeMap::new();
     for s in &snapshot.segments {
         let d = devices.entry(s.device).or_insert_with(|| CacheUse {

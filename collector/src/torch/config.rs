@@ -10,7 +10,8 @@ use super::snapshot::SnapshotError;
 /// The variables torch reads its allocator settings from, in the order it reads them: the first
 /// one set wins (`PYTORCH_CUDA_ALLOC_CONF` is the older name, still read when the newer one is
 /// not set).
-pub const ALLOC_CONF_VARIABLES: [&str; 2] = ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"];
+pub(crate) const ALLOC_CONF_VARIABLES: [&str; 2] =
+    ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"];
 
 /// PyTorch's memory history recorder as the bootstrap set it up.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,13 +17,13 @@ use crate::live::{Holder, LiveState};
 /// The name of the recorder's view in growth rows and findings.
 pub const VIEW: &str = "allocator";
 /// How a report names what holds a growth of this view, where a native row names its library.
-pub const VIEW_NAME: &str = "PyTorch tensors";
+pub(crate) const VIEW_NAME: &str = "PyTorch tensors";
 
 /// The tensor bytes of each Python line at each step sample of `state`: from the snapshot's own
 /// step marks (the same marks as the trace's, on torch's clock), from the first sample whose
 /// tensors the recorder's window holds whole. Empty when the steps do not come from marks or
 /// the trace holds no snapshot.
-pub fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries> {
+pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries> {
     let Some(snapshot) = view.snapshot.as_ref() else {
         return Vec::new();
     };

@@ -28,21 +28,25 @@ mod tensors;
 
 use serde::Serialize;
 
-pub use cache::{cache_use, oom_relief};
-pub use config::{AllocatorConfig, RecorderSettings};
-pub use lines::{step_lines, VIEW, VIEW_NAME};
-pub use snapshot::{
-    Action, AllocatorSnapshot, BlockState, ClockAnchor, Frame, OomFacts, SnapshotBlock,
-    SnapshotError, SnapshotSegment, TraceEntry,
-};
-pub use tensors::{LineBytes, LineGrowth, LineSeries, Series, Tensor, TensorHistory};
+pub(crate) use cache::cache_use;
+pub use cache::oom_relief;
+pub(crate) use config::AllocatorConfig;
+pub(crate) use lines::step_lines;
+pub use lines::VIEW;
+#[cfg(feature = "symbols")]
+pub(crate) use lines::VIEW_NAME;
+pub(crate) use snapshot::AllocatorSnapshot;
+pub use snapshot::{Action, ClockAnchor, Frame};
+#[cfg(feature = "symbols")]
+pub(crate) use tensors::LineGrowth;
+pub use tensors::{LineSeries, Series, Tensor, TensorHistory};
 
 use crate::analysis::Framework;
 use crate::attached::Attachments;
 use crate::live::LiveState;
 
 /// The payload kind of the allocator configuration.
-pub const KIND_ALLOCATOR: &str = "torch.allocator";
+pub(crate) const KIND_ALLOCATOR: &str = "torch.allocator";
 /// The payload kind of a recorder snapshot.
 pub const KIND_SNAPSHOT: &str = "torch.memory_snapshot";
 

@@ -22,7 +22,8 @@ use serde_json::Value;
 pub const FORMAT: &str = "vramtrace-torch-snapshot/1";
 
 /// The columns of a compact trace entry, in the bootstrap's order.
-pub const TRACE_COLUMNS: [&str; 6] = ["action", "addr", "size", "stream", "time_us", "stack"];
+pub(crate) const TRACE_COLUMNS: [&str; 6] =
+    ["action", "addr", "size", "stream", "time_us", "stack"];
 
 /// Why a payload could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -257,7 +257,8 @@ impl<'a> TensorHistory<'a> {
 
     /// Tensors live at `at_ns` (trace clock), per line, largest first. Before the window start
     /// the answer misses tensors that lived and died before it.
-    pub fn live_at(&mut self, at_ns: u64) -> Vec<LineBytes> {
+    #[cfg(test)]
+    pub(crate) fn live_at(&mut self, at_ns: u64) -> Vec<LineBytes> {
         let Some(clock) = self.snapshot.clock else {
             return Vec::new();
         };
@@ -375,7 +376,8 @@ impl<'a> TensorHistory<'a> {
     /// For the tensors live at the end, per line: the bytes allocated in each step between
     /// `boundaries_ns` (the steps' starts on the trace clock, ascending) — the growth that stays.
     /// Largest live bytes first; empty without a clock anchor.
-    pub fn survivor_growth(&mut self, boundaries_ns: &[u64]) -> Vec<LineGrowth> {
+    #[cfg(test)]
+    pub(crate) fn survivor_growth(&mut self, boundaries_ns: &[u64]) -> Vec<LineGrowth> {
         let Some(clock) = self.snapshot.clock else {
             return Vec::new();
         };

@@ -1,6 +1,6 @@
 //! Orphans: one planted case of each kind, and nothing else.
 
-use vramtrace_collector::analysis::orphans::OrphanKind;
+use vramtrace_collector::analysis::OrphanKind;
 use vramtrace_collector::analysis::{leaks, orphans};
 use vramtrace_collector::event::{Api, CommEnd, MemKind, Op};
 use vramtrace_collector::live::Category;

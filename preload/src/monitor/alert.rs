@@ -9,10 +9,10 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
 use serde::Serialize;
-use vramtrace_collector::analysis::owner::is_library_module;
-use vramtrace_collector::analysis::site::short_function;
-use vramtrace_collector::analysis::watch::{Judgement, Reason};
+use vramtrace_collector::analysis::is_library_module;
+use vramtrace_collector::analysis::short_function;
 use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
+use vramtrace_collector::analysis::{Judgement, Reason};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
 use vramtrace_collector::units::bytes;

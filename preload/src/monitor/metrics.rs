@@ -18,7 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use vramtrace_collector::analysis::watch::Judgement;
+use vramtrace_collector::analysis::Judgement;
 use vramtrace_collector::live::{Accounting, LiveState, SampleAxis};
 
 use super::settings::MetricsSettings;

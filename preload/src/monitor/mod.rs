@@ -27,7 +27,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use vramtrace_collector::analysis::watch::Judgement;
+use vramtrace_collector::analysis::Judgement;
 use vramtrace_collector::analysis::{GrowthConfig, Watch, WatchConfig};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::{Alert, Record};

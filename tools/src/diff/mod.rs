@@ -17,16 +17,14 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 use vramtrace_collector::analysis::GrowthConfig;
-use vramtrace_collector::compare::diff::{SourceChange, StepAlignment, TopDifference, TotalsDiff};
-use vramtrace_collector::compare::matching::FilePair;
-use vramtrace_collector::compare::metrics::{Count, Rate};
-use vramtrace_collector::compare::tensors::{
-    view_name, TensorLineDiff, TensorRun, DRIVER_VIEW_NAME,
-};
-use vramtrace_collector::compare::verdict::{Check, NewGrowth, Verdict};
+use vramtrace_collector::compare::FilePair;
 use vramtrace_collector::compare::{
     rank_rows, Diff, Matching, Profile, RankRow, SiteDiff, SourceSearch, TensorProfile, Thresholds,
 };
+use vramtrace_collector::compare::{view_name, TensorLineDiff, TensorRun, DRIVER_VIEW_NAME};
+use vramtrace_collector::compare::{Check, NewGrowth, Verdict};
+use vramtrace_collector::compare::{Count, Rate};
+use vramtrace_collector::compare::{SourceChange, StepAlignment, TopDifference, TotalsDiff};
 use vramtrace_collector::symbols::{Attribution, Symbolizer};
 use vramtrace_collector::torch::View;
 

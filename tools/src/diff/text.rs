@@ -6,17 +6,17 @@
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::site::base_name;
+use vramtrace_collector::analysis::base_name;
 use vramtrace_collector::analysis::LineMeaning;
-use vramtrace_collector::compare::diff::{StepRow, TopDifference};
-use vramtrace_collector::compare::matching::{LineMapping, PairedBy};
-use vramtrace_collector::compare::metrics::Count;
-use vramtrace_collector::compare::sources::LineChangeKind;
-use vramtrace_collector::compare::tensors::{TensorLine, DRIVER_VIEW_NAME};
-use vramtrace_collector::compare::verdict::{Check, NewGrowth};
+use vramtrace_collector::compare::Count;
+use vramtrace_collector::compare::LineChangeKind;
+use vramtrace_collector::compare::{Check, NewGrowth};
 use vramtrace_collector::compare::{
     GrowthUnit, MatchHow, PythonLine, SiteMetrics, SiteStatus, Thresholds,
 };
+use vramtrace_collector::compare::{LineMapping, PairedBy};
+use vramtrace_collector::compare::{StepRow, TopDifference};
+use vramtrace_collector::compare::{TensorLine, DRIVER_VIEW_NAME};
 use vramtrace_collector::symbols::collapse;
 use vramtrace_collector::torch::View;
 

@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 
-use vramtrace_collector::analysis::site::base_name;
+use vramtrace_collector::analysis::base_name;
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
-use vramtrace_collector::analysis::site::short_function;
+use vramtrace_collector::analysis::short_function;
 
 /// One frame, named the way flame graphs and PyTorch snapshots name them.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use vramtrace_collector::analysis::growth::DRIVER;
+use vramtrace_collector::analysis::DRIVER;
 use vramtrace_collector::analysis::{
     Analysis, Finding, FindingClass, LineMeaning, OwnerKind, Related, Role, Severity,
 };

@@ -7,13 +7,13 @@ pub(crate) mod diagnosis;
 use std::io::{self, Write};
 
 use serde::Serialize;
-use vramtrace_collector::analysis::fragmentation::{CacheUse, OomRelief};
-use vramtrace_collector::analysis::growth::{HolderGrowth, SiteGrowth};
-use vramtrace_collector::analysis::orphans::Orphan;
+use vramtrace_collector::analysis::Orphan;
 use vramtrace_collector::analysis::{
     Analysis, Finding, FindingClass, OrphanKind, Orphans, RaisedAlert, Role, Severity, Shape,
     SiteName,
 };
+use vramtrace_collector::analysis::{CacheUse, OomRelief};
+use vramtrace_collector::analysis::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
 use crate::tables::{emit, or_unknown, table};

@@ -33,9 +33,9 @@ use serde::Serialize;
 use crate::ids::SiteId;
 
 /// Tokens kept for finding the period.
-pub const MAX_TOKENS: usize = 1 << 20;
+pub(crate) const MAX_TOKENS: usize = 1 << 20;
 /// Distinct token kinds followed; tokens of kinds beyond are not kept.
-pub const MAX_KINDS: usize = 1 << 16;
+pub(crate) const MAX_KINDS: usize = 1 << 16;
 
 /// What marks a step boundary.
 #[derive(Clone, Debug, Default, PartialEq)]

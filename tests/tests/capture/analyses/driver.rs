@@ -1,8 +1,8 @@
 //! wl_driver: the driver API with VMM, pools and IPC; one orphan of each kind it plants, and the
 //! address space reserved against what is mapped in it (tests/standins/README.md, "wl_driver").
 
-use vramtrace_collector::analysis::fragmentation::{AddressSpace, PhysicalMemory, ReservationUse};
 use vramtrace_collector::analysis::{fragmentation, orphans, OrphanKind};
+use vramtrace_collector::analysis::{AddressSpace, PhysicalMemory, ReservationUse};
 use vramtrace_collector::event::Api::*;
 use vramtrace_collector::event::Event;
 use vramtrace_collector::live::{Category, Totals};

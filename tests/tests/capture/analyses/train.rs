@@ -3,10 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use vramtrace_collector::analysis::fragmentation::{AddressSpace, PhysicalMemory};
 use vramtrace_collector::analysis::{
     analyze, growth, Analysis, Growth, GrowthConfig, OrphanKind, Shape,
 };
+use vramtrace_collector::analysis::{AddressSpace, PhysicalMemory};
 use vramtrace_collector::event::Api::*;
 use vramtrace_collector::event::Op;
 use vramtrace_collector::live::{Category, Holder, SampleAxis, Totals};

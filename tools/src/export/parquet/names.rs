@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use vramtrace_collector::analysis::site;
+use vramtrace_collector::analysis::site_name;
 use vramtrace_collector::live::{LiveState, SiteId};
 use vramtrace_collector::symbols::{Attribution, Symbolizer};
 
@@ -38,7 +38,7 @@ impl Names {
             self.sites.resize(i + 1, None);
         }
         if self.sites[i].is_none() {
-            let name = site::name(state, id);
+            let name = site_name(state, id);
             let mut naming = Attribution::of_state(state, &mut self.symbols);
             self.sites[i] = Some(site_labels::label(&mut naming, &name).unwrap_or(name.site));
         }

@@ -10,9 +10,9 @@ use arrow_array::builder::{
     ArrayBuilder, BooleanBuilder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
 };
 use arrow_schema::{DataType, Field, Fields};
-use vramtrace_collector::analysis::site;
-use vramtrace_collector::analysis::site::base_name;
-use vramtrace_collector::compare::identity::native_identity;
+use vramtrace_collector::analysis::base_name;
+use vramtrace_collector::analysis::site_name;
+use vramtrace_collector::compare::native_identity;
 use vramtrace_collector::live::{LiveState, SiteId};
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
@@ -62,7 +62,7 @@ pub fn write(
     pid: i64,
 ) -> Result<()> {
     for id in 0..state.site_count() as SiteId {
-        let name = site::name(state, id);
+        let name = site_name(state, id);
         let label = names.site(state, id).to_string();
         let rows = &mut t.rows;
         rows.pid.append_value(pid);
