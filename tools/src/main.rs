@@ -24,7 +24,6 @@ mod ranks;
 mod replay;
 mod report;
 mod run;
-mod site_labels;
 mod tables;
 mod timeline;
 mod units;

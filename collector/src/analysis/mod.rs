@@ -146,7 +146,7 @@ pub struct Analysis {
 impl Analysis {
     /// Every call site named anywhere in the answers, to label them (each list in turn; a site
     /// named in several lists comes once per list).
-    pub fn sites_mut(&mut self) -> impl Iterator<Item = &mut SiteName> {
+    pub(crate) fn sites_mut(&mut self) -> impl Iterator<Item = &mut SiteName> {
         let g = &mut self.growth;
         let growth = g
             .steady

@@ -17,6 +17,7 @@ mod elf;
 mod error;
 mod label;
 mod search;
+mod site_labels;
 mod stack;
 mod symtab;
 
@@ -30,6 +31,7 @@ pub use callsite::{Attribution, CallRef, CallSiteGroup, CallSiteKey, Granularity
 pub(crate) use error::SymbolError;
 pub use label::frames_label;
 pub use search::SymbolSearch;
+pub use site_labels::{label as site_label, label_sites};
 pub use stack::{collapse, FrameKind, StackFrame};
 
 use self::dwarf::DwarfInfo;

@@ -71,7 +71,7 @@ fn profile_of(mut run: Run) -> Result<Compared> {
     let tensors = TensorProfile::of(&run.torch, &run.analysis.growth);
     // The rank table names each trace's first cause as its report does.
     let mut naming = Attribution::of_state(&t.state, &mut symbols);
-    crate::site_labels::label_sites(&mut run.analysis, &mut naming);
+    vramtrace_collector::symbols::label_sites(&mut run.analysis, &mut naming);
     let t = &run.trace;
     Ok(Compared {
         facts: RunFacts {

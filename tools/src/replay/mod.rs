@@ -214,7 +214,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     let mut analysis = analyze(&trace.state, &args.analysis.config());
     let mut symbols = Symbolizer::from_env();
-    crate::site_labels::label_sites(
+    vramtrace_collector::symbols::label_sites(
         &mut analysis,
         &mut Attribution::of_state(&trace.state, &mut symbols),
     );

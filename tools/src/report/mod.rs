@@ -25,7 +25,7 @@ use vramtrace_collector::analysis::Analysis;
 
 use crate::load::{load_with_steps, LoadedTrace};
 use crate::options::ReportArgs;
-use crate::site_labels;
+use vramtrace_collector::symbols::label_sites;
 
 pub use attribution::{Attributed, Grouping, SymbolFacts};
 
@@ -395,7 +395,7 @@ impl<'a> Report<'a> {
         let mut naming = Attribution::of_state(state, symbols);
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
-        site_labels::label_sites(&mut analysis, &mut naming);
+        label_sites(&mut analysis, &mut naming);
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).
         let mut orphans: Vec<LiveObject<'a>> = state
             .orphans()

@@ -1,4 +1,4 @@
-//! The words the tables put beside ids: each call site's label (from [`crate::site_labels`], the
+//! The words the tables put beside ids: each call site's label (from [`vramtrace_collector::symbols::site_label`], the
 //! one labeller of every output) and each owner module's file name, worked out once per site and
 //! module as they appear while the trace is read.
 
@@ -8,7 +8,7 @@ use vramtrace_collector::analysis::site_name;
 use vramtrace_collector::live::{LiveState, SiteId};
 use vramtrace_collector::symbols::{Attribution, Symbolizer};
 
-use crate::site_labels;
+use vramtrace_collector::symbols::site_label;
 
 /// Labels of sites and names of modules, by id.
 pub struct Names {
@@ -40,7 +40,7 @@ impl Names {
         if self.sites[i].is_none() {
             let name = site_name(state, id);
             let mut naming = Attribution::of_state(state, &mut self.symbols);
-            self.sites[i] = Some(site_labels::label(&mut naming, &name).unwrap_or(name.site));
+            self.sites[i] = Some(site_label(&mut naming, &name).unwrap_or(name.site));
         }
         self.sites[i].as_deref().unwrap_or_default()
     }

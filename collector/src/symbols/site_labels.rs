@@ -3,14 +3,14 @@
 //! frame. A site is labelled by the program's Python line that made it (`py_leak.py:18 in
 //! <module>`: sites are split by that line, so it is the same for all of a site's calls), else by
 //! the native function that asked (`DeviceCachingAllocator::alloc_block`), else by
-//! `module+offset` as recorded. `report` and `replay` label their tables with it, `export` its
-//! frames and the call sites of its Parquet tables.
+//! `module+offset` as recorded. The analysis names its sites here, once, with the reader's symbols
+//! ([`label_sites`]): `report`, `replay` and `diff` show what it says, `export` its frames and the
+//! call sites of its Parquet tables.
 
 use std::collections::HashMap;
 
-use vramtrace_collector::analysis::short_function;
-use vramtrace_collector::analysis::{Analysis, SiteName};
-use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, FrameKind};
+use super::{frames_label, Attribution, CallRef, FrameKind};
+use crate::analysis::{short_function, Analysis, SiteName};
 
 /// Fills in the label of every site the answers name, and tells apart the places of one list
 /// whose labels came out the same.
