@@ -204,7 +204,11 @@ fn soak_part() {
             .as_array()
             .into_iter()
             .flatten())
-        .find(|f| f["site"]["label"] == "keep_history");
+        .find(|f| {
+            f["site"]["label"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("keep_history"))
+        });
         match leak {
             Some(f) => println!(
                 "  {label}: {} {} at {} ({}): {} B per step, R² {}",

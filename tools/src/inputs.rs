@@ -39,14 +39,14 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(one_per_trace(traces))
 }
 
-/// Every file of the traces at `paths`: a trace cut into segments is all of its segments there
-/// (an output must be none of them).
+/// Every file of the traces at `paths`: a trace cut into segments is all of its segments there,
+/// and its name as given even where rotation removed that file (an output must be none of them).
 pub fn files_of(paths: &[PathBuf]) -> Vec<PathBuf> {
-    let mut files = Vec::new();
+    let mut files = paths.to_vec();
     for path in paths {
-        match vramtrace_collector::format::Series::find(path) {
-            Ok(series) => files.extend(series.files.into_iter().map(|f| f.path)),
-            Err(_) => files.push(path.clone()),
+        if let Ok(series) = vramtrace_collector::format::Series::find(path) {
+            files.extend(series.first_name());
+            files.extend(series.files.into_iter().map(|f| f.path));
         }
     }
     files

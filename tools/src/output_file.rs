@@ -44,6 +44,19 @@ fn same_file(a: &Metadata, b: &Metadata) -> bool {
     a.dev() == b.dev() && a.ino() == b.ino()
 }
 
+/// Whether `a` and `b` name the same place: the same name in the same directory, whether or
+/// not a file is there.
+fn same_name(a: &Path, b: &Path) -> bool {
+    let place = |p: &Path| {
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        Some((std::fs::canonicalize(dir).ok()?, p.file_name()?.to_owned()))
+    };
+    place(a).is_some_and(|a| Some(a) == place(b))
+}
+
 impl OutputFile {
     /// Decides whether `path` may be written, before any work: never when it is one of `inputs`
     /// (the same file by device and inode, whatever the name, links and symlinks included);
@@ -72,6 +85,15 @@ impl OutputFile {
                 };
                 if !dir.is_dir() {
                     bail!("creating {shown}: no directory {}", dir.display());
+                }
+                // A name of the trace being read that no file holds now (a segment rotation
+                // removed) still names that trace.
+                if let Some(input) = inputs.iter().find(|i| same_name(i, path)) {
+                    bail!(
+                        "{shown} names the trace being read ({}); it is never written, not even \
+                         with --force",
+                        input.display()
+                    );
                 }
                 Target::File {
                     name: path.to_path_buf(),

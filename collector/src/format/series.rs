@@ -117,6 +117,15 @@ fn base_of(name: &str) -> (String, String) {
 }
 
 impl Series {
+    /// The name the trace's first segment has, or had before rotation removed it
+    /// (`run.vtrace` for `run.seg7.vtrace`), beside its files.
+    pub fn first_name(&self) -> Option<PathBuf> {
+        let file = self.files.first()?;
+        let name = file.path.file_name()?.to_string_lossy().into_owned();
+        let (base, ext) = base_of(&name);
+        Some(file.path.with_file_name(format!("{base}{ext}")))
+    }
+
     /// The trace `path` names: the file, and when it is a segment, the other segments of its
     /// trace beside it. A name that no longer exists (the first segment, deleted to keep the
     /// budget) names the segments that were written after it.

@@ -142,10 +142,11 @@ impl Writer {
         self.write_alerts(alerts);
     }
 
-    /// Writes the alerts the live analysis raised.
+    /// Writes the alerts the live analysis raised, through its state as every record: the next
+    /// segment's snapshot carries them, so rotation never takes an alert away.
     fn write_alerts(&mut self, alerts: Vec<vramtrace_collector::format::Alert>) {
         for a in alerts {
-            self.sink.write(&Record::Alert(Box::new(a)));
+            self.write_record(Record::Alert(Box::new(a)));
         }
     }
 

@@ -402,3 +402,54 @@ captest!(check_cannot_pass_a_cut_trace_or_lost_events, |dir| {
         "{err}"
     );
 });
+
+// A trace cut into segments and rotated under a small budget (its first file deleted by the
+// tracer itself) is checked like any other: wl_soak keeps 64 KiB every step, so a limit of
+// 16 KiB a step fails (exit 1) and one of 1 MiB passes (exit 0); the alert raised while it ran,
+// in a segment rotation removed, is still in the report of what is left.
+captest!(a_rotated_trace_is_checked_and_keeps_its_alert, |dir| {
+    for (limit, code) in [("16KiB/step", 1), ("1MiB/step", 0)] {
+        let sub = dir.join(limit.replace('/', "-"));
+        std::fs::create_dir(&sub).unwrap();
+        let out = check_command(
+            &sub,
+            &[
+                "--max-bytes",
+                "3MiB",
+                "--segment-bytes",
+                "1MiB",
+                "--max-growth",
+                limit,
+            ],
+            workload("wl_soak"),
+            &["1500", "500", "1", "65536"],
+        )
+        .env("STANDIN_DEVICE_MEM", "64G")
+        .env("VRAMTRACE_ALERT_THRESHOLD", "32KiB")
+        .env("VRAMTRACE_ALERT_CONFIRM", "100")
+        .output()
+        .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{limit}: {err}");
+        assert!(!err.contains("is gone"), "{err}");
+        let files = trace_files(&sub);
+        assert!(
+            files.iter().all(|f| f.to_string_lossy().contains(".seg")),
+            "the first segment was rotated away: {files:?}"
+        );
+        let report = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), sub.as_os_str()]);
+        let alerts = report["analysis"]["alerts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(alerts.len(), 1, "{}", report["analysis"]["alerts"]);
+        assert!(
+            alerts[0]["step"].as_u64().unwrap()
+                < report["reading"]["segments"]["removed"]["steps"]
+                    .as_u64()
+                    .unwrap(),
+            "the alert was raised in a removed segment: {}",
+            report["reading"]["segments"]
+        );
+    }
+});

@@ -72,6 +72,21 @@ pub fn choose(series: &Series, from: ReadFrom) -> Result<usize> {
     })
 }
 
+/// Whether reading from `from` had to start at the oldest segment on disk (`start`) although
+/// the point asked for lies before it, in segments rotation removed.
+fn removed_point(series: &Series, start: usize, from: ReadFrom) -> bool {
+    let first = series.first();
+    let Some(info) = first.info().filter(|i| start == 0 && i.index > 1) else {
+        return false;
+    };
+    match from {
+        ReadFrom::Step(n) => n <= info.steps,
+        ReadFrom::Event(n) => n <= first.events_before(),
+        ReadFrom::Time(ns) => first.header.start_mono_ns.saturating_add(ns) < info.time_ns,
+        ReadFrom::First | ReadFrom::Last(_) => false,
+    }
+}
+
 /// How a trace cut into segments was read (`reading.segments` in the JSON report).
 #[derive(Clone, Debug, Serialize)]
 pub struct SegmentFacts {
@@ -98,8 +113,8 @@ impl SegmentFacts {
         use crate::units::{bytes, duration};
         let there = (self.first_there..=self.last_there).count();
         let mut text = match there {
-            1 => format!("segment {} there", self.first_there),
-            _ => format!("segments {}-{} there", self.first_there, self.last_there),
+            1 => format!("{} on disk", self.first_there),
+            _ => format!("{}-{} on disk", self.first_there, self.last_there),
         };
         if self.first_read > self.first_there {
             text += &format!("; read from segment {}", self.first_read);
@@ -168,7 +183,14 @@ impl SegmentFacts {
             last_there: series.last().index(),
             first_read: files[start].index(),
             last_read: files[(start + read).saturating_sub(1).min(files.len() - 1)].index(),
-            from: from.describe(),
+            from: from
+                .describe()
+                .map(|asked| match removed_point(series, start, from) {
+                    true => format!(
+                        "{asked}, which rotation removed: read from the oldest segment on disk"
+                    ),
+                    false => asked,
+                }),
             snapshot_events: restored.map(|r| r.events),
             snapshot_complete: restored.is_none_or(|r| r.complete),
             removed: gone.map(|g: Gone| Removed {

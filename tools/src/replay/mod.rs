@@ -18,6 +18,7 @@ use clap::Args;
 use serde::Serialize;
 use vramtrace_collector::analysis::{analyze, peaks, Analysis};
 use vramtrace_collector::event::Event;
+use vramtrace_collector::format::Series;
 use vramtrace_collector::live::{Holder, LiveState, StepSource, Summary};
 use vramtrace_collector::symbols::{Attribution, Symbolizer};
 
@@ -129,7 +130,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let asks = |f: fn(&Point) -> bool| points.iter().flatten().any(f);
     // The index at the end of the trace says where its peak is and whether it marks its steps:
     // then one pass, from the snapshot nearest the point, is enough.
-    let index = indexed(&open_series(path)?);
+    let series = open_series(path)?;
+    let index = indexed(&series);
     let peak_known = index.and_then(|i| i.peak_event);
     let marks_known = index.is_some_and(|i| i.steps > 0);
     let needs_first_pass = (asks(|p| matches!(p, Point::Peak)) && peak_known.is_none())
@@ -164,6 +166,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     };
     let at = resolve(args.at)?;
     let until = args.until.map(resolve).transpose()?;
+    for target in std::iter::once(at).chain(until) {
+        if let Some(gone) = rotated_away(&series, target) {
+            return Err(anyhow!("{gone}"));
+        }
+    }
     // Steps found in the allocation pattern are the whole trace's: read from its start.
     let from = match source {
         StepSource::Marks => at.read_from(),
@@ -298,6 +305,30 @@ fn snapshot(state: &LiveState, point: &str) -> Snapshot {
             })
             .collect(),
     }
+}
+
+/// Why `target` cannot be replayed when the segments that held it were deleted to keep the
+/// trace's disk budget: the state there is gone, and the oldest snapshot is later.
+fn rotated_away(series: &Series, target: Target) -> Option<String> {
+    let first = series.files.first()?;
+    let info = first.info().filter(|i| i.index > 1)?;
+    let since_start = info.time_ns.saturating_sub(first.header.start_mono_ns);
+    let what = match target {
+        Target::Step(n) if n <= info.steps => format!("step {n}"),
+        Target::Event(n) if n <= info.events_before => format!("event {n}"),
+        Target::Time(t) if t < since_start => {
+            format!("{} after the start", crate::units::duration(t))
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "{what} was removed by rotation (VRAMTRACE_MAX_BYTES): the trace there begins with \
+         segment {}, after step {} and {} events ({} into the run)",
+        info.index,
+        info.steps,
+        info.events_before,
+        crate::units::duration(since_start)
+    ))
 }
 
 /// A point resolved against the trace.

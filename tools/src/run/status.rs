@@ -14,6 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
+use vramtrace_collector::format::SegmentFile;
 
 /// The variable the library reads (the same name as in `session::announce`).
 pub const RUN_STATUS: &str = "VRAMTRACE_RUN_STATUS";
@@ -64,11 +65,11 @@ impl Reported {
         (self.processes.iter()).flat_map(|p| p.traces.iter().map(move |t| (p, t.as_path())))
     }
 
-    /// Whether writing the trace at `path` failed part way.
+    /// Whether writing the trace at `path` failed part way (in any of its segments).
     pub fn was_cut(&self, path: &Path) -> bool {
-        self.processes
-            .iter()
-            .any(|p| p.cut.iter().any(|c| c == path))
+        let key = |p: &Path| SegmentFile::open(p).ok().map(|f| f.trace_key());
+        let same = |c: &Path| c == path || key(c).is_some_and(|k| Some(k) == key(path));
+        (self.processes.iter()).any(|p| p.cut.iter().any(|c| same(c)))
     }
 }
 

@@ -12,6 +12,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use vramtrace_collector::format::Series;
 use vramtrace_collector::live::{Accounting, LiveState, StepSource};
 use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 use vramtrace_collector::units::pattern::NamePattern;
@@ -137,7 +138,13 @@ pub fn unseen(ran: &Ran) -> Vec<String> {
     let disabled = r
         .disabled()
         .map(|p| format!("pid {} ran untraced: VRAMTRACE_DISABLE is set", p.pid));
-    let gone = r.traces().filter(|(_, t)| !t.is_file()).map(|(p, t)| {
+    // A trace cut into segments loses its first files to rotation: it is gone only when no
+    // segment of that process is left either.
+    let rotated = |pid: u32, t: &Path| {
+        Series::find(t).is_ok_and(|s| s.files.iter().any(|f| f.header.pid == pid))
+    };
+    let gone = (r.traces()).filter(|(p, t)| !t.is_file() && !rotated(p.pid, t));
+    let gone = gone.map(|(p, t)| {
         format!(
             "pid {}: its trace {} is gone (moved or deleted while the program ran)",
             p.pid,

@@ -102,7 +102,7 @@ fn what_rotation_removed_is_said_and_is_not_lost_events() {
     let line = text.lines().find(|l| l.starts_with("  segments")).unwrap();
     assert!(
         line.starts_with(
-            "  segments  segments 3-6 there, from its snapshot after event 26; removed by \
+            "  segments  3-6 on disk, from its snapshot after event 26; removed by \
              rotation (VRAMTRACE_MAX_BYTES), not lost: segments 1-2, 26 events, 5 steps,"
         ),
         "{line}"
@@ -130,4 +130,56 @@ fn a_replay_starts_at_the_nearest_snapshot_and_finds_the_peak_in_the_index() {
     assert_eq!(one["passes"], 2);
     // The last step's leak, allocated while its temporary is live.
     assert_eq!(one["at"]["event"], 72);
+}
+
+/// What rotation removed cannot be answered from what is left, and is never written over: a
+/// replay of a removed step or event is an error naming the oldest segment on disk; `--since` a
+/// removed step says it read from there; an export refuses the trace's first name (its file
+/// removed) and a dataset directory that holds the trace.
+#[test]
+fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::remove_file(&files[1]).unwrap();
+    let first = files[0].to_str().unwrap();
+    for at in ["step 2", "event 20"] {
+        let out = vramtrace()
+            .args(["replay", "--at", at, first])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{at}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "{at} was removed by rotation (VRAMTRACE_MAX_BYTES)"
+            )) && err.contains("begins with segment 3, after step 5 and 26 events"),
+            "{err}"
+        );
+    }
+    let kept = json(&["replay", "--json", "--at", "step 9", first]);
+    assert_eq!(kept["at"]["step"], 9);
+    let since = json(&["report", "--json", "--since", "step 2", first]);
+    assert_eq!(
+        since["reading"]["segments"]["from"],
+        "since step 2, which rotation removed: read from the oldest segment on disk"
+    );
+    let out = vramtrace()
+        .args([
+            "export", "--format", "csv-live", "--force", "-o", first, first,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("names the trace being read"));
+    assert!(!files[0].exists());
+    let out = vramtrace()
+        .args(["export", "--format", "parquet", "--force", "-o"])
+        .arg(dir.path())
+        .arg(first)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a trace being read"));
+    assert!(files[2..].iter().all(|f| f.exists()));
 }

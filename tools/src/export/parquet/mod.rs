@@ -51,7 +51,8 @@ pub fn run(job: &Job<'_>) -> Result<()> {
         Some(name) => partition_value(name)?,
         None => default_run(job.input),
     };
-    let staged = Staged::claim(job.output, job.force)?;
+    let inputs = crate::inputs::files_of(&traces);
+    let staged = Staged::claim(job.output, job.force, &inputs)?;
     let group = MultiProgress::new();
     let rows: Vec<Rows> = traces
         .par_iter()

@@ -32,9 +32,20 @@ fn io_error(path: &Path, e: std::io::Error) -> anyhow::Error {
 
 impl Staged {
     /// Claims `target` for a dataset: refuses an existing file or non-empty directory unless
-    /// `force`, creates a missing parent directory, and makes the temporary directory beside
-    /// it.
-    pub fn claim(target: &Path, force: bool) -> Result<Staged> {
+    /// `force`, and always when it is, or holds, one of `inputs` (the trace files read); creates
+    /// a missing parent directory, and makes the temporary directory beside it.
+    pub fn claim(target: &Path, force: bool, inputs: &[PathBuf]) -> Result<Staged> {
+        if let Ok(replaced) = std::fs::canonicalize(target) {
+            let held = (inputs.iter())
+                .find(|i| std::fs::canonicalize(i).is_ok_and(|i| i.starts_with(&replaced)));
+            if let Some(input) = held {
+                return Err(anyhow!(
+                    "{}: holds {}, a trace being read; it is never replaced, not even with --force",
+                    target.display(),
+                    input.display()
+                ));
+            }
+        }
         let existing = match std::fs::symlink_metadata(target) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Existing::Nothing,
             Err(e) => return Err(io_error(target, e)),
