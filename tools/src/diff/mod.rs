@@ -52,6 +52,10 @@ pub struct RunFacts {
     pub steps: u64,
     /// For a median: the traces it is the median of.
     pub median_of: Vec<String>,
+    /// For a trace cut into segments: which were read and what rotation removed (its totals
+    /// cover the segments on disk), in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segments: Option<String>,
 }
 
 /// A run ready to compare: its facts and profile.
@@ -82,6 +86,7 @@ fn profile_of(mut run: Run) -> Result<Compared> {
             step_source: profile.steps.source,
             steps: profile.steps.steps,
             median_of: Vec::new(),
+            segments: t.segments.as_ref().map(|s| s.describe()),
         },
         rank_input: rank_input(&run, &run.analysis),
         profile,
@@ -410,6 +415,7 @@ fn against_median(
         step_source: median.steps.source,
         steps: median.steps.steps,
         median_of: others.iter().map(|c| c.facts.path.clone()).collect(),
+        segments: None,
     };
     let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
     let diff = compare(&median, &target.profile, sources, t).with_tensors(

@@ -46,7 +46,11 @@ fn run_line(f: &RunFacts) -> String {
         who.push(format!("host {host}"));
     }
     who.push(steps);
-    format!("{}  ({})", f.path, who.join(", "))
+    let line = format!("{}  ({})", f.path, who.join(", "));
+    match &f.segments {
+        Some(s) => format!("{line}\n     segments {s}"),
+        None => line,
+    }
 }
 
 fn signed(n: i64) -> String {

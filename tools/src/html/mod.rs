@@ -74,6 +74,8 @@ struct Page<'a> {
     diagnosis: Option<Diagnosis>,
     top: usize,
     duration: String,
+    /// For a trace cut into segments: which were read and what rotation removed, in words.
+    segments: Option<String>,
     /// The x axis and the grouping the chart opens with.
     chart_axis: &'static str,
     chart_by: &'static str,
@@ -151,6 +153,7 @@ pub fn render(
         diagnosis: diagnosis::words(&report.analysis, report.top, when),
         top: report.top,
         duration: duration(span),
+        segments: (report.reading.segments.as_ref()).map(|s| s.describe()),
         chart_axis: chart.axis,
         chart_by: chart.by,
         chart_note,

@@ -182,4 +182,34 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("a trace being read"));
     assert!(files[2..].iter().all(|f| f.exists()));
+    // diff and the HTML page say that the totals cover the segments on disk.
+    let whole = write_training(dir.path(), "one.vtrace");
+    let diff = vramtrace()
+        .args(["diff", "--json", whole.to_str().unwrap(), first])
+        .output()
+        .unwrap();
+    let diff: Value = serde_json::from_slice(&diff.stdout).unwrap();
+    assert_eq!(diff["a"].get("segments"), None);
+    let said = diff["b"]["segments"].as_str().unwrap();
+    assert!(
+        said.starts_with("3-6 on disk") && said.contains("segments 1-2, 26 events"),
+        "{said}"
+    );
+    let page = dir.path().join("page.html");
+    let out = vramtrace()
+        .args(["report", "--html"])
+        .arg(&page)
+        .arg(first)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("Segments: 3-6 on disk"),
+        "no segments line in the page"
+    );
 }
