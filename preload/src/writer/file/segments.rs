@@ -106,9 +106,16 @@ impl SegmentSettings {
         // The segment being written and the one before it are always kept.
         if s.segment_bytes > 0 && s.max_bytes > 0 && s.max_bytes < 2 * s.segment_bytes {
             let half = (s.max_bytes / 2).max(MIN_SEGMENT_BYTES);
+            let raised = match 2 * half > s.max_bytes {
+                true => format!(
+                    ", and a budget of {} MiB, the least that holds two",
+                    half >> 19
+                ),
+                false => String::new(),
+            };
             w.push(format!(
-                "VRAMTRACE_MAX_BYTES holds fewer than two segments of VRAMTRACE_SEGMENT_BYTES; \
-                 segments of {} MiB",
+                "VRAMTRACE_MAX_BYTES (run --max-bytes) holds fewer than two segments of \
+                 VRAMTRACE_SEGMENT_BYTES; segments of {} MiB{raised}",
                 half >> 20
             ));
             s.segment_bytes = half;
@@ -338,6 +345,13 @@ mod tests {
         assert_eq!(
             (s.segment_bytes, s.max_bytes, w.len()),
             (20 << 20, 40 << 20, 1)
+        );
+        // One below two of the smallest segments is raised to two, and says so.
+        let (s, w) = settings(&[("VRAMTRACE_MAX_BYTES", "1MiB")]);
+        assert_eq!((s.segment_bytes, s.max_bytes), (1 << 20, 2 << 20));
+        assert!(
+            w[0].ends_with("segments of 1 MiB, and a budget of 2 MiB, the least that holds two"),
+            "{w:?}"
         );
         let (s, w) = settings(&[("VRAMTRACE_SEGMENT_BYTES", "0")]);
         assert!(w.is_empty());
