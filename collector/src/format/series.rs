@@ -116,6 +116,13 @@ fn base_of(name: &str) -> (String, String) {
     (parts[..base_end.max(1)].join("."), ext)
 }
 
+/// The segment number a name gives (`run.seg7.vtrace` → 7; `run.seg7.4242.vtrace` → 7).
+fn segment_number(name: &str) -> Option<u32> {
+    name.split('.')
+        .skip(1)
+        .find_map(|p| p.strip_prefix("seg").and_then(|n| n.parse().ok()))
+}
+
 impl Series {
     /// The name the trace's first segment has, or had before rotation removed it
     /// (`run.vtrace` for `run.seg7.vtrace`), beside its files.
@@ -161,13 +168,21 @@ impl Series {
         let anchor = match named {
             Some(f) => f,
             // The newest trace among them.
-            None => match (files.iter().max_by_key(|f| f.header.start_unix_ns), missing) {
-                (Some(f), _) => f.clone(),
-                (None, Some(e)) => return Err(e),
-                (None, None) => unreachable!("a file that is not there was not found"),
+            None => match files.iter().max_by_key(|f| f.header.start_unix_ns) {
+                Some(f) => f.clone(),
+                None => {
+                    return Err(missing.expect("a file that is not there was not found"));
+                }
             },
         };
         files.retain(|f| f.same_trace(&anchor));
+        // A missing segment's name stands for its trace only when rotation can have removed it:
+        // a number before the first there, not one the trace never reached.
+        if let (Some(e), Some(asked)) = (missing, segment_number(&name)) {
+            if files.first().is_none_or(|f| asked >= f.index()) {
+                return Err(e);
+            }
+        }
         if !files.iter().any(|f| f.path == anchor.path) {
             files.push(anchor);
         }

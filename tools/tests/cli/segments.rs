@@ -157,6 +157,18 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
             "{err}"
         );
     }
+    // A removed segment's name reads as the trace; a number it never reached is no trace.
+    let removed = dir.path().join("t.seg2.vtrace");
+    assert!(!removed.exists());
+    json(&["report", "--json", removed.to_str().unwrap()]);
+    let never = dir.path().join("t.seg9.vtrace");
+    let out = vramtrace().arg("report").arg(&never).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("t.seg9.vtrace"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let kept = json(&["replay", "--json", "--at", "step 9", first]);
     assert_eq!(kept["at"]["step"], 9);
     let since = json(&["report", "--json", "--since", "step 2", first]);
