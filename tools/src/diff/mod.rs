@@ -86,7 +86,9 @@ fn profile_of(mut run: Run) -> Result<Compared> {
             step_source: profile.steps.source,
             steps: profile.steps.steps,
             median_of: Vec::new(),
-            segments: t.segments.as_ref().map(|s| s.describe()),
+            segments: (t.segments.as_ref())
+                .filter(|s| s.is_cut())
+                .map(|s| s.describe()),
         },
         rank_input: rank_input(&run, &run.analysis),
         profile,

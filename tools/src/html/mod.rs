@@ -153,7 +153,9 @@ pub fn render(
         diagnosis: diagnosis::words(&report.analysis, report.top, when),
         top: report.top,
         duration: duration(span),
-        segments: (report.reading.segments.as_ref()).map(|s| s.describe()),
+        segments: (report.reading.segments.as_ref())
+            .filter(|s| s.is_cut())
+            .map(|s| s.describe()),
         chart_axis: chart.axis,
         chart_by: chart.by,
         chart_note,

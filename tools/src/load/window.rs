@@ -108,6 +108,12 @@ pub struct SegmentFacts {
 }
 
 impl SegmentFacts {
+    /// Whether the trace is more than its first segment: cut, or rotated. A trace that fits in
+    /// one segment has nothing to say about segments.
+    pub fn is_cut(&self) -> bool {
+        self.last_there > 1
+    }
+
     /// The facts in words, for the report's head.
     pub fn describe(&self) -> String {
         use crate::units::{bytes, duration};

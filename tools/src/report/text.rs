@@ -87,7 +87,7 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         count(reading.bytes_read, "byte"),
         reading.skipped_records
     )?;
-    if let Some(segments) = &reading.segments {
+    if let Some(segments) = reading.segments.as_ref().filter(|s| s.is_cut()) {
         writeln!(out, "  segments  {}", segments.describe())?;
     }
     let unread = &reading.unread;
