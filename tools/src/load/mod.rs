@@ -20,7 +20,7 @@ use vramtrace_collector::live::{LiveState, StepSource};
 use vramtrace_collector::torch::{ClockAnchor, TorchView};
 
 use self::steps_found::Found;
-pub use self::window::{indexed, ReadFrom, SegmentFacts};
+pub use self::window::{indexed, removed_point, ReadFrom, SegmentFacts};
 
 mod steps_found;
 mod window;

@@ -72,11 +72,11 @@ pub fn choose(series: &Series, from: ReadFrom) -> Result<usize> {
     })
 }
 
-/// Whether reading from `from` had to start at the oldest segment on disk (`start`) although
-/// the point asked for lies before it, in segments rotation removed.
-fn removed_point(series: &Series, start: usize, from: ReadFrom) -> bool {
+/// Whether the point `from` names lies before the oldest segment on disk, in segments rotation
+/// removed (the state there is gone; the oldest snapshot is later).
+pub fn removed_point(series: &Series, from: ReadFrom) -> bool {
     let first = series.first();
-    let Some(info) = first.info().filter(|i| start == 0 && i.index > 1) else {
+    let Some(info) = first.info().filter(|i| i.index > 1) else {
         return false;
     };
     match from {
@@ -191,7 +191,7 @@ impl SegmentFacts {
             last_read: files[(start + read).saturating_sub(1).min(files.len() - 1)].index(),
             from: from
                 .describe()
-                .map(|asked| match removed_point(series, start, from) {
+                .map(|asked| match start == 0 && removed_point(series, from) {
                     true => format!(
                         "{asked}, which rotation removed: read from the oldest segment on disk"
                     ),

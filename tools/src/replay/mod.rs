@@ -24,7 +24,9 @@ use vramtrace_collector::symbols::{Attribution, Symbolizer};
 
 pub use point::Point;
 
-use crate::load::{indexed, open_series, read, Flow, LoadedTrace, Progress, ReadFrom};
+use crate::load::{
+    indexed, open_series, read, removed_point, Flow, LoadedTrace, Progress, ReadFrom,
+};
 use crate::options::AnalysisArgs;
 
 /// Version of the JSON document's shape.
@@ -310,16 +312,17 @@ fn snapshot(state: &LiveState, point: &str) -> Snapshot {
 /// Why `target` cannot be replayed when the segments that held it were deleted to keep the
 /// trace's disk budget: the state there is gone, and the oldest snapshot is later.
 fn rotated_away(series: &Series, target: Target) -> Option<String> {
-    let first = series.files.first()?;
-    let info = first.info().filter(|i| i.index > 1)?;
+    if matches!(target, Target::Oom(_)) || !removed_point(series, target.read_from()) {
+        return None;
+    }
+    let first = series.first();
+    let info = first.info()?;
     let since_start = info.time_ns.saturating_sub(first.header.start_mono_ns);
     let what = match target {
-        Target::Step(n) if n <= info.steps => format!("step {n}"),
-        Target::Event(n) if n <= info.events_before => format!("event {n}"),
-        Target::Time(t) if t < since_start => {
-            format!("{} after the start", crate::units::duration(t))
-        }
-        _ => return None,
+        Target::Step(n) => format!("step {n}"),
+        Target::Event(n) => format!("event {n}"),
+        Target::Time(t) => format!("{} after the start", crate::units::duration(t)),
+        Target::Oom(_) => return None,
     };
     Some(format!(
         "{what} was removed by rotation (VRAMTRACE_MAX_BYTES): the trace there begins with \

@@ -224,4 +224,17 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
         html.contains("Segments: 3-6 on disk"),
         "no segments line in the page"
     );
+    // A trace that fits in its first segment has nothing to say about segments.
+    let small = tempfile::tempdir().unwrap();
+    let one = write_segments(small.path(), "s.vtrace", &training(), 1 << 20);
+    assert_eq!(one.len(), 1);
+    let text = vramtrace().arg("report").arg(&one[0]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("  records "), "{text}");
+    assert!(!text.contains("  segments "), "{text}");
+    let facts = json(&["report", "--json", one[0].to_str().unwrap()]);
+    assert_eq!(
+        facts["reading"]["segments"]["last_there"], 1,
+        "a segment header is read"
+    );
 }
