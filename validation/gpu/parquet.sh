@@ -14,9 +14,11 @@
 #    traced twice: with `--per-tensor` (every tensor a driver allocation: `allocations` names the
 #    line) and with the default caching allocator (segments; PyTorch's recorder: `tensors` names
 #    it). Each exported, each asked for the line holding most at the end.
-# 2. multi/job.py ddp-leak under torchrun, one rank a GPU (the last rank keeps 16 MiB a step at
-#    its LEAK-LINE), traced with the default allocator: the traces' directory exported as one run,
-#    asked for the rank and line above the median rank (`tensors`), as the fleet query does.
+# 2. A job of several ranks, traced with the default allocator: on several GPUs multi/job.py
+#    ddp-leak, one rank a GPU (the last rank keeps 16 MiB a step at its LEAK-LINE); on one GPU the
+#    acceptance suite's ranks_gloo.py, four ranks over gloo (rank 2 keeps 8 MiB a step). The
+#    traces' directory exported as one run, asked for the rank and line above the median rank
+#    (`tensors`), as the fleet query does.
 # Results: $OUT/parquet.txt (every answer, PASS/FAIL lines) and $OUT/parquet-sizes.txt.
 set -u
 GPU=$(cd "$(dirname "$0")" && pwd)
@@ -78,15 +80,22 @@ for mode in per-tensor default; do
 done
 
 NGPU=${VT_MULTI_GPUS:-$(nvidia-smi -L | wc -l)}
-line=$(leak_line "$GPU/multi/job.py")
 d=$WORK/fleet
 mkdir -p "$d/traces"
-"$VT" run -o "$d/traces/rank%r-%p.vtrace" --no-summary -- \
-    torchrun --nproc-per-node "$NGPU" --master-port 29811 "$GPU/multi/job.py" ddp-leak \
-    > "$d/run.out" 2> "$d/run.err"
-echo "== multi/job.py ddp-leak on $NGPU ranks: exit $?, planted line $line on rank $((NGPU - 1))" >> "$REPORT"
+if [ "$NGPU" -gt 1 ]; then
+    # One rank a GPU over NCCL; the last rank leaks.
+    prog=$GPU/multi/job.py ranks=$NGPU odd=$((NGPU - 1)) args=ddp-leak
+else
+    # One GPU: four ranks share it over gloo (NCCL refuses two ranks on one device); rank 2 leaks.
+    prog=$ACC/ranks_gloo.py ranks=4 odd=2 args=
+fi
+line=$(leak_line "$prog")
+( cd "$(dirname "$prog")" && PYTHONPATH=$ACC "$VT" run -o "$d/traces/rank%r-%p.vtrace" --no-summary -- \
+    torchrun --nproc-per-node "$ranks" --master-port 29811 "$prog" $args \
+    > "$d/run.out" 2> "$d/run.err" )
+echo "== $(basename "$prog") $args on $ranks ranks: exit $?, planted line $line on rank $odd" >> "$REPORT"
 export_data "$d/traces" "$WORK/data-fleet"
-python3 "$GPU/parquet_check.py" fleet "$WORK/data-fleet" "$line" tensors $((NGPU - 1)) >> "$REPORT" 2>&1
+python3 "$GPU/parquet_check.py" fleet "$WORK/data-fleet" "$line" tensors "$odd" >> "$REPORT" 2>&1
 
 cat "$OUTDIR/parquet-sizes.txt" >> "$REPORT"
 tar czf "$OUTDIR/parquet-data.tar.gz" -C "$WORK" data-single-per-tensor data-single-default data-fleet 2>/dev/null

@@ -10,12 +10,12 @@
 #    its peak resident memory and wall time (/usr/bin/time -v). Look for: every peak below
 #    150 MiB (gpt_leaky-recorder.vtrace was 310 MiB before the symbol tables were indexed
 #    without their names).
-# 2. segments: leak_late.py (2 MiB a step from step 80, under `--per-tensor`: every tensor a
-#    driver allocation) for VT_ACC_STEPS (default 400) steps under `vramtrace run --per-tensor
-#    --segment-bytes 4MiB --max-bytes 12MiB`, the trace directory measured every 0.2 s. Look
-#    for: "most" at or below 12582912 bytes; the program's output as without the tracer; the
-#    report of the directory and of its last segment (`--last 0`) with the same live set
-#    (`same: true`), the leak at leak_late.py:36 in both, and what rotation removed.
+# 2. segments: segments_loop.py (64 KiB a step from its middle step; under `--per-tensor` every
+#    tensor a driver allocation) for VT_SEG_STEPS (default 40,000) steps under `vramtrace run
+#    --per-tensor --segment-bytes 1MiB --max-bytes 3MiB`, the trace directory measured every
+#    0.2 s. Look for: "most" at or below 3145728 bytes; the program's stdout as without the
+#    tracer; the report of the directory and of its last segment (`--last 0`) with the same live
+#    set (`same: true`), the leak at its LEAK-LINE in both, and what rotation removed.
 #
 # Results: $OUT/segments.txt.
 set -u
@@ -40,14 +40,18 @@ for t in "$ROOT"/tests/fixtures/gpu/*.vtrace; do
     say "$(basename "$t"): peak $((rss / 1024)) MiB, $wall, $found modules symbolized"
 done
 
-say "== segments: leak_late.py under --per-tensor, segments of 4 MiB within 12 MiB"
-ACC=$ROOT/validation/gpu/acceptance
-export PYTHONUNBUFFERED=1 VT_ACC_STEPS=${VT_ACC_STEPS:-400}
+say "== segments: segments_loop.py under --per-tensor, segments of 1 MiB within 3 MiB"
+export PYTHONUNBUFFERED=1 VT_SEG_STEPS=${VT_SEG_STEPS:-40000}
 TRACES=$WORK/traces
 mkdir -p "$TRACES"
-(cd "$ACC" && python3 leak_late.py > "$WORK/plain.out" 2>&1)
-(cd "$ACC" && "$VT" run --per-tensor --segment-bytes 4MiB --max-bytes 12MiB -o "$TRACES/" \
-    -- python3 leak_late.py > "$WORK/traced.out" 2> "$WORK/traced.err") &
+LOOP=$ROOT/validation/gpu/segments_loop.py
+say "planted: $(basename "$LOOP"):$(grep -n '# LEAK-LINE$' "$LOOP" | cut -d: -f1), 65536 B per step from step $((VT_SEG_STEPS / 2)) of $VT_SEG_STEPS"
+t0=$(date +%s%N)
+python3 "$LOOP" > "$WORK/plain.out" 2> "$WORK/plain.err"
+say "plain: rc $?, $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+t0=$(date +%s%N)
+"$VT" run --per-tensor --segment-bytes 1MiB --max-bytes 3MiB -o "$TRACES/" --no-summary \
+    -- python3 "$LOOP" > "$WORK/traced.out" 2> "$WORK/traced.err" &
 pid=$!
 most=0
 while kill -0 $pid 2>/dev/null; do
@@ -56,12 +60,13 @@ while kill -0 $pid 2>/dev/null; do
     sleep 0.2
 done
 wait $pid
-say "traced: rc $?; most $most bytes in the trace directory; files: $(ls "$TRACES" | tr '\n' ' ')"
-if diff <(grep -v '^vramtrace' "$WORK/plain.out") <(grep -v '^vramtrace' "$WORK/traced.out") > /dev/null; then
-    say "output: the same as without the tracer"
+say "traced: rc $?, $(( ($(date +%s%N) - t0) / 1000000 )) ms; most $most bytes in the trace directory (budget 3145728); files: $(ls "$TRACES" | tr '\n' ' ')"
+if cmp -s "$WORK/plain.out" "$WORK/traced.out"; then
+    say "output: the same as without the tracer: $(cat "$WORK/plain.out")"
 else
-    say "output: DIFFERS (see $WORK)"
+    say "output: DIFFERS: $(cat "$WORK/plain.out") / $(cat "$WORK/traced.out")"
 fi
+grep -i 'vramtrace' "$WORK/traced.err" | head -5 | tee -a "$REPORT"
 "$VT" report --json "$TRACES" > "$WORK/whole.json"
 "$VT" report --json --last 0 "$TRACES" > "$WORK/last.json"
 python3 - "$WORK/whole.json" "$WORK/last.json" <<'EOF' | tee -a "$REPORT"

@@ -10,7 +10,9 @@
 //! lasted [`WatchConfig::confirm`] samples: a program cannot be told from its first steps to be
 //! warming up or leaking, and the end-of-run analysis, which sees the growth stop, would call a
 //! warm-up of a few steps flat. The growth must also still be going on at the latest sample
-//! judged, which a one-off peak is not.
+//! judged, which a one-off peak is not. An alert the program's own view shows to be no leak is
+//! withdrawn ([`Watch::withdraw`]); that device is judged again once the run has gone on twice
+//! as long.
 //!
 //! When the tracer's writer falls behind the program, it lowers the resolution instead of
 //! stopping the analysis ([`Watch::set_stride`]): judgements every N-th step or N intervals,
@@ -27,7 +29,7 @@
 //! growth judged per time window must also have lasted [`WatchConfig::confirm_time_ns`] of wall
 //! time (on the H200, a healthy GPT loop alerted at its start without this rule).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::course::Shape;
 use super::growth::{growth, Growth, GrowthConfig, HolderGrowth, Projection, SiteGrowth, DRIVER};
@@ -137,6 +139,9 @@ pub struct Watch {
     judged: Option<(u64, (u64, u64))>,
     /// Devices that alerted already (each alerts once).
     alerted: BTreeSet<i32>,
+    /// Devices whose alert was withdrawn ([`Watch::withdraw`]), with the samples (steps,
+    /// windows) taken then: such a device alerts again only once twice as many were taken.
+    withdrawn: BTreeMap<i32, (u64, u64)>,
     /// Judge at most every `stride`-th step and every `stride` intervals (see
     /// [`Watch::set_stride`]).
     stride: u64,
@@ -153,6 +158,7 @@ impl Watch {
             config,
             judged: None,
             alerted: BTreeSet::new(),
+            withdrawn: BTreeMap::new(),
             stride: 1,
             torch: Attachments::default(),
         }
@@ -268,7 +274,7 @@ impl Watch {
                 .find(|s| s.holder == h.holder && s.view == DRIVER)
                 .cloned();
             let alert = self.alert_of(h, &g, top.as_ref());
-            if alert.is_some() && self.alerted.insert(device) {
+            if alert.is_some() && !self.held_back(device, g.axis) && self.alerted.insert(device) {
                 raised.push(device);
             }
             devices.push(DeviceVerdict {
@@ -299,6 +305,27 @@ impl Watch {
             steps: self.state.steps(),
             devices,
             raised,
+        }
+    }
+
+    /// Takes back the alert `device` raised: the program's own view showed it to be no leak (its
+    /// tensors do not grow where the driver sees the caching allocator's segments grow). The
+    /// device may alert again once the run has gone on twice as long, so that growth that
+    /// lasts is looked at again, at most a few times in a run.
+    pub fn withdraw(&mut self, device: i32) {
+        self.alerted.remove(&device);
+        self.withdrawn.insert(device, self.samples());
+    }
+
+    /// Whether `device`, withdrawn at some point, must wait longer before alerting again.
+    fn held_back(&self, device: i32, axis: SampleAxis) -> bool {
+        let Some(&(steps, windows)) = self.withdrawn.get(&device) else {
+            return false;
+        };
+        let (now_steps, now_windows) = self.samples();
+        match axis {
+            SampleAxis::Steps => now_steps < 2 * steps,
+            SampleAxis::Time => now_windows < 2 * windows,
         }
     }
 

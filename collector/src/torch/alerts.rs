@@ -29,32 +29,69 @@ pub fn latest_snapshot(attachments: &Attachments) -> u32 {
         .map_or(0, |a| a.id)
 }
 
+/// Whether the latest snapshot handed over is the program's last word: taken at its exit or at
+/// its first out-of-memory error, after which no step comes to hand over a newer one.
+pub fn final_snapshot(attachments: &Attachments) -> bool {
+    attachments
+        .of_kind(KIND_SNAPSHOT)
+        .last()
+        .and_then(|a| super::snapshot::reason_of(&a.data))
+        .is_some()
+}
+
+/// What PyTorch's view says of a device's steady growth.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Keeping {
+    /// The fastest cause is tensors kept at this place (a Python line), at this rate per
+    /// sample unit.
+    Line(SiteName, f64),
+    /// The tensors do not grow: what grows is the caching allocator's segments alone, memory it
+    /// reserved and keeps cached, not tensors the program holds.
+    CacheOnly,
+    /// The view cannot tell: no snapshot with steps to read, or the fastest cause is memory
+    /// PyTorch does not allocate (an extension's, NCCL's).
+    Unknown,
+}
+
 /// Per device of `devices`: the fastest cause of steady growth there, judged with PyTorch's
 /// tensors (the latest snapshot in `attachments`) beside the driver's view of `state` under
-/// `config`: the place that names it and its rate per sample unit. `None` for a device with no
-/// cause, or when the snapshot says no more than the driver.
+/// `config`, as the report groups causes (`analysis::causes`): a caching-allocator segment row
+/// is evidence of a tensor cause on its device when there is one, so it leads a cause of its own
+/// only when no tensors there grow.
 pub fn keeping_places(
     state: &LiveState,
     attachments: &Attachments,
     config: &GrowthConfig,
     devices: &[i32],
-) -> Vec<(i32, Option<(SiteName, f64)>)> {
+) -> Vec<(i32, Keeping)> {
     let view = TorchView::read(attachments, None);
+    // The view can tell only of steps it saw marked; no tensor line then means no tensor live
+    // at any step's end.
+    let readable = state.steps_from_marks()
+        && view
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| !s.step_marks.is_empty());
     let lines = step_lines(&view, state);
-    let g = (!lines.is_empty()).then(|| growth_with(state, config, lines));
+    let g = readable.then(|| growth_with(state, config, lines));
     devices
         .iter()
         .map(|&device| {
-            let place = g.as_ref().and_then(|g| {
-                let holder = Holder::Device { device };
-                let row = causes::group(&g.steady)
-                    .into_iter()
-                    .map(|c| &g.steady[c.primary])
-                    .filter(|s| s.holder == holder)
-                    .max_by(|a, b| a.course.rate.total_cmp(&b.course.rate))?;
-                (row.view != DRIVER).then(|| (row.site.clone(), row.course.rate))
-            });
-            (device, place)
+            let Some(g) = g.as_ref() else {
+                return (device, Keeping::Unknown);
+            };
+            let holder = Holder::Device { device };
+            let fastest = causes::group(&g.steady)
+                .into_iter()
+                .map(|c| &g.steady[c.primary])
+                .filter(|s| s.holder == holder)
+                .max_by(|a, b| a.course.rate.total_cmp(&b.course.rate));
+            let keeping = match fastest {
+                Some(row) if row.view != DRIVER => Keeping::Line(row.site.clone(), row.course.rate),
+                Some(row) if row.site.is_framework_pool() => Keeping::CacheOnly,
+                _ => Keeping::Unknown,
+            };
+            (device, keeping)
         })
         .collect()
 }

@@ -12,6 +12,19 @@ pub struct CountRange {
 /// `--python-depth`); 0 turns that stack off.
 pub const FRAMES: CountRange = CountRange { lo: 0, hi: 256 };
 
+/// `1930` as `1,930`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Parses a count: a whole number (`0`, `12`, `10000`).
 pub fn parse_count(text: &str) -> Result<u64, String> {
     text.trim()

@@ -30,6 +30,29 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// A time far ahead, in the unit that reads best: `42 s`, `35 min`, `2.1 h`, `3.5 days`.
+pub fn long_duration(seconds: f64) -> String {
+    match seconds {
+        s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
+        s if s >= 2.0 * 3600.0 => format!("{:.1} h", s / 3600.0),
+        s if s >= 120.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{s:.0} s"),
+    }
+}
+
+/// `1,930 steps (2.1 h)`: when a projection is full, in steps and in time, or nothing. The
+/// words of the report's findings, `diff`'s and the live alert's.
+pub fn when_full(steps: Option<f64>, seconds: Option<f64>) -> Option<String> {
+    let steps = steps.map(|n| format!("{} steps", super::count::grouped(n.floor() as u64)));
+    let time = seconds.map(long_duration);
+    match (steps, time) {
+        (Some(s), Some(t)) => Some(format!("{s} ({t})")),
+        (Some(s), None) => Some(s),
+        (None, Some(t)) => Some(t),
+        (None, None) => None,
+    }
+}
+
 /// Whether `text` names its unit (`12.5s`), rather than being a bare number (`12`).
 pub fn has_unit(text: &str) -> bool {
     text.trim().chars().any(|c| !c.is_ascii_digit() && c != '.')

@@ -15,7 +15,7 @@ pub mod rate;
 pub mod size;
 pub mod switch;
 
-pub use count::{parse_count, CountRange};
+pub use count::{grouped, parse_count, CountRange};
 
 /// `text` split into its number and its unit (`"1.5 GiB"` → `("1.5", " GiB")`), after refusing
 /// a negative one in the words of `what` (`size`, `duration`).
@@ -29,7 +29,7 @@ fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), 
         .unwrap_or(t.len());
     Ok(t.split_at(split))
 }
-pub use duration::parse_duration;
+pub use duration::{long_duration, parse_duration, when_full};
 pub use rate::parse_rate;
 pub use size::{bytes, parse_size};
 pub use switch::parse_switch;

@@ -15,7 +15,7 @@ use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::analysis::{Judgement, Reason};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
-use vramtrace_collector::units::bytes;
+use vramtrace_collector::units::{bytes, when_full};
 
 use super::settings::AlertSettings;
 use crate::warn::warn;
@@ -71,11 +71,8 @@ pub fn describe(
 }
 
 /// Names alert `a` by the place the program's own view of its memory found keeping it (PyTorch's
-/// tensors at a line, and that line's rate), when it found one.
-pub fn name_view(a: &mut Alert, place: Option<&(SiteName, f64)>) {
-    let Some((site, rate)) = place else {
-        return;
-    };
+/// tensors at a line, and that line's rate).
+pub fn name_view(a: &mut Alert, site: &SiteName, rate: f64) {
     let Some(line) = &site.source else {
         return;
     };
@@ -235,8 +232,12 @@ pub fn line(a: &Alert) -> String {
             bytes(a.live_bytes)
         )
     };
-    if let Some(n) = a.steps_to_full {
-        s.push_str(&format!(", full in {n} steps"));
+    let full = when_full(
+        a.steps_to_full.map(|n| n as f64),
+        a.seconds_to_full.map(|t| t as f64),
+    );
+    if let Some(when) = full {
+        s.push_str(&format!(", full in {when}"));
     }
     if a.signal != 0 {
         s.push_str(&format!("; signal {} sent", signal_name(a.signal)));

@@ -6,9 +6,13 @@
 //!
 //! With PyTorch's recorder on, an alert first waits for the program's own view: the Python
 //! hooks poll `vramtrace_alert_pending` at each step and hand over a snapshot of the recorder,
-//! from which the watch names the line whose tensors stay live; without an answer within
-//! [`VIEW_WAIT`] (or a few steps' time), the alert names the driver's place, where the caching
-//! allocator asked for memory, and says so.
+//! from which the watch names the line whose tensors stay live. A snapshot taken at exit (or at
+//! the first out-of-memory error) answers an alert raised after it: no newer one comes. When the
+//! view shows PyTorch's tensors flat where the driver sees the caching allocator's segments grow
+//! (its cache warming up), the alert is withdrawn, not said: the device is looked at again once
+//! the run has gone on twice as long. Without an answer within [`VIEW_WAIT`] (or a few steps'
+//! time, after the hooks may hand over again), the alert names the driver's place, where the
+//! caching allocator asked for memory, and says so.
 //!
 //! It must never harm the job, and never go quiet while the job runs. It runs on the writer
 //! thread only, never in a hook; its memory is the live set and per-place series of bounded
@@ -33,6 +37,7 @@ use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::{Alert, Record};
 use vramtrace_collector::live::SampleAxis;
 use vramtrace_collector::torch;
+use vramtrace_collector::torch::alerts::Keeping;
 
 pub use settings::{AlertSettings, MetricsSettings};
 
@@ -61,6 +66,9 @@ pub static ALERT_VIEW_WANTED: AtomicBool = AtomicBool::new(false);
 pub const VIEW_WAIT: Duration = Duration::from_secs(5);
 /// The longest an alert waits for that view.
 pub const VIEW_WAIT_MAX: Duration = Duration::from_secs(60);
+/// The hooks hand over a snapshot for alerts at most this often (`ALERT_SNAPSHOT_EVERY` of
+/// `vramtrace_hooks.py`): an alert raised sooner after the last one waits until they can.
+pub const VIEW_EVERY: Duration = Duration::from_secs(30);
 
 /// An alert raised and waiting for the program's view to name its line.
 struct Pending {
@@ -86,6 +94,8 @@ pub struct Monitor {
     /// Alerts waiting for the program's view, and the snapshot of it seen last.
     pending: Vec<Pending>,
     snapshot_seen: u32,
+    /// When the latest snapshot arrived (`CLOCK_MONOTONIC` nanoseconds; 0: none yet).
+    snapshot_at_ns: u64,
 }
 
 impl Monitor {
@@ -123,6 +133,7 @@ impl Monitor {
             told_coarse: false,
             pending: Vec::new(),
             snapshot_seen: 0,
+            snapshot_at_ns: 0,
         })
     }
 
@@ -222,9 +233,9 @@ impl Monitor {
         self.settings.enabled || self.exporter.is_some()
     }
 
-    /// Applies a record written to the trace (not an event); returns the alerts that a
-    /// snapshot of the program's own view, arriving in it, let name their line.
-    pub fn record(&mut self, r: &Record, trace_path: &str) -> Vec<Alert> {
+    /// Applies a record written to the trace (not an event) at `now_ns`; returns the alerts
+    /// that a snapshot of the program's own view, arriving in it, let name their line.
+    pub fn record(&mut self, r: &Record, now_ns: u64, trace_path: &str) -> Vec<Alert> {
         let snapshot = self.guarded(|w, _| {
             w.apply(r);
             torch::alerts::latest_snapshot(w.attachments())
@@ -232,6 +243,7 @@ impl Monitor {
         match snapshot {
             Some(id) if id != self.snapshot_seen => {
                 self.snapshot_seen = id;
+                self.snapshot_at_ns = now_ns;
                 self.settle(None, trace_path)
             }
             _ => Vec::new(),
@@ -337,9 +349,19 @@ impl Monitor {
         };
         self.last = Some(j);
         if let Some(wait) = wait {
-            let until_ns = now_ns.saturating_add(wait);
+            // The hooks hand over at most one snapshot per VIEW_EVERY: wait for the next.
+            let next_view = match self.snapshot_at_ns {
+                0 => now_ns,
+                at => now_ns.max(at.saturating_add(VIEW_EVERY.as_nanos() as u64)),
+            };
+            let until_ns = next_view.saturating_add(wait);
             self.pending
                 .extend(alerts.into_iter().map(|alert| Pending { alert, until_ns }));
+            // The program is ending (or out of memory) and handed over its view already: no
+            // step comes to hand over a newer one, so the alert is named from that.
+            if self.guarded(|w, _| torch::alerts::final_snapshot(w.attachments())) == Some(true) {
+                return self.settle(None, trace_path);
+            }
             ALERT_VIEW_WANTED.store(true, Ordering::Relaxed);
             return Vec::new();
         }
@@ -368,9 +390,12 @@ impl Monitor {
             return Vec::new();
         }
         let quiet = self.quiet;
-        let answered = now_ns.is_none();
         let alerts = self
             .guarded(|w, settings| {
+                // Named from the program's view when it answered, or when it handed over its
+                // last one (at exit) before the wait ended.
+                let answered =
+                    now_ns.is_none() || torch::alerts::final_snapshot(w.attachments());
                 let devices: Vec<i32> = due.iter().map(|p| p.alert.device).collect();
                 let places = if answered {
                     let config = w.growth_config();
@@ -378,15 +403,23 @@ impl Monitor {
                 } else {
                     Vec::new()
                 };
-                due.into_iter()
-                    .map(|p| {
-                        let mut a = p.alert;
-                        let place = places.iter().find(|(d, _)| *d == a.device);
-                        alert::name_view(&mut a, place.and_then(|(_, p)| p.as_ref()));
-                        alert::act(w, &mut a, settings, trace_path, quiet);
-                        a
-                    })
-                    .collect::<Vec<_>>()
+                let mut acted = Vec::new();
+                for p in due {
+                    let mut a = p.alert;
+                    match places.iter().find(|(d, _)| *d == a.device).map(|(_, k)| k) {
+                        // Tensors stay flat where the allocator's cache grows: no leak to
+                        // name. The device may alert again if the growth lasts.
+                        Some(Keeping::CacheOnly) => {
+                            w.withdraw(a.device);
+                            continue;
+                        }
+                        Some(Keeping::Line(site, rate)) => alert::name_view(&mut a, site, *rate),
+                        Some(Keeping::Unknown) | None => {}
+                    }
+                    alert::act(w, &mut a, settings, trace_path, quiet);
+                    acted.push(a);
+                }
+                acted
             })
             .unwrap_or_default();
         self.raised += alerts.len() as u64;

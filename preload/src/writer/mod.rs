@@ -135,7 +135,7 @@ impl Writer {
     /// Writes a record that is not an event, and feeds it to the live analysis.
     fn write_record(&mut self, r: Record) {
         let alerts = match self.monitor.as_mut() {
-            Some(monitor) => monitor.record(&r, &self.sink.path),
+            Some(monitor) => monitor.record(&r, clock::monotonic_ns(), &self.sink.path),
             None => Vec::new(),
         };
         self.sink.write(&r);

@@ -21,7 +21,7 @@ use vramtrace_collector::symbols::collapse;
 use vramtrace_collector::torch::View;
 
 use super::{Comparison, DiffArgs, RunFacts};
-use crate::findings::when_full;
+use vramtrace_collector::units::when_full;
 use crate::ranks;
 use crate::tables::{emit, table};
 use crate::units::{bytes, signed_bytes};

@@ -12,7 +12,8 @@ use vramtrace_collector::analysis::{
 };
 use vramtrace_collector::torch::VIEW;
 
-use super::{at_sample, grouped, long_duration, site_label};
+use super::{at_sample, site_label};
+use vramtrace_collector::units::when_full;
 use crate::units::{bytes, signed_bytes, unit};
 
 /// Findings listed in full; the rest are counted.
@@ -187,16 +188,8 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
             } else if let Some(end) = e.live_at_end {
                 parts.push(format!("{} still live {when}", bytes(end)));
             }
-            let full = match (e.steps_to_full, e.seconds_to_full) {
-                (Some(n), Some(s)) => Some(format!(
-                    "device full in {} steps ({})",
-                    grouped(n.floor() as u64),
-                    long_duration(s)
-                )),
-                (Some(n), None) => Some(format!("device full in {} steps", grouped(n as u64))),
-                (None, Some(s)) => Some(format!("device full in {}", long_duration(s))),
-                (None, None) => None,
-            };
+            let full = when_full(e.steps_to_full, e.seconds_to_full)
+                .map(|when| format!("device full in {when}"));
             parts.extend(full);
             match (e.view, e.line_means) {
                 (Some(view), _) if view != DRIVER => parts.push(format!(

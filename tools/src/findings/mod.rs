@@ -18,6 +18,7 @@ use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
 use crate::tables::{emit, or_unknown, table};
 use crate::units::{bytes, count, duration, signed_bytes, unit};
+use vramtrace_collector::units::when_full;
 
 /// The site's label (its Python line or native function, when symbols named it) or its
 /// `module+offset`, with its owner module.
@@ -26,46 +27,11 @@ pub(crate) fn site_label(s: &SiteName) -> String {
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
 }
 
-/// A time far ahead, in the unit that reads best: `42 s`, `35 min`, `2.1 h`, `3.5 days`.
-fn long_duration(seconds: f64) -> String {
-    match seconds {
-        s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
-        s if s >= 2.0 * 3600.0 => format!("{:.1} h", s / 3600.0),
-        s if s >= 120.0 => format!("{:.0} min", s / 60.0),
-        s => format!("{s:.0} s"),
-    }
-}
-
 /// `full in 1,930 steps (2.1 h)` for a holder's projection, or nothing.
 fn full_in(h: &HolderGrowth) -> Option<String> {
     let p = h.projection?;
     let when = when_full(p.steps_to_full, p.seconds_to_full)?;
     Some(format!("{} left, full in {when}", bytes(p.headroom)))
-}
-
-/// `1,930 steps (2.1 h)`: when a projection is full, in steps and in time, or nothing.
-pub(crate) fn when_full(steps: Option<f64>, seconds: Option<f64>) -> Option<String> {
-    let steps = steps.map(|n| format!("{} steps", grouped(n.floor() as u64)));
-    let time = seconds.map(long_duration);
-    match (steps, time) {
-        (Some(s), Some(t)) => Some(format!("{s} ({t})")),
-        (Some(s), None) => Some(s),
-        (None, Some(t)) => Some(t),
-        (None, None) => None,
-    }
-}
-
-/// `1930` as `1,930`.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `step 12` or `window 12`.
@@ -763,11 +729,11 @@ pub(crate) fn alert_line(raised: &RaisedAlert) -> String {
     } else {
         format!("per {} ms window", a.unit_ns / 1_000_000)
     };
-    let full = match (a.steps_to_full, a.seconds_to_full) {
-        (Some(n), _) => format!("; full in {n} steps"),
-        (None, Some(s)) => format!("; full in {s} s"),
-        _ => String::new(),
-    };
+    let full = when_full(
+        a.steps_to_full.map(|n| n as f64),
+        a.seconds_to_full.map(|t| t as f64),
+    )
+    .map_or(String::new(), |when| format!("; full in {when}"));
     let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
         format!(", {} {unit} of it", signed_bytes(a.place_rate as f64))
     } else {
