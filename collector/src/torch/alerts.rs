@@ -44,7 +44,7 @@ pub fn final_snapshot(attachments: &Attachments) -> bool {
 pub enum Keeping {
     /// The fastest cause is tensors kept at this place (a Python line), at this rate per
     /// sample unit.
-    Line(SiteName, f64),
+    Line(Box<SiteName>, f64),
     /// The tensors do not grow: what grows is the caching allocator's segments alone, memory it
     /// reserved and keeps cached, not tensors the program holds.
     CacheOnly,
@@ -87,7 +87,9 @@ pub fn keeping_places(
                 .filter(|s| s.holder == holder)
                 .max_by(|a, b| a.course.rate.total_cmp(&b.course.rate));
             let keeping = match fastest {
-                Some(row) if row.view != DRIVER => Keeping::Line(row.site.clone(), row.course.rate),
+                Some(row) if row.view != DRIVER => {
+                    Keeping::Line(Box::new(row.site.clone()), row.course.rate)
+                }
                 Some(row) if row.site.is_framework_pool() => Keeping::CacheOnly,
                 _ => Keeping::Unknown,
             };

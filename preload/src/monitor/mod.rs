@@ -394,8 +394,7 @@ impl Monitor {
             .guarded(|w, settings| {
                 // Named from the program's view when it answered, or when it handed over its
                 // last one (at exit) before the wait ended.
-                let answered =
-                    now_ns.is_none() || torch::alerts::final_snapshot(w.attachments());
+                let answered = now_ns.is_none() || torch::alerts::final_snapshot(w.attachments());
                 let devices: Vec<i32> = due.iter().map(|p| p.alert.device).collect();
                 let places = if answered {
                     let config = w.growth_config();

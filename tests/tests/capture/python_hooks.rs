@@ -830,7 +830,11 @@ captest!(
         let kept = at(&s, "alerted_late.py", line_of(ALERTED_LATE, "late_kept"));
         let named = format!("+1.0 MiB per step of it kept at {kept} (PyTorch tensors)");
         assert!(alerts[0].contains(&named), "{}", alerts[0]);
-        assert!(alerts[0].starts_with("vramtrace: ALERT at step 20"), "{}", alerts[0]);
+        assert!(
+            alerts[0].starts_with("vramtrace: ALERT at step 20"),
+            "{}",
+            alerts[0]
+        );
         // Only the history of the exit was handed over: the alert came after it.
         let t = s.trace();
         let snapshots = t
@@ -839,7 +843,10 @@ captest!(
             .of_kind(vramtrace_collector::torch::KIND_SNAPSHOT)
             .len();
         assert_eq!(snapshots, 1);
-        assert_eq!(t.state.alerts()[0].place, format!("{kept} (PyTorch tensors)"));
+        assert_eq!(
+            t.state.alerts()[0].place,
+            format!("{kept} (PyTorch tensors)")
+        );
     }
 );
 
@@ -858,7 +865,10 @@ captest!(
         ];
         let traced = s.traced("cache_grows.py", &[], &env);
         assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
-        assert_eq!(text(&traced.stdout), text(&s.plain("cache_grows.py").stdout));
+        assert_eq!(
+            text(&traced.stdout),
+            text(&s.plain("cache_grows.py").stdout)
+        );
         let err = text(&traced.stderr);
         assert!(!err.contains("ALERT"), "{err}");
         let t = s.trace();

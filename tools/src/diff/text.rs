@@ -21,10 +21,10 @@ use vramtrace_collector::symbols::collapse;
 use vramtrace_collector::torch::View;
 
 use super::{Comparison, DiffArgs, RunFacts};
-use vramtrace_collector::units::when_full;
 use crate::ranks;
 use crate::tables::{emit, table};
 use crate::units::{bytes, signed_bytes};
+use vramtrace_collector::units::when_full;
 
 /// Steps shown at most in the aligned-steps table.
 const STEP_ROWS: usize = 12;

@@ -13,8 +13,8 @@ use vramtrace_collector::analysis::{
 use vramtrace_collector::torch::VIEW;
 
 use super::{at_sample, site_label};
-use vramtrace_collector::units::when_full;
 use crate::units::{bytes, signed_bytes, unit};
+use vramtrace_collector::units::when_full;
 
 /// Findings listed in full; the rest are counted.
 const SHOWN: usize = 10;
