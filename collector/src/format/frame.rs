@@ -78,7 +78,7 @@ pub(crate) fn starts_chunk(b: &[u8]) -> bool {
 }
 
 /// A chunk as read from the file.
-pub(crate) struct Frame {
+pub(crate) struct ChunkRead {
     pub offset: u64,
     pub len: u64,
     /// Its packed bytes; once unpacked ([`unpack`]), the raw chunk.
@@ -90,7 +90,7 @@ pub(crate) struct Frame {
 
 /// What reading at a chunk boundary gave.
 pub(crate) enum Piece {
-    Frame(Frame),
+    Chunk(ChunkRead),
     /// Bytes passed over: a damaged chunk, or damage up to the next chunk.
     Unread(Unread),
     /// No more chunks: the file ends here (`NoEndRecord` for a clean end between chunks).
@@ -202,7 +202,7 @@ impl<R: Read> Frames<R> {
         let (len, events) = (need as u64, head.events.map(|(n, _)| n));
         let piece = if intact {
             let (bytes, raw_len) = (packed.to_vec(), head.raw);
-            Piece::Frame(Frame {
+            Piece::Chunk(ChunkRead {
                 offset: at,
                 len,
                 bytes,
@@ -314,14 +314,14 @@ impl<R: Read> Frames<R> {
 /// chunk that does not unpack (its checksum held: only a writer's bug makes one) is passed over,
 /// whatever the version, since the next one is found by its checked length.
 pub(crate) fn unpack(piece: Piece, zstd: &mut Option<zstd::bulk::Decompressor<'static>>) -> Piece {
-    let Piece::Frame(mut f) = piece else {
+    let Piece::Chunk(mut f) = piece else {
         return piece;
     };
     let mut raw = Vec::new();
     match unpack_into(&f, zstd, &mut raw) {
         Ok(()) => {
             f.bytes = raw;
-            Piece::Frame(f)
+            Piece::Chunk(f)
         }
         Err(reason) => Piece::Unread(Unread {
             offset: f.offset,
@@ -333,7 +333,7 @@ pub(crate) fn unpack(piece: Piece, zstd: &mut Option<zstd::bulk::Decompressor<'s
 }
 
 fn unpack_into(
-    frame: &Frame,
+    frame: &ChunkRead,
     zstd: &mut Option<zstd::bulk::Decompressor<'static>>,
     raw: &mut Vec<u8>,
 ) -> Result<(), String> {

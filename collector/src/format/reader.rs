@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::ahead::Ahead;
 use super::decoder::{ChunkDecoder, Item};
 use super::error::TraceError;
-use super::frame::{self, Frame, Frames, Piece};
+use super::frame::{self, ChunkRead, Frames, Piece};
 use super::header::{self, Header};
 use super::record::Record;
 use crate::event::Event;
@@ -121,7 +121,7 @@ pub struct TraceReader<R: Read> {
     offset: u64,
     decoder: ChunkDecoder,
     /// The chunk being read (its bytes are the decoder's).
-    current: Option<Frame>,
+    current: Option<ChunkRead>,
     unread: Vec<Unread>,
     ending: Option<Ending>,
     chunks: u64,
@@ -238,7 +238,7 @@ impl<R: Read> TraceReader<R> {
             }),
         };
         match loaded {
-            Piece::Frame(mut f) => {
+            Piece::Chunk(mut f) => {
                 self.offset = f.offset + f.len;
                 let table = self.decoder.load(std::mem::take(&mut f.bytes));
                 self.current = Some(f);

@@ -36,7 +36,7 @@ pub use lines::VIEW;
 #[cfg(feature = "symbols")]
 pub(crate) use lines::VIEW_NAME;
 pub(crate) use snapshot::AllocatorSnapshot;
-pub use snapshot::{Action, ClockAnchor, Frame};
+pub use snapshot::{Action, ClockAnchor, SnapshotFrame};
 #[cfg(feature = "symbols")]
 pub(crate) use tensors::LineGrowth;
 pub use tensors::{LineSeries, Series, Tensor, TensorHistory};

@@ -58,13 +58,13 @@ impl ClockAnchor {
 
 /// One Python frame.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Frame {
+pub struct SnapshotFrame {
     pub file: String,
     pub line: u32,
     pub function: String,
 }
 
-impl std::fmt::Display for Frame {
+impl std::fmt::Display for SnapshotFrame {
     /// `train.py:42 in forward`, as the trace's Python frames read.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{} in {}", self.file, self.line, self.function)
@@ -201,7 +201,7 @@ pub struct AllocatorSnapshot {
     /// The recorder's ring size, when known: a ring holding this many entries has lost older
     /// ones.
     pub max_entries: Option<u64>,
-    pub frames: Vec<Frame>,
+    pub frames: Vec<SnapshotFrame>,
     /// Interned stacks: indexes into `frames`, innermost first.
     pub stacks: Vec<Vec<u32>>,
     pub segments: Vec<SnapshotSegment>,
@@ -286,14 +286,14 @@ fn as_str(v: Option<&Value>) -> &str {
 
 /// Frames and stacks interned by content, for payloads that carry them inline.
 struct Interner {
-    frames: Vec<Frame>,
+    frames: Vec<SnapshotFrame>,
     stacks: Vec<Vec<u32>>,
-    frame_ids: HashMap<Frame, u32>,
+    frame_ids: HashMap<SnapshotFrame, u32>,
     stack_ids: HashMap<Vec<u32>, u32>,
 }
 
 impl Interner {
-    fn new(frames: Vec<Frame>, stacks: Vec<Vec<u32>>) -> Interner {
+    fn new(frames: Vec<SnapshotFrame>, stacks: Vec<Vec<u32>>) -> Interner {
         let frame_ids = frames
             .iter()
             .enumerate()
@@ -332,7 +332,7 @@ impl Interner {
         let ids: Vec<u32> = list
             .iter()
             .map(|f| {
-                let frame = Frame {
+                let frame = SnapshotFrame {
                     file: as_str(f.get("filename")).to_string(),
                     line: as_u64(f.get("line")) as u32,
                     function: as_str(f.get("name")).to_string(),
@@ -352,14 +352,14 @@ impl Interner {
     }
 }
 
-fn frame_row(v: &Value) -> Frame {
+fn frame_row(v: &Value) -> SnapshotFrame {
     match v {
-        Value::Array(a) => Frame {
+        Value::Array(a) => SnapshotFrame {
             file: as_str(a.first()).to_string(),
             line: as_u64(a.get(1)) as u32,
             function: as_str(a.get(2)).to_string(),
         },
-        other => Frame {
+        other => SnapshotFrame {
             file: as_str(other.get("filename")).to_string(),
             line: as_u64(other.get("line")) as u32,
             function: as_str(other.get("name")).to_string(),
@@ -387,7 +387,7 @@ impl AllocatorSnapshot {
         if let Some(format) = raw.format.as_deref().filter(|f| *f != FORMAT) {
             return Err(SnapshotError::Format(format.to_string()));
         }
-        let frames: Vec<Frame> = raw.frames.iter().map(frame_row).collect();
+        let frames: Vec<SnapshotFrame> = raw.frames.iter().map(frame_row).collect();
         let stacks: Vec<Vec<u32>> = raw
             .stacks
             .into_iter()
@@ -522,7 +522,7 @@ impl AllocatorSnapshot {
     }
 
     /// The frames of stack `id`, innermost first (empty for 0 or an unknown id).
-    pub fn stack(&self, id: u32) -> impl Iterator<Item = &Frame> {
+    pub fn stack(&self, id: u32) -> impl Iterator<Item = &SnapshotFrame> {
         let frames = match id {
             0 => &[][..],
             id => self.stacks.get(id as usize - 1).map_or(&[][..], |s| &s[..]),

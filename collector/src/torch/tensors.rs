@@ -442,7 +442,7 @@ impl<'a> TensorHistory<'a> {
 #[cfg(test)]
 mod tests {
     use super::super::snapshot::{
-        ClockAnchor, Frame, SnapshotBlock, SnapshotSegment, StepMark, TraceEntry,
+        ClockAnchor, SnapshotBlock, SnapshotFrame, SnapshotSegment, StepMark, TraceEntry,
     };
     use super::*;
 
@@ -475,22 +475,22 @@ mod tests {
     /// 4 MiB weight from line 5 was made before the ring's window (max_entries 30 is full).
     fn planted() -> AllocatorSnapshot {
         let frames = vec![
-            Frame {
+            SnapshotFrame {
                 file: "/v/site-packages/torch/nn/functional.py".into(),
                 line: 2000,
                 function: "linear".into(),
             },
-            Frame {
+            SnapshotFrame {
                 file: "train.py".into(),
                 line: 10,
                 function: "step".into(),
             },
-            Frame {
+            SnapshotFrame {
                 file: "train.py".into(),
                 line: 20,
                 function: "step".into(),
             },
-            Frame {
+            SnapshotFrame {
                 file: "train.py".into(),
                 line: 5,
                 function: "<module>".into(),

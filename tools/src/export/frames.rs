@@ -11,7 +11,7 @@ use vramtrace_collector::analysis::short_function;
 
 /// One frame, named the way flame graphs and PyTorch snapshots name them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
+pub struct NamedFrame {
     /// Function (`forward`, `DeviceCachingAllocator::malloc`), else `module+0xOFFSET`.
     pub name: String,
     /// Source file, else the module's file name, else empty.
@@ -20,7 +20,7 @@ pub struct Frame {
     pub line: u32,
 }
 
-impl Frame {
+impl NamedFrame {
     /// `name (file:line)` with what is known.
     pub fn label(&self) -> String {
         match (self.filename.as_str(), self.line) {
@@ -40,7 +40,7 @@ fn in_interpreter(f: &StackFrame) -> bool {
     })
 }
 
-fn frame(f: &StackFrame) -> Frame {
+fn frame(f: &StackFrame) -> NamedFrame {
     let name = match (&f.function, f.kind) {
         (Some(func), FrameKind::Python) => func.clone(),
         (Some(func), FrameKind::Native) => short_function(func),
@@ -50,7 +50,7 @@ fn frame(f: &StackFrame) -> Frame {
             f.offset.unwrap_or(0)
         ),
     };
-    Frame {
+    NamedFrame {
         name,
         filename: f
             .file
@@ -64,15 +64,15 @@ fn frame(f: &StackFrame) -> Frame {
 /// A call's frames, each part outermost first.
 #[derive(Clone, Debug, Default)]
 pub struct CallFrames {
-    pub python: Vec<Frame>,
+    pub python: Vec<NamedFrame>,
     /// Native frames outside the interpreter and the CUDA libraries (the innermost native frame
     /// alone when every frame is filtered out and there are no Python frames).
-    pub native: Vec<Frame>,
+    pub native: Vec<NamedFrame>,
 }
 
 impl CallFrames {
     /// Every frame, outermost first: the Python frames, then the native frames under them.
-    pub fn outermost_first(&self) -> impl DoubleEndedIterator<Item = &Frame> {
+    pub fn outermost_first(&self) -> impl DoubleEndedIterator<Item = &NamedFrame> {
         self.python.iter().chain(&self.native)
     }
 }
@@ -98,7 +98,7 @@ impl<'n, 'a> Stacks<'n, 'a> {
             let all = naming.stack(call);
             let python: Vec<&StackFrame> =
                 all.iter().filter(|f| f.kind == FrameKind::Python).collect();
-            let mut native: Vec<Frame> = all
+            let mut native: Vec<NamedFrame> = all
                 .iter()
                 .filter(|f| f.kind == FrameKind::Native && !f.in_cuda_library())
                 .filter(|f| python.is_empty() || !in_interpreter(f))

@@ -24,7 +24,7 @@ use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::live::{LiveState, StepSource};
 use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 
-use super::frames::{Frame, Stacks};
+use super::frames::{NamedFrame, Stacks};
 use super::pickle::{self, Value};
 use super::ExportArgs;
 use crate::load::{read, Flow, Progress};
@@ -189,7 +189,7 @@ impl FrameLists<'_, '_, '_> {
                     .take(natives)
                     .chain(f.python.iter().rev())
                     .take(MAX_FRAMES)
-                    .map(|f: &Frame| {
+                    .map(|f: &NamedFrame| {
                         Value::Dict(vec![
                             ("name", Value::Str(f.name.clone())),
                             ("filename", Value::Str(f.filename.clone())),

@@ -271,7 +271,7 @@ fn walk<R: memo::Record>(
         lo: start.sp,
         hi: stack_hi - 8,
     };
-    let mut frame = Frame {
+    let mut frame = WalkFrame {
         sp: start.sp,
         bp: start.bp,
     };
@@ -332,7 +332,7 @@ impl Bounds {
 
 /// The registers a step changes.
 #[derive(Clone, Copy)]
-struct Frame {
+struct WalkFrame {
     sp: u64,
     bp: u64,
 }
@@ -345,7 +345,7 @@ fn step<R: memo::Record>(
     t: &mut ThreadUnwind,
     address: u64,
     first: bool,
-    frame: &mut Frame,
+    frame: &mut WalkFrame,
     bounds: Bounds,
     rec: &mut R,
 ) -> Option<u64> {
@@ -354,7 +354,7 @@ fn step<R: memo::Record>(
     if let Some(rule) = t.rules.get(lookup) {
         match rule.apply(frame.sp, frame.bp, bounds.lo, bounds.hi, rec) {
             Stepped::Next { ra, sp, bp } => {
-                *frame = Frame { sp, bp };
+                *frame = WalkFrame { sp, bp };
                 return Some(ra);
             }
             Stepped::End => return None,
@@ -370,7 +370,7 @@ fn step_slow<R: memo::Record>(
     t: &mut ThreadUnwind,
     address: u64,
     first: bool,
-    frame: &mut Frame,
+    frame: &mut WalkFrame,
     bounds: Bounds,
     rec: &mut R,
 ) -> Option<u64> {
@@ -391,7 +391,7 @@ fn step_slow<R: memo::Record>(
         },
     };
     let ra = w.step(at, &mut regs)?;
-    *frame = Frame {
+    *frame = WalkFrame {
         sp: regs.sp(),
         bp: regs.bp(),
     };
