@@ -222,6 +222,23 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `text` with the time in brackets after each count of steps to full taken out (`full in 1,012
+/// steps (1 s)` → `full in 1,012 steps`): a stand-in's steps take what the machine gives them.
+pub fn untimed(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(" steps (") {
+        let from = i + " steps".len();
+        out.push_str(&rest[..from]);
+        rest = &rest[from..];
+        if let Some(j) = rest.find(')') {
+            rest = &rest[j + 1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Runs `c` to its end and returns what it printed; panics, with its output, unless it exited 0.
 pub fn succeed(c: &mut Command) -> Output {
     let out = c.output().unwrap_or_else(|e| panic!("running {c:?}: {e}"));

@@ -8,7 +8,7 @@
 use std::os::unix::fs::PermissionsExt;
 
 use serde_json::Value;
-use vramtrace_tests::traced::Workload;
+use vramtrace_tests::traced::{untimed, Workload};
 
 use crate::MIB;
 
@@ -19,26 +19,13 @@ fn wl_alert(shape: &str) -> Workload {
 }
 
 /// The stderr lines the tracer wrote that are alerts, without the time to full after its steps
-/// (`full in 1,012 steps (1 s)` → `full in 1,012 steps`): the stand-in's steps take what the
-/// machine gives them.
+/// ([`untimed`]).
 fn alert_lines(stderr: &str) -> Vec<String> {
     stderr
         .lines()
         .filter(|l| l.starts_with("vramtrace: ALERT"))
         .map(untimed)
         .collect()
-}
-
-/// `line` without the time in brackets after its count of steps to full.
-fn untimed(line: &str) -> String {
-    match line.find(" steps (") {
-        Some(i) => {
-            let from = i + " steps".len();
-            let to = line[from..].find(')').map_or(from, |j| from + j + 1);
-            format!("{}{}", &line[..from], &line[to..])
-        }
-        None => line.to_string(),
-    }
 }
 
 // Defaults: confirmation 10 steps, threshold 0.1 % of the stand-in's 1 GiB (1.0 MiB a step is

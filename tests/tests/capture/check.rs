@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use vramtrace_tests::traced::{text, trace_files, vramtrace_command, Workload};
+use vramtrace_tests::traced::{text, trace_files, untimed, vramtrace_command, Workload};
 use vramtrace_tests::{standin_ld_library_path, workload};
 
 /// `vramtrace check -o <dir>/c-%p.vtrace FLAGS -- PROGRAM ARGS`.
@@ -54,7 +54,7 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
         workload("wl_train"),
         &[],
     );
-    let err = text(&out.stderr);
+    let err = untimed(&text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{err}");
     let plain = Workload::new("wl_train").run_plain();
     assert_eq!(text(&out.stdout), text(&plain.stdout));
@@ -68,7 +68,7 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
         &lines[1..],
         [
             "  FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B) at main at wl_train.c:108 → fw_alloc \
-             (libtorch_standin.so), full within the horizon",
+             (libtorch_standin.so), full within the horizon, in 989 steps",
             "  FAIL  leak             20.0 MiB live at the end (20971520 B in 20 objects), limit \
              1.0 MiB (1048576 B)",
             "  FAIL  orphans          1 orphan holding 0 B of device memory, limit 0",
@@ -206,7 +206,7 @@ captest!(report_fails_on_the_same_limits, |dir| {
             .unwrap()
     };
     let out = report("growth,leak=1MiB,orphans=1");
-    let err = text(&out.stderr);
+    let err = untimed(&text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         text(&out.stdout).starts_with("vramtrace report: "),
@@ -216,7 +216,7 @@ captest!(report_fails_on_the_same_limits, |dir| {
         err,
         format!(
             "vramtrace report: limits of {}\n  FAIL  growth (alert)   device 0: +1.0 MiB per \
-             step (1048576 B) at main at wl_train.c:108 → fw_alloc (libtorch_standin.so), full within the horizon\n  FAIL  \
+             step (1048576 B) at main at wl_train.c:108 → fw_alloc (libtorch_standin.so), full within the horizon, in 989 steps\n  FAIL  \
              leak             20.0 MiB live at the end (20971520 B in 20 objects), limit 1.0 MiB \
              (1048576 B)\n  ok    orphans          1 orphan holding 0 B of device memory, limit \
              1\n",
