@@ -347,6 +347,44 @@ fn at(s: &Setup, script: &str, line: u32) -> String {
     format!("{}:{line} in <module>", s.dir.join(script).display())
 }
 
+/// The reason of each history PyTorch handed over, in the order of the trace.
+fn snapshot_reasons(t: &Trace) -> Vec<String> {
+    t.state
+        .attachments()
+        .of_kind(vramtrace_collector::torch::KIND_SNAPSHOT)
+        .iter()
+        .map(|a| {
+            let v: serde_json::Value = serde_json::from_slice(&a.data).unwrap();
+            v["reason"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// The live-alert settings of these tests: a 512 KiB threshold, confirmed over 5 steps, judged
+/// at most every `interval_ms`.
+fn alerting(interval_ms: &'static str) -> [(&'static str, &'static str); 3] {
+    [
+        ("VRAMTRACE_ALERT_INTERVAL_MS", interval_ms),
+        ("VRAMTRACE_ALERT_CONFIRM", "5"),
+        ("VRAMTRACE_ALERT_THRESHOLD", "512KiB"),
+    ]
+}
+
+/// Runs `script` traced with `env`, checks that it exited 0 and printed what it prints untraced,
+/// and returns the ALERT lines of its stderr with the whole stderr.
+fn alerts_of(s: &Setup, script: &str, env: &[(&str, &str)]) -> (Vec<String>, String) {
+    let traced = s.traced(script, &[], env);
+    assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+    assert_eq!(text(&traced.stdout), text(&s.plain(script).stdout));
+    let err = text(&traced.stderr);
+    let alerts = err
+        .lines()
+        .filter(|l| l.contains("ALERT"))
+        .map(str::to_string)
+        .collect();
+    (alerts, err)
+}
+
 // The leak program: its output (with the user's sitecustomize first) is unchanged, each
 // optimizer step marks a step, the allocator settings are those of the run, and the history
 // handed over at exit names the kept tensors' line with 5 MiB in 5 tensors, growing 1 MiB a
@@ -771,16 +809,7 @@ captest!(
     the_live_alert_names_the_line_that_keeps_the_tensors,
     |dir| {
         let s = setup(dir);
-        let env = [
-            ("VRAMTRACE_ALERT_INTERVAL_MS", "0"),
-            ("VRAMTRACE_ALERT_CONFIRM", "5"),
-            ("VRAMTRACE_ALERT_THRESHOLD", "512KiB"),
-        ];
-        let traced = s.traced("alerted.py", &[], &env);
-        assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
-        assert_eq!(text(&traced.stdout), text(&s.plain("alerted.py").stdout));
-        let err = text(&traced.stderr);
-        let alerts: Vec<&str> = err.lines().filter(|l| l.contains("ALERT")).collect();
+        let (alerts, err) = alerts_of(&s, "alerted.py", &alerting("0"));
         assert_eq!(alerts.len(), 1, "{err}");
         let kept = at(&s, "alerted.py", line_of(ALERTED, "alert_kept"));
         let named = format!("+1.0 MiB per step of it kept at {kept} (PyTorch tensors)");
@@ -792,17 +821,7 @@ captest!(
         assert_eq!(recorded["place_rate"], MIB);
         // The hand-over for the alert is a snapshot of its own, before the one at exit.
         let t = s.trace();
-        let reasons: Vec<String> = t
-            .state
-            .attachments()
-            .of_kind(vramtrace_collector::torch::KIND_SNAPSHOT)
-            .iter()
-            .map(|a| {
-                let v: serde_json::Value = serde_json::from_slice(&a.data).unwrap();
-                v["reason"].as_str().unwrap().to_string()
-            })
-            .collect();
-        assert_eq!(reasons, ["alert", "exit"]);
+        assert_eq!(snapshot_reasons(&t), ["alert", "exit"]);
     }
 );
 
@@ -813,19 +832,7 @@ captest!(
     an_alert_raised_after_the_exit_history_names_the_line_that_keeps_the_tensors,
     |dir| {
         let s = setup(dir);
-        let env = [
-            ("VRAMTRACE_ALERT_INTERVAL_MS", "1500"),
-            ("VRAMTRACE_ALERT_CONFIRM", "5"),
-            ("VRAMTRACE_ALERT_THRESHOLD", "512KiB"),
-        ];
-        let traced = s.traced("alerted_late.py", &[], &env);
-        assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
-        assert_eq!(
-            text(&traced.stdout),
-            text(&s.plain("alerted_late.py").stdout)
-        );
-        let err = text(&traced.stderr);
-        let alerts: Vec<&str> = err.lines().filter(|l| l.contains("ALERT")).collect();
+        let (alerts, err) = alerts_of(&s, "alerted_late.py", &alerting("1500"));
         assert_eq!(alerts.len(), 1, "{err}");
         let kept = at(&s, "alerted_late.py", line_of(ALERTED_LATE, "late_kept"));
         let named = format!("+1.0 MiB per step of it kept at {kept} (PyTorch tensors)");
@@ -837,12 +844,7 @@ captest!(
         );
         // Only the history of the exit was handed over: the alert came after it.
         let t = s.trace();
-        let snapshots = t
-            .state
-            .attachments()
-            .of_kind(vramtrace_collector::torch::KIND_SNAPSHOT)
-            .len();
-        assert_eq!(snapshots, 1);
+        assert_eq!(snapshot_reasons(&t), ["exit"]);
         assert_eq!(
             t.state.alerts()[0].place,
             format!("{kept} (PyTorch tensors)")
@@ -858,32 +860,11 @@ captest!(
     segments_that_grow_under_flat_tensors_raise_no_alert,
     |dir| {
         let s = setup(dir);
-        let env = [
-            ("VRAMTRACE_ALERT_INTERVAL_MS", "0"),
-            ("VRAMTRACE_ALERT_CONFIRM", "5"),
-            ("VRAMTRACE_ALERT_THRESHOLD", "512KiB"),
-        ];
-        let traced = s.traced("cache_grows.py", &[], &env);
-        assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
-        assert_eq!(
-            text(&traced.stdout),
-            text(&s.plain("cache_grows.py").stdout)
-        );
-        let err = text(&traced.stderr);
-        assert!(!err.contains("ALERT"), "{err}");
+        let (alerts, err) = alerts_of(&s, "cache_grows.py", &alerting("0"));
+        assert!(alerts.is_empty(), "{err}");
         let t = s.trace();
         assert!(t.state.alerts().is_empty(), "{:?}", t.state.alerts());
         // One snapshot for the first alert, one at exit for the second.
-        let reasons: Vec<String> = t
-            .state
-            .attachments()
-            .of_kind(vramtrace_collector::torch::KIND_SNAPSHOT)
-            .iter()
-            .map(|a| {
-                let v: serde_json::Value = serde_json::from_slice(&a.data).unwrap();
-                v["reason"].as_str().unwrap().to_string()
-            })
-            .collect();
-        assert_eq!(reasons, ["alert", "exit"]);
+        assert_eq!(snapshot_reasons(&t), ["alert", "exit"]);
     }
 );

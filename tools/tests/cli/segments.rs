@@ -22,13 +22,8 @@ const LIVE_SET: [&str; 10] = [
 ];
 
 fn json(args: &[&str]) -> Value {
-    let out = vramtrace().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let out = vramtrace().args(args).assert().success();
+    serde_json::from_slice(&out.get_output().stdout).unwrap()
 }
 
 /// The training trace, cut every 13 events: 6 segments.
@@ -208,17 +203,12 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
         "{said}"
     );
     let page = dir.path().join("page.html");
-    let out = vramtrace()
+    vramtrace()
         .args(["report", "--html"])
         .arg(&page)
         .arg(first)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .assert()
+        .success();
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(
         html.contains("Segments: 3-6 on disk"),
