@@ -61,7 +61,8 @@ _marks = collections.deque(maxlen=MARKS_KEPT)
 _view = None
 #: The iteration clock while it runs (stopped at the first optimizer step).
 _iterations = None
-#: Seconds between two snapshots handed over for alerts, at least.
+#: Seconds between two snapshots handed over for alerts, at least (the tracer waits as long for
+#: the next one: `VIEW_EVERY` in preload/src/monitor/mod.rs).
 ALERT_SNAPSHOT_EVERY = 30.0
 
 
