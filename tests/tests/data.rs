@@ -4,8 +4,12 @@
 //! and the peak its rows add up to is the report's; `vramtrace.load` returns the rows of the
 //! Parquet; bad input gets one-line errors from Python too.
 //!
-//! Ignored by default: needs a Python with pyarrow and duckdb, named by `VRAMTRACE_DATA_PYTHON`.
-//! CI (`.ci/run`) makes one (a virtual environment with both from PyPI) and runs
+//! Spark reads the same dataset with the same columns and types and its SQL names the same rank
+//! and line.
+//!
+//! Ignored by default: needs a Python with pyarrow, duckdb and pyspark, named by
+//! `VRAMTRACE_DATA_PYTHON`, and a Java for Spark. CI (`.ci/run`) makes one (a virtual
+//! environment with the three from PyPI; a JRE from Debian) and runs
 //! `VRAMTRACE_DATA_PYTHON=… cargo test -p vramtrace-tests --test data -- --ignored`.
 
 use std::path::{Path, PathBuf};
@@ -19,13 +23,14 @@ use vramtrace_tests::{standin_ld_library_path, workload};
 
 const MIB: u64 = 1 << 20;
 
-/// The Python with pyarrow and duckdb, from `VRAMTRACE_DATA_PYTHON`.
+/// The Python with pyarrow, duckdb and pyspark, from `VRAMTRACE_DATA_PYTHON`.
 fn python() -> PathBuf {
     let path = std::env::var_os("VRAMTRACE_DATA_PYTHON")
         .map(PathBuf::from)
         .expect(
-            "VRAMTRACE_DATA_PYTHON names a python with pyarrow and duckdb (.ci/run makes one: \
-         python3 -m venv target/data-env && target/data-env/bin/pip install pyarrow duckdb)",
+            "VRAMTRACE_DATA_PYTHON names a python with pyarrow, duckdb and pyspark (.ci/run makes \
+             one: python3 -m venv target/data-env && target/data-env/bin/pip install pyarrow \
+             duckdb pyspark)",
         );
     assert!(path.is_file(), "{}: no such file", path.display());
     path
@@ -245,6 +250,19 @@ print(json.dumps({
 }))
 "#;
 
+/// Eight ranks of the training loop traced into `dir/job`, rank 5 with `--extra-leak`, and
+/// exported to `dir/data`; returns both directories.
+fn eight_ranks(dir: &Path) -> (PathBuf, PathBuf) {
+    let traces = dir.join("job");
+    std::fs::create_dir(&traces).unwrap();
+    for rank in 0..8 {
+        train(&traces, &format!("rank{rank}"), Some(rank), rank == 5);
+    }
+    let data = dir.join("data");
+    export(&traces, &data);
+    (traces, data)
+}
+
 // Eight ranks of the training loop, rank 5 with `--extra-leak` (a 4 MiB tensor kept each step
 // at its own line of wl_train.c): DuckDB names rank 5 and that line first, 80 MiB more than the
 // median rank there; rank 5 is the odd rank by 80 MiB; every rank's peak, added up from its
@@ -253,13 +271,7 @@ print(json.dumps({
 #[ignore = "needs pyarrow and duckdb: VRAMTRACE_DATA_PYTHON (.ci/run makes it)"]
 fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
     let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("job");
-    std::fs::create_dir(&traces).unwrap();
-    for rank in 0..8 {
-        train(&traces, &format!("rank{rank}"), Some(rank), rank == 5);
-    }
-    let data = dir.path().join("data");
-    export(&traces, &data);
+    let (traces, data) = eight_ranks(dir.path());
     let got = py(&format!("{READ}{FLEET}"), &[&data]);
 
     let extra = line_of(&workload_source("wl_train.c"), "extra[step] = alloc(");
@@ -298,6 +310,125 @@ fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
         let row = peaks.iter().find(|p| &p[0] == rank).unwrap();
         assert_eq!(row[1], device[0]["peak"]["bytes"], "rank {rank}");
     }
+}
+
+/// Every table of the dataset at argv[1] as pyarrow reads it: its columns, each with the type
+/// Spark gives its Parquet type (`simpleString`; lists are arrays, structs structs), and its rows.
+const ARROW_AS_SPARK: &str = r#"
+root = sys.argv[1]
+def spark_type(t):
+    if pa.types.is_list(t):
+        return f"array<{spark_type(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "struct<" + ",".join(f"{f.name}:{spark_type(f.type)}" for f in t) + ">"
+    return {pa.int64(): "bigint", pa.int32(): "int", pa.string(): "string",
+            pa.bool_(): "boolean", pa.float64(): "double"}[t]
+out = {}
+for name in NAMES:
+    t = table(root, name)
+    out[name] = [[[f.name, spark_type(f.type)] for f in t.schema], t.num_rows]
+print(json.dumps(out))
+"#;
+
+/// The dataset at argv[1] read by Spark (`spark.read.parquet` of each table's directory, as
+/// docs/data.md shows): each table's columns and Spark types and its rows, and docs/data.md's
+/// fleet questions in Spark SQL — the line that differs most from the other ranks, the odd rank.
+const SPARK: &str = r#"
+import json, sys
+from pyspark.sql import SparkSession
+root = sys.argv[1]
+spark = (SparkSession.builder.master("local[1]").appName("vramtrace-data")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+out = {}
+for name in NAMES:
+    df = spark.read.parquet(f"{root}/{name}")
+    df.createOrReplaceTempView(name)
+    out[name] = [[[f.name, f.dataType.simpleString()] for f in df.schema.fields], df.count()]
+line = spark.sql("""
+WITH live AS (
+    SELECT a.rank, s.identity, sum(a.bytes) AS bytes
+    FROM allocations a JOIN sites s ON s.run = a.run AND s.rank <=> a.rank
+        AND s.pid = a.pid AND s.site = a.site
+    WHERE a.free_seq IS NULL AND a.accounting = 'device' GROUP BY a.rank, s.identity),
+grid AS (
+    SELECT r.rank, i.identity, coalesce(live.bytes, 0) AS bytes
+    FROM (SELECT DISTINCT rank FROM traces) r
+    CROSS JOIN (SELECT DISTINCT identity FROM live) i
+    LEFT JOIN live ON live.rank <=> r.rank AND live.identity = i.identity),
+typical AS (SELECT identity, median(bytes) AS median FROM grid GROUP BY identity)
+SELECT rank, identity, bytes, bytes - median AS excess
+FROM grid JOIN typical USING (identity)
+ORDER BY excess DESC, rank LIMIT 2""").collect()
+odd = spark.sql("""
+WITH per_rank AS (
+    SELECT rank, sum(bytes) FILTER (WHERE free_seq IS NULL AND accounting = 'device') AS live
+    FROM allocations GROUP BY rank)
+SELECT rank, live, live - median(live) OVER () AS from_median
+FROM per_rank ORDER BY abs(from_median) DESC, rank LIMIT 2""").collect()
+out["line"] = [[r, i, int(b), float(e)] for r, i, b, e in line]
+out["odd"] = [[r, int(l), float(m)] for r, l, m in odd]
+spark.stop()
+print(json.dumps(out))
+"#;
+
+/// The tables of the dataset, in docs/data.md's order.
+const NAMES: &str = r#"
+NAMES = ["allocations", "sites", "steps", "samples", "communicators", "failures", "tensors", "traces"]
+"#;
+
+// Spark reads the eight ranks' dataset as it is: every table with pyarrow's columns, in its order
+// (the partitions `run` and `rank` last), with the types docs/data.md gives (int64 as bigint,
+// int32 as int, lists as arrays) and the same rows; and docs/data.md's fleet questions in Spark
+// SQL name rank 5 and its extra leak's line first, 80 MiB above the median rank, as DuckDB does.
+#[test]
+#[ignore = "needs pyarrow and pyspark with a Java: VRAMTRACE_DATA_PYTHON (.ci/run makes it)"]
+fn spark_reads_the_dataset_with_its_types_and_names_the_rank_and_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, data) = eight_ranks(dir.path());
+    let arrow = py(&format!("{READ}{NAMES}{ARROW_AS_SPARK}"), &[&data]);
+    let spark = py(&format!("{NAMES}{SPARK}"), &[&data]);
+
+    let tables = arrow.as_object().unwrap();
+    assert_eq!(tables.len(), 8);
+    for (name, columns_and_rows) in tables {
+        assert_eq!(&spark[name], columns_and_rows, "{name}");
+    }
+    let allocations = &arrow["allocations"][0];
+    let column = |c: &str| {
+        allocations
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x[0] == c)
+            .map(|x| x[1].clone())
+    };
+    assert_eq!(column("bytes"), Some("bigint".into()));
+    assert_eq!(column("device"), Some("int".into()));
+    assert_eq!(column("flags"), Some("array<string>".into()));
+    assert_eq!(column("rank"), Some("int".into()));
+    assert_eq!(column("run"), Some("string".into()));
+    assert_eq!(arrow["traces"][1], 8);
+
+    let extra = line_of(&workload_source("wl_train.c"), "extra[step] = alloc(");
+    let first = &spark["line"][0];
+    assert_eq!(first[0], 5, "{spark}");
+    assert!(
+        first[1]
+            .as_str()
+            .unwrap()
+            .contains(&format!(" < main at wl_train.c:{extra} < ")),
+        "{first}"
+    );
+    assert_eq!(first[2], 80 * MIB);
+    assert_eq!(first[3], (80 * MIB) as f64);
+    assert_eq!(spark["line"][1][3], 0.0, "{spark}");
+    assert_eq!(
+        spark["odd"][0],
+        serde_json::json!([5, 100 * MIB, (80 * MIB) as f64])
+    );
+    assert_eq!(spark["odd"][1][2], 0.0);
 }
 
 /// `vramtrace.load` of argv[1] against pyarrow's reading of the dataset at argv[2].

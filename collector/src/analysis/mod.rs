@@ -145,7 +145,8 @@ pub struct Analysis {
 
 impl Analysis {
     /// Every call site named anywhere in the answers, to label them (each list in turn; a site
-    /// named in several lists comes once per list).
+    /// named in several lists comes once per list). Only the symbol reader labels sites.
+    #[cfg(feature = "symbols")]
     pub(crate) fn sites_mut(&mut self) -> impl Iterator<Item = &mut SiteName> {
         let g = &mut self.growth;
         let growth = g
