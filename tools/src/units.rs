@@ -5,7 +5,7 @@
 use vramtrace_collector::analysis::Analysis;
 use vramtrace_collector::live::SampleAxis;
 
-pub use vramtrace_collector::units::bytes;
+pub use vramtrace_collector::units::{bytes, span as duration};
 
 /// A device ordinal for tables: `?` when the trace could not tell it (-1).
 pub fn device(d: i32) -> String {
@@ -21,15 +21,6 @@ pub fn unit(a: &Analysis) -> String {
     match (a.growth.axis, a.growth.window_ns) {
         (SampleAxis::Time, Some(w)) => format!("per {} window", duration(w)),
         _ => "per step".to_string(),
-    }
-}
-
-/// A short span: `1.5 s`, `64 ms`, `250 µs`.
-pub fn duration(ns: u64) -> String {
-    match ns {
-        n if n >= 1_000_000_000 => format!("{:.1} s", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
-        n => format!("{} µs", n / 1000),
     }
 }
 

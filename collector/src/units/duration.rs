@@ -30,6 +30,31 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// A span of the trace, in the unit that reads best and with two or three significant figures
+/// (a step of 1.85 ms reads `1.9 ms`, not `1 ms`): `850 ns`, `250 µs`, `1.9 ms`, `2 ms`,
+/// `64 ms`, `1.5 s`, `35 min`. The one word for spans in every output (steps, windows, replay's points,
+/// the page's axis).
+pub fn span(ns: u64) -> String {
+    // Tenths below 10 units, unless they are zero.
+    let scaled = |n: f64, unit: &str| {
+        let tenths = (n * 10.0).round();
+        if n < 9.95 && tenths % 10.0 != 0.0 {
+            format!("{:.1} {unit}", tenths / 10.0)
+        } else {
+            format!("{n:.0} {unit}")
+        }
+    };
+    let n = ns as f64;
+    match ns {
+        0 => "0 s".to_string(),
+        _ if n >= 119.5e9 => long_duration(n / 1e9),
+        _ if n >= 0.9995e9 => scaled(n / 1e9, "s"),
+        _ if n >= 0.9995e6 => scaled(n / 1e6, "ms"),
+        _ if n >= 999.5 => scaled(n / 1e3, "µs"),
+        _ => format!("{ns} ns"),
+    }
+}
+
 /// A time far ahead, in the unit that reads best: `42 s`, `35 min`, `2.1 h`, `3.5 days`.
 pub fn long_duration(seconds: f64) -> String {
     match seconds {
@@ -61,6 +86,22 @@ pub fn has_unit(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_keep_their_figures() {
+        assert_eq!(span(0), "0 s");
+        assert_eq!(span(850), "850 ns");
+        assert_eq!(span(250_000), "250 µs");
+        assert_eq!(span(1_850_000), "1.9 ms");
+        assert_eq!(span(1_000_000), "1 ms");
+        assert_eq!(span(2_010_000), "2 ms");
+        assert_eq!(span(9_960_000), "10 ms");
+        assert_eq!(span(64_000_000), "64 ms");
+        assert_eq!(span(999_700_000), "1 s");
+        assert_eq!(span(1_500_000_000), "1.5 s");
+        assert_eq!(span(86_000_000_000), "86 s");
+        assert_eq!(span(2_100_000_000_000), "35 min");
+    }
 
     #[test]
     fn durations_take_every_unit() {

@@ -29,7 +29,7 @@ fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), 
         .unwrap_or(t.len());
     Ok(t.split_at(split))
 }
-pub use duration::{long_duration, parse_duration, when_full};
+pub use duration::{long_duration, parse_duration, span, when_full};
 pub use rate::parse_rate;
 pub use size::{bytes, parse_size};
 pub use switch::parse_switch;

@@ -105,8 +105,9 @@ pub struct ExportArgs {
     /// of the trace or directory given.
     #[arg(long, value_name = "NAME")]
     pub run: Option<String>,
-    /// Replace the output if it exists (a file, or for parquet a directory that is not empty);
-    /// never the trace being read.
+    /// Replace the output if it exists (a file, or for parquet an earlier dataset: a directory
+    /// of the tables' directories and nothing else); never the trace being read, and for
+    /// parquet never a directory holding anything else, nor the working directory.
     #[arg(long)]
     pub force: bool,
     /// Flame graph: the bytes it weighs.

@@ -25,7 +25,7 @@ use crate::options::ReportArgs;
 use crate::output_file::OutputFile;
 use crate::report::Report;
 use crate::timeline::Timeline;
-use crate::units::{bytes, signed_bytes};
+use crate::units::{bytes, duration, signed_bytes};
 
 const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("chart.js");
@@ -91,16 +91,6 @@ struct Page<'a> {
 fn script_json(value: &impl Serialize) -> Result<String> {
     let json = serde_json::to_string(value).context("encoding the chart data")?;
     Ok(json.replace('<', "\\u003c"))
-}
-
-/// `1.5 s`, `120 ms`.
-pub fn duration(ns: u64) -> String {
-    match ns {
-        n if n >= 60_000_000_000 => format!("{:.1} min", n as f64 / 6e10),
-        n if n >= 1_000_000_000 => format!("{:.2} s", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{} ms", n / 1_000_000),
-        n => format!("{} µs", n / 1000),
-    }
 }
 
 /// Renders the page of `report` (of `trace`, read with `timeline`).

@@ -350,12 +350,53 @@ fn an_existing_output_is_replaced_only_when_asked() {
     export(&trace, &file, &[]).code(2);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 
-    // --force replaces both.
+    // --force never replaces a directory that holds anything but a dataset: notes.txt stays,
+    // and so does the dataset beside it.
+    let refused = export(&trace, &out, &["--force"]).code(2);
+    let err = String::from_utf8_lossy(&refused.get_output().stderr).into_owned();
+    assert_eq!(
+        err,
+        format!(
+            "error: {}: holds {}, which is not part of a vramtrace dataset; --force replaces \
+             only an earlier dataset (its tables' directories and nothing else): give a new \
+             directory\n",
+            out.display(),
+            mine.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
+
+    // It replaces an earlier dataset, and a file.
+    std::fs::remove_file(&mine).unwrap();
+    let earlier = files(&out);
     export(&trace, &out, &["--force"]).success();
-    assert!(!mine.exists());
-    assert_eq!(files(&out).len(), 8);
+    assert_eq!(files(&out), earlier);
     export(&trace, &file, &["--force"]).success();
     assert_eq!(files(&file).len(), 8);
+
+    // Never the working directory or one above it, and never standard output.
+    for (cwd, target) in [(out.as_path(), "."), (out.as_path(), ".."), (dir.path(), "-")] {
+        let refused = vramtrace()
+            .current_dir(cwd)
+            .args(["export", "--format", "parquet", "--force", "-o", target])
+            .arg(&trace)
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&refused.get_output().stderr).into_owned();
+        let expected = if target == "-" {
+            "error: -o -: a Parquet dataset is a directory of files and cannot go to standard \
+             output; give a directory\n"
+                .to_string()
+        } else {
+            format!(
+                "error: {target}: the working directory, or one above it; give a new directory \
+                 for the dataset\n"
+            )
+        };
+        assert_eq!(err, expected);
+    }
+    assert_eq!(files(&out), earlier);
+    assert!(!dir.path().join("-").exists());
 
     // Nothing is left beside them.
     let mut left: Vec<String> = std::fs::read_dir(dir.path())

@@ -2,6 +2,10 @@
 //! an empty directory is refused unless `--force`), written under a temporary name beside it,
 //! and given its name only once complete, so a failed export leaves nothing behind and a
 //! reader never sees half a dataset.
+//!
+//! `--force` replaces an earlier dataset (a directory of the tables' directories and nothing
+//! else) or a file, never a directory that holds anything else, the working directory or one
+//! above it, or a trace being read: what is not ours is not removed.
 
 use std::path::{Path, PathBuf};
 
@@ -9,11 +13,23 @@ use anyhow::{anyhow, Result};
 
 use crate::load::lower_first;
 
+/// The directories at the top of a dataset, one per table (docs/data.md).
+pub const TABLES: [&str; 8] = [
+    "allocations",
+    "sites",
+    "steps",
+    "samples",
+    "communicators",
+    "failures",
+    "tensors",
+    "traces",
+];
+
 /// What is at the output path now, and what becomes of it.
 enum Existing {
     Nothing,
     EmptyDirectory,
-    /// Replaced (`--force`): a directory with something in it.
+    /// Replaced (`--force`): an earlier dataset.
     Directory,
     /// Replaced (`--force`): a file or link.
     Other,
@@ -30,12 +46,48 @@ fn io_error(path: &Path, e: std::io::Error) -> anyhow::Error {
     anyhow!("{}: {}", path.display(), lower_first(e.to_string()))
 }
 
+/// Refuses to replace `dir` unless it holds a dataset and nothing else: only the tables'
+/// directories at its top.
+fn not_a_dataset(dir: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(dir, e))?;
+        let name = entry.file_name();
+        let table = name.to_str().is_some_and(|n| TABLES.contains(&n));
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !(table && is_dir) {
+            return Err(anyhow!(
+                "{}: holds {}, which is not part of a vramtrace dataset; --force replaces only \
+                 an earlier dataset (its tables' directories and nothing else): give a new \
+                 directory",
+                dir.display(),
+                entry.path().display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Staged {
     /// Claims `target` for a dataset: refuses an existing file or non-empty directory unless
     /// `force`, and always when it is, or holds, one of `inputs` (the trace files read); creates
     /// a missing parent directory, and makes the temporary directory beside it.
     pub fn claim(target: &Path, force: bool, inputs: &[PathBuf]) -> Result<Staged> {
+        if target.as_os_str() == "-" {
+            return Err(anyhow!(
+                "-o -: a Parquet dataset is a directory of files and cannot go to standard \
+                 output; give a directory"
+            ));
+        }
         if let Ok(replaced) = std::fs::canonicalize(target) {
+            let cwd = std::env::current_dir().and_then(std::fs::canonicalize);
+            if cwd.is_ok_and(|cwd| cwd.starts_with(&replaced)) {
+                return Err(anyhow!(
+                    "{}: the working directory, or one above it; give a new directory for the \
+                     dataset",
+                    target.display()
+                ));
+            }
             let held = (inputs.iter())
                 .find(|i| std::fs::canonicalize(i).is_ok_and(|i| i.starts_with(&replaced)));
             if let Some(input) = held {
@@ -59,7 +111,11 @@ impl Staged {
             }
             Ok(_) => Existing::Other,
         };
-        if !force {
+        if force {
+            if let Existing::Directory = existing {
+                not_a_dataset(target)?;
+            }
+        } else {
             match existing {
                 Existing::Directory => {
                     return Err(anyhow!(
