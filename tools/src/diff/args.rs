@@ -49,7 +49,8 @@ REGRESSION:
     --min-new-growth (per step; per second for runs without steps).
 
 EXIT STATUS:
-    0 no regression beyond the thresholds, 1 regression, 2 error.";
+    0 no regression beyond the thresholds, 1 regression, 2 error, or a trace that could not
+    be compared in full (cut short, damaged, events the tracer lost): no verdict on it.";
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {

@@ -1,6 +1,7 @@
 //! `vramtrace diff`: two runs side by side, call site by call site, matched by symbols (never by
 //! address), ranked by what changed most, with a verdict against thresholds that sets the exit
-//! code: 0 no regression, 1 regression, 2 error (ripgrep's habit).
+//! code: 0 no regression, 1 regression, 2 error (ripgrep's habit) or a trace that could not be
+//! compared in full (cut short, damaged, events lost), for which no verdict is given.
 //!
 //! Three shapes of input: two traces (A, then B); two directories of traces of one job each,
 //! compared rank by rank; and `--rank N` (or `--pid P`) with the traces of one job, which
@@ -56,6 +57,10 @@ pub struct RunFacts {
     /// cover the segments on disk), in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub segments: Option<String>,
+    /// What keeps the trace from being compared in full (`is cut short (…)`; for a median,
+    /// each of its traces' with its path): no verdict is given on it, and `diff` exits 2.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<String>,
 }
 
 /// A run ready to compare: its facts and profile.
@@ -89,6 +94,7 @@ fn profile_of(mut run: Run) -> Result<Compared> {
             segments: (t.segments.as_ref())
                 .filter(|s| s.is_cut())
                 .map(|s| s.describe()),
+            gaps: t.gaps(),
         },
         rank_input: rank_input(&run, &run.analysis),
         profile,
@@ -173,6 +179,23 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// What keeps this comparison from a verdict: each gap of A or B, naming its run.
+    pub fn gaps(&self) -> Vec<String> {
+        let of = |name: &str, run: &RunFacts| {
+            let path = if run.median_of.is_empty() {
+                format!(" ({})", run.path)
+            } else {
+                format!(" ({}): one of its traces", run.path)
+            };
+            (run.gaps.iter())
+                .map(|g| format!("{name}{path} {g}"))
+                .collect::<Vec<_>>()
+        };
+        let mut gaps = of("A", &self.a);
+        gaps.extend(of("B", &self.b));
+        gaps
+    }
+
     /// The document of this comparison, its sites cut to `top`.
     pub fn document<'a>(&'a self, thresholds: &'a Thresholds, top: usize) -> DiffDocument<'a> {
         let d = &self.diff;
@@ -281,6 +304,15 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
         for c in &comparisons {
             text::render(&mut out, c, args).with_context(w)?;
         }
+    }
+    // A comparison with a trace cut short or damaged has no verdict, whatever it found.
+    let gaps: Vec<String> = comparisons.iter().flat_map(Comparison::gaps).collect();
+    if let [first, rest @ ..] = &gaps[..] {
+        out.flush().context("writing the comparison")?;
+        return Err(match rest.len() {
+            0 => anyhow!("could not compare: {first}"),
+            n => anyhow!("could not compare: {first}; and {n} more (named above)"),
+        });
     }
     Ok(u8::from(regression))
 }
@@ -418,6 +450,9 @@ fn against_median(
         steps: median.steps.steps,
         median_of: others.iter().map(|c| c.facts.path.clone()).collect(),
         segments: None,
+        gaps: (others.iter())
+            .flat_map(|c| c.facts.gaps.iter().map(|g| format!("{} {g}", c.facts.path)))
+            .collect(),
     };
     let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
     let diff = compare(&median, &target.profile, sources, t).with_tensors(

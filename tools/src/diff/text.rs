@@ -137,7 +137,13 @@ pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Resu
         .map(check_line)
         .chain(new_growth)
         .collect();
-    if exceeded.is_empty() {
+    let gaps = c.gaps();
+    if !gaps.is_empty() {
+        writeln!(out, "\nVERDICT  none (exit 2): {}", gaps.join("; "))?;
+        if !exceeded.is_empty() {
+            writeln!(out, "  in what could be read: {}", exceeded.join("; "))?;
+        }
+    } else if exceeded.is_empty() {
         writeln!(out, "\nVERDICT  no regression (exit 0)")?;
     } else {
         writeln!(

@@ -55,6 +55,29 @@ pub struct LoadedTrace {
 }
 
 impl LoadedTrace {
+    /// What keeps this trace from being judged in full, in words (`is cut short (…)`, `has 2.0
+    /// KiB that could not be read (damaged)`, `is missing 3 events the tracer lost`); empty
+    /// when the trace is whole. `check`, `report --fail-on` and `diff` refuse a verdict on it.
+    pub fn gaps(&self) -> Vec<String> {
+        let mut gaps = Vec::new();
+        if !self.ending.is_complete() {
+            gaps.push(format!("is cut short ({})", self.ending.describe()));
+        }
+        let unread: u64 = self.unread.iter().map(|u| u.bytes).sum();
+        if unread > 0 {
+            gaps.push(format!(
+                "has {} that could not be read (damaged)",
+                crate::units::bytes(unread)
+            ));
+        }
+        let lost = self.state.lost_events();
+        if lost > 0 {
+            let events = crate::units::count(lost, "event");
+            gaps.push(format!("is missing {events} the tracer lost"));
+        }
+        gaps
+    }
+
     /// What the trace holds of PyTorch (its allocator's settings and recorder), read from the
     /// payloads its Python hooks attached; the trace header's clock places a snapshot without an
     /// anchor of its own.

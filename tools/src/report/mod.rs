@@ -76,26 +76,7 @@ impl Report<'_> {
     /// What keeps this trace from being checked in full, in words (`is cut short: …`); empty
     /// when the trace is whole.
     pub fn gaps(&self) -> Vec<String> {
-        let mut gaps = Vec::new();
-        if !self.reading.complete {
-            gaps.push(format!(
-                "is cut short ({})",
-                self.reading.ending.description
-            ));
-        }
-        let unread = &self.reading.unread;
-        if unread.bytes > 0 {
-            gaps.push(format!(
-                "has {} that could not be read (damaged)",
-                crate::units::bytes(unread.bytes)
-            ));
-        }
-        let lost = self.analysis.anomalies.lost_events;
-        if lost > 0 {
-            let events = crate::units::count(lost, "event");
-            gaps.push(format!("is missing {events} the tracer lost"));
-        }
-        gaps
+        self.gaps.clone()
     }
 }
 
@@ -122,6 +103,10 @@ fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
 pub struct Report<'a> {
     pub schema: &'static str,
     pub trace: TraceFacts<'a>,
+    /// What keeps the trace from being judged in full ([`LoadedTrace::gaps`]); the document
+    /// says it in `reading` and `anomalies`.
+    #[serde(skip)]
+    gaps: Vec<String>,
     /// PyTorch's allocator: its configuration and its own per-tensor view; `null` for a trace
     /// without PyTorch's hooks.
     pub allocator: Option<allocator::AllocatorFacts>,
@@ -422,6 +407,7 @@ impl<'a> Report<'a> {
         let anomalies = state.anomalies();
         Report {
             schema: SCHEMA,
+            gaps: trace.gaps(),
             trace: TraceFacts {
                 path: trace.path.display().to_string(),
                 pid: header.pid,

@@ -459,3 +459,46 @@ fn max_growth_is_a_size_per_step_as_in_check() {
     assert!(String::from_utf8_lossy(&out.get_output().stderr)
         .contains("not a number of orphans (for the memory they hold, use --max-orphan-bytes)"));
 }
+
+// A trace cut short gets no verdict: the two healthy runs, B cut at half its bytes, exit 2
+// (where the whole pair exits 0), the verdict line and the error say which trace and why, and
+// the document carries its gaps; the same when B had the extra leak (whole: exit 1).
+#[test]
+fn a_cut_trace_gets_no_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    for extra in [false, true] {
+        let (a, b) = pair(dir.path(), extra);
+        let bytes = std::fs::read(&b).unwrap();
+        let cut = dir.path().join(format!("cut-{extra}.vtrace"));
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        assert_eq!(run(&["diff", path(&a), path(&b)]).0, i32::from(extra));
+
+        let out = vramtrace()
+            .args(["diff", path(&a), path(&cut)])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        let verdict = stdout
+            .lines()
+            .find(|l| l.starts_with("VERDICT"))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        let gap = format!("B ({}) is cut short (", cut.display());
+        assert!(
+            verdict.starts_with(&format!("VERDICT  none (exit 2): {gap}")),
+            "{verdict}"
+        );
+        assert!(
+            stderr.starts_with(&format!("error: could not compare: {gap}")),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+        let (code, d) = json(&["diff", "--json", path(&a), path(&cut)]);
+        assert_eq!(code, 2);
+        assert!(d["a"].get("gaps").is_none());
+        let gaps = d["b"]["gaps"].as_array().unwrap();
+        assert!(gaps[0].as_str().unwrap().starts_with("is cut short ("), "{gaps:?}");
+    }
+}
