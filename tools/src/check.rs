@@ -20,7 +20,7 @@ use clap::Args;
 use vramtrace_collector::symbols::{Granularity, Symbolizer};
 use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
-use crate::limits::{could_not_check, measure, render, render_gaps, Limit, Measured};
+use crate::limits::{could_not_check, measure, render, Limit, Measured};
 use crate::load::{load_with_steps, ReadFrom};
 use crate::options::AnalysisArgs;
 use crate::options::TracerArgs;
@@ -188,8 +188,7 @@ fn check_traces(
             }
         }
         checked.failed += usize::from(measured.iter().any(|m| m.exceeded));
-        render(out, &measured).context("writing the verdict")?;
-        render_gaps(out, &gaps).context("writing the verdict")?;
+        render(out, &measured, &gaps).context("writing the verdict")?;
         let path = path.display();
         checked
             .unchecked

@@ -171,15 +171,6 @@ fn growth_found(
     (exceeded, found)
 }
 
-/// Writes what keeps one trace from being checked in full ([`crate::report::Report::gaps`]), one
-/// line each, after its limits.
-pub fn render_gaps(out: &mut impl Write, gaps: &[String]) -> io::Result<()> {
-    for g in gaps {
-        writeln!(out, "  not checked: the trace {g}")?;
-    }
-    Ok(())
-}
-
 /// The error (exit 2) of a check that could not look everywhere: the first thing it could not
 /// check, and how many more (each also named above it).
 pub fn could_not_check(unchecked: &[String]) -> anyhow::Error {
@@ -193,16 +184,25 @@ pub fn could_not_check(unchecked: &[String]) -> anyhow::Error {
 }
 
 /// Writes the measured limits of one trace, one line each: `FAIL` or `ok`, the limit, what was
-/// found.
-pub fn render(out: &mut impl Write, measured: &[Measured]) -> io::Result<()> {
+/// found; then what keeps the trace from being checked in full ([`crate::report::Report::gaps`]),
+/// one line each. A limit not exceeded in a trace with gaps is not `ok` but `--`, in what could
+/// be read: the rest of the trace may exceed it.
+pub fn render(out: &mut impl Write, measured: &[Measured], gaps: &[String]) -> io::Result<()> {
     for m in measured {
-        let verdict = if m.exceeded { "FAIL" } else { "ok  " };
+        let (verdict, partly) = match (m.exceeded, gaps.is_empty()) {
+            (true, _) => ("FAIL", ""),
+            (false, true) => ("ok  ", ""),
+            (false, false) => ("--  ", ", in what could be read"),
+        };
         let name = match m.limit {
             Limit::GrowthAlert => "growth (alert)".to_string(),
             Limit::Growth(max) => format!("growth > {}", exact(max)),
             other => other.name().to_string(),
         };
-        writeln!(out, "  {verdict}  {name:<16} {}", m.found)?;
+        writeln!(out, "  {verdict}  {name:<16} {}{partly}", m.found)?;
+    }
+    for g in gaps {
+        writeln!(out, "  not checked: the trace {g}")?;
     }
     Ok(())
 }

@@ -43,9 +43,16 @@ pub(crate) fn at_sample(a: &Analysis, x: u64) -> String {
 }
 
 /// Writes the findings; `when` says which moment the live set is of (`at the end`, `at step
-/// 12`, `at the peak (event 109)`).
-pub fn render(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
-    summary(out, a, when)?;
+/// 12`, `at the peak (event 109)`); `gaps`, what keeps the trace from being read in full
+/// ([`crate::load::LoadedTrace::gaps`]), heads them.
+pub fn render(
+    out: &mut impl Write,
+    a: &Analysis,
+    top: usize,
+    when: &str,
+    gaps: &[String],
+) -> io::Result<()> {
+    summary(out, a, when, gaps)?;
     diagnosis::render(out, a, top, when)?;
     orphan_kinds(out, a)?;
     growth(out, a, top)?;
@@ -194,17 +201,29 @@ fn line(topic: &'static str, text: String) -> SummaryLine {
 }
 
 /// The FINDINGS block: one line per question, the answer first.
-fn summary(out: &mut impl Write, a: &Analysis, when: &str) -> io::Result<()> {
+fn summary(out: &mut impl Write, a: &Analysis, when: &str, gaps: &[String]) -> io::Result<()> {
     writeln!(out, "\nFINDINGS")?;
-    for l in summary_lines(a, when) {
+    for l in summary_lines(a, when, gaps) {
         writeln!(out, "  {:<14} {}", l.topic, l.text)?;
     }
     Ok(())
 }
 
-/// The lines of the FINDINGS block, as the text report and the HTML page say them.
-pub(crate) fn summary_lines(a: &Analysis, when: &str) -> Vec<SummaryLine> {
-    let mut lines = vec![line("orphans", orphans_line(&a.orphans))];
+/// The lines of the FINDINGS block, as the text report and the HTML page say them; a trace
+/// that could not be read in full says so first (`gaps`), since every answer after it covers
+/// only what was read.
+pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<SummaryLine> {
+    let mut lines = Vec::new();
+    if !gaps.is_empty() {
+        lines.push(line(
+            "trace",
+            format!(
+                "INCOMPLETE: it {}; what follows covers only what could be read",
+                gaps.join(", and ")
+            ),
+        ));
+    }
+    lines.push(line("orphans", orphans_line(&a.orphans)));
     let unit = unit(a);
     lines.push(line("growth", growth_headline(a, &unit)));
     for text in phases_lines(a) {

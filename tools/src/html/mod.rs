@@ -139,7 +139,7 @@ pub fn render(
                 .map_or("trace", |c| c.rsplit('/').next().unwrap_or(c))
         ),
         report,
-        findings: crate::findings::summary_lines(&report.analysis, when),
+        findings: crate::findings::summary_lines(&report.analysis, when, &report.gaps()),
         diagnosis: diagnosis::words(&report.analysis, report.top, when),
         top: report.top,
         duration: duration(span),

@@ -71,7 +71,8 @@ pub fn render(
         writeln!(out, "\nStepping through")?;
         writeln!(out, "{t}")?;
     }
-    findings::render(out, &r.analysis, top, &r.when)
+    // The moment replayed to was read: what comes after it does not change the answers.
+    findings::render(out, &r.analysis, top, &r.when, &[])
 }
 
 fn findings_table(headers: &[&str]) -> comfy_table::Table {

@@ -60,9 +60,8 @@ pub(crate) fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> 
         writeln!(err, "vramtrace report: limits of {}", r.trace.path)
             .context("writing the limits")?;
         let measured = crate::limits::measure(&r.analysis, &args.fail_on);
-        crate::limits::render(&mut err, &measured).context("writing the limits")?;
         let gaps = r.gaps();
-        crate::limits::render_gaps(&mut err, &gaps).context("writing the limits")?;
+        crate::limits::render(&mut err, &measured, &gaps).context("writing the limits")?;
         unchecked.extend(gaps.into_iter().map(|g| format!("{} {g}", r.trace.path)));
         failed += usize::from(measured.iter().any(|m| m.exceeded));
     }

@@ -42,7 +42,7 @@ pub(super) fn seq_range(first: u64, last: u64) -> String {
 pub fn render(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::Result<()> {
     facts(out, r)?;
     // What matters first: orphans and growth, then what went wrong, then the live set.
-    crate::findings::render(out, &r.analysis, r.top, "at the end")?;
+    crate::findings::render(out, &r.analysis, r.top, "at the end", &r.gaps())?;
     orphans(out, r)?;
     live(out, r)?;
     ranking(out, r, by, full)?;

@@ -375,7 +375,11 @@ fn an_existing_output_is_replaced_only_when_asked() {
     assert_eq!(files(&file).len(), 8);
 
     // Never the working directory or one above it, and never standard output.
-    for (cwd, target) in [(out.as_path(), "."), (out.as_path(), ".."), (dir.path(), "-")] {
+    for (cwd, target) in [
+        (out.as_path(), "."),
+        (out.as_path(), ".."),
+        (dir.path(), "-"),
+    ] {
         let refused = vramtrace()
             .current_dir(cwd)
             .args(["export", "--format", "parquet", "--force", "-o", target])

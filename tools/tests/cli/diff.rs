@@ -499,6 +499,9 @@ fn a_cut_trace_gets_no_verdict() {
         assert_eq!(code, 2);
         assert!(d["a"].get("gaps").is_none());
         let gaps = d["b"]["gaps"].as_array().unwrap();
-        assert!(gaps[0].as_str().unwrap().starts_with("is cut short ("), "{gaps:?}");
+        assert!(
+            gaps[0].as_str().unwrap().starts_with("is cut short ("),
+            "{gaps:?}"
+        );
     }
 }

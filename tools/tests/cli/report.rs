@@ -231,6 +231,24 @@ fn a_truncated_trace_reports_how_far_it_got_and_the_live_set_then() {
         text.contains("  device memory  2.5 MiB in 3 objects"),
         "{text}"
     );
+    // The first line of FINDINGS says the answers cover only what could be read.
+    let findings: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "FINDINGS")
+        .skip(1)
+        .take(2)
+        .collect();
+    let head = format!(
+        "  trace          INCOMPLETE: it is cut short (truncated: cut off inside the chunk at \
+         byte {boundary} (10 of "
+    );
+    let tail = " bytes present)), and has 10 B that could not be read (damaged); what follows \
+                covers only what could be read";
+    assert!(
+        findings[0].starts_with(&head) && findings[0].ends_with(tail),
+        "{text}"
+    );
+    assert!(findings[1].starts_with("  orphans "), "{text}");
 
     // Cut exactly between chunks: whole chunks, no end record.
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
