@@ -53,7 +53,8 @@ pub fn files_of(paths: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// `paths` with each trace cut into segments once, at the place of its first file, named by
-/// its segment of the lowest number there.
+/// its segment of the lowest number there. Two files that are the same segment of one trace
+/// (a copy, a cut copy) are two traces: each is read, none left out unsaid.
 pub fn one_per_trace(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     let mut kept: Vec<(PathBuf, Option<(TraceKey, u32)>)> = Vec::new();
     for path in paths {
@@ -70,6 +71,9 @@ pub fn one_per_trace(paths: Vec<PathBuf>) -> Vec<PathBuf> {
             .iter_mut()
             .find(|(_, k)| k.as_ref().is_some_and(|k| k.0 == key))
         {
+            Some(entry) if entry.1.as_ref().is_some_and(|k| k.1 == index) => {
+                kept.push((path, None));
+            }
             Some(entry) if entry.1.as_ref().is_some_and(|k| k.1 > index) => {
                 *entry = (path, Some((key, index)));
             }

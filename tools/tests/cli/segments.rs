@@ -228,3 +228,26 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
         "a segment header is read"
     );
 }
+
+// A copy of a trace's file beside it is a trace of its own, not a segment of the same one: the
+// report of the directory reads both, the six segments as one trace and the copy (of its first
+// segment) as another. Before, the copy's twin was left out without a word.
+#[test]
+fn a_copy_of_a_segment_is_a_trace_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    let copy = dir.path().join("copy.vtrace");
+    std::fs::copy(&files[0], &copy).unwrap();
+    let d = json(&["report", "--json", dir.path().to_str().unwrap()]);
+    let paths: Vec<&str> = d["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["trace"]["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [copy.to_str().unwrap(), files[0].to_str().unwrap()],
+        "{d}"
+    );
+}
