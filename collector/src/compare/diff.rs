@@ -48,6 +48,7 @@ impl TotalsDiff {
 /// Device bytes live at one step boundary in both runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct StepRow {
+    /// The step whose start this row is (steps counted as begun, as everywhere).
     pub step: u64,
     pub a: u64,
     pub b: u64,
@@ -72,10 +73,12 @@ impl StepAlignment {
         let aligned = a.steps.unit == GrowthUnit::Step && b.steps.unit == GrowthUnit::Step;
         let rows: Vec<StepRow> = if aligned {
             let of_b: BTreeMap<u64, u64> = b.step_series.iter().copied().collect();
+            // Sample k is taken as step k + 1 begins (the live set at the end of step k): a row
+            // is named by the step it is the start of, the moment `replay --at 'step N'` shows.
             (a.step_series.iter())
-                .filter_map(|&(step, x)| {
-                    of_b.get(&step).map(|&y| StepRow {
-                        step,
+                .filter_map(|&(sample, x)| {
+                    of_b.get(&sample).map(|&y| StepRow {
+                        step: sample + 1,
                         a: x,
                         b: y,
                         change: signed(y) - signed(x),

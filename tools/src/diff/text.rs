@@ -66,7 +66,7 @@ fn check_line(c: &Check) -> String {
         "failures" | "orphans" => (format!("{:+}", c.change as i64), c.threshold.to_string()),
         "growth_per_step" | "tensor_growth_per_step" => (
             format!("{} per step", signed_bytes(c.change)),
-            bytes(c.threshold as u64),
+            format!("{} per step", bytes(c.threshold as u64)),
         ),
         _ => (signed_bytes(c.change), bytes(c.threshold as u64)),
     };
@@ -179,7 +179,8 @@ pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Resu
 }
 
 /// `new steady growth +1.0 MiB/step at train.py:15 in step (PyTorch tensors): above 64.0 KiB;
-/// device full in 1,200 steps (2 min), within the horizon`.
+/// device full in 1,200 steps (2 min) at this rate alone, within the horizon` (the device's
+/// whole growth, in the totals, may fill it sooner).
 fn new_growth_line(g: &NewGrowth, t: &Thresholds) -> String {
     let mut why = Vec::new();
     if g.above_floor {
@@ -189,7 +190,9 @@ fn new_growth_line(g: &NewGrowth, t: &Thresholds) -> String {
         g.within_horizon,
         when_full(g.steps_to_full, g.seconds_to_full),
     ) {
-        why.push(format!("device full in {full}, within the horizon"));
+        why.push(format!(
+            "device full in {full} at this rate alone, within the horizon"
+        ));
     }
     let owner = g
         .owner
@@ -332,10 +335,12 @@ fn steps(out: &mut impl Write, rows: &[StepRow], first: Option<u64>) -> io::Resu
     }
     let title = match first {
         Some(s) => format!(
-            "Device memory live at each step (step N of A against step N of B): first differs \
-             at step {s}"
+            "Device memory live as each step begins (step N of A against step N of B, the \
+             moment replay --at 'step N' shows): first differs at step {s}, made during step {}",
+            s.saturating_sub(1)
         ),
-        None => "Device memory live at each step (step N of A against step N of B): the same"
+        None => "Device memory live as each step begins (step N of A against step N of B, the \
+                 moment replay --at 'step N' shows): the same"
             .to_string(),
     };
     emit(out, &title, &t)

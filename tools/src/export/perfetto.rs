@@ -116,14 +116,16 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         }
     }
 
-    // Steps: each from its start to the next one's (the last to the end of the trace).
+    // Steps: each from its start to the next one's (the last to the end of the trace), named
+    // as every output counts them: the first mark begins step 1 (step 0 is what came before).
     let steps = &timeline.step_starts;
     for (i, &start) in steps.iter().enumerate() {
         let end = steps.get(i + 1).copied().unwrap_or(timeline.last_ns);
+        let step = i + 1;
         w.push(
-            &json!({"name": format!("step {i}"), "cat": "step", "ph": "X", "pid": pid,
+            &json!({"name": format!("step {step}"), "cat": "step", "ph": "X", "pid": pid,
             "tid": STEPS_TID, "ts": ts(&timeline, start),
-            "dur": end.saturating_sub(start) as f64 / 1000.0, "args": {"step": i}}),
+            "dur": end.saturating_sub(start) as f64 / 1000.0, "args": {"step": step}}),
         )?;
     }
     for r in &timeline.ranges {

@@ -136,9 +136,12 @@ fn the_planted_leak_is_the_only_difference() {
             &Value::Bool(true)
         )
     );
-    // Step N of A against step N of B: B holds 4 MiB more after each step.
+    // Step N of A against step N of B: B holds 4 MiB more after each step; rows are named by
+    // the step they are the start of, the first step begun at the first mark.
     let rows = d["steps"]["rows"].as_array().unwrap();
-    assert_eq!(d["steps"]["first_difference"], 1);
+    assert_eq!(d["steps"]["first_difference"], 2);
+    let steps: Vec<u64> = rows.iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, (1..=STEPS).collect::<Vec<_>>());
     let changes: Vec<u64> = rows.iter().map(|r| r["change"].as_u64().unwrap()).collect();
     assert_eq!(changes, (0..STEPS).map(|k| k * 4 * MIB).collect::<Vec<_>>());
 
@@ -213,11 +216,11 @@ fn the_tables_say_what_changed() {
     let (code, out) = run(&["diff", path(&a), path(&b)]);
     assert_eq!(code, 1);
     for line in [
-        "VERDICT  REGRESSION (exit 1): growth +4.0 MiB per step (limit 1.0 MiB)",
+        "VERDICT  REGRESSION (exit 1): growth +4.0 MiB per step (limit 1.0 MiB per step)",
         "Call sites, view driver: 2 paired (2 by a guess), 0 only in A, 1 only in B; 2 unchanged, 1 \
          changed",
         "train.py:15 in Model.step",
-        "first differs at step 1",
+        "first differs at step 2, made during step 1",
     ] {
         assert!(out.contains(line), "{line:?} missing from:\n{out}");
     }

@@ -134,8 +134,10 @@ fn perfetto_has_counter_tracks_slices_and_instants() {
     };
     let steps = slices("step");
     assert_eq!(steps.len() as u64, TRAINING_STEPS);
-    assert_eq!(steps[0]["name"], "step 0");
-    // Step 0 begins at the 2nd event (1 ms after the first) and lasts its 6 events.
+    // Named as every output counts steps: the first mark begins step 1.
+    assert_eq!(steps[0]["name"], "step 1");
+    assert_eq!(steps[0]["args"]["step"], 1);
+    // Step 1 begins at the 2nd event (1 ms after the first) and lasts its 6 events.
     assert_eq!(steps[0]["ts"].as_f64(), Some(1000.0));
     assert_eq!(steps[0]["dur"].as_f64(), Some(6000.0));
     let ranges = slices("nvtx");
