@@ -87,8 +87,21 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         count(reading.bytes_read, "byte"),
         reading.skipped_records
     )?;
-    if let Some(segments) = reading.segments.as_ref().filter(|s| s.is_cut()) {
-        writeln!(out, "  segments  {}", segments.describe())?;
+    match reading.segments.as_ref() {
+        Some(segments) if segments.is_cut() => {
+            writeln!(out, "  segments  {}", segments.describe())?;
+        }
+        // --last and --since choose the segment to start from: a trace of one is read whole.
+        Some(segments) => {
+            if let Some(asked) = &segments.from {
+                writeln!(
+                    out,
+                    "  segments  one, read whole: {asked} chooses where to start among a trace's \
+                     segments, and this trace is one file"
+                )?;
+            }
+        }
+        None => {}
     }
     let unread = &reading.unread;
     if unread.ranges_total > 0 {

@@ -251,3 +251,28 @@ fn a_copy_of_a_segment_is_a_trace_of_its_own() {
         "{d}"
     );
 }
+
+// --since and --last choose where to start among a trace's segments: on a trace of one file
+// the whole of it is read, and the report says so rather than ignoring the flag unsaid.
+#[test]
+fn a_window_on_a_trace_of_one_file_is_said_to_read_it_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_segments(dir.path(), "one.vtrace", &training(), 1_000_000);
+    assert_eq!(files.len(), 1);
+    let t = files[0].to_str().unwrap();
+    let out = vramtrace()
+        .args(["report", "--since", "step 3", t])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        text.contains(
+            "\n  segments  one, read whole: since step 3 chooses where to start among a trace's \
+             segments, and this trace is one file\n"
+        ),
+        "{text}"
+    );
+    let plain = vramtrace().args(["report", t]).assert().success();
+    let plain = String::from_utf8_lossy(&plain.get_output().stdout).into_owned();
+    assert!(!plain.contains("  segments  "), "{plain}");
+}
