@@ -97,6 +97,9 @@ fn the_page_is_self_contained_and_has_the_numbers() {
     assert!(html.contains(r#"title="23068672 bytes""#), "the peak");
     assert!(html.contains(r#"title="12582912 bytes""#), "the leak site");
     assert!(html.contains("train.py:42 in step"), "the leak's line");
+    // Every place is named by the one rule: no table row says `stack N` (the grouping by site
+    // named its rows by their stack ids).
+    assert!(!html.contains(">stack "), "a place named by its stack id");
     // The out-of-memory post-mortem.
     assert!(html.contains("cudaMalloc asked for"), "oom section");
     assert!(
