@@ -42,3 +42,57 @@ fn a_mid_run_replay_is_titled_by_its_moment() {
         "{text}"
     );
 }
+
+// One place, one name: in the demo's replay, places that read the same in a table (NCCL's
+// buffers made through three paths of fw_init_process_group) are told apart by one tag each,
+// the same in the live table, the peak table and the growth lists; a place alone under its
+// name in a table shows the name without it.
+#[test]
+fn a_place_wears_the_same_name_in_every_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = crate::html::screenshot::demo_trace(dir.path());
+    let out = vramtrace()
+        .args(["replay", "--json", "--at", "step 10"])
+        .arg(&trace)
+        .assert()
+        .success();
+    let d: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let a = &d["analysis"];
+    let mut rows: Vec<&serde_json::Value> =
+        a["leaks"]["sites"].as_array().unwrap().iter().collect();
+    for h in a["peaks"]["holders"].as_array().unwrap() {
+        rows.extend(h["by_site"].as_array().unwrap());
+    }
+    for list in ["steady", "peaks", "shrinking", "one_off_rises"] {
+        rows.extend(a["growth"][list].as_array().unwrap());
+    }
+    let mut names: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for r in rows {
+        let place = format!("{} {} {}", r["stack"], r["caller"], r["py_stack"]);
+        names
+            .entry(place)
+            .or_default()
+            .insert(r["label"].as_str().unwrap().to_string());
+    }
+    for (place, labels) in &names {
+        let labels: Vec<&String> = labels.iter().collect();
+        match labels[..] {
+            [_] => {}
+            [short, long] => {
+                assert!(
+                    long.starts_with(&format!("{short} ")),
+                    "{place}: {labels:?}"
+                );
+            }
+            _ => panic!("{place}: {labels:?}"),
+        }
+    }
+    // The demo has such places: at least two of fw_init_process_group's, tagged.
+    let tagged = names
+        .values()
+        .flatten()
+        .filter(|l| l.starts_with("main at wl_train.c:") && l.contains("fw_init_process_group "))
+        .count();
+    assert!(tagged >= 2, "{names:?}");
+}

@@ -6,7 +6,7 @@
 //! the demo's page.
 
 mod browser;
-mod screenshot;
+pub mod screenshot;
 
 use std::path::{Path, PathBuf};
 

@@ -49,7 +49,7 @@ fn built(name: &str) -> PathBuf {
 }
 
 /// Runs the demo in `dir`; returns the trace it wrote.
-fn demo_trace(dir: &Path) -> PathBuf {
+pub fn demo_trace(dir: &Path) -> PathBuf {
     let mut demo = Command::new(built("vramtrace-demo"));
     demo.current_dir(dir);
     // Only the demo's own settings count, not the tracer's or the stand-ins' of this shell.
