@@ -146,7 +146,8 @@ pub fn render(out: &mut impl Write, rows: &[RankRow]) -> io::Result<()> {
             bytes(r.peak_bytes),
             format!("{}/{}", signed_bytes(r.growth), r.growth_unit.name()),
             first_cause(r),
-            bytes(r.orphan_bytes),
+            // How many, and the device memory they hold (a registration holds none).
+            format!("{} ({})", r.orphans, bytes(r.orphan_bytes)),
             r.failures.to_string(),
             format!("{:.2}", r.distance),
             differs(r),

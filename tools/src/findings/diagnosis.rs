@@ -207,7 +207,16 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
         FindingClass::Orphan | FindingClass::TeardownOnly => {
             let n = e.objects.unwrap_or(0);
             let s = if n == 1 { "" } else { "s" };
-            format!("{} in {n} object{s}", bytes(e.bytes))
+            // Orphans that hold no memory of their own (a registration of a freed buffer) say
+            // what they register or map, as the FINDINGS line does.
+            let members: Vec<&vramtrace_collector::analysis::Orphan> = (a.orphans.objects.iter())
+                .filter(|o| f.class == FindingClass::Orphan && Some(&o.site) == f.site.as_ref())
+                .collect();
+            let size = match members.is_empty() {
+                true => bytes(e.bytes),
+                false => super::orphan_size(e.bytes, &members),
+            };
+            format!("{size} in {n} object{s}")
         }
         FindingClass::Fragmentation => match e.objects {
             Some(_) => format!(

@@ -160,18 +160,11 @@ fn orphans_line(o: &Orphans) -> String {
         .map(|k| {
             let members: Vec<&Orphan> = o.objects.iter().filter(|x| x.kind == k.kind).collect();
             let (noun, why) = orphan_words(k.kind, &members);
-            let size = if k.bytes > 0 {
-                bytes(k.bytes)
-            } else {
-                let viewed: u64 = members.iter().map(|x| x.bytes).sum();
-                let what = match members.first().map(|x| x.category) {
-                    Some(Category::Mapping) => "mapped",
-                    Some(Category::Registration | Category::Window) => "registered",
-                    _ => "",
-                };
-                format!("{} {what}", bytes(viewed)).trim_end().to_string()
-            };
-            format!("{} {why} ({size})", counted(k.count, noun))
+            format!(
+                "{} {why} ({})",
+                counted(k.count, noun),
+                orphan_size(k.bytes, &members)
+            )
         })
         .collect();
     format!(
@@ -180,6 +173,22 @@ fn orphans_line(o: &Orphans) -> String {
         bytes(o.total.bytes),
         kinds.join("; ")
     )
+}
+
+/// What orphans of one kind amount to: the device memory they hold, or for views of a buffer
+/// counted elsewhere (registrations, windows, mappings), holding none of their own, what they
+/// register or map: `4.0 MiB registered`.
+pub(crate) fn orphan_size(held: u64, members: &[&Orphan]) -> String {
+    if held > 0 {
+        return bytes(held);
+    }
+    let viewed: u64 = members.iter().map(|x| x.bytes).sum();
+    let what = match members.first().map(|x| x.category) {
+        Some(Category::Mapping) => "mapped",
+        Some(Category::Registration | Category::Window) => "registered",
+        _ => "",
+    };
+    format!("{} {what}", bytes(viewed)).trim_end().to_string()
 }
 
 /// `1 buffer`, `2 buffers`.
