@@ -442,7 +442,11 @@ fn against_median(
     let tensors: Option<Vec<&TensorProfile>> = others.iter().map(|c| c.tensors.as_ref()).collect();
     let median_tensors = tensors.map(|all| TensorProfile::median(&all));
     let facts = RunFacts {
-        path: format!("median of {} traces", others.len()),
+        path: format!(
+            "median of {} trace{}",
+            others.len(),
+            if others.len() == 1 { "" } else { "s" }
+        ),
         pid: None,
         rank: None,
         host: None,
@@ -455,12 +459,19 @@ fn against_median(
             .collect(),
     };
     let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
-    let diff = compare(&median, &target.profile, sources, t).with_tensors(
+    let mut diff = compare(&median, &target.profile, sources, t).with_tensors(
         (median_tensors.as_ref(), &median),
         (target.tensors.as_ref(), &target.profile),
         sources,
         t,
     );
+    if others.len() == 1 {
+        diff.verdict.notes.push(format!(
+            "the median of one trace is that trace: this compares {wanted} with {} alone, and \
+             which of two traces differs most says nothing; give the job's other traces",
+            others[0].facts.path
+        ));
+    }
     Ok(Comparison {
         diff,
         a: facts,

@@ -508,3 +508,35 @@ fn a_cut_trace_gets_no_verdict() {
         );
     }
 }
+
+// With two traces, the median of the others is one trace: the comparison says so.
+#[test]
+fn a_median_of_one_trace_is_said_to_be_that_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    job(dir.path());
+    let (a, b) = (
+        dir.path().join("rank0.vtrace"),
+        dir.path().join("rank5.vtrace"),
+    );
+    let (code, d) = json(&["diff", "--json", "--rank", "5", path(&a), path(&b)]);
+    assert_eq!(code, 1);
+    assert_eq!(d["a"]["path"], "median of 1 trace");
+    let note = format!(
+        "the median of one trace is that trace: this compares rank 5 with {} alone, and which of \
+         two traces differs most says nothing; give the job's other traces",
+        a.display()
+    );
+    assert!(
+        d["verdict"]["notes"]
+            .as_array()
+            .unwrap()
+            .contains(&note.into()),
+        "{}",
+        d["verdict"]
+    );
+    let (_, d) = json(&["diff", "--json", "--rank", "5", path(dir.path())]);
+    let notes = d["verdict"]["notes"].as_array().unwrap();
+    assert!(!notes
+        .iter()
+        .any(|n| n.as_str().unwrap().contains("median of one")));
+}
