@@ -53,7 +53,8 @@ pub struct ReplayArgs {
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
     /// Where to stop: 'step N', 'event N', a time since the first event ('12.5s', '300ms'),
-    /// 'peak', 'oom' (the first out-of-memory failure) or 'oom N'. A point past the end of the
+    /// 'peak', 'oom' (the first out-of-memory failure), 'oom N' or 'end' (after the last event,
+    /// the live set `report` shows). A point past the end of the
     /// trace — a step, event, time or failure it does not reach — is an error that says how far
     /// the trace goes.
     #[arg(long, value_name = "POINT", value_parser = Point::parse, allow_hyphen_values = true)]
@@ -164,6 +165,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             Point::Step(n) => Target::Step(n),
             Point::Time(t) => Target::Time(t),
             Point::Oom(n) => Target::Oom(n),
+            Point::End => Target::End,
         })
     };
     let at = resolve(args.at)?;
@@ -202,6 +204,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     drop(progress);
     let point = args.until.unwrap_or(args.at);
     if trace.stopped.is_none() && !end.reached_at_end(&trace.state) {
+        if let (Point::Oom(_), 0) = (point, trace.state.ooms().total()) {
+            return Err(anyhow!(
+                "{}: the trace has no out-of-memory failure ({})",
+                path.display(),
+                ends(&trace.state, point)
+            ));
+        }
         return Err(anyhow!(
             "{}: the trace ends before {point} ({})",
             path.display(),
@@ -263,6 +272,7 @@ fn when(point: Point, at: &Moment) -> String {
         Point::Event(_) => format!("after {point}"),
         Point::Time(_) => point.to_string(),
         Point::Step(_) | Point::Oom(_) => format!("at {point}"),
+        Point::End => "at the end".to_string(),
     }
 }
 
@@ -312,7 +322,8 @@ fn snapshot(state: &LiveState, point: &str) -> Snapshot {
 /// Why `target` cannot be replayed when the segments that held it were deleted to keep the
 /// trace's disk budget: the state there is gone, and the oldest snapshot is later.
 fn rotated_away(series: &Series, target: Target) -> Option<String> {
-    if matches!(target, Target::Oom(_)) || !removed_point(series, target.read_from()) {
+    if matches!(target, Target::Oom(_) | Target::End) || !removed_point(series, target.read_from())
+    {
         return None;
     }
     let first = series.first();
@@ -322,7 +333,7 @@ fn rotated_away(series: &Series, target: Target) -> Option<String> {
         Target::Step(n) => format!("step {n}"),
         Target::Event(n) => format!("event {n}"),
         Target::Time(t) => format!("{} after the start", crate::units::duration(t)),
-        Target::Oom(_) => return None,
+        Target::Oom(_) | Target::End => return None,
     };
     Some(format!(
         "{what} was removed by rotation (VRAMTRACE_MAX_BYTES): the trace there begins with \
@@ -341,6 +352,7 @@ enum Target {
     Step(u64),
     Time(u64),
     Oom(u64),
+    End,
 }
 
 impl Target {
@@ -351,6 +363,8 @@ impl Target {
             Target::Step(n) => ReadFrom::Step(n),
             Target::Time(t) => ReadFrom::Time(t),
             Target::Oom(_) => ReadFrom::First,
+            // The live set at the end: the last segment holds it.
+            Target::End => ReadFrom::Last(0),
         }
     }
 
@@ -363,6 +377,7 @@ impl Target {
                 state.events() > 0 && next.time_ns.saturating_sub(state.trace_start_ns()) > t
             }
             Target::Oom(n) => state.ooms().total() >= n,
+            Target::End => false,
         }
     }
 
@@ -377,6 +392,7 @@ impl Target {
                     && state.last_time_ns().saturating_sub(state.trace_start_ns()) >= t
             }
             Target::Oom(n) => state.ooms().total() >= n,
+            Target::End => true,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Moments of a trace that `replay` can stop at: `step N`, `event N`, a time since the first
-//! event, `peak`, `oom [N]`.
+//! event, `peak`, `oom [N]`, `end`.
 
 use std::fmt;
 
@@ -18,6 +18,8 @@ pub enum Point {
     Peak,
     /// Right after the `N`-th out-of-memory failure (1 = the first).
     Oom(u64),
+    /// After the last event: the live set `report` shows.
+    End,
 }
 
 impl Point {
@@ -46,6 +48,7 @@ impl Point {
                 n => Ok(Point::Event(n)),
             },
             "peak" if rest.is_empty() => Ok(Point::Peak),
+            "end" if rest.is_empty() => Ok(Point::End),
             "oom" if rest.is_empty() => Ok(Point::Oom(1)),
             "oom" => match number("oom")? {
                 0 => Err(format!("'{text}': out-of-memory failures are counted from 1")),
@@ -54,7 +57,7 @@ impl Point {
             "time" => duration(rest).map(Point::Time),
             _ => duration(&t).map(Point::Time).map_err(|_| {
                 format!(
-                    "'{text}' is not a point of a trace (use: step N, event N, 12.5s, 300ms, peak, oom, oom N)"
+                    "'{text}' is not a point of a trace (use: step N, event N, 12.5s, 300ms, peak, oom, oom N, end)"
                 )
             }),
         }
@@ -82,6 +85,7 @@ impl fmt::Display for Point {
             Point::Time(ns) => write!(f, "{}s after the first event", *ns as f64 / 1e9),
             Point::Peak => write!(f, "peak"),
             Point::Oom(n) => write!(f, "out-of-memory failure {n}"),
+            Point::End => write!(f, "end"),
         }
     }
 }
@@ -98,6 +102,7 @@ mod tests {
         assert_eq!(Point::parse("12.5s"), Ok(Point::Time(12_500_000_000)));
         assert_eq!(Point::parse("time 300ms"), Ok(Point::Time(300_000_000)));
         assert_eq!(Point::parse("peak"), Ok(Point::Peak));
+        assert_eq!(Point::parse("end"), Ok(Point::End));
         assert_eq!(Point::parse("oom"), Ok(Point::Oom(1)));
         assert_eq!(Point::parse("oom 2"), Ok(Point::Oom(2)));
         assert!(Point::parse("event 0").is_err());

@@ -96,3 +96,37 @@ fn a_place_wears_the_same_name_in_every_table() {
         .count();
     assert!(tagged >= 2, "{names:?}");
 }
+
+// `--at end` is the live set `report` shows, and `--at oom` on a trace without one says so.
+#[test]
+fn the_end_is_a_point_and_a_missing_oom_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = crate::html::screenshot::demo_trace(dir.path());
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = vramtrace().args(args).arg(&trace).assert().success();
+        serde_json::from_slice(&out.get_output().stdout).unwrap()
+    };
+    let end = json(&["replay", "--json", "--at", "end"]);
+    let report = json(&["report", "--json"]);
+    assert_eq!(end["at"]["point"], "end");
+    assert_eq!(end["at"]["event"], report["events"]["applied"]);
+    assert_eq!(
+        end["live"]["device_memory"],
+        report["live"]["device_memory"]
+    );
+    assert_eq!(end["analysis"]["leaks"], report["analysis"]["leaks"]);
+
+    let out = vramtrace()
+        .args(["replay", "--at", "oom"])
+        .arg(&trace)
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(
+        err.starts_with(&format!(
+            "error: {}: the trace has no out-of-memory failure (it has ",
+            trace.display()
+        )),
+        "{err}"
+    );
+}
