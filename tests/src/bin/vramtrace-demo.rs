@@ -28,7 +28,8 @@ const FIRST: &str = "train-";
 /// The regressed run's.
 const REGRESSED: &str = "regressed-";
 
-const USAGE: &str = "usage: vramtrace-demo [--regression | --program [--extra-leak | --fix-leak]]
+const USAGE: &str =
+    "usage: vramtrace-demo [--regression | --program [--extra-leak | --fix-leak] | --help]
   (nothing)        trace the training loop and report it
   --regression     trace it again with a regression planted, and diff the two runs (exit 1)
   --program        run the training loop alone, untraced (to trace with `vramtrace run`);
@@ -182,6 +183,10 @@ fn main() -> ExitCode {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args[..] {
         [] => run(),
+        ["-h" | "--help"] => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         ["--regression"] => regression(),
         ["--program"] => program(None),
         ["--program", variant @ ("--extra-leak" | "--fix-leak")] => program(Some(variant)),
