@@ -175,7 +175,7 @@ fn check_traces(
 ) -> Result<Checked> {
     let mut checked = Checked::default();
     for path in traces {
-        let (measured, gaps) = match measure_trace(out, path, limits, analysis) {
+        let (measured, gaps, notes) = match measure_trace(out, path, limits, analysis) {
             Ok(found) => found,
             Err(e) => {
                 checked.unchecked.push(format!("{e:#}"));
@@ -189,6 +189,9 @@ fn check_traces(
         }
         checked.failed += usize::from(measured.iter().any(|m| m.exceeded));
         render(out, &measured, &gaps).context("writing the verdict")?;
+        for n in notes {
+            writeln!(out, "  note: {n}").context("writing the verdict")?;
+        }
         let path = path.display();
         checked
             .unchecked
@@ -198,13 +201,13 @@ fn check_traces(
 }
 
 /// Reads the trace at `path` and measures `limits` on it, printing its heading; also returns
-/// what keeps it from being checked in full.
+/// what keeps it from being checked in full, and what it found that no limit asked about.
 fn measure_trace(
     out: &mut impl Write,
     path: &Path,
     limits: &[Limit],
     analysis: &AnalysisArgs,
-) -> Result<(Vec<Measured>, Vec<String>)> {
+) -> Result<(Vec<Measured>, Vec<String>, Vec<String>)> {
     let trace = load_with_steps(path, ReadFrom::First, analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
@@ -216,5 +219,15 @@ fn measure_trace(
         trace.ending.describe()
     )
     .context("writing the verdict")?;
-    Ok((measure(&report.analysis, limits), report.gaps()))
+    // Orphans are a finding of every report: when no limit asks about them, the gate says it
+    // passed them by, rather than nothing.
+    let mut notes = Vec::new();
+    let orphans = &report.analysis.orphans;
+    if !orphans.objects.is_empty() && !limits.iter().any(|l| matches!(l, Limit::Orphans(_))) {
+        notes.push(format!(
+            "{}; not a limit of this check (--max-orphans 0 makes it one)",
+            crate::findings::orphans_line(orphans)
+        ));
+    }
+    Ok((measure(&report.analysis, limits), report.gaps(), notes))
 }

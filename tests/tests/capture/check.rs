@@ -99,6 +99,14 @@ captest!(check_passes_the_fixed_workload, |dir| {
         ),
         "{err}"
     );
+    // The orphan no limit asked about is said, not passed by in silence.
+    assert!(
+        err.contains(
+            "  note: 1 orphan, holding 0 B of device memory: 1 registration whose buffer is gone \
+             (4.0 MiB registered); not a limit of this check (--max-orphans 0 makes it one)\n"
+        ),
+        "{err}"
+    );
     assert!(
         err.ends_with("vramtrace check: ok: 1 trace within the limits\n"),
         "{err}"
@@ -112,6 +120,7 @@ captest!(check_passes_the_fixed_workload, |dir| {
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("FAILED: limits exceeded in 1 of 1 trace: orphans"));
+    assert!(!text(&out.stderr).contains("  note: "));
 });
 
 // An absolute growth limit replaces the verdict: 1 MiB a step passes 512 KiB, not 2 MiB.

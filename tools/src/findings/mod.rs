@@ -150,7 +150,7 @@ fn orphan_words(kind: OrphanKind, members: &[&Orphan]) -> (&'static str, &'stati
 /// they hold, then each kind with its bytes. Registrations, windows and mappings hold no device
 /// memory of their own (they are views of a buffer counted elsewhere), so their bytes are named
 /// for what they are: registered or mapped.
-fn orphans_line(o: &Orphans) -> String {
+pub(crate) fn orphans_line(o: &Orphans) -> String {
     if o.objects.is_empty() {
         return "none".to_string();
     }

@@ -158,7 +158,9 @@ pub fn render(
     env.add_filter("bytes", |n: u64| bytes(n));
     env.add_filter("signed_bytes", |n: f64| signed_bytes(n));
     env.add_filter("duration", |n: u64| duration(n));
-    env.add_filter("count", |n: u64, noun: String| crate::units::count(n, &noun));
+    env.add_filter("count", |n: u64, noun: String| {
+        crate::units::count(n, &noun)
+    });
     env.add_template("page.html", PAGE)
         .context("reading the page template")?;
     let template = env.get_template("page.html")?;
