@@ -7,59 +7,133 @@
 //! ([`label_sites`]): `report`, `replay` and `diff` show what it says, `export` its frames and the
 //! call sites of its Parquet tables.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{frames_label, Attribution, CallRef, FrameKind};
 use crate::analysis::{short_function, Analysis, SiteName};
+use crate::live::Holder;
 
 /// Fills in the label of every site the answers name, and tells apart the places of one list
-/// whose labels came out the same, each by the same tag in every list.
+/// whose labels came out the same on one kind of memory, each by the same tag in every list.
 pub fn label_sites(analysis: &mut Analysis, naming: &mut Attribution<'_>) {
     // Each place (its native stack, caller and Python stack) is named once; the rows of other
     // views (a framework allocator's) come named by their source.
-    let mut places: HashMap<Place, SiteName> = HashMap::new();
+    let mut named: HashMap<Place, Option<String>> = HashMap::new();
     for site in analysis.sites_mut().filter(|s| own(s)) {
-        let named = places.entry(place(site)).or_insert_with(|| {
-            let mut named = site.clone();
-            named.label = label(naming, site);
-            named
-        });
-        site.label = named.label.clone();
+        let label = named
+            .entry(place(site))
+            .or_insert_with(|| label(naming, site))
+            .clone();
+        site.label = label;
     }
-    // Places that read the same get one distinguishing tag each, chosen among all of them, and
-    // wear it in every list where another place reads the same: a place has one name, or that
-    // name and always the same tag, in every table.
-    let tags = tell_apart(naming, &places);
+    // The places of each kind of memory that read the same, and the lists in which two of them
+    // stand: there each wears a tag, one per place and kind, chosen among all of them, so that a
+    // place has one name, or that name and always the same tag, in every table.
+    let mut alike: HashMap<Shown, HashMap<Place, SiteName>> = HashMap::new();
+    let mut in_list: HashMap<(usize, String, Shown), BTreeSet<Place>> = HashMap::new();
+    each_row(analysis, |list, key, kind, s| {
+        let shown = shown(kind, s);
+        alike
+            .entry(shown.clone())
+            .or_default()
+            .entry(place(s))
+            .or_insert_with(|| s.clone());
+        in_list
+            .entry((list, key.to_string(), shown))
+            .or_default()
+            .insert(place(s));
+    });
+    let mut tags: HashMap<(&'static str, Place), String> = HashMap::new();
+    for (shown, places) in alike.iter().filter(|(_, p)| p.len() > 1) {
+        for (p, tag) in tell_apart(naming, places) {
+            tags.insert((shown.0, p), tag);
+        }
+    }
+    each_row(analysis, |list, key, kind, s| {
+        let shown = shown(kind, s);
+        let two = in_list
+            .get(&(list, key.to_string(), shown))
+            .is_some_and(|p| p.len() > 1);
+        if let Some(tagged) = tags.get(&(kind, place(s))).filter(|_| two) {
+            s.label = Some(tagged.clone());
+        }
+    });
+}
+
+/// What a row shows of a place: the kind of memory it is about, its label, its module.
+type Shown = (&'static str, String, Option<String>);
+
+fn shown(kind: &'static str, s: &SiteName) -> Shown {
+    let label = s.label.clone().unwrap_or_else(|| s.site.clone());
+    (kind, label, s.module_name.clone())
+}
+
+/// The kind of memory a holder is: `device` or `host`.
+fn kind(h: Holder) -> &'static str {
+    match h {
+        Holder::Device { .. } => "device",
+        Holder::Host => "host",
+    }
+}
+
+/// Visits every row of every list of the answers that names a place the reader labels: the
+/// list's number, what else tells its rows apart (a row's holder, a finding's class), the kind
+/// of memory the row is about, and its site.
+fn each_row(
+    analysis: &mut Analysis,
+    mut visit: impl FnMut(usize, &str, &'static str, &mut SiteName),
+) {
+    let mut list = 0;
+    let mut next = || {
+        list += 1;
+        list
+    };
     let g = &mut analysis.growth;
-    for list in [
+    for rows in [
         &mut g.steady,
         &mut g.peaks,
         &mut g.shrinking,
         &mut g.one_off_rises,
     ] {
+        let n = next();
         // Rows of one place on two holders (device and host) are told apart by their holder.
-        let rows = list.iter_mut().map(|s| (s.holder.name(), &mut s.site));
-        tag_alike(&tags, rows.collect());
+        for s in rows.iter_mut().filter(|s| own(&s.site)) {
+            visit(n, &s.holder.name(), kind(s.holder), &mut s.site);
+        }
     }
-    let leaks = analysis.leaks.sites.iter_mut();
-    tag_alike(&tags, leaks.map(|s| (String::new(), &mut s.site)).collect());
+    let n = next();
+    for s in analysis.leaks.sites.iter_mut().filter(|s| own(&s.site)) {
+        let kind = match (s.bytes, s.host_bytes) {
+            (b, _) if b > 0 => "device",
+            (_, h) if h > 0 => "host",
+            _ => "other",
+        };
+        visit(n, "", kind, &mut s.site);
+    }
     for h in &mut analysis.peaks.holders {
-        let rows = h.by_site.iter_mut().map(|s| (String::new(), &mut s.site));
-        tag_alike(&tags, rows.collect());
+        let n = next();
+        for s in h.by_site.iter_mut().filter(|s| own(&s.site)) {
+            visit(n, "", kind(h.holder), &mut s.site);
+        }
     }
     for f in &mut analysis.ooms.failures {
-        let rows = f.by_site.iter_mut().map(|s| (String::new(), &mut s.site));
-        tag_alike(&tags, rows.collect());
+        let n = next();
+        for s in f.by_site.iter_mut().filter(|s| own(&s.site)) {
+            visit(n, "", "device", &mut s.site);
+        }
     }
-    let findings = analysis.diagnosis.iter_mut().filter_map(|f| {
-        let kind = format!(
+    let n = next();
+    for f in &mut analysis.diagnosis {
+        let key = format!(
             "{} {}",
             f.class.name(),
             f.holder.map_or(String::new(), |h| h.name())
         );
-        f.site.as_mut().map(|s| (kind, s))
-    });
-    tag_alike(&tags, findings.collect());
+        let kind = f.holder.map_or("other", kind);
+        if let Some(s) = f.site.as_mut().filter(|s| own(s)) {
+            visit(n, &key, kind, s);
+        }
+    }
 }
 
 /// Whether the tracer's reader names `s` (not a row of a framework allocator's view, which
@@ -72,90 +146,54 @@ fn place(s: &SiteName) -> Place {
     (s.stack, s.caller, s.py_stack)
 }
 
-/// In one list, the rows of places that read the same on one holder (`String`: the holder,
-/// or what else tells rows apart) wear their tags.
-fn tag_alike(tags: &HashMap<Place, String>, mut list: Vec<(String, &mut SiteName)>) {
-    let shown = |holder: &str, s: &SiteName| {
-        let label = s.label.clone().unwrap_or_else(|| s.site.clone());
-        (holder.to_string(), label, s.module_name.clone())
-    };
-    let mut groups: HashMap<_, Vec<usize>> = HashMap::new();
-    for (i, (holder, s)) in list.iter().enumerate() {
-        groups.entry(shown(holder, s)).or_default().push(i);
-    }
-    for members in groups.into_values() {
-        let mut distinct: Vec<Place> = members.iter().map(|&i| place(list[i].1)).collect();
-        distinct.sort_unstable();
-        distinct.dedup();
-        if distinct.len() < 2 {
-            continue;
-        }
-        for i in members {
-            let s = &mut *list[i].1;
-            if let Some(tagged) = tags.get(&place(s)).filter(|_| own(s)) {
-                s.label = Some(tagged.clone());
-            }
-        }
-    }
-}
-
 /// A place: its native stack, its caller, its Python stack.
 type Place = (u32, u64, u32);
 
 /// Places that read the same (two native paths through one function, as NCCL's channel
 /// buffers and its all-reduce buffer both come from its own `cudaMalloc`) are told apart by the
 /// first function where their stacks part: `cudaMalloc via comm_create`. When no function
-/// differs, by their recorded `module+offset`, else their stack. Returns the tagged labels of
-/// the places that share theirs.
+/// differs, by their recorded `module+offset`, else their stack. Returns each place's label
+/// with its tag.
 fn tell_apart(
     naming: &mut Attribution<'_>,
     places: &HashMap<Place, SiteName>,
-) -> HashMap<Place, String> {
-    let shown = |s: &SiteName| {
-        let label = s.label.clone().unwrap_or_else(|| s.site.clone());
-        (label, s.module_name.clone())
-    };
-    let mut groups: HashMap<(String, Option<String>), Vec<Place>> = HashMap::new();
-    for (key, s) in places {
-        groups.entry(shown(s)).or_default().push(*key);
-    }
-    let mut apart = HashMap::new();
-    for mut members in groups.into_values().filter(|m| m.len() > 1) {
-        // In one order whatever the hash map's, so that the names are the same in every run.
-        members.sort_unstable();
-        let sites: Vec<&SiteName> = members.iter().map(|k| &places[k]).collect();
-        let stacks: Vec<Vec<String>> = sites.iter().map(|s| native_functions(naming, s)).collect();
-        let depth = stacks.iter().map(Vec::len).max().unwrap_or(0);
-        let parting = (0..depth).find(|&d| {
-            let at = |s: &Vec<String>| s.get(d).cloned().unwrap_or_default();
-            stacks.iter().any(|s| at(s) != at(&stacks[0]))
+) -> Vec<(Place, String)> {
+    // In one order whatever the hash map's, so that the names are the same in every run.
+    let mut members: Vec<Place> = places.keys().copied().collect();
+    members.sort_unstable();
+    let sites: Vec<&SiteName> = members.iter().map(|k| &places[k]).collect();
+    let stacks: Vec<Vec<String>> = sites.iter().map(|s| native_functions(naming, s)).collect();
+    let depth = stacks.iter().map(Vec::len).max().unwrap_or(0);
+    let parting = (0..depth).find(|&d| {
+        let at = |s: &Vec<String>| s.get(d).cloned().unwrap_or_default();
+        stacks.iter().any(|s| at(s) != at(&stacks[0]))
+    });
+    // Each member is told apart by the first of these that no other member shares.
+    let tags: Vec<[Option<String>; 3]> = sites
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let via =
+                parting.map(|d| format!("via {}", stacks[k].get(d).map_or("?", String::as_str)));
+            [
+                via,
+                Some(format!("[{}]", s.site)),
+                Some(format!("[stack {}]", s.stack)),
+            ]
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (k, (key, s)) in members.iter().zip(&sites).enumerate() {
+        let unique = (0..3).find_map(|t| {
+            let tag = tags[k][t].as_ref()?;
+            let shared = tags.iter().filter(|o| o[t].as_ref() == Some(tag)).count();
+            (shared == 1).then(|| tag.clone())
         });
-        // Each member is told apart by the first of these that no other member shares.
-        let tags: Vec<[Option<String>; 3]> = sites
-            .iter()
-            .enumerate()
-            .map(|(k, s)| {
-                let via = parting
-                    .map(|d| format!("via {}", stacks[k].get(d).map_or("?", String::as_str)));
-                [
-                    via,
-                    Some(format!("[{}]", s.site)),
-                    Some(format!("[stack {}]", s.stack)),
-                ]
-            })
-            .collect();
-        for (k, (key, s)) in members.iter().zip(&sites).enumerate() {
-            let unique = (0..3).find_map(|t| {
-                let tag = tags[k][t].as_ref()?;
-                let shared = tags.iter().filter(|o| o[t].as_ref() == Some(tag)).count();
-                (shared == 1).then(|| tag.clone())
-            });
-            let base = shown(s).0;
-            let tag = unique.unwrap_or_else(|| format!("[stack {}]", s.stack));
-            apart.insert(*key, format!("{base} {tag}"));
-        }
+        let base = s.label.clone().unwrap_or_else(|| s.site.clone());
+        let tag = unique.unwrap_or_else(|| format!("[stack {}]", s.stack));
+        out.push((*key, format!("{base} {tag}")));
     }
-    apart
+    out
 }
 
 /// The function names of a site's native frames, innermost first, outside the CUDA libraries.

@@ -275,7 +275,7 @@ captest!(replay_past_the_end_is_one_error_line, |dir| {
         &["--at", &past],
         &format!("error: {p}: the trace ends before {past} {ends}"),
     );
-    let oom = format!("error: {p}: the trace ends before out-of-memory failure 1 {ends}");
+    let oom = format!("error: {p}: the trace has no out-of-memory failure {ends}");
     assert_error(path, &["--at", "oom"], &oom);
     let until = format!("error: {p}: --at step 12 comes after --until step 10");
     assert_error(path, &["--at", "step=12", "--until", "step=10"], &until);
