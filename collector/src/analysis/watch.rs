@@ -228,6 +228,16 @@ impl Watch {
         }
     }
 
+    /// Whether a sample was taken since the last judgement (or none ran yet): what the end of a
+    /// run judges, whatever the interval and the stride, so that a judgement they put off is
+    /// not lost.
+    pub fn unjudged(&self) -> bool {
+        match self.judged {
+            None => self.state.events() > 0,
+            Some((_, seen)) => self.samples() != seen,
+        }
+    }
+
     /// The growth settings with an absolute threshold turned into a share of the device memory
     /// known now.
     pub fn growth_config(&self) -> GrowthConfig {

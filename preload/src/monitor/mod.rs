@@ -287,10 +287,19 @@ impl Monitor {
         alerts
     }
 
-    /// At the end of the trace: the alerts still waiting for the program's view, acted on
-    /// (returned, for the trace), and the last metrics, from a judgement of the whole run.
+    /// At the end of the trace: a last judgement when samples came since the one before (the
+    /// interval or a lowered resolution may have put it off: an alert comes late, never not at
+    /// all), the alerts still waiting for the program's view, acted on (returned, for the
+    /// trace), and the last metrics, from a judgement of the whole run. No signal is sent now:
+    /// the program is ending, a handler it had may be gone, and the signal's default action
+    /// would end it with another status.
     pub fn finish(&mut self, now_ns: u64, trace_path: &str, dropped: u64) -> Vec<Alert> {
-        let alerts = self.settle(Some(u64::MAX), trace_path);
+        self.settings.signal = None;
+        let mut alerts = Vec::new();
+        if self.judging() && self.guarded(|w, _| w.unjudged()) == Some(true) {
+            alerts = self.judge(now_ns, trace_path);
+        }
+        alerts.extend(self.settle(Some(u64::MAX), trace_path));
         if self.exporter.is_none() {
             return alerts;
         }

@@ -159,6 +159,37 @@ captest!(
     }
 );
 
+// A judgement the interval put off is made when the run ends: with an hour between judgements
+// the leak's 40 steps are judged once at the start and then only at exit, where it alerts at
+// step 40, the last; no signal is sent then (the program is ending), though one was asked for.
+captest!(
+    an_alert_put_off_to_the_end_is_raised_at_exit_without_the_signal,
+    |dir| {
+        let run = Workload::new("wl_alert")
+            .arg("leak")
+            .env("VRAMTRACE_ALERT_INTERVAL_MS", "3600000")
+            .env("VRAMTRACE_ALERT_SIGNAL", "USR1")
+            .run_both(dir);
+        assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+        assert!(run.stdout().contains("no SIGUSR1\n"), "{}", run.stdout());
+        let err = run.stderr();
+        let lines = alert_lines(&err);
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].starts_with(
+                "vramtrace: ALERT at step 40: device 0 grows steadily, +1.0 MiB per step at main \
+                 at wl_alert.c:79 → fw_alloc (libtorch_standin.so)"
+            ),
+            "{err}"
+        );
+        assert!(!lines[0].contains("signal"), "{err}");
+        let trace = run.single_trace();
+        let alerts = trace.state.alerts();
+        assert_eq!(alerts.len(), 1, "{alerts:?}");
+        assert_eq!((alerts[0].step, alerts[0].signal), (40, 0));
+    }
+);
+
 /// SIGUSR1 on Linux.
 const SIGUSR1: i32 = 10;
 
@@ -196,7 +227,8 @@ captest!(
 // cores) while 64 KiB a step leaks at keep_history: the writer stays behind for seconds, and
 // the analysis, which used to switch itself off after one, lowers its resolution instead (a note
 // in the trace, one line on stderr) and still raises the alert once the growth has lasted the
-// confirmation (600 steps, so after the resolution went down).
+// confirmation (600 steps, so after the resolution went down): at the latest when the run ends,
+// which judges what the lowered resolution put off.
 captest!(
     a_flood_lowers_the_resolution_and_the_leak_still_alerts,
     |dir| {
@@ -209,6 +241,8 @@ captest!(
             .env("STANDIN_DEVICE_MEM", "64G")
             .env("VRAMTRACE_ALERT_THRESHOLD", "32KiB")
             .env("VRAMTRACE_ALERT_CONFIRM", "600")
+            // One file however much the flood writes (its size depends on the machine's speed).
+            .env("VRAMTRACE_SEGMENT_BYTES", "0")
             .run_both(dir);
         let trace = run.single_trace();
         trace.assert_clean("exit");
