@@ -1,9 +1,10 @@
 //! Metrics for Prometheus from the live analysis, in the text exposition format (OpenMetrics, by
 //! the `prometheus-client` crate): live device bytes per device and kind, steady growth per step
 //! and leak-suspect bytes per device (from the latest judgement), allocation failures, dropped
-//! events, steps and alerts. Written to a file for node_exporter's textfile collector (written
-//! beside it, then renamed over it, so a scrape never reads half a file) and/or served over
-//! HTTP on a loopback address by a thread of its own; nothing by default.
+//! events, steps and alerts. Written to a file for node_exporter's textfile collector, in the
+//! classic text format it parses (written beside it, then renamed over it, so a scrape never
+//! reads half a file), and/or served over HTTP on a loopback address by a thread of its own, as
+//! OpenMetrics; nothing by default.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -170,7 +171,7 @@ impl Exporter {
     pub fn publish(&mut self, text: String) {
         self.last = Some(Instant::now());
         if let Some(path) = &self.file {
-            if let Err(e) = write_atomically(path, text.as_bytes()) {
+            if let Err(e) = write_atomically(path, classic(&text).as_bytes()) {
                 if !self.quiet {
                     warn(&format!(
                         "cannot write the metrics to {}: {e}; they are no longer written",
@@ -186,6 +187,28 @@ impl Exporter {
             }
         }
     }
+}
+
+/// `openmetrics` in the classic Prometheus text format, the one node_exporter's textfile
+/// collector parses: a counter's `# TYPE` and `# HELP` name its sample (`x_total`, where
+/// OpenMetrics names the family `x`), and no `# EOF`.
+fn classic(openmetrics: &str) -> String {
+    let counters: Vec<&str> = (openmetrics.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64);
+    for line in openmetrics.lines().filter(|l| *l != "# EOF") {
+        let renamed = ["# TYPE ", "# HELP "].iter().find_map(|head| {
+            let rest = line.strip_prefix(head)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(&name)
+                .then(|| format!("{head}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
 }
 
 /// Writes `bytes` to `PATH.PID.tmp` (a new file) and renames it over `path`.
@@ -238,4 +261,22 @@ fn answer(mut stream: TcpStream, text: &Mutex<String>) -> std::io::Result<()> {
     );
     stream.write_all(head.as_bytes())?;
     stream.write_all(body.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::classic;
+
+    #[test]
+    fn the_textfile_names_counters_by_their_samples_and_has_no_eof() {
+        let om = "# HELP vramtrace_steps Steps begun.\n# TYPE vramtrace_steps counter\n\
+                  vramtrace_steps_total 40\n# HELP vramtrace_live_bytes Live.\n\
+                  # TYPE vramtrace_live_bytes gauge\nvramtrace_live_bytes{device=\"0\"} 7\n# EOF\n";
+        assert_eq!(
+            classic(om),
+            "# HELP vramtrace_steps_total Steps begun.\n# TYPE vramtrace_steps_total counter\n\
+             vramtrace_steps_total 40\n# HELP vramtrace_live_bytes Live.\n\
+             # TYPE vramtrace_live_bytes gauge\nvramtrace_live_bytes{device=\"0\"} 7\n"
+        );
+    }
 }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use vramtrace_collector::units::pattern::{self, Naming};
 use vramtrace_collector::units::{parse_duration, parse_rate, CountRange};
 
 use crate::setting::{bad, count, read, switch};
@@ -129,7 +130,8 @@ impl AlertSettings {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MetricsSettings {
     /// A file rewritten (atomically: written beside, then renamed) at each update, for
-    /// node_exporter's textfile collector (`VRAMTRACE_METRICS_FILE`).
+    /// node_exporter's textfile collector (`VRAMTRACE_METRICS_FILE`); its name takes the trace
+    /// name's placeholders ([`MetricsSettings::for_process`]).
     pub file: Option<std::path::PathBuf>,
     /// A loopback address served over HTTP (`VRAMTRACE_METRICS_ADDR`); any other is refused.
     pub addr: Option<std::net::SocketAddr>,
@@ -141,6 +143,16 @@ impl MetricsSettings {
     /// Whether metrics are asked for.
     pub fn enabled(&self) -> bool {
         self.file.is_some() || self.addr.is_some()
+    }
+
+    /// The settings of the process `naming` describes: the file's name with the placeholders
+    /// of the trace's names expanded (`%p` pid, `%r` rank, `%h` host, `%t` start), so that the
+    /// processes of a job each write their own (`metrics-%p.prom`).
+    pub fn for_process(&self, naming: &Naming<'_>) -> MetricsSettings {
+        MetricsSettings {
+            file: (self.file.as_ref()).map(|f| pattern::expand(f.as_os_str(), naming).into()),
+            ..self.clone()
+        }
     }
 
     /// Reads the settings through `get`; a bad value adds a warning to `w`.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use vramtrace_collector::attached;
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{End, Header, Packing, PyStackDef, Record, StackDef, Stats};
+use vramtrace_collector::units::pattern::Naming;
 
 use self::definitions::{Codes, Defined, TraceIds};
 use self::file::segments::Segments;
@@ -593,6 +594,13 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         .writer_tid
         .store(crate::capture::thread::tid(), Ordering::Release);
     let opened = sink::open_first(session);
+    // This process's metrics file: the name's placeholders are the trace's.
+    let metrics = session.config.metrics.for_process(&Naming {
+        pid: opened.header.pid,
+        rank: opened.header.rank,
+        host: &opened.header.host,
+        start_unix_s: opened.header.start_unix_ns / 1_000_000_000,
+    });
     let segments = (opened.file.as_ref())
         .filter(|_| session.config.segments.enabled())
         .map(|(path, id)| {
@@ -622,7 +630,7 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         timer: WriterTimer::new(),
         monitor: Monitor::new(
             &session.config.alerts,
-            &session.config.metrics,
+            &metrics,
             session.config.segments.enabled(),
             session.config.quiet,
         ),

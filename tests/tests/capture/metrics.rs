@@ -39,15 +39,24 @@ fn free_port() -> u16 {
 }
 
 // The textfile at the end: the whole run judged, written by rename (no temporary left).
+// Its name takes the trace name's placeholders: each process of a job writes its own.
 captest!(the_textfile_holds_the_planted_numbers, |dir| {
-    let file = dir.join("vramtrace.prom");
     let run = Workload::new("wl_alert")
         .arg("leak")
         .env("VRAMTRACE_ALERT_INTERVAL_MS", "0")
-        .env("VRAMTRACE_METRICS_FILE", &file)
+        .env("VRAMTRACE_METRICS_FILE", dir.join("vramtrace-%p.prom"))
         .run_both(dir);
     let trace = run.single_trace();
-    let s = parse(&std::fs::read_to_string(&file).unwrap());
+    let file = dir.join(format!("vramtrace-{}.prom", trace.header.pid));
+    let text = std::fs::read_to_string(&file).unwrap();
+    // The classic text format node_exporter's textfile collector parses: a counter typed by
+    // its sample's name, no OpenMetrics `# EOF`.
+    assert!(
+        text.contains("\n# TYPE vramtrace_steps_total counter\n"),
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"), "{text}");
+    let s = parse(&text);
     let dev = ("device", "0");
     let mib = MIB as f64;
     assert_eq!(
@@ -85,7 +94,10 @@ captest!(the_textfile_holds_the_planted_numbers, |dir| {
         .unwrap()
         .to_string_lossy()
         .into_owned();
-    assert_eq!(names, [trace_name, "vramtrace.prom".to_string()]);
+    assert_eq!(
+        names,
+        [trace_name, format!("vramtrace-{}.prom", trace.header.pid)]
+    );
 });
 
 /// One HTTP GET of `/metrics` on `port`; `None` while nothing answers.
