@@ -297,7 +297,28 @@ pub fn load_with_steps_observing<O: Observer>(
         }
     };
     observer.finish(&trace.state);
+    reaches(path, &trace.state, from)?;
     Ok((LoadedTrace { growth, ..trace }, observer))
+}
+
+/// An error when the trace ends before the moment `--since` asked to read from: the answers
+/// would be about a moment the trace never reached.
+fn reaches(path: &Path, state: &LiveState, from: ReadFrom) -> Result<()> {
+    let lasted = state.last_time_ns().saturating_sub(state.trace_start_ns());
+    match from {
+        ReadFrom::Step(n) if state.steps() < n => Err(anyhow!(
+            "{}: the trace ends before step {n} (it has {} steps)",
+            path.display(),
+            state.steps()
+        )),
+        ReadFrom::Time(t) if lasted < t => Err(anyhow!(
+            "{}: the trace ends before {} after its start (it lasts {})",
+            path.display(),
+            crate::units::duration(t),
+            crate::units::duration(lasted)
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Reads the trace at `path` from where `from` says, with steps from `source`, asking `visit`

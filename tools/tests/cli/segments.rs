@@ -276,3 +276,41 @@ fn a_window_on_a_trace_of_one_file_is_said_to_read_it_whole() {
     let plain = String::from_utf8_lossy(&plain.get_output().stdout).into_owned();
     assert!(!plain.contains("  segments  "), "{plain}");
 }
+
+// A moment past the end of the trace is an error, as in replay: the report would otherwise
+// answer about the last segment under a heading that says another moment.
+#[test]
+fn a_since_past_the_end_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    let t = files[0].to_str().unwrap();
+    let steps = json(&["report", "--json", t])["events"]["steps"]
+        .as_u64()
+        .unwrap();
+    for (since, want) in [
+        (
+            format!("step {}", steps + 1),
+            format!(
+                "the trace ends before step {} (it has {steps} steps)",
+                steps + 1
+            ),
+        ),
+        (
+            "1h".to_string(),
+            "the trace ends before 60 min after its start (it lasts ".to_string(),
+        ),
+    ] {
+        let out = vramtrace()
+            .args(["report", "--since", &since, t])
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(err.starts_with(&format!("error: {t}: {want}")), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    // The last step is there.
+    vramtrace()
+        .args(["report", "--since", &format!("step {steps}"), t])
+        .assert()
+        .success();
+}
