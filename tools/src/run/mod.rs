@@ -8,6 +8,7 @@ mod status;
 mod traces;
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -296,6 +297,20 @@ fn output_path(given: &Path, from: &str) -> Result<PathBuf> {
                     lower_first(e.to_string())
                 )
             })?;
+    }
+    // A directory the traced processes cannot write in would run the whole job untraced.
+    let c_dir = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| anyhow!("{from} {}: the path holds a NUL byte", given.display()))?;
+    // SAFETY: access reads a NUL-terminated path we own; it has no other preconditions.
+    let writable = unsafe { libc::access(c_dir.as_ptr(), libc::W_OK | libc::X_OK) } == 0;
+    if !writable {
+        let e = std::io::Error::last_os_error();
+        bail!(
+            "{from} {}: cannot write traces in {}: {}",
+            given.display(),
+            dir.display(),
+            lower_first(e.to_string())
+        );
     }
     Ok(path)
 }
