@@ -2,7 +2,7 @@
 //! export them to other viewers.
 //!
 //! Exit codes: 0 when all went well; for `run`, the traced program's own exit code (128 + the
-//! signal that killed it); for `diff`, 1 when the second run regressed beyond the thresholds; for
+//! signal that killed it; 127 and 126 when it cannot be found or run, as a shell says it); for `diff`, 1 when the second run regressed beyond the thresholds; for
 //! `check` and `report --fail-on`, 1 when a trace exceeds a limit (`check` exits with the
 //! program's own code first when it failed); 2 for an error of vramtrace's own (a bad flag, an
 //! unreadable trace, an output that would replace a file) and when a check could not see

@@ -19,7 +19,11 @@ EXAMPLES:
         vramtrace run --lib ./target/release/libvramtrace.so --no-summary -- ./app
 
     See every PyTorch tensor as a driver allocation (the cudaMallocAsync backend):
-        vramtrace run --per-tensor -- python train.py";
+        vramtrace run --per-tensor -- python train.py
+
+EXIT STATUS:
+    The program's own exit code (128 + the signal that killed it); 127 when the program is not
+    found and 126 when it cannot be run, as a shell says it; 2 for vramtrace's own errors.";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {

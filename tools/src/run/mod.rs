@@ -31,13 +31,50 @@ const LIB_NAME: &str = "libvramtrace.so";
 
 /// Runs `vramtrace run`; returns the exit code to leave with.
 pub fn run(args: &RunArgs) -> Result<u8> {
-    let ran = launch(&args.tracer, &args.command)?;
+    let ran = match launch(&args.tracer, &args.command) {
+        Ok(ran) => ran,
+        // As a shell says it: 127 for a program not found, 126 for one that cannot run, so
+        // that its own exit code 2 is not taken for vramtrace's.
+        Err(e) => match e.downcast_ref::<NotStarted>() {
+            Some(n) => {
+                eprintln!("error: {n}");
+                return Ok(n.exit_code());
+            }
+            None => return Err(e),
+        },
+    };
     if !args.no_summary {
         let mut err = std::io::stderr().lock();
         traces::summarize(&mut err, &ran).context("writing the summary")?;
     }
     Ok(ran.exit_code)
 }
+
+/// The program could not be started.
+#[derive(Debug)]
+pub struct NotStarted {
+    program: String,
+    error: std::io::Error,
+}
+
+impl NotStarted {
+    /// The exit code a shell gives: 127 not found, 126 found but not runnable.
+    fn exit_code(&self) -> u8 {
+        match self.error.kind() {
+            std::io::ErrorKind::NotFound => 127,
+            _ => 126,
+        }
+    }
+}
+
+impl std::fmt::Display for NotStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let why = lower_first(self.error.to_string());
+        write!(f, "cannot run {}: {why}", self.program)
+    }
+}
+
+impl std::error::Error for NotStarted {}
 
 /// What a traced run left.
 pub struct Ran {
@@ -133,11 +170,11 @@ pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
         Ok(child) => child,
         Err(e) => {
             signals::release();
-            bail!(
-                "cannot run {}: {}",
-                program.to_string_lossy(),
-                lower_first(e.to_string())
-            );
+            return Err(NotStarted {
+                program: program.to_string_lossy().into_owned(),
+                error: e,
+            }
+            .into());
         }
     };
     signals::forward_to(child.id());

@@ -355,8 +355,19 @@ fn bad_run_requests_are_one_line_errors() {
         .arg(&s.lib)
         .args(["--", "no-such-program-xyz"])
         .assert()
-        .code(2)
+        .code(127)
         .stderr("error: cannot run no-such-program-xyz: no such file or directory (os error 2)\n");
+    // A file that is no program: 126, as a shell says it.
+    let notes = s.dir.path().join("notes.txt");
+    std::fs::write(&notes, "not a program\n").unwrap();
+    vramtrace()
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("--")
+        .arg(&notes)
+        .assert()
+        .code(126);
     vramtrace()
         .args(["run", "--lib", "/nonexistent/libvramtrace.so", "--", "true"])
         .assert()
