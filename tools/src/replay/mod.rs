@@ -280,8 +280,8 @@ fn when(point: Point, at: &Moment) -> String {
 fn ends(state: &LiveState, point: Point) -> String {
     let span = match point {
         Point::Time(_) => format!(
-            " over {}s",
-            state.last_time_ns().saturating_sub(state.trace_start_ns()) as f64 / 1e9
+            " over {}",
+            crate::units::duration(state.last_time_ns().saturating_sub(state.trace_start_ns()))
         ),
         _ => String::new(),
     };

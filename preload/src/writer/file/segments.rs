@@ -96,6 +96,13 @@ impl SegmentSettings {
             ));
             s.segment_bytes = MIN_SEGMENT_BYTES;
         }
+        if s.segment_bytes == 0 && s.segment_time.is_some() {
+            w.push(
+                "VRAMTRACE_SEGMENT_SECONDS needs segments (VRAMTRACE_SEGMENT_BYTES=0 makes one \
+                 file); the trace is not cut"
+                    .into(),
+            );
+        }
         if s.segment_bytes == 0 && s.max_bytes > 0 && get("VRAMTRACE_MAX_BYTES").is_some() {
             w.push(
                 "VRAMTRACE_MAX_BYTES needs segments (VRAMTRACE_SEGMENT_BYTES=0 makes one file); \
@@ -356,6 +363,19 @@ mod tests {
         let (s, w) = settings(&[("VRAMTRACE_SEGMENT_BYTES", "0")]);
         assert!(w.is_empty());
         assert!(!s.enabled());
+        // A time per segment without segments says it cuts nothing.
+        let (s, w) = settings(&[
+            ("VRAMTRACE_SEGMENT_BYTES", "0"),
+            ("VRAMTRACE_SEGMENT_SECONDS", "1"),
+        ]);
+        assert!(!s.enabled());
+        assert_eq!(
+            w,
+            [
+                "VRAMTRACE_SEGMENT_SECONDS needs segments (VRAMTRACE_SEGMENT_BYTES=0 makes one \
+              file); the trace is not cut"
+            ]
+        );
     }
 
     /// A segment file as the writer leaves it.
