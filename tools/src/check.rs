@@ -121,10 +121,16 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     checked.unchecked.extend(unseen);
     let traces = count(ran.traces.len() as u64, "trace");
     if checked.failed > 0 {
+        // Exceeded in what could be read; what could not be read is the error below, which
+        // sets the exit code.
+        let partly = match checked.unchecked.is_empty() {
+            true => "",
+            false => "; and not everything could be checked (below)",
+        };
         writeln!(
             err,
             "vramtrace check: FAILED: limits exceeded in {} of {traces}: {} (details: vramtrace \
-             report TRACE)",
+             report TRACE){partly}",
             checked.failed,
             checked.limits.join(", "),
         )
