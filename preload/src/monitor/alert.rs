@@ -306,7 +306,11 @@ pub fn act(w: &Watch, a: &mut Alert, settings: &AlertSettings, trace_path: &str,
         }
     }
     if !quiet {
-        let text = format!("vramtrace: {}\n", line(a));
+        let mut said = line(a);
+        if let Some(rank) = settings.rank {
+            said = said.replacen("ALERT at", &format!("ALERT (rank {rank}) at"), 1);
+        }
+        let text = format!("vramtrace: {said}\n");
         // SAFETY: writes our own buffer to fd 2.
         unsafe { libc::write(2, text.as_ptr() as *const libc::c_void, text.len()) };
     }

@@ -33,6 +33,9 @@ pub struct AlertSettings {
     pub signal: Option<i32>,
     /// Write the live set beside the trace on an alert (`VRAMTRACE_ALERT_SNAPSHOT`).
     pub snapshot: bool,
+    /// The process's rank, when it knows one (the trace's): its alert lines say it, so that the
+    /// ranks of a job sharing one stderr can be told apart.
+    pub rank: Option<i32>,
 }
 
 impl Default for AlertSettings {
@@ -47,6 +50,7 @@ impl Default for AlertSettings {
             interval: Duration::from_secs(1),
             signal: None,
             snapshot: false,
+            rank: None,
         }
     }
 }

@@ -23,7 +23,7 @@ use self::module_tracker::ModuleTracker;
 use self::sink::Sink;
 use crate::capture::clock::{self, Calibration};
 use crate::capture::{intern, python};
-use crate::monitor::Monitor;
+use crate::monitor::{AlertSettings, Monitor};
 use crate::self_profile::{self, Stage, WriterTimer};
 use crate::session::lifecycle::Ending;
 use crate::session::ring::Take;
@@ -594,6 +594,11 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         .writer_tid
         .store(crate::capture::thread::tid(), Ordering::Release);
     let opened = sink::open_first(session);
+    // This process's rank, for its alert lines.
+    let alerts = AlertSettings {
+        rank: opened.header.rank,
+        ..session.config.alerts.clone()
+    };
     // This process's metrics file: the name's placeholders are the trace's.
     let metrics = session.config.metrics.for_process(&Naming {
         pid: opened.header.pid,
@@ -629,7 +634,7 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         attachments: 0,
         timer: WriterTimer::new(),
         monitor: Monitor::new(
-            &session.config.alerts,
+            &alerts,
             &metrics,
             session.config.segments.enabled(),
             session.config.quiet,

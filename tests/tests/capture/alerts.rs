@@ -190,6 +190,20 @@ captest!(
     }
 );
 
+// A process that knows its rank says it in the alert line: the ranks of a job share a stderr.
+captest!(an_alert_line_names_the_rank, |dir| {
+    let run = wl_alert("leak").env("RANK", "3").run_traced(dir);
+    let err = run.stderr();
+    assert_eq!(
+        alert_lines(&err),
+        [
+            "vramtrace: ALERT (rank 3) at step 11: device 0 grows steadily, +1.0 MiB per step at \
+          main at wl_alert.c:79 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 \
+          MiB live, full in 1,012 steps"
+        ]
+    );
+});
+
 /// SIGUSR1 on Linux.
 const SIGUSR1: i32 = 10;
 
