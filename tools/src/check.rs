@@ -217,9 +217,14 @@ fn measure_trace(
     let trace = load_with_steps(path, ReadFrom::First, analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
+    // A trace cut into segments is judged on the segments on disk: the heading says which,
+    // and what rotation removed.
+    let segments = (trace.segments.as_ref())
+        .filter(|s| s.is_cut())
+        .map_or(String::new(), |s| format!("; segments {}", s.describe()));
     writeln!(
         out,
-        "vramtrace check: {} (pid {}, {})",
+        "vramtrace check: {} (pid {}, {}{segments})",
         path.display(),
         trace.header.pid,
         trace.ending.describe()

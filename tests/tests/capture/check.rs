@@ -450,6 +450,15 @@ captest!(a_rotated_trace_is_checked_and_keeps_its_alert, |dir| {
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{limit}: {err}");
         assert!(!err.contains("is gone"), "{err}");
+        // The heading says the trace was judged on the segments on disk, and what went.
+        let heading = err
+            .lines()
+            .find(|l| l.starts_with("vramtrace check: /"))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            heading.contains(", complete; segments ") && heading.contains("removed by rotation"),
+            "{heading}"
+        );
         let files = trace_files(&sub);
         assert!(
             files.iter().all(|f| f.to_string_lossy().contains(".seg")),
