@@ -75,14 +75,20 @@ impl OutputPattern {
     }
 }
 
-/// Prints a short summary of each trace the run wrote, and of each process it did not see.
+/// Traces summarized one by one after a run; the others are counted.
+const SUMMARIZED: usize = 8;
+
+/// Prints a short summary of each trace the run wrote (the first [`SUMMARIZED`]), and of each
+/// process it did not see.
 pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
     let unseen = unseen(ran);
     let disabled = ran.reported.as_ref().map_or(0, |r| r.disabled().count());
     if ran.traces.is_empty() && unseen.len() == disabled {
         return writeln!(out, "vramtrace: {}", why_no_trace(ran.reported.as_ref()));
     }
-    for path in &ran.traces {
+    // A job of many processes gets the first few and a count, not a screen per process.
+    let shown = ran.traces.len().min(SUMMARIZED);
+    for path in &ran.traces[..shown] {
         // The end of a trace cut into segments is its last segment's.
         let progress = Progress::new(path, "reading");
         match read(
@@ -119,6 +125,20 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
             }
             Err(e) => writeln!(out, "vramtrace: {e:#}")?,
         }
+    }
+    if ran.traces.len() > shown {
+        let rest = &ran.traces[shown..];
+        let dirs: std::collections::BTreeSet<_> = rest.iter().filter_map(|p| p.parent()).collect();
+        let place = match dirs.iter().next() {
+            Some(dir) if dirs.len() == 1 => dir.display().to_string(),
+            _ => "TRACES".to_string(),
+        };
+        let noun = if rest.len() == 1 { "trace" } else { "traces" };
+        writeln!(
+            out,
+            "vramtrace: and {} more {noun} (vramtrace report {place} ranks every trace)",
+            rest.len()
+        )?;
     }
     for line in unseen {
         writeln!(out, "vramtrace: {line}")?;

@@ -484,3 +484,29 @@ fn the_summary_lists_traces_written_beside_a_taken_name() {
         .count();
     assert_eq!(listed, 2, "{stderr}");
 }
+
+// Twelve processes write a trace each: the first eight are summarized, the rest counted, with
+// where to look at all of them.
+#[test]
+fn a_run_of_many_processes_summarizes_the_first_and_counts_the_rest() {
+    let s = setup();
+    let script = format!(
+        r#"for i in 1 2 3 4 5 6 7 8 9 10 11 12; do cp "{}" "{}/x-$i.vtrace"; done"#,
+        s.sample.display(),
+        s.out.display()
+    );
+    let (_, summary) = run_script(&s, &script);
+    let per_trace = summary
+        .iter()
+        .filter(|l| l.contains(": pid 4242, "))
+        .count();
+    assert_eq!(per_trace, 8, "{summary:?}");
+    assert_eq!(
+        summary.last().unwrap(),
+        &format!(
+            "vramtrace: and 4 more traces (vramtrace report {} ranks every trace)",
+            s.out.display()
+        ),
+        "{summary:?}"
+    );
+}
