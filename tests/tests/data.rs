@@ -201,16 +201,11 @@ fn the_demos_trace_in_pyarrow_has_the_reports_numbers() {
     assert_eq!(got["rank"], serde_json::json!([null]));
 }
 
-/// docs/data.md's fleet queries, over the dataset at argv[1]: the line that differs most from
-/// the other ranks, the odd rank, and the peak of each rank.
-const FLEET: &str = r#"
-import duckdb
-root = sys.argv[1]
-con = duckdb.connect()
-for t in ["allocations", "sites", "traces"]:
-    con.sql(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{root}/{t}/**/*.parquet', "
-            "hive_partitioning = true, hive_types = {'run': VARCHAR, 'rank': INTEGER})")
-line = con.sql("""
+/// docs/data.md's fleet questions, as Python strings `LINE_SQL` (the line that differs most from
+/// the other ranks) and `ODD_SQL` (the odd rank), asked of DuckDB and of Spark (with `<=>` for
+/// `IS NOT DISTINCT FROM`).
+const FLEET_SQL: &str = r#"
+LINE_SQL = """
 WITH live AS (
     SELECT a.rank, s.identity, any_value(s.label) AS label, sum(a.bytes) AS bytes
     FROM allocations a JOIN sites s ON s.run = a.run AND s.rank IS NOT DISTINCT FROM a.rank
@@ -224,13 +219,26 @@ grid AS (
 typical AS (SELECT identity, median(bytes) AS median FROM grid GROUP BY identity)
 SELECT rank, identity, bytes, bytes - median AS excess
 FROM grid JOIN typical USING (identity)
-ORDER BY excess DESC, rank LIMIT 2""").fetchall()
-odd = con.sql("""
+ORDER BY excess DESC, rank LIMIT 2"""
+ODD_SQL = """
 WITH per_rank AS (
     SELECT rank, sum(bytes) FILTER (WHERE free_seq IS NULL AND accounting = 'device') AS live
     FROM allocations GROUP BY rank)
 SELECT rank, live, live - median(live) OVER () AS from_median
-FROM per_rank ORDER BY abs(from_median) DESC, rank LIMIT 2""").fetchall()
+FROM per_rank ORDER BY abs(from_median) DESC, rank LIMIT 2"""
+"#;
+
+/// docs/data.md's fleet queries, over the dataset at argv[1]: the line that differs most from
+/// the other ranks, the odd rank, and the peak of each rank.
+const FLEET: &str = r#"
+import duckdb
+root = sys.argv[1]
+con = duckdb.connect()
+for t in ["allocations", "sites", "traces"]:
+    con.sql(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{root}/{t}/**/*.parquet', "
+            "hive_partitioning = true, hive_types = {'run': VARCHAR, 'rank': INTEGER})")
+line = con.sql(LINE_SQL).fetchall()
+odd = con.sql(ODD_SQL).fetchall()
 peaks = con.sql("""
 WITH changes AS (
     SELECT rank, pid, alloc_seq AS seq, alloc_step AS step, bytes AS delta
@@ -272,7 +280,7 @@ fn eight_ranks(dir: &Path) -> (PathBuf, PathBuf) {
 fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
     let dir = tempfile::tempdir().unwrap();
     let (traces, data) = eight_ranks(dir.path());
-    let got = py(&format!("{READ}{FLEET}"), &[&data]);
+    let got = py(&format!("{READ}{FLEET_SQL}{FLEET}"), &[&data]);
 
     let extra = line_of(&workload_source("wl_train.c"), "extra[step] = alloc(");
     let first = &got["line"][0];
@@ -346,27 +354,8 @@ for name in NAMES:
     df = spark.read.parquet(f"{root}/{name}")
     df.createOrReplaceTempView(name)
     out[name] = [[[f.name, f.dataType.simpleString()] for f in df.schema.fields], df.count()]
-line = spark.sql("""
-WITH live AS (
-    SELECT a.rank, s.identity, sum(a.bytes) AS bytes
-    FROM allocations a JOIN sites s ON s.run = a.run AND s.rank <=> a.rank
-        AND s.pid = a.pid AND s.site = a.site
-    WHERE a.free_seq IS NULL AND a.accounting = 'device' GROUP BY a.rank, s.identity),
-grid AS (
-    SELECT r.rank, i.identity, coalesce(live.bytes, 0) AS bytes
-    FROM (SELECT DISTINCT rank FROM traces) r
-    CROSS JOIN (SELECT DISTINCT identity FROM live) i
-    LEFT JOIN live ON live.rank <=> r.rank AND live.identity = i.identity),
-typical AS (SELECT identity, median(bytes) AS median FROM grid GROUP BY identity)
-SELECT rank, identity, bytes, bytes - median AS excess
-FROM grid JOIN typical USING (identity)
-ORDER BY excess DESC, rank LIMIT 2""").collect()
-odd = spark.sql("""
-WITH per_rank AS (
-    SELECT rank, sum(bytes) FILTER (WHERE free_seq IS NULL AND accounting = 'device') AS live
-    FROM allocations GROUP BY rank)
-SELECT rank, live, live - median(live) OVER () AS from_median
-FROM per_rank ORDER BY abs(from_median) DESC, rank LIMIT 2""").collect()
+line = spark.sql(LINE_SQL.replace("IS NOT DISTINCT FROM", "<=>")).collect()
+odd = spark.sql(ODD_SQL).collect()
 out["line"] = [[r, i, int(b), float(e)] for r, i, b, e in line]
 out["odd"] = [[r, int(l), float(m)] for r, l, m in odd]
 spark.stop()
@@ -388,7 +377,7 @@ fn spark_reads_the_dataset_with_its_types_and_names_the_rank_and_the_line() {
     let dir = tempfile::tempdir().unwrap();
     let (_, data) = eight_ranks(dir.path());
     let arrow = py(&format!("{READ}{NAMES}{ARROW_AS_SPARK}"), &[&data]);
-    let spark = py(&format!("{NAMES}{SPARK}"), &[&data]);
+    let spark = py(&format!("{NAMES}{FLEET_SQL}{SPARK}"), &[&data]);
 
     let tables = arrow.as_object().unwrap();
     assert_eq!(tables.len(), 8);
