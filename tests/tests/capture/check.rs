@@ -297,31 +297,33 @@ fn could_not_check(out: &Output) -> String {
     last.to_string()
 }
 
-// The tracer cannot write the trace (a read-only directory; a directory that became a file
-// before the first GPU call): the program runs on untraced, and the gate says it could not check
-// — even with --max-leak 0 on a program that leaves 20 MiB live. It said "ok" before.
+// The trace cannot be written: a read-only directory is refused before the program starts (it
+// would run the whole job untraced); a directory that became a file before the first GPU call
+// lets the program run on untraced, and the gate says it could not check — even with
+// --max-leak 0 on a program that leaves 20 MiB live. It said "ok" before.
 captest!(
     check_cannot_pass_a_program_whose_trace_could_not_be_written,
     |dir| {
         let plain = Workload::new("wl_train").run_plain();
         if let Some(ro) = read_only_dir(dir) {
             let out = check(&ro.dir, &["--max-leak", "0"], workload("wl_train"), &[]);
-            assert_eq!(
-                text(&out.stdout),
-                text(&plain.stdout),
-                "the program's output"
-            );
-            let line = could_not_check(&out);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert_eq!(text(&out.stdout), "", "the program did not run");
             let why = if ro.mounted {
-                "Read-only file system"
+                "read-only file system"
             } else {
-                "Permission denied"
+                "permission denied"
             };
+            assert_eq!(err.lines().count(), 1, "{err}");
             assert!(
-                line.contains(" ran untraced: cannot write the trace: cannot create "),
-                "{line}"
+                err.starts_with("error: -o ")
+                    && err.contains(&format!(
+                        ": cannot write traces in {}: {why}",
+                        ro.dir.display()
+                    )),
+                "{err}"
             );
-            assert!(line.contains(why), "{line}");
             assert!(trace_files(&ro.dir).is_empty());
         }
         // The output directory turns into a file under the program's feet: no root needed.

@@ -369,7 +369,8 @@ captest!(replay_times_follow_the_same_rule_as_steps, |dir| {
          negative (steps, events and times count from the start of the trace) (see --help)\n"
     );
     let s = &trace.state;
-    let span = (s.last_time_ns() - s.first_time_ns()) as f64 / 1e9;
+    let span_ns = s.last_time_ns() - s.first_time_ns();
+    let lasted = vramtrace_collector::units::span(span_ns);
     let n = trace.seqs.len();
     let p = trace.path.display();
     assert_error(
@@ -377,10 +378,10 @@ captest!(replay_times_follow_the_same_rule_as_steps, |dir| {
         &["--at", "3600s"],
         &format!(
             "error: {p}: the trace ends before 3600s after the first event (it has {n} events \
-             over {span}s, 0 steps and 1 out-of-memory failures)"
+             over {lasted}, 0 steps and 1 out-of-memory failures)"
         ),
     );
     // A time inside the trace is reached as before.
-    let half = format!("{}ns", (span * 1e9 / 2.0) as u64);
+    let half = format!("{}ns", span_ns / 2);
     assert_eq!(replay(&trace.path, &["--at", &half]).status.code(), Some(0));
 });
