@@ -304,7 +304,6 @@ fn could_not_check(out: &Output) -> String {
 captest!(
     check_cannot_pass_a_program_whose_trace_could_not_be_written,
     |dir| {
-        let plain = Workload::new("wl_train").run_plain();
         if let Some(ro) = read_only_dir(dir) {
             let out = check(&ro.dir, &["--max-leak", "0"], workload("wl_train"), &[]);
             let err = text(&out.stderr);
