@@ -104,6 +104,9 @@ struct Writer {
     timer: WriterTimer,
     /// The live analysis (alerts), fed every record written; `None` when turned off.
     monitor: Option<Monitor>,
+    /// The trace's name, its first file's (later segments are named after it): what an alert's
+    /// live set is named beside, whichever segment is being written.
+    trace_name: String,
     /// Since when the backlog has stayed above half the ring (see [`Writer::monitor_tick`]).
     behind_since: Option<Instant>,
     /// Since when it has stayed below.
@@ -136,7 +139,7 @@ impl Writer {
     /// Writes a record that is not an event, and feeds it to the live analysis.
     fn write_record(&mut self, r: Record) {
         let alerts = match self.monitor.as_mut() {
-            Some(monitor) => monitor.record(&r, clock::monotonic_ns(), &self.sink.path),
+            Some(monitor) => monitor.record(&r, clock::monotonic_ns(), &self.trace_name),
             None => Vec::new(),
         };
         self.sink.write(&r);
@@ -186,7 +189,7 @@ impl Writer {
             }
         };
         let dropped = self.session.dropped.load(Ordering::Relaxed);
-        let alerts = monitor.tick(clock::monotonic_ns(), &self.sink.path, dropped);
+        let alerts = monitor.tick(clock::monotonic_ns(), &self.trace_name, dropped);
         if let Some(note) = note {
             self.write_record(Record::Warning(note));
         }
@@ -221,7 +224,7 @@ impl Writer {
             self.timer.lap(Stage::Encode);
         }
         if let Some(monitor) = self.monitor.as_mut() {
-            let alerts = monitor.event(&event, &self.sink.path);
+            let alerts = monitor.event(&event, &self.trace_name);
             if !alerts.is_empty() {
                 self.write_alerts(alerts);
             }
@@ -521,7 +524,7 @@ impl Writer {
         let stats = self.stats();
         let lost = stats.dropped;
         if let Some(monitor) = self.monitor.as_mut() {
-            let alerts = monitor.finish(clock::monotonic_ns(), &self.sink.path, lost);
+            let alerts = monitor.finish(clock::monotonic_ns(), &self.trace_name, lost);
             self.write_alerts(alerts);
         }
         self.sink.write(&Record::Stats(stats.clone()));
@@ -613,6 +616,7 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         });
     let mut c = Writer {
         session,
+        trace_name: opened.sink.path.clone(),
         sink: opened.sink,
         header: opened.header,
         segments,

@@ -446,11 +446,24 @@ captest!(a_rotated_trace_is_checked_and_keeps_its_alert, |dir| {
         .env("STANDIN_DEVICE_MEM", "64G")
         .env("VRAMTRACE_ALERT_THRESHOLD", "32KiB")
         .env("VRAMTRACE_ALERT_CONFIRM", "100")
+        .env("VRAMTRACE_ALERT_SNAPSHOT", "1")
         .output()
         .unwrap();
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{limit}: {err}");
         assert!(!err.contains("is gone"), "{err}");
+        // The alert's live set is named after the trace (its first file's name), not after the
+        // segment being written then, which rotation removed since.
+        let snapshots: Vec<String> = std::fs::read_dir(&sub)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".json"))
+            .collect();
+        assert_eq!(snapshots.len(), 1, "{snapshots:?}");
+        assert!(
+            !snapshots[0].contains(".seg") && snapshots[0].contains(".vtrace.alert-device0-step"),
+            "{snapshots:?}"
+        );
         // The heading says the trace was judged on the segments on disk, and what went.
         let heading = err
             .lines()
