@@ -14,6 +14,10 @@
  *            10th step an evaluation holds 64 MiB into the next step, which frees it (peaks).
  *            Nothing grows after the warm-up.
  *
+ * Either shape with "-unmarked" appended (leak-unmarked, healthy-unmarked) is a loop that marks
+ * nothing, as a CuPy or JAX loop: 80 steps of 25 ms (a sleep each), so that the tracer can only
+ * find its steps in the allocation pattern, which recurs once a step.
+ *
  * With --wait-signal as argv[2], after the loop it waits up to 2 s for SIGUSR1.  It prints one
  * line per step, then "SIGUSR1 received" (the handler ran; it only sets a flag) or "no SIGUSR1".
  * Exits 0 when every call succeeded; usage on stderr and exit 2 otherwise.
@@ -28,6 +32,7 @@
 
 #define MiB (1024ull * 1024ull)
 #define STEPS 40
+#define UNMARKED_STEPS 80
 #define FN(type, p) ((type)(uintptr_t)(p))
 
 static volatile sig_atomic_t got_usr1;
@@ -41,10 +46,12 @@ static void on_usr1(int sig)
 int main(int argc, char **argv)
 {
     const char *shape = argc > 1 ? argv[1] : "";
-    int leak = !strcmp(shape, "leak");
+    int unmarked = !strcmp(shape, "leak-unmarked") || !strcmp(shape, "healthy-unmarked");
+    int leak = !strcmp(shape, "leak") || !strcmp(shape, "leak-unmarked");
+    int healthy = !strcmp(shape, "healthy") || !strcmp(shape, "healthy-unmarked");
     int wait_signal = argc > 2 && !strcmp(argv[2], "--wait-signal");
-    if ((!leak && strcmp(shape, "healthy")) || argc > 3 || (argc == 3 && !wait_signal)) {
-        fprintf(stderr, "usage: wl_alert leak|healthy [--wait-signal]\n");
+    if ((!leak && !healthy) || argc > 3 || (argc == 3 && !wait_signal)) {
+        fprintf(stderr, "usage: wl_alert leak|healthy[-unmarked] [--wait-signal]\n");
         return 2;
     }
     struct sigaction sa;
@@ -64,9 +71,14 @@ int main(int argc, char **argv)
     EXPECT(alloc && ffree, 1);
 
     void *eval = NULL;
-    for (int step = 1; step <= STEPS; step++) {
-        if (mark)
+    int steps = unmarked ? UNMARKED_STEPS : STEPS;
+    for (int step = 1; step <= steps; step++) {
+        if (mark && !unmarked)
             mark();
+        if (unmarked) {
+            struct timespec step_time = {0, 25 * 1000 * 1000};
+            nanosleep(&step_time, NULL);
+        }
         out("step %d", step);
         if (eval) {
             EXPECT(ffree(eval), 0);

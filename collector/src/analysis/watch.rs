@@ -23,6 +23,19 @@
 //! waits for it), `torch::keeping_places` names each device's fastest cause at the line whose
 //! tensors stay live, with the same causes as the report.
 //!
+//! A program without step marks (a CuPy or JAX loop) is judged per time window until its
+//! allocation pattern shows a period: the watch looks for one as the run goes on (at each
+//! judgement, then, past [`CHEAP_PATTERN_LOOK`] allocations and frees, each time they have
+//! doubled), and once its anchor has recurred
+//! [`MIN_PATTERN_STEPS`] times over [`MIN_PATTERN_NS`] and still does, a step begins at each
+//! later occurrence ([`LiveState::follow_pattern`]), numbered on from those already seen, as
+//! the report numbers the steps it finds in the whole trace. A growth judged per such step must
+//! also have lasted [`WatchConfig::confirm_pattern_ns`] of wall time: a program's start can
+//! repeat one allocation for seconds (its arrays made one by one), where its loop repeats it
+//! for as long as it runs. A PyTorch program under the Python hooks follows no pattern: the
+//! hooks mark its steps, and before the first of them it is building its model. A mark that
+//! comes later wins (the pattern's steps end there).
+//!
 //! Without step marks the samples are time windows of a millisecond and up, so a count of them
 //! says little: a PyTorch program building its model and taking its first step (before the
 //! Python hooks' first optimizer-step mark) grows for a second or more, which is ten windows. A
@@ -53,8 +66,14 @@ pub struct WatchConfig {
     /// Nanoseconds a steady growth judged per time window (no step marks) must have lasted,
     /// besides `confirm` windows.
     pub confirm_time_ns: u64,
+    /// Nanoseconds a steady growth judged per step of an allocation pattern the watch found
+    /// (no step marks) must have lasted, besides `confirm` steps.
+    pub confirm_pattern_ns: u64,
     /// Least nanoseconds between judgements.
     pub every_ns: u64,
+    /// Whether a run without step marks gets steps from its allocation pattern (off: the watch
+    /// only keeps the state current, and the detector's memory is saved).
+    pub find_steps: bool,
 }
 
 impl Default for WatchConfig {
@@ -64,10 +83,25 @@ impl Default for WatchConfig {
             threshold_bytes: None,
             confirm: 10,
             confirm_time_ns: 600 * 1_000_000_000,
+            confirm_pattern_ns: 60 * 1_000_000_000,
             every_ns: 1_000_000_000,
+            find_steps: true,
         }
     }
 }
+
+/// Occurrences of a pattern's anchor seen before the watch follows it: fewer could be a
+/// program's start repeating itself a few times, not its loop.
+pub const MIN_PATTERN_STEPS: u64 = 8;
+
+/// Nanoseconds the occurrences of a pattern's anchor must span before the watch follows it.
+pub const MIN_PATTERN_NS: u64 = 1_000_000_000;
+
+/// Allocations and frees seen before the watch first looks for a pattern.
+const FIRST_PATTERN_LOOK: u64 = 16;
+/// Up to this many, the watch looks for a pattern at every judgement that saw new ones (a
+/// few milliseconds); beyond, each time they have doubled.
+const CHEAP_PATTERN_LOOK: u64 = 1 << 14;
 
 /// Why a device alerts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,20 +181,69 @@ pub struct Watch {
     stride: u64,
     /// PyTorch's payloads: its allocator settings and its recorder's snapshots.
     torch: Attachments,
+    /// Steps of the pattern seen before the watch followed it (0: it follows none).
+    steps_before: u64,
+    /// Tokens the detector had noted when the watch last looked for a pattern.
+    looked_at: u64,
 }
 
 impl Watch {
     pub fn new(config: WatchConfig) -> Self {
         Watch {
-            // Steps from the allocation pattern need the whole trace; the watch judges a
-            // program without marks per time window instead.
-            state: LiveState::without_step_detection(),
+            state: if config.find_steps {
+                LiveState::new()
+            } else {
+                LiveState::without_step_detection()
+            },
             config,
             judged: None,
             alerted: BTreeSet::new(),
             withdrawn: BTreeMap::new(),
             stride: 1,
             torch: Attachments::default(),
+            steps_before: 0,
+            looked_at: 0,
+        }
+    }
+
+    /// Steps begun, as the judgements number them: with a pattern's steps, counted on from the
+    /// occurrences seen before the watch followed it.
+    pub fn steps(&self) -> u64 {
+        match self.state.follows_pattern() {
+            true => self.steps_before + self.state.steps(),
+            false => self.state.steps(),
+        }
+    }
+
+    /// In a run without marks, follows the allocation pattern once one shows with enough steps
+    /// (looked for at each judgement while few tokens were seen, then each time they have
+    /// doubled: finding a period costs time in the tokens kept).
+    fn find_steps(&mut self, now_ns: u64) {
+        let s = &self.state;
+        let marked =
+            s.marks() > 0 || s.iterations() > 0 || crate::torch::alerts::hooked(&self.torch);
+        if !self.config.find_steps || s.follows_pattern() || marked {
+            return;
+        }
+        let tokens = s.step_tokens();
+        let again = match tokens <= CHEAP_PATTERN_LOOK {
+            true => tokens > self.looked_at,
+            false => tokens >= 2 * self.looked_at,
+        };
+        if tokens < FIRST_PATTERN_LOOK || !again {
+            return;
+        }
+        self.looked_at = tokens;
+        let Some(p) = s.step_pattern().filter(|p| p.steps >= MIN_PATTERN_STEPS) else {
+            return;
+        };
+        let (first, last) = p.times_ns;
+        let span = last.saturating_sub(first);
+        // Still recurring: the latest occurrence no more than a few steps ago.
+        let recurring = now_ns.saturating_sub(last) <= 4 * span / (p.steps - 1);
+        if span >= MIN_PATTERN_NS && recurring {
+            self.steps_before = p.steps;
+            self.state.follow_pattern(&p);
         }
     }
 
@@ -268,6 +351,7 @@ impl Watch {
 
     /// Judges growth now (`now_ns`: the clock [`Watch::due`] is asked with).
     pub fn judge(&mut self, now_ns: u64) -> Judgement {
+        self.find_steps(now_ns);
         self.judged = Some((now_ns, self.samples()));
         let config = self.growth_config();
         let g = growth(&self.state, &config);
@@ -312,7 +396,7 @@ impl Watch {
         Judgement {
             axis: g.axis,
             unit_ns,
-            steps: self.state.steps(),
+            steps: self.steps(),
             devices,
             raised,
         }
@@ -376,6 +460,12 @@ impl Watch {
         }
         if let Some(w) = g.window_ns.filter(|&w| w > 0) {
             if lasted.saturating_mul(w) < self.config.confirm_time_ns {
+                return None;
+            }
+        }
+        if self.state.follows_pattern() {
+            let step_ns = g.step_ns.unwrap_or(0);
+            if lasted.saturating_mul(step_ns) < self.config.confirm_pattern_ns {
                 return None;
             }
         }

@@ -120,7 +120,9 @@ impl LiveState {
     #[cold]
     fn pattern_boundary(&mut self, seq: u64, time_ns: u64) {
         self.step_boundary(time_ns);
-        self.applied_boundaries.push(seq);
+        if !self.following {
+            self.applied_boundaries.push(seq);
+        }
         if let StepSource::Pattern(p) = &self.step_source {
             self.next_boundary = super::NextBoundary::of(p, self.next_boundary.index + 1);
         }
@@ -307,6 +309,7 @@ impl LiveState {
             &Op::MarkStep { .. } => {
                 self.marks += 1;
                 self.detector.turn_off();
+                self.stop_following();
                 if matches!(self.step_source, StepSource::Marks | StepSource::StepMarks) {
                     self.step_boundary(e.time_ns);
                 }
@@ -315,6 +318,7 @@ impl LiveState {
             &Op::MarkIteration { .. } => {
                 self.iterations += 1;
                 self.detector.turn_off();
+                self.stop_following();
                 if self.step_source == StepSource::Marks && self.marks == 0 {
                     self.iteration_steps += 1;
                     self.step_boundary(e.time_ns);

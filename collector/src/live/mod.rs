@@ -40,6 +40,7 @@ mod tracked;
 mod vmm;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -180,6 +181,9 @@ pub struct LiveState {
     /// With a pattern's steps: the sequence number of the event each step began before, the
     /// boundaries it listed and the occurrences of its anchor past them.
     applied_boundaries: Vec<u64>,
+    /// Set when steps follow a pattern found while the program ran ([`LiveState::follow_pattern`]):
+    /// they begin at each occurrence of its anchor from then on, none is listed.
+    following: bool,
     anomalies: Anomalies,
     failures: Failures,
     /// Calls per entry point, indexed by `Api as usize`.
@@ -240,6 +244,38 @@ impl LiveState {
         }
         state.step_source = source;
         state
+    }
+
+    /// From the next event on, a step begins at each occurrence of `pattern`'s anchor: the
+    /// pattern a live reader (the tracer's own analysis) found in the part of a run without
+    /// marks it has seen, which cannot read the run again from its start. Steps count from
+    /// here; the boundaries are not kept (the run may be weeks long), and detection stops.
+    /// A mark that comes later ends it: marks win, as they do in a trace read whole.
+    pub fn follow_pattern(&mut self, pattern: &StepPattern) {
+        let mut p = pattern.clone();
+        p.boundaries = Arc::from([]);
+        self.next_boundary = NextBoundary::of(&p, 0);
+        self.step_source = StepSource::Pattern(Arc::new(p));
+        self.detector.turn_off();
+        self.following = true;
+    }
+
+    /// A mark came: steps are the marks from now on (those the pattern began are kept).
+    pub(crate) fn stop_following(&mut self) {
+        if std::mem::take(&mut self.following) {
+            self.step_source = StepSource::Marks;
+            self.next_boundary = NextBoundary::default();
+        }
+    }
+
+    /// Whether steps follow a pattern found while the program ran.
+    pub fn follows_pattern(&self) -> bool {
+        self.following
+    }
+
+    /// Allocations, frees and ranges the step detector has noted so far (0 once it is off).
+    pub fn step_tokens(&self) -> u64 {
+        self.detector.seen()
     }
 }
 

@@ -336,9 +336,11 @@ impl LiveState {
             last_seq: self.last_seq,
             time_ns: self.ledger.time_ns(),
             first_time_ns: self.trace_start_ns(),
-            steps: self.steps,
+            // Steps a live reader follows from a pattern are its own: a segment starts, as
+            // the run did, without marks, and its reader finds the pattern itself.
+            steps: if self.following { 0 } else { self.steps },
             marks: self.marks,
-            step_times: self.step_times,
+            step_times: self.step_times.filter(|_| !self.following),
             pool_trims: self.pool_trims,
             primary_releases: self.primary_releases,
             primary_refs: self.primary_refs.iter().map(|(&d, &n)| (d, n)).collect(),

@@ -4,7 +4,7 @@
 
 use vramtrace_collector::analysis::{GrowthConfig, Reason, Watch, WatchConfig};
 use vramtrace_collector::event::Op;
-use vramtrace_collector::format::Record;
+use vramtrace_collector::format::{Attachment, Record};
 use vramtrace_collector::live::SampleAxis;
 
 use crate::support::*;
@@ -182,6 +182,11 @@ fn unmarked_growth(growing_s: u64) -> Builder {
 
 #[test]
 fn growth_judged_per_time_window_alerts_only_once_it_has_lasted_the_confirmation_time() {
+    // Judged per time window: a program whose allocations show no pattern to follow.
+    let config = || WatchConfig {
+        find_steps: false,
+        ..self::config()
+    };
     // Two seconds of growth at start-up are hundreds of windows, but not the default 10 minutes.
     assert_eq!(
         judged_every_second(&unmarked_growth(2), config()),
@@ -207,16 +212,94 @@ fn growth_judged_per_time_window_alerts_only_once_it_has_lasted_the_confirmation
     assert_eq!(judged_every_second(&unmarked_growth(30), c), vec![6]);
 }
 
-#[test]
-fn the_watch_does_not_look_for_steps_in_the_allocation_pattern() {
-    // A pattern needs the whole trace: the watch keeps no tokens for one (up to 20 MiB) and
-    // judges a program without marks per time window, where a reader of the trace finds steps.
-    let b = leaking(40).without_marks();
-    assert_eq!(b.replay().step_pattern().map(|p| p.steps), Some(40));
-    let mut watch = Watch::new(config());
-    for r in &b.records {
-        watch.apply(r);
+/// Without marks: a loop of 15 ms steps (a 2 MiB temporary made and freed, and from the first
+/// step a 1 MiB array kept) running for `seconds`; from `marks_from_s` on, each step marked.
+fn unmarked_loop(seconds: u64, marks_from_s: Option<u64>) -> Builder {
+    let mut b = Builder::new();
+    b.tick_ns = 5_000_000;
+    let mut step = 0;
+    while b.time_ns < seconds * 1_000_000_000 {
+        step += 1;
+        if marks_from_s.is_some_and(|s| b.time_ns >= s * 1_000_000_000) {
+            b.mark(step);
+        }
+        b.malloc(site(2), 0x2000_0000, 2 * MIB);
+        b.free(0x2000_0000);
+        b.malloc_async(site(5), 0x1_0000_0000 + step * MIB, MIB);
     }
-    assert!(watch.state().step_pattern().is_none());
-    assert_eq!(watch.judge(u64::MAX).axis, SampleAxis::Time);
+    b
+}
+
+/// Judged once a second of the trace's time; the second, step and axis of each alert, and the
+/// watch.
+fn judged_each_second(b: &Builder, config: WatchConfig) -> (Vec<(u64, u64, SampleAxis)>, Watch) {
+    let mut watch = Watch::new(WatchConfig {
+        every_ns: 1_000_000_000,
+        ..config
+    });
+    let mut raised = Vec::new();
+    for r in &b.records {
+        if let Record::Event(e) = r {
+            watch.apply_event(e);
+            if watch.due(e.time_ns) {
+                let j = watch.judge(e.time_ns);
+                let at = (e.time_ns / 1_000_000_000, j.steps, j.axis);
+                raised.extend(j.raised.iter().map(|_| at));
+            }
+        } else {
+            watch.apply(r);
+        }
+    }
+    (raised, watch)
+}
+
+#[test]
+fn an_unmarked_loop_is_judged_per_step_of_its_pattern_once_it_has_lasted() {
+    // The kept array's allocation recurs once a step. At the judgement of second 1 its
+    // occurrences span less than a second; at second 2 (in step 134) the watch follows it, and
+    // numbers its steps on from the 134 seen, as the loop counts them. Growth per step must
+    // then last 10 steps and a minute: the first judgement 60 s past the steps' start is at
+    // second 63, in step 4,201.
+    let (raised, watch) = judged_each_second(&unmarked_loop(90, None), config());
+    assert_eq!(raised, vec![(63, 4201, SampleAxis::Steps)]);
+    assert!(watch.state().follows_pattern());
+    let mut watch = watch;
+    let j = watch.judge(u64::MAX);
+    assert_eq!(j.device(0).unwrap().steady_growth, MIB as f64);
+    // With 5 s asked for: at second 8, the first judgement 5 s past the steps' start.
+    let c = WatchConfig {
+        confirm_pattern_ns: 5_000_000_000,
+        ..config()
+    };
+    let (raised, _) = judged_each_second(&unmarked_loop(10, None), c);
+    assert_eq!(raised, vec![(8, 534, SampleAxis::Steps)]);
+    // The same steps in a PyTorch program under the Python hooks are its start: the hooks
+    // mark its steps, and no pattern is followed.
+    let mut b = Builder::new();
+    b.records.push(Record::Attachment(Attachment {
+        kind: "torch.allocator".into(),
+        id: 1,
+        offset: 0,
+        total: 2,
+        time_ns: 0,
+        after_seq: 0,
+        data: b"{}".to_vec(),
+    }));
+    b.records.extend(unmarked_loop(10, None).records);
+    let (raised, watch) = judged_each_second(&b, c);
+    assert_eq!(raised, vec![]);
+    assert!(!watch.state().follows_pattern());
+}
+
+#[test]
+fn marks_that_come_after_a_followed_pattern_win() {
+    // Followed from second 2; marks from second 5 on end it: steps are the marks from there,
+    // numbered on from the pattern's steps the state began.
+    let b = unmarked_loop(8, Some(5));
+    let (_, watch) = judged_each_second(&b, config());
+    assert!(!watch.state().follows_pattern());
+    let marks = watch.state().marks();
+    assert_eq!(marks, 150);
+    assert_eq!(watch.steps(), watch.state().steps());
+    assert_eq!(watch.state().steps(), (333 - 134 + 1) + marks);
 }

@@ -120,7 +120,10 @@ impl Monitor {
             threshold_bytes: settings.threshold_bytes,
             confirm: settings.confirm,
             confirm_time_ns: settings.confirm_time.as_nanos().min(u64::MAX as u128) as u64,
+            confirm_pattern_ns: settings.confirm_pattern.as_nanos().min(u64::MAX as u128) as u64,
             every_ns: settings.interval.as_nanos().min(u64::MAX as u128) as u64,
+            // Only what judges needs steps; the state kept for the trace's segments does not.
+            find_steps: settings.enabled || metrics.enabled(),
         };
         Some(Monitor {
             watch: Some(Watch::new(config)),
@@ -209,7 +212,7 @@ impl Monitor {
             return None;
         }
         watch.set_stride(now);
-        let step = watch.state().steps();
+        let step = watch.steps();
         let note = match now {
             1 => format!(
                 "the live analysis judges every step (or interval) again from step {step}: {why}"
@@ -315,6 +318,7 @@ impl Monitor {
         let text = self.guarded(|w, _| {
             metrics::render(&metrics::Reading {
                 state: w.state(),
+                steps: w.steps(),
                 judgement: last.as_ref(),
                 dropped,
                 alerts: raised,

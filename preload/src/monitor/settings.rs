@@ -26,6 +26,9 @@ pub struct AlertSettings {
     /// Wall time a steady growth judged per time window (a program without step marks) must
     /// have lasted (`VRAMTRACE_ALERT_CONFIRM_TIME`).
     pub confirm_time: Duration,
+    /// Wall time a steady growth judged per step of the allocation pattern the analysis found
+    /// (a program without step marks) must have lasted (`VRAMTRACE_ALERT_CONFIRM_PATTERN`).
+    pub confirm_pattern: Duration,
     /// Least time between two judgements (`VRAMTRACE_ALERT_INTERVAL_MS`).
     pub interval: Duration,
     /// The signal sent to the process on an alert (`VRAMTRACE_ALERT_SIGNAL`: `USR1` or `USR2`);
@@ -47,6 +50,7 @@ impl Default for AlertSettings {
             horizon: Duration::from_secs(24 * 3600),
             confirm: 10,
             confirm_time: Duration::from_secs(600),
+            confirm_pattern: Duration::from_secs(60),
             interval: Duration::from_secs(1),
             signal: None,
             snapshot: false,
@@ -105,6 +109,14 @@ impl AlertSettings {
             positive,
             s.confirm_time,
             "using 10m",
+            w,
+        );
+        s.confirm_pattern = read(
+            "VRAMTRACE_ALERT_CONFIRM_PATTERN",
+            get("VRAMTRACE_ALERT_CONFIRM_PATTERN"),
+            positive,
+            s.confirm_pattern,
+            "using 60s",
             w,
         );
         let mut number = |name: &str, lo: u64, hi: u64, default: u64| {

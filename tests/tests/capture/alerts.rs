@@ -39,7 +39,7 @@ captest!(
         assert_eq!(
         alert_lines(&err),
         ["vramtrace: ALERT at step 11: device 0 grows steadily, +1.0 MiB per step at main at \
-          wl_alert.c:79 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 MiB live, full in 1,012 steps"]
+          wl_alert.c:91 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 MiB live, full in 1,012 steps"]
     );
         assert!(run.stdout().contains("no SIGUSR1\n"), "{}", run.stdout());
         let trace = run.single_trace();
@@ -52,7 +52,7 @@ captest!(
         assert_eq!(a.steps_to_full, Some(1012));
         assert_eq!(
             a.place,
-            "main at wl_alert.c:79 → fw_alloc (libtorch_standin.so)"
+            "main at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
         );
         assert_eq!((a.signal, a.snapshot.as_str()), (0, ""));
         // The alert follows the last event of step 11's mark: the mark itself.
@@ -77,7 +77,7 @@ captest!(
             alerted,
             [
                 "  alerted        while running, at step 11: device 0 grew steadily, +1.0 MiB per \
-              step at main at wl_alert.c:79 → fw_alloc (libtorch_standin.so) (horizon); full in 1,012 steps"
+              step at main at wl_alert.c:91 → fw_alloc (libtorch_standin.so) (horizon); full in 1,012 steps"
             ],
             "{text}"
         );
@@ -98,7 +98,7 @@ captest!(the_threshold_and_the_confirmation_are_settings, |dir| {
         alert_lines(&run.stderr()),
         [
             "vramtrace: ALERT at step 6: device 0 grows steadily, +1.0 MiB per step at main at \
-          wl_alert.c:79 → fw_alloc (libtorch_standin.so) (above the threshold of 512.0 KiB per step); 7.0 MiB live, full \
+          wl_alert.c:91 → fw_alloc (libtorch_standin.so) (above the threshold of 512.0 KiB per step); 7.0 MiB live, full \
           in 1,017 steps"
         ]
     );
@@ -150,7 +150,7 @@ captest!(
         let top = &doc["live"]["sites"][0];
         assert_eq!(
             top["label"],
-            "main at wl_alert.c:79 → fw_alloc (libtorch_standin.so)"
+            "main at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
         );
         assert_eq!(
             (top["bytes"].as_u64(), top["count"].as_u64()),
@@ -178,7 +178,7 @@ captest!(
         assert!(
             lines[0].starts_with(
                 "vramtrace: ALERT at step 40: device 0 grows steadily, +1.0 MiB per step at main \
-                 at wl_alert.c:79 → fw_alloc (libtorch_standin.so)"
+                 at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
             ),
             "{err}"
         );
@@ -198,22 +198,54 @@ captest!(an_alert_line_names_the_rank, |dir| {
         alert_lines(&err),
         [
             "vramtrace: ALERT (rank 3) at step 11: device 0 grows steadily, +1.0 MiB per step at \
-          main at wl_alert.c:79 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 \
+          main at wl_alert.c:91 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 \
           MiB live, full in 1,012 steps"
         ]
     );
 });
 
+// A loop that marks no step (as a CuPy or JAX loop): the watch finds its steps in the
+// allocation pattern once the kept tensor's allocation, once a step, has recurred over a
+// second (25 ms steps: about step 41), and alerts once the growth per step has lasted 10 steps
+// and the 500 ms asked for (60 s by default), per step, at the place: the verdict a marked loop
+// gets, numbered as the report numbers the pattern's steps.
+captest!(
+    an_unmarked_loop_alerts_per_step_once_its_pattern_shows,
+    |dir| {
+        let run = wl_alert("leak-unmarked")
+            .env("VRAMTRACE_ALERT_CONFIRM_PATTERN", "500ms")
+            .run_both(dir);
+        let trace = run.single_trace();
+        let alerts = trace.state.alerts();
+        assert_eq!(alerts.len(), 1, "{alerts:?}\n{}", run.stderr());
+        let a = &alerts[0];
+        assert_eq!((a.rate, a.place_rate, a.unit.as_str()), (MIB, MIB, "step"));
+        assert_eq!(
+            a.place,
+            "main at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
+        );
+        assert!((50..=80).contains(&a.step), "{a:?}");
+        assert_eq!(trace.state.marks(), 0);
+        let lines = alert_lines(&run.stderr());
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("+1.0 MiB per step at main at wl_alert.c:91"),
+            "{lines:?}"
+        );
+    }
+);
+
 /// SIGUSR1 on Linux.
 const SIGUSR1: i32 = 10;
 
-// A warm-up, evaluation peaks, and programs without step marks (judged per time window): no
-// alert. The off switch silences a leak.
+// A warm-up, evaluation peaks, and programs without step marks (judged per time window, or per
+// step of their allocation pattern): no alert. The off switch silences a leak.
 captest!(
     healthy_runs_never_alert_and_the_switch_turns_alerts_off,
     |dir| {
         for (name, shape) in [
             ("wl_alert", "healthy"),
+            ("wl_alert", "healthy-unmarked"),
             ("wl_shapes", "warmup"),
             ("wl_shapes", "eval"),
         ] {
@@ -222,6 +254,7 @@ captest!(
             let run = Workload::new(name)
                 .arg(shape)
                 .env("VRAMTRACE_ALERT_INTERVAL_MS", "0")
+                .env("VRAMTRACE_ALERT_CONFIRM_PATTERN", "500ms")
                 .run_both(&sub);
             assert_eq!(
                 alert_lines(&run.stderr()),

@@ -90,6 +90,9 @@ pub struct StepPattern {
     /// The anchor as the replay recognises it in events.
     #[serde(skip)]
     pub(crate) key: Option<TokenKey>,
+    /// Times of the first and the last occurrence of the anchor the period was found in.
+    #[serde(skip)]
+    pub times_ns: (u64, u64),
 }
 
 impl StepPattern {
@@ -179,6 +182,11 @@ impl StepDetector {
     #[inline]
     pub(crate) fn is_on(&self) -> bool {
         !self.off
+    }
+
+    /// Tokens noted so far.
+    pub(crate) fn seen(&self) -> u64 {
+        self.seen
     }
 
     /// Notes a token.
@@ -287,13 +295,14 @@ impl StepDetector {
             .collect();
         let p = period::find(&self.tokens, &self.times, &info)?;
         let key = self.keys[p.anchor as usize];
-        let boundaries: Arc<[u64]> = self
-            .tokens
-            .iter()
-            .zip(&self.seqs)
-            .filter(|(&t, _)| t == p.anchor)
-            .map(|(_, &s)| s)
-            .collect();
+        let anchors = || {
+            (self.tokens.iter().enumerate())
+                .filter(|(_, &t)| t == p.anchor)
+                .map(|(i, _)| i)
+        };
+        let boundaries: Arc<[u64]> = anchors().map(|i| self.seqs[i]).collect();
+        let time = |i: Option<usize>| i.map_or(0, |i| self.times[i]);
+        let times_ns = (time(anchors().next()), time(anchors().next_back()));
         let (event, site, range) = match key.event {
             TokenEvent::Alloc => ("alloc", Some(key.site), None),
             TokenEvent::Free => ("free", Some(key.site), None),
@@ -315,6 +324,7 @@ impl StepDetector {
             last_seq: boundaries.last().copied().unwrap_or(0),
             boundaries,
             key: Some(key),
+            times_ns,
         };
         Some((pattern, key))
     }
