@@ -12,7 +12,9 @@
 # - job.py leak and healthy under `vramtrace check` (the growth verdict) with the signal, a snapshot
 #   and a metrics textfile: leak exits 1 with "FAIL  growth" at job.py's kept.append line, one
 #   ALERT line naming it, "SIGUSR1 at step N" from the script's handler, a snapshot file,
-#   vramtrace_growth_bytes_per_step near 4194304; healthy exits 0, no ALERT, "no SIGUSR1".
+#   vramtrace_growth_bytes_per_step near 4194304; healthy exits 0, no ALERT, "no SIGUSR1";
+# - cupy_loop.py leak and healthy (no step marks) with VRAMTRACE_ALERT_CONFIRM_PATTERN=3s: the
+#   leak alerts at its LEAK-LINE while it runs (steps from its allocation pattern), healthy never.
 # Results: $OUT/summary.txt and $OUT/live.tar.gz.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -78,6 +80,20 @@ for shape in leak healthy; do
         ls "$WORK/$shape"
         grep -E "^vramtrace_(growth|leak_suspect|steps|alerts)" "$WORK/$shape/metrics.prom"
     } >> "$S" 2>&1
+done
+for shape in leak healthy; do
+    d=$WORK/cupy-$shape
+    mkdir -p "$d"
+    VRAMTRACE_ALERT_CONFIRM_PATTERN=3s timeout 120 "$VT" run --no-summary -o "$d/t-%p.vtrace" \
+        -- python3 "$HERE/cupy_loop.py" "$shape" > "$d/out" 2> "$d/err"
+    rc=$?
+    {
+        echo "cupy_loop $shape (no step marks): rc $rc, $(cat "$d/out")"
+        echo "  alert lines: $(grep -c 'vramtrace: ALERT' "$d/err")"
+        grep 'vramtrace: ALERT' "$d/err" | sed 's/^/    /'
+        echo "  LEAK-LINE is cupy_loop.py:$(grep -n '# LEAK-LINE$' "$HERE/cupy_loop.py" | cut -d: -f1)"
+    } >> "$S"
+    for t in "$d"/*.vtrace; do [ -f "$t" ] && "$VT" report "$t" > "${t%.vtrace}.report.txt" 2>&1; done
 done
 cat "$S"
 cp "$S" "$OUTDIR/"
