@@ -48,6 +48,29 @@ enum Piece {
     Start,
 }
 
+/// A warning for each `%` sequence of `pattern` (the value of `setting`) that is no
+/// placeholder (`%q`, a `%` at the end): kept as written, which whoever meant a placeholder
+/// wants to be told.
+pub fn unknown_placeholders(setting: &str, pattern: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut bytes = pattern.iter().copied();
+    while let Some(c) = bytes.next() {
+        if c != b'%' {
+            continue;
+        }
+        let unknown = match bytes.next() {
+            Some(b'p' | b'r' | b'h' | b't' | b'%') => continue,
+            Some(other) => String::from_utf8_lossy(&[b'%', other]).into_owned(),
+            None => "%".to_string(),
+        };
+        out.push(format!(
+            "{setting}: {unknown} is no placeholder (%p pid, %r rank, %h host, %t start, %% a \
+             percent sign); it is kept as written"
+        ));
+    }
+    out
+}
+
 /// The pieces of `pattern`: `%%` is a percent sign; an unknown `%q`, or a `%` at the end, is
 /// itself.
 fn pieces(pattern: &[u8]) -> Vec<Piece> {
@@ -247,6 +270,21 @@ impl NamePattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sequences_that_are_no_placeholder_are_named() {
+        let warned = |p: &str| unknown_placeholders("X", p.as_bytes());
+        assert!(warned("run-%p-%r-%h-%t-100%%.vtrace").is_empty());
+        assert_eq!(
+            warned("run-%d-%p.vtrace%"),
+            [
+                "X: %d is no placeholder (%p pid, %r rank, %h host, %t start, %% a percent \
+                 sign); it is kept as written",
+                "X: % is no placeholder (%p pid, %r rank, %h host, %t start, %% a percent sign); \
+                 it is kept as written"
+            ]
+        );
+    }
 
     fn naming() -> Naming<'static> {
         Naming {

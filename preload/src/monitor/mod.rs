@@ -39,7 +39,7 @@ use vramtrace_collector::live::SampleAxis;
 use vramtrace_collector::torch;
 use vramtrace_collector::torch::alerts::Keeping;
 
-pub use settings::{AlertSettings, MetricsSettings};
+pub use settings::{AlertSettings, MetricsSettings, Threshold};
 
 use crate::warn::warn;
 
@@ -111,13 +111,21 @@ impl Monitor {
         if !settings.enabled && !metrics.enabled() && !keep_state {
             return None;
         }
+        let default = GrowthConfig::default();
         let config = WatchConfig {
             growth: GrowthConfig {
                 horizon_steps: settings.horizon_steps,
                 horizon_ns: settings.horizon.as_nanos().min(u64::MAX as u128) as u64,
-                ..GrowthConfig::default()
+                alert_fraction: match settings.threshold {
+                    Some(Threshold::PartsPerMillion(ppm)) => ppm as f64 / 1e6,
+                    _ => default.alert_fraction,
+                },
+                ..default
             },
-            threshold_bytes: settings.threshold_bytes,
+            threshold_bytes: match settings.threshold {
+                Some(Threshold::Bytes(b)) => Some(b),
+                _ => None,
+            },
             confirm: settings.confirm,
             confirm_time_ns: settings.confirm_time.as_nanos().min(u64::MAX as u128) as u64,
             confirm_pattern_ns: settings.confirm_pattern.as_nanos().min(u64::MAX as u128) as u64,

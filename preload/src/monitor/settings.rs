@@ -15,7 +15,7 @@ pub struct AlertSettings {
     pub enabled: bool,
     /// Growth per step above which steady growth alerts (`VRAMTRACE_ALERT_THRESHOLD`); `None`:
     /// 0.1 % of the device's memory per step, as `vramtrace report` judges.
-    pub threshold_bytes: Option<u64>,
+    pub threshold: Option<Threshold>,
     /// Alerts also when, at its rate, the device is full within this many steps
     /// (`VRAMTRACE_ALERT_HORIZON_STEPS`)…
     pub horizon_steps: u64,
@@ -41,11 +41,38 @@ pub struct AlertSettings {
     pub rank: Option<i32>,
 }
 
+/// A threshold of growth per step: bytes, or a share of the device's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Threshold {
+    Bytes(u64),
+    /// A share of the device's memory in millionths (`0.5%` is 5,000).
+    PartsPerMillion(u64),
+}
+
+impl Threshold {
+    /// `1MiB`, `512KiB/step`, or a percentage of device memory (`0.5%`, `2%/step`).
+    fn parse(text: &str) -> Result<Threshold, String> {
+        let t = text.trim();
+        let t = t.strip_suffix("/step").unwrap_or(t).trim_end();
+        let Some(percent) = t.strip_suffix('%') else {
+            return parse_rate(text).map(Threshold::Bytes);
+        };
+        match percent.trim().parse::<f64>() {
+            Ok(p) if p >= 0.0001 && p <= 100.0 => {
+                Ok(Threshold::PartsPerMillion((p * 10_000.0).round() as u64))
+            }
+            _ => {
+                Err("not a share of device memory from 0.0001% to 100% (examples: 0.5%, 2%)".into())
+            }
+        }
+    }
+}
+
 impl Default for AlertSettings {
     fn default() -> Self {
         AlertSettings {
             enabled: true,
-            threshold_bytes: None,
+            threshold: None,
             horizon_steps: 10_000,
             horizon: Duration::from_secs(24 * 3600),
             confirm: 10,
@@ -83,10 +110,10 @@ impl AlertSettings {
             ),
             ..AlertSettings::default()
         };
-        s.threshold_bytes = read(
+        s.threshold = read(
             "VRAMTRACE_ALERT_THRESHOLD",
             get("VRAMTRACE_ALERT_THRESHOLD"),
-            |v| parse_rate(v).map(Some),
+            |v| Threshold::parse(v).map(Some),
             None,
             "using 0.1% of device memory",
             w,
@@ -178,6 +205,10 @@ impl MetricsSettings {
             ..MetricsSettings::default()
         };
         if let Some(v) = get("VRAMTRACE_METRICS_FILE").filter(|v| !v.trim().is_empty()) {
+            w.extend(pattern::unknown_placeholders(
+                "VRAMTRACE_METRICS_FILE",
+                v.as_bytes(),
+            ));
             s.file = Some(v.into());
         }
         if let Some(v) = get("VRAMTRACE_METRICS_ADDR").filter(|v| !v.trim().is_empty()) {
@@ -239,7 +270,18 @@ mod tests {
             ("VRAMTRACE_ALERT_SNAPSHOT", "1"),
         ]);
         assert!(w.is_empty(), "{w:?}");
-        assert_eq!(s.threshold_bytes, Some(512 << 10));
+        assert_eq!(s.threshold, Some(Threshold::Bytes(512 << 10)));
+        let share = |v: &str| read(&[("VRAMTRACE_ALERT_THRESHOLD", v)]);
+        assert_eq!(
+            share("0.5%").0.threshold,
+            Some(Threshold::PartsPerMillion(5_000))
+        );
+        assert_eq!(
+            share(" 2 %/step").0.threshold,
+            Some(Threshold::PartsPerMillion(20_000))
+        );
+        let (zero, warned) = share("0%");
+        assert_eq!((zero.threshold, warned.len()), (None, 1));
         assert_eq!(s.horizon, Duration::from_secs(7200));
         assert_eq!(
             (s.confirm, s.signal, s.snapshot),

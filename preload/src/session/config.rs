@@ -1,6 +1,7 @@
 //! `VRAMTRACE_*` settings. A bad value is one warning on stderr and the default, never a crash.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use vramtrace_collector::units::count::FRAMES;
@@ -161,6 +162,10 @@ impl Config {
             }
             None => default_output(rank_known),
         };
+        w.extend(pattern::unknown_placeholders(
+            "VRAMTRACE_OUTPUT",
+            c.output.as_bytes(),
+        ));
         c.store_command_line = switch(
             "VRAMTRACE_STORE_CMDLINE",
             get("VRAMTRACE_STORE_CMDLINE"),
