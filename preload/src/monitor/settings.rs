@@ -58,7 +58,7 @@ impl Threshold {
             return parse_rate(text).map(Threshold::Bytes);
         };
         match percent.trim().parse::<f64>() {
-            Ok(p) if p >= 0.0001 && p <= 100.0 => {
+            Ok(p) if (0.0001..=100.0).contains(&p) => {
                 Ok(Threshold::PartsPerMillion((p * 10_000.0).round() as u64))
             }
             _ => {
