@@ -25,9 +25,18 @@ import os
 import shutil
 import threading
 
-from .data import Error, Tables, load
+from .data import Error, Tables, TablesIncomplete, load
 
-__all__ = ["enabled", "mark_step", "library_path", "executable", "load", "Tables", "Error"]
+__all__ = [
+    "enabled",
+    "mark_step",
+    "library_path",
+    "executable",
+    "load",
+    "Tables",
+    "Error",
+    "TablesIncomplete",
+]
 
 #: The tracer's file name (tools/src/run: `run` looks for it beside itself and in `../lib/`).
 LIBRARY_NAME = "libvramtrace.so"

@@ -17,6 +17,7 @@ needs it.
 import os
 import subprocess
 import tempfile
+import warnings
 
 #: The tables of the dataset, in the order docs/data.md describes them.
 TABLES = (
@@ -33,6 +34,12 @@ TABLES = (
 
 class Error(Exception):
     """The trace could not be read or exported; the message is the `vramtrace` command's."""
+
+
+class TablesIncomplete(UserWarning):
+    """A trace's tables do not hold its whole run: the trace is cut short or damaged, the tracer
+    lost events, or rotation removed its first segments (`VRAMTRACE_MAX_BYTES`). The message is
+    the `vramtrace` command's, naming the trace."""
 
 
 class Tables:
@@ -94,7 +101,8 @@ def load(path, run=None):
     `run` names the run (the `run` column; default: the name of the trace
     or directory). Raises `vramtrace.Error` with the command's one-line message when the trace
     cannot be read, FileNotFoundError when the command is not installed, ImportError without
-    pyarrow."""
+    pyarrow. Warns (`vramtrace.TablesIncomplete`) for each trace whose tables miss part of its
+    run."""
     pa, ds = _pyarrow()
     from . import executable
 
@@ -111,6 +119,9 @@ def load(path, run=None):
         )
         if done.returncode != 0:
             raise Error(_message(done.stderr))
+        for line in done.stderr.decode("utf-8", "replace").splitlines():
+            if line.startswith("warning: "):
+                warnings.warn(line[len("warning: "):], TablesIncomplete, stacklevel=2)
         partitioning = ds.partitioning(
             pa.schema([("run", pa.string()), ("rank", pa.int32())]), flavor="hive"
         )

@@ -68,6 +68,9 @@ pub fn run(job: &Job<'_>) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     staged.commit()?;
+    for warning in rows.iter().flat_map(|r| &r.warnings) {
+        eprintln!("warning: {warning}");
+    }
     let sum = |f: fn(&Rows) -> u64| rows.iter().map(f).sum::<u64>();
     eprintln!(
         "wrote {} (run {run}, {} trace{}: {} events as {} allocations, {} sites, {} steps, {} \

@@ -49,8 +49,8 @@ impl Place {
     }
 }
 
-/// Rows written per table of one trace.
-#[derive(Clone, Copy, Debug, Default)]
+/// Rows written per table of one trace, and what the user must know about them.
+#[derive(Clone, Debug, Default)]
 pub struct Rows {
     pub events: u64,
     pub allocations: u64,
@@ -60,6 +60,9 @@ pub struct Rows {
     pub communicators: u64,
     pub failures: u64,
     pub tensors: u64,
+    /// What keeps the tables from holding the whole run (a cut trace, lost events, segments
+    /// rotation removed), one sentence each, naming the trace.
+    pub warnings: Vec<String>,
 }
 
 /// The tables filled while the trace is read.
@@ -162,6 +165,27 @@ fn read(trace: &Path, place: &Place, source: StepSource, progress: &Progress) ->
     finish(tables, &loaded, &path, &metadata).map(Read::Done)
 }
 
+/// What keeps `trace`'s tables from holding its whole run, in words.
+fn warnings(trace: &LoadedTrace) -> Vec<String> {
+    let path = trace.path.display();
+    let mut out = Vec::new();
+    let gaps = trace.gaps();
+    if !gaps.is_empty() {
+        out.push(format!(
+            "{path} {}: its tables hold what could be read",
+            gaps.join(", and ")
+        ));
+    }
+    if let Some(facts) = trace.segments.as_ref().filter(|f| f.removed.is_some()) {
+        out.push(format!(
+            "{path}: segments {}: its tables start at the first segment on disk (objects that \
+             ended before it are no rows; `traces.removed_events` counts the events)",
+            facts.describe()
+        ));
+    }
+    out
+}
+
 /// Writes the tables that need the whole trace, and closes every file.
 fn finish(
     mut t: Streaming,
@@ -193,7 +217,11 @@ fn finish(
         sites: sites.finish(ending())?,
         communicators: comms.finish(ending())?,
         tensors: torch.finish(ending())?,
+        warnings: Vec::new(),
     };
     row.finish(ending())?;
-    Ok(rows)
+    Ok(Rows {
+        warnings: warnings(trace),
+        ..rows
+    })
 }

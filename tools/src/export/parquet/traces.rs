@@ -35,6 +35,8 @@ table! {
         dropped: Int64Builder = Int64Builder::new(), false;
         steps: Int64Builder = Int64Builder::new(), false;
         step_source: StringBuilder = StringBuilder::new(), false;
+        removed_segments: Int32Builder = Int32Builder::new(), false;
+        removed_events: Int64Builder = Int64Builder::new(), false;
     }
 }
 
@@ -63,6 +65,11 @@ pub fn write(t: &mut TableFile<Traces>, trace: &LoadedTrace) -> Result<()> {
         .append_value(bits(state.stats().map_or(0, |s| s.dropped)));
     rows.steps.append_value(bits(state.steps()));
     rows.step_source.append_value(step_info(state).source);
+    let removed = (trace.segments.as_ref()).and_then(|f| f.removed.as_ref());
+    rows.removed_segments
+        .append_value(removed.map_or(0, |r| r.segments as i32));
+    rows.removed_events
+        .append_value(bits(removed.map_or(0, |r| r.events)));
     t.row_done()
 }
 
