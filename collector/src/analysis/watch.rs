@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::course::Shape;
 use super::growth::{growth, Growth, GrowthConfig, HolderGrowth, Projection, SiteGrowth, DRIVER};
 use super::site::{Place, SiteName};
-use crate::attached::Attachments;
+use crate::attached::{Attachments, KIND_TORCH_ALLOCATOR};
 use crate::event::Event;
 use crate::format::Record;
 use crate::live::{Holder, LiveState, SampleAxis};
@@ -220,8 +220,9 @@ impl Watch {
     /// doubled: finding a period costs time in the tokens kept).
     fn find_steps(&mut self, now_ns: u64) {
         let s = &self.state;
-        let marked =
-            s.marks() > 0 || s.iterations() > 0 || crate::torch::alerts::hooked(&self.torch);
+        // The Python hooks attach PyTorch's allocator settings: they mark its steps.
+        let hooked = !self.torch.of_kind(KIND_TORCH_ALLOCATOR).is_empty();
+        let marked = s.marks() > 0 || s.iterations() > 0 || hooked;
         if !self.config.find_steps || s.follows_pattern() || marked {
             return;
         }

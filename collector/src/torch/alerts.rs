@@ -21,12 +21,6 @@ pub fn recorder_on(attachments: &Attachments) -> bool {
         .is_some_and(|c| c.recorder.state == "on")
 }
 
-/// Whether the program's Python hooks saw PyTorch use the GPU: its steps are then the
-/// optimizer's (or its model calls), which the hooks mark.
-pub fn hooked(attachments: &Attachments) -> bool {
-    !attachments.of_kind(KIND_ALLOCATOR).is_empty()
-}
-
 /// The number of the latest snapshot of PyTorch's recorder handed over (0: none yet).
 pub fn latest_snapshot(attachments: &Attachments) -> u32 {
     attachments

@@ -46,7 +46,7 @@ use crate::attached::Attachments;
 use crate::live::LiveState;
 
 /// The payload kind of the allocator configuration.
-pub(crate) const KIND_ALLOCATOR: &str = "torch.allocator";
+pub(crate) use crate::attached::KIND_TORCH_ALLOCATOR as KIND_ALLOCATOR;
 /// The payload kind of a recorder snapshot.
 pub const KIND_SNAPSHOT: &str = "torch.memory_snapshot";
 

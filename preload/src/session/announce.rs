@@ -11,6 +11,8 @@
 //! - `tracing` or `disabled`, from the library constructor (once per program image: an `exec`
 //!   adds another);
 //! - `trace PATH` when its trace file was created;
+//! - `removed PATH` when the tracer removed it at the end: the process made no GPU memory call
+//!   (only step marks, as a program training on the CPU under the Python hooks makes);
 //! - `untraced REASON` when it could not be: the process ran on untraced;
 //! - `cut PATH` when writing it failed later: the trace stops there.
 //!
@@ -94,6 +96,11 @@ pub fn loaded(disabled: bool) {
 /// This process's trace was created at `path`.
 pub fn trace_created(path: &std::path::Path) {
     append(&[b"trace ", path.as_os_str().as_bytes()].concat());
+}
+
+/// This process's trace at `path` was removed: it held no GPU memory call (only step marks).
+pub fn trace_removed(path: &std::path::Path) {
+    append(&[b"removed ", path.as_os_str().as_bytes()].concat());
 }
 
 /// This process's trace could not be created: it runs on untraced.

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use vramtrace_collector::attached;
-use vramtrace_collector::event::Event;
+use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::{End, Header, Packing, PyStackDef, Record, StackDef, Stats};
 use vramtrace_collector::units::pattern::Naming;
 
@@ -111,6 +111,10 @@ struct Writer {
     behind_since: Option<Instant>,
     /// Since when it has stayed below.
     kept_up_since: Option<Instant>,
+    /// The trace's first file as created, and whether an event other than a mark (a GPU call)
+    /// was written: a trace of marks alone is removed at the end.
+    first_file: Option<(std::path::PathBuf, file::trace_file::FileId)>,
+    gpu_calls: bool,
 }
 
 impl Writer {
@@ -216,6 +220,7 @@ impl Writer {
         }
         self.timer.lap(Stage::Define);
         self.last_event = (event.seq, event.time_ns);
+        self.gpu_calls |= !is_mark(&event.op);
         let chunk_written = self.sink.write_event(&event);
         if chunk_written {
             let written = self.sink.write_ticks();
@@ -508,6 +513,20 @@ impl Writer {
         }
     }
 
+    /// A process that made no GPU memory call leaves no trace, even when it marked steps (a
+    /// program training on the CPU under the Python hooks): its file, one of marks, still the
+    /// one it created and not rotated, is removed.
+    fn remove_if_marks_only(&mut self) {
+        let Some((path, id)) = self.first_file.as_ref().filter(|_| !self.gpu_calls) else {
+            return;
+        };
+        if self.sink.path == path.display().to_string()
+            && file::trace_file::remove_if_same(path, *id)
+        {
+            crate::session::announce::trace_removed(path);
+        }
+    }
+
     fn end(&mut self, finish: u32) {
         let reason = Ending::reason(finish);
         let lost_stacks = intern::NATIVE.lost() + intern::PYTHON.lost();
@@ -543,6 +562,7 @@ impl Writer {
         self_profile::print(self.timer.row(), lost);
         // Closed (if still ours): a process whose exec failed goes on with a new trace.
         self.sink.writer = None;
+        self.remove_if_marks_only();
         if lost > 0 && !self.session.config.quiet {
             let events = match lost {
                 1 => "1 event was lost".to_string(),
@@ -581,6 +601,20 @@ fn packing_for(current: Packing, backlog: u64, capacity: u64, drain: bool) -> Pa
         Packing::Fast if backlog >= capacity / 16 => Packing::Fast,
         _ => Packing::Small,
     }
+}
+
+/// Whether `op` only marks the program's progress (a step, an iteration, a range, a mark) or is
+/// the tracer's own reading of device memory: no GPU memory call of the program.
+fn is_mark(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::MarkStep { .. }
+            | Op::MarkIteration { .. }
+            | Op::RangePush { .. }
+            | Op::RangePop
+            | Op::Mark { .. }
+            | Op::DeviceMemory { .. }
+    )
 }
 
 /// Starts the writer thread for `session`.
@@ -645,6 +679,8 @@ fn writer_thread(session: &'static Session, warnings: Vec<String>) {
         ),
         behind_since: None,
         kept_up_since: None,
+        first_file: opened.file.clone(),
+        gpu_calls: false,
     };
     c.calibration.publish();
     for w in warnings {

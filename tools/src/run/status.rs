@@ -5,8 +5,9 @@
 //! `run` makes a private directory (mode 0700, removed after the run) and names it in
 //! `VRAMTRACE_RUN_STATUS`; each traced process appends lines to a file there named by its pid
 //! (see the library's `session::announce`): `tracing` or `disabled` when the library is loaded,
-//! `trace PATH` when its trace was created, `untraced REASON` when it could not be, `cut PATH`
-//! when writing it failed later. Other files there (`warned-…`) are the library's own.
+//! `trace PATH` when its trace was created, `removed PATH` when the tracer removed it at the end
+//! (no GPU memory call in it), `untraced REASON` when it could not be, `cut PATH` when writing
+//! it failed later. Other files there (`warned-…`) are the library's own.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -90,6 +91,7 @@ fn parse(pid: u32, text: &[u8]) -> Process {
         match word {
             b"disabled" => p.disabled = true,
             b"trace" => p.traces.push(path()),
+            b"removed" => p.traces.retain(|t| *t != path()),
             b"untraced" => p.untraced.push(String::from_utf8_lossy(rest).into_owned()),
             b"cut" => p.cut.push(path()),
             // `tracing`, and what a newer library may add: it was loaded.
@@ -155,5 +157,8 @@ mod tests {
         // A file whose write failed, or was cut short: loaded, tracing.
         assert!(parse(9, b"").tracing);
         assert!(parse(9, b"trac").tracing);
+        // A trace of marks alone, removed at the end: none.
+        let marks_only = parse(10, b"tracing\ntrace /t/b.vtrace\nremoved /t/b.vtrace\n");
+        assert!(marks_only.tracing && marks_only.traces.is_empty());
     }
 }

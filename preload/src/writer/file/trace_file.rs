@@ -180,6 +180,21 @@ fn place_high(fd: c_int) -> Option<c_int> {
     None
 }
 
+/// Removes the file at `path` if it is still the one of identity `id` (not one put in its
+/// place since); whether it was removed.
+pub fn remove_if_same(path: &Path, id: FileId) -> bool {
+    let Ok(c) = cstring(path) else {
+        return false;
+    };
+    // SAFETY: lstat writes into our zeroed struct; unlink takes a NUL-terminated path.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::lstat(c.as_ptr(), &mut st) == 0
+            && (st.st_dev, st.st_ino) == id
+            && libc::unlink(c.as_ptr()) == 0
+    }
+}
+
 fn publish_held(fd: Option<c_int>, id: FileId) {
     HELD_DEV.store(id.0, Ordering::Relaxed);
     HELD_INO.store(id.1, Ordering::Relaxed);
