@@ -34,7 +34,10 @@
 //! repeat one allocation for seconds (its arrays made one by one), where its loop repeats it
 //! for as long as it runs. A PyTorch program under the Python hooks follows no pattern: the
 //! hooks mark its steps, and before the first of them it is building its model. A mark that
-//! comes later wins (the pattern's steps end there).
+//! comes later wins (the pattern's steps end there). A pattern whose anchor stops recurring (a
+//! start that repeated itself, then a loop that does something else) is let go after
+//! [`PATTERN_QUIET_STEPS`] steps' time (at least [`PATTERN_QUIET_NS`]): the run is judged per
+//! time window again, and looked at for a pattern anew.
 //!
 //! Without step marks the samples are time windows of a millisecond and up, so a count of them
 //! says little: a PyTorch program building its model and taking its first step (before the
@@ -96,6 +99,11 @@ pub const MIN_PATTERN_STEPS: u64 = 8;
 
 /// Nanoseconds the occurrences of a pattern's anchor must span before the watch follows it.
 pub const MIN_PATTERN_NS: u64 = 1_000_000_000;
+
+/// Steps' worth of time, and the least time, without the anchor of the pattern the watch
+/// follows before it stops following it ([`Watch::forget_stopped_pattern`]).
+pub const PATTERN_QUIET_STEPS: u64 = 10;
+pub const PATTERN_QUIET_NS: u64 = 30 * 1_000_000_000;
 
 /// Allocations and frees seen before the watch first looks for a pattern.
 const FIRST_PATTERN_LOOK: u64 = 16;
@@ -209,9 +217,10 @@ impl Watch {
     /// Steps begun, as the judgements number them: with a pattern's steps, counted on from the
     /// occurrences seen before the watch followed it.
     pub fn steps(&self) -> u64 {
-        match self.state.follows_pattern() {
-            true => self.steps_before + self.state.steps(),
-            false => self.state.steps(),
+        let s = &self.state;
+        match s.marks() == 0 && s.iterations() == 0 {
+            true => self.steps_before + s.steps(),
+            false => s.steps(),
         }
     }
 
@@ -219,6 +228,7 @@ impl Watch {
     /// (looked for at each judgement while few tokens were seen, then each time they have
     /// doubled: finding a period costs time in the tokens kept).
     fn find_steps(&mut self, now_ns: u64) {
+        self.forget_stopped_pattern(now_ns);
         let s = &self.state;
         // The Python hooks attach PyTorch's allocator settings: they mark its steps.
         let hooked = !self.torch.of_kind(KIND_TORCH_ALLOCATOR).is_empty();
@@ -243,7 +253,7 @@ impl Watch {
         // Still recurring: the latest occurrence no more than a few steps ago.
         let recurring = now_ns.saturating_sub(last) <= 4 * span / (p.steps - 1);
         if span >= MIN_PATTERN_NS && recurring {
-            self.steps_before = p.steps;
+            self.steps_before += p.steps;
             self.state.follow_pattern(&p);
         }
     }
@@ -348,6 +358,23 @@ impl Watch {
             };
         }
         c
+    }
+
+    /// Stops following a pattern whose anchor has not recurred for [`PATTERN_QUIET_STEPS`] of its
+    /// steps (and at least [`PATTERN_QUIET_NS`]): judged per step, a run whose steps stopped
+    /// would go unjudged. Its steps are counted on; its samples are dropped.
+    fn forget_stopped_pattern(&mut self, now_ns: u64) {
+        let s = &self.state;
+        let (Some((_, last)), true) = (s.step_times(), s.follows_pattern()) else {
+            return;
+        };
+        let step = s.step_duration_ns().unwrap_or(0);
+        let quiet = PATTERN_QUIET_NS.max(PATTERN_QUIET_STEPS.saturating_mul(step));
+        if now_ns.saturating_sub(last) > quiet {
+            self.steps_before += s.steps();
+            self.looked_at = 0;
+            self.state.forget_pattern();
+        }
     }
 
     /// Judges growth now (`now_ns`: the clock [`Watch::due`] is asked with).

@@ -315,6 +315,18 @@ impl Ledger {
         }
     }
 
+    /// Drops every series' step samples (the steps were those of a pattern that stopped): the
+    /// next step boundary is the first sample again. Time-window samples stay.
+    pub(crate) fn forget_steps(&mut self) {
+        self.steps = Grid::new(STEP_POINTS);
+        for e in &mut self.entries {
+            e.steps = Series::new(&self.steps);
+        }
+        for h in &mut self.holders {
+            h.steps = Series::new(&self.steps);
+        }
+    }
+
     /// A step begins: every series takes a sample.
     pub(crate) fn step_boundary(&mut self, step: u64) {
         self.steps.tick(step);

@@ -260,6 +260,26 @@ impl LiveState {
         self.following = true;
     }
 
+    /// The pattern followed stopped recurring (a program's start repeated itself, then its loop
+    /// did something else): its steps and their samples are dropped, growth is judged per time
+    /// window again, and the detector looks anew.
+    pub fn forget_pattern(&mut self) {
+        if !std::mem::take(&mut self.following) {
+            return;
+        }
+        self.step_source = StepSource::Marks;
+        self.next_boundary = NextBoundary::default();
+        self.steps = 0;
+        self.step_times = None;
+        self.ledger.forget_steps();
+        self.detector = StepDetector::default();
+    }
+
+    /// Times of the first and the latest step boundary.
+    pub(crate) fn step_times(&self) -> Option<(u64, u64)> {
+        self.step_times
+    }
+
     /// A mark came: steps are the marks from now on (those the pattern began are kept).
     pub(crate) fn stop_following(&mut self) {
         if std::mem::take(&mut self.following) {

@@ -260,11 +260,12 @@ fn an_unmarked_loop_is_judged_per_step_of_its_pattern_once_it_has_lasted() {
     // numbers its steps on from the 134 seen, as the loop counts them. Growth per step must
     // then last 10 steps and a minute: the first judgement 60 s past the steps' start is at
     // second 63, in step 4,201.
-    let (raised, watch) = judged_each_second(&unmarked_loop(90, None), config());
+    let b = unmarked_loop(90, None);
+    let (raised, watch) = judged_each_second(&b, config());
     assert_eq!(raised, vec![(63, 4201, SampleAxis::Steps)]);
     assert!(watch.state().follows_pattern());
     let mut watch = watch;
-    let j = watch.judge(u64::MAX);
+    let j = watch.judge(b.time_ns);
     assert_eq!(j.device(0).unwrap().steady_growth, MIB as f64);
     // With 5 s asked for: at second 8, the first judgement 5 s past the steps' start.
     let c = WatchConfig {
@@ -302,4 +303,33 @@ fn marks_that_come_after_a_followed_pattern_win() {
     assert_eq!(marks, 150);
     assert_eq!(watch.steps(), watch.state().steps());
     assert_eq!(watch.state().steps(), (333 - 134 + 1) + marks);
+}
+
+#[test]
+fn a_pattern_that_stops_is_let_go_and_the_run_judged_per_time_window_again() {
+    // A start that repeats itself: a 1 MiB weight every 15 ms for 3 s (200 of them), which the
+    // watch follows from second 2 (133 seen); then a loop with no period: an array of a size
+    // never seen before kept every 10 ms, to second 100.
+    let mut b = Builder::new();
+    b.tick_ns = 15_000_000;
+    for i in 0..200u64 {
+        b.malloc(site(3), 0x1_0000_0000 + i * MIB, MIB);
+    }
+    b.tick_ns = 10_000_000;
+    let mut i = 0u64;
+    while b.time_ns < 100_000_000_000 {
+        let size = 64 * 1024 + (i * 7919 % 4096) * 16;
+        b.malloc_async(site(6), 0x10_0000_0000 + i * MIB, size);
+        i += 1;
+    }
+    let c = WatchConfig {
+        confirm_time_ns: 5_000_000_000,
+        ..config()
+    };
+    let (raised, watch) = judged_each_second(&b, c);
+    // At second 33 the weight has not come for 30 s: the pattern is let go, and the run, judged
+    // per time window again, has grown for more than 5 s. The steps followed stay counted.
+    assert_eq!(raised, vec![(33, 200, SampleAxis::Time)]);
+    assert!(!watch.state().follows_pattern());
+    assert_eq!((watch.steps(), watch.state().steps()), (200, 0));
 }
