@@ -48,27 +48,31 @@ enum Piece {
     Start,
 }
 
-/// A warning for each `%` sequence of `pattern` (the value of `setting`) that is no
-/// placeholder (`%q`, a `%` at the end): kept as written, which whoever meant a placeholder
-/// wants to be told.
-pub fn unknown_placeholders(setting: &str, pattern: &[u8]) -> Vec<String> {
-    let mut out = Vec::new();
+/// What is wrong with `pattern` (the value of `setting`), in one sentence, when a `%` sequence
+/// in it is no placeholder (`%q`, a `%` at the end): kept as written, which whoever meant a
+/// placeholder wants to be told.
+pub fn unknown_placeholders(setting: &str, pattern: &[u8]) -> Option<String> {
+    let mut unknown = Vec::new();
     let mut bytes = pattern.iter().copied();
     while let Some(c) = bytes.next() {
         if c != b'%' {
             continue;
         }
-        let unknown = match bytes.next() {
+        unknown.push(match bytes.next() {
             Some(b'p' | b'r' | b'h' | b't' | b'%') => continue,
             Some(other) => String::from_utf8_lossy(&[b'%', other]).into_owned(),
             None => "%".to_string(),
-        };
-        out.push(format!(
-            "{setting}: {unknown} is no placeholder (%p pid, %r rank, %h host, %t start, %% a \
-             percent sign); it is kept as written"
-        ));
+        });
     }
-    out
+    let (what, verb) = match unknown.len() {
+        0 => return None,
+        1 => (unknown[0].clone(), "is no placeholder"),
+        _ => (unknown.join(", "), "are no placeholders"),
+    };
+    Some(format!(
+        "{setting} {}: {what} {verb} (%p pid, %r rank, %h host, %t start, %% a percent sign)",
+        String::from_utf8_lossy(pattern)
+    ))
 }
 
 /// The pieces of `pattern`: `%%` is a percent sign; an unknown `%q`, or a `%` at the end, is
@@ -274,15 +278,14 @@ mod tests {
     #[test]
     fn sequences_that_are_no_placeholder_are_named() {
         let warned = |p: &str| unknown_placeholders("X", p.as_bytes());
-        assert!(warned("run-%p-%r-%h-%t-100%%.vtrace").is_empty());
+        assert_eq!(warned("run-%p-%r-%h-%t-100%%.vtrace"), None);
         assert_eq!(
-            warned("run-%d-%p.vtrace%"),
-            [
-                "X: %d is no placeholder (%p pid, %r rank, %h host, %t start, %% a percent \
-                 sign); it is kept as written",
-                "X: % is no placeholder (%p pid, %r rank, %h host, %t start, %% a percent sign); \
-                 it is kept as written"
-            ]
+            warned("run-%d.vtrace").as_deref(),
+            Some("X run-%d.vtrace: %d is no placeholder (%p pid, %r rank, %h host, %t start, %% a percent sign)")
+        );
+        assert_eq!(
+            warned("run-%d-%p.vtrace%").as_deref(),
+            Some("X run-%d-%p.vtrace%: %d, % are no placeholders (%p pid, %r rank, %h host, %t start, %% a percent sign)")
         );
     }
 

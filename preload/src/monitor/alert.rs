@@ -307,6 +307,9 @@ pub fn act(w: &Watch, a: &mut Alert, settings: &AlertSettings, trace_path: &str,
     }
     if !quiet {
         let mut said = line(a);
+        if settings.at_exit {
+            said = said.replacen("ALERT at step", "ALERT at exit, step", 1);
+        }
         if let Some(rank) = settings.rank {
             said = said.replacen("ALERT at", &format!("ALERT (rank {rank}) at"), 1);
         }

@@ -306,6 +306,7 @@ impl Monitor {
     /// would end it with another status.
     pub fn finish(&mut self, now_ns: u64, trace_path: &str, dropped: u64) -> Vec<Alert> {
         self.settings.signal = None;
+        self.settings.at_exit = true;
         let mut alerts = Vec::new();
         if self.judging() && self.guarded(|w, _| w.unjudged()) == Some(true) {
             alerts = self.judge(now_ns, trace_path);

@@ -39,6 +39,9 @@ pub struct AlertSettings {
     /// The process's rank, when it knows one (the trace's): its alert lines say it, so that the
     /// ranks of a job sharing one stderr can be told apart.
     pub rank: Option<i32>,
+    /// Set when the run ends: an alert raised then says so (`ALERT at exit, step N`), as the
+    /// program can no longer act on it.
+    pub at_exit: bool,
 }
 
 /// A threshold of growth per step: bytes, or a share of the device's memory.
@@ -82,6 +85,7 @@ impl Default for AlertSettings {
             signal: None,
             snapshot: false,
             rank: None,
+            at_exit: false,
         }
     }
 }
@@ -205,10 +209,11 @@ impl MetricsSettings {
             ..MetricsSettings::default()
         };
         if let Some(v) = get("VRAMTRACE_METRICS_FILE").filter(|v| !v.trim().is_empty()) {
-            w.extend(pattern::unknown_placeholders(
-                "VRAMTRACE_METRICS_FILE",
-                v.as_bytes(),
-            ));
+            if let Some(unknown) =
+                pattern::unknown_placeholders("VRAMTRACE_METRICS_FILE", v.as_bytes())
+            {
+                w.push(format!("{unknown}; it is kept as written"));
+            }
             s.file = Some(v.into());
         }
         if let Some(v) = get("VRAMTRACE_METRICS_ADDR").filter(|v| !v.trim().is_empty()) {

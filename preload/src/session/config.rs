@@ -162,10 +162,11 @@ impl Config {
             }
             None => default_output(rank_known),
         };
-        w.extend(pattern::unknown_placeholders(
-            "VRAMTRACE_OUTPUT",
-            c.output.as_bytes(),
-        ));
+        if let Some(unknown) =
+            pattern::unknown_placeholders("VRAMTRACE_OUTPUT", c.output.as_bytes())
+        {
+            w.push(format!("{unknown}; it is kept as written"));
+        }
         c.store_command_line = switch(
             "VRAMTRACE_STORE_CMDLINE",
             get("VRAMTRACE_STORE_CMDLINE"),

@@ -161,7 +161,8 @@ captest!(
 
 // A judgement the interval put off is made when the run ends: with an hour between judgements
 // the leak's 40 steps are judged once at the start and then only at exit, where it alerts at
-// step 40, the last; no signal is sent then (the program is ending), though one was asked for.
+// step 40, the last, and says so; no signal is sent then (the program is ending), though one was
+// asked for.
 captest!(
     an_alert_put_off_to_the_end_is_raised_at_exit_without_the_signal,
     |dir| {
@@ -177,8 +178,8 @@ captest!(
         assert_eq!(lines.len(), 1, "{err}");
         assert!(
             lines[0].starts_with(
-                "vramtrace: ALERT at step 40: device 0 grows steadily, +1.0 MiB per step at main \
-                 at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
+                "vramtrace: ALERT at exit, step 40: device 0 grows steadily, +1.0 MiB per step at \
+                 main at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
             ),
             "{err}"
         );

@@ -72,7 +72,23 @@ fn holder_line(h: &HolderGrowth, unit: &str) -> String {
         )
     });
     let threshold = h.threshold.map_or(String::new(), |t| {
-        format!(" (alert above {})", signed_bytes(t))
+        let (rate, limit) = (signed_bytes(h.steady_growth), signed_bytes(t));
+        // Where the two read the same, the threshold's bytes tell them apart.
+        let limit = match rate == limit {
+            true => format!(
+                "+{} B",
+                vramtrace_collector::units::grouped(t.round() as u64)
+            ),
+            false => limit,
+        };
+        match h.steady_growth > t {
+            true => format!(" (above the alert threshold of {limit})"),
+            false if h.alert => format!(
+                " (under the alert threshold of {limit}; it alerts because the device fills \
+                 within the horizon)"
+            ),
+            false => format!(" (alert above {limit})"),
+        }
     });
     let full = full_in(h).map_or(String::new(), |f| format!("; {f}"));
     format!(

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
 use anyhow::{anyhow, bail, Context, Result};
-use vramtrace_collector::units::pattern::{DEFAULT, IN_DIRECTORY, PLACEHOLDERS};
+use vramtrace_collector::units::pattern::{
+    unknown_placeholders, DEFAULT, IN_DIRECTORY, PLACEHOLDERS,
+};
 
 pub use self::status::Reported;
 use self::status::StatusDir;
@@ -301,6 +303,10 @@ fn output_setting(flag: Option<&Path>) -> (PathBuf, &'static str) {
 fn output_path(given: &Path, from: &str) -> Result<PathBuf> {
     if given.as_os_str().is_empty() {
         bail!("{from}: not a file path");
+    }
+    // A typo caught before the program runs, not a file named after it.
+    if let Some(unknown) = unknown_placeholders(from, given.as_os_str().as_bytes()) {
+        bail!("{unknown}; write %% for a percent sign");
     }
     let path = absolute(given)?;
     let path = if given.to_string_lossy().ends_with('/') || path.is_dir() {
