@@ -44,6 +44,32 @@ pub fn count(
     read(name, value, |v| range.parse(v), default, &instead, warnings)
 }
 
+/// A time setting named `…_MS` in `range` milliseconds: a bare number is milliseconds, as the
+/// name says, and a time with its unit (`250ms`, `2s`) is taken too. `default` when unset or
+/// bad.
+pub fn millis(
+    name: &str,
+    value: Option<String>,
+    range: vramtrace_collector::units::CountRange,
+    default: u64,
+    warnings: &mut Vec<String>,
+) -> std::time::Duration {
+    use vramtrace_collector::units::parse_duration;
+    let parse = |v: &str| {
+        let t = v.trim();
+        let ms = match t.parse::<u64>() {
+            Ok(n) => Some(n),
+            Err(_) => parse_duration(t).ok().map(|d| d.as_millis() as u64),
+        };
+        ms.filter(|ms| (range.lo..=range.hi).contains(ms)).ok_or(format!(
+            "not a time from {} to {} ms (a number of milliseconds, or with its unit: 250ms, 2s)",
+            range.lo, range.hi
+        ))
+    };
+    let instead = format!("using {default}");
+    std::time::Duration::from_millis(read(name, value, parse, default, &instead, warnings))
+}
+
 /// An on/off setting: `default` when unset or bad.
 pub fn switch(
     name: &str,
@@ -75,11 +101,18 @@ mod tests {
         assert_eq!(count("X", None, range, 32, &mut w), 32);
         assert_eq!(count("X", Some("lots".into()), range, 32, &mut w), 32);
         assert!(!switch("Y", Some("maybe".into()), false, &mut w));
+        let ms = |v: &str, w: &mut Vec<String>| millis("Z_MS", Some(v.into()), range, 32, w);
+        assert_eq!(ms("250", &mut w).as_millis(), 250);
+        assert_eq!(ms(" 100ms", &mut w).as_millis(), 100);
+        assert_eq!(ms("0.2s", &mut w).as_millis(), 200);
+        assert_eq!(ms("1s", &mut w).as_millis(), 32);
         assert_eq!(
             w,
             [
                 "X='lots' is not a number from 0 to 256; using 32",
-                "Y='maybe' is not a boolean (use 1 or 0); using the default"
+                "Y='maybe' is not a boolean (use 1 or 0); using the default",
+                "Z_MS='1s' is not a time from 0 to 256 ms (a number of milliseconds, or with its \
+                 unit: 250ms, 2s); using 32"
             ]
         );
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use vramtrace_collector::units::pattern::{self, Naming};
 use vramtrace_collector::units::{parse_duration, parse_rate, CountRange};
 
-use crate::setting::{bad, count, read, switch};
+use crate::setting::{bad, count, millis, read, switch};
 
 /// How the writer thread judges growth while the program runs, and what it does on an alert.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,21 +52,26 @@ pub enum Threshold {
     PartsPerMillion(u64),
 }
 
+/// What `VRAMTRACE_ALERT_THRESHOLD` takes, for its warning.
+const WHAT: &str = "not a growth per step (examples: 1MiB, 512KiB/step) or a share of device \
+                    memory from 0% to 100% (examples: 0.5%, 2%/step)";
+
 impl Threshold {
     /// `1MiB`, `512KiB/step`, or a percentage of device memory (`0.5%`, `2%/step`).
     fn parse(text: &str) -> Result<Threshold, String> {
         let t = text.trim();
         let t = t.strip_suffix("/step").unwrap_or(t).trim_end();
         let Some(percent) = t.strip_suffix('%') else {
-            return parse_rate(text).map(Threshold::Bytes);
+            return parse_rate(text)
+                .map(Threshold::Bytes)
+                .map_err(|_| WHAT.to_string());
         };
         match percent.trim().parse::<f64>() {
-            Ok(p) if (0.0001..=100.0).contains(&p) => {
+            // 0, as `0` bytes: any steady growth alerts.
+            Ok(p) if (0.0..=100.0).contains(&p) => {
                 Ok(Threshold::PartsPerMillion((p * 10_000.0).round() as u64))
             }
-            _ => {
-                Err("not a share of device memory from 0.0001% to 100% (examples: 0.5%, 2%)".into())
-            }
+            _ => Err(WHAT.to_string()),
         }
     }
 }
@@ -137,7 +142,8 @@ impl AlertSettings {
         s.confirm_time = read(
             "VRAMTRACE_ALERT_CONFIRM_TIME",
             get("VRAMTRACE_ALERT_CONFIRM_TIME"),
-            positive,
+            // 0: the steps' confirmation alone.
+            parse_duration,
             s.confirm_time,
             "using 10m",
             w,
@@ -145,7 +151,8 @@ impl AlertSettings {
         s.confirm_pattern = read(
             "VRAMTRACE_ALERT_CONFIRM_PATTERN",
             get("VRAMTRACE_ALERT_CONFIRM_PATTERN"),
-            positive,
+            // 0: the steps' confirmation alone.
+            parse_duration,
             s.confirm_pattern,
             "using 60s",
             w,
@@ -155,8 +162,16 @@ impl AlertSettings {
         };
         s.horizon_steps = number("VRAMTRACE_ALERT_HORIZON_STEPS", 1, 1 << 40, 10_000);
         s.confirm = number("VRAMTRACE_ALERT_CONFIRM", 2, 1_000_000, 10);
-        s.interval =
-            Duration::from_millis(number("VRAMTRACE_ALERT_INTERVAL_MS", 0, 3_600_000, 1000));
+        s.interval = millis(
+            "VRAMTRACE_ALERT_INTERVAL_MS",
+            get("VRAMTRACE_ALERT_INTERVAL_MS"),
+            CountRange {
+                lo: 0,
+                hi: 3_600_000,
+            },
+            1000,
+            w,
+        );
         if let Some(v) = get("VRAMTRACE_ALERT_SIGNAL") {
             match parse_signal(&v) {
                 Some(sig) => s.signal = Some(sig),
@@ -233,14 +248,13 @@ impl MetricsSettings {
             lo: 100,
             hi: 3_600_000,
         };
-        let ms = count(
+        s.interval = millis(
             "VRAMTRACE_METRICS_MS",
             get("VRAMTRACE_METRICS_MS"),
             range,
             5000,
             w,
         );
-        s.interval = Duration::from_millis(ms);
         s
     }
 }
@@ -285,8 +299,17 @@ mod tests {
             share(" 2 %/step").0.threshold,
             Some(Threshold::PartsPerMillion(20_000))
         );
-        let (zero, warned) = share("0%");
-        assert_eq!((zero.threshold, warned.len()), (None, 1));
+        assert_eq!(share("0%").0.threshold, Some(Threshold::PartsPerMillion(0)));
+        for bad in ["150%", "abc%", "abc", "10%/s"] {
+            let (s, warned) = share(bad);
+            assert_eq!(s.threshold, None);
+            assert_eq!(
+                warned,
+                [format!(
+                    "VRAMTRACE_ALERT_THRESHOLD='{bad}' is {WHAT}; using 0.1% of device memory"
+                )]
+            );
+        }
         assert_eq!(s.horizon, Duration::from_secs(7200));
         assert_eq!(
             (s.confirm, s.signal, s.snapshot),

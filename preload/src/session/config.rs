@@ -9,7 +9,7 @@ use vramtrace_collector::units::pattern;
 use vramtrace_collector::units::CountRange;
 
 use crate::monitor::{AlertSettings, MetricsSettings};
-use crate::setting::{count, switch};
+use crate::setting::{count, millis, switch};
 use crate::writer::file::segments::SegmentSettings;
 
 /// Which layers produce events.
@@ -178,12 +178,14 @@ impl Config {
         };
         c.stack_depth = number("VRAMTRACE_STACK_DEPTH", FRAMES, 32) as usize;
         c.python_depth = number("VRAMTRACE_PYTHON_DEPTH", FRAMES, 32) as usize;
-        let ms = |n: u64| Duration::from_millis(n);
-        c.meminfo_interval = ms(number("VRAMTRACE_MEMINFO_MS", range(0, 3_600_000), 500));
         c.buffer_events = number("VRAMTRACE_BUFFER_EVENTS", range(1024, 1 << 24), 1 << 16) as usize;
-        c.flush_interval = ms(number("VRAMTRACE_FLUSH_MS", range(1, 60_000), 200));
-        c.full_wait = ms(number("VRAMTRACE_FULL_WAIT_MS", range(0, 10_000), 1000));
-        c.reorder_wait = ms(number("VRAMTRACE_REORDER_WAIT_MS", range(0, 60_000), 1000));
+        let mut ms = |name: &str, range: CountRange, default: u64| {
+            millis(name, get(name), range, default, &mut w)
+        };
+        c.meminfo_interval = ms("VRAMTRACE_MEMINFO_MS", range(0, 3_600_000), 500);
+        c.flush_interval = ms("VRAMTRACE_FLUSH_MS", range(1, 60_000), 200);
+        c.full_wait = ms("VRAMTRACE_FULL_WAIT_MS", range(0, 10_000), 1000);
+        c.reorder_wait = ms("VRAMTRACE_REORDER_WAIT_MS", range(0, 60_000), 1000);
         if let Some(v) = get("VRAMTRACE_STEP_RANGE") {
             let v = v.trim();
             if v.is_empty() {

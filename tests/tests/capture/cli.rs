@@ -143,23 +143,26 @@ captest!(run_writes_into_a_new_directory, |dir| {
 
 // A `%` sequence in `-o` that is no placeholder is a typo caught before the program runs: one
 // error line naming `-o` and every such sequence, exit 2, no file.
-captest!(run_refuses_an_unknown_placeholder_before_the_program_runs, |dir| {
-    let out = vramtrace_command()
-        .current_dir(dir)
-        .args(["run", "-o", "job-%d-%q.vtrace", "--"])
-        .arg(workload("wl_train"))
-        .env("LD_LIBRARY_PATH", standin_ld_library_path())
-        .output()
-        .expect("running vramtrace");
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        text(&out.stderr),
-        "error: -o job-%d-%q.vtrace: %d, %q are no placeholders (%p pid, %r rank, %h host, %t \
+captest!(
+    run_refuses_an_unknown_placeholder_before_the_program_runs,
+    |dir| {
+        let out = vramtrace_command()
+            .current_dir(dir)
+            .args(["run", "-o", "job-%d-%q.vtrace", "--"])
+            .arg(workload("wl_train"))
+            .env("LD_LIBRARY_PATH", standin_ld_library_path())
+            .output()
+            .expect("running vramtrace");
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            text(&out.stderr),
+            "error: -o job-%d-%q.vtrace: %d, %q are no placeholders (%p pid, %r rank, %h host, %t \
          start, %% a percent sign); write %% for a percent sign\n"
-    );
-    assert!(out.stdout.is_empty(), "the program ran");
-    assert!(trace_files(dir).is_empty());
-});
+        );
+        assert!(out.stdout.is_empty(), "the program ran");
+        assert!(trace_files(dir).is_empty());
+    }
+);
 
 /// Chunk start offsets of a trace and the record count of each chunk, from the documented
 /// layout (docs/trace-format.md): the header block twice (magic, version, header length,
