@@ -575,9 +575,20 @@ fn a_part_of_a_run_loads_with_a_warning_and_says_what_rotation_removed() {
     assert_eq!(warnings.len(), 1, "{got}");
     assert_eq!(warnings[0][0], "TablesIncomplete");
     let message = warnings[0][1].as_str().unwrap();
+    let deleted = format!(
+        "rotation (VRAMTRACE_MAX_BYTES) deleted {} ({} events, the first ",
+        match segments.unwrap() {
+            1 => "segment 1".to_string(),
+            n => format!("segments 1-{n}"),
+        },
+        vramtrace_collector::units::grouped(events.unwrap())
+    );
     assert!(
-        message.contains("removed by rotation (VRAMTRACE_MAX_BYTES)")
-            && message.contains("its tables start at the first segment on disk"),
+        message.contains(&deleted)
+            && message.contains(&format!(
+                "the tables start at segment {}, from its snapshot of the live set",
+                segments.unwrap() + 1
+            )),
         "{message}"
     );
 

@@ -30,6 +30,7 @@ use rayon::prelude::*;
 use self::output::Staged;
 use self::trace::{Place, Rows};
 use crate::load::Progress;
+use crate::units::count;
 
 /// What to export, and where.
 pub struct Job<'a> {
@@ -71,21 +72,19 @@ pub fn run(job: &Job<'_>) -> Result<()> {
     for warning in rows.iter().flat_map(|r| &r.warnings) {
         eprintln!("warning: {warning}");
     }
-    let sum = |f: fn(&Rows) -> u64| rows.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&Rows) -> u64, noun: &str| count(rows.iter().map(f).sum::<u64>(), noun);
     eprintln!(
-        "wrote {} (run {run}, {} trace{}: {} events as {} allocations, {} sites, {} steps, {} \
-         samples, {} communicators, {} failures, {} tensors) in {:.2} s",
+        "wrote {} (run {run}, {}: {} as {}, {}, {}, {}, {}, {}, {}) in {:.2} s",
         job.output.display(),
-        rows.len(),
-        if rows.len() == 1 { "" } else { "s" },
-        sum(|r| r.events),
-        sum(|r| r.allocations),
-        sum(|r| r.sites),
-        sum(|r| r.steps),
-        sum(|r| r.samples),
-        sum(|r| r.communicators),
-        sum(|r| r.failures),
-        sum(|r| r.tensors),
+        count(rows.len() as u64, "trace"),
+        sum(|r| r.events, "event"),
+        sum(|r| r.allocations, "allocation"),
+        sum(|r| r.sites, "site"),
+        sum(|r| r.steps, "step"),
+        sum(|r| r.samples, "sample"),
+        sum(|r| r.communicators, "communicator"),
+        sum(|r| r.failures, "failure"),
+        sum(|r| r.tensors, "tensor"),
         started.elapsed().as_secs_f64()
     );
     Ok(())

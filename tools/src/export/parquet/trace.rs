@@ -176,11 +176,19 @@ fn warnings(trace: &LoadedTrace) -> Vec<String> {
             gaps.join(", and ")
         ));
     }
-    if let Some(facts) = trace.segments.as_ref().filter(|f| f.removed.is_some()) {
+    let segments = trace.segments.as_ref();
+    if let Some((facts, removed)) = segments.and_then(|f| Some((f, f.removed.as_ref()?))) {
+        let which = match removed.segments {
+            1 => "segment 1".to_string(),
+            n => format!("segments 1-{n}"),
+        };
         out.push(format!(
-            "{path}: segments {}: its tables start at the first segment on disk (objects that \
-             ended before it are no rows; `traces.removed_events` counts the events)",
-            facts.describe()
+            "{path}: rotation (VRAMTRACE_MAX_BYTES) deleted {which} ({} events, the first {} of \
+             the run): the tables start at segment {}, from its snapshot of the live set; \
+             objects that ended before are no rows",
+            vramtrace_collector::units::grouped(removed.events),
+            crate::units::duration(removed.span_ns),
+            facts.first_read,
         ));
     }
     out
