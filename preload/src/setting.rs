@@ -61,7 +61,8 @@ pub fn millis(
             Ok(n) => Some(n),
             Err(_) => parse_duration(t).ok().map(|d| d.as_millis() as u64),
         };
-        ms.filter(|ms| (range.lo..=range.hi).contains(ms)).ok_or(format!(
+        ms.filter(|ms| (range.lo..=range.hi).contains(ms))
+            .ok_or(format!(
             "not a time from {} to {} ms (a number of milliseconds, or with its unit: 250ms, 2s)",
             range.lo, range.hi
         ))

@@ -60,10 +60,26 @@ impl LoadedTrace {
     /// when the trace is whole. `check`, `report --fail-on` and `diff` refuse a verdict on it.
     pub fn gaps(&self) -> Vec<String> {
         let mut gaps = Vec::new();
+        // The chunk a cut goes through is the cut, not damage.
+        let cut_at = match self.ending {
+            Ending::Truncated { offset, .. } => Some(offset),
+            _ => None,
+        };
+        let (cut, damaged): (Vec<&Unread>, Vec<&Unread>) =
+            self.unread.iter().partition(|u| Some(u.offset) == cut_at);
         if !self.ending.is_complete() {
-            gaps.push(format!("is cut short ({})", self.ending.describe()));
+            let lost: u64 = cut.iter().filter_map(|u| u.events).sum();
+            let lost = match lost {
+                0 => String::new(),
+                1 => "; the 1 event in that chunk is not read".to_string(),
+                n => format!(
+                    "; the {} events in that chunk are not read",
+                    vramtrace_collector::units::grouped(n)
+                ),
+            };
+            gaps.push(format!("is cut short ({}{lost})", self.ending.describe()));
         }
-        let unread: u64 = self.unread.iter().map(|u| u.bytes).sum();
+        let unread: u64 = damaged.iter().map(|u| u.bytes).sum();
         if unread > 0 {
             gaps.push(format!(
                 "has {} that could not be read (damaged)",
