@@ -539,6 +539,7 @@ print(json.dumps({
     "warnings": [[w.category.__name__, str(w.message)] for w in caught],
     "removed": [t["removed_segments"].to_pylist(), t["removed_events"].to_pylist()],
     "allocations": data.allocations.num_rows,
+    "trace": t["trace"].to_pylist(),
 }))
 "#;
 
@@ -569,6 +570,12 @@ fn a_part_of_a_run_loads_with_a_warning_and_says_what_rotation_removed() {
     assert_eq!(
         got["removed"],
         serde_json::json!([[segments], [events]]),
+        "{got}"
+    );
+    // Named as the trace, not as the segment read first.
+    let name = got["trace"][0].as_str().unwrap();
+    assert!(
+        name.starts_with(&*rotated.to_string_lossy()) && !name.contains(".seg"),
         "{got}"
     );
     let warnings = got["warnings"].as_array().unwrap();

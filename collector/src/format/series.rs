@@ -116,6 +116,16 @@ fn base_of(name: &str) -> (String, String) {
     (parts[..base_end.max(1)].join("."), ext)
 }
 
+/// The name of the trace the file at `path` is part of: `run.vtrace` for `run.seg7.vtrace`
+/// (and for `run.vtrace`), beside it; whether or not that file is still there.
+pub fn trace_name(path: &Path) -> PathBuf {
+    let Some(name) = path.file_name() else {
+        return path.to_path_buf();
+    };
+    let (base, ext) = base_of(&name.to_string_lossy());
+    path.with_file_name(format!("{base}{ext}"))
+}
+
 /// The segment number a name gives (`run.seg7.vtrace` → 7; `run.seg7.4242.vtrace` → 7).
 fn segment_number(name: &str) -> Option<u32> {
     name.split('.')

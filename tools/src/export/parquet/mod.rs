@@ -26,6 +26,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
+use vramtrace_collector::format::trace_name;
 
 use self::output::Staged;
 use self::trace::{Place, Rows};
@@ -99,7 +100,9 @@ fn default_run(input: &Path) -> String {
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
     } else {
-        input.file_stem().map(|n| n.to_string_lossy().into_owned())
+        trace_name(input)
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
     };
     let name: String = name
         .unwrap_or_default()
@@ -118,9 +121,10 @@ fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
-/// A trace's file name in its partition: its own, without `.vtrace`.
+/// A trace's file name in its partition: the trace's (the first segment's, for a trace cut
+/// into segments, whichever was given), without `.vtrace`.
 fn file_name(trace: &Path) -> String {
-    trace
+    trace_name(trace)
         .file_stem()
         .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned())
 }

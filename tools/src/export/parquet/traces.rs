@@ -6,7 +6,7 @@ use anyhow::Result;
 use arrow_array::builder::{Int32Builder, Int64Builder, ListBuilder, StringBuilder};
 use parquet::file::metadata::KeyValue;
 use vramtrace_collector::analysis::step_info;
-use vramtrace_collector::format::Header;
+use vramtrace_collector::format::{trace_name, Header};
 
 use super::allocations::bits;
 use super::table::{table, TableFile};
@@ -56,7 +56,8 @@ pub fn write(t: &mut TableFile<Traces>, trace: &LoadedTrace) -> Result<()> {
     rows.tracer_version.append_value(&h.tool_version);
     rows.start_unix_ns.append_value(bits(h.start_unix_ns));
     rows.start_mono_ns.append_value(bits(h.start_mono_ns));
-    rows.trace.append_value(trace.path.display().to_string());
+    rows.trace
+        .append_value(trace_name(&trace.path).display().to_string());
     rows.ending.append_value(trace.ending.kind());
     rows.end_reason
         .append_option(state.end().map(|e| e.reason.as_str()));
