@@ -124,5 +124,8 @@ def executable():
     FileNotFoundError when there is none."""
     path = _installed("vramtrace", "bin") or shutil.which("vramtrace")
     if path is None:
-        raise FileNotFoundError("the vramtrace command is not installed")
+        raise FileNotFoundError(
+            "the vramtrace command is not installed: not in this package's files (the wheel puts "
+            "it in <prefix>/bin) nor on PATH; install the wheel, or put a built `vramtrace` on PATH"
+        )
     return path

@@ -301,7 +301,7 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
     let f = &a.fragmentation;
     let held = match f.unusable_share {
         Some(share) => format!(
-            "{} allocated but unusable ({:.1}% of device memory allocated)",
+            "{} allocated but unusable ({:.1}% of the allocated device memory)",
             bytes(f.unusable_bytes),
             share * 100.0
         ),
