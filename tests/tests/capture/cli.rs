@@ -164,6 +164,43 @@ captest!(
     }
 );
 
+// A run whose trace rotation cut and trimmed (two threads of 1,000,000 pairs in segments of
+// 1 MiB within 3 MiB): the summary names the trace as asked (`-o`), not the first segment left,
+// and says which segments are on disk and what rotation deleted.
+captest!(the_run_summary_of_a_rotated_trace_names_the_trace, |dir| {
+    let out = vramtrace_command()
+        .args(["run", "-o"])
+        .arg(dir.join("thr.vtrace"))
+        .arg("--")
+        .arg(workload("wl_threads"))
+        .args(["2", "1000000"])
+        .env("LD_LIBRARY_PATH", standin_ld_library_path())
+        .env("VRAMTRACE_SEGMENT_BYTES", (1 << 20).to_string())
+        .env("VRAMTRACE_MAX_BYTES", (3 << 20).to_string())
+        .output()
+        .expect("running vramtrace");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let head = format!("vramtrace: {}: pid ", dir.join("thr.vtrace").display());
+    let at = err
+        .lines()
+        .position(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("{err}"));
+    let segments = err.lines().nth(at + 1).unwrap();
+    let report = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
+    let s = &report["reading"]["segments"];
+    assert_eq!(
+        segments,
+        format!(
+            "  in segments {}-{} on disk; rotation (VRAMTRACE_MAX_BYTES) deleted the first {} \
+             segments ({} events)",
+            s["first_there"], s["last_there"], s["removed"]["segments"], s["removed"]["events"]
+        )
+        .replace("first 1 segments", "first 1 segment"),
+        "{err}"
+    );
+});
+
 /// Chunk start offsets of a trace and the record count of each chunk, from the documented
 /// layout (docs/trace-format.md): the header block twice (magic, version, header length,
 /// header, crc), then chunks with a 40-byte fixed part (sync, packed length, raw length, items,

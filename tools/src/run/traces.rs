@@ -107,14 +107,30 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
                     0 => String::new(),
                     n => format!(", {n} lost"),
                 };
+                // Named as the trace: the name every command reads it by, whichever segments
+                // are left.
                 writeln!(
                     out,
                     "vramtrace: {}: pid {}, {}{lost}, {}",
-                    path.display(),
+                    vramtrace_collector::format::trace_name(path).display(),
                     trace.header.pid,
                     count(events, "event"),
                     trace.ending.describe()
                 )?;
+                if let Some(f) = trace.segments.as_ref().filter(|f| f.is_cut()) {
+                    let deleted = f.removed.as_ref().map_or(String::new(), |r| {
+                        format!(
+                            "; rotation (VRAMTRACE_MAX_BYTES) deleted the first {} ({})",
+                            count(u64::from(r.segments), "segment"),
+                            count(r.events, "event")
+                        )
+                    });
+                    writeln!(
+                        out,
+                        "  in segments {}-{} on disk{deleted}",
+                        f.first_there, f.last_there
+                    )?;
+                }
                 if ran.reported.as_ref().is_some_and(|r| r.was_cut(path)) {
                     writeln!(
                         out,
