@@ -147,8 +147,21 @@ pub struct DeviceVerdict {
     pub leak_suspect_bytes: u64,
     /// Whether the growth passes the threshold or the horizon and has lasted long enough.
     pub alert: Option<Reason>,
+    /// Growth that would alert but has not lasted the wall time asked for yet: what the end of
+    /// a run says when it raised no alert.
+    pub held: Option<Held>,
     /// The place growing fastest on the device (the driver's view).
     pub top: Option<SiteGrowth>,
+}
+
+/// Steady growth that would alert, held back by a confirmation in wall time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// Nanoseconds it has lasted, and those asked for.
+    pub lasted_ns: u64,
+    pub wanted_ns: u64,
+    /// Judged per step of an allocation pattern (else per time window).
+    pub pattern: bool,
 }
 
 /// What a judgement found.
@@ -170,6 +183,13 @@ impl Judgement {
     pub fn device(&self, device: i32) -> Option<&DeviceVerdict> {
         self.devices.iter().find(|d| d.device == device)
     }
+}
+
+/// What [`Watch::alert_of`] found for one holder.
+enum Verdict {
+    Alert(Reason),
+    Held(Held),
+    None,
 }
 
 /// The live analysis of one process.
@@ -395,7 +415,11 @@ impl Watch {
                 .iter()
                 .find(|s| s.holder == h.holder && s.view == DRIVER)
                 .cloned();
-            let alert = self.alert_of(h, &g, top.as_ref());
+            let (alert, held) = match self.alert_of(h, &g, top.as_ref()) {
+                Verdict::Alert(reason) => (Some(reason), None),
+                Verdict::Held(held) => (None, Some(held)),
+                Verdict::None => (None, None),
+            };
             if alert.is_some() && !self.held_back(device, g.axis) && self.alerted.insert(device) {
                 raised.push(device);
             }
@@ -418,6 +442,7 @@ impl Watch {
                     .map(|s| s.now_bytes)
                     .sum(),
                 alert,
+                held,
                 top,
             });
         }
@@ -428,6 +453,11 @@ impl Watch {
             devices,
             raised,
         }
+    }
+
+    /// Whether `device` raised an alert (and it was not withdrawn).
+    pub fn alerted(&self, device: i32) -> bool {
+        self.alerted.contains(&device)
     }
 
     /// Takes back the alert `device` raised: the program's own view showed it to be no leak (its
@@ -467,12 +497,13 @@ impl Watch {
 
     /// Whether holder `h` alerts: the verdict's own alert, confirmed by growth that has lasted
     /// and goes on at the latest sample.
-    fn alert_of(&self, h: &HolderGrowth, g: &Growth, top: Option<&SiteGrowth>) -> Option<Reason> {
-        if !h.alert {
-            return None;
-        }
-        let top = top?;
-        let from = top.course.phases.growth_from?;
+    fn alert_of(&self, h: &HolderGrowth, g: &Growth, top: Option<&SiteGrowth>) -> Verdict {
+        let Some((top, from)) = top
+            .filter(|_| h.alert)
+            .and_then(|t| Some((t, t.course.phases.growth_from?)))
+        else {
+            return Verdict::None;
+        };
         // The latest sample, in the units the growth was judged in.
         let latest = self
             .state
@@ -484,21 +515,28 @@ impl Watch {
             });
         let lasted = latest.saturating_sub(from);
         if top.course.shape != Shape::Steady || lasted < self.config.confirm {
-            return None;
+            return Verdict::None;
         }
-        if let Some(w) = g.window_ns.filter(|&w| w > 0) {
-            if lasted.saturating_mul(w) < self.config.confirm_time_ns {
-                return None;
+        // Without marks: wall time too (per time window, or per step of a pattern).
+        let timed = match g.window_ns.filter(|&w| w > 0) {
+            Some(w) => Some((w, self.config.confirm_time_ns, false)),
+            None if self.state.follows_pattern() => {
+                Some((g.step_ns.unwrap_or(0), self.config.confirm_pattern_ns, true))
             }
-        }
-        if self.state.follows_pattern() {
-            let step_ns = g.step_ns.unwrap_or(0);
-            if lasted.saturating_mul(step_ns) < self.config.confirm_pattern_ns {
-                return None;
+            None => None,
+        };
+        if let Some((unit_ns, wanted_ns, pattern)) = timed {
+            let lasted_ns = lasted.saturating_mul(unit_ns);
+            if lasted_ns < wanted_ns {
+                return Verdict::Held(Held {
+                    lasted_ns,
+                    wanted_ns,
+                    pattern,
+                });
             }
         }
         let above = h.threshold.is_some_and(|t| h.steady_growth > t);
-        Some(if above {
+        Verdict::Alert(if above {
             Reason::Growth
         } else {
             Reason::Horizon

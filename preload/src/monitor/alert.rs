@@ -15,7 +15,7 @@ use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::analysis::{Judgement, Reason};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
-use vramtrace_collector::units::{bytes, when_full};
+use vramtrace_collector::units::{bytes, span, when_full};
 
 use super::settings::AlertSettings;
 use crate::warn::warn;
@@ -68,6 +68,38 @@ pub fn describe(
         a.py_stack = top.site.py_stack;
     }
     Some(a)
+}
+
+/// What a run that ends without an alert on `device` says when its growth would have alerted
+/// but had not lasted the wall time asked for (a loop without step marks shorter than the
+/// confirmation): silence would read as "no leak".
+pub fn held_note(w: &Watch, j: &Judgement, device: i32) -> Option<String> {
+    let d = j.device(device)?;
+    let held = d.held?;
+    let unit = if j.axis == SampleAxis::Steps {
+        "step"
+    } else {
+        "window"
+    };
+    let place = d
+        .top
+        .as_ref()
+        .map_or(String::new(), |t| format!(" at {}", place_name(w, &t.site)));
+    let (setting, judged) = match held.pattern {
+        true => (
+            "VRAMTRACE_ALERT_CONFIRM_PATTERN",
+            "per step of its allocation pattern",
+        ),
+        false => ("VRAMTRACE_ALERT_CONFIRM_TIME", "per time window"),
+    };
+    Some(format!(
+        "no live alert on device {device}: it grows steadily, +{} per {unit}{place}, but for {} of \
+         the {} that {setting} asks (judged {judged}, without step marks); `vramtrace report` \
+         judges the whole trace",
+        bytes(d.steady_growth.round() as u64),
+        span(held.lasted_ns),
+        span(held.wanted_ns),
+    ))
 }
 
 /// Names alert `a` by the place the program's own view of its memory found keeping it (PyTorch's

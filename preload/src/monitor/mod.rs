@@ -312,6 +312,9 @@ impl Monitor {
             alerts = self.judge(now_ns, trace_path);
         }
         alerts.extend(self.settle(Some(u64::MAX), trace_path));
+        if self.settings.enabled && !self.quiet {
+            self.say_held();
+        }
         if self.exporter.is_none() {
             return alerts;
         }
@@ -320,6 +323,27 @@ impl Monitor {
         }
         self.publish(dropped);
         alerts
+    }
+
+    /// At the end, for each device whose growth would have alerted but had not lasted the wall
+    /// time asked for, and that raised no alert: one line saying so.
+    fn say_held(&mut self) {
+        let last = self.last.take();
+        let notes = self.guarded(|w, _| {
+            let Some(j) = last.as_ref() else {
+                return Vec::new();
+            };
+            (j.devices.iter())
+                .filter(|d| !w.alerted(d.device))
+                .filter_map(|d| alert::held_note(w, j, d.device))
+                .collect::<Vec<String>>()
+        });
+        self.last = last;
+        for note in notes.unwrap_or_default() {
+            let text = format!("vramtrace: {note}\n");
+            // SAFETY: writes our own buffer to fd 2.
+            unsafe { libc::write(2, text.as_ptr() as *const libc::c_void, text.len()) };
+        }
     }
 
     fn publish(&mut self, dropped: u64) {

@@ -233,6 +233,25 @@ captest!(
             lines[0].contains("+1.0 MiB per step at main at wl_alert.c:91"),
             "{lines:?}"
         );
+        // At the default 60 s the two-second loop raises none, and the end of the run says why.
+        let sub = dir.join("default");
+        std::fs::create_dir(&sub).unwrap();
+        let run = wl_alert("leak-unmarked").run_traced(&sub);
+        let err = run.stderr();
+        assert_eq!(alert_lines(&err), Vec::<String>::new());
+        let note = (err.lines())
+            .find(|l| l.starts_with("vramtrace: no live alert on device 0: "))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(
+            note.contains(
+                "it grows steadily, +1.0 MiB per step at main at wl_alert.c:91 → fw_alloc \
+                 (libtorch_standin.so), but for "
+            ) && note.ends_with(
+                " of the 60 s that VRAMTRACE_ALERT_CONFIRM_PATTERN asks (judged per step of its \
+                 allocation pattern, without step marks); `vramtrace report` judges the whole trace"
+            ),
+            "{note}"
+        );
     }
 );
 
@@ -263,6 +282,7 @@ captest!(
                 "{name} {shape}"
             );
             assert_eq!(run.single_trace().state.alerts_total(), 0, "{name} {shape}");
+            assert!(!run.stderr().contains("no live alert"), "{name} {shape}");
         }
         let run = wl_alert("leak").env("VRAMTRACE_ALERT", "0").run_traced(dir);
         assert_eq!(alert_lines(&run.stderr()), Vec::<&str>::new());
