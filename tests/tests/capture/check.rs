@@ -61,11 +61,11 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
     let trace = only_trace(dir);
     let lines: Vec<&str> = err.lines().collect();
     // The whole run is shorter than the live analysis' interval: it is judged when it ends,
-    // and alerts then, before check's own lines.
+    // and alerts then (and says so), before check's own lines.
     assert_eq!(
         lines[0],
-        "vramtrace: ALERT at step 20: device 0 grows steadily, +1.0 MiB per step at main at \
-         wl_train.c:108 → fw_alloc (libtorch_standin.so) (full within the horizon); 20.0 MiB \
+        "vramtrace: ALERT at exit, step 20: device 0 grows steadily, +1.0 MiB per step at main \
+         at wl_train.c:108 → fw_alloc (libtorch_standin.so) (full within the horizon); 20.0 MiB \
          live, full in 989 steps",
         "{err}"
     );
