@@ -213,6 +213,9 @@ pub struct Watch {
     steps_before: u64,
     /// Tokens the detector had noted when the watch last looked for a pattern.
     looked_at: u64,
+    /// While it follows a pattern: the time of the anchor's occurrence it was found at, and
+    /// the pattern's mean step (the quiet is measured from these until a step is applied).
+    followed: (u64, u64),
 }
 
 impl Watch {
@@ -231,6 +234,7 @@ impl Watch {
             torch: Attachments::default(),
             steps_before: 0,
             looked_at: 0,
+            followed: (0, 0),
         }
     }
 
@@ -247,8 +251,8 @@ impl Watch {
     /// In a run without marks, follows the allocation pattern once one shows with enough steps
     /// (looked for at each judgement while few tokens were seen, then each time they have
     /// doubled: finding a period costs time in the tokens kept).
-    fn find_steps(&mut self, now_ns: u64) {
-        self.forget_stopped_pattern(now_ns);
+    fn find_steps(&mut self) {
+        self.forget_stopped_pattern();
         let s = &self.state;
         // The Python hooks attach PyTorch's allocator settings: they mark its steps.
         let hooked = !self.torch.of_kind(KIND_TORCH_ALLOCATOR).is_empty();
@@ -270,10 +274,13 @@ impl Watch {
         };
         let (first, last) = p.times_ns;
         let span = last.saturating_sub(first);
-        // Still recurring: the latest occurrence no more than a few steps ago.
-        let recurring = now_ns.saturating_sub(last) <= 4 * span / (p.steps - 1);
+        let step_ns = span / (p.steps - 1);
+        // Still recurring: the latest occurrence no more than a few steps before the latest
+        // event (the trace's own clock: the writer may be behind the program).
+        let recurring = s.latest_ns().saturating_sub(last) <= 4 * step_ns;
         if span >= MIN_PATTERN_NS && recurring {
             self.steps_before += p.steps;
+            self.followed = (last, step_ns);
             self.state.follow_pattern(&p);
         }
     }
@@ -383,14 +390,15 @@ impl Watch {
     /// Stops following a pattern whose anchor has not recurred for [`PATTERN_QUIET_STEPS`] of its
     /// steps (and at least [`PATTERN_QUIET_NS`]): judged per step, a run whose steps stopped
     /// would go unjudged. Its steps are counted on; its samples are dropped.
-    fn forget_stopped_pattern(&mut self, now_ns: u64) {
+    fn forget_stopped_pattern(&mut self) {
         let s = &self.state;
-        let (Some((_, last)), true) = (s.step_times(), s.follows_pattern()) else {
+        if !s.follows_pattern() {
             return;
-        };
-        let step = s.step_duration_ns().unwrap_or(0);
+        }
+        let last = s.step_times().map_or(self.followed.0, |t| t.1);
+        let step = s.step_duration_ns().unwrap_or(self.followed.1);
         let quiet = PATTERN_QUIET_NS.max(PATTERN_QUIET_STEPS.saturating_mul(step));
-        if now_ns.saturating_sub(last) > quiet {
+        if s.latest_ns().saturating_sub(last) > quiet {
             self.steps_before += s.steps();
             self.looked_at = 0;
             self.state.forget_pattern();
@@ -399,7 +407,7 @@ impl Watch {
 
     /// Judges growth now (`now_ns`: the clock [`Watch::due`] is asked with).
     pub fn judge(&mut self, now_ns: u64) -> Judgement {
-        self.find_steps(now_ns);
+        self.find_steps();
         self.judged = Some((now_ns, self.samples()));
         let config = self.growth_config();
         let g = growth(&self.state, &config);

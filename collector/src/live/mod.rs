@@ -250,7 +250,8 @@ impl LiveState {
     /// pattern a live reader (the tracer's own analysis) found in the part of a run without
     /// marks it has seen, which cannot read the run again from its start. Steps count from
     /// here; the boundaries are not kept (the run may be weeks long), and detection stops.
-    /// A mark that comes later ends it: marks win, as they do in a trace read whole.
+    /// A mark that comes later ends it: marks win, as they do in a trace read whole, and steps
+    /// count from the first mark.
     pub fn follow_pattern(&mut self, pattern: &StepPattern) {
         let mut p = pattern.clone();
         p.boundaries = Arc::from([]);
@@ -280,12 +281,32 @@ impl LiveState {
         self.step_times
     }
 
-    /// A mark came: steps are the marks from now on (those the pattern began are kept).
+    /// A mark came: steps are the marks from now on, counted from it as a reader of the whole
+    /// trace counts them (the pattern's steps and their samples are dropped).
     pub(crate) fn stop_following(&mut self) {
         if std::mem::take(&mut self.following) {
             self.step_source = StepSource::Marks;
             self.next_boundary = NextBoundary::default();
+            self.steps = 0;
+            self.step_times = None;
+            self.ledger.forget_steps();
         }
+    }
+
+    /// Steps the program marked: [`LiveState::steps`] unless they come from a pattern followed
+    /// live, which a reader of the trace finds for itself (segment headers and snapshots say
+    /// these).
+    pub fn marked_steps(&self) -> u64 {
+        if self.following {
+            0
+        } else {
+            self.steps
+        }
+    }
+
+    /// Time of the latest event applied.
+    pub(crate) fn latest_ns(&self) -> u64 {
+        self.ledger.time_ns()
     }
 
     /// Whether steps follow a pattern found while the program ran.

@@ -338,7 +338,7 @@ impl LiveState {
             first_time_ns: self.trace_start_ns(),
             // Steps a live reader follows from a pattern are its own: a segment starts, as
             // the run did, without marks, and its reader finds the pattern itself.
-            steps: if self.following { 0 } else { self.steps },
+            steps: self.marked_steps(),
             marks: self.marks,
             step_times: self.step_times.filter(|_| !self.following),
             pool_trims: self.pool_trims,

@@ -52,7 +52,7 @@ impl Writer {
             events: self.sink.events - self.segment_first_event,
             last_seq,
             time_ns,
-            steps: state.map_or(0, LiveState::steps),
+            steps: state.map_or(0, LiveState::marked_steps),
             peaks,
         })
     }
@@ -95,7 +95,7 @@ impl Writer {
                 events_before: self.sink.events,
                 last_seq,
                 time_ns: clock::monotonic_ns(),
-                steps: self.live_state().map_or(0, LiveState::steps),
+                steps: self.live_state().map_or(0, LiveState::marked_steps),
                 bytes_before: segments.bytes_before() + bytes,
             }),
             ..self.header.clone()

@@ -158,6 +158,8 @@ struct Decided {
     pattern: StepPattern,
     key: TokenKey,
     boundaries: Vec<u64>,
+    /// Time of the anchor's latest occurrence.
+    last_ns: u64,
 }
 
 /// Follows the token stream while the trace has shown no step mark.
@@ -212,6 +214,7 @@ impl StepDetector {
         if let Some(d) = &mut self.decided {
             if key == d.key {
                 d.boundaries.push(seq);
+                d.last_ns = time_ns;
             }
             return;
         }
@@ -242,10 +245,12 @@ impl StepDetector {
         match self.pattern_in_buffer() {
             Some((pattern, key)) => {
                 let boundaries = pattern.boundaries.to_vec();
+                let last_ns = pattern.times_ns.1;
                 self.decided = Some(Decided {
                     pattern,
                     key,
                     boundaries,
+                    last_ns,
                 });
             }
             None => self.off = true,
@@ -270,6 +275,7 @@ impl StepDetector {
             pattern.boundaries = d.boundaries.clone().into();
             pattern.steps = d.boundaries.len() as u64;
             pattern.last_seq = d.boundaries.last().copied().unwrap_or(0);
+            pattern.times_ns.1 = d.last_ns;
             pattern.tokens = self.seen;
             return Some(pattern);
         }
