@@ -57,9 +57,14 @@ pub fn millis(
     use vramtrace_collector::units::parse_duration;
     let parse = |v: &str| {
         let t = v.trim();
-        let ms = match t.parse::<u64>() {
-            Ok(n) => Some(n),
-            Err(_) => parse_duration(t).ok().map(|d| d.as_millis() as u64),
+        // A bare number, whole or not, is milliseconds (rounded); a time with its unit, to the
+        // millisecond above (500us is 1, not 0).
+        let ms = match t.parse::<f64>() {
+            Ok(n) if n.is_finite() && n >= 0.0 => Some(n.round() as u64),
+            Ok(_) => None,
+            Err(_) => parse_duration(t)
+                .ok()
+                .map(|d| d.as_nanos().div_ceil(1_000_000) as u64),
         };
         ms.filter(|ms| (range.lo..=range.hi).contains(ms))
             .ok_or(format!(
@@ -106,6 +111,8 @@ mod tests {
         assert_eq!(ms("250", &mut w).as_millis(), 250);
         assert_eq!(ms(" 100ms", &mut w).as_millis(), 100);
         assert_eq!(ms("0.2s", &mut w).as_millis(), 200);
+        assert_eq!(ms("0.5", &mut w).as_millis(), 1);
+        assert_eq!(ms("500us", &mut w).as_millis(), 1);
         assert_eq!(ms("1s", &mut w).as_millis(), 32);
         assert_eq!(
             w,

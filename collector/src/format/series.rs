@@ -31,6 +31,16 @@ pub struct SegmentFile {
 }
 
 impl SegmentFile {
+    /// The name of the trace this file is part of: its own, unless its header says it is a
+    /// later segment (then [`trace_name`]: a copy or another trace named like a segment keeps
+    /// its own).
+    pub fn trace_name(&self) -> PathBuf {
+        match &self.header.segment {
+            Some(s) if s.index > 1 => trace_name(&self.path),
+            _ => self.path.clone(),
+        }
+    }
+
     /// Reads the header of the trace file at `path`.
     pub fn open(path: &Path) -> Result<Self, TraceError> {
         let file = File::open(path).map_err(|source| TraceError::Io {

@@ -75,6 +75,8 @@ struct Pending {
     alert: Alert,
     /// Until when it waits (`CLOCK_MONOTONIC` nanoseconds).
     until_ns: u64,
+    /// Raised by the end-of-run judgement: its line says so.
+    at_exit: bool,
 }
 
 /// The live analysis of this process, while it is on.
@@ -306,10 +308,12 @@ impl Monitor {
     /// would end it with another status.
     pub fn finish(&mut self, now_ns: u64, trace_path: &str, dropped: u64) -> Vec<Alert> {
         self.settings.signal = None;
-        self.settings.at_exit = true;
         let mut alerts = Vec::new();
         if self.judging() && self.guarded(|w, _| w.unjudged()) == Some(true) {
+            // Only what this judgement raises is said to be raised at exit.
+            self.settings.at_exit = true;
             alerts = self.judge(now_ns, trace_path);
+            self.settings.at_exit = false;
         }
         alerts.extend(self.settle(Some(u64::MAX), trace_path));
         if self.settings.enabled && !self.quiet {
@@ -401,8 +405,12 @@ impl Monitor {
                 at => now_ns.max(at.saturating_add(VIEW_EVERY.as_nanos() as u64)),
             };
             let until_ns = next_view.saturating_add(wait);
-            self.pending
-                .extend(alerts.into_iter().map(|alert| Pending { alert, until_ns }));
+            let at_exit = self.settings.at_exit;
+            self.pending.extend(alerts.into_iter().map(|alert| Pending {
+                alert,
+                until_ns,
+                at_exit,
+            }));
             // The program is ending (or out of memory) and handed over its view already: no
             // step comes to hand over a newer one, so the alert is named from that.
             if self.guarded(|w, _| torch::alerts::final_snapshot(w.attachments())) == Some(true) {
@@ -461,6 +469,10 @@ impl Monitor {
                         Some(Keeping::Line(site, rate)) => alert::name_view(&mut a, site, *rate),
                         Some(Keeping::Unknown) | None => {}
                     }
+                    let settings = &AlertSettings {
+                        at_exit: p.at_exit,
+                        ..settings.clone()
+                    };
                     alert::act(w, &mut a, settings, trace_path, quiet);
                     acted.push(a);
                 }

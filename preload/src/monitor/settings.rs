@@ -54,21 +54,28 @@ pub enum Threshold {
 
 /// What `VRAMTRACE_ALERT_THRESHOLD` takes, for its warning.
 const WHAT: &str = "not a growth per step (examples: 1MiB, 512KiB/step) or a share of device \
-                    memory from 0% to 100% (examples: 0.5%, 2%/step)";
+                    memory, 0% or from 0.0001% to 100% (examples: 0.5%, 2%/step)";
 
 impl Threshold {
     /// `1MiB`, `512KiB/step`, or a percentage of device memory (`0.5%`, `2%/step`).
     fn parse(text: &str) -> Result<Threshold, String> {
         let t = text.trim();
-        let t = t.strip_suffix("/step").unwrap_or(t).trim_end();
+        // `get`, not indexing: a value ending inside a multi-byte character has no such suffix.
+        let cut = t.len().saturating_sub(5);
+        let t = match t.get(cut..) {
+            Some(end) if end.eq_ignore_ascii_case("/step") => &t[..cut],
+            _ => t,
+        }
+        .trim_end();
         let Some(percent) = t.strip_suffix('%') else {
             return parse_rate(text)
                 .map(Threshold::Bytes)
                 .map_err(|_| WHAT.to_string());
         };
         match percent.trim().parse::<f64>() {
-            // 0, as `0` bytes: any steady growth alerts.
-            Ok(p) if (0.0..=100.0).contains(&p) => {
+            // 0, as `0` bytes: any steady growth alerts; a share too small to tell from it is
+            // refused.
+            Ok(p) if p == 0.0 || (0.0001..=100.0).contains(&p) => {
                 Ok(Threshold::PartsPerMillion((p * 10_000.0).round() as u64))
             }
             _ => Err(WHAT.to_string()),
@@ -300,7 +307,11 @@ mod tests {
             Some(Threshold::PartsPerMillion(20_000))
         );
         assert_eq!(share("0%").0.threshold, Some(Threshold::PartsPerMillion(0)));
-        for bad in ["150%", "abc%", "abc", "10%/s"] {
+        assert_eq!(
+            share("2%/STEP").0.threshold,
+            Some(Threshold::PartsPerMillion(20_000))
+        );
+        for bad in ["150%", "abc%", "abc", "10%/s", "0.00004%", "1é/stép"] {
             let (s, warned) = share(bad);
             assert_eq!(s.threshold, None);
             assert_eq!(

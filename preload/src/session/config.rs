@@ -162,10 +162,14 @@ impl Config {
             }
             None => default_output(rank_known),
         };
-        if let Some(unknown) =
-            pattern::unknown_placeholders("VRAMTRACE_OUTPUT", c.output.as_bytes())
-        {
-            w.push(format!("{unknown}; it is kept as written"));
+        // In the file name: a directory's name is taken as written.
+        let name = std::path::Path::new(&c.output).file_name();
+        if name.is_some_and(|n| pattern::unknown_placeholders("", n.as_bytes()).is_some()) {
+            if let Some(unknown) =
+                pattern::unknown_placeholders("VRAMTRACE_OUTPUT", c.output.as_bytes())
+            {
+                w.push(format!("{unknown}; it is kept as written"));
+            }
         }
         c.store_command_line = switch(
             "VRAMTRACE_STORE_CMDLINE",

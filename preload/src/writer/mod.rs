@@ -515,7 +515,8 @@ impl Writer {
 
     /// A process that made no GPU memory call leaves no trace, even when it marked steps (a
     /// program training on the CPU under the Python hooks): its file, one of marks, still the
-    /// one it created and not rotated, is removed.
+    /// one it created and not rotated, is removed. Not when events were lost (they may have
+    /// been its GPU calls).
     fn remove_if_marks_only(&mut self) {
         let Some((path, id)) = self.first_file.as_ref().filter(|_| !self.gpu_calls) else {
             return;
@@ -562,7 +563,9 @@ impl Writer {
         self_profile::print(self.timer.row(), lost);
         // Closed (if still ours): a process whose exec failed goes on with a new trace.
         self.sink.writer = None;
-        self.remove_if_marks_only();
+        if lost == 0 {
+            self.remove_if_marks_only();
+        }
         if lost > 0 && !self.session.config.quiet {
             let events = match lost {
                 1 => "1 event was lost".to_string(),
@@ -603,8 +606,8 @@ fn packing_for(current: Packing, backlog: u64, capacity: u64, drain: bool) -> Pa
     }
 }
 
-/// Whether `op` only marks the program's progress (a step, an iteration, a range, a mark) or is
-/// the tracer's own reading of device memory: no GPU memory call of the program.
+/// Whether `op` only marks the program's progress (a step, an iteration, a range, a mark): no
+/// GPU call of the program. (A reading of device memory is kept: a device was in use.)
 fn is_mark(op: &Op) -> bool {
     matches!(
         op,
@@ -613,7 +616,6 @@ fn is_mark(op: &Op) -> bool {
             | Op::RangePush { .. }
             | Op::RangePop
             | Op::Mark { .. }
-            | Op::DeviceMemory { .. }
     )
 }
 

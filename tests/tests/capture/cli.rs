@@ -157,7 +157,7 @@ captest!(
         assert_eq!(
             text(&out.stderr),
             "error: -o job-%d-%q.vtrace: %d, %q are no placeholders (%p pid, %r rank, %h host, %t \
-         start, %% a percent sign); write %% for a percent sign\n"
+         start, %% a percent sign); write %% for a percent sign in a file name\n"
         );
         assert!(out.stdout.is_empty(), "the program ran");
         assert!(trace_files(dir).is_empty());

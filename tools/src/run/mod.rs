@@ -304,11 +304,15 @@ fn output_path(given: &Path, from: &str) -> Result<PathBuf> {
     if given.as_os_str().is_empty() {
         bail!("{from}: not a file path");
     }
-    // A typo caught before the program runs, not a file named after it.
-    if let Some(unknown) = unknown_placeholders(from, given.as_os_str().as_bytes()) {
-        bail!("{unknown}; write %% for a percent sign");
-    }
     let path = absolute(given)?;
+    // A typo in the file name caught before the program runs, not a file named after it (a
+    // directory's name is taken as written: placeholders go in the file name).
+    let names_a_file = !given.to_string_lossy().ends_with('/') && !path.is_dir();
+    let name = given.file_name().filter(|_| names_a_file);
+    if name.is_some_and(|n| unknown_placeholders(from, n.as_bytes()).is_some()) {
+        let unknown = unknown_placeholders(from, given.as_os_str().as_bytes()).unwrap_or_default();
+        bail!("{unknown}; write %% for a percent sign in a file name");
+    }
     let path = if given.to_string_lossy().ends_with('/') || path.is_dir() {
         path.join(IN_DIRECTORY)
     } else if given.file_name().is_none() {

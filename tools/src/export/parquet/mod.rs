@@ -20,13 +20,13 @@ mod tensors;
 mod trace;
 mod traces;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
-use vramtrace_collector::format::trace_name;
+use vramtrace_collector::format::SegmentFile;
 
 use self::output::Staged;
 use self::trace::{Place, Rows};
@@ -56,13 +56,15 @@ pub fn run(job: &Job<'_>) -> Result<()> {
     let inputs = crate::inputs::files_of(&traces);
     let staged = Staged::claim(job.output, job.force, &inputs)?;
     let group = MultiProgress::new();
+    let files = file_names(&traces);
     let rows: Vec<Rows> = traces
         .par_iter()
-        .map(|path| {
+        .zip(files)
+        .map(|(path, file)| {
             let place = Place {
                 root: staged.path().to_path_buf(),
                 run: run.clone(),
-                file: file_name(path),
+                file,
             };
             let progress = Progress::in_group(&group, path, "exporting");
             // Its errors name the trace, or the file they could not write.
@@ -100,7 +102,7 @@ fn default_run(input: &Path) -> String {
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
     } else {
-        trace_name(input)
+        trace_of(input)
             .file_stem()
             .map(|n| n.to_string_lossy().into_owned())
     };
@@ -121,12 +123,39 @@ fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
-/// A trace's file name in its partition: the trace's (the first segment's, for a trace cut
-/// into segments, whichever was given), without `.vtrace`.
-fn file_name(trace: &Path) -> String {
-    trace_name(trace)
-        .file_stem()
-        .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned())
+/// The name of the trace the file at `path` is part of ([`SegmentFile::trace_name`]).
+fn trace_of(path: &Path) -> PathBuf {
+    SegmentFile::open(path).map_or(path.to_path_buf(), |f| f.trace_name())
+}
+
+/// Each trace's file name in its partition: the trace's (the first segment's, for a trace cut
+/// into segments, whichever was given), without `.vtrace`; where two traces would share one
+/// (a name freed by rotation and taken again), each gets its process id after it, then its
+/// place in the list: a file is never written by two traces.
+fn file_names(traces: &[PathBuf]) -> Vec<String> {
+    let stem = |p: &Path| {
+        trace_of(p)
+            .file_stem()
+            .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned())
+    };
+    let shared = |names: &[String]| -> Vec<bool> {
+        (names.iter())
+            .map(|n| names.iter().filter(|m| *m == n).count() > 1)
+            .collect()
+    };
+    let mut names: Vec<String> = traces.iter().map(|p| stem(p)).collect();
+    for (i, shared) in shared(&names).into_iter().enumerate() {
+        if shared {
+            let pid = SegmentFile::open(&traces[i]).map_or(0, |f| f.header.pid);
+            names[i] = format!("{}.{pid}", names[i]);
+        }
+    }
+    for (i, shared) in shared(&names).into_iter().enumerate() {
+        if shared {
+            names[i] = format!("{}.{i}", names[i]);
+        }
+    }
+    names
 }
 
 /// `name` as a Hive partition value: one path component that every reader takes as written
@@ -164,6 +193,18 @@ mod tests {
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    #[test]
+    fn two_traces_never_share_a_file() {
+        // Files that cannot be opened keep their own names, and no process id (0).
+        let paths = [
+            "/none/a/run.vtrace",
+            "/none/b/run.vtrace",
+            "/none/other.vtrace",
+        ];
+        let paths: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+        assert_eq!(file_names(&paths), ["run.0.0", "run.0.1", "other"]);
     }
 
     #[test]
