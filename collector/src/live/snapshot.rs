@@ -330,7 +330,7 @@ impl LiveState {
             .collect();
         let mut context_devices: Vec<(u64, i32)> = self.sites.context_devices().collect();
         context_devices.sort_unstable();
-        Snapshot {
+        let mut snapshot = Snapshot {
             complete: true,
             events: self.events,
             last_seq: self.last_seq,
@@ -356,7 +356,19 @@ impl LiveState {
             pools,
             devices: self.devices.values().map(device_row).collect(),
             nccl,
+        };
+        if self.marks == 0 && self.iteration_steps == 0 {
+            // Without marks, steps are a live reader's own (a pattern it follows or let go):
+            // the objects were made at no step a reader of the segment knows.
+            let s = &mut snapshot;
+            for o in s.objects.iter_mut().chain(s.set_aside.iter_mut()) {
+                o.step = 0;
+            }
+            s.communicators.iter_mut().for_each(|c| c.step = 0);
+            s.contexts.iter_mut().for_each(|c| c.step = 0);
+            s.pools.iter_mut().for_each(|p| p.step = 0);
         }
+        snapshot
     }
 
     /// The records a segment starts with: the definitions `snapshot` names, the tracer's notes

@@ -428,3 +428,17 @@ fn a_pattern_followed_at_its_last_occurrence_is_let_go_too() {
     }
     assert_eq!(raised, vec![(95, SampleAxis::Steps)]);
 }
+
+#[test]
+fn a_segment_snapshot_written_while_a_pattern_is_followed_has_no_steps() {
+    // The tracer starts each segment from its live state's snapshot: steps the watch follows
+    // from a pattern are its own, and a reader of the segment finds its own; so neither the
+    // snapshot nor the objects in it carry them.
+    let (_, watch) = judged_each_second(&unmarked_loop(10, None), config());
+    let state = watch.state();
+    assert!(state.follows_pattern() && state.steps() > 300);
+    let snapshot = state.snapshot();
+    assert_eq!((snapshot.steps, snapshot.step_times), (0, None));
+    assert!(snapshot.objects.len() > 600);
+    assert!(snapshot.objects.iter().all(|o| o.step == 0));
+}
