@@ -31,16 +31,6 @@ pub struct SegmentFile {
 }
 
 impl SegmentFile {
-    /// The name of the trace this file is part of: its own, unless its header says it is a
-    /// later segment (then [`trace_name`]: a copy or another trace named like a segment keeps
-    /// its own).
-    pub fn trace_name(&self) -> PathBuf {
-        match &self.header.segment {
-            Some(s) if s.index > 1 => trace_name(&self.path),
-            _ => self.path.clone(),
-        }
-    }
-
     /// Reads the header of the trace file at `path`.
     pub fn open(path: &Path) -> Result<Self, TraceError> {
         let file = File::open(path).map_err(|source| TraceError::Io {
@@ -126,14 +116,24 @@ fn base_of(name: &str) -> (String, String) {
     (parts[..base_end.max(1)].join("."), ext)
 }
 
-/// The name of the trace the file at `path` is part of: `run.vtrace` for `run.seg7.vtrace`
-/// (and for `run.vtrace`), beside it; whether or not that file is still there.
-pub fn trace_name(path: &Path) -> PathBuf {
-    let Some(name) = path.file_name() else {
+/// The name of the trace the file at `path`, with `header`, is part of: its own, unless its
+/// header says it is a later segment, then its first segment's (`run.vtrace` for
+/// `run.seg7.vtrace`), beside it, whether or not that file is still there. A copy, or another
+/// trace named like a segment, keeps its own.
+pub fn trace_name(path: &Path, header: &Header) -> PathBuf {
+    let name = path
+        .file_name()
+        .filter(|_| header.segment.as_ref().is_some_and(|s| s.index > 1));
+    let Some(name) = name else {
         return path.to_path_buf();
     };
     let (base, ext) = base_of(&name.to_string_lossy());
     path.with_file_name(format!("{base}{ext}"))
+}
+
+/// [`trace_name`] of the file at `path`, its header read; `path` itself when it cannot be.
+pub fn trace_of(path: &Path) -> PathBuf {
+    SegmentFile::open(path).map_or(path.to_path_buf(), |f| trace_name(&f.path, &f.header))
 }
 
 /// The segment number a name gives (`run.seg7.vtrace` → 7; `run.seg7.4242.vtrace` → 7).

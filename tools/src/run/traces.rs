@@ -12,7 +12,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use vramtrace_collector::format::{SegmentFile, Series};
+use vramtrace_collector::format::{trace_of, Series};
 use vramtrace_collector::live::{Accounting, LiveState, StepSource};
 use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 use vramtrace_collector::units::pattern::NamePattern;
@@ -112,9 +112,7 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
                 writeln!(
                     out,
                     "vramtrace: {}: pid {}, {}{lost}, {}",
-                    SegmentFile::open(path)
-                        .map_or(path.to_path_buf(), |f| f.trace_name())
-                        .display(),
+                    trace_of(path).display(),
                     trace.header.pid,
                     count(events, "event"),
                     trace.ending.describe()

@@ -26,7 +26,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
-use vramtrace_collector::format::SegmentFile;
+use vramtrace_collector::format::{trace_of, SegmentFile};
 
 use self::output::Staged;
 use self::trace::{Place, Rows};
@@ -121,11 +121,6 @@ fn default_run(input: &Path) -> String {
 
 fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
-}
-
-/// The name of the trace the file at `path` is part of ([`SegmentFile::trace_name`]).
-fn trace_of(path: &Path) -> PathBuf {
-    SegmentFile::open(path).map_or(path.to_path_buf(), |f| f.trace_name())
 }
 
 /// Each trace's file name in its partition: the trace's (the first segment's, for a trace cut

@@ -56,11 +56,8 @@ pub fn write(t: &mut TableFile<Traces>, trace: &LoadedTrace) -> Result<()> {
     rows.tracer_version.append_value(&h.tool_version);
     rows.start_unix_ns.append_value(bits(h.start_unix_ns));
     rows.start_mono_ns.append_value(bits(h.start_mono_ns));
-    let name = match &h.segment {
-        Some(s) if s.index > 1 => trace_name(&trace.path),
-        _ => trace.path.clone(),
-    };
-    rows.trace.append_value(name.display().to_string());
+    rows.trace
+        .append_value(trace_name(&trace.path, h).display().to_string());
     rows.ending.append_value(trace.ending.kind());
     rows.end_reason
         .append_option(state.end().map(|e| e.reason.as_str()));
