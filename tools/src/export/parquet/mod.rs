@@ -9,7 +9,9 @@
 //! not an empty directory is replaced only with `--force`.
 
 mod allocations;
+mod column;
 mod communicators;
+mod encode;
 mod failures;
 mod names;
 mod output;
@@ -210,7 +212,7 @@ mod tests {
             schema.fields().iter().map(|f| f.name().clone()).collect()
         }
         let tables = [
-            ("allocations", columns(allocations::Allocations::new())),
+            ("allocations", allocations::column_names()),
             ("sites", columns(sites::Sites::new())),
             ("steps", columns(steps::Steps::new())),
             ("samples", columns(steps::Samples::new())),

@@ -15,7 +15,7 @@ use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::RecordRef;
 use vramtrace_collector::live::{LiveState, StepSource};
 
-use super::allocations::{self, Allocations};
+use super::allocations::AllocationsFile;
 use super::communicators::{self, Communicators};
 use super::failures::{self, Failures};
 use super::names::Names;
@@ -68,7 +68,7 @@ pub struct Rows {
 /// The tables filled while the trace is read.
 struct Streaming {
     pid: i64,
-    allocations: TableFile<Allocations>,
+    allocations: AllocationsFile,
     steps: TableFile<Steps>,
     samples: TableFile<Samples>,
     failures: TableFile<Failures>,
@@ -82,7 +82,7 @@ impl Streaming {
         let m = || metadata.to_vec();
         Ok(Streaming {
             pid,
-            allocations: TableFile::create(path("allocations"), Allocations::new(), m())?,
+            allocations: AllocationsFile::create(path("allocations"), m())?,
             steps: TableFile::create(path("steps"), Steps::new(), m())?,
             samples: TableFile::create(path("samples"), Samples::new(), m())?,
             failures: TableFile::create(path("failures"), Failures::new(), m())?,
@@ -95,7 +95,8 @@ impl Streaming {
     #[inline]
     fn event(&mut self, state: &LiveState, e: &Event) -> Result<()> {
         for x in state.ended() {
-            allocations::ended(&mut self.allocations, state, &mut self.names, self.pid, x)?;
+            self.allocations
+                .ended(state, &mut self.names, self.pid, x)?;
         }
         if !e.ok() {
             // Every failed call is recorded, the last one kept last.
@@ -203,7 +204,7 @@ fn finish(
 ) -> Result<Rows> {
     let state = &trace.state;
     for o in state.live_objects() {
-        allocations::live(&mut t.allocations, state, &mut t.names, t.pid, &o)?;
+        t.allocations.live(state, &mut t.names, t.pid, &o)?;
     }
     let m = || metadata.to_vec();
     let mut sites = TableFile::create(path("sites"), Sites::new(), m())?;
