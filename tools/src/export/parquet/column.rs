@@ -104,6 +104,29 @@ struct Chunk {
     max: i64,
     /// Whether a page used the dictionary (the chunk then starts with its page).
     dictionary: bool,
+    /// Whether the chunk's pages are compressed: decided on its first page, by what zstd
+    /// saves there.
+    compressed: Option<bool>,
+}
+
+impl Chunk {
+    /// A page's bytes as the chunk stores them.
+    fn pack(&mut self, zstd: &mut Zstd, page: &[u8]) -> Result<Bytes> {
+        match self.compressed {
+            Some(false) => Ok(Bytes::copy_from_slice(page)),
+            Some(true) => zstd.compress(page),
+            None => {
+                let packed = zstd.compress(page)?;
+                let worth = packed.len() as f64 <= page.len() as f64 * WORTH_COMPRESSING;
+                self.compressed = Some(worth);
+                Ok(if worth {
+                    packed
+                } else {
+                    Bytes::copy_from_slice(page)
+                })
+            }
+        }
+    }
 }
 
 impl Default for Chunk {
@@ -115,6 +138,7 @@ impl Default for Chunk {
             min: i64::MAX,
             max: i64::MIN,
             dictionary: false,
+            compressed: None,
         }
     }
 }
@@ -179,31 +203,36 @@ impl Column {
     #[inline]
     fn number(&mut self, v: i64) {
         if self.encode == Encode::Dictionary {
-            let key = v as u64;
-            let i = match self.dictionary.get(key) {
-                Some(i) => i,
-                None if self.dictionary.len as usize >= MAX_NUMBER_ENTRIES => {
-                    // Too many entries: numbers as they are from here on.
-                    self.fall_back();
-                    return self.number(v);
-                }
-                None => {
-                    let int32 = self.is_int32();
-                    self.dictionary.insert(key, |p| {
-                        if int32 {
-                            p.extend_from_slice(&(v as i32).to_le_bytes());
-                        } else {
-                            p.extend_from_slice(&v.to_le_bytes());
-                        }
-                    })
-                }
-            };
-            self.indices.push(i);
+            match self.dictionary.get(v as u64) {
+                Some(i) => self.indices.push(i),
+                None => self.new_number(v),
+            }
         } else {
             self.values.push(v);
         }
         self.chunk.min = self.chunk.min.min(v);
         self.chunk.max = self.chunk.max.max(v);
+    }
+
+    /// Appends `v`, which the dictionary does not hold yet.
+    #[cold]
+    #[inline(never)]
+    fn new_number(&mut self, v: i64) {
+        if self.dictionary.len as usize >= MAX_NUMBER_ENTRIES {
+            // Too many entries: numbers as they are from here on.
+            self.fall_back();
+            self.values.push(v);
+            return;
+        }
+        let int32 = self.is_int32();
+        let i = self.dictionary.insert(v as u64, |p| {
+            if int32 {
+                p.extend_from_slice(&(v as i32).to_le_bytes());
+            } else {
+                p.extend_from_slice(&v.to_le_bytes());
+            }
+        });
+        self.indices.push(i);
     }
 
     /// Appends `v`, or a null.
@@ -341,7 +370,7 @@ impl Column {
             }
         };
         let page = Page::DataPage {
-            buf: zstd.compress(&buf)?,
+            buf: self.chunk.pack(zstd, &buf)?,
             num_values: levels as u32,
             encoding,
             def_level_encoding: Encoding::RLE,
@@ -361,7 +390,7 @@ impl Column {
     /// says of it.
     pub fn chunk(&mut self, rows: u64, zstd: &mut Zstd) -> Result<(Bytes, ColumnCloseResult)> {
         self.page(zstd)?;
-        let chunk = std::mem::take(&mut self.chunk);
+        let mut chunk = std::mem::take(&mut self.chunk);
         let mut sink = TrackedWrite::new(Vec::new());
         let mut encodings = Vec::new();
         let (mut compressed, mut uncompressed) = (0, 0);
@@ -371,7 +400,7 @@ impl Column {
             let mut writer = SerializedPageWriter::new(&mut sink);
             if chunk.dictionary {
                 let page = Page::DictionaryPage {
-                    buf: zstd.compress(&self.dictionary.plain)?,
+                    buf: chunk.pack(zstd, &self.dictionary.plain)?,
                     num_values: self.dictionary.len,
                     encoding: Encoding::PLAIN,
                     is_sorted: false,
@@ -398,7 +427,10 @@ impl Column {
             encodings.push(Encoding::RLE);
         }
         let mut metadata = ColumnChunkMetaData::builder(self.descr.clone())
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(LEVEL)?))
+            .set_compression(match chunk.compressed {
+                Some(true) => Compression::ZSTD(ZstdLevel::try_new(LEVEL)?),
+                _ => Compression::UNCOMPRESSED,
+            })
             .set_encodings(encodings)
             .set_total_compressed_size(compressed as i64)
             .set_total_uncompressed_size(uncompressed as i64)
@@ -435,7 +467,12 @@ impl Column {
     }
 }
 
-/// zstd's level for every page: its fastest (the encodings have already made the data small).
+/// A chunk is compressed when zstd makes its first page at most this share of its size: most
+/// pages of numbers that differ, once encoded, shrink by a few percent only, for the time zstd
+/// takes over all of them.
+const WORTH_COMPRESSING: f64 = 0.8;
+
+/// zstd's level for every compressed page: its fastest (the encodings have already made the data small).
 pub const LEVEL: i32 = 1;
 
 /// A zstd compressor kept across pages (its context is costly to make).
