@@ -7,10 +7,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type};
-use arrow_array::{Array, RecordBatch};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::{Field, Row};
 
 use crate::support::*;
 
@@ -35,62 +33,58 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 
 /// The rows of `table` in the dataset at `root`, all files together.
 fn table(root: &Path, table: &str) -> Rows {
-    let mut batches = Vec::new();
+    let mut rows = Vec::new();
     for f in files(&root.join(table)) {
-        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&f).unwrap())
-            .unwrap()
-            .build()
-            .unwrap();
-        batches.extend(reader.map(Result::unwrap));
+        let reader = SerializedFileReader::new(File::open(&f).unwrap()).unwrap();
+        rows.extend(reader.get_row_iter(None).unwrap().map(Result::unwrap));
     }
-    Rows(batches)
+    Rows(rows)
 }
 
-/// A table read back, its columns by name across its batches.
-struct Rows(Vec<RecordBatch>);
+/// A table read back, its columns by name.
+struct Rows(Vec<Row>);
 
 impl Rows {
     fn len(&self) -> usize {
-        self.0.iter().map(RecordBatch::num_rows).sum()
+        self.0.len()
     }
 
-    fn columns<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a dyn Array> + 'a {
-        self.0.iter().map(move |b| {
-            b.column_by_name(name)
+    fn column<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Field> + 'a {
+        self.0.iter().map(move |r| {
+            (r.get_column_iter().find(|(n, _)| *n == name))
                 .unwrap_or_else(|| panic!("no column {name}"))
-                .as_ref()
+                .1
         })
     }
 
     fn int(&self, name: &str) -> Vec<Option<i64>> {
-        let mut v = Vec::new();
-        for c in self.columns(name) {
-            match c.data_type() {
-                arrow_schema::DataType::Int32 => v.extend(
-                    c.as_primitive::<Int32Type>()
-                        .iter()
-                        .map(|x| x.map(i64::from)),
-                ),
-                _ => v.extend(c.as_primitive::<Int64Type>().iter()),
-            }
-        }
-        v
+        (self.column(name))
+            .map(|f| match f {
+                Field::Long(v) => Some(*v),
+                Field::Int(v) => Some(i64::from(*v)),
+                Field::Null => None,
+                other => panic!("{name}: {other:?} is no number"),
+            })
+            .collect()
     }
 
     fn text(&self, name: &str) -> Vec<Option<String>> {
-        self.columns(name)
-            .flat_map(|c| {
-                c.as_string::<i32>()
-                    .iter()
-                    .map(|v| v.map(str::to_string))
-                    .collect::<Vec<_>>()
+        (self.column(name))
+            .map(|f| match f {
+                Field::Str(v) => Some(v.clone()),
+                Field::Null => None,
+                other => panic!("{name}: {other:?} is no text"),
             })
             .collect()
     }
 
     fn flag(&self, name: &str) -> Vec<Option<bool>> {
-        self.columns(name)
-            .flat_map(|c| c.as_boolean().iter().collect::<Vec<_>>())
+        (self.column(name))
+            .map(|f| match f {
+                Field::Bool(v) => Some(*v),
+                Field::Null => None,
+                other => panic!("{name}: {other:?} is no boolean"),
+            })
             .collect()
     }
 }
@@ -255,7 +249,7 @@ fn the_training_loop_as_tables() {
 
     // The run's facts ride in every file's footer.
     for f in files(&out) {
-        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&f).unwrap()).unwrap();
+        let reader = SerializedFileReader::new(File::open(&f).unwrap()).unwrap();
         let kv: BTreeMap<String, String> = reader
             .metadata()
             .file_metadata()

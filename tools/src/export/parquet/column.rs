@@ -21,7 +21,7 @@ use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 use rustc_hash::FxHashMap;
 
-use super::encode::{bit_width, delta_binary_packed, rle_hybrid};
+use super::encode::{bit_pack32, bit_width, delta_binary_packed, rle_hybrid};
 
 /// Rows in a data page.
 pub const PAGE_ROWS: usize = 32 * 1024;
@@ -32,6 +32,32 @@ const MAX_NUMBER_ENTRIES: usize = 1 << 16;
 
 /// Keys below this are looked up in a table, the others in a hash map.
 const DENSE_KEYS: u64 = 1 << 16;
+
+/// Where a value goes: a row of its own, or the first or a later element of a list in the
+/// row (its repetition level).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    Row,
+    First,
+    Next,
+}
+
+impl At {
+    /// The first element of a list, or the ones after.
+    pub fn element(first: bool) -> At {
+        if first {
+            At::First
+        } else {
+            At::Next
+        }
+    }
+}
+
+/// A text as a PLAIN byte array: its length, then its bytes.
+fn plain_text(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+}
 
 /// How a column writes its values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +78,8 @@ struct Dictionary {
     len: u32,
     dense: Vec<u32>,
     sparse: FxHashMap<u64, u32>,
+    /// For a column of texts given as they are: each text's index.
+    texts: FxHashMap<Box<str>, u32>,
     /// The last key found, and its index (a process, a device, a thread: runs of one key).
     last: (u64, u32),
 }
@@ -146,8 +174,11 @@ impl Default for Chunk {
 /// One column of a table being written.
 pub struct Column {
     descr: ColumnDescPtr,
+    /// How the column writes its values, and how the current chunk does (a dictionary of
+    /// numbers that grew too large falls back to Plain until the chunk ends).
+    wanted: Encode,
     encode: Encode,
-    /// A column of numbers (its chunks carry statistics: minimum, maximum, nulls).
+    /// A column of numbers or booleans (its chunks carry statistics: minimum, maximum, nulls).
     numbers: bool,
     max_def: i16,
     max_rep: i16,
@@ -163,11 +194,15 @@ pub struct Column {
 
 impl Column {
     pub fn new(descr: ColumnDescPtr, encode: Encode) -> Self {
-        let numbers = matches!(descr.physical_type(), Physical::INT32 | Physical::INT64);
+        let numbers = matches!(
+            descr.physical_type(),
+            Physical::INT32 | Physical::INT64 | Physical::BOOLEAN
+        );
         Column {
             max_def: descr.max_def_level(),
             max_rep: descr.max_rep_level(),
             descr,
+            wanted: encode,
             encode,
             numbers,
             values: Vec::new(),
@@ -183,21 +218,41 @@ impl Column {
         self.descr.physical_type() == Physical::INT32
     }
 
+    /// The levels of a value at `at`: defined all the way down (`Some`), or up to the value
+    /// itself (`None`: a null field, or a null element of a list).
     #[inline]
-    fn defined(&mut self) {
+    fn levels_at(&mut self, at: At, defined: bool) {
         if self.max_def > 0 {
-            self.defs.push(self.max_def as u32);
+            let def = self.max_def as u32 - u32::from(!defined);
+            self.defs.push(def);
+        }
+        if self.max_rep > 0 {
+            self.reps.push(u32::from(at == At::Next));
+        }
+        if !defined {
+            self.chunk.nulls += 1;
         }
     }
 
     /// Appends number `v`.
     #[inline]
-    pub fn int(&mut self, v: i64) {
-        self.defined();
-        if self.max_rep > 0 {
-            self.reps.push(0);
+    pub fn int(&mut self, v: impl Into<i64>) {
+        self.int_at(At::Row, Some(v.into()));
+    }
+
+    /// Appends `v`, or a null.
+    #[inline]
+    pub fn opt_int<V: Into<i64>>(&mut self, v: Option<V>) {
+        self.int_at(At::Row, v.map(Into::into));
+    }
+
+    /// Appends number `v`, or a null, at `at`.
+    #[inline]
+    pub fn int_at(&mut self, at: At, v: Option<i64>) {
+        self.levels_at(at, v.is_some());
+        if let Some(v) = v {
+            self.number(v);
         }
-        self.number(v);
     }
 
     #[inline]
@@ -235,16 +290,25 @@ impl Column {
         self.indices.push(i);
     }
 
-    /// Appends `v`, or a null.
+    /// Appends `v` (a column of booleans).
     #[inline]
-    pub fn opt_int(&mut self, v: Option<i64>) {
-        match v {
-            Some(v) => self.int(v),
-            None => self.null(),
+    pub fn boolean(&mut self, v: bool) {
+        self.bool_at(At::Row, Some(v));
+    }
+
+    /// Appends `v`, or a null, at `at`.
+    #[inline]
+    pub fn bool_at(&mut self, at: At, v: Option<bool>) {
+        self.levels_at(at, v.is_some());
+        if let Some(v) = v {
+            self.values.push(i64::from(v));
+            self.chunk.min = self.chunk.min.min(i64::from(v));
+            self.chunk.max = self.chunk.max.max(i64::from(v));
         }
     }
 
-    /// Appends a null (an empty list, for a list column).
+    /// Appends a null, or an empty list for a list column (not even the list's repeated group
+    /// is defined).
     #[inline]
     pub fn null(&mut self) {
         self.defs.push(0);
@@ -257,10 +321,7 @@ impl Column {
     /// Appends the word of `key`: `word()`'s, the first time the column meets the key.
     #[inline]
     pub fn word<S: AsRef<str>>(&mut self, key: u64, word: impl FnOnce() -> S) {
-        self.defined();
-        if self.max_rep > 0 {
-            self.reps.push(0);
-        }
+        self.levels_at(At::Row, true);
         self.index(key, word);
     }
 
@@ -268,12 +329,9 @@ impl Column {
     fn index<S: AsRef<str>>(&mut self, key: u64, word: impl FnOnce() -> S) {
         let i = match self.dictionary.get(key) {
             Some(i) => i,
-            None => self.dictionary.insert(key, |p| {
-                let w = word();
-                let w = w.as_ref().as_bytes();
-                p.extend_from_slice(&(w.len() as u32).to_le_bytes());
-                p.extend_from_slice(w);
-            }),
+            None => self
+                .dictionary
+                .insert(key, |p| plain_text(p, word().as_ref())),
         };
         self.indices.push(i);
     }
@@ -289,17 +347,56 @@ impl Column {
 
     /// Appends a list of words (each `(key, word)`) as one row of a list column.
     pub fn words<S: AsRef<str>>(&mut self, words: impl Iterator<Item = (u64, S)>) {
-        let mut first = true;
+        let mut at = At::First;
         for (key, w) in words {
-            self.defs.push(self.max_def as u32);
-            self.reps.push(u32::from(!first));
-            first = false;
+            self.levels_at(at, true);
+            at = At::Next;
             self.index(key, || w);
         }
-        if first {
-            // An empty list: no element, so not even the repeated group is defined.
-            self.defs.push(0);
-            self.reps.push(0);
+        if at == At::First {
+            self.null();
+        }
+    }
+
+    /// Appends text `v` (the dictionary is keyed by the text itself).
+    #[inline]
+    pub fn text(&mut self, v: impl AsRef<str>) {
+        self.text_at(At::Row, Some(v.as_ref()));
+    }
+
+    /// Appends text `v`, or a null.
+    #[inline]
+    pub fn opt_text<V: AsRef<str>>(&mut self, v: Option<V>) {
+        self.text_at(At::Row, v.as_ref().map(AsRef::as_ref));
+    }
+
+    /// Appends text `v`, or a null, at `at`.
+    pub fn text_at(&mut self, at: At, v: Option<&str>) {
+        self.levels_at(at, v.is_some());
+        if let Some(v) = v {
+            let i = match self.dictionary.texts.get(v) {
+                Some(&i) => i,
+                None => {
+                    let i = self.dictionary.len;
+                    self.dictionary.texts.insert(v.into(), i);
+                    plain_text(&mut self.dictionary.plain, v);
+                    self.dictionary.len += 1;
+                    i
+                }
+            };
+            self.indices.push(i);
+        }
+    }
+
+    /// Appends a list of texts as one row of a list column.
+    pub fn texts<'a>(&mut self, texts: impl Iterator<Item = &'a str>) {
+        let mut at = At::First;
+        for t in texts {
+            self.text_at(at, Some(t));
+            at = At::Next;
+        }
+        if at == At::First {
+            self.null();
         }
     }
 
@@ -357,7 +454,10 @@ impl Column {
                 Encoding::RLE_DICTIONARY
             }
             Encode::Plain => {
-                if self.is_int32() {
+                if self.descr.physical_type() == Physical::BOOLEAN {
+                    let bits: Vec<u32> = self.values.iter().map(|&v| v as u32).collect();
+                    bit_pack32(&bits, 1, &mut buf);
+                } else if self.is_int32() {
                     buf.extend(self.values.iter().flat_map(|v| (*v as i32).to_le_bytes()));
                 } else {
                     buf.extend(self.values.iter().flat_map(|v| v.to_le_bytes()));
@@ -391,6 +491,10 @@ impl Column {
     pub fn chunk(&mut self, rows: u64, zstd: &mut Zstd) -> Result<(Bytes, ColumnCloseResult)> {
         self.page(zstd)?;
         let mut chunk = std::mem::take(&mut self.chunk);
+        // Each chunk has a dictionary of its own: what the next one holds and how wide its
+        // indices are depend on its rows only.
+        let dictionary = std::mem::take(&mut self.dictionary);
+        self.encode = self.wanted;
         let mut sink = TrackedWrite::new(Vec::new());
         let mut encodings = Vec::new();
         let (mut compressed, mut uncompressed) = (0, 0);
@@ -400,12 +504,12 @@ impl Column {
             let mut writer = SerializedPageWriter::new(&mut sink);
             if chunk.dictionary {
                 let page = Page::DictionaryPage {
-                    buf: chunk.pack(zstd, &self.dictionary.plain)?,
-                    num_values: self.dictionary.len,
+                    buf: chunk.pack(zstd, &dictionary.plain)?,
+                    num_values: dictionary.len,
                     encoding: Encoding::PLAIN,
                     is_sorted: false,
                 };
-                let page = CompressedPage::new(page, self.dictionary.plain.len());
+                let page = CompressedPage::new(page, dictionary.plain.len());
                 let spec = writer.write_page(page)?;
                 dictionary_at = Some(spec.offset as i64);
                 compressed += spec.compressed_size;
@@ -444,7 +548,10 @@ impl Column {
                 (None, None)
             };
             let nulls = Some(chunk.nulls);
-            let stats = if self.is_int32() {
+            let stats = if self.descr.physical_type() == Physical::BOOLEAN {
+                let b = |v: Option<i64>| v.map(|v| v != 0);
+                Statistics::Boolean(ValueStatistics::new(b(min), b(max), None, nulls, false))
+            } else if self.is_int32() {
                 let i32 = |v: Option<i64>| v.map(|v| v as i32);
                 let v = ValueStatistics::new(i32(min), i32(max), None, nulls, false);
                 Statistics::Int32(v.with_backwards_compatible_min_max(true))
@@ -497,12 +604,10 @@ fn external(e: std::io::Error) -> parquet::errors::ParquetError {
 mod tests {
     use std::sync::Arc;
 
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{Int32Type, Int64Type};
-    use arrow_array::Array;
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use parquet::file::properties::WriterProperties;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
     use parquet::file::writer::SerializedFileWriter;
+    use parquet::record::{Field, ListAccessor, RowAccessor};
     use parquet::schema::parser::parse_message_type;
     use parquet::schema::types::SchemaDescriptor;
 
@@ -575,9 +680,9 @@ mod tests {
             }
         }
         let bytes = Bytes::from(file.into_inner().unwrap());
-        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        let reader = SerializedFileReader::new(bytes).unwrap();
         // Statistics of the first row group, which readers skip row groups by.
-        let group = builder.metadata().row_group(0);
+        let group = reader.metadata().row_group(0);
         let rows = (0..GROUP).map(numbers);
         let d = rows.clone().map(|r| r.0);
         let want = (d.clone().min(), d.max(), Some(0));
@@ -599,26 +704,28 @@ mod tests {
             None,
             "no statistics for words"
         );
-        let reader = builder.build().unwrap();
+        // Both kinds of chunk are read back: compressed, and not worth compressing.
+        let codecs: Vec<_> = group.columns().iter().map(|c| c.compression()).collect();
+        assert!(codecs.contains(&Compression::UNCOMPRESSED), "{codecs:?}");
+        assert!(
+            codecs.iter().any(|c| matches!(c, Compression::ZSTD(_))),
+            "{codecs:?}"
+        );
         let mut i = 0;
-        for batch in reader {
-            let batch = batch.unwrap();
-            let d = batch.column(0).as_primitive::<Int64Type>();
-            let g = batch.column(1).as_primitive::<Int64Type>();
-            let o = batch.column(2).as_primitive::<Int64Type>();
-            let s = batch.column(3).as_primitive::<Int32Type>();
-            let l = batch.column(4).as_list::<i32>();
-            for r in 0..batch.num_rows() {
-                let (wd, wg, wo, ws) = numbers(i);
-                assert_eq!(d.value(r), wd, "d, row {i}");
-                assert_eq!(g.value(r), wg, "g, row {i}");
-                assert_eq!(o.is_valid(r).then(|| o.value(r)), wo, "o, row {i}");
-                assert_eq!(s.value(r), ws, "s, row {i}");
-                let list = l.value(r);
-                let got: Vec<&str> = list.as_string::<i32>().iter().flatten().collect();
-                assert_eq!(got, words(i), "l, row {i}");
-                i += 1;
-            }
+        for row in reader.get_row_iter(None).unwrap() {
+            let row = row.unwrap();
+            let (wd, wg, wo, ws) = numbers(i);
+            assert_eq!(row.get_long(0).unwrap(), wd, "d, row {i}");
+            assert_eq!(row.get_long(1).unwrap(), wg, "g, row {i}");
+            let o = row.get_column_iter().nth(2).unwrap().1;
+            assert_eq!(o, &wo.map_or(Field::Null, Field::Long), "o, row {i}");
+            assert_eq!(row.get_int(3).unwrap(), ws, "s, row {i}");
+            let list = row.get_list(4).unwrap();
+            let got: Vec<String> = (0..list.len())
+                .map(|k| list.get_string(k).unwrap().clone())
+                .collect();
+            assert_eq!(got, words(i), "l, row {i}");
+            i += 1;
         }
         assert_eq!(i, ROWS);
     }

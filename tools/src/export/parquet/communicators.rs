@@ -3,7 +3,6 @@
 //! it was made. Its memory is the `allocations` rows whose `communicator` is its `comm`.
 
 use anyhow::Result;
-use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder};
 use vramtrace_collector::live::LiveState;
 
 use super::allocations::bits;
@@ -13,20 +12,20 @@ use super::table::{table, TableFile};
 table! {
     /// The columns of `communicators` (docs/data.md).
     Communicators {
-        pid: Int64Builder = Int64Builder::new(), false;
-        comm: Int64Builder = Int64Builder::new(), false;
-        comm_rank: Int32Builder = Int32Builder::new(), false;
-        nranks: Int32Builder = Int32Builder::new(), false;
-        device: Int32Builder = Int32Builder::new(), false;
-        parent: Int64Builder = Int64Builder::new(), true;
-        state: StringBuilder = StringBuilder::new(), false;
-        api: StringBuilder = StringBuilder::new(), false;
-        created_seq: Int64Builder = Int64Builder::new(), false;
-        created_time_ns: Int64Builder = Int64Builder::new(), false;
-        created_step: Int64Builder = Int64Builder::new(), false;
-        ended_seq: Int64Builder = Int64Builder::new(), true;
-        site: Int64Builder = Int64Builder::new(), false;
-        label: StringBuilder = StringBuilder::new(), false;
+        pid: "required int64" => Dictionary;
+        comm: "required int64" => Plain;
+        comm_rank: "required int32" => Dictionary;
+        nranks: "required int32" => Dictionary;
+        device: "required int32" => Dictionary;
+        parent: "optional int64" => Plain;
+        state: "required binary" " (STRING);" => Dictionary;
+        api: "required binary" " (STRING);" => Dictionary;
+        created_seq: "required int64" => Delta;
+        created_time_ns: "required int64" => Delta;
+        created_step: "required int64" => Dictionary;
+        ended_seq: "optional int64" => Delta;
+        site: "required int64" => Dictionary;
+        label: "required binary" " (STRING);" => Dictionary;
     }
 }
 
@@ -40,21 +39,21 @@ pub fn write(
     for c in state.communicators() {
         let rows = &mut t.rows;
         let o = &c.origin;
-        rows.pid.append_value(pid);
-        rows.comm.append_value(bits(c.comm));
-        rows.comm_rank.append_value(c.rank);
-        rows.nranks.append_value(c.nranks);
-        rows.device.append_value(c.device);
+        rows.pid.int(pid);
+        rows.comm.int(bits(c.comm));
+        rows.comm_rank.int(c.rank);
+        rows.nranks.int(c.nranks);
+        rows.device.int(c.device);
         rows.parent
-            .append_option((c.parent != 0).then_some(bits(c.parent)));
-        rows.state.append_value(c.state.name());
-        rows.api.append_value(o.api.name());
-        rows.created_seq.append_value(bits(o.seq));
-        rows.created_time_ns.append_value(bits(o.time_ns));
-        rows.created_step.append_value(bits(o.step));
-        rows.ended_seq.append_option(c.ended_seq.map(bits));
-        rows.site.append_value(i64::from(o.site));
-        rows.label.append_value(names.site(state, o.site));
+            .opt_int((c.parent != 0).then_some(bits(c.parent)));
+        rows.state.text(c.state.name());
+        rows.api.text(o.api.name());
+        rows.created_seq.int(bits(o.seq));
+        rows.created_time_ns.int(bits(o.time_ns));
+        rows.created_step.int(bits(o.step));
+        rows.ended_seq.opt_int(c.ended_seq.map(bits));
+        rows.site.int(i64::from(o.site));
+        rows.label.text(names.site(state, o.site));
         t.row_done()?;
     }
     Ok(())

@@ -27,7 +27,7 @@ fn zigzag(v: i64, out: &mut Vec<u8>) {
 
 /// Appends `values`, `width` bits each (at most 32), least significant bit first; a last
 /// byte only partly filled is padded with zeros.
-fn bit_pack32(values: &[u32], width: u32, out: &mut Vec<u8>) {
+pub fn bit_pack32(values: &[u32], width: u32, out: &mut Vec<u8>) {
     if width == 0 {
         return;
     }

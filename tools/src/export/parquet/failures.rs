@@ -3,7 +3,6 @@
 //! `allocations` rows live at its `seq` says what held the device.
 
 use anyhow::Result;
-use arrow_array::builder::{BooleanBuilder, Int32Builder, Int64Builder, StringBuilder};
 use vramtrace_collector::live::{Failure, LiveState};
 
 use super::allocations::bits;
@@ -13,20 +12,20 @@ use super::table::{table, TableFile};
 table! {
     /// The columns of `failures` (docs/data.md).
     Failures {
-        pid: Int64Builder = Int64Builder::new(), false;
-        seq: Int64Builder = Int64Builder::new(), false;
-        time_ns: Int64Builder = Int64Builder::new(), false;
-        step: Int64Builder = Int64Builder::new(), false;
-        api: StringBuilder = StringBuilder::new(), false;
-        result: Int32Builder = Int32Builder::new(), false;
-        out_of_memory: BooleanBuilder = BooleanBuilder::new(), false;
-        request_bytes: Int64Builder = Int64Builder::new(), false;
-        device: Int32Builder = Int32Builder::new(), false;
-        live_device_bytes: Int64Builder = Int64Builder::new(), false;
-        thread: Int64Builder = Int64Builder::new(), false;
-        site: Int64Builder = Int64Builder::new(), false;
-        label: StringBuilder = StringBuilder::new(), false;
-        module: StringBuilder = StringBuilder::new(), true;
+        pid: "required int64" => Dictionary;
+        seq: "required int64" => Delta;
+        time_ns: "required int64" => Delta;
+        step: "required int64" => Dictionary;
+        api: "required binary" " (STRING);" => Dictionary;
+        result: "required int32" => Dictionary;
+        out_of_memory: "required boolean" => Plain;
+        request_bytes: "required int64" => Dictionary;
+        device: "required int32" => Dictionary;
+        live_device_bytes: "required int64" => Dictionary;
+        thread: "required int64" => Dictionary;
+        site: "required int64" => Dictionary;
+        label: "required binary" " (STRING);" => Dictionary;
+        module: "optional binary" " (STRING);" => Dictionary;
     }
 }
 
@@ -39,21 +38,19 @@ pub fn write(
     f: &Failure,
 ) -> Result<()> {
     let rows = &mut t.rows;
-    rows.pid.append_value(pid);
-    rows.seq.append_value(bits(f.seq));
-    rows.time_ns.append_value(bits(f.time_ns));
-    rows.step.append_value(bits(f.origin.step));
-    rows.api.append_value(f.api.name());
-    rows.result.append_value(f.result);
-    rows.out_of_memory.append_value(f.out_of_memory);
-    rows.request_bytes.append_value(bits(f.request_bytes));
-    rows.device.append_value(f.device);
-    rows.live_device_bytes
-        .append_value(bits(f.live_device_bytes));
-    rows.thread.append_value(i64::from(f.origin.thread));
-    rows.site.append_value(i64::from(f.origin.site));
-    rows.label.append_value(names.site(state, f.origin.site));
-    rows.module
-        .append_option(names.module(state, f.origin.module));
+    rows.pid.int(pid);
+    rows.seq.int(bits(f.seq));
+    rows.time_ns.int(bits(f.time_ns));
+    rows.step.int(bits(f.origin.step));
+    rows.api.text(f.api.name());
+    rows.result.int(f.result);
+    rows.out_of_memory.boolean(f.out_of_memory);
+    rows.request_bytes.int(bits(f.request_bytes));
+    rows.device.int(f.device);
+    rows.live_device_bytes.int(bits(f.live_device_bytes));
+    rows.thread.int(i64::from(f.origin.thread));
+    rows.site.int(i64::from(f.origin.site));
+    rows.label.text(names.site(state, f.origin.site));
+    rows.module.opt_text(names.module(state, f.origin.module));
     t.row_done()
 }

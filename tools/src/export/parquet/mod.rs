@@ -207,25 +207,21 @@ mod tests {
     #[test]
     fn every_table_has_the_columns_docs_data_md_names() {
         let doc = include_str!("../../../../docs/data.md");
-        fn columns(mut t: impl Table) -> Vec<String> {
-            let schema = t.batch().schema();
-            schema.fields().iter().map(|f| f.name().clone()).collect()
-        }
         let tables = [
-            ("allocations", allocations::column_names()),
-            ("sites", columns(sites::Sites::new())),
-            ("steps", columns(steps::Steps::new())),
-            ("samples", columns(steps::Samples::new())),
+            ("allocations", allocations::Allocations::column_names()),
+            ("sites", sites::Sites::column_names()),
+            ("steps", steps::Steps::column_names()),
+            ("samples", steps::Samples::column_names()),
             (
                 "communicators",
-                columns(communicators::Communicators::new()),
+                communicators::Communicators::column_names(),
             ),
-            ("failures", columns(failures::Failures::new())),
-            ("tensors", columns(tensors::Tensors::new())),
-            ("traces", columns(traces::Traces::new())),
+            ("failures", failures::Failures::column_names()),
+            ("tensors", tensors::Tensors::column_names()),
+            ("traces", traces::Traces::column_names()),
         ];
         for (name, columns) in tables {
-            assert_eq!(documented(doc, name), columns, "{name}");
+            assert_eq!(documented(doc, name), columns.unwrap(), "{name}");
         }
     }
 }

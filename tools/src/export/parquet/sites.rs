@@ -6,10 +6,7 @@
 //! libraries by function, file and line), to group and join across ranks and runs.
 
 use anyhow::Result;
-use arrow_array::builder::{
-    ArrayBuilder, BooleanBuilder, Int64Builder, ListBuilder, StringBuilder, StructBuilder,
-};
-use arrow_schema::{DataType, Field, Fields};
+use parquet::schema::types::SchemaDescriptor;
 use vramtrace_collector::analysis::base_name;
 use vramtrace_collector::analysis::site_name;
 use vramtrace_collector::compare::native_identity;
@@ -17,40 +14,118 @@ use vramtrace_collector::live::{LiveState, SiteId};
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
 
 use super::allocations::bits;
+use super::column::{At, Column, Encode};
 use super::names::Names;
-use super::table::{table, TableFile};
+use super::table::{Table, TableFile};
 
-/// The fields of one frame of `frames`.
-fn frame_fields() -> Fields {
-    Fields::from(vec![
-        Field::new("kind", DataType::Utf8, false),
-        Field::new("function", DataType::Utf8, true),
-        Field::new("file", DataType::Utf8, true),
-        Field::new("line", DataType::Int64, true),
-        Field::new("module", DataType::Utf8, true),
-        Field::new("offset", DataType::Int64, true),
-        Field::new("inlined", DataType::Boolean, false),
-    ])
+/// The columns of `sites` (docs/data.md); `frames` is a list of frames, a column per field of
+/// a frame.
+pub struct Sites {
+    pid: Column,
+    site: Column,
+    label: Column,
+    identity: Column,
+    location: Column,
+    module: Column,
+    python_file: Column,
+    python_line: Column,
+    python_function: Column,
+    python_stacks_vary: Column,
+    frames: Frames,
 }
 
-fn frames_builder() -> ListBuilder<StructBuilder> {
-    ListBuilder::new(StructBuilder::from_fields(frame_fields(), 0))
+/// The fields of the frames of `sites`' `frames`.
+struct Frames {
+    kind: Column,
+    function: Column,
+    file: Column,
+    line: Column,
+    module: Column,
+    offset: Column,
+    inlined: Column,
 }
 
-table! {
-    /// The columns of `sites` (docs/data.md).
-    Sites {
-        pid: Int64Builder = Int64Builder::new(), false;
-        site: Int64Builder = Int64Builder::new(), false;
-        label: StringBuilder = StringBuilder::new(), false;
-        identity: StringBuilder = StringBuilder::new(), false;
-        location: StringBuilder = StringBuilder::new(), false;
-        module: StringBuilder = StringBuilder::new(), true;
-        python_file: StringBuilder = StringBuilder::new(), true;
-        python_line: Int64Builder = Int64Builder::new(), true;
-        python_function: StringBuilder = StringBuilder::new(), true;
-        python_stacks_vary: BooleanBuilder = BooleanBuilder::new(), false;
-        frames: ListBuilder<StructBuilder> = frames_builder(), false;
+impl Table for Sites {
+    const SCHEMA: &'static str = "message Sites {
+        required int64 pid;
+        required int64 site;
+        required binary label (STRING);
+        required binary identity (STRING);
+        required binary location (STRING);
+        optional binary module (STRING);
+        optional binary python_file (STRING);
+        optional int64 python_line;
+        optional binary python_function (STRING);
+        required boolean python_stacks_vary;
+        required group frames (LIST) {
+            repeated group list {
+                optional group element {
+                    required binary kind (STRING);
+                    optional binary function (STRING);
+                    optional binary file (STRING);
+                    optional int64 line;
+                    optional binary module (STRING);
+                    optional int64 offset;
+                    required boolean inlined;
+                }
+            }
+        }
+    }";
+
+    fn new(schema: &SchemaDescriptor) -> Self {
+        use Encode::{Dictionary, Plain};
+        let mut leaf = 0;
+        let mut next = |encode| {
+            leaf += 1;
+            Column::new(schema.column(leaf - 1), encode)
+        };
+        Sites {
+            pid: next(Dictionary),
+            site: next(Dictionary),
+            label: next(Dictionary),
+            identity: next(Dictionary),
+            location: next(Dictionary),
+            module: next(Dictionary),
+            python_file: next(Dictionary),
+            python_line: next(Dictionary),
+            python_function: next(Dictionary),
+            python_stacks_vary: next(Plain),
+            frames: Frames {
+                kind: next(Dictionary),
+                function: next(Dictionary),
+                file: next(Dictionary),
+                line: next(Dictionary),
+                module: next(Dictionary),
+                offset: next(Plain),
+                inlined: next(Plain),
+            },
+        }
+    }
+
+    fn each(&mut self, f: &mut dyn FnMut(&mut Column) -> Result<()>) -> Result<()> {
+        let fr = &mut self.frames;
+        for c in [
+            &mut self.pid,
+            &mut self.site,
+            &mut self.label,
+            &mut self.identity,
+            &mut self.location,
+            &mut self.module,
+            &mut self.python_file,
+            &mut self.python_line,
+            &mut self.python_function,
+            &mut self.python_stacks_vary,
+            &mut fr.kind,
+            &mut fr.function,
+            &mut fr.file,
+            &mut fr.line,
+            &mut fr.module,
+            &mut fr.offset,
+            &mut fr.inlined,
+        ] {
+            f(c)?;
+        }
+        Ok(())
     }
 }
 
@@ -65,23 +140,21 @@ pub fn write(
         let name = site_name(state, id);
         let label = names.site(state, id).to_string();
         let rows = &mut t.rows;
-        rows.pid.append_value(pid);
-        rows.site.append_value(i64::from(id));
-        rows.label.append_value(label);
-        rows.location.append_value(&name.site);
-        rows.module.append_option(name.module_name.as_deref());
+        rows.pid.int(pid);
+        rows.site.int(i64::from(id));
+        rows.label.text(label);
+        rows.location.text(&name.site);
+        rows.module.opt_text(name.module_name.as_deref());
         let line = state
             .site(id)
             .map(|(key, _)| key.line)
             .filter(|l| l.is_some());
         let code = line.and_then(|l| state.python_stacks().code(l.code));
-        rows.python_file
-            .append_option(code.map(|c| c.file.as_str()));
-        rows.python_line
-            .append_option(line.map(|l| i64::from(l.line)));
+        rows.python_file.opt_text(code.map(|c| c.file.as_str()));
+        rows.python_line.opt_int(line.map(|l| i64::from(l.line)));
         rows.python_function
-            .append_option(code.map(|c| c.function.as_str()));
-        rows.python_stacks_vary.append_value(name.py_stacks_vary);
+            .opt_text(code.map(|c| c.function.as_str()));
+        rows.python_stacks_vary.boolean(name.py_stacks_vary);
         let call = CallRef {
             caller: name.caller,
             stack: name.stack,
@@ -93,34 +166,41 @@ pub fn write(
             .map(|(c, l)| format!("{}:{} in {}", base_name(&c.file), l.line, c.function));
         let native = native_identity(&frames).into_iter().map(|f| f.to_string());
         let identity: Vec<String> = python.into_iter().chain(native).collect();
-        rows.identity.append_value(identity.join(" < "));
+        rows.identity.text(identity.join(" < "));
         append_frames(&mut rows.frames, &frames);
         t.row_done()?;
     }
     Ok(())
 }
 
-fn append_frames(list: &mut ListBuilder<StructBuilder>, frames: &[StackFrame]) {
-    let s = list.values();
-    for f in frames {
+fn append_frames(list: &mut Frames, frames: &[StackFrame]) {
+    if frames.is_empty() {
+        let l = list;
+        for c in [
+            &mut l.kind,
+            &mut l.function,
+            &mut l.file,
+            &mut l.line,
+            &mut l.module,
+            &mut l.offset,
+            &mut l.inlined,
+        ] {
+            c.null();
+        }
+        return;
+    }
+    for (i, f) in frames.iter().enumerate() {
+        let at = At::element(i == 0);
         let kind = match f.kind {
             FrameKind::Python => "python",
             FrameKind::Native => "native",
         };
-        field::<StringBuilder>(s, 0).append_value(kind);
-        field::<StringBuilder>(s, 1).append_option(f.function.as_deref());
-        field::<StringBuilder>(s, 2).append_option(f.file.as_deref());
-        field::<Int64Builder>(s, 3).append_option(f.line.map(i64::from));
-        field::<StringBuilder>(s, 4).append_option(f.module.as_deref());
-        field::<Int64Builder>(s, 5).append_option(f.offset.map(bits));
-        field::<BooleanBuilder>(s, 6).append_value(f.inlined);
-        s.append(true);
+        list.kind.text_at(at, Some(kind));
+        list.function.text_at(at, f.function.as_deref());
+        list.file.text_at(at, f.file.as_deref());
+        list.line.int_at(at, f.line.map(i64::from));
+        list.module.text_at(at, f.module.as_deref());
+        list.offset.int_at(at, f.offset.map(bits));
+        list.inlined.bool_at(at, Some(f.inlined));
     }
-    list.append(true);
-}
-
-/// Field `i` of the frame struct, as built by [`frames_builder`].
-fn field<T: ArrayBuilder>(s: &mut StructBuilder, i: usize) -> &mut T {
-    s.field_builder::<T>(i)
-        .expect("the frame struct's fields are as frame_fields declares")
 }

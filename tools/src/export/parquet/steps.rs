@@ -4,7 +4,6 @@
 //! beside the device memory the trace held then.
 
 use anyhow::Result;
-use arrow_array::builder::{Int32Builder, Int64Builder};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::live::{Holder, LiveState};
 
@@ -14,26 +13,26 @@ use super::table::{table, TableFile};
 table! {
     /// The columns of `steps` (docs/data.md).
     Steps {
-        pid: Int64Builder = Int64Builder::new(), false;
-        step: Int64Builder = Int64Builder::new(), false;
-        begin_seq: Int64Builder = Int64Builder::new(), false;
-        begin_time_ns: Int64Builder = Int64Builder::new(), false;
-        device_bytes: Int64Builder = Int64Builder::new(), false;
-        device_objects: Int64Builder = Int64Builder::new(), false;
+        pid: "required int64" => Dictionary;
+        step: "required int64" => Dictionary;
+        begin_seq: "required int64" => Delta;
+        begin_time_ns: "required int64" => Delta;
+        device_bytes: "required int64" => Dictionary;
+        device_objects: "required int64" => Dictionary;
     }
 }
 
 table! {
     /// The columns of `samples` (docs/data.md).
     Samples {
-        pid: Int64Builder = Int64Builder::new(), false;
-        device: Int32Builder = Int32Builder::new(), false;
-        seq: Int64Builder = Int64Builder::new(), false;
-        time_ns: Int64Builder = Int64Builder::new(), false;
-        step: Int64Builder = Int64Builder::new(), false;
-        used_bytes: Int64Builder = Int64Builder::new(), false;
-        total_bytes: Int64Builder = Int64Builder::new(), false;
-        traced_bytes: Int64Builder = Int64Builder::new(), false;
+        pid: "required int64" => Dictionary;
+        device: "required int32" => Dictionary;
+        seq: "required int64" => Delta;
+        time_ns: "required int64" => Delta;
+        step: "required int64" => Dictionary;
+        used_bytes: "required int64" => Dictionary;
+        total_bytes: "required int64" => Dictionary;
+        traced_bytes: "required int64" => Dictionary;
     }
 }
 
@@ -47,12 +46,12 @@ pub fn step(t: &mut TableFile<Steps>, state: &LiveState, pid: i64, e: &Event) ->
         }
     }
     let rows = &mut t.rows;
-    rows.pid.append_value(pid);
-    rows.step.append_value(bits(state.steps()));
-    rows.begin_seq.append_value(bits(e.seq));
-    rows.begin_time_ns.append_value(bits(e.time_ns));
-    rows.device_bytes.append_value(bits(bytes));
-    rows.device_objects.append_value(bits(objects));
+    rows.pid.int(pid);
+    rows.step.int(bits(state.steps()));
+    rows.begin_seq.int(bits(e.seq));
+    rows.begin_time_ns.int(bits(e.time_ns));
+    rows.device_bytes.int(bits(bytes));
+    rows.device_objects.int(bits(objects));
     t.row_done()
 }
 
@@ -66,15 +65,13 @@ pub fn sample(
     total: u64,
 ) -> Result<()> {
     let rows = &mut t.rows;
-    rows.pid.append_value(pid);
-    rows.device.append_value(e.device);
-    rows.seq.append_value(bits(e.seq));
-    rows.time_ns.append_value(bits(e.time_ns));
-    rows.step.append_value(bits(state.steps()));
-    rows.used_bytes
-        .append_value(bits(total.saturating_sub(free)));
-    rows.total_bytes.append_value(bits(total));
-    rows.traced_bytes
-        .append_value(bits(state.device_bytes(e.device)));
+    rows.pid.int(pid);
+    rows.device.int(e.device);
+    rows.seq.int(bits(e.seq));
+    rows.time_ns.int(bits(e.time_ns));
+    rows.step.int(bits(state.steps()));
+    rows.used_bytes.int(bits(total.saturating_sub(free)));
+    rows.total_bytes.int(bits(total));
+    rows.traced_bytes.int(bits(state.device_bytes(e.device)));
     t.row_done()
 }

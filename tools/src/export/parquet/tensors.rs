@@ -4,7 +4,6 @@
 //! line that allocated it. Empty for other traces.
 
 use anyhow::Result;
-use arrow_array::builder::{BooleanBuilder, Int32Builder, Int64Builder, StringBuilder};
 use vramtrace_collector::format::Header;
 use vramtrace_collector::live::LiveState;
 use vramtrace_collector::symbols::{FrameKind, StackFrame};
@@ -17,18 +16,18 @@ use vramtrace_collector::symbols::frames_label;
 table! {
     /// The columns of `tensors` (docs/data.md).
     Tensors {
-        pid: Int64Builder = Int64Builder::new(), false;
-        device: Int32Builder = Int32Builder::new(), false;
-        address: Int64Builder = Int64Builder::new(), false;
-        bytes: Int64Builder = Int64Builder::new(), false;
-        allocated_ns: Int64Builder = Int64Builder::new(), true;
-        freed_ns: Int64Builder = Int64Builder::new(), true;
-        label: StringBuilder = StringBuilder::new(), true;
-        python_file: StringBuilder = StringBuilder::new(), true;
-        python_line: Int64Builder = Int64Builder::new(), true;
-        python_function: StringBuilder = StringBuilder::new(), true;
-        inferred: BooleanBuilder = BooleanBuilder::new(), false;
-        snapshot: StringBuilder = StringBuilder::new(), false;
+        pid: "required int64" => Dictionary;
+        device: "required int32" => Dictionary;
+        address: "required int64" => Plain;
+        bytes: "required int64" => Dictionary;
+        allocated_ns: "optional int64" => Delta;
+        freed_ns: "optional int64" => Delta;
+        label: "optional binary" " (STRING);" => Dictionary;
+        python_file: "optional binary" " (STRING);" => Dictionary;
+        python_line: "optional int64" => Dictionary;
+        python_function: "optional binary" " (STRING);" => Dictionary;
+        inferred: "required boolean" => Plain;
+        snapshot: "required binary" " (STRING);" => Dictionary;
     }
 }
 
@@ -58,13 +57,12 @@ pub fn write(
             .line(x.stack)
             .and_then(|f| snapshot.frames.get(f as usize));
         let rows = &mut t.rows;
-        rows.pid.append_value(pid);
-        rows.device.append_value(x.device);
-        rows.address.append_value(bits(x.addr));
-        rows.bytes.append_value(bits(x.size));
-        rows.allocated_ns
-            .append_option(on_trace_clock(x.allocated_us));
-        rows.freed_ns.append_option(on_trace_clock(x.freed_us));
+        rows.pid.int(pid);
+        rows.device.int(x.device);
+        rows.address.int(bits(x.addr));
+        rows.bytes.int(bits(x.size));
+        rows.allocated_ns.opt_int(on_trace_clock(x.allocated_us));
+        rows.freed_ns.opt_int(on_trace_clock(x.freed_us));
         let label = frame.and_then(|f| {
             frames_label(&[StackFrame {
                 kind: FrameKind::Python,
@@ -76,14 +74,12 @@ pub fn write(
                 inlined: false,
             }])
         });
-        rows.label.append_option(label);
-        rows.python_file.append_option(frame.map(|f| &f.file));
-        rows.python_line
-            .append_option(frame.map(|f| i64::from(f.line)));
-        rows.python_function
-            .append_option(frame.map(|f| &f.function));
-        rows.inferred.append_value(x.inferred);
-        rows.snapshot.append_value(&snapshot.reason);
+        rows.label.opt_text(label);
+        rows.python_file.opt_text(frame.map(|f| &f.file));
+        rows.python_line.opt_int(frame.map(|f| i64::from(f.line)));
+        rows.python_function.opt_text(frame.map(|f| &f.function));
+        rows.inferred.boolean(x.inferred);
+        rows.snapshot.text(&snapshot.reason);
         t.row_done()?;
     }
     Ok(())

@@ -15,15 +15,15 @@ use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::RecordRef;
 use vramtrace_collector::live::{LiveState, StepSource};
 
-use super::allocations::AllocationsFile;
-use super::communicators::{self, Communicators};
+use super::allocations::{self, Allocations};
+use super::communicators;
 use super::failures::{self, Failures};
 use super::names::Names;
-use super::sites::{self, Sites};
+use super::sites;
 use super::steps::{self, Samples, Steps};
 use super::table::TableFile;
-use super::tensors::{self, Tensors};
-use super::traces::{self, Traces};
+use super::tensors;
+use super::traces;
 use crate::load::{open_whole, whole_loaded, LoadedTrace, Progress};
 
 /// Where a trace's files go: `<root>/<table>/run=<run>/rank=<rank>/<file>.parquet`.
@@ -68,7 +68,7 @@ pub struct Rows {
 /// The tables filled while the trace is read.
 struct Streaming {
     pid: i64,
-    allocations: AllocationsFile,
+    allocations: TableFile<Allocations>,
     steps: TableFile<Steps>,
     samples: TableFile<Samples>,
     failures: TableFile<Failures>,
@@ -82,10 +82,10 @@ impl Streaming {
         let m = || metadata.to_vec();
         Ok(Streaming {
             pid,
-            allocations: AllocationsFile::create(path("allocations"), m())?,
-            steps: TableFile::create(path("steps"), Steps::new(), m())?,
-            samples: TableFile::create(path("samples"), Samples::new(), m())?,
-            failures: TableFile::create(path("failures"), Failures::new(), m())?,
+            allocations: TableFile::create(path("allocations"), m())?,
+            steps: TableFile::create(path("steps"), m())?,
+            samples: TableFile::create(path("samples"), m())?,
+            failures: TableFile::create(path("failures"), m())?,
             names: Names::new(),
             steps_before: 0,
         })
@@ -95,8 +95,7 @@ impl Streaming {
     #[inline]
     fn event(&mut self, state: &LiveState, e: &Event) -> Result<()> {
         for x in state.ended() {
-            self.allocations
-                .ended(state, &mut self.names, self.pid, x)?;
+            allocations::ended(&mut self.allocations, state, &mut self.names, self.pid, x)?;
         }
         if !e.ok() {
             // Every failed call is recorded, the last one kept last.
@@ -204,16 +203,16 @@ fn finish(
 ) -> Result<Rows> {
     let state = &trace.state;
     for o in state.live_objects() {
-        t.allocations.live(state, &mut t.names, t.pid, &o)?;
+        allocations::live(&mut t.allocations, state, &mut t.names, t.pid, &o)?;
     }
     let m = || metadata.to_vec();
-    let mut sites = TableFile::create(path("sites"), Sites::new(), m())?;
+    let mut sites = TableFile::create(path("sites"), m())?;
     sites::write(&mut sites, state, &mut t.names, t.pid)?;
-    let mut comms = TableFile::create(path("communicators"), Communicators::new(), m())?;
+    let mut comms = TableFile::create(path("communicators"), m())?;
     communicators::write(&mut comms, state, &mut t.names, t.pid)?;
-    let mut torch = TableFile::create(path("tensors"), Tensors::new(), m())?;
+    let mut torch = TableFile::create(path("tensors"), m())?;
     tensors::write(&mut torch, state, &trace.header, t.pid)?;
-    let mut row = TableFile::create(path("traces"), Traces::new(), m())?;
+    let mut row = TableFile::create(path("traces"), m())?;
     traces::write(&mut row, trace)?;
     let done = |k: &str, v: String| vec![KeyValue::new(format!("vramtrace.{k}"), v)];
     let ending = || done("ending", trace.ending.kind().to_string());

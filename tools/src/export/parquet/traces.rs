@@ -3,7 +3,6 @@
 //! file's key-value metadata, so a file read alone still says where it came from.
 
 use anyhow::Result;
-use arrow_array::builder::{Int32Builder, Int64Builder, ListBuilder, StringBuilder};
 use parquet::file::metadata::KeyValue;
 use vramtrace_collector::analysis::step_info;
 use vramtrace_collector::format::{trace_name, Header};
@@ -18,25 +17,25 @@ pub const SCHEMA: &str = "vramtrace-data/1";
 table! {
     /// The columns of `traces` (docs/data.md).
     Traces {
-        pid: Int64Builder = Int64Builder::new(), false;
-        ppid: Int64Builder = Int64Builder::new(), false;
-        forked_from: Int64Builder = Int64Builder::new(), true;
-        host: StringBuilder = StringBuilder::new(), false;
-        local_rank: Int32Builder = Int32Builder::new(), true;
-        world_size: Int32Builder = Int32Builder::new(), true;
-        command_line: ListBuilder<StringBuilder> = ListBuilder::new(StringBuilder::new()), false;
-        tracer_version: StringBuilder = StringBuilder::new(), false;
-        start_unix_ns: Int64Builder = Int64Builder::new(), false;
-        start_mono_ns: Int64Builder = Int64Builder::new(), false;
-        trace: StringBuilder = StringBuilder::new(), false;
-        ending: StringBuilder = StringBuilder::new(), false;
-        end_reason: StringBuilder = StringBuilder::new(), true;
-        events: Int64Builder = Int64Builder::new(), false;
-        dropped: Int64Builder = Int64Builder::new(), false;
-        steps: Int64Builder = Int64Builder::new(), false;
-        step_source: StringBuilder = StringBuilder::new(), false;
-        removed_segments: Int32Builder = Int32Builder::new(), false;
-        removed_events: Int64Builder = Int64Builder::new(), false;
+        pid: "required int64" => Dictionary;
+        ppid: "required int64" => Dictionary;
+        forked_from: "optional int64" => Dictionary;
+        host: "required binary" " (STRING);" => Dictionary;
+        local_rank: "optional int32" => Dictionary;
+        world_size: "optional int32" => Dictionary;
+        command_line: "required group" " (LIST) { repeated group list { optional binary element (STRING); } }" => Dictionary;
+        tracer_version: "required binary" " (STRING);" => Dictionary;
+        start_unix_ns: "required int64" => Dictionary;
+        start_mono_ns: "required int64" => Dictionary;
+        trace: "required binary" " (STRING);" => Dictionary;
+        ending: "required binary" " (STRING);" => Dictionary;
+        end_reason: "optional binary" " (STRING);" => Dictionary;
+        events: "required int64" => Dictionary;
+        dropped: "required int64" => Dictionary;
+        steps: "required int64" => Dictionary;
+        step_source: "required binary" " (STRING);" => Dictionary;
+        removed_segments: "required int32" => Dictionary;
+        removed_events: "required int64" => Dictionary;
     }
 }
 
@@ -45,32 +44,32 @@ pub fn write(t: &mut TableFile<Traces>, trace: &LoadedTrace) -> Result<()> {
     let h = &trace.header;
     let state = &trace.state;
     let rows = &mut t.rows;
-    rows.pid.append_value(i64::from(h.pid));
-    rows.ppid.append_value(i64::from(h.ppid));
-    rows.forked_from.append_option(h.forked_from.map(i64::from));
-    rows.host.append_value(&h.host);
-    rows.local_rank.append_option(h.local_rank);
-    rows.world_size.append_option(h.world_size);
+    rows.pid.int(i64::from(h.pid));
+    rows.ppid.int(i64::from(h.ppid));
+    rows.forked_from.opt_int(h.forked_from.map(i64::from));
+    rows.host.text(&h.host);
+    rows.local_rank.opt_int(h.local_rank);
+    rows.world_size.opt_int(h.world_size);
     rows.command_line
-        .append_value(h.command_line.iter().map(Some));
-    rows.tracer_version.append_value(&h.tool_version);
-    rows.start_unix_ns.append_value(bits(h.start_unix_ns));
-    rows.start_mono_ns.append_value(bits(h.start_mono_ns));
+        .texts(h.command_line.iter().map(String::as_str));
+    rows.tracer_version.text(&h.tool_version);
+    rows.start_unix_ns.int(bits(h.start_unix_ns));
+    rows.start_mono_ns.int(bits(h.start_mono_ns));
     rows.trace
-        .append_value(trace_name(&trace.path, h).display().to_string());
-    rows.ending.append_value(trace.ending.kind());
+        .text(trace_name(&trace.path, h).display().to_string());
+    rows.ending.text(trace.ending.kind());
     rows.end_reason
-        .append_option(state.end().map(|e| e.reason.as_str()));
-    rows.events.append_value(bits(state.events()));
+        .opt_text(state.end().map(|e| e.reason.as_str()));
+    rows.events.int(bits(state.events()));
     rows.dropped
-        .append_value(bits(state.stats().map_or(0, |s| s.dropped)));
-    rows.steps.append_value(bits(state.steps()));
-    rows.step_source.append_value(step_info(state).source);
+        .int(bits(state.stats().map_or(0, |s| s.dropped)));
+    rows.steps.int(bits(state.steps()));
+    rows.step_source.text(step_info(state).source);
     let removed = (trace.segments.as_ref()).and_then(|f| f.removed.as_ref());
     rows.removed_segments
-        .append_value(removed.map_or(0, |r| r.segments as i32));
+        .int(removed.map_or(0, |r| r.segments as i32));
     rows.removed_events
-        .append_value(bits(removed.map_or(0, |r| r.events)));
+        .int(bits(removed.map_or(0, |r| r.events)));
     t.row_done()
 }
 
