@@ -132,29 +132,6 @@ struct Chunk {
     max: i64,
     /// Whether a page used the dictionary (the chunk then starts with its page).
     dictionary: bool,
-    /// Whether the chunk's pages are compressed: decided on its first page, by what zstd
-    /// saves there.
-    compressed: Option<bool>,
-}
-
-impl Chunk {
-    /// A page's bytes as the chunk stores them.
-    fn pack(&mut self, zstd: &mut Zstd, page: &[u8]) -> Result<Bytes> {
-        match self.compressed {
-            Some(false) => Ok(Bytes::copy_from_slice(page)),
-            Some(true) => zstd.compress(page),
-            None => {
-                let packed = zstd.compress(page)?;
-                let worth = packed.len() as f64 <= page.len() as f64 * WORTH_COMPRESSING;
-                self.compressed = Some(worth);
-                Ok(if worth {
-                    packed
-                } else {
-                    Bytes::copy_from_slice(page)
-                })
-            }
-        }
-    }
 }
 
 impl Default for Chunk {
@@ -166,7 +143,6 @@ impl Default for Chunk {
             min: i64::MAX,
             max: i64::MIN,
             dictionary: false,
-            compressed: None,
         }
     }
 }
@@ -470,7 +446,7 @@ impl Column {
             }
         };
         let page = Page::DataPage {
-            buf: self.chunk.pack(zstd, &buf)?,
+            buf: zstd.compress(&buf)?,
             num_values: levels as u32,
             encoding,
             def_level_encoding: Encoding::RLE,
@@ -490,7 +466,7 @@ impl Column {
     /// says of it.
     pub fn chunk(&mut self, rows: u64, zstd: &mut Zstd) -> Result<(Bytes, ColumnCloseResult)> {
         self.page(zstd)?;
-        let mut chunk = std::mem::take(&mut self.chunk);
+        let chunk = std::mem::take(&mut self.chunk);
         // Each chunk has a dictionary of its own: what the next one holds and how wide its
         // indices are depend on its rows only.
         let dictionary = std::mem::take(&mut self.dictionary);
@@ -504,7 +480,7 @@ impl Column {
             let mut writer = SerializedPageWriter::new(&mut sink);
             if chunk.dictionary {
                 let page = Page::DictionaryPage {
-                    buf: chunk.pack(zstd, &dictionary.plain)?,
+                    buf: zstd.compress(&dictionary.plain)?,
                     num_values: dictionary.len,
                     encoding: Encoding::PLAIN,
                     is_sorted: false,
@@ -531,10 +507,7 @@ impl Column {
             encodings.push(Encoding::RLE);
         }
         let mut metadata = ColumnChunkMetaData::builder(self.descr.clone())
-            .set_compression(match chunk.compressed {
-                Some(true) => Compression::ZSTD(ZstdLevel::try_new(LEVEL)?),
-                _ => Compression::UNCOMPRESSED,
-            })
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(LEVEL)?))
             .set_encodings(encodings)
             .set_total_compressed_size(compressed as i64)
             .set_total_uncompressed_size(uncompressed as i64)
@@ -574,12 +547,7 @@ impl Column {
     }
 }
 
-/// A chunk is compressed when zstd makes its first page at most this share of its size: most
-/// pages of numbers that differ, once encoded, shrink by a few percent only, for the time zstd
-/// takes over all of them.
-const WORTH_COMPRESSING: f64 = 0.8;
-
-/// zstd's level for every compressed page: its fastest (the encodings have already made the data small).
+/// zstd's level for every page: its fastest (the encodings have already made the data small).
 pub const LEVEL: i32 = 1;
 
 /// A zstd compressor kept across pages (its context is costly to make).
@@ -703,13 +671,6 @@ mod tests {
             group.column(4).statistics(),
             None,
             "no statistics for words"
-        );
-        // Both kinds of chunk are read back: compressed, and not worth compressing.
-        let codecs: Vec<_> = group.columns().iter().map(|c| c.compression()).collect();
-        assert!(codecs.contains(&Compression::UNCOMPRESSED), "{codecs:?}");
-        assert!(
-            codecs.iter().any(|c| matches!(c, Compression::ZSTD(_))),
-            "{codecs:?}"
         );
         let mut i = 0;
         for row in reader.get_row_iter(None).unwrap() {
