@@ -216,6 +216,7 @@ impl<R: Read> Frames<R> {
                 bytes: len,
                 events,
                 reason,
+                torn: false,
             })
         };
         self.consume(need);
@@ -237,6 +238,7 @@ impl<R: Read> Frames<R> {
             bytes: have as u64,
             events,
             reason: format!("the file ends inside a chunk ({have} of {need} bytes)"),
+            torn: true,
         })
     }
 
@@ -256,6 +258,7 @@ impl<R: Read> Frames<R> {
             bytes: rest,
             events: None,
             reason: format!("damaged chunk ({why}); nothing after it can be read in format 4"),
+            torn: false,
         }))
     }
 
@@ -306,6 +309,7 @@ impl<R: Read> Frames<R> {
             bytes: self.offset - at,
             events,
             reason: "damaged: no intact chunk header".into(),
+            torn: false,
         }
     }
 }
@@ -328,6 +332,7 @@ pub(crate) fn unpack(piece: Piece, zstd: &mut Option<zstd::bulk::Decompressor<'s
             bytes: f.len,
             events: f.events,
             reason,
+            torn: false,
         }),
     }
 }

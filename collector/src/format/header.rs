@@ -245,6 +245,7 @@ fn copy(src: &mut impl Read, mut bytes: Vec<u8>, first: Block) -> Result<Start, 
                     bytes: at as u64,
                     events: Some(0),
                     reason: "the header block is damaged; read from its copy".into(),
+                    torn: false,
                 }),
             });
         }

@@ -76,6 +76,9 @@ pub struct Unread {
     /// Events in them, when the chunks around say (format 5).
     pub events: Option<u64>,
     pub reason: String,
+    /// The trace's last file ends inside them: the trace was cut here (killed, or still being
+    /// written), not damaged.
+    pub torn: bool,
 }
 
 /// A record as [`TraceReader::next_event_or_record`] returns it: an event lent by the reader
@@ -277,6 +280,7 @@ impl<R: Read> TraceReader<R> {
                 bytes: c.len,
                 events: c.events.and_then(|n| n.checked_sub(self.decoder.events())),
                 reason: format!("damaged records in a chunk whose checksum holds: {why}"),
+                torn: false,
             });
         } else {
             self.chunks += 1;

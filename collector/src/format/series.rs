@@ -94,14 +94,15 @@ pub struct Series {
 }
 
 /// `run.seg3.vtrace` → (`run`, `.vtrace`); `run.vtrace` → (`run`, `.vtrace`); a name without
-/// an extension has none. A fresh name the tracer gave a segment (`run.seg3.4242.vtrace`) is
+/// an extension has none (`run.seg3` → (`run`, ``)). A fresh name the tracer gave a segment (`run.seg3.4242.vtrace`) is
 /// of the same trace.
 fn base_of(name: &str) -> (String, String) {
     let parts: Vec<&str> = name.split('.').collect();
     let is_segment = |p: &&str| {
         p.len() > 3 && p.starts_with("seg") && p[3..].bytes().all(|b| b.is_ascii_digit())
     };
-    let ext_at = if parts.len() > 1 {
+    // A segment of a trace named without an extension ends in its tag (`run.seg3`).
+    let ext_at = if parts.len() > 1 && !is_segment(&parts[parts.len() - 1]) {
         parts.len() - 1
     } else {
         parts.len()
@@ -340,11 +341,13 @@ impl SeriesReader {
     /// start of the first file read and each reason names its file.
     pub fn unread(&self) -> Vec<Unread> {
         let mut all = self.unread.clone();
-        all.extend(self.shifted(self.current.unread()));
+        all.extend(self.shifted(self.current.unread(), false));
         all
     }
 
-    fn shifted(&self, unread: &[Unread]) -> Vec<Unread> {
+    /// `unread` of the current file, its offsets counted from the first file's start; `done`:
+    /// the file is one before the last, and a chunk it ends inside is damage, not the cut.
+    fn shifted(&self, unread: &[Unread], done: bool) -> Vec<Unread> {
         let several = self.files.len() > 1;
         let file = self
             .files
@@ -357,6 +360,7 @@ impl SeriesReader {
                     (Some(f), true) => format!("{f}: {}", u.reason),
                     _ => u.reason.clone(),
                 },
+                torn: u.torn && !done,
                 ..u.clone()
             })
             .collect()
@@ -373,7 +377,7 @@ impl SeriesReader {
                 source,
             })
             .and_then(|f| TraceReader::new(boxed(f)));
-        let done_unread = self.shifted(self.current.unread());
+        let done_unread = self.shifted(self.current.unread(), true);
         self.unread.extend(done_unread);
         let c = &self.current;
         self.done = (
@@ -399,6 +403,7 @@ impl SeriesReader {
                             next.path.display(),
                             next.index()
                         ),
+                        torn: false,
                     });
                 }
                 true
@@ -409,6 +414,7 @@ impl SeriesReader {
                     bytes: next.len,
                     events: None,
                     reason: format!("{}: {e}", next.path.display()),
+                    torn: false,
                 });
                 false
             }
@@ -456,5 +462,26 @@ impl super::reader::RecordSource for SeriesReader {
     #[inline]
     fn next_event_or_record(&mut self) -> Option<RecordRef<'_>> {
         SeriesReader::next_event_or_record(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base_of;
+
+    #[test]
+    fn a_segments_name_gives_its_traces() {
+        let cases = [
+            ("run.vtrace", ("run", ".vtrace")),
+            ("run.seg3.vtrace", ("run", ".vtrace")),
+            ("run.seg3.4242.vtrace", ("run", ".vtrace")),
+            ("run", ("run", "")),
+            ("run.seg3", ("run", "")),
+            ("a.b.seg12", ("a.b", "")),
+            ("seg3", ("seg3", "")),
+        ];
+        for (name, (base, ext)) in cases {
+            assert_eq!(base_of(name), (base.to_string(), ext.to_string()), "{name}");
+        }
     }
 }

@@ -60,13 +60,8 @@ impl LoadedTrace {
     /// when the trace is whole. `check`, `report --fail-on` and `diff` refuse a verdict on it.
     pub fn gaps(&self) -> Vec<String> {
         let mut gaps = Vec::new();
-        // The chunk a cut goes through is the cut, not damage.
-        let cut_at = match self.ending {
-            Ending::Truncated { offset, .. } => Some(offset),
-            _ => None,
-        };
-        let (cut, damaged): (Vec<&Unread>, Vec<&Unread>) =
-            self.unread.iter().partition(|u| Some(u.offset) == cut_at);
+        // The chunk the last file ends inside is the cut, not damage.
+        let (cut, damaged): (Vec<&Unread>, Vec<&Unread>) = self.unread.iter().partition(|u| u.torn);
         if !self.ending.is_complete() {
             let lost: u64 = cut.iter().filter_map(|u| u.events).sum();
             let lost = match lost {

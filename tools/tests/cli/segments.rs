@@ -314,3 +314,30 @@ fn a_since_past_the_end_is_an_error() {
         .assert()
         .success();
 }
+
+// A trace cut into segments whose last file is cut inside a chunk (the process killed while it
+// wrote) is cut short, and that chunk is the cut, not damage, as for a trace of one file.
+#[test]
+fn the_chunk_a_segmented_trace_is_cut_inside_is_the_cut_not_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    let last = files.last().unwrap();
+    let len = std::fs::metadata(last).unwrap().len();
+    let file = std::fs::OpenOptions::new().write(true).open(last).unwrap();
+    file.set_len(len * 3 / 4).unwrap();
+    drop(file);
+    let out = vramtrace()
+        .args(["report", files[0].to_str().unwrap()])
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let incomplete = text
+        .lines()
+        .find(|l| l.contains("INCOMPLETE"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        incomplete.contains("is cut short (truncated: cut off inside the chunk at byte"),
+        "{incomplete}"
+    );
+    assert!(!incomplete.contains("damaged"), "{incomplete}");
+}
