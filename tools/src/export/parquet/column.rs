@@ -26,8 +26,8 @@ use super::encode::{bit_pack32, bit_width, delta_binary_packed, rle_hybrid};
 /// Rows in a data page.
 pub const PAGE_ROWS: usize = 32 * 1024;
 
-/// Entries after which a column of numbers gives up its dictionary and writes the rest of its
-/// values as they are (a dictionary that large no longer makes the data smaller).
+/// Entries after which a column of numbers gives up its dictionary and writes the rest of the
+/// chunk's values as they are (a dictionary that large no longer makes the data smaller).
 const MAX_NUMBER_ENTRIES: usize = 1 << 16;
 
 /// Keys below this are looked up in a table, the others in a hash map.
