@@ -14,11 +14,11 @@ table! {
     /// The columns of `steps` (docs/data.md).
     Steps {
         pid: "required int64" => Dictionary;
-        step: "required int64" => Dictionary;
+        step: "required int64" => Delta;
         begin_seq: "required int64" => Delta;
         begin_time_ns: "required int64" => Delta;
-        device_bytes: "required int64" => Dictionary;
-        device_objects: "required int64" => Dictionary;
+        device_bytes: "required int64" => Plain;
+        device_objects: "required int64" => Plain;
     }
 }
 
@@ -29,10 +29,10 @@ table! {
         device: "required int32" => Dictionary;
         seq: "required int64" => Delta;
         time_ns: "required int64" => Delta;
-        step: "required int64" => Dictionary;
-        used_bytes: "required int64" => Dictionary;
+        step: "required int64" => Delta;
+        used_bytes: "required int64" => Plain;
         total_bytes: "required int64" => Dictionary;
-        traced_bytes: "required int64" => Dictionary;
+        traced_bytes: "required int64" => Plain;
     }
 }
 
