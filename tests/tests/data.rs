@@ -208,25 +208,27 @@ fn the_demos_trace_in_pyarrow_has_the_reports_numbers() {
 const FLEET_SQL: &str = r#"
 LINE_SQL = """
 WITH live AS (
-    SELECT a.rank, s.identity, any_value(s.label) AS label, sum(a.bytes) AS bytes
+    SELECT a.run, a.rank, s.identity, any_value(s.label) AS label, sum(a.bytes) AS bytes
     FROM allocations a JOIN sites s ON s.run = a.run AND s.rank IS NOT DISTINCT FROM a.rank
         AND s.pid = a.pid AND s.site = a.site
-    WHERE a.free_seq IS NULL AND a.accounting = 'device' GROUP BY a.rank, s.identity),
+    WHERE a.free_seq IS NULL AND a.accounting = 'device' GROUP BY a.run, a.rank, s.identity),
 grid AS (
-    SELECT r.rank, i.identity, coalesce(live.bytes, 0) AS bytes
-    FROM (SELECT DISTINCT rank FROM traces) r
-    CROSS JOIN (SELECT DISTINCT identity FROM live) i
-    LEFT JOIN live ON live.rank IS NOT DISTINCT FROM r.rank AND live.identity = i.identity),
-typical AS (SELECT identity, median(bytes) AS median FROM grid GROUP BY identity)
+    SELECT r.run, r.rank, i.identity, coalesce(live.bytes, 0) AS bytes
+    FROM (SELECT DISTINCT run, rank FROM traces) r
+    JOIN (SELECT DISTINCT run, identity FROM live) i ON i.run = r.run
+    LEFT JOIN live ON live.run = r.run AND live.rank IS NOT DISTINCT FROM r.rank
+        AND live.identity = i.identity),
+typical AS (SELECT run, identity, median(bytes) AS median FROM grid GROUP BY run, identity)
 SELECT rank, identity, bytes, bytes - median AS excess
-FROM grid JOIN typical USING (identity)
-ORDER BY excess DESC, rank LIMIT 2"""
+FROM grid JOIN typical USING (run, identity)
+ORDER BY excess DESC, run, rank LIMIT 2"""
 ODD_SQL = """
 WITH per_rank AS (
-    SELECT rank, sum(bytes) FILTER (WHERE free_seq IS NULL AND accounting = 'device') AS live
-    FROM allocations GROUP BY rank)
-SELECT rank, live, live - median(live) OVER () AS from_median
-FROM per_rank ORDER BY abs(from_median) DESC, rank LIMIT 2"""
+    SELECT run, rank,
+        sum(bytes) FILTER (WHERE free_seq IS NULL AND accounting = 'device') AS live
+    FROM allocations GROUP BY run, rank)
+SELECT rank, live, live - median(live) OVER (PARTITION BY run) AS from_median
+FROM per_rank ORDER BY abs(from_median) DESC, run, rank LIMIT 2"""
 "#;
 
 /// docs/data.md's fleet queries, over the dataset at argv[1]: the line that differs most from
@@ -242,16 +244,16 @@ line = con.sql(LINE_SQL).fetchall()
 odd = con.sql(ODD_SQL).fetchall()
 peaks = con.sql("""
 WITH changes AS (
-    SELECT rank, pid, alloc_seq AS seq, alloc_step AS step, bytes AS delta
+    SELECT run, rank, pid, alloc_seq AS seq, alloc_step AS step, bytes AS delta
     FROM allocations WHERE accounting = 'device'
     UNION ALL
-    SELECT rank, pid, free_seq, free_step, -bytes
+    SELECT run, rank, pid, free_seq, free_step, -bytes
     FROM allocations WHERE accounting = 'device' AND free_seq IS NOT NULL),
 running AS (
-    SELECT rank, step, sum(delta) OVER (PARTITION BY rank, pid ORDER BY seq
+    SELECT run, rank, step, sum(delta) OVER (PARTITION BY run, rank, pid ORDER BY seq
         ROWS UNBOUNDED PRECEDING) AS live
     FROM changes)
-SELECT rank, max(live) AS peak FROM running GROUP BY rank ORDER BY rank""").fetchall()
+SELECT rank, max(live) AS peak FROM running GROUP BY run, rank ORDER BY run, rank""").fetchall()
 print(json.dumps({
     "line": [[r, i, int(b), float(e)] for r, i, b, e in line],
     "odd": [[r, int(l), float(m)] for r, l, m in odd],

@@ -163,6 +163,11 @@ fn partition_value(name: &str) -> Result<String> {
             "--run {name:?}: a run's name is letters, digits, '.', '_' and '-' (not first '.')"
         ));
     }
+    if name == trace::NO_RANK {
+        return Err(anyhow!(
+            "--run {name:?}: readers take that partition value for null; give the run a name"
+        ));
+    }
     Ok(name.to_string())
 }
 
@@ -202,6 +207,22 @@ mod tests {
         ];
         let paths: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
         assert_eq!(file_names(&paths), ["run.0.0", "run.0.1", "other"]);
+    }
+
+    #[test]
+    fn a_runs_name_is_one_partition_value_readers_do_not_take_for_null() {
+        assert_eq!(partition_value("job-1.a_b").unwrap(), "job-1.a_b");
+        for bad in [
+            "",
+            ".hidden",
+            "a b",
+            "a/b",
+            "a=b",
+            "__HIVE_DEFAULT_PARTITION__",
+        ] {
+            let err = partition_value(bad).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("--run {bad:?}: ")), "{err}");
+        }
     }
 
     #[test]

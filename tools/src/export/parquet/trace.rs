@@ -35,7 +35,7 @@ pub struct Place {
 
 /// The partition value of a trace without a rank: the one Hive, Spark, DuckDB and pyarrow read
 /// as null.
-const NO_RANK: &str = "__HIVE_DEFAULT_PARTITION__";
+pub const NO_RANK: &str = "__HIVE_DEFAULT_PARTITION__";
 
 impl Place {
     /// The file of `table` for a trace of `rank`.
