@@ -119,7 +119,7 @@ fn the_training_loop_as_tables() {
     let said = String::from_utf8_lossy(&done.get_output().stderr).into_owned();
     assert!(
         said.starts_with(&format!(
-            "wrote {} (run train, 1 trace: 75 events as 25 allocations, ",
+            "wrote {} (run train, 1 trace: 75 events as 25 allocations (13 live at the end), ",
             out.display()
         )),
         "{said}"

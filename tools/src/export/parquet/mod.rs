@@ -79,11 +79,12 @@ pub fn run(job: &Job<'_>) -> Result<()> {
     }
     let sum = |f: fn(&Rows) -> u64, noun: &str| count(rows.iter().map(f).sum::<u64>(), noun);
     eprintln!(
-        "wrote {} (run {run}, {}: {} as {}, {}, {}, {}, {}, {}, {}) in {:.2} s",
+        "wrote {} (run {run}, {}: {} as {} ({} live at the end), {}, {}, {}, {}, {}, {}) in {:.2} s",
         job.output.display(),
         count(rows.len() as u64, "trace"),
         sum(|r| r.events, "event"),
         sum(|r| r.allocations, "allocation"),
+        rows.iter().map(|r| r.live).sum::<u64>(),
         sum(|r| r.sites, "site"),
         sum(|r| r.steps, "step"),
         sum(|r| r.samples, "sample"),

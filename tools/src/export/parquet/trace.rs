@@ -54,6 +54,8 @@ impl Place {
 pub struct Rows {
     pub events: u64,
     pub allocations: u64,
+    /// Of `allocations`, the objects still live at the end of the trace.
+    pub live: u64,
     pub sites: u64,
     pub steps: u64,
     pub samples: u64,
@@ -202,8 +204,10 @@ fn finish(
     metadata: &[KeyValue],
 ) -> Result<Rows> {
     let state = &trace.state;
+    let mut live = 0;
     for o in state.live_objects() {
         allocations::live(&mut t.allocations, state, &mut t.names, t.pid, &o)?;
+        live += 1;
     }
     let m = || metadata.to_vec();
     let mut sites = TableFile::create(path("sites"), m())?;
@@ -219,6 +223,7 @@ fn finish(
     let rows = Rows {
         events: state.events(),
         allocations: t.allocations.finish(ending())?,
+        live,
         steps: t.steps.finish(ending())?,
         samples: t.samples.finish(ending())?,
         failures: t.failures.finish(ending())?,
