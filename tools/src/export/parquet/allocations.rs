@@ -127,10 +127,10 @@ fn named(
         .word(u64::from(site), || names.site(state, site).to_string());
     // A module the trace does not name is a null, as in every table.
     let module = o.origin.module;
-    let named = module.filter(|_| names.module(state, module).is_some());
-    c.module.opt_word(named.map(u64::from), || {
-        names.module(state, module).unwrap_or_default().to_string()
-    });
+    match (module, names.module(state, module)) {
+        (Some(id), Some(name)) => c.module.word(u64::from(id), || name),
+        _ => c.module.null(),
+    }
     c.flags.words(o.flags.iter().map(|f| (f as u64, f.name())));
     t.row_done()
 }

@@ -312,15 +312,6 @@ impl Column {
         self.indices.push(i);
     }
 
-    /// Appends the word of `key`, or a null.
-    #[inline]
-    pub fn opt_word<S: AsRef<str>>(&mut self, key: Option<u64>, word: impl FnOnce() -> S) {
-        match key {
-            Some(k) => self.word(k, word),
-            None => self.null(),
-        }
-    }
-
     /// Appends a list of words (each `(key, word)`) as one row of a list column.
     pub fn words<S: AsRef<str>>(&mut self, words: impl Iterator<Item = (u64, S)>) {
         let mut at = At::First;
