@@ -70,13 +70,36 @@ class Tables:
     def __len__(self):
         return len(self._tables)
 
-    def to_pandas(self):
-        """Every table as a pandas DataFrame, by name (needs pandas)."""
-        return {name: table.to_pandas() for name, table in self._tables.items()}
+    def to_pandas(self, **kwargs):
+        """Every table as a pandas DataFrame, by name (needs pandas). Integer columns stay
+        integers where they hold nulls (`free_seq`, `rank`: pandas' `Int64` and `Int32`, with
+        `<NA>`), where pyarrow's own `to_pandas()` makes them floats, which cannot hold every
+        64-bit address or sequence number. Keyword arguments go to pyarrow's
+        `Table.to_pandas` (`types_mapper=pandas.ArrowDtype`, for one)."""
+        if "types_mapper" not in kwargs:
+            kwargs["types_mapper"] = _nullable_integers()
+        return {name: table.to_pandas(**kwargs) for name, table in self._tables.items()}
 
     def __repr__(self):
         rows = ", ".join("%s: %d rows" % (n, t.num_rows) for n, t in self._tables.items())
         return "vramtrace.Tables(%s)" % rows
+
+
+def _nullable_integers():
+    """pyarrow's integer types to pandas' nullable ones, for `to_pandas`'s `types_mapper`."""
+    import pandas as pd
+    import pyarrow as pa
+
+    return {
+        pa.int8(): pd.Int8Dtype(),
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.uint8(): pd.UInt8Dtype(),
+        pa.uint16(): pd.UInt16Dtype(),
+        pa.uint32(): pd.UInt32Dtype(),
+        pa.uint64(): pd.UInt64Dtype(),
+    }.get
 
 
 def _pyarrow():

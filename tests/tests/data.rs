@@ -426,6 +426,7 @@ fn spark_reads_the_dataset_with_its_types_and_names_the_rank_and_the_line() {
 /// `vramtrace.load` of argv[1] against pyarrow's reading of the dataset at argv[2].
 const LOAD: &str = r#"
 import vramtrace
+import pandas as pd
 data = vramtrace.load(sys.argv[1])
 root = sys.argv[2]
 same = {}
@@ -437,6 +438,9 @@ print(json.dumps({
     "names": data.names,
     "same": same,
     "pandas": {k: len(v) for k, v in frames.items()},
+    "dtypes": {c: str(frames["allocations"][c].dtype) for c in ("free_seq", "bytes", "rank")},
+    "first_free": [None if v is pd.NA else int(v) for v in frames["allocations"]["free_seq"][:1]],
+    "arrow_free": data.allocations["free_seq"][:1].to_pylist(),
     "attribute": data.allocations.num_rows,
 }))
 "#;
@@ -477,6 +481,13 @@ fn load_returns_the_rows_of_the_parquet() {
         assert_eq!(got["same"]["traces"][0], traces);
         assert_eq!(got["same"]["steps"][0], 20 * traces);
         assert_eq!(got["attribute"], got["same"]["allocations"][0]);
+        // Integers stay integers in pandas, nulls and all (pyarrow's default makes floats).
+        assert_eq!(
+            got["dtypes"],
+            serde_json::json!({"free_seq": "Int64", "bytes": "Int64", "rank": "Int32"})
+        );
+        assert!(got["first_free"][0].is_u64(), "{got}");
+        assert_eq!(got["first_free"], got["arrow_free"]);
     }
 }
 

@@ -19,17 +19,29 @@ use crate::load::{load_with_steps_observing, LoadedTrace, Observer, Progress, Re
 
 /// The traces named by `inputs`: each file as given, each directory's `*.vtrace` files in
 /// name order; the segments of one trace cut into segments are one trace, named by the first
-/// of them there.
+/// of them there. A directory is read one level deep: traces in its subdirectories are named in
+/// a warning (or in the error, when the directory itself holds none), never read unsaid.
 pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut traces = Vec::new();
     for input in inputs {
         if input.is_dir() {
             let found = traces_in(input)?;
+            let below = subdirectories_with_traces(input);
             if found.is_empty() {
                 return Err(anyhow!(
-                    "{}: no trace files (*.vtrace) in this directory",
-                    input.display()
+                    "{}: no trace files (*.vtrace) in this directory{}",
+                    input.display(),
+                    below.as_ref().map_or(String::new(), |b| format!(
+                        "; {b}: give one of them (a directory is read one level deep)"
+                    ))
                 ));
+            }
+            if let Some(below) = below {
+                eprintln!(
+                    "warning: {}: {below} are not read (a directory is read one level deep; \
+                     give them as inputs of their own)",
+                    input.display()
+                );
             }
             traces.extend(found);
         } else {
@@ -99,6 +111,33 @@ fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     found.sort();
     Ok(found)
+}
+
+/// The subdirectories of `dir` that hold traces, in words (`3 traces in its subdirectories
+/// rank0/, rank1/`), or `None`.
+fn subdirectories_with_traces(dir: &Path) -> Option<String> {
+    let mut dirs: Vec<(String, usize)> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .filter_map(|p| {
+            let n = traces_in(&p).ok()?.len();
+            let name = p.file_name()?.to_string_lossy().into_owned();
+            (n > 0).then_some((name, n))
+        })
+        .collect();
+    if dirs.is_empty() {
+        return None;
+    }
+    dirs.sort();
+    let traces: usize = dirs.iter().map(|(_, n)| n).sum();
+    let mut names: Vec<String> = dirs.iter().take(3).map(|(d, _)| format!("{d}/")).collect();
+    if dirs.len() > 3 {
+        names.push(format!("and {} more", dirs.len() - 3));
+    }
+    let noun = if traces == 1 { "trace" } else { "traces" };
+    let place = if dirs.len() == 1 { "subdirectory" } else { "subdirectories" };
+    Some(format!("{traces} {noun} in its {place} {}", names.join(", ")))
 }
 
 /// A trace read to its end, with its analyses and the tally of its calls.

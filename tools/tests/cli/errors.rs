@@ -89,6 +89,38 @@ fn missing_empty_and_directory_paths() {
     );
 }
 
+/// A directory is read one level deep: traces below it are named, in the error when it holds
+/// none of its own and in a warning beside the report when it does.
+#[test]
+fn traces_in_subdirectories_are_named_not_skipped_unsaid() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job");
+    for rank in ["rank0", "rank1"] {
+        std::fs::create_dir_all(job.join(rank)).unwrap();
+        write_workload(&job.join(rank), "t.vtrace");
+    }
+    assert_eq!(
+        report_error(&job),
+        format!(
+            "error: {}: no trace files (*.vtrace) in this directory; 2 traces in its \
+             subdirectories rank0/, rank1/: give one of them (a directory is read one level \
+             deep)\n",
+            job.display()
+        )
+    );
+    write_workload(&job, "top.vtrace");
+    let out = vramtrace().arg("report").arg(&job).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "warning: {}: 2 traces in its subdirectories rank0/, rank1/ are not read (a \
+             directory is read one level deep; give them as inputs of their own)\n",
+            job.display()
+        )
+    );
+}
+
 #[test]
 fn a_header_cut_short_or_damaged_is_one_line() {
     let dir = tempfile::tempdir().unwrap();
