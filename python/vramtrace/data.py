@@ -28,6 +28,7 @@ TABLES = (
     "communicators",
     "failures",
     "tensors",
+    "findings",
     "traces",
 )
 

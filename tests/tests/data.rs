@@ -112,7 +112,8 @@ const COUNTS: &str = r#"
 root = sys.argv[1]
 import pyarrow.compute as pc
 out = {}
-for name in ["allocations", "sites", "steps", "samples", "communicators", "failures", "tensors", "traces"]:
+for name in ["allocations", "sites", "steps", "samples", "communicators", "failures", "tensors",
+             "findings", "traces"]:
     out[name] = table(root, name).num_rows
 a = table(root, "allocations")
 live = a.filter(pc.is_null(a["free_seq"]))
@@ -175,6 +176,9 @@ fn the_demos_trace_in_pyarrow_has_the_reports_numbers() {
     assert_eq!(got["communicators"], 1);
     assert_eq!(got["traces"], 1);
     assert_eq!(got["tensors"], 0);
+    let diagnosis = r["analysis"]["diagnosis"].as_array().unwrap();
+    assert_eq!(got["findings"], diagnosis.len());
+    assert!(!diagnosis.is_empty());
     // Every object a successful call made is a row: per entry point, its calls less its
     // failures.
     let by_api = got["by_api"].as_object().unwrap();
@@ -222,6 +226,10 @@ typical AS (SELECT run, identity, median(bytes) AS median FROM grid GROUP BY run
 SELECT rank, identity, bytes, bytes - median AS excess
 FROM grid JOIN typical USING (run, identity)
 ORDER BY excess DESC, run, rank LIMIT 2"""
+GROW_SQL = """
+SELECT rank, label, rate AS bytes_per_step, growth_from AS since_step, live_at_end, severity
+FROM findings WHERE class = 'steady-growth' AND axis = 'steps'
+ORDER BY rate DESC, run, rank"""
 ODD_SQL = """
 WITH per_rank AS (
     SELECT run, rank,
@@ -237,11 +245,12 @@ const FLEET: &str = r#"
 import duckdb
 root = sys.argv[1]
 con = duckdb.connect()
-for t in ["allocations", "sites", "traces"]:
+for t in ["allocations", "sites", "traces", "findings"]:
     con.sql(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{root}/{t}/**/*.parquet', "
             "hive_partitioning = true, hive_types = {'run': VARCHAR, 'rank': INTEGER})")
 line = con.sql(LINE_SQL).fetchall()
 odd = con.sql(ODD_SQL).fetchall()
+grow = con.sql(GROW_SQL).fetchall()
 peaks = con.sql("""
 WITH changes AS (
     SELECT run, rank, pid, alloc_seq AS seq, alloc_step AS step, bytes AS delta
@@ -257,6 +266,7 @@ SELECT rank, max(live) AS peak FROM running GROUP BY run, rank ORDER BY run, ran
 print(json.dumps({
     "line": [[r, i, int(b), float(e)] for r, i, b, e in line],
     "odd": [[r, int(l), float(m)] for r, l, m in odd],
+    "grow": [list(g) for g in grow],
     "peaks": [[r, int(p)] for r, p in peaks],
 }))
 "#;
@@ -301,6 +311,7 @@ fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
     assert_eq!(first[3], (80 * MIB) as f64);
     // Nothing else stands out.
     assert_eq!(got["line"][1][3], 0.0, "{got}");
+    assert_eq!(got["grow"], planted_growth(), "{got}");
 
     assert_eq!(
         got["odd"][0],
@@ -321,6 +332,22 @@ fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
         let row = peaks.iter().find(|p| &p[0] == rank).unwrap();
         assert_eq!(row[1], device[0]["peak"]["bytes"], "rank {rank}");
     }
+}
+
+/// What docs/data.md's growth question (`GROW_SQL`, over `findings`) must answer for
+/// [`eight_ranks`]: the report's findings, rank 5's extra leak first (4 MiB a step from step 0,
+/// all 20 of them live at the end), then the 1 MiB a step every rank keeps in `history`.
+fn planted_growth() -> Value {
+    let source = workload_source("wl_train.c");
+    let extra = line_of(&source, "extra[step] = alloc(");
+    let history = line_of(&source, "history[step] = alloc(");
+    let grows = |rank: u32, line: u32, rate: u64| {
+        let label = format!("main at wl_train.c:{line} → fw_alloc");
+        serde_json::json!([rank, label, rate as f64, 0, 20 * rate, "alert"])
+    };
+    let mut want = vec![grows(5, extra, 4 * MIB)];
+    want.extend((0..8).map(|rank| grows(rank, history, MIB)));
+    Value::from(want)
 }
 
 /// Every table of the dataset at argv[1] as pyarrow reads it: its columns, each with the type
@@ -361,13 +388,15 @@ line = spark.sql(LINE_SQL.replace("IS NOT DISTINCT FROM", "<=>")).collect()
 odd = spark.sql(ODD_SQL).collect()
 out["line"] = [[r, i, int(b), float(e)] for r, i, b, e in line]
 out["odd"] = [[r, int(l), float(m)] for r, l, m in odd]
+out["grow"] = [list(g) for g in spark.sql(GROW_SQL).collect()]
 spark.stop()
 print(json.dumps(out))
 "#;
 
 /// The tables of the dataset, in docs/data.md's order.
 const NAMES: &str = r#"
-NAMES = ["allocations", "sites", "steps", "samples", "communicators", "failures", "tensors", "traces"]
+NAMES = ["allocations", "sites", "steps", "samples", "communicators", "failures", "tensors",
+         "findings", "traces"]
 "#;
 
 // Spark reads the eight ranks' dataset as it is: every table with pyarrow's columns, in its order
@@ -383,7 +412,7 @@ fn spark_reads_the_dataset_with_its_types_and_names_the_rank_and_the_line() {
     let spark = py(&format!("{NAMES}{FLEET_SQL}{SPARK}"), &[&data]);
 
     let tables = arrow.as_object().unwrap();
-    assert_eq!(tables.len(), 8);
+    assert_eq!(tables.len(), 9);
     for (name, columns_and_rows) in tables {
         assert_eq!(&spark[name], columns_and_rows, "{name}");
     }
@@ -421,6 +450,7 @@ fn spark_reads_the_dataset_with_its_types_and_names_the_rank_and_the_line() {
         serde_json::json!([5, 100 * MIB, (80 * MIB) as f64])
     );
     assert_eq!(spark["odd"][1][2], 0.0);
+    assert_eq!(spark["grow"], planted_growth(), "{spark}");
 }
 
 /// `vramtrace.load` of argv[1] against pyarrow's reading of the dataset at argv[2].
@@ -468,6 +498,7 @@ fn load_returns_the_rows_of_the_parquet() {
             "communicators",
             "failures",
             "tensors",
+            "findings",
             "traces",
         ];
         assert_eq!(got["names"], serde_json::json!(names));

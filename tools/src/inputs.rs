@@ -136,8 +136,15 @@ fn subdirectories_with_traces(dir: &Path) -> Option<String> {
         names.push(format!("and {} more", dirs.len() - 3));
     }
     let noun = if traces == 1 { "trace" } else { "traces" };
-    let place = if dirs.len() == 1 { "subdirectory" } else { "subdirectories" };
-    Some(format!("{traces} {noun} in its {place} {}", names.join(", ")))
+    let place = if dirs.len() == 1 {
+        "subdirectory"
+    } else {
+        "subdirectories"
+    };
+    Some(format!(
+        "{traces} {noun} in its {place} {}",
+        names.join(", ")
+    ))
 }
 
 /// A trace read to its end, with its analyses and the tally of its calls.

@@ -119,6 +119,21 @@ def duckdb_queries(root, line, rank, name):
         verdict(ok, f"duckdb: top line is {line}")
 
 
+def findings(root, line, rank):
+    """docs/data.md's growth question, over `findings` (the report's diagnosis): the planted
+    line (on the planted rank) is the fastest steady growth."""
+    rows = [r for r in table(root, "findings").to_pylist()
+            if r["class"] == "steady-growth" and r["axis"] == "steps"]
+    rows.sort(key=lambda r: (-r["rate"], str(r["rank"])))
+    print("---- findings: steady growth, fastest first (the report's diagnosis)")
+    for r in rows[:5]:
+        print(f"  rank {r['rank']}  {r['label']}  {r['rate']:,.0f} B/step from step "
+              f"{r['growth_from']}  ({r['severity']}, {r['view']})")
+    ok = bool(rows) and (rows[0]["label"] or "").split(" in ")[0].endswith(line)
+    ok = ok and (rank is None or rows[0]["rank"] == rank)
+    verdict(ok, f"findings: {line} first" + ("" if rank is None else f" on rank {rank}"))
+
+
 def main():
     mode, root, line, name = sys.argv[1:5]
     rank = int(sys.argv[5]) if mode == "fleet" else None
@@ -126,6 +141,7 @@ def main():
         single(root, line, name)
     else:
         fleet(root, line, rank, name)
+    findings(root, line, rank)
     duckdb_queries(root, line, rank, name)
     return 1 if failed else 0
 

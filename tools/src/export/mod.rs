@@ -130,11 +130,18 @@ pub struct ExportArgs {
 /// Runs `vramtrace export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
     if args.format == Format::Parquet {
+        if args.window.last.is_some() || args.window.since.is_some() {
+            return Err(anyhow::anyhow!(
+                "--since and --last are not options of --format parquet: its tables hold the \
+                 whole trace (filter them by alloc_time_ns or alloc_step)"
+            ));
+        }
         return parquet::run(&parquet::Job {
             input: &args.trace,
             output: &args.output,
             run: args.run.as_deref(),
             force: args.force,
+            growth: args.analysis.config(),
         });
     }
     if args.run.is_some() {

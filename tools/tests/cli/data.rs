@@ -78,6 +78,16 @@ impl Rows {
             .collect()
     }
 
+    fn real(&self, name: &str) -> Vec<Option<f64>> {
+        (self.column(name))
+            .map(|f| match f {
+                Field::Double(v) => Some(*v),
+                Field::Null => None,
+                other => panic!("{name}: {other:?} is no double"),
+            })
+            .collect()
+    }
+
     fn flag(&self, name: &str) -> Vec<Option<bool>> {
         (self.column(name))
             .map(|f| match f {
@@ -134,6 +144,7 @@ fn the_training_loop_as_tables() {
         "allocations",
         "communicators",
         "failures",
+        "findings",
         "samples",
         "sites",
         "steps",
@@ -241,6 +252,36 @@ fn the_training_loop_as_tables() {
     ] {
         assert_eq!(table(&out, name).len(), rows, "{name}");
     }
+    // The report's diagnosis, finding by finding: the leak first, at its line and rate.
+    let f = table(&out, "findings");
+    let report = vramtrace()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let diagnosis = report["analysis"]["diagnosis"].as_array().unwrap();
+    assert_eq!(f.len(), diagnosis.len());
+    let classes: Vec<Option<String>> = diagnosis
+        .iter()
+        .map(|d| d["class"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(f.text("class"), classes);
+    assert_eq!(
+        f.int("finding"),
+        (1..=f.len() as i64).map(Some).collect::<Vec<_>>()
+    );
+    assert_eq!(f.text("class")[0].as_deref(), Some("steady-growth"));
+    assert_eq!(f.text("severity")[0].as_deref(), Some("alert"));
+    assert_eq!(f.text("label")[0].as_deref(), Some("train.py:42 in step"));
+    assert_eq!(f.text("file")[0].as_deref(), Some("/work/app/train.py"));
+    assert_eq!(f.int("line")[0], Some(42));
+    assert_eq!(f.real("rate")[0], Some(MIB as f64));
+    assert_eq!(f.text("axis")[0].as_deref(), Some("steps"));
+    assert_eq!(f.int("live_at_end")[0], Some(12 * MIB as i64));
+    assert_eq!(f.int("device")[0], Some(0));
+    assert_eq!(f.text("memory")[0].as_deref(), Some("device"));
+
     let t = table(&out, "traces");
     assert_eq!(t.text("host"), [Some("gpu-node-7".to_string())]);
     assert_eq!(t.int("steps"), [Some(12)]);
@@ -321,7 +362,7 @@ fn an_existing_output_is_replaced_only_when_asked() {
     // An empty directory is taken.
     std::fs::create_dir(&out).unwrap();
     export(&trace, &out, &[]).success();
-    assert_eq!(files(&out).len(), 8);
+    assert_eq!(files(&out).len(), 9);
 
     // A directory with something in it is refused, untouched.
     let mine = out.join("notes.txt");
@@ -366,7 +407,7 @@ fn an_existing_output_is_replaced_only_when_asked() {
     export(&trace, &out, &["--force"]).success();
     assert_eq!(files(&out), earlier);
     export(&trace, &file, &["--force"]).success();
-    assert_eq!(files(&file).len(), 8);
+    assert_eq!(files(&file).len(), 9);
 
     // Never the working directory or one above it, and never standard output.
     for (cwd, target) in [
@@ -427,7 +468,22 @@ fn a_failed_export_leaves_nothing_behind() {
     let err = String::from_utf8_lossy(&err.get_output().stderr).into_owned();
     assert_eq!(
         err,
-        "error: --run \"a/b\": a run's name is letters, digits, '.', '_' and '-' (not first '.')\n"
+        "error: --run \"a/b\": a run's name is ASCII letters, digits, '.', '_' and '-' (not \
+         first '.')\n"
+    );
+    assert!(!out.exists());
+    let long = "r".repeat(201);
+    let err = export(&trace, &out, &["--run", &long]).code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&err.get_output().stderr),
+        "error: --run: a run's name is at most 200 characters (this one has 201)\n"
+    );
+    // The other formats' window is not the dataset's: it holds the whole trace.
+    let err = export(&trace, &out, &["--since", "step 3"]).code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&err.get_output().stderr),
+        "error: --since and --last are not options of --format parquet: its tables hold the \
+         whole trace (filter them by alloc_time_ns or alloc_step)\n"
     );
     assert!(!out.exists());
 }

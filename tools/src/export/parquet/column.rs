@@ -266,6 +266,19 @@ impl Column {
         self.indices.push(i);
     }
 
+    /// Appends `v`, or a null (a column of doubles, written PLAIN: their bits, as they are;
+    /// the chunk carries no minimum or maximum for them).
+    #[inline]
+    pub fn opt_real(&mut self, v: Option<f64>) {
+        debug_assert!(
+            self.descr.physical_type() == Physical::DOUBLE && self.wanted == Encode::Plain
+        );
+        self.levels_at(At::Row, v.is_some());
+        if let Some(v) = v {
+            self.values.push(v.to_bits() as i64);
+        }
+    }
+
     /// Appends `v` (a column of booleans).
     #[inline]
     pub fn boolean(&mut self, v: bool) {

@@ -13,6 +13,7 @@ mod column;
 mod communicators;
 mod encode;
 mod failures;
+mod findings;
 mod names;
 mod output;
 mod sites;
@@ -28,6 +29,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
+use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::format::{trace_of, SegmentFile};
 
 use self::output::Staged;
@@ -45,6 +47,8 @@ pub struct Job<'a> {
     pub run: Option<&'a str>,
     /// Replace what is at `output` (`--force`).
     pub force: bool,
+    /// The growth analysis's settings, for the `findings` table.
+    pub growth: GrowthConfig,
 }
 
 /// Runs `vramtrace export --format parquet`.
@@ -70,7 +74,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
             };
             let progress = Progress::in_group(&group, path, "exporting");
             // Its errors name the trace, or the file they could not write.
-            trace::export(path, &place, &progress)
+            trace::export(path, &place, job.growth, &progress)
         })
         .collect::<Result<_>>()?;
     staged.commit()?;
@@ -79,7 +83,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
     }
     let sum = |f: fn(&Rows) -> u64, noun: &str| count(rows.iter().map(f).sum::<u64>(), noun);
     eprintln!(
-        "wrote {} (run {run}, {}: {} as {} ({} live at the end), {}, {}, {}, {}, {}, {}) in {:.2} s",
+        "wrote {} (run {run}, {}: {} as {} ({} live at the end), {}, {}, {}, {}, {}, {}, {}) in {:.2} s",
         job.output.display(),
         count(rows.len() as u64, "trace"),
         sum(|r| r.events, "event"),
@@ -91,6 +95,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
         sum(|r| r.communicators, "communicator"),
         sum(|r| r.failures, "failure"),
         sum(|r| r.tensors, "tensor"),
+        sum(|r| r.findings, "finding"),
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -115,10 +120,10 @@ fn default_run(input: &Path) -> String {
         .chars()
         .map(|c| if allowed(c) { c } else { '_' })
         .collect();
-    if name.is_empty() {
-        "run".to_string()
-    } else {
-        name
+    match name.get(..MAX_RUN) {
+        _ if name.is_empty() => "run".to_string(),
+        Some(head) => head.to_string(),
+        None => name,
     }
 }
 
@@ -131,10 +136,19 @@ fn allowed(c: char) -> bool {
 /// (a name freed by rotation and taken again), each gets its process id after it, then its
 /// place in the list: a file is never written by two traces.
 fn file_names(traces: &[PathBuf]) -> Vec<String> {
+    // pyarrow, Spark and Hadoop skip files whose names start with '_' or '.' (their own
+    // markers): those characters are left off, or a trace would be silently missing there.
     let stem = |p: &Path| {
-        trace_of(p)
+        let stem = trace_of(p)
             .file_stem()
-            .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned())
+            .map(|s| s.to_string_lossy().into_owned());
+        let stem = stem.unwrap_or_default();
+        let kept = stem.trim_start_matches(['_', '.']);
+        if kept.is_empty() {
+            "trace".to_string()
+        } else {
+            kept.to_string()
+        }
     };
     let shared = |names: &[String]| -> Vec<bool> {
         (names.iter())
@@ -156,12 +170,23 @@ fn file_names(traces: &[PathBuf]) -> Vec<String> {
     names
 }
 
+/// The longest run name: `run=NAME` is one path component, which file systems keep under 256
+/// bytes.
+const MAX_RUN: usize = 200;
+
 /// `name` as a Hive partition value: one path component that every reader takes as written
 /// (letters, digits, `.`, `_` and `-`).
 fn partition_value(name: &str) -> Result<String> {
     if name.is_empty() || name.starts_with('.') || !name.chars().all(allowed) {
         return Err(anyhow!(
-            "--run {name:?}: a run's name is letters, digits, '.', '_' and '-' (not first '.')"
+            "--run {name:?}: a run's name is ASCII letters, digits, '.', '_' and '-' (not \
+             first '.')"
+        ));
+    }
+    if name.len() > MAX_RUN {
+        return Err(anyhow!(
+            "--run: a run's name is at most {MAX_RUN} characters (this one has {})",
+            name.len()
         ));
     }
     if name == trace::NO_RANK {
@@ -211,6 +236,22 @@ mod tests {
     }
 
     #[test]
+    fn no_file_name_starts_as_readers_own_markers_do() {
+        // pyarrow and Spark would skip `_rank0.parquet` and `.rank2.parquet` unsaid.
+        let paths = [
+            "/none/_rank0.vtrace",
+            "/none/.rank2.vtrace",
+            "/none/_.vtrace",
+        ];
+        let paths: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+        assert_eq!(file_names(&paths), ["rank0", "rank2", "trace"]);
+        // Left off, a name another trace has is told apart as any shared name is.
+        let paths = ["/none/_a.vtrace", "/none/a.vtrace"];
+        let paths: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+        assert_eq!(file_names(&paths), ["a.0.0", "a.0.1"]);
+    }
+
+    #[test]
     fn a_runs_name_is_one_partition_value_readers_do_not_take_for_null() {
         assert_eq!(partition_value("job-1.a_b").unwrap(), "job-1.a_b");
         for bad in [
@@ -240,6 +281,7 @@ mod tests {
             ),
             ("failures", failures::Failures::column_names()),
             ("tensors", tensors::Tensors::column_names()),
+            ("findings", findings::Findings::column_names()),
             ("traces", traces::Traces::column_names()),
         ];
         for (name, columns) in tables {

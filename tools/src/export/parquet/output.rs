@@ -14,7 +14,7 @@ use anyhow::{anyhow, Result};
 use crate::load::lower_first;
 
 /// The directories at the top of a dataset, one per table (docs/data.md).
-pub const TABLES: [&str; 8] = [
+pub const TABLES: [&str; 9] = [
     "allocations",
     "sites",
     "steps",
@@ -22,6 +22,7 @@ pub const TABLES: [&str; 8] = [
     "communicators",
     "failures",
     "tensors",
+    "findings",
     "traces",
 ];
 

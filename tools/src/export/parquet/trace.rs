@@ -11,13 +11,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use parquet::file::metadata::KeyValue;
+use vramtrace_collector::analysis::{Analysis, GrowthConfig};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::RecordRef;
 use vramtrace_collector::live::{LiveState, StepSource};
+use vramtrace_collector::symbols::{label_sites, Attribution};
 
 use super::allocations::{self, Allocations};
 use super::communicators;
 use super::failures::{self, Failures};
+use super::findings;
 use super::names::Names;
 use super::sites;
 use super::steps::{self, Samples, Steps};
@@ -62,6 +65,7 @@ pub struct Rows {
     pub communicators: u64,
     pub failures: u64,
     pub tensors: u64,
+    pub findings: u64,
     /// What keeps the tables from holding the whole run (a cut trace, lost events, segments
     /// rotation removed), one sentence each, naming the trace.
     pub warnings: Vec<String>,
@@ -118,12 +122,18 @@ impl Streaming {
 }
 
 /// Exports the trace at `path` to `place`; returns the rows of each table.
-pub fn export(path: &Path, place: &Place, progress: &Progress) -> Result<Rows> {
-    match read(path, place, StepSource::Marks, progress)? {
+pub fn export(
+    path: &Path,
+    place: &Place,
+    growth: GrowthConfig,
+    progress: &Progress,
+) -> Result<Rows> {
+    let read = |source| read(path, place, source, growth, progress);
+    match read(StepSource::Marks)? {
         Read::Done(rows) => Ok(rows),
         Read::Again(source) => {
             progress.restart("pass 2 (steps from the repeating allocation)");
-            match read(path, place, source, progress)? {
+            match read(source)? {
                 Read::Done(rows) => Ok(rows),
                 Read::Again(_) => unreachable!("a pass with a pattern's steps is final"),
             }
@@ -137,7 +147,13 @@ enum Read {
     Again(StepSource),
 }
 
-fn read(trace: &Path, place: &Place, source: StepSource, progress: &Progress) -> Result<Read> {
+fn read(
+    trace: &Path,
+    place: &Place,
+    source: StepSource,
+    growth: GrowthConfig,
+    progress: &Progress,
+) -> Result<Read> {
     let (series, mut reader) = open_whole(trace, progress)?;
     let header = reader.header().clone();
     let pid = i64::from(header.pid);
@@ -163,7 +179,10 @@ fn read(trace: &Path, place: &Place, source: StepSource, progress: &Progress) ->
             return Ok(Read::Again(pattern.source()));
         }
     }
-    let loaded = whole_loaded(trace, &series, reader, state);
+    let loaded = LoadedTrace {
+        growth,
+        ..whole_loaded(trace, &series, reader, state)
+    };
     finish(tables, &loaded, &path, &metadata).map(Read::Done)
 }
 
@@ -216,6 +235,8 @@ fn finish(
     communicators::write(&mut comms, state, &mut t.names, t.pid)?;
     let mut torch = TableFile::create(path("tensors"), m())?;
     tensors::write(&mut torch, state, &trace.header, t.pid)?;
+    let mut found = TableFile::create(path("findings"), m())?;
+    findings::write(&mut found, &analysis(trace, &mut t.names), t.pid)?;
     let mut row = TableFile::create(path("traces"), m())?;
     traces::write(&mut row, trace)?;
     let done = |k: &str, v: String| vec![KeyValue::new(format!("vramtrace.{k}"), v)];
@@ -230,6 +251,7 @@ fn finish(
         sites: sites.finish(ending())?,
         communicators: comms.finish(ending())?,
         tensors: torch.finish(ending())?,
+        findings: found.finish(ending())?,
         warnings: Vec::new(),
     };
     row.finish(ending())?;
@@ -237,4 +259,14 @@ fn finish(
         warnings: warnings(trace),
         ..rows
     })
+}
+
+/// The report's analysis of `trace` (PyTorch's view of its tensors beside the driver's), its
+/// places labelled as the report labels them.
+fn analysis(trace: &LoadedTrace, names: &mut Names) -> Analysis {
+    let torch = trace.torch();
+    let mut analysis = trace.analyze(&torch);
+    let mut naming = Attribution::of_state(&trace.state, names.symbols());
+    label_sites(&mut analysis, &mut naming);
+    analysis
 }
