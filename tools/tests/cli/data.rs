@@ -478,6 +478,18 @@ fn a_failed_export_leaves_nothing_behind() {
         String::from_utf8_lossy(&err.get_output().stderr),
         "error: --run: a run's name is at most 200 characters (this one has 201)\n"
     );
+    // A mistyped parent directory is an error, as for every output, not a new tree.
+    let nowhere = dir.path().join("no-such-dir").join("data");
+    let err = export(&trace, &nowhere, &[]).code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&err.get_output().stderr),
+        format!(
+            "error: creating {}: no directory {}\n",
+            nowhere.display(),
+            nowhere.parent().unwrap().display()
+        )
+    );
+    assert!(!dir.path().join("no-such-dir").exists());
     // The other formats' window is not the dataset's: it holds the whole trace.
     let err = export(&trace, &out, &["--since", "step 3"]).code(2);
     assert_eq!(

@@ -139,7 +139,15 @@ impl Staged {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+        // As every other output: the directory it goes in must exist (a mistyped parent is an
+        // error, not a new tree).
+        if !parent.is_dir() {
+            return Err(anyhow!(
+                "creating {}: no directory {}",
+                target.display(),
+                parent.display()
+            ));
+        }
         let dir = tempfile::Builder::new()
             .prefix(".vramtrace-export-")
             .tempdir_in(parent)
