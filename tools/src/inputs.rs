@@ -48,7 +48,37 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
             traces.push(input.clone());
         }
     }
-    Ok(one_per_trace(traces))
+    let traces = one_per_trace(traces);
+    readable(&traces)?;
+    Ok(traces)
+}
+
+/// Of several traces, those that cannot be opened, all named at once (a job where one rank
+/// crashed may leave more than one): one is its own error, as reading it would give.
+fn readable(traces: &[PathBuf]) -> Result<()> {
+    if traces.len() < 2 {
+        return Ok(());
+    }
+    let mut bad: Vec<anyhow::Error> = traces
+        .par_iter()
+        .filter_map(|t| crate::load::open_series(t).err())
+        .collect();
+    match bad.len() {
+        0 => Ok(()),
+        1 => Err(bad.remove(0)),
+        n => {
+            let shown = 3;
+            let mut list: Vec<String> = bad.iter().take(shown).map(|e| e.to_string()).collect();
+            if n > shown {
+                list.push(format!("and {} more", n - shown));
+            }
+            Err(anyhow!(
+                "{n} of {} traces cannot be read (move them aside to read the others): {}",
+                traces.len(),
+                list.join("; ")
+            ))
+        }
+    }
 }
 
 /// Every file of the traces at `paths`: a trace cut into segments is all of its segments there,

@@ -121,6 +121,38 @@ fn traces_in_subdirectories_are_named_not_skipped_unsaid() {
     );
 }
 
+/// Of a directory's traces, every one that cannot be opened is named in the one error (a job
+/// where ranks crashed may leave several), not just the first; one alone is its own error.
+#[test]
+fn every_unreadable_trace_of_a_directory_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job");
+    std::fs::create_dir(&job).unwrap();
+    write_workload(&job, "rank0.vtrace");
+    let empty = job.join("rank1.vtrace");
+    std::fs::write(&empty, b"").unwrap();
+    assert_eq!(
+        report_error(&job),
+        format!(
+            "error: {}: the trace is cut off inside its header (0 of 16 bytes)\n",
+            empty.display()
+        )
+    );
+    let junk = job.join("rank2.vtrace");
+    std::fs::write(&junk, b"not a trace at all, not even close").unwrap();
+    let err = report_error(&job);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "error: 2 of 3 traces cannot be read (move them aside to read the others): {}: the \
+             trace is cut off inside its header (0 of 16 bytes); {}: ",
+            empty.display(),
+            junk.display()
+        )),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_header_cut_short_or_damaged_is_one_line() {
     let dir = tempfile::tempdir().unwrap();
