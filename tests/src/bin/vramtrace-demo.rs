@@ -97,11 +97,12 @@ fn traced_run(
     variant: Option<&str>,
     summary: bool,
 ) -> Result<PathBuf, String> {
+    // Found first: a build without the tracer leaves no empty directory behind.
+    let lib = sibling("libvramtrace.so")?;
     std::fs::create_dir_all(OUT_DIR).map_err(|e| format!("cannot create {OUT_DIR}: {e}"))?;
     for old in traces(prefix) {
         let _ = std::fs::remove_file(old);
     }
-    let lib = sibling("libvramtrace.so")?;
     let training = training_loop(variant);
     let status = Command::new(vramtrace)
         .arg("run")
