@@ -478,6 +478,16 @@ fn a_failed_export_leaves_nothing_behind() {
         String::from_utf8_lossy(&err.get_output().stderr),
         "error: --run: a run's name is at most 200 characters (this one has 201)\n"
     );
+    // The trace itself, as the output, is refused as every output refuses it.
+    let err = export(&trace, &trace, &["--force"]).code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&err.get_output().stderr),
+        format!(
+            "error: {0} is the trace being read ({0}); it is never replaced, not even with \
+             --force\n",
+            trace.display()
+        )
+    );
     // A mistyped parent directory is an error, as for every output, not a new tree.
     let nowhere = dir.path().join("no-such-dir").join("data");
     let err = export(&trace, &nowhere, &[]).code(2);

@@ -89,13 +89,20 @@ impl Staged {
                     target.display()
                 ));
             }
-            let held = (inputs.iter())
-                .find(|i| std::fs::canonicalize(i).is_ok_and(|i| i.starts_with(&replaced)));
-            if let Some(input) = held {
+            let held = (inputs.iter()).find_map(|i| {
+                let real = std::fs::canonicalize(i).ok()?;
+                real.starts_with(&replaced).then_some((i, real))
+            });
+            if let Some((input, real)) = held {
+                // Worded as every other output's refusal of the trace it reads.
+                let what = if real == replaced {
+                    format!(" is the trace being read ({})", input.display())
+                } else {
+                    format!(": holds {}, a trace being read", input.display())
+                };
                 return Err(anyhow!(
-                    "{}: holds {}, a trace being read; it is never replaced, not even with --force",
+                    "{}{what}; it is never replaced, not even with --force",
                     target.display(),
-                    input.display()
                 ));
             }
         }
