@@ -142,7 +142,11 @@ def load(path, run=None):
             stderr=subprocess.PIPE,
         )
         if done.returncode != 0:
-            raise Error(_message(done.stderr))
+            message = _message(done.stderr)
+            # The command names its option; here it is load()'s argument.
+            if message.startswith("--run"):
+                message = "run" + message[len("--run"):]
+            raise Error(message)
         for line in done.stderr.decode("utf-8", "replace").splitlines():
             if line.startswith("warning: "):
                 warnings.warn(line[len("warning: "):], TablesIncomplete, stacklevel=2)

@@ -527,7 +527,7 @@ const BAD: &str = r#"
 import json, sys
 import vramtrace
 try:
-    vramtrace.load(sys.argv[1])
+    vramtrace.load(sys.argv[1], **({"run": sys.argv[2]} if len(sys.argv) > 2 else {}))
     print(json.dumps(None))
 except vramtrace.Error as e:
     print(json.dumps([type(e).__name__, str(e)]))
@@ -563,6 +563,16 @@ fn bad_input_raises_one_line_errors() {
         let got = py(BAD, &[path]);
         assert_eq!(got, serde_json::json!(["Error", message]));
     }
+    // The run's name is load()'s argument, and its error says so.
+    let trace = train(dir.path(), "train", None, false);
+    let got = py(BAD, &[&trace, Path::new("bad name")]);
+    assert_eq!(
+        got,
+        serde_json::json!([
+            "Error",
+            "run \"bad name\": a run's name is ASCII letters, digits, '.', '_' and '-' (not first '.')"
+        ])
+    );
     let got = py(BAD, &[&not_a_trace]);
     let message = got[1].as_str().unwrap();
     assert!(
