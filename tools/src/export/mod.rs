@@ -105,6 +105,10 @@ pub struct ExportArgs {
     /// of the trace or directory given.
     #[arg(long, value_name = "NAME")]
     pub run: Option<String>,
+    /// Parquet: also print what was written as JSON on standard output — each trace's rows per
+    /// table, its rank and process, and its warnings (docs/data.md).
+    #[arg(long)]
+    pub json: bool,
     /// Replace the output if it exists (a file, or for parquet an earlier dataset: a directory
     /// of the tables' directories and nothing else); never the trace being read, and for
     /// parquet never a directory holding anything else, nor the working directory.
@@ -142,7 +146,11 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             run: args.run.as_deref(),
             force: args.force,
             growth: args.analysis.config(),
+            json: args.json,
         });
+    }
+    if args.json {
+        return Err(anyhow::anyhow!("--json is an option of --format parquet"));
     }
     if args.run.is_some() {
         return Err(anyhow::anyhow!("--run is an option of --format parquet"));

@@ -353,6 +353,60 @@ fn a_directory_is_one_run_with_a_partition_per_rank() {
     assert_eq!(freed, 12 + 2);
 }
 
+// `--json`: what was written, per trace, for scripts: the rows of each table as the files hold
+// them, the trace's rank and process, and its warnings.
+#[test]
+fn json_says_what_each_trace_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("job");
+    std::fs::create_dir(&traces).unwrap();
+    let a = write_training(&traces, "a.vtrace");
+    let b = write_six_step_training(&traces, "b.vtrace");
+    let out = dir.path().join("data");
+    let done = export(&traces, &out, &["--json"]).success();
+    let json: serde_json::Value = serde_json::from_slice(&done.get_output().stdout).unwrap();
+    assert_eq!(json["output"], out.display().to_string());
+    assert_eq!(json["run"], "job");
+    let written = json["traces"].as_array().unwrap();
+    assert_eq!(written.len(), 2);
+    for (w, (trace, file)) in written.iter().zip([(&a, "a"), (&b, "b")]) {
+        assert_eq!(w["trace"], trace.display().to_string());
+        assert_eq!(w["file"], file);
+        assert_eq!(w["rank"], 3);
+        assert_eq!(w["warnings"], serde_json::json!([]));
+    }
+    let first = &written[0];
+    assert_eq!(first["allocations"], 25);
+    assert_eq!(first["live_at_end"], 13);
+    assert_eq!(first["steps"], 12);
+    assert_eq!(first["failures"], 1);
+    for table in ["allocations", "steps", "failures", "findings"] {
+        let rows = table_of(&out, table, "a");
+        assert_eq!(first[table], rows as u64, "{table}");
+    }
+    // The other formats write their output, not a summary.
+    let trace = &a;
+    let err = vramtrace()
+        .args(["export", "--format", "csv-live", "--json", "-o", "-"])
+        .arg(trace)
+        .assert()
+        .code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&err.get_output().stderr),
+        "error: --json is an option of --format parquet\n"
+    );
+}
+
+/// The rows of `table`'s file of trace `file` in the dataset at `root`.
+fn table_of(root: &Path, table: &str, file: &str) -> usize {
+    let path = files(&root.join(table))
+        .into_iter()
+        .find(|p| p.file_stem().is_some_and(|s| s == file))
+        .unwrap();
+    let reader = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+    reader.metadata().file_metadata().num_rows() as usize
+}
+
 #[test]
 fn an_existing_output_is_replaced_only_when_asked() {
     let dir = tempfile::tempdir().unwrap();

@@ -29,6 +29,7 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
+use serde::Serialize;
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::format::{trace_of, SegmentFile};
 
@@ -49,6 +50,17 @@ pub struct Job<'a> {
     pub force: bool,
     /// The growth analysis's settings, for the `findings` table.
     pub growth: GrowthConfig,
+    /// Print what was written as JSON on standard output (`--json`).
+    pub json: bool,
+}
+
+/// What `--json` prints (docs/data.md).
+#[derive(Serialize)]
+struct Written<'a> {
+    output: String,
+    run: &'a str,
+    seconds: f64,
+    traces: &'a [Rows],
 }
 
 /// Runs `vramtrace export --format parquet`.
@@ -80,6 +92,15 @@ pub fn run(job: &Job<'_>) -> Result<()> {
     staged.commit()?;
     for warning in rows.iter().flat_map(|r| &r.warnings) {
         eprintln!("warning: {warning}");
+    }
+    if job.json {
+        let written = Written {
+            output: job.output.display().to_string(),
+            run: &run,
+            seconds: started.elapsed().as_secs_f64(),
+            traces: &rows,
+        };
+        println!("{}", serde_json::to_string_pretty(&written)?);
     }
     let sum = |f: fn(&Rows) -> u64, noun: &str| count(rows.iter().map(f).sum::<u64>(), noun);
     eprintln!(

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use parquet::file::metadata::KeyValue;
+use serde::Serialize;
 use vramtrace_collector::analysis::{Analysis, GrowthConfig};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::RecordRef;
@@ -52,12 +53,19 @@ impl Place {
     }
 }
 
-/// Rows written per table of one trace, and what the user must know about them.
-#[derive(Clone, Debug, Default)]
+/// Rows written per table of one trace, and what the user must know about them (`--json`
+/// prints them: docs/data.md).
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Rows {
+    /// The trace as given, its file name in the partitions, its rank and process.
+    pub trace: String,
+    pub file: String,
+    pub rank: Option<i32>,
+    pub pid: u32,
     pub events: u64,
     pub allocations: u64,
     /// Of `allocations`, the objects still live at the end of the trace.
+    #[serde(rename = "live_at_end")]
     pub live: u64,
     pub sites: u64,
     pub steps: u64,
@@ -129,16 +137,20 @@ pub fn export(
     progress: &Progress,
 ) -> Result<Rows> {
     let read = |source| read(path, place, source, growth, progress);
-    match read(StepSource::Marks)? {
-        Read::Done(rows) => Ok(rows),
+    let rows = match read(StepSource::Marks)? {
+        Read::Done(rows) => rows,
         Read::Again(source) => {
             progress.restart("pass 2 (steps from the repeating allocation)");
             match read(source)? {
-                Read::Done(rows) => Ok(rows),
+                Read::Done(rows) => rows,
                 Read::Again(_) => unreachable!("a pass with a pattern's steps is final"),
             }
         }
-    }
+    };
+    Ok(Rows {
+        file: place.file.clone(),
+        ..rows
+    })
 }
 
 enum Read {
@@ -253,6 +265,10 @@ fn finish(
         tensors: torch.finish(ending())?,
         findings: found.finish(ending())?,
         warnings: Vec::new(),
+        trace: trace.path.display().to_string(),
+        file: String::new(),
+        rank: trace.header.rank,
+        pid: trace.header.pid,
     };
     row.finish(ending())?;
     Ok(Rows {
