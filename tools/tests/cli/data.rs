@@ -397,6 +397,86 @@ fn json_says_what_each_trace_wrote() {
     );
 }
 
+// On every real GPU trace of the fixtures (PyTorch, JAX, CuPy, an extension, four ranks;
+// healthy and leaky), the `findings` rows are the report's diagnosis: the same findings in
+// the same order, at the same lines, with the same numbers — time-sampled ones with their
+// window.
+#[test]
+fn findings_are_the_reports_diagnosis_on_real_gpu_traces() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gpu");
+    let mut traces: Vec<PathBuf> = files_named(&fixtures, "vtrace");
+    traces.extend(files_named(&fixtures.join("ranks_gloo"), "vtrace"));
+    assert_eq!(traces.len(), 29);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut growing, mut by_time) = (0, 0);
+    for (i, trace) in traces.iter().enumerate() {
+        let out = dir.path().join(format!("d{i}"));
+        export(trace, &out, &[]).success();
+        let report = vramtrace()
+            .args(["report", "--json"])
+            .arg(trace)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+        let analysis = &report["analysis"];
+        let diagnosis = analysis["diagnosis"].as_array().unwrap();
+        let f = table(&out, "findings");
+        let name = trace.display();
+        assert_eq!(f.len(), diagnosis.len(), "{name}");
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        for (row, d) in diagnosis.iter().enumerate() {
+            let site = &d["site"];
+            let label = text(&site["label"]).or_else(|| text(&site["site"]));
+            let e = &d["evidence"];
+            assert_eq!(f.int("finding")[row], Some(row as i64 + 1), "{name}");
+            assert_eq!(f.text("class")[row], text(&d["class"]), "{name}");
+            assert_eq!(f.text("severity")[row], text(&d["severity"]), "{name}");
+            assert_eq!(f.text("label")[row], label, "{name}");
+            assert_eq!(f.int("bytes")[row], e["bytes"].as_i64(), "{name}");
+            assert_eq!(f.real("rate")[row], e["rate"].as_f64(), "{name}");
+            assert_eq!(f.text("axis")[row], text(&e["axis"]), "{name}");
+            assert_eq!(
+                f.int("growth_from")[row],
+                e["growth_from"].as_i64(),
+                "{name}"
+            );
+            assert_eq!(
+                f.int("live_at_end")[row],
+                e["live_at_end"].as_i64(),
+                "{name}"
+            );
+            let freed = e["freed_at_teardown"].as_i64();
+            assert_eq!(f.int("freed_at_teardown")[row], freed, "{name}");
+            assert_eq!(f.text("view")[row], text(&e["view"]), "{name}");
+            assert_eq!(f.text("cause")[row], text(&d["cause"]), "{name}");
+            let window = analysis["growth"]["window_ns"].as_i64();
+            let per_window = e["axis"] == "time";
+            assert_eq!(
+                f.int("window_ns")[row],
+                window.filter(|_| per_window),
+                "{name}"
+            );
+            growing += usize::from(d["class"] == "steady-growth");
+            by_time += usize::from(per_window);
+        }
+    }
+    // The planted leaks, each trace's (leak_three's three lines, and rank 2's of the four):
+    // 17 steady growths; 3 findings of traces without steps are judged along time.
+    assert_eq!((growing, by_time), (17, 3));
+}
+
+/// The files of `dir` (not below) whose names end in `.ext`, in name order.
+fn files_named(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    found.sort();
+    found
+}
+
 /// The rows of `table`'s file of trace `file` in the dataset at `root`.
 fn table_of(root: &Path, table: &str, file: &str) -> usize {
     let path = files(&root.join(table))

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, LineMeaning, Severity};
-use vramtrace_collector::live::Holder;
+use vramtrace_collector::live::{Holder, SampleAxis};
 
 use super::allocations::bits;
 use super::table::{table, TableFile};
@@ -29,6 +29,7 @@ table! {
         bytes: "required int64" => Plain;
         rate: "optional double" => Plain;
         axis: "optional binary" " (STRING);" => Dictionary;
+        window_ns: "optional int64" => Plain;
         growth_from: "optional int64" => Plain;
         rises: "optional int64" => Plain;
         r2: "optional double" => Plain;
@@ -45,14 +46,17 @@ table! {
 
 /// A row for each finding of `analysis` (its sites labelled as the report labels them).
 pub fn write(t: &mut TableFile<Findings>, analysis: &Analysis, pid: i64) -> Result<()> {
+    let window_ns = analysis.growth.window_ns;
     for (i, f) in analysis.diagnosis.iter().enumerate() {
-        row(&mut t.rows, pid, i + 1, f);
+        row(&mut t.rows, pid, i + 1, f, window_ns);
         t.row_done()?;
     }
     Ok(())
 }
 
-fn row(c: &mut Findings, pid: i64, number: usize, f: &Finding) {
+/// Finding `f`, number `number`; `window_ns` is the analysis's time window (what a rate
+/// along time is per).
+fn row(c: &mut Findings, pid: i64, number: usize, f: &Finding, window_ns: Option<u64>) {
     c.pid.int(pid);
     c.finding.int(number as i64);
     c.class.text(class(f.class));
@@ -89,6 +93,9 @@ fn row(c: &mut Findings, pid: i64, number: usize, f: &Finding) {
     c.bytes.int(bits(e.bytes));
     c.rate.opt_real(e.rate);
     c.axis.opt_text(e.axis.map(|a| a.name()));
+    let per_window = e.axis == Some(SampleAxis::Time);
+    c.window_ns
+        .opt_int(window_ns.filter(|_| per_window).map(bits));
     c.growth_from.opt_int(e.growth_from.map(bits));
     c.rises.opt_int(e.rises.map(|r| r as i64));
     c.r2.opt_real(e.r2);
