@@ -227,9 +227,9 @@ SELECT rank, identity, bytes, bytes - median AS excess
 FROM grid JOIN typical USING (run, identity)
 ORDER BY excess DESC, run, rank LIMIT 2"""
 GROW_SQL = """
-SELECT rank, label, rate AS bytes_per_step, growth_from AS since_step, live_at_end, severity
-FROM findings WHERE class = 'steady-growth' AND axis = 'steps'
-ORDER BY rate DESC, run, rank"""
+SELECT rank, label, axis, rate, growth_from, live_at_end, freed_at_teardown, severity
+FROM findings WHERE class = 'steady-growth'
+ORDER BY axis, rate DESC, run, rank"""
 ODD_SQL = """
 WITH per_rank AS (
     SELECT run, rank,
@@ -343,7 +343,16 @@ fn planted_growth() -> Value {
     let history = line_of(&source, "history[step] = alloc(");
     let grows = |rank: u32, line: u32, rate: u64| {
         let label = format!("main at wl_train.c:{line} → fw_alloc");
-        serde_json::json!([rank, label, rate as f64, 0, 20 * rate, "alert"])
+        serde_json::json!([
+            rank,
+            label,
+            "steps",
+            rate as f64,
+            0,
+            20 * rate,
+            null,
+            "alert"
+        ])
     };
     let mut want = vec![grows(5, extra, 4 * MIB)];
     want.extend((0..8).map(|rank| grows(rank, history, MIB)));

@@ -26,22 +26,17 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
     for input in inputs {
         if input.is_dir() {
             let found = traces_in(input)?;
-            let below = subdirectories_with_traces(input);
             if found.is_empty() {
                 return Err(anyhow!(
                     "{}: no trace files (*.vtrace) in this directory{}",
                     input.display(),
-                    below.as_ref().map_or(String::new(), |b| format!(
-                        "; {b}: give one of them (a directory is read one level deep)"
+                    subdirectories_with_traces(input).map_or(String::new(), |(b, _)| format!(
+                        "; {b} (a directory is read one level deep: give a subdirectory)"
                     ))
                 ));
             }
-            if let Some(below) = below {
-                eprintln!(
-                    "warning: {}: {below} are not read (a directory is read one level deep; \
-                     give them as inputs of their own)",
-                    input.display()
-                );
+            if let Some(unread) = unread_below(input) {
+                eprintln!("warning: {unread}");
             }
             traces.extend(found);
         } else {
@@ -143,9 +138,20 @@ fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
+/// The traces below directory `dir` that reading it leaves out, in a sentence naming `dir`
+/// (a warning), or `None`.
+pub fn unread_below(dir: &Path) -> Option<String> {
+    let (below, traces) = subdirectories_with_traces(dir)?;
+    let verb = if traces == 1 { "is" } else { "are" };
+    Some(format!(
+        "{}: {below} {verb} not read (a directory is read one level deep)",
+        dir.display()
+    ))
+}
+
 /// The subdirectories of `dir` that hold traces, in words (`3 traces in its subdirectories
-/// rank0/, rank1/`), or `None`.
-fn subdirectories_with_traces(dir: &Path) -> Option<String> {
+/// rank0/, rank1/`), and how many traces; or `None`.
+fn subdirectories_with_traces(dir: &Path) -> Option<(String, usize)> {
     let mut dirs: Vec<(String, usize)> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -171,10 +177,8 @@ fn subdirectories_with_traces(dir: &Path) -> Option<String> {
     } else {
         "subdirectories"
     };
-    Some(format!(
-        "{traces} {noun} in its {place} {}",
-        names.join(", ")
-    ))
+    let words = format!("{traces} {noun} in its {place} {}", names.join(", "));
+    Some((words, traces))
 }
 
 /// A trace read to its end, with its analyses and the tally of its calls.

@@ -367,6 +367,7 @@ fn json_says_what_each_trace_wrote() {
     let json: serde_json::Value = serde_json::from_slice(&done.get_output().stdout).unwrap();
     assert_eq!(json["output"], out.display().to_string());
     assert_eq!(json["run"], "job");
+    assert_eq!(json["warnings"], serde_json::json!([]));
     let written = json["traces"].as_array().unwrap();
     assert_eq!(written.len(), 2);
     for (w, (trace, file)) in written.iter().zip([(&a, "a"), (&b, "b")]) {
@@ -384,6 +385,20 @@ fn json_says_what_each_trace_wrote() {
         let rows = table_of(&out, table, "a");
         assert_eq!(first[table], rows as u64, "{table}");
     }
+    // Traces below the directory given, which it leaves out, are said there too.
+    std::fs::create_dir(traces.join("node1")).unwrap();
+    write_training(&traces.join("node1"), "c.vtrace");
+    let out = dir.path().join("data2");
+    let done = export(&traces, &out, &["--json"]).success();
+    let json: serde_json::Value = serde_json::from_slice(&done.get_output().stdout).unwrap();
+    assert_eq!(
+        json["warnings"],
+        serde_json::json!([format!(
+            "{}: 1 trace in its subdirectory node1/ is not read (a directory is read one \
+             level deep)",
+            traces.display()
+        )])
+    );
     // The other formats write their output, not a summary.
     let trace = &a;
     let err = vramtrace()

@@ -103,8 +103,8 @@ fn traces_in_subdirectories_are_named_not_skipped_unsaid() {
         report_error(&job),
         format!(
             "error: {}: no trace files (*.vtrace) in this directory; 2 traces in its \
-             subdirectories rank0/, rank1/: give one of them (a directory is read one level \
-             deep)\n",
+             subdirectories rank0/, rank1/ (a directory is read one level deep: give a \
+             subdirectory)\n",
             job.display()
         )
     );
@@ -115,7 +115,7 @@ fn traces_in_subdirectories_are_named_not_skipped_unsaid() {
         String::from_utf8_lossy(&out.stderr),
         format!(
             "warning: {}: 2 traces in its subdirectories rank0/, rank1/ are not read (a \
-             directory is read one level deep; give them as inputs of their own)\n",
+             directory is read one level deep)\n",
             job.display()
         )
     );

@@ -60,6 +60,9 @@ struct Written<'a> {
     output: String,
     run: &'a str,
     seconds: f64,
+    /// What the dataset leaves out of the input besides each trace's own (traces in
+    /// subdirectories of the directory given).
+    warnings: Vec<String>,
     traces: &'a [Rows],
 }
 
@@ -98,6 +101,11 @@ pub fn run(job: &Job<'_>) -> Result<()> {
             output: job.output.display().to_string(),
             run: &run,
             seconds: started.elapsed().as_secs_f64(),
+            warnings: (job.input.is_dir())
+                .then(|| crate::inputs::unread_below(job.input))
+                .flatten()
+                .into_iter()
+                .collect(),
             traces: &rows,
         };
         println!("{}", serde_json::to_string_pretty(&written)?);
