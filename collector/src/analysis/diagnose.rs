@@ -104,6 +104,7 @@ fn steady_finding(
             seconds_to_full: projection.and_then(|p| p.seconds_to_full),
             view: Some(s.view),
             line_means: Some(means),
+            history_from: s.history_from,
             ..Evidence::default()
         },
         related,

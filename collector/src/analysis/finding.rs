@@ -91,6 +91,10 @@ pub struct Evidence {
     pub view: Option<&'static str>,
     /// For steady growth: whether the line keeps the memory or only asked for it.
     pub line_means: Option<LineMeaning>,
+    /// For steady growth in a view whose history begins late (PyTorch's recorder keeps only its
+    /// latest actions): the first sample it holds whole; a growth from there may have begun
+    /// earlier.
+    pub history_from: Option<u64>,
 }
 
 /// Another view of the same cause: a row of steady growth that is evidence of the finding's

@@ -117,6 +117,9 @@ pub struct SiteGrowth {
     /// For steady growth: the finding of the diagnosis this row is part of, and what it is
     /// there (the cause, or evidence of it); set by [`analyze_with`](super::analyze_with).
     pub finding: Option<FindingRef>,
+    /// As [`LineSeries::history_from`]: the first sample of a view whose history begins late.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_from: Option<u64>,
 }
 
 /// A row's place in the diagnosis.
@@ -138,6 +141,9 @@ pub struct LineSeries {
     pub view: &'static str,
     /// `(x, bytes)` on the axis the trace is sampled on.
     pub points: Vec<(u64, u64)>,
+    /// The first sample the view's history holds whole, where the trace's samples begin before
+    /// it (PyTorch's recorder keeps only its latest actions): growth before it is not seen.
+    pub history_from: Option<u64>,
 }
 
 /// Growth of everything live.
@@ -334,6 +340,7 @@ struct Row {
     sites: usize,
     now_bytes: u64,
     points: Vec<(u64, u64)>,
+    history_from: Option<u64>,
 }
 
 /// Series summed point by point; a series has no points before it began (it held nothing).
@@ -489,6 +496,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 sites: sites.len(),
                 now_bytes,
                 points: sum(&series),
+                history_from: None,
             }
         })
         .collect();
@@ -499,6 +507,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         view: l.view,
         sites: 1,
         points: l.points,
+        history_from: l.history_from,
     }));
 
     let (mut steady, mut peaks, mut shrinking) = (Vec::new(), Vec::new(), Vec::new());
@@ -511,6 +520,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             sites,
             now_bytes,
             points,
+            history_from,
         } = row;
         let Some(h) = holder_of(holder) else {
             continue;
@@ -539,6 +549,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             view,
             alert,
             finding: None,
+            history_from,
         });
     }
     for h in &mut holders {

@@ -72,7 +72,12 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
                 line: frame.line,
                 function: frame.function.clone(),
             };
+            // Samples before the recorder's window miss what lived and died before it.
+            let history_from = (series.complete_from > 0)
+                .then(|| xs.get(series.complete_from).copied())
+                .flatten();
             Some(LineSeries {
+                history_from,
                 // No library owns a tensor: the view that saw it is named in its place.
                 site: SiteName::of_line(VIEW_NAME, OwnerKind::Torch, source),
                 holder: Holder::Device { device },

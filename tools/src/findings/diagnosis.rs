@@ -176,6 +176,11 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
             )];
             if let Some(x) = e.growth_from {
                 parts[0] += &format!(" from {}", at_sample(a, x));
+                if e.history_from == Some(x) {
+                    // The view's first whole sample: what came before it is not seen.
+                    parts[0] += ", the first the recorder's history holds whole (it keeps only \
+                                 its latest actions: the growth may have begun earlier)";
+                }
             }
             let r2 = e.r2.map_or(String::new(), |r| format!(", R² {r:.3}"));
             parts.push(format!("{} rises{r2}", e.rises.unwrap_or(0)));

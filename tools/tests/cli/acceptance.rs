@@ -335,3 +335,35 @@ fn a_warm_up_burst_and_jax_s_pool_are_not_leaks() {
     assert!(fix.contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"), "{fix}");
     assert!(!fix.contains("empty_cache"), "{fix}");
 }
+
+// gpt_leaky keeps 16 MiB of logits from its first step to its 120th; PyTorch's recorder kept
+// only its latest 100,000 actions, whole from step 69 on. The finding's growth runs from there,
+// and says that it may have begun earlier, rather than that the leak started at step 69.
+#[test]
+fn a_growth_from_where_the_recorder_s_history_begins_says_so() {
+    let a = analysis("gpt_leaky-recorder");
+    let first = &a["diagnosis"][0];
+    assert_eq!(first["site"]["label"], "gpt_leaky.py:57 in <module>");
+    let e = &first["evidence"];
+    assert_eq!(
+        (&e["growth_from"], &e["history_from"]),
+        (&69.into(), &69.into())
+    );
+    assert_eq!(e["rate"], 16.0 * MIB);
+    let out = vramtrace()
+        .arg("report")
+        .arg(fixture("gpt_leaky-recorder"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "+16.0 MiB per step from step 69, the first the recorder's history holds whole (it \
+             keeps only its latest actions: the growth may have begun earlier)"
+        ),
+        "{text}"
+    );
+    // A recorder that held the whole run says nothing of it.
+    let a = analysis("leak_three-recorder");
+    assert_eq!(a["diagnosis"][0]["evidence"]["history_from"], Value::Null);
+}
