@@ -16,7 +16,8 @@ Every function here is safe to call without the tracer: nothing raises, nothing 
 A trace, or a directory of them, read back as pyarrow tables (needs pyarrow):
 
     data = vramtrace.load("traces/")
-    data.allocations.to_pandas()
+    data.findings.to_pylist()        # the report's findings of each trace, headline first
+    frames = data.to_pandas()        # every table as a DataFrame
 """
 
 import ctypes
