@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_int};
 
+use crate::session::announce;
 use crate::session::lifecycle::{self, Ending};
 
 /// The real functions, found from the library constructor.
@@ -123,9 +124,10 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
 }
 
 /// An exec call: the trace ended first, the real function called as asked, the trace resumed if
-/// it returns (it failed). errno is the real call's.
+/// it returns (it failed). errno is the real call's. `$path` and `$env` name what it runs and
+/// the environment it gets: one without the tracer is said to `vramtrace run` first.
 macro_rules! exec_hook {
-    ($name:ident, $slot:ident, ($($arg:ident : $ty:ty),*)) => {
+    ($name:ident, $slot:ident, $path:expr, $env:expr, ($($arg:ident : $ty:ty),*)) => {
         /// Replaces the process image, as the C library's function of the same name.
         ///
         /// # Safety
@@ -144,23 +146,50 @@ macro_rules! exec_hook {
                 unsafe { *libc::__errno_location() = libc::ENOSYS };
                 return -1;
             };
+            // SAFETY: the program's own path (or NULL) and environment, as it passes them.
+            let said = unsafe { say_if_untraced($path, $env) };
             let ended = before_leaving(Ending::Exec);
             // SAFETY: the real function of this name, which has this signature.
             let f: Real = unsafe { std::mem::transmute::<usize, Real>(f) };
             // SAFETY: the program's own arguments, passed on unchanged.
             let r = unsafe { f($($arg),*) };
+            if said {
+                announce::exec_failed();
+            }
             after_failed_exec(ended);
             r
         }
     };
 }
 
-exec_hook!(execve, REAL_EXECVE, (path: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
-exec_hook!(execv, REAL_EXECV, (path: *const c_char, argv: *const *const c_char));
-exec_hook!(execvp, REAL_EXECVP, (file: *const c_char, argv: *const *const c_char));
-exec_hook!(execvpe, REAL_EXECVPE, (file: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
-exec_hook!(fexecve, REAL_FEXECVE, (fd: c_int, argv: *const *const c_char, envp: *const *const c_char));
-exec_hook!(execveat, REAL_EXECVEAT, (dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int));
+exec_hook!(execve, REAL_EXECVE, path, envp, (path: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
+exec_hook!(execv, REAL_EXECV, path, environ, (path: *const c_char, argv: *const *const c_char));
+exec_hook!(execvp, REAL_EXECVP, file, environ, (file: *const c_char, argv: *const *const c_char));
+exec_hook!(execvpe, REAL_EXECVPE, file, envp, (file: *const c_char, argv: *const *const c_char, envp: *const *const c_char));
+exec_hook!(fexecve, REAL_FEXECVE, std::ptr::null(), envp, (fd: c_int, argv: *const *const c_char, envp: *const *const c_char));
+exec_hook!(execveat, REAL_EXECVEAT, path, envp, (dirfd: c_int, path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, flags: c_int));
+
+unsafe extern "C" {
+    /// The process's environment, as `execv` and `execvp` pass it on.
+    static environ: *const *const c_char;
+}
+
+/// Tells `vramtrace run` that the image an exec of `path` makes with `env` runs without the
+/// tracer, when `env` preloads none; whether it did. Never unwinds.
+///
+/// # Safety
+/// `path` is NULL or NUL-terminated; `env` is NULL or a NULL-terminated array of strings.
+unsafe fn say_if_untraced(path: *const c_char, env: *const *const c_char) -> bool {
+    let path: &[u8] = if path.is_null() {
+        b"(a file descriptor)"
+    } else {
+        // SAFETY: a NUL-terminated string (the caller's contract).
+        unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes()
+    };
+    // SAFETY: `env` as the caller's contract says.
+    std::panic::catch_unwind(|| unsafe { announce::exec_without_tracer(path, env) })
+        .unwrap_or(false)
+}
 
 /// `execl(path, arg, ..., NULL)`: gathered in exec.c, then [`execv`].
 ///

@@ -14,7 +14,10 @@
 //! - `removed PATH` when the tracer removed it at the end: the process made no GPU memory call
 //!   (only step marks, as a program training on the CPU under the Python hooks makes);
 //! - `untraced REASON` when it could not be: the process ran on untraced;
-//! - `cut PATH` when writing it failed later: the trace stops there.
+//! - `cut PATH` when writing it failed later: the trace stops there;
+//! - `exec-untraced PATH` before an exec whose environment no longer preloads the tracer (a
+//!   launcher that cleans the environment: `env -i`, `sudo`, a subprocess given its own), and
+//!   `exec-failed` when that exec returned: the image it made runs unseen.
 //!
 //! A warning about a bad setting is the same in every process of a run, so only the first
 //! process to give it does ([`first_to_warn`]): it leaves a `warned-HASH` file for the others.
@@ -26,6 +29,9 @@
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::OnceLock;
+
+use libc::c_char;
 
 /// The variable `vramtrace run` sets: a directory for one status file per traced process.
 pub const RUN_STATUS: &str = "VRAMTRACE_RUN_STATUS";
@@ -90,7 +96,122 @@ fn append(line: &[u8]) {
 
 /// The library was loaded into this process image (tracing, or disabled).
 pub fn loaded(disabled: bool) {
+    if let Some(dir) = status_dir() {
+        // Kept for the exec hooks, which must not allocate.
+        let _ = EXEC_DIR.set(dir);
+    }
     append(if disabled { b"disabled" } else { b"tracing" });
+}
+
+/// The status directory as the library found it when loaded: what [`exec_without_tracer`]
+/// writes in without allocating (an exec may come from a vfork child or a signal handler).
+static EXEC_DIR: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// Before an exec of `path` with the environment `env` (NULL-terminated; NULL for none): when
+/// it preloads no vramtrace library, says that the image it makes will run unseen. Returns
+/// whether it said so ([`exec_failed`] takes it back). Touches no heap and keeps `errno`.
+///
+/// # Safety
+/// `env` is NULL or a NULL-terminated array of NUL-terminated strings.
+pub unsafe fn exec_without_tracer(path: &[u8], env: *const *const c_char) -> bool {
+    let Some(dir) = EXEC_DIR.get() else {
+        return false;
+    };
+    // SAFETY: `env` is the environment the program hands to exec, NULL-terminated, or NULL.
+    if unsafe { preloads_tracer(env) } {
+        return false;
+    }
+    let mut line = [0u8; 1024];
+    let head = b"exec-untraced ";
+    line[..head.len()].copy_from_slice(head);
+    let room = line.len() - head.len() - 1;
+    let path = &path[..path.len().min(room)];
+    for (to, &b) in line[head.len()..].iter_mut().zip(path) {
+        *to = if b == b'\n' { b' ' } else { b };
+    }
+    let n = head.len() + path.len();
+    line[n] = b'\n';
+    append_raw(dir, &line[..n + 1])
+}
+
+/// The exec that [`exec_without_tracer`] spoke of failed: this image goes on, seen.
+pub fn exec_failed() {
+    if let Some(dir) = EXEC_DIR.get() {
+        append_raw(dir, b"exec-failed\n");
+    }
+}
+
+/// Whether environment `env` preloads a vramtrace library (`LD_PRELOAD=…vramtrace…`).
+///
+/// # Safety
+/// `env` is NULL or a NULL-terminated array of NUL-terminated strings.
+unsafe fn preloads_tracer(env: *const *const c_char) -> bool {
+    if env.is_null() {
+        return false;
+    }
+    let mut at = env;
+    loop {
+        // SAFETY: `at` stays inside the array up to its NULL (the caller's contract).
+        let entry = unsafe { *at };
+        if entry.is_null() {
+            return false;
+        }
+        // SAFETY: a NUL-terminated string of the array.
+        let text = unsafe { std::ffi::CStr::from_ptr(entry) }.to_bytes();
+        if let Some(value) = text.strip_prefix(b"LD_PRELOAD=") {
+            if value.windows(9).any(|w| w == b"vramtrace") {
+                return true;
+            }
+        }
+        // SAFETY: not yet at the NULL, so the next element is inside the array.
+        at = unsafe { at.add(1) };
+    }
+}
+
+/// Appends `line` to this process's status file in `dir` with system calls only: the path
+/// is built on the stack; `errno` is kept. Whether it was written.
+fn append_raw(dir: &[u8], line: &[u8]) -> bool {
+    let mut path = [0u8; 4096];
+    // SAFETY: getpid has no preconditions.
+    let mut pid = unsafe { libc::getpid() } as u32;
+    let mut digits = [0u8; 10];
+    let mut k = digits.len();
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (pid % 10) as u8;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    let digits = &digits[k..];
+    let len = dir.len() + 1 + digits.len();
+    if len >= path.len() {
+        return false;
+    }
+    path[..dir.len()].copy_from_slice(dir);
+    path[dir.len()] = b'/';
+    path[dir.len() + 1..len].copy_from_slice(digits);
+    // SAFETY: errno is this thread's; restored below.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    // SAFETY: `path` is NUL-terminated (zeroed past `len`); O_CREAT with a mode.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    let written = fd >= 0 && {
+        // SAFETY: our own buffer to our own descriptor, closed right after.
+        let n = unsafe { libc::write(fd, line.as_ptr().cast(), line.len()) };
+        // SAFETY: as above.
+        unsafe { libc::close(fd) };
+        n == line.len() as isize
+    };
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved_errno };
+    written
 }
 
 /// This process's trace was created at `path`.
@@ -138,6 +259,20 @@ mod tests {
         loaded(false);
         trace_created(std::path::Path::new("/t/a\nb.vtrace"));
         untraced("cannot write the trace: read-only");
+        // An exec whose environment keeps the tracer says nothing; one without it says so,
+        // and a failed one takes that back.
+        let with = [
+            c"LD_PRELOAD=/opt/vt/libvramtrace.so".as_ptr(),
+            std::ptr::null(),
+        ];
+        // SAFETY: NULL-terminated arrays of NUL-terminated strings.
+        assert!(!unsafe { exec_without_tracer(b"/bin/a", with.as_ptr()) });
+        let without = [c"LD_PRELOAD=/lib/other.so".as_ptr(), std::ptr::null()];
+        // SAFETY: as above.
+        assert!(unsafe { exec_without_tracer(b"/bin/b\nc", without.as_ptr()) });
+        exec_failed();
+        // SAFETY: NULL is no environment at all.
+        assert!(unsafe { exec_without_tracer(b"/bin/d", std::ptr::null()) });
         assert!(first_to_warn("X='1' is bad"));
         assert!(!first_to_warn("X='1' is bad"));
         assert!(first_to_warn("Y='2' is bad"));
@@ -147,7 +282,8 @@ mod tests {
         let mine = dir.path().join(std::process::id().to_string());
         assert_eq!(
             std::fs::read_to_string(mine).unwrap(),
-            "tracing\ntrace /t/a b.vtrace\nuntraced cannot write the trace: read-only\n"
+            "tracing\ntrace /t/a b.vtrace\nuntraced cannot write the trace: read-only\n\
+             exec-untraced /bin/b c\nexec-failed\nexec-untraced /bin/d\n"
         );
     }
 }

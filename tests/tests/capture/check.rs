@@ -354,6 +354,36 @@ captest!(check_cannot_pass_a_program_the_tracer_did_not_see, |dir| {
         "{line}"
     );
 
+    // A launcher that cleans the environment (`env -u`, `env -i`, sudo, a subprocess given an
+    // environment of its own): the program it execs runs without the tracer. The launcher's
+    // own image saw no GPU call, which is no "ok" for the program after it.
+    let train = workload("wl_train");
+    let train = train.to_str().unwrap();
+    let out = check(dir, &[], "env", &["-u", "LD_PRELOAD", train]);
+    let line = could_not_check(&out);
+    assert!(
+        line.ends_with(&format!(
+            " ran {train} untraced: the environment it was given no longer preloads the tracer \
+             (LD_PRELOAD); keep LD_PRELOAD in what a launcher passes on"
+        )),
+        "{line}"
+    );
+    // Tracing turned off for the program by its launcher.
+    let out = check(dir, &[], "env", &["VRAMTRACE_DISABLE=1", train]);
+    let line = could_not_check(&out);
+    assert!(
+        line.ends_with(" ran untraced: VRAMTRACE_DISABLE is set"),
+        "{line}"
+    );
+    // An exec that fails takes nothing back from what was seen: the launcher goes on traced.
+    let out = check(
+        dir,
+        &[],
+        "sh",
+        &["-c", "env -i /nonexistent/program; exec true"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
     let refused = dir.join("libvramtrace.so");
     std::fs::write(&refused, b"").unwrap();
     let lib = refused.to_str().unwrap();

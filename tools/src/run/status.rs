@@ -7,7 +7,9 @@
 //! (see the library's `session::announce`): `tracing` or `disabled` when the library is loaded,
 //! `trace PATH` when its trace was created, `removed PATH` when the tracer removed it at the end
 //! (no GPU memory call in it), `untraced REASON` when it could not be, `cut PATH` when writing
-//! it failed later. Other files there (`warned-…`) are the library's own.
+//! it failed later, `exec-untraced PATH` before an exec whose environment no longer preloads the
+//! library (the image it makes runs unseen) and `exec-failed` when that exec returned. Other
+//! files there (`warned-…`) are the library's own.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -37,6 +39,9 @@ pub struct Process {
     pub untraced: Vec<String>,
     /// Its traces whose writing failed part way.
     pub cut: Vec<PathBuf>,
+    /// Programs it exec'd with an environment that no longer preloads the tracer: they ran
+    /// unseen.
+    pub exec_untraced: Vec<PathBuf>,
 }
 
 /// What the traced processes reported, by pid.
@@ -51,9 +56,15 @@ impl Reported {
         self.processes.iter().filter(|p| p.tracing).count()
     }
 
-    /// Processes that loaded it with `VRAMTRACE_DISABLE` set (and never with tracing on).
+    /// Processes that loaded it with `VRAMTRACE_DISABLE` set in one of their images (an image
+    /// exec'd with it set ran unseen, whatever the image before it did).
     pub fn disabled(&self) -> impl Iterator<Item = &Process> {
-        self.processes.iter().filter(|p| p.disabled && !p.tracing)
+        self.processes.iter().filter(|p| p.disabled)
+    }
+
+    /// Programs the processes exec'd without the tracer, each with its process.
+    pub fn exec_untraced(&self) -> impl Iterator<Item = (&Process, &Path)> {
+        (self.processes.iter()).flat_map(|p| p.exec_untraced.iter().map(move |t| (p, t.as_path())))
     }
 
     /// Processes whose trace could not be created.
@@ -94,6 +105,9 @@ fn parse(pid: u32, text: &[u8]) -> Process {
             b"removed" => p.traces.retain(|t| *t != path()),
             b"untraced" => p.untraced.push(String::from_utf8_lossy(rest).into_owned()),
             b"cut" => p.cut.push(path()),
+            b"exec-untraced" => p.exec_untraced.push(path()),
+            // The exec returned: the image it spoke of never ran.
+            b"exec-failed" => drop(p.exec_untraced.pop()),
             // `tracing`, and what a newer library may add: it was loaded.
             _ => p.tracing = true,
         }

@@ -174,6 +174,14 @@ pub fn unseen(ran: &Ran) -> Vec<String> {
     let disabled = r
         .disabled()
         .map(|p| format!("pid {} ran untraced: VRAMTRACE_DISABLE is set", p.pid));
+    let exec = r.exec_untraced().map(|(p, program)| {
+        format!(
+            "pid {} ran {} untraced: the environment it was given no longer preloads the \
+             tracer (LD_PRELOAD); keep LD_PRELOAD in what a launcher passes on",
+            p.pid,
+            program.display()
+        )
+    });
     // A trace cut into segments loses its first files to rotation: it is gone only when no
     // segment of that process is left either.
     let rotated = |pid: u32, t: &Path| {
@@ -187,7 +195,7 @@ pub fn unseen(ran: &Ran) -> Vec<String> {
             t.display()
         )
     });
-    untraced.chain(disabled).chain(gone).collect()
+    untraced.chain(disabled).chain(exec).chain(gone).collect()
 }
 
 /// Why a run wrote no trace, when every process it saw ran traced.
@@ -196,10 +204,11 @@ pub fn why_no_trace(reported: Option<&Reported>) -> &'static str {
         ignores LD_PRELOAD for setuid programs and static binaries, and says on stderr when it \
         cannot load a library";
     match reported {
-        Some(r) if r.tracing() > 0 => "the program made no GPU memory call (no trace written)",
+        // An image with tracing off says more than one that saw no call before it exec'd.
         Some(r) if r.disabled().next().is_some() => {
             "tracing was off: VRAMTRACE_DISABLE is set (no trace written)"
         }
+        Some(r) if r.tracing() > 0 => "the program made no GPU memory call (no trace written)",
         Some(_) => NOT_LOADED,
         None => {
             "no trace was written: the program made no GPU memory call, or the tracer library \
