@@ -108,7 +108,7 @@ pub struct DiffDocument<'a> {
     pub schema: &'static str,
     pub a: &'a RunFacts,
     pub b: &'a RunFacts,
-    pub verdict: &'a Verdict,
+    pub verdict: VerdictDoc<'a>,
     pub thresholds: &'a Thresholds,
     pub totals: &'a TotalsDiff,
     pub steps: &'a StepAlignment,
@@ -124,6 +124,28 @@ pub struct DiffDocument<'a> {
     /// With `--rank`/`--pid`: the rank table of every trace given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ranks: Option<&'a [RankRow]>,
+}
+
+/// The verdict as `--json` gives it: `regression` is `null` where the comparison has none (a
+/// trace cut short or damaged: `diff` exits 2), so that a script reading it never takes "could
+/// not compare" for "no regression".
+#[derive(Serialize)]
+pub struct VerdictDoc<'a> {
+    pub regression: Option<bool>,
+    pub checks: &'a [Check],
+    pub new_growth: &'a [NewGrowth],
+    pub notes: &'a [String],
+}
+
+impl<'a> VerdictDoc<'a> {
+    fn of(v: &'a Verdict, decided: bool) -> Self {
+        VerdictDoc {
+            regression: decided.then_some(v.regression),
+            checks: &v.checks,
+            new_growth: &v.new_growth,
+            notes: &v.notes,
+        }
+    }
 }
 
 /// The sites of a comparison: counts, and the most changed (at most `--top`).
@@ -203,7 +225,7 @@ impl Comparison {
             schema: SCHEMA,
             a: &self.a,
             b: &self.b,
-            verdict: &d.verdict,
+            verdict: VerdictDoc::of(&d.verdict, self.gaps().is_empty()),
             thresholds,
             totals: &d.totals,
             steps: &d.steps,
@@ -281,7 +303,8 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
             #[derive(Serialize)]
             struct Set<'a> {
                 schema: &'static str,
-                regression: bool,
+                /// `null` when a pair could not be compared in full (exit 2).
+                regression: Option<bool>,
                 pairs: Vec<DiffDocument<'a>>,
             }
             let pairs = (comparisons.iter())
@@ -291,7 +314,10 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
                 &mut out,
                 &Set {
                     schema: SET_SCHEMA,
-                    regression,
+                    regression: comparisons
+                        .iter()
+                        .all(|c| c.gaps().is_empty())
+                        .then_some(regression),
                     pairs,
                 },
             )?;

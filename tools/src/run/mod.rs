@@ -72,7 +72,19 @@ impl NotStarted {
 impl std::fmt::Display for NotStarted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let why = lower_first(self.error.to_string());
-        write!(f, "cannot run {}: {why}", self.program)
+        write!(f, "cannot run {}: {why}", self.program)?;
+        // A trace, or a directory of them, given where a program goes: the commands that
+        // read traces are others.
+        let path = std::path::Path::new(&self.program);
+        if path.is_dir() || path.extension().is_some_and(|x| x == "vtrace") {
+            write!(
+                f,
+                " (run and check run a program; for traces already taken: vramtrace report \
+                 --fail-on growth,orphans {})",
+                self.program
+            )?;
+        }
+        Ok(())
     }
 }
 

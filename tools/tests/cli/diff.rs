@@ -506,6 +506,12 @@ fn a_cut_trace_gets_no_verdict() {
             gaps[0].as_str().unwrap().starts_with("is cut short ("),
             "{gaps:?}"
         );
+        // No verdict is no "false": a script reading it cannot pass what was not compared.
+        assert_eq!(d["verdict"]["regression"], serde_json::Value::Null);
+        // The whole pair has its verdict.
+        let (code, d) = json(&["diff", "--json", path(&a), path(&b)]);
+        assert_eq!(code, i32::from(extra));
+        assert_eq!(d["verdict"]["regression"], extra);
     }
 }
 

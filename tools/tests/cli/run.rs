@@ -368,6 +368,22 @@ fn bad_run_requests_are_one_line_errors() {
         .arg(&notes)
         .assert()
         .code(126);
+    // A trace where the program goes: the command that reads traces is named.
+    let trace = s.dir.path().join("t.vtrace");
+    std::fs::write(&trace, "").unwrap();
+    vramtrace()
+        .arg("run")
+        .arg("--lib")
+        .arg(&s.lib)
+        .arg("--")
+        .arg(&trace)
+        .assert()
+        .code(126)
+        .stderr(format!(
+            "error: cannot run {0}: permission denied (os error 13) (run and check run a \
+             program; for traces already taken: vramtrace report --fail-on growth,orphans {0})\n",
+            trace.display()
+        ));
     vramtrace()
         .args(["run", "--lib", "/nonexistent/libvramtrace.so", "--", "true"])
         .assert()
