@@ -255,7 +255,8 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         lines.push(line("phases", text));
     }
     for alert in &a.alerts {
-        lines.push(line("alerted", alert_line(alert)));
+        let said = alert_line(alert) + &alert_against_diagnosis(a, alert);
+        lines.push(line("alerted", said));
     }
     lines.push(line("steps", steps_line(a)));
     let oom = match a.ooms.failures.first() {
@@ -790,6 +791,37 @@ pub(crate) fn alert_line(raised: &RaisedAlert) -> String {
         a.device,
         signed_bytes(a.rate as f64),
         a.reason
+    )
+}
+
+/// What the whole run's diagnosis says of a live alert, where it says otherwise: the alert was
+/// raised on what the run's end shows was no steady growth (a warm-up), or at another place than
+/// the finding of that device's growth (the line that asked a caching allocator for segments,
+/// where the finding names the line that keeps the tensors). Empty when they agree: the user
+/// reads one answer, not two.
+fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> String {
+    let device = Some(Holder::Device {
+        device: raised.alert.device,
+    });
+    let growth =
+        (a.diagnosis.iter()).find(|f| f.class == FindingClass::SteadyGrowth && f.holder == device);
+    let Some(finding) = growth else {
+        return "; not confirmed: the whole run shows no steady growth there".to_string();
+    };
+    let Some(site) = &finding.site else {
+        return String::new();
+    };
+    let named = |s: &SiteName| s.label.clone().unwrap_or_else(|| s.site.clone());
+    if raised
+        .site
+        .as_ref()
+        .is_some_and(|r| named(r) == named(site))
+    {
+        return String::new();
+    }
+    format!(
+        "; the whole run's diagnosis names {} for it",
+        site_label(site)
     )
 }
 

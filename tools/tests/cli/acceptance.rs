@@ -367,3 +367,38 @@ fn a_growth_from_where_the_recorder_s_history_begins_says_so() {
     let a = analysis("leak_three-recorder");
     assert_eq!(a["diagnosis"][0]["evidence"]["history_from"], Value::Null);
 }
+
+// A live alert the whole run does not bear out says so beside it: healthy_gpt's warm-up alerted
+// on its first steps and the run shows no steady growth; ranks_gloo's rank 2 alerted at the line
+// that asked the caching allocator for segments, and the diagnosis names the line that keeps
+// the tensors. One that agrees says nothing more.
+#[test]
+fn a_live_alert_is_read_against_the_whole_run() {
+    let alerted = |name: &str| -> String {
+        let out = vramtrace()
+            .arg("report")
+            .arg(fixture(name))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text.lines().find(|l| l.trim_start().starts_with("alerted"));
+        line.unwrap_or_else(|| panic!("{text}")).to_string()
+    };
+    let healthy = alerted("healthy_gpt-recorder");
+    assert!(
+        healthy.ends_with("; not confirmed: the whole run shows no steady growth there"),
+        "{healthy}"
+    );
+    let rank2 = alerted("ranks_gloo/traced-rank2-2011");
+    assert!(
+        rank2.contains(" at ranks_gloo.py:42 in <module> (libc10_cuda.so) "),
+        "{rank2}"
+    );
+    assert!(
+        rank2.ends_with(
+            "; the whole run's diagnosis names ranks_gloo.py:48 in <module> (PyTorch tensors) for \
+             it"
+        ),
+        "{rank2}"
+    );
+}
