@@ -346,6 +346,22 @@ fn verdict(
         ),
     ];
     let mut notes = Vec::new();
+    let (sa, sb) = (a.steps.source, b.steps.source);
+    if a.steps.unit == GrowthUnit::Step && b.steps.unit == GrowthUnit::Step && sa != sb {
+        // A repeating allocation may recur once in several marked steps, or several times in
+        // one: the rates count different things.
+        let of = |s: &'static str| match s {
+            "marks" => "its step marks",
+            "pattern" => "a repeating allocation",
+            other => other,
+        };
+        notes.push(format!(
+            "steps counted differently: run A's are {}, run B's {} (one may span several of the \
+             other's): per-step figures may not compare; mark steps in both runs",
+            of(sa),
+            of(sb)
+        ));
+    }
     match (a.steps.unit, b.steps.unit, t.growth) {
         (GrowthUnit::Step, GrowthUnit::Step, Some(g)) => {
             checks.push(check("growth_per_step", g.change, th.growth_per_step));

@@ -452,3 +452,30 @@ fn the_report_of_four_ranks_is_one_page() {
         assert!(line.contains(": 830.3 MiB live at end, peak 830.3 MiB, growth +0 B/step, "));
     }
 }
+
+// A run with step marks against one whose steps are a repeating allocation: the verdict stands,
+// and a note says the per-step figures count different things (gpt_leaky's pattern step spans
+// eight optimizer steps: +128 MiB "per step" for 16 MiB per marked step). Runs that count steps
+// alike say nothing of it.
+#[test]
+fn steps_counted_differently_are_said() {
+    let note = "steps counted differently: run A's are its step marks, run B's a repeating \
+                allocation (one may span several of the other's): per-step figures may not \
+                compare; mark steps in both runs";
+    let (code, d) = diff(
+        &[],
+        "healthy_gpt-recorder.vtrace",
+        "gpt_leaky-traced.vtrace",
+    );
+    assert_eq!(code, 1);
+    let notes = d["verdict"]["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n == note), "{notes:?}");
+    let (code, d) = diff(
+        &[],
+        "healthy_gpt-recorder.vtrace",
+        "gpt_leaky-recorder.vtrace",
+    );
+    assert_eq!(code, 1);
+    let notes = d["verdict"]["notes"].as_array().unwrap();
+    assert!(!notes.iter().any(|n| n == note), "{notes:?}");
+}
