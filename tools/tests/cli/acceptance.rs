@@ -32,6 +32,16 @@ fn analysis(name: &str) -> Value {
     report["analysis"].clone()
 }
 
+/// `vramtrace report` of a fixture: its text.
+fn report_text(name: &str) -> String {
+    let out = vramtrace()
+        .arg("report")
+        .arg(fixture(name))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Where the steps came from and how many.
 fn steps(a: &Value) -> (String, u64) {
     let s = &a["steps"];
@@ -301,12 +311,7 @@ fn one_finding_per_cause_when_several_views_see_it() {
         found[0].1
     );
     // The report's text says it once, with its evidence.
-    let out = vramtrace()
-        .arg("report")
-        .arg(fixture("leak_eval_grad-recorder"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = report_text("leak_eval_grad-recorder");
     assert_eq!(text.matches("ALERT: steady growth").count(), 1, "{text}");
     assert!(
         text.contains(
@@ -350,12 +355,7 @@ fn a_growth_from_where_the_recorder_s_history_begins_says_so() {
         (&69.into(), &69.into())
     );
     assert_eq!(e["rate"], 16.0 * MIB);
-    let out = vramtrace()
-        .arg("report")
-        .arg(fixture("gpt_leaky-recorder"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = report_text("gpt_leaky-recorder");
     assert!(
         text.contains(
             "+16.0 MiB per step from step 69, the first the recorder's history holds whole (it \
@@ -375,12 +375,7 @@ fn a_growth_from_where_the_recorder_s_history_begins_says_so() {
 #[test]
 fn a_live_alert_is_read_against_the_whole_run() {
     let alerted = |name: &str| -> String {
-        let out = vramtrace()
-            .arg("report")
-            .arg(fixture(name))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let text = report_text(name);
         let line = text.lines().find(|l| l.trim_start().starts_with("alerted"));
         line.unwrap_or_else(|| panic!("{text}")).to_string()
     };
