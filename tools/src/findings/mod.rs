@@ -764,10 +764,7 @@ pub(crate) fn alert_line(raised: &RaisedAlert) -> String {
     // Labelled as every other place; a line PyTorch's tensors named, by its file's base name.
     let place = match &raised.site {
         Some(s) => site_label(s),
-        None => match a.place.split_once(':') {
-            Some((file, rest)) => format!("{}:{rest}", file.rsplit('/').next().unwrap_or(file)),
-            None => a.place.clone(),
-        },
+        None => alert_place(&a.place),
     };
     let unit = if a.unit == "step" {
         "per step".to_string()
@@ -808,21 +805,38 @@ fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> String {
     let Some(finding) = growth else {
         return "; not confirmed: the whole run shows no steady growth there".to_string();
     };
-    let Some(site) = &finding.site else {
-        return String::new();
-    };
-    let named = |s: &SiteName| s.label.clone().unwrap_or_else(|| s.site.clone());
-    if raised
-        .site
-        .as_ref()
-        .is_some_and(|r| named(r) == named(site))
-    {
-        return String::new();
+    match &finding.site {
+        Some(site) if !names_place(raised, site) => {
+            format!(
+                "; the whole run's diagnosis names {} for it",
+                site_label(site)
+            )
+        }
+        _ => String::new(),
     }
-    format!(
-        "; the whole run's diagnosis names {} for it",
-        site_label(site)
-    )
+}
+
+/// Whether live alert `raised` names `site`'s place: the same label, whether the alert came with
+/// a call site or only with a line of PyTorch's tensors (its path as the process saw it).
+fn names_place(raised: &RaisedAlert, site: &SiteName) -> bool {
+    let named = |s: &SiteName| s.label.clone().unwrap_or_else(|| s.site.clone());
+    match &raised.site {
+        Some(s) => named(s) == named(site),
+        // The tracer writes the line with the view that saw it (`… (PyTorch tensors)`).
+        None => {
+            let place = alert_place(&raised.alert.place);
+            place == site_label(site) || place == named(site)
+        }
+    }
+}
+
+/// A tensors' line as an alert names it (`/path/train.py:48 in step`), by its file's base name,
+/// as every other place is labelled.
+fn alert_place(place: &str) -> String {
+    match place.split_once(':') {
+        Some((file, rest)) => format!("{}:{rest}", file.rsplit('/').next().unwrap_or(file)),
+        None => place.to_string(),
+    }
 }
 
 /// The signal the tracer sent with an alert, by name (`None`: none was sent).
@@ -832,5 +846,43 @@ pub(crate) fn signal_name(signal: i32) -> Option<&'static str> {
         libc::SIGUSR1 => Some("SIGUSR1"),
         libc::SIGUSR2 => Some("SIGUSR2"),
         _ => Some("a signal"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramtrace_collector::analysis::{OwnerKind, SourceLine};
+
+    // An alert with only a tensors' line (PyTorch's history named it while the program ran)
+    // names the finding's place when the line is the same: on the GPU every such alert was
+    // said to disagree with the diagnosis that named its very line.
+    #[test]
+    fn an_alert_at_a_tensors_line_names_the_finding_at_that_line() {
+        let line = |n: u32| {
+            let source = SourceLine {
+                file: "/work/app/train.py".to_string(),
+                line: n,
+                function: "<module>".to_string(),
+            };
+            let mut s = SiteName::of_line("PyTorch tensors", OwnerKind::Torch, source);
+            s.label = Some(format!("train.py:{n} in <module>"));
+            s
+        };
+        let raised = |place: &str| RaisedAlert {
+            alert: vramtrace_collector::format::Alert {
+                place: place.to_string(),
+                ..Default::default()
+            },
+            site: None,
+        };
+        // As the tracer writes it, with the view; and without (older traces).
+        for place in [
+            "/work/app/train.py:57 in <module> (PyTorch tensors)",
+            "/work/app/train.py:57 in <module>",
+        ] {
+            assert!(names_place(&raised(place), &line(57)), "{place}");
+            assert!(!names_place(&raised(place), &line(40)), "{place}");
+        }
     }
 }
