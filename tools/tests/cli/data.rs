@@ -463,6 +463,7 @@ fn findings_are_the_reports_diagnosis_on_real_gpu_traces() {
             let freed = e["freed_at_teardown"].as_i64();
             assert_eq!(f.int("freed_at_teardown")[row], freed, "{name}");
             assert_eq!(f.text("view")[row], text(&e["view"]), "{name}");
+            assert_eq!(f.text("line_means")[row], text(&e["line_means"]), "{name}");
             assert_eq!(f.text("cause")[row], text(&d["cause"]), "{name}");
             let window = analysis["growth"]["window_ns"].as_i64();
             let per_window = e["axis"] == "time";

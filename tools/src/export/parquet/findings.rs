@@ -4,7 +4,8 @@
 //! grows on which rank" is a `SELECT` of them rather than a second judgement in SQL.
 
 use anyhow::Result;
-use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, LineMeaning, Severity};
+use serde::Serialize;
+use vramtrace_collector::analysis::{Analysis, Finding};
 use vramtrace_collector::live::{Holder, SampleAxis};
 
 use super::allocations::bits;
@@ -60,8 +61,8 @@ pub fn write(t: &mut TableFile<Findings>, analysis: &Analysis, pid: i64) -> Resu
 fn row(c: &mut Findings, pid: i64, number: usize, f: &Finding, window_ns: Option<u64>) {
     c.pid.int(pid);
     c.finding.int(number as i64);
-    c.class.text(class(f.class));
-    c.severity.text(severity(f.severity));
+    c.class.text(spelled(&f.class));
+    c.severity.text(spelled(&f.severity));
     match f.holder {
         Some(Holder::Device { device }) => {
             c.memory.text("device");
@@ -87,10 +88,7 @@ fn row(c: &mut Findings, pid: i64, number: usize, f: &Finding, window_ns: Option
         .opt_text(site.and_then(|s| s.module_name.as_deref()));
     let e = &f.evidence;
     c.view.opt_text(e.view);
-    c.line_means.opt_text(e.line_means.map(|m| match m {
-        LineMeaning::Keeps => "keeps",
-        LineMeaning::Asked => "asked",
-    }));
+    c.line_means.opt_text(e.line_means.as_ref().map(spelled));
     c.bytes.int(bits(e.bytes));
     c.rate.opt_real(e.rate);
     c.axis.opt_text(e.axis.map(|a| a.name()));
@@ -111,22 +109,11 @@ fn row(c: &mut Findings, pid: i64, number: usize, f: &Finding, window_ns: Option
     c.fix.text(&f.fix);
 }
 
-/// As the report's JSON spells it.
-fn severity(s: Severity) -> &'static str {
-    match s {
-        Severity::Alert => "alert",
-        Severity::Warning => "warning",
-        Severity::Note => "note",
-    }
-}
-
-/// As the report's JSON spells it.
-fn class(c: FindingClass) -> &'static str {
-    match c {
-        FindingClass::SteadyGrowth => "steady-growth",
-        FindingClass::Orphan => "orphan",
-        FindingClass::Fragmentation => "fragmentation",
-        FindingClass::Peak => "peak",
-        FindingClass::TeardownOnly => "teardown-only",
+/// `v` as the report's JSON spells it (`steady-growth`, `alert`, `keeps`): one spelling for
+/// both outputs.
+fn spelled(v: &impl Serialize) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        other => unreachable!("a unit variant serializes as a string: {other:?}"),
     }
 }
