@@ -2,6 +2,9 @@
 //! training program against `gpt_leaky.py`, the same program with 3 lines inserted above its
 //! loop and a leaking line added in it. Every Python line the runs share is matched to its line
 //! in the other version, found by the text of both sources; without them, by native stacks.
+//! Sites are named as the report names them: a call made on a thread without Python (the
+//! caching allocator's, from autograd) counts under the line inferred for it, so the leaky run
+//! has lines of its own where the leak made the allocator ask for more.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -63,13 +66,23 @@ fn every_python_line_is_matched_across_the_inserted_lines() {
     assert_eq!(b.main_script_name(), Some("gpt_leaky.py"));
     let m = Matching::of(&a, &b, &SourceSearch::new(vec![fixtures()]));
     assert!(
-        m.pairs.iter().all(|p| p.a.is_some() && p.b.is_some()),
-        "every site paired"
+        m.pairs.iter().all(|p| p.a.is_none() || p.b.is_some()),
+        "every site of A paired"
     );
-    assert_eq!(m.pairs.len(), a.sites.len());
-    assert_eq!(a.sites.len(), b.sites.len());
+    // Only in B: the new segments the kept tensors made the allocator ask for, from autograd's
+    // thread, at the lines inferred for them (the report names the growth at line 63 too).
+    let mut only_b: Vec<(u32, bool)> = (m.pairs.iter().filter(|p| p.a.is_none()))
+        .map(|p| {
+            let s = &b.sites[p.b.unwrap()];
+            (s.identity.python.as_ref().unwrap().line, s.python_inferred)
+        })
+        .collect();
+    only_b.sort();
+    assert_eq!(only_b, [(56, true), (63, true)]);
+    assert_eq!(m.pairs.len(), a.sites.len() + 2);
+    assert_eq!(b.sites.len(), a.sites.len() + 2);
     let mut lines = BTreeSet::new();
-    for p in &m.pairs {
+    for p in m.pairs.iter().filter(|p| p.a.is_some()) {
         let (sa, sb) = (&a.sites[p.a.unwrap()], &b.sites[p.b.unwrap()]);
         match (&sa.identity.python, &sb.identity.python) {
             (Some(x), Some(y)) => {
@@ -112,8 +125,31 @@ fn without_the_sources_the_moved_lines_pair_by_native_stack() {
     );
     let nowhere = SourceSearch::new(vec![PathBuf::from("/nonexistent")]);
     let m = Matching::of(&a, &b, &nowhere);
-    assert!(m.pairs.iter().all(|p| p.a.is_some() && p.b.is_some()));
-    for p in &m.pairs {
+    // Unpaired: inferred lines only, where one native stack has several lines in B (53, 56 and
+    // 63) and nothing says which of them A's line 51 is.
+    let mut unpaired: Vec<(Option<u32>, Option<u32>)> = (m.pairs.iter())
+        .filter(|p| p.a.is_none() || p.b.is_none())
+        .map(|p| {
+            let line = |run: &Profile, i: Option<usize>| {
+                i.map(|i| {
+                    assert!(run.sites[i].python_inferred);
+                    run.sites[i].identity.python.as_ref().unwrap().line
+                })
+            };
+            (line(&a, p.a), line(&b, p.b))
+        })
+        .collect();
+    unpaired.sort();
+    assert_eq!(
+        unpaired,
+        [
+            (None, Some(53)),
+            (None, Some(56)),
+            (None, Some(63)),
+            (Some(51), None)
+        ]
+    );
+    for p in m.pairs.iter().filter(|p| p.a.is_some() && p.b.is_some()) {
         let (sa, sb) = (&a.sites[p.a.unwrap()], &b.sites[p.b.unwrap()]);
         if let (Some(x), Some(y)) = (&sa.identity.python, &sb.identity.python) {
             assert_eq!(x.line, healthy_line(y.line), "{x} against {y}");

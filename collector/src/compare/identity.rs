@@ -92,8 +92,9 @@ impl fmt::Display for PythonLine {
 /// A call site as two traces can agree on it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SiteIdentity {
-    /// The Python line of every call at the site, when they share one of their own (not inferred
-    /// from another thread).
+    /// The Python line of every call at the site, when they share one; a line inferred for a
+    /// thread without Python counts, as the analysis counts it, so a site is named by the line
+    /// the report names it by.
     pub python: Option<PythonLine>,
     /// Native frames outside the CUDA libraries and the tracer, innermost first.
     pub native: Vec<FrameId>,

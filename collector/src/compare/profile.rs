@@ -440,12 +440,11 @@ struct Site<'a> {
     shared: bool,
 }
 
-/// The Python line a call counts under: its program line when its Python stack was its own,
-/// else none (no Python, or a line inferred from another thread).
-fn line_of(python: &PythonStacks, call: &CallRef, counts: &CallCounts) -> Option<PythonLine> {
-    (counts.own_python > 0 && counts.inferred_python == 0)
-        .then(|| program_line(python, call.py_stack))
-        .flatten()
+/// The Python line a call counts under: its program line, also when it was inferred from
+/// another thread (PyTorch's allocator asks the driver from autograd's thread), as the analysis
+/// counts it, so a diff names a site by the line the report names it by.
+fn line_of(python: &PythonStacks, call: &CallRef) -> Option<PythonLine> {
+    program_line(python, call.py_stack)
 }
 
 /// The calls of a site by the Python line they count under.
@@ -456,7 +455,7 @@ fn by_line(
     let mut lines: BTreeMap<Option<PythonLine>, Vec<(CallRef, CallCounts)>> = BTreeMap::new();
     for (call, counts) in calls {
         lines
-            .entry(line_of(python, call, counts))
+            .entry(line_of(python, call))
             .or_default()
             .push((*call, *counts));
     }
