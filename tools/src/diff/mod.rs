@@ -33,7 +33,7 @@ pub use args::{DiffArgs, EXAMPLES};
 
 use crate::inputs::{expand, load_all, Run};
 use crate::load::ReadFrom;
-use crate::ranks::{rank_input, who};
+use crate::ranks::{headline, rank_input, who};
 
 /// Version of the document's shape (one comparison).
 pub const SCHEMA: &str = "vramtrace-diff/1";
@@ -498,10 +498,24 @@ fn against_median(
             others[0].facts.path
         ));
     }
+    let rows = rank_rows(&inputs);
+    // The table comes after the verdict on the trace asked for; when another one is the odd one,
+    // the verdict's notes say which, and how to compare it.
+    let is_target = |r: &RankRow| r.rank == target.facts.rank && Some(r.pid) == target.facts.pid;
+    if let Some(odd) = rows.first().filter(|r| r.odd && !is_target(r)) {
+        let how = match odd.rank {
+            Some(r) => format!("--rank {r}"),
+            None => format!("--pid {}", odd.pid),
+        };
+        diff.verdict.notes.push(format!(
+            "{}; `vramtrace diff {how}` compares it with the others",
+            headline(&rows)
+        ));
+    }
     Ok(Comparison {
         diff,
         a: facts,
         b: target.facts.clone(),
-        ranks: Some(rank_rows(&inputs)),
+        ranks: Some(rows),
     })
 }

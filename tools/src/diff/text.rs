@@ -125,9 +125,6 @@ pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Resu
     writeln!(out, "vramtrace diff")?;
     writeln!(out, "  A  {}", run_line(&c.a))?;
     writeln!(out, "  B  {}", run_line(&c.b))?;
-    if let Some(rows) = &c.ranks {
-        ranks::render(out, rows)?;
-    }
     let thresholds = args.thresholds.thresholds();
     let new_growth = (d.verdict.new_growth.iter())
         .filter(|g| g.regression)
@@ -163,6 +160,10 @@ pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Resu
     }
     for note in &d.verdict.notes {
         writeln!(out, "  note: {note}")?;
+    }
+    // The ranks after the verdict on the one asked for: what a reader acts on comes first.
+    if let Some(rows) = &c.ranks {
+        ranks::render(out, rows)?;
     }
     suspects(out, c)?;
     totals(out, c)?;

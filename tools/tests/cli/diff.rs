@@ -313,9 +313,21 @@ fn one_rank_against_the_median_of_the_others() {
     assert_eq!(d["sites"]["changed"], 1);
     assert_eq!(d["sites"]["list"][0]["label"], "train.py:13 in Model.step");
     assert_eq!(d["sites"]["list"][0]["status"], "new");
+    assert!(d["verdict"]["notes"].as_array().unwrap().is_empty());
     let (code, d) = json(&["diff", "--json", "--pid", "1002", path(dir.path())]);
     assert_eq!(code, 0, "rank 2 is like the others");
     assert_eq!(d["sites"]["changed"], 0);
+    // The verdict on rank 2 comes first; the odd rank is named under it, and the table follows.
+    let odd = "rank 5 differs most: live at end 50.0 MiB against a median of 10.0 MiB";
+    assert_eq!(
+        d["verdict"]["notes"][0],
+        format!("{odd}; `vramtrace diff --rank 5` compares it with the others")
+    );
+    let (code, out) = run(&["diff", "--rank", "2", path(dir.path())]);
+    assert_eq!(code, 0);
+    let verdict = out.find("\nVERDICT  no regression (exit 0)\n").unwrap();
+    let table = out.find(&format!("\nRanks (8 traces): {odd}\n")).unwrap();
+    assert!(verdict < table, "{out}");
 }
 
 #[test]
