@@ -164,3 +164,18 @@ fn without_the_sources_the_moved_lines_pair_by_native_stack() {
         }
     }
 }
+
+/// The `-marks` runs started the program through a wrapper that marks steps and runs the script
+/// by `runpy` (`python stepmark.py healthy_gpt.py`): the main script is the one the wrapper ran,
+/// the innermost module-level frame of the program's own, not the wrapper further out.
+#[test]
+fn a_script_run_by_a_wrapper_is_the_main_script() {
+    assert_eq!(
+        profile("healthy_gpt-marks.vtrace").main_script_name(),
+        Some("healthy_gpt.py")
+    );
+    assert_eq!(
+        profile("leak_slow-marks.vtrace").main_script_name(),
+        Some("leak_slow.py")
+    );
+}

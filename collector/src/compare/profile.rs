@@ -19,7 +19,7 @@ use crate::analysis::growth::{self, Growth};
 use crate::analysis::site::base_name;
 use crate::analysis::{Analysis, Headroom, LineMeaning, OwnerKind, Projection, Shape};
 use crate::live::{Accounting, Holder, LiveState, ProgramLine, SampleAxis, SiteId, SiteKey};
-use crate::python::PythonStacks;
+use crate::python::{is_library_file, PythonStacks};
 use crate::symbols::{frames_label, Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
 
 /// What growth is measured against.
@@ -558,17 +558,21 @@ pub(crate) fn native_label(frames: &[StackFrame]) -> String {
     })
 }
 
-/// Lines executed per code object, and the main script.
+/// Lines executed per code object, and the main script: the one most stacks run.
 fn python_facts(python: &PythonStacks, tally: &CallTally) -> (ExecutedLines, Option<String>) {
     let mut executed = ExecutedLines::new();
-    let mut outermost: BTreeMap<String, u64> = BTreeMap::new();
+    let mut runs: BTreeMap<String, u64> = BTreeMap::new();
     let stacks: BTreeSet<u32> = tally
         .iter()
         .map(|(c, _)| c.py_stack)
         .filter(|&s| s != 0)
         .collect();
     for id in stacks {
-        let mut last = None;
+        // Frames come innermost first. The script a stack runs is its innermost module-level
+        // frame of the program's own: a launcher that runs it by `runpy` (`python wrap.py
+        // train.py`, `python -m`) has its own `<module>` frame further out. Without one (the
+        // code runs in a function, as `mp.spawn` runs it), the outermost frame of the program's.
+        let (mut module, mut own, mut last) = (None, None, None);
         for f in python.frames(id) {
             let (Some(file), Some(function)) = (f.file, f.function) else {
                 continue;
@@ -577,13 +581,19 @@ fn python_facts(python: &PythonStacks, tally: &CallTally) -> (ExecutedLines, Opt
                 .entry((file.to_string(), function.to_string()))
                 .or_default()
                 .insert(f.line);
+            if !is_library_file(file) {
+                if function == "<module>" && module.is_none() {
+                    module = Some(file);
+                }
+                own = Some(file);
+            }
             last = Some(file);
         }
-        if let Some(file) = last {
-            *outermost.entry(file.to_string()).or_default() += 1;
+        if let Some(file) = module.or(own).or(last) {
+            *runs.entry(file.to_string()).or_default() += 1;
         }
     }
-    let main = outermost
+    let main = runs
         .into_iter()
         .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
         .map(|(f, _)| f);
