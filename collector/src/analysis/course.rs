@@ -17,7 +17,8 @@
 //! spacing (at least [`MIN_GAP_LIMIT`] samples). It is sustained when it has at least
 //! [`MIN_RISES`] rises and the series has not been flat since for longer than such a gap.
 //! Leading rises of the chain far larger than its usual rise (more than [`WARM_UP_FACTOR`] times
-//! the median) are warm-up, not part of it. The rate is the net change from the chain's first
+//! the median) are warm-up, not part of it; a chain whose largest rise holds [`ONE_STEP_SHARE`]
+//! of its growth is one step with small rises around it, not growth. The rate is the net change from the chain's first
 //! rise to its last over the steps between them: exact for a leak of a fixed size every step,
 //! for a staircase (whole periods), and for a leak that starts late (the flat part before is not
 //! averaged in). The least-squares line through the growth (from the sample before its first
@@ -35,6 +36,8 @@ pub(crate) const MIN_RISES: usize = 3;
 pub(crate) const MIN_GAP_LIMIT: usize = 4;
 /// A leading rise this many times the median rise of its growth is warm-up.
 pub(crate) const WARM_UP_FACTOR: u64 = 4;
+/// A growth whose largest rise holds this share of all its rises is one step, not a growth.
+pub(crate) const ONE_STEP_SHARE: f64 = 0.9;
 
 /// The course of a series.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -75,7 +78,7 @@ pub struct Phases {
     pub teardown_from: Option<u64>,
     /// For a series that does not grow steadily: its largest rise after the warm-up, `(sample,
     /// bytes)`, when it rose again at all (a one-off batch or evaluation, whose memory a caching
-    /// allocator keeps).
+    /// allocator keeps); for XLA's pool, taken when JAX starts, its largest rise at all.
     pub late_rise: Option<(u64, u64)>,
 }
 
@@ -180,7 +183,14 @@ fn sustained(y: &[u64]) -> Option<(usize, usize, usize)> {
         .take_while(|&&i| amount(i) > median.saturating_mul(WARM_UP_FACTOR))
         .count();
     let chain = &chain[warm_up..];
-    (chain.len() >= MIN_RISES).then(|| (chain[0], chain[chain.len() - 1], chain.len()))
+    // One rise that holds nearly all of the chain's growth is a step, whatever rose around it
+    // (a pinned buffer of 32 MiB beside three of a few bytes): growth is steady when it comes
+    // in more than one piece.
+    let (sum, largest) = chain.iter().fold((0u64, 0u64), |(s, m), &i| {
+        (s.saturating_add(amount(i)), m.max(amount(i)))
+    });
+    let one_step = largest as f64 >= ONE_STEP_SHARE * sum as f64;
+    (chain.len() >= MIN_RISES && !one_step).then(|| (chain[0], chain[chain.len() - 1], chain.len()))
 }
 
 fn judge(points: &[(u64, u64)], bounds: Bounds, config: &GrowthConfig) -> Course {
@@ -314,6 +324,21 @@ mod tests {
         let c = course(&y);
         assert_eq!(c.shape, Shape::Flat);
         assert_eq!(c.phases.late_rise, Some((60, 512 * MIB)));
+    }
+
+    // A healthy rank of the GPU run over gloo, without the Python hooks (time windows): pinned
+    // host buffers of 8 B, then 40 B, 1 KiB and one of 32 MiB, and nothing more. Three rises,
+    // every one up, but one holds all but a few bytes of it: a step, not a growth.
+    #[test]
+    fn one_large_rise_among_tiny_ones_is_not_growth() {
+        let mut y = vec![0, 8, 8, 40];
+        y.extend([40; 18]);
+        y.extend([40 + 1024 + 32 * MIB; 20]);
+        assert_eq!(course(&y).shape, Shape::Flat);
+        // Segments of 2, 2 and 20 MiB (the largest 83 % of the growth) are a staircase.
+        let mut y = vec![0, 2 * MIB, 2 * MIB, 4 * MIB, 4 * MIB, 24 * MIB];
+        y.extend([24 * MIB; 2]);
+        assert_eq!(course(&y).shape, Shape::Steady);
     }
 
     #[test]

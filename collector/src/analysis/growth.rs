@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use super::causes::Role;
 use super::course::{teardown_start, Bounds, Course, Shape};
+use super::owner::OwnerKind;
 use super::site::{name, place, Place, SiteName};
 use crate::live::{Holder, LiveState, SampleAxis, SiteId};
 
@@ -256,6 +257,14 @@ impl Headroom {
 
 /// The course of one series (in axis units) of holder `h`: the holder's teardown cut off, its
 /// warm-up known.
+/// The largest rise of a series, `(sample, bytes)`.
+fn largest_rise(points: &[(u64, u64)]) -> Option<(u64, u64)> {
+    (points.windows(2))
+        .filter(|w| w[1].1 > w[0].1)
+        .map(|w| (w[1].0, w[1].1 - w[0].1))
+        .max_by_key(|&(x, b)| (b, std::cmp::Reverse(x)))
+}
+
 fn judge_on(
     h: &HolderGrowth,
     axis: SampleAxis,
@@ -525,7 +534,15 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         let Some(h) = holder_of(holder) else {
             continue;
         };
-        let course = judge_on(h, axis, &points, config);
+        let mut course = judge_on(h, axis, &points, config);
+        // XLA's pool is taken when JAX starts, inside the warm-up: it is said as the rise that
+        // stayed, with JAX's advice, rather than passed over as the warm-up it is.
+        if course.shape == Shape::Flat
+            && course.phases.late_rise.is_none()
+            && site.owner == OwnerKind::Jax
+        {
+            course.phases.late_rise = largest_rise(&points);
+        }
         let list = match course.shape {
             Shape::Steady => &mut steady,
             Shape::Peak => &mut peaks,
