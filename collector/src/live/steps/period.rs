@@ -8,7 +8,11 @@
 //!   from the most steps to the fewest, and the first that holds is the step.
 //! - A candidate holds when most of the recurring kinds (an allocation and its free vote as one)
 //!   occur the same number of times in every step of their active range (at least 75% of those
-//!   steps, so a periodic evaluation that adds tokens to one step in ten does not break it).
+//!   steps, so a periodic evaluation that adds tokens to one step in ten does not break it),
+//!   and those kinds make at least half of its memory calls (allocations and frees).
+//! - When no candidate holds, the first whose kinds in step make three quarters of its memory
+//!   calls is the step: one kind every iteration beside a few that come now and then together
+//!   (CuPy's arrays, and its pool's pinned buffers in some iterations) is the loop, not the few.
 //! - An inner loop (the same buffer allocated and freed 40 times a step, or once per layer of a
 //!   12-layer model) fails that test: cut at its tokens, the rest of the step lands in one inner
 //!   iteration out of 40, so most kinds occur in few of its "steps". The outer step is tried next.
@@ -39,6 +43,9 @@ const MIN_COVER: f64 = 0.5;
 const IN_STEP_SHARE: f64 = 0.75;
 /// Steps a kind must be active in to vote (fewer say nothing about the period).
 const MIN_ACTIVE_STEPS: u32 = 3;
+/// The share of the memory calls of a candidate's steps (allocations and frees, not ranges)
+/// that kinds in step must make for a step that most kinds are not in.
+const MEMORY_IN_STEP: f64 = 0.75;
 /// Tokens a candidate is judged on...
 const VOTE_TOKENS: usize = 1 << 17;
 /// ...and at least this many complete steps.
@@ -146,21 +153,28 @@ pub(crate) fn find(tokens: &[u32], times: &[u64], info: &[TokenInfo]) -> Option<
         }
     }
     let mut scratch = Scratch::new(info);
+    let mut votes = Vec::with_capacity(candidates.len());
     for (count, anchor) in candidates {
-        {
-            let v = scratch.vote(&tokens[vote_window(&at[&anchor])], anchor);
-            let teardown = v.freed > 2 * v.allocated;
-            if v.voters > 0 && v.in_step * 2 > v.voters && !teardown {
-                return Some(Period {
-                    anchor,
-                    steps: count,
-                    kinds: v.voters,
-                    in_step: v.in_step,
-                });
-            }
+        let v = scratch.vote(&tokens[vote_window(&at[&anchor])], anchor);
+        if v.voters == 0 || v.freed > 2 * v.allocated {
+            continue;
         }
+        let period = Period {
+            anchor,
+            steps: count,
+            kinds: v.voters,
+            in_step: v.in_step,
+        };
+        let most_memory = v.memory_in_step as f64 > v.memory as f64 * MEMORY_IN_STEP;
+        if v.in_step * 2 > v.voters && v.memory_in_step * 2 >= v.memory {
+            return Some(period);
+        }
+        votes.push((period, most_memory));
     }
-    None
+    // Second, a step that most of the memory calls keep, though most kinds do not: one kind
+    // every iteration beside a few that come now and then (CuPy's arrays, and its pool's
+    // pinned buffers in some iterations).
+    votes.into_iter().find(|v| v.1).map(|v| v.0)
 }
 
 /// The tokens a candidate is judged on, given its anchor's positions: complete steps from the
@@ -189,6 +203,9 @@ struct Vote {
     /// Bytes the steps allocate and free.
     allocated: u64,
     freed: u64,
+    /// Memory calls (allocations and frees) of the voters, and of those in step.
+    memory: u64,
+    memory_in_step: u64,
 }
 
 /// Per-kind tallies reused across candidates.
@@ -200,6 +217,8 @@ struct Scratch<'a> {
     active: Vec<(u32, u32)>,
     /// Per kind: (occurrences in a step, steps with that many), for the steps it occurred in.
     histogram: Vec<Vec<(u32, u32)>>,
+    /// Per kind: whether its tokens make or free memory (not a range).
+    memory: Vec<bool>,
 }
 
 const NEVER: u32 = u32::MAX;
@@ -207,11 +226,16 @@ const NEVER: u32 = u32::MAX;
 impl<'a> Scratch<'a> {
     fn new(info: &'a [TokenInfo]) -> Self {
         let n = info.iter().map(|t| t.kind as usize + 1).max().unwrap_or(0);
+        let mut memory = vec![false; n];
+        for t in info.iter().filter(|t| t.bytes != 0) {
+            memory[t.kind as usize] = true;
+        }
         Scratch {
             info,
             current: vec![(NEVER, 0); n],
             active: vec![(NEVER, 0); n],
             histogram: vec![Vec::new(); n],
+            memory,
         }
     }
 
@@ -263,6 +287,7 @@ impl<'a> Scratch<'a> {
             a.1 = step;
         }
         let (mut voters, mut in_step) = (0, 0);
+        let (mut memory, mut memory_in_step) = (0u64, 0u64);
         for k in 0..self.current.len() {
             let (s, count) = self.current[k];
             if s == NEVER {
@@ -276,8 +301,14 @@ impl<'a> Scratch<'a> {
             }
             voters += 1;
             let usual = self.histogram[k].iter().map(|&(_, steps)| steps).max();
+            let calls: u64 = (self.histogram[k].iter())
+                .map(|&(count, steps)| u64::from(count) * u64::from(steps))
+                .sum();
+            let calls = if self.memory[k] { calls } else { 0 };
+            memory += calls;
             if usual.is_some_and(|steps| f64::from(steps) >= f64::from(active) * IN_STEP_SHARE) {
                 in_step += 1;
+                memory_in_step += calls;
             }
         }
         Vote {
@@ -285,6 +316,8 @@ impl<'a> Scratch<'a> {
             in_step,
             allocated,
             freed,
+            memory,
+            memory_in_step,
         }
     }
 }
@@ -338,6 +371,21 @@ mod tests {
         // Once per layer of a model: forward per layer, backward per layer, then the head.
         let step = "Ee".to_string() + &"FGf".repeat(12) + "Ll" + &"BgCb".repeat(12) + "Oo";
         assert_eq!(run(&step.repeat(8), true).map(|p| p.1), Some(8));
+    }
+
+    #[test]
+    fn one_kind_every_iteration_beside_a_few_now_and_then_is_the_step() {
+        // A CuPy loop under `vramtrace run` on an H100: a 4 MiB array every iteration (I), and in
+        // a few of them CuPy's pool takes 512 B pinned buffers at three call sites (J, K, L),
+        // together. Most kinds are out of step with I, but most memory calls are I; cut at L,
+        // the three are in step and I, every call but 13, is not.
+        let s = "AABCDCEFGH".to_string()
+            + &"I".repeat(20)
+            + "JK"
+            + &"I".repeat(61)
+            + "LIJKLIJKLIIIIIJKL"
+            + &"I".repeat(12);
+        assert_eq!(run(&s, false), Some(('I', 100)));
     }
 
     #[test]
