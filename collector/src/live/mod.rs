@@ -33,6 +33,7 @@ mod recent;
 mod series;
 mod sites;
 mod snapshot;
+mod snapshot_rows;
 mod steps;
 mod summary;
 mod table;

@@ -1,0 +1,138 @@
+//! The live alerts a trace carries, as the report says them: each as the program's stderr said
+//! it, and what the whole run's diagnosis says of it where it says otherwise.
+
+use vramtrace_collector::analysis::{Analysis, FindingClass, RaisedAlert, SiteName};
+use vramtrace_collector::live::Holder;
+use vramtrace_collector::units::when_full;
+
+use super::site_label;
+use crate::units::signed_bytes;
+
+/// An alert the tracer raised while the program ran, as the program's stderr said it.
+pub(crate) fn alert_line(raised: &RaisedAlert) -> String {
+    let a = &raised.alert;
+    // Labelled as every other place; a line PyTorch's tensors named, by its file's base name.
+    let place = match &raised.site {
+        Some(s) => site_label(s),
+        None => alert_place(&a.place),
+    };
+    let unit = if a.unit == "step" {
+        "per step".to_string()
+    } else {
+        format!("per {} ms window", a.unit_ns / 1_000_000)
+    };
+    let full = when_full(
+        a.steps_to_full.map(|n| n as f64),
+        a.seconds_to_full.map(|t| t as f64),
+    )
+    .map_or(String::new(), |when| format!("; full in {when}"));
+    let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
+        format!(", {} {unit} of it", signed_bytes(a.place_rate as f64))
+    } else {
+        String::new()
+    };
+    let signal = signal_name(a.signal).map_or(String::new(), |s| format!("; signal {s} sent"));
+    format!(
+        "while running, at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}{signal}",
+        a.step,
+        a.device,
+        signed_bytes(a.rate as f64),
+        a.reason
+    )
+}
+
+/// What the whole run's diagnosis says of a live alert, where it says otherwise: the alert was
+/// raised on what the run's end shows was no steady growth (a warm-up), or at another place than
+/// the finding of that device's growth (the line that asked a caching allocator for segments,
+/// where the finding names the line that keeps the tensors). Empty when they agree: the user
+/// reads one answer, not two.
+pub(super) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> String {
+    let device = Some(Holder::Device {
+        device: raised.alert.device,
+    });
+    let growth =
+        (a.diagnosis.iter()).find(|f| f.class == FindingClass::SteadyGrowth && f.holder == device);
+    let Some(finding) = growth else {
+        return "; not confirmed: the whole run shows no steady growth there".to_string();
+    };
+    match &finding.site {
+        Some(site) if !names_place(raised, site) => {
+            format!(
+                "; the whole run's diagnosis names {} for it",
+                site_label(site)
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// Whether live alert `raised` names `site`'s place: the same label, whether the alert came with
+/// a call site or only with a line of PyTorch's tensors (its path as the process saw it).
+fn names_place(raised: &RaisedAlert, site: &SiteName) -> bool {
+    let named = |s: &SiteName| s.label.clone().unwrap_or_else(|| s.site.clone());
+    match &raised.site {
+        Some(s) => named(s) == named(site),
+        // The tracer writes the line with the view that saw it (`… (PyTorch tensors)`).
+        None => {
+            let place = alert_place(&raised.alert.place);
+            place == site_label(site) || place == named(site)
+        }
+    }
+}
+
+/// A tensors' line as an alert names it (`/path/train.py:48 in step`), by its file's base name,
+/// as every other place is labelled.
+fn alert_place(place: &str) -> String {
+    match place.split_once(':') {
+        Some((file, rest)) => format!("{}:{rest}", file.rsplit('/').next().unwrap_or(file)),
+        None => place.to_string(),
+    }
+}
+
+/// The signal the tracer sent with an alert, by name (`None`: none was sent).
+pub(crate) fn signal_name(signal: i32) -> Option<&'static str> {
+    match signal {
+        0 => None,
+        libc::SIGUSR1 => Some("SIGUSR1"),
+        libc::SIGUSR2 => Some("SIGUSR2"),
+        _ => Some("a signal"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramtrace_collector::analysis::{OwnerKind, SourceLine};
+
+    // An alert with only a tensors' line (PyTorch's history named it while the program ran)
+    // names the finding's place when the line is the same: on the GPU every such alert was
+    // said to disagree with the diagnosis that named its very line.
+    #[test]
+    fn an_alert_at_a_tensors_line_names_the_finding_at_that_line() {
+        let line = |n: u32| {
+            let source = SourceLine {
+                file: "/work/app/train.py".to_string(),
+                line: n,
+                function: "<module>".to_string(),
+            };
+            let mut s = SiteName::of_line("PyTorch tensors", OwnerKind::Torch, source);
+            s.label = Some(format!("train.py:{n} in <module>"));
+            s
+        };
+        let raised = |place: &str| RaisedAlert {
+            alert: vramtrace_collector::format::Alert {
+                place: place.to_string(),
+                ..Default::default()
+            },
+            site: None,
+        };
+        // As the tracer writes it, with the view; and without (older traces).
+        for place in [
+            "/work/app/train.py:57 in <module> (PyTorch tensors)",
+            "/work/app/train.py:57 in <module>",
+        ] {
+            assert!(names_place(&raised(place), &line(57)), "{place}");
+            assert!(!names_place(&raised(place), &line(40)), "{place}");
+        }
+    }
+}
