@@ -14,7 +14,7 @@ use super::row::{most_changed_first, Measures, Row, SiteStatus};
 use super::sources::{LineChangeKind, SourceSearch};
 use super::tensors::{view_name, TensorDiff, TensorProfile};
 use super::verdict::{new_growth, Check, Thresholds, Verdict};
-use crate::analysis::LineMeaning;
+use crate::analysis::{LineMeaning, Role};
 use crate::symbols::StackFrame;
 use crate::torch::View;
 
@@ -172,7 +172,8 @@ pub struct Diff {
     /// The per-tensor view, when both runs carry PyTorch's recorder history
     /// ([`Diff::with_tensors`]).
     pub tensors: Option<TensorDiff>,
-    /// The difference ranked first over both views.
+    /// The difference ranked first over both views; when a new growth makes B a regression,
+    /// the first such growth's row.
     pub top: Option<TopDifference>,
 }
 
@@ -259,7 +260,7 @@ impl Diff {
             Vec::new()
         };
         let top = sites.first().map(TopDifference::of_site);
-        Diff {
+        let mut diff = Diff {
             verdict,
             totals,
             steps,
@@ -274,6 +275,35 @@ impl Diff {
             suspects,
             tensors: None,
             top,
+        };
+        diff.top_of_verdict();
+        diff
+    }
+
+    /// When a new growth makes B a regression, the top difference is its row: the verdict's own
+    /// cause, not the row that changed most in bytes (a line that went away or shrank), so the
+    /// line under the verdict names what the verdict is about.
+    fn top_of_verdict(&mut self) {
+        let Some(g) =
+            (self.verdict.new_growth.iter()).find(|g| g.regression && g.role == Role::Cause)
+        else {
+            return;
+        };
+        let top = match g.view {
+            View::Driver => (self.sites.iter())
+                .find(|r| r.label == g.label && r.new_growth() == g.rate)
+                .map(TopDifference::of_site),
+            View::AllocatorTensors => self.tensors.as_ref().and_then(|t| {
+                (t.lines.iter())
+                    .find(|r| r.label == g.label && r.new_growth() == g.rate)
+                    .map(|r| {
+                        let owner = Some(crate::torch::VIEW_NAME.to_string());
+                        TopDifference::of(r, t.view, owner, LineMeaning::Keeps)
+                    })
+            }),
+        };
+        if top.is_some() {
+            self.top = top;
         }
     }
 
@@ -315,6 +345,7 @@ impl Diff {
             self.suspects = suspects(pb, &self.sites, &lines, &self.source_changes);
         }
         self.tensors = Some(tensors);
+        self.top_of_verdict();
         self
     }
 }

@@ -502,3 +502,34 @@ fn steps_counted_differently_are_said() {
     let notes = d["verdict"]["notes"].as_array().unwrap();
     assert!(!notes.iter().any(|n| n == note), "{notes:?}");
 }
+
+// Another program against the healthy one: the raw `cudaMalloc` of `leak_extension.py` (3 MiB a
+// step at line 39, libleaky.so) is the verdict's new growth, and the line under the verdict names
+// it too — not the healthy run's loss line, gone from B with more bytes (384 MiB) than the leak
+// holds at the end (360 MiB), which ranked first by bytes.
+#[test]
+fn the_top_difference_is_the_growth_the_verdict_names() {
+    let (code, d) = diff(&[], "healthy_gpt-marks.vtrace", "leak_extension-marks.vtrace");
+    assert_eq!(code, 1);
+    let g = &d["verdict"]["new_growth"][0];
+    assert_eq!(
+        (&g["label"], &g["regression"], &g["rate"]),
+        (
+            &Value::from("leak_extension.py:39 in <module>"),
+            &Value::Bool(true),
+            &Value::from((3 * MIB) as f64)
+        )
+    );
+    let top = &d["top_difference"];
+    assert_eq!(
+        (&top["label"], &top["owner"], &top["status"], &top["growth"]),
+        (
+            &Value::from("leak_extension.py:39 in <module>"),
+            &Value::from("libleaky.so"),
+            &Value::from("new"),
+            &Value::from((3 * MIB) as f64)
+        )
+    );
+    // The sites are still listed most changed first.
+    assert_eq!(d["sites"]["list"][0]["label"], "healthy_gpt.py:51 in <module>");
+}
