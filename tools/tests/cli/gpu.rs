@@ -509,7 +509,11 @@ fn steps_counted_differently_are_said() {
 // holds at the end (360 MiB), which ranked first by bytes.
 #[test]
 fn the_top_difference_is_the_growth_the_verdict_names() {
-    let (code, d) = diff(&[], "healthy_gpt-marks.vtrace", "leak_extension-marks.vtrace");
+    let (code, d) = diff(
+        &[],
+        "healthy_gpt-marks.vtrace",
+        "leak_extension-marks.vtrace",
+    );
     assert_eq!(code, 1);
     let g = &d["verdict"]["new_growth"][0];
     assert_eq!(
@@ -531,5 +535,8 @@ fn the_top_difference_is_the_growth_the_verdict_names() {
         )
     );
     // The sites are still listed most changed first.
-    assert_eq!(d["sites"]["list"][0]["label"], "healthy_gpt.py:51 in <module>");
+    assert_eq!(
+        d["sites"]["list"][0]["label"],
+        "healthy_gpt.py:51 in <module>"
+    );
 }
