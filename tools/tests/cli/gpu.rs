@@ -126,8 +126,8 @@ fn the_added_line_comes_first_and_every_other_line_is_matched() {
     assert_eq!(
         only_b,
         [
-            ("gpt_leaky.py:63 in <module>", 11 * 128 << 20),
-            ("gpt_leaky.py:56 in <module>", 2 * 128 << 20)
+            ("gpt_leaky.py:63 in <module>", 11 * 128 * MIB),
+            ("gpt_leaky.py:56 in <module>", 2 * 128 * MIB)
         ]
     );
     // The loss line moved from 51 to 53 and grew by one 128 MiB segment.
