@@ -327,8 +327,9 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
         if comparisons.len() > 1 {
             text::pairs_summary(&mut out, &comparisons).with_context(w)?;
         }
+        let in_set = comparisons.len() > 1;
         for c in &comparisons {
-            text::render(&mut out, c, args).with_context(w)?;
+            text::render(&mut out, c, args, in_set).with_context(w)?;
         }
     }
     // A comparison with a trace cut short or damaged has no verdict, whatever it found.

@@ -108,7 +108,32 @@ pub fn pairs_summary(out: &mut impl Write, all: &[Comparison]) -> io::Result<()>
             .to_string(),
         ]);
     }
-    let bad = all.iter().filter(|c| c.diff.verdict.regression).count();
+    let bad: Vec<String> = (all.iter())
+        .filter(|c| c.diff.verdict.regression)
+        .map(|c| match c.b.rank {
+            Some(r) => format!("rank {r}"),
+            None => c.b.path.clone(),
+        })
+        .collect();
+    // The set's own verdict, which the exit code is; each pair's below is that pair's alone.
+    let gaps = all.iter().any(|c| !c.gaps().is_empty());
+    if gaps {
+        writeln!(
+            out,
+            "VERDICT  none (exit 2): a trace could not be compared in full (named below)"
+        )?;
+    } else if bad.is_empty() {
+        writeln!(out, "VERDICT  no regression (exit 0): {} pairs", all.len())?;
+    } else {
+        writeln!(
+            out,
+            "VERDICT  REGRESSION (exit 1): {} of {} pairs ({})",
+            bad.len(),
+            all.len(),
+            bad.join(", ")
+        )?;
+    }
+    let bad = bad.len();
     emit(
         out,
         &format!(
@@ -119,8 +144,21 @@ pub fn pairs_summary(out: &mut impl Write, all: &[Comparison]) -> io::Result<()>
     )
 }
 
-/// Writes one comparison.
-pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()> {
+/// Writes one comparison; `in_set` when it is one pair of several, whose verdict is not the
+/// exit code (the set's, written above the pairs, is).
+pub fn render(
+    out: &mut impl Write,
+    c: &Comparison,
+    args: &DiffArgs,
+    in_set: bool,
+) -> io::Result<()> {
+    let exit = |code: u8| {
+        if in_set {
+            String::new()
+        } else {
+            format!(" (exit {code})")
+        }
+    };
     let d = &c.diff;
     writeln!(out, "vramtrace diff")?;
     writeln!(out, "  A  {}", run_line(&c.a))?;
@@ -136,16 +174,17 @@ pub fn render(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Resu
         .collect();
     let gaps = c.gaps();
     if !gaps.is_empty() {
-        writeln!(out, "\nVERDICT  none (exit 2): {}", gaps.join("; "))?;
+        writeln!(out, "\nVERDICT  none{}: {}", exit(2), gaps.join("; "))?;
         if !exceeded.is_empty() {
             writeln!(out, "  in what could be read: {}", exceeded.join("; "))?;
         }
     } else if exceeded.is_empty() {
-        writeln!(out, "\nVERDICT  no regression (exit 0)")?;
+        writeln!(out, "\nVERDICT  no regression{}", exit(0))?;
     } else {
         writeln!(
             out,
-            "\nVERDICT  REGRESSION (exit 1): {}",
+            "\nVERDICT  REGRESSION{}: {}",
+            exit(1),
             exceeded.join("; ")
         )?;
     }

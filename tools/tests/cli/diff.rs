@@ -364,6 +364,20 @@ fn two_jobs_are_compared_rank_by_rank() {
     );
     let (code, _) = json(&["diff", "--json", path(y.path()), path(x.path())]);
     assert_eq!(code, 1, "the other way round, rank 5 regressed");
+    // The text opens with the set's verdict, the exit code; each pair's verdict below is its
+    // own, without an exit code (the seven pairs that did not regress said "exit 0").
+    let (code, out) = run(&["diff", path(y.path()), path(x.path())]);
+    assert_eq!(code, 1);
+    assert!(
+        out.starts_with("VERDICT  REGRESSION (exit 1): 1 of 8 pairs (rank 5)\n"),
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("\nVERDICT  no regression\n").count(),
+        7,
+        "{out}"
+    );
+    assert_eq!(out.matches("(exit ").count(), 1, "{out}");
 }
 
 /// The fields of the table under `heading` (`## Diff`, `### SiteDiff`) in
