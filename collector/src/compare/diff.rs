@@ -12,7 +12,7 @@ use super::metrics::{signed, Count, MetricsSides, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
 use super::row::{most_changed_first, Measures, Row, SiteStatus};
 use super::sources::{LineChangeKind, SourceSearch};
-use super::tensors::{view_name, TensorDiff, TensorProfile};
+use super::tensors::{view_name, TensorDiff, TensorLine, TensorLineDiff, TensorProfile};
 use super::verdict::{new_growth, Check, Thresholds, Verdict};
 use crate::analysis::{LineMeaning, Role};
 use crate::symbols::StackFrame;
@@ -289,21 +289,45 @@ impl Diff {
         else {
             return;
         };
-        let top = match g.view {
-            View::Driver => (self.sites.iter())
-                .find(|r| r.label == g.label && r.new_growth() == g.rate)
-                .map(TopDifference::of_site),
-            View::AllocatorTensors => self.tensors.as_ref().and_then(|t| {
-                (t.lines.iter())
-                    .find(|r| r.label == g.label && r.new_growth() == g.rate)
-                    .map(|r| {
-                        let owner = Some(crate::torch::VIEW_NAME.to_string());
-                        TopDifference::of(r, t.view, owner, LineMeaning::Keeps)
-                    })
-            }),
+        // The growth is the place's: its rows (a line's native paths) together.
+        let (top, live_bytes) = match g.view {
+            View::Driver => {
+                let rows: Vec<&SiteDiff> = (self.sites.iter())
+                    .filter(|r| r.label == g.label && r.place.module == g.owner)
+                    .filter(|r| r.new_growth() > 0.0)
+                    .collect();
+                let first = rows
+                    .iter()
+                    .max_by(|a, b| a.new_growth().total_cmp(&b.new_growth()));
+                let live: i64 = rows
+                    .iter()
+                    .map(|r| SiteMetrics::live_change(&r.change))
+                    .sum();
+                (first.map(|r| TopDifference::of_site(r)), live)
+            }
+            View::AllocatorTensors => {
+                let Some(t) = &self.tensors else { return };
+                let rows: Vec<&TensorLineDiff> = (t.lines.iter())
+                    .filter(|r| r.label == g.label && r.new_growth() > 0.0)
+                    .collect();
+                let first = rows
+                    .iter()
+                    .max_by(|a, b| a.new_growth().total_cmp(&b.new_growth()));
+                let live: i64 = rows
+                    .iter()
+                    .map(|r| TensorLine::live_change(&r.change))
+                    .sum();
+                let owner = Some(crate::torch::VIEW_NAME.to_string());
+                (
+                    first.map(|r| TopDifference::of(r, t.view, owner, LineMeaning::Keeps)),
+                    live,
+                )
+            }
         };
-        if top.is_some() {
-            self.top = top;
+        if let Some(mut top) = top {
+            top.growth = g.rate;
+            top.live_bytes = live_bytes;
+            self.top = Some(top);
         }
     }
 

@@ -3,10 +3,11 @@
 //! `torch.empty` of a program reaches the caching allocator the same way, every `ctypes` call the
 //! same way), and a leak is one of those lines. Such a site is split by line: what each line
 //! holds at the end, its orphans, allocations and failures are counted exactly per call from the
-//! live objects and the tally; its peak and growth, which the live state keeps per native site
-//! only, are estimated from the objects it still holds at the end (a lower bound of its share of
-//! the peak, and the rate at which it made what it still holds — its leak rate — counted, as the
-//! growth analysis counts growth, only when it is steady).
+//! live objects and the tally; its peak and growth are the live state's own, which keeps its
+//! series per native site and Python line (`profile::ledger_numbers`), and where it has none for
+//! the line, estimated here from the objects it still holds at the end (a lower bound of its
+//! share of the peak, and the rate at which it made what it still holds — its leak rate —
+//! counted, as the growth analysis counts growth, only when it is steady).
 use rustc_hash::FxHashMap;
 
 use super::metrics::SiteMetrics;

@@ -247,6 +247,9 @@ struct Gathered {
     /// The entry point of a call there that made what the live state keeps.
     api: Option<&'static str>,
     calls: Vec<(CallRef, CallCounts)>,
+    /// The live state's own peak and growth numbers per Python line of the site (it keeps its
+    /// series per native site and line), for a site split by line.
+    lines: BTreeMap<ProgramLine, SiteMetrics>,
 }
 
 impl Profile {
@@ -285,11 +288,9 @@ impl Profile {
             let sites: Vec<Site<'_>> = if shared {
                 (lines.iter())
                     .map(|(line, calls)| {
-                        site(
-                            line.clone(),
-                            calls,
-                            line_metrics(calls, &live, span, &analysis.growth),
-                        )
+                        let mut m = line_metrics(calls, &live, span, &analysis.growth);
+                        ledger_numbers(&mut m, python, &g.lines, line.as_ref());
+                        site(line.clone(), calls, m)
                     })
                     .collect()
             } else {
@@ -353,6 +354,11 @@ fn gather(
         g
     }
     let native = |id: SiteId| state.site(id).map(|(key, caller)| (caller, key.stack));
+    let line = |id: SiteId| {
+        state
+            .site(id)
+            .map_or(ProgramLine::NONE, |(key, _)| key.line)
+    };
     for o in state.live_objects() {
         if state.lost_after(o.origin.seq) {
             continue;
@@ -379,7 +385,9 @@ fn gather(
     for h in state.holders().iter().filter(|h| is_device(h.holder)) {
         for s in state.peak_holdings(h.holder) {
             if let Some((caller, stack)) = native(s.site) {
-                at(&mut sites, caller, stack).metrics.peak_bytes += s.bytes;
+                let g = at(&mut sites, caller, stack);
+                g.metrics.peak_bytes += s.bytes;
+                g.lines.entry(line(s.site)).or_default().peak_bytes += s.bytes;
             }
         }
     }
@@ -394,10 +402,14 @@ fn gather(
             .or_else(|| state.site_api(site).map(|a| a.name()));
         let course = g.judge(holder, points);
         if course.shape == Shape::Steady {
-            let m = &mut gathered.metrics;
-            m.growth += per_unit(course.rate);
-            if g.confident(&course) {
-                m.confident_growth += per_unit(course.rate);
+            let rate = per_unit(course.rate);
+            let confident = g.confident(&course);
+            let by_line = gathered.lines.entry(line(site)).or_default();
+            for m in [&mut gathered.metrics, by_line] {
+                m.growth += rate;
+                if confident {
+                    m.confident_growth += rate;
+                }
             }
         }
     }
@@ -415,6 +427,46 @@ fn gather(
         g.calls.sort_by_key(|(call, _)| *call);
     }
     sites
+}
+
+/// Puts the live state's own peak and growth of Python line `line` of a site (`lines`, per
+/// program line) in `m`, in place of what its objects live at the end suggest: a leak that the
+/// program's exit (or a `destroy_process_group` at its end) frees holds nothing at the end, and
+/// grew all the same.
+fn ledger_numbers(
+    m: &mut SiteMetrics,
+    python: &PythonStacks,
+    lines: &BTreeMap<ProgramLine, SiteMetrics>,
+    line: Option<&PythonLine>,
+) {
+    let mut own = SiteMetrics::default();
+    let mut seen = false;
+    for (pl, numbers) in lines {
+        if python_line(python, *pl).as_ref() == line {
+            own.peak_bytes += numbers.peak_bytes;
+            own.growth += numbers.growth;
+            own.confident_growth += numbers.confident_growth;
+            seen = true;
+        }
+    }
+    if seen {
+        m.peak_bytes = own.peak_bytes;
+        m.growth = own.growth;
+        m.confident_growth = own.confident_growth;
+    }
+}
+
+/// A program line of the live state as a [`PythonLine`] (`None` for a call without Python).
+fn python_line(python: &PythonStacks, pl: ProgramLine) -> Option<PythonLine> {
+    if !pl.is_some() {
+        return None;
+    }
+    let code = python.code(pl.code);
+    Some(PythonLine {
+        file: code.map_or("<unknown>", |c| c.file.as_str()).to_string(),
+        function: code.map_or_else(|| format!("<code {}>", pl.code), |c| c.function.clone()),
+        line: pl.line,
+    })
 }
 
 /// The program frame of a Python stack as a [`PythonLine`].

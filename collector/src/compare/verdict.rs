@@ -190,34 +190,46 @@ pub(crate) fn new_growth<M: Measures, P>(
     thresholds: &Thresholds,
 ) -> (Check, Vec<NewGrowth>) {
     let floor = thresholds.new_growth as f64;
-    let found: Vec<NewGrowth> = match total {
-        None => Vec::new(),
-        Some(total) => (rows.iter())
-            .map(|r| (r, r.new_growth()))
-            .filter(|&(_, rate)| rate > 0.0 && total.change >= rate / 2.0)
-            .map(|(r, rate)| {
-                let full = fill.and_then(|f| f.at(rate, unit));
-                let within_horizon = full.is_some_and(|p| p.within_horizon);
-                let above_floor = rate > floor;
-                let (owner, line_means) = named(r);
-                NewGrowth {
-                    view,
-                    view_name: view_name(view),
-                    label: r.label.clone(),
-                    owner,
-                    line_means,
-                    role: Role::Cause,
-                    rate,
-                    unit,
-                    steps_to_full: full.and_then(|p| p.steps_to_full),
-                    seconds_to_full: full.and_then(|p| p.seconds_to_full),
-                    within_horizon,
-                    above_floor,
-                    regression: within_horizon || above_floor,
-                }
-            })
-            .collect(),
-    };
+    // One growth per place as the report names it: the native paths of one line (NCCL's buffers
+    // of a communicator, made by several functions) are one cause, at their rates together.
+    let mut places: Vec<(String, Option<String>, LineMeaning, f64)> = Vec::new();
+    if let Some(total) = total {
+        for r in rows {
+            let rate = r.new_growth();
+            if rate <= 0.0 {
+                continue;
+            }
+            let (owner, line_means) = named(r);
+            match (places.iter_mut()).find(|p| p.0 == r.label && p.1 == owner && p.2 == line_means)
+            {
+                Some(p) => p.3 += rate,
+                None => places.push((r.label.clone(), owner, line_means, rate)),
+            }
+        }
+        places.retain(|p| total.change >= p.3 / 2.0);
+    }
+    let found: Vec<NewGrowth> = (places.into_iter())
+        .map(|(label, owner, line_means, rate)| {
+            let full = fill.and_then(|f| f.at(rate, unit));
+            let within_horizon = full.is_some_and(|p| p.within_horizon);
+            let above_floor = rate > floor;
+            NewGrowth {
+                view,
+                view_name: view_name(view),
+                label,
+                owner,
+                line_means,
+                role: Role::Cause,
+                rate,
+                unit,
+                steps_to_full: full.and_then(|p| p.steps_to_full),
+                seconds_to_full: full.and_then(|p| p.seconds_to_full),
+                within_horizon,
+                above_floor,
+                regression: within_horizon || above_floor,
+            }
+        })
+        .collect();
     let check = Check {
         metric,
         change: found.iter().map(|g| g.rate).fold(0.0, f64::max),

@@ -540,3 +540,38 @@ fn the_top_difference_is_the_growth_the_verdict_names() {
         "healthy_gpt.py:51 in <module>"
     );
 }
+
+// A process group every 5 steps (`leak_comm.py:49`), its buffers made by five of NCCL's functions
+// and all freed by `destroy_process_group` at the end: nothing of it is live at the end, and the
+// report finds +77.6 MiB a step there. The comparison sees the same growth — the live state's
+// own series of that line, not what is left of it at the end — once, at the report's rate.
+#[test]
+fn a_leak_freed_at_the_end_is_one_new_growth_at_the_report_s_rate() {
+    let (code, d) = diff(&[], "healthy_gpt-marks.vtrace", "leak_comm-marks.vtrace");
+    assert_eq!(code, 1);
+    let growths = d["verdict"]["new_growth"].as_array().unwrap();
+    assert_eq!(growths.len(), 1, "{growths:?}");
+    let g = &growths[0];
+    assert_eq!(
+        (&g["label"], &g["owner"], &g["regression"]),
+        (
+            &Value::from("leak_comm.py:49 in <module>"),
+            &Value::from("libnccl.so.2"),
+            &Value::Bool(true)
+        )
+    );
+    // 3 × 25.6 MiB and 2 × 409.6 KiB a step: the report's 81,369,497.6 B, and its 1,730 steps.
+    let rate = g["rate"].as_f64().unwrap();
+    assert!((rate - 81_369_497.6).abs() < 1e-3, "{rate}");
+    assert_eq!(g["steps_to_full"].as_f64().unwrap().floor(), 1730.0);
+    let top = &d["top_difference"];
+    assert_eq!(
+        (&top["label"], &top["status"], &top["live_bytes"]),
+        (
+            &Value::from("leak_comm.py:49 in <module>"),
+            &Value::from("new"),
+            &Value::from(0)
+        )
+    );
+    assert!((top["growth"].as_f64().unwrap() - rate).abs() < 1e-9);
+}
