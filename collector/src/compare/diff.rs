@@ -12,7 +12,7 @@ use super::metrics::{signed, Count, MetricsSides, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
 use super::row::{most_changed_first, Measures, Row, SiteStatus};
 use super::sources::{LineChangeKind, SourceSearch};
-use super::tensors::{view_name, TensorDiff, TensorLine, TensorLineDiff, TensorProfile};
+use super::tensors::{view_name, TensorDiff, TensorProfile};
 use super::verdict::{new_growth, Check, Thresholds, Verdict};
 use crate::analysis::{LineMeaning, Role};
 use crate::symbols::StackFrame;
@@ -292,36 +292,17 @@ impl Diff {
         // The growth is the place's: its rows (a line's native paths) together.
         let (top, live_bytes) = match g.view {
             View::Driver => {
-                let rows: Vec<&SiteDiff> = (self.sites.iter())
-                    .filter(|r| r.label == g.label && r.place.module == g.owner)
-                    .filter(|r| r.new_growth() > 0.0)
-                    .collect();
-                let first = rows
-                    .iter()
-                    .max_by(|a, b| a.new_growth().total_cmp(&b.new_growth()));
-                let live: i64 = rows
-                    .iter()
-                    .map(|r| SiteMetrics::live_change(&r.change))
-                    .sum();
-                (first.map(|r| TopDifference::of_site(r)), live)
+                let rows = place_rows(&self.sites, |r| {
+                    r.label == g.label && r.place.module == g.owner
+                });
+                (rows.0.map(TopDifference::of_site), rows.1)
             }
             View::AllocatorTensors => {
                 let Some(t) = &self.tensors else { return };
-                let rows: Vec<&TensorLineDiff> = (t.lines.iter())
-                    .filter(|r| r.label == g.label && r.new_growth() > 0.0)
-                    .collect();
-                let first = rows
-                    .iter()
-                    .max_by(|a, b| a.new_growth().total_cmp(&b.new_growth()));
-                let live: i64 = rows
-                    .iter()
-                    .map(|r| TensorLine::live_change(&r.change))
-                    .sum();
+                let (first, live) = place_rows(&t.lines, |r| r.label == g.label);
                 let owner = Some(crate::torch::VIEW_NAME.to_string());
-                (
-                    first.map(|r| TopDifference::of(r, t.view, owner, LineMeaning::Keeps)),
-                    live,
-                )
+                let top = first.map(|r| TopDifference::of(r, t.view, owner, LineMeaning::Keeps));
+                (top, live)
             }
         };
         if let Some(mut top) = top {
@@ -372,6 +353,17 @@ impl Diff {
         self.top_of_verdict();
         self
     }
+}
+
+/// The rows of one place that grow new in B (`of_place` says which rows are the place's): the
+/// fastest, and the live bytes they changed by together.
+fn place_rows<M: Measures, P>(
+    rows: &[Row<M, P>],
+    of_place: impl Fn(&Row<M, P>) -> bool,
+) -> (Option<&Row<M, P>>, i64) {
+    let growing = || (rows.iter()).filter(|r| of_place(r) && r.new_growth() > 0.0);
+    let fastest = growing().max_by(|a, b| a.new_growth().total_cmp(&b.new_growth()));
+    (fastest, growing().map(|r| M::live_change(&r.change)).sum())
 }
 
 /// A site's numbers and label in one run.
