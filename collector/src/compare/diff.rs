@@ -10,7 +10,7 @@ use super::identity::PythonLine;
 use super::matching::{FilePair, Matching};
 use super::metrics::{signed, Count, MetricsSides, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
-use super::row::{most_changed_first, Measures, Row, SiteStatus};
+use super::row::{changed_order, most_changed_first, Measures, Row, SiteStatus};
 use super::sources::{LineChangeKind, SourceSearch};
 use super::tensors::{view_name, TensorDiff, TensorProfile};
 use super::verdict::{new_growth, Check, Thresholds, Verdict};
@@ -132,6 +132,56 @@ impl SitePlace {
 /// One call site that changed.
 pub type SiteDiff = Row<SiteMetrics, SitePlace>;
 
+/// The changed call sites of one place — a Python line (or a native function) and the module
+/// that asked, as the verdict and the report name it — taken together: one row per place,
+/// where a line reached by several native paths is several sites.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlaceDiff {
+    /// Its sites' numbers summed (their peaks too: an upper bound, should its paths peak at
+    /// different moments), its status from the sums; paired, placed and with the stack of its
+    /// most changed site.
+    #[serde(flatten)]
+    pub row: SiteDiff,
+    /// How many changed sites (native paths to the place) it holds.
+    pub paths: usize,
+}
+
+/// `sites` (most changed first) grouped by place, most changed place first.
+fn places(sites: &[SiteDiff]) -> Vec<PlaceDiff> {
+    let mut out: Vec<PlaceDiff> = Vec::new();
+    let mut index: BTreeMap<(&str, Option<&str>), usize> = BTreeMap::new();
+    let sum = |x: &mut Option<SiteMetrics>, y: &Option<SiteMetrics>| match (x.as_mut(), y) {
+        (Some(x), Some(y)) => x.add(y),
+        (None, Some(y)) => *x = Some(*y),
+        _ => {}
+    };
+    for s in sites {
+        let key = (s.label.as_str(), s.place.module.as_deref());
+        match index.get(&key) {
+            Some(&i) => {
+                let p = &mut out[i];
+                sum(&mut p.row.a, &s.a);
+                sum(&mut p.row.b, &s.b);
+                p.paths += 1;
+            }
+            None => {
+                index.insert(key, out.len());
+                out.push(PlaceDiff {
+                    row: s.clone(),
+                    paths: 1,
+                });
+            }
+        }
+    }
+    for p in out.iter_mut().filter(|p| p.paths > 1) {
+        let (a, b) = (p.row.a.as_ref(), p.row.b.as_ref());
+        p.row.change = <SiteMetrics as Measures>::change(a, b);
+        p.row.status = SiteStatus::of(a.map(SiteMetrics::held), b.map(SiteMetrics::held));
+    }
+    out.sort_by(|x, y| changed_order(&x.row, &y.row));
+    out
+}
+
 /// A code line that differs between A's and B's version of a Python file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SourceChange {
@@ -162,6 +212,8 @@ pub struct Diff {
     pub unchanged: usize,
     /// Every site that changed, most changed first.
     pub sites: Vec<SiteDiff>,
+    /// The same sites by place, most changed first (what the text's table lists).
+    pub places: Vec<PlaceDiff>,
     /// The Python files of both runs taken for versions of one file.
     pub files: Vec<FilePair>,
     /// Code lines added in B or removed from A, in the paired files whose sources were read.
@@ -269,6 +321,7 @@ impl Diff {
             only_in_a,
             only_in_b,
             unchanged,
+            places: places(&sites),
             sites,
             files: matching.files,
             source_changes,
@@ -292,9 +345,13 @@ impl Diff {
         // The growth is the place's: its rows (a line's native paths) together.
         let (top, live_bytes) = match g.view {
             View::Driver => {
-                let rows = place_rows(&self.sites, |r| {
-                    r.label == g.label && r.place.module == g.owner
-                });
+                let of_place = |r: &SiteDiff| r.label == g.label && r.place.module == g.owner;
+                // The table of places opens with the verdict's (a leak freed at exit has
+                // changed nothing at the end, the table's first measure).
+                if let Some(i) = self.places.iter().position(|p| of_place(&p.row)) {
+                    self.places[..=i].rotate_right(1);
+                }
+                let rows = place_rows(&self.sites, of_place);
                 (rows.0.map(TopDifference::of_site), rows.1)
             }
             View::AllocatorTensors => {
@@ -344,8 +401,11 @@ impl Diff {
             }
         }
         if self.verdict.regression {
-            let lines: Vec<PythonLine> = (tensors.lines.iter())
-                .filter_map(|l| l.b.as_ref().and_then(|t| t.line.clone()))
+            let lines: Vec<(PythonLine, bool)> = (tensors.lines.iter())
+                .filter_map(|l| {
+                    let more = l.change.live_bytes > 0 || l.change.growth > 0.0;
+                    Some((l.b.as_ref()?.line.clone()?, more))
+                })
                 .collect();
             self.suspects = suspects(pb, &self.sites, &lines, &self.source_changes);
         }
@@ -448,38 +508,46 @@ fn verdict(
     Verdict::of(checks, found, notes)
 }
 
-/// The lines B added in code it ran, most likely cause of a regression first: a line a changed
-/// site of B allocated at, or whose tensors changed (`tensor_lines`: the trace saw it); then lines in loops (they run every step); then
-/// lines in the functions where changed sites allocated (a caching allocator hands a leaked
-/// tensor memory it already holds and asks the driver for more later, on another line of the
-/// same code, or on another thread); then the rest, in file order.
+/// The lines B added in code it ran, most likely cause of a regression first: a line where B
+/// holds more than A or grows faster (a site's or tensors' line: the trace saw it); then a line
+/// of another changed site or tensor line; then lines in loops (they run every step); then lines
+/// in the functions where changed sites allocated (a caching allocator hands a leaked tensor
+/// memory it already holds and asks the driver for more later, on another line of the same
+/// code, or on another thread); then the rest, in file order. `tensor_lines` are the changed
+/// lines of the per-tensor view, each with whether B holds more there.
 fn suspects(
     b: &Profile,
     sites: &[SiteDiff],
-    tensor_lines: &[PythonLine],
+    tensor_lines: &[(PythonLine, bool)],
     changes: &[SourceChange],
 ) -> Vec<SourceChange> {
-    let lines: Vec<&PythonLine> = (sites.iter())
-        .flat_map(|s| s.place.b_python.iter())
-        .chain(tensor_lines)
+    let lines: Vec<(&PythonLine, bool)> = (sites.iter())
+        .flat_map(|s| {
+            let more = SiteMetrics::live_change(&s.change) > 0 || s.change.growth > 0.0;
+            s.place.b_python.iter().map(move |l| (l, more))
+        })
+        .chain(tensor_lines.iter().map(|(l, more)| (l, *more)))
         .collect();
     let rank = |c: &SourceChange| {
-        let at = |l: &&PythonLine| l.file == c.file && l.line == c.line;
-        if lines.iter().any(at) {
+        let at = |l: &PythonLine| l.file == c.file && l.line == c.line;
+        if lines.iter().any(|&(l, more)| more && at(l)) {
             return 0;
         }
-        if c.in_loop {
+        if lines.iter().any(|&(l, _)| at(l)) {
             return 1;
+        }
+        if c.in_loop {
+            return 2;
         }
         let function = (b.codes.iter())
             .filter(|k| k.file == c.file && k.first_line <= c.line)
             .max_by_key(|k| k.first_line)
             .map(|k| k.function.as_str());
-        let near = |l: &&PythonLine| l.file == c.file && Some(l.function.as_str()) == function;
-        if lines.iter().any(near) {
-            2
-        } else {
+        let near = |l: &PythonLine| l.file == c.file && Some(l.function.as_str()) == function;
+        if lines.iter().any(|&(l, _)| near(l)) {
             3
+        } else {
+            4
         }
     };
     let mut s: Vec<SourceChange> = (changes.iter())

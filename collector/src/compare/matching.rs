@@ -38,7 +38,8 @@ pub enum PairedBy {
     /// The same file name and trailing directories (a checkout elsewhere).
     SameSuffix,
     SameName,
-    /// Both are their program's main script, under different names (a guess).
+    /// Both are their program's main script, under different names (a guess, not taken when
+    /// their sources, read, share less than half of B's code lines: two programs).
     MainScript,
 }
 
@@ -380,14 +381,27 @@ fn pair_files(a: &Profile, b: &Profile, sources: &SourceSearch) -> Vec<FilePair>
     }
     found
         .into_iter()
-        .map(|(af, bf, paired_by)| {
+        .filter_map(|(af, bf, paired_by)| {
             let read = fitting(sources, a, af).zip(fitting(sources, b, bf));
             let map = read.as_ref().map(|(x, y)| LineMap::between(x, y));
             let (added, removed) = match (&map, &read) {
                 (Some(m), Some((sa, sb))) => code_changes(m, sa, sb),
                 _ => (0, 0),
             };
-            FilePair {
+            // Two main scripts whose sources share less than half of B's code are two
+            // programs, not two versions of one: their lines are not paired, and B's lines are
+            // no "added" lines to suspect.
+            if paired_by == PairedBy::MainScript {
+                if let Some((_, sb)) = &read {
+                    let code = (1..=sb.lines.len() as u32)
+                        .filter(|&n| sb.is_code(n))
+                        .count();
+                    if 2 * (code - added.min(code)) < code {
+                        return None;
+                    }
+                }
+            }
+            Some(FilePair {
                 a: af.to_string(),
                 b: bf.to_string(),
                 paired_by,
@@ -402,7 +416,7 @@ fn pair_files(a: &Profile, b: &Profile, sources: &SourceSearch) -> Vec<FilePair>
                 removed,
                 map,
                 sources: read,
-            }
+            })
         })
         .collect()
 }

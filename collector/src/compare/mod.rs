@@ -29,7 +29,7 @@ pub(crate) mod tally;
 pub(crate) mod tensors;
 pub(crate) mod verdict;
 
-pub use diff::{Diff, SiteDiff};
+pub use diff::{Diff, PlaceDiff, SiteDiff};
 pub use diff::{SourceChange, StepAlignment, StepRow, TopDifference, TotalsDiff};
 pub use identity::native_identity;
 pub use identity::{PythonLine, SiteIdentity};

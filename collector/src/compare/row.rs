@@ -27,7 +27,7 @@ pub enum SiteStatus {
 
 impl SiteStatus {
     /// The status of a row whose runs hold `a` and `b` (`None`: the run lacks it).
-    fn of(a: Option<u64>, b: Option<u64>) -> Self {
+    pub(crate) fn of(a: Option<u64>, b: Option<u64>) -> Self {
         match (a, b) {
             (None, _) => SiteStatus::New,
             (_, None) => SiteStatus::Gone,
@@ -114,9 +114,12 @@ impl<M: Measures, P> Row<M, P> {
 
 /// Sorts rows most changed first (then by label).
 pub(crate) fn most_changed_first<M: Measures, P>(rows: &mut [Row<M, P>]) {
-    rows.sort_by(|x, y| {
-        Reverse(M::magnitude(&x.change))
-            .cmp(&Reverse(M::magnitude(&y.change)))
-            .then_with(|| x.label.cmp(&y.label))
-    });
+    rows.sort_by(changed_order);
+}
+
+/// The order of rows most changed first (then by label).
+pub(crate) fn changed_order<M: Measures, P>(x: &Row<M, P>, y: &Row<M, P>) -> std::cmp::Ordering {
+    Reverse(M::magnitude(&x.change))
+        .cmp(&Reverse(M::magnitude(&y.change)))
+        .then_with(|| x.label.cmp(&y.label))
 }

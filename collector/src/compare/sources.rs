@@ -71,10 +71,7 @@ impl SourceSearch {
     ) -> Option<Source> {
         self.candidates(recorded).into_iter().find_map(|path| {
             let text = std::fs::read_to_string(&path).ok()?;
-            let source = Source {
-                path,
-                lines: text.lines().map(str::to_string).collect(),
-            };
+            let source = Source::new(path, &text);
             fits(&source).then_some(source)
         })
     }
@@ -91,20 +88,35 @@ pub struct Source {
     /// Where it was read from.
     pub path: PathBuf,
     pub lines: Vec<String>,
+    /// Per line, whether it is text of a triple-quoted string (a docstring, or a long string's
+    /// continuation): no code runs there.
+    prose: Vec<bool>,
 }
 
 impl Source {
+    /// The source `text`, read from `path`.
+    pub fn new(path: PathBuf, text: &str) -> Self {
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        Source {
+            path,
+            prose: prose_lines(&lines),
+            lines,
+        }
+    }
+
     /// The text of 1-based line `n`.
     pub fn line(&self, n: u32) -> Option<&str> {
         let i = usize::try_from(n).ok()?.checked_sub(1)?;
         self.lines.get(i).map(String::as_str)
     }
 
-    /// Whether line `n` holds code: not blank, not only a comment.
+    /// Whether line `n` holds code: not blank, not only a comment, not a docstring or the
+    /// inside of a long string.
     pub(crate) fn is_code(&self, n: u32) -> bool {
+        let prose = (n as usize).checked_sub(1).and_then(|i| self.prose.get(i));
         self.line(n).is_some_and(|l| {
             let t = l.trim();
-            !t.is_empty() && !t.starts_with('#')
+            !t.is_empty() && !t.starts_with('#') && prose == Some(&false)
         })
     }
 
@@ -167,6 +179,60 @@ impl Source {
         }
         false
     }
+}
+
+/// Per line, whether it is a string's text rather than code: a line that starts inside a
+/// triple-quoted string, or a statement that is a triple-quoted string alone (a docstring).
+/// Read with Python's quoting rules as far as a line scan can: `#` comments, one-line strings
+/// and backslash escapes; string prefixes (`r`, `b`, `f`, `u`) only where a docstring starts.
+fn prose_lines(lines: &[String]) -> Vec<bool> {
+    let mut open: Option<&str> = None;
+    let mut out = Vec::with_capacity(lines.len());
+    for line in lines {
+        let starts_inside = open.is_some();
+        let bare = line
+            .trim_start()
+            .trim_start_matches(['r', 'R', 'b', 'B', 'u', 'U', 'f', 'F']);
+        out.push(starts_inside || bare.starts_with("\"\"\"") || bare.starts_with("'''"));
+        let b = line.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let rest = &b[i..];
+            if let Some(q) = open {
+                if b[i] == b'\\' {
+                    i += 2;
+                    continue;
+                }
+                if rest.starts_with(q.as_bytes()) {
+                    open = None;
+                    i += 3;
+                    continue;
+                }
+                i += 1;
+                continue;
+            }
+            match b[i] {
+                b'#' => break,
+                b'"' | b'\'' => {
+                    let triple = if b[i] == b'"' { "\"\"\"" } else { "'''" };
+                    if rest.starts_with(triple.as_bytes()) {
+                        open = Some(triple);
+                        i += 3;
+                        continue;
+                    }
+                    // A one-line string: to its closing quote.
+                    let q = b[i];
+                    i += 1;
+                    while i < b.len() && b[i] != q {
+                        i += if b[i] == b'\\' { 2 } else { 1 };
+                    }
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+        }
+    }
+    out
 }
 
 fn indentation(line: &str) -> usize {
@@ -249,10 +315,7 @@ mod tests {
     use super::*;
 
     fn source(text: &str) -> Source {
-        Source {
-            path: PathBuf::from("x.py"),
-            lines: text.lines().map(str::to_string).collect(),
-        }
+        Source::new(PathBuf::from("x.py"), text)
     }
 
     const OLD: &str = "import torch\nmodel = make()\n# SETUP\nfor step in range(10):\n    x = batch()\n    loss = model(x)\n    # HERE\n    loss.backward()\nprint('done')\n";
@@ -313,6 +376,24 @@ mod tests {
         );
         assert!(!nested.in_loop(4), "a def inside a loop starts a new body");
         assert!(nested.in_loop(5));
+    }
+
+    #[test]
+    fn docstrings_and_long_strings_are_no_code() {
+        let s = source(concat!(
+            "\"\"\"Leak: a program.\n",
+            "Truth: line 9. # not a comment\n",
+            "\"\"\"\n",
+            "import torch\n",
+            "def f():\n",
+            "    r'''Doc.'''\n",
+            "    x = '\"\"\"' + \"'''\"  # quotes in strings open nothing\n",
+            "    y = f(\"\"\"a\n",
+            "b\"\"\", 2)\n",
+            "    z = 'é\\'' # \"\"\"\n",
+        ));
+        let code: Vec<u32> = (1..=10).filter(|&n| s.is_code(n)).collect();
+        assert_eq!(code, [4, 5, 7, 8, 10]);
     }
 
     #[test]

@@ -18,13 +18,13 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 use vramtrace_collector::analysis::GrowthConfig;
-use vramtrace_collector::compare::FilePair;
 use vramtrace_collector::compare::{
     rank_rows, Diff, Matching, Profile, RankRow, SiteDiff, SourceSearch, TensorProfile, Thresholds,
 };
 use vramtrace_collector::compare::{view_name, TensorLineDiff, TensorRun, DRIVER_VIEW_NAME};
 use vramtrace_collector::compare::{Check, NewGrowth, Verdict};
 use vramtrace_collector::compare::{Count, Rate};
+use vramtrace_collector::compare::{FilePair, PlaceDiff};
 use vramtrace_collector::compare::{SourceChange, StepAlignment, TopDifference, TotalsDiff};
 use vramtrace_collector::symbols::{Attribution, Symbolizer};
 use vramtrace_collector::torch::View;
@@ -159,6 +159,10 @@ pub struct SiteList<'a> {
     /// Sites that changed, in all.
     pub changed: usize,
     pub list: &'a [SiteDiff],
+    /// The changed sites by place (a Python line or native function, and the module that
+    /// asked), the verdict's place first, then most changed (at most `--top`): what the text
+    /// lists.
+    pub places: &'a [PlaceDiff],
     /// `driver`: the view these sites are seen in.
     pub view: View,
     pub view_name: &'static str,
@@ -237,6 +241,7 @@ impl Comparison {
                 unchanged: d.unchanged,
                 changed: d.sites.len(),
                 list: &d.sites[..d.sites.len().min(top)],
+                places: &d.places[..d.places.len().min(top)],
                 view: View::Driver,
                 view_name: DRIVER_VIEW_NAME,
             },

@@ -204,7 +204,7 @@ pub fn render(
     if let Some(rows) = &c.ranks {
         ranks::render(out, rows)?;
     }
-    suspects(out, c)?;
+    suspects(out, c, args)?;
     totals(out, c)?;
     steps(out, &d.steps.rows, d.steps.first_difference)?;
     let tensors_first = d.tensors.as_ref().is_some_and(|t| t.explains);
@@ -277,17 +277,18 @@ fn top_line(t: &TopDifference, driver_unit: Option<GrowthUnit>) -> String {
     format!("{}{owner}: {}{asked}", t.label, parts.join(", "))
 }
 
-fn suspects(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
+fn suspects(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()> {
     let d = &c.diff;
     if d.suspects.is_empty() {
         return Ok(());
     }
     writeln!(
         out,
-        "\nLikely cause (a guess from the sources: lines B added in code it ran, lines in loops \
-         first)"
+        "\nLikely cause (a guess from the sources: lines B added in code it ran; first those \
+         where B holds more, then lines in loops)"
     )?;
-    for s in &d.suspects {
+    let shown = &d.suspects[..d.suspects.len().min(args.top)];
+    for s in shown {
         let where_ = if s.in_loop { ", in a loop" } else { "" };
         writeln!(
             out,
@@ -295,6 +296,13 @@ fn suspects(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
             base_name(&s.file),
             s.line,
             s.text
+        )?;
+    }
+    let more = d.suspects.len() - shown.len();
+    if more > 0 {
+        writeln!(
+            out,
+            "  … and {more} more added lines (--top N shows more; --json lists all)"
         )?;
     }
     Ok(())
@@ -423,15 +431,16 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
     writeln!(
         out,
         "\nCall sites, view {DRIVER_VIEW_NAME}: {} paired ({} by a guess), {} only in A, {} only \
-         in B; {} unchanged, {} changed",
+         in B; {} unchanged, {} changed, at {}",
         d.matched,
         d.guessed,
         d.only_in_a,
         d.only_in_b,
         d.unchanged,
-        d.sites.len()
+        d.sites.len(),
+        crate::units::count(d.places.len() as u64, "place")
     )?;
-    if d.sites.is_empty() {
+    if d.places.is_empty() {
         return Ok(());
     }
     // Growth compares only in one unit (both runs with steps, or both without).
@@ -445,14 +454,22 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
         "peak change",
         "growth change",
         "allocations A → B",
-        "site",
+        "place",
         "match",
     ];
     let mut t = table(&headers, &[0, 2, 3, 4, 5, 6, 7]);
-    let shown = &d.sites[..d.sites.len().min(args.top)];
-    for (i, s) in shown.iter().enumerate() {
+    let shown = &d.places[..d.places.len().min(args.top)];
+    for (i, p) in shown.iter().enumerate() {
+        let s = &p.row;
         let allocs =
             |m: Option<&SiteMetrics>| m.map_or("-".to_string(), |m| m.allocations.to_string());
+        let owner = s.place.module.as_ref();
+        let paths = match (owner, p.paths) {
+            (Some(o), 1) => format!(" ({o})"),
+            (Some(o), n) => format!(" ({o}, {n} native paths)"),
+            (None, 1) => String::new(),
+            (None, n) => format!(" ({n} native paths)"),
+        };
         t.add_row(vec![
             (i + 1).to_string(),
             status(s.status).to_string(),
@@ -464,22 +481,29 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
                 format!("{}/{u}", signed_bytes(s.change.growth))
             }),
             format!("{} → {}", allocs(s.a.as_ref()), allocs(s.b.as_ref())),
-            s.label.clone(),
+            format!("{}{paths}", s.label),
             how(s.how, s.guessed),
         ]);
     }
     let title = format!(
-        "Changed call sites, view {DRIVER_VIEW_NAME}, most changed first ({} of {})",
+        "Changed places, view {DRIVER_VIEW_NAME}: the verdict's first, then most changed \
+         ({} of {}; a place's native paths summed, --json lists each site)",
         shown.len(),
-        d.sites.len()
+        d.places.len()
     );
     emit(out, &title, &t)?;
     writeln!(
         out,
         "\nStacks, innermost frame first (CUDA-library frames collapsed; --full-stacks shows them)"
     )?;
-    for (i, s) in shown.iter().enumerate() {
-        writeln!(out, "  #{} {}", i + 1, s.label)?;
+    for (i, p) in shown.iter().enumerate() {
+        let s = &p.row;
+        let largest = if p.paths > 1 {
+            " (its most changed native path)"
+        } else {
+            ""
+        };
+        writeln!(out, "  #{} {}{largest}", i + 1, s.label)?;
         if let Some(a) = &s.a_label {
             writeln!(out, "      (in A: {a})")?;
         }

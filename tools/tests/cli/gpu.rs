@@ -296,7 +296,7 @@ fn the_recorder_names_the_added_line_first() {
          (PyTorch tensors): new, +1.9 GiB live at end, +16.0 MiB/step\n"
     ));
     let lines = out.find("Changed Python lines, view tensors (PyTorch recorder)");
-    let sites = out.find("Changed call sites, view driver");
+    let sites = out.find("Changed places, view driver");
     assert!(lines.unwrap() < sites.unwrap(), "{out}");
 }
 
@@ -574,4 +574,45 @@ fn a_leak_freed_at_the_end_is_one_new_growth_at_the_report_s_rate() {
         )
     );
     assert!((top["growth"].as_f64().unwrap() - rate).abs() < 1e-9);
+    // The table by place opens with that line, its 20 native paths one row at the verdict's
+    // rate (freed at the end, it changed nothing live: by bytes it would not be listed).
+    let places = d["sites"]["places"].as_array().unwrap();
+    let first = &places[0];
+    assert_eq!(
+        (&first["label"], &first["module"], &first["paths"]),
+        (
+            &Value::from("leak_comm.py:49 in <module>"),
+            &Value::from("libnccl.so.2"),
+            &Value::from(20)
+        )
+    );
+    assert!((first["change"]["growth"].as_f64().unwrap() - rate).abs() < 1e-3);
+    let mut seen = std::collections::BTreeSet::new();
+    for p in places {
+        assert!(
+            seen.insert((p["label"].to_string(), p["module"].to_string())),
+            "one row per place: {p}"
+        );
+    }
+}
+
+// Two different programs (`healthy_gpt.py`, `leak_comm.py`), both sources found: their main
+// scripts share less than half their code, so they are no two versions of one file, and none
+// of leak_comm.py's 40-odd lines (its docstring among them) is "a line B added".
+#[test]
+fn two_programs_are_not_two_versions_of_one_script() {
+    let acceptance = fixtures().join("../../../validation/gpu/acceptance");
+    let acceptance = acceptance.display().to_string();
+    let extra = ["--source-dir", &acceptance, "--source-dir", &sources()];
+    let (code, d) = diff(
+        &extra,
+        "healthy_gpt-traced.vtrace",
+        "leak_comm-traced.vtrace",
+    );
+    assert_eq!(code, 1);
+    let paired: Vec<&Value> = (d["files"].as_array().unwrap().iter())
+        .map(|f| &f["paired_by"])
+        .collect();
+    assert!(!paired.contains(&&Value::from("main-script")), "{paired:?}");
+    assert_eq!(d["suspects"], Value::Array(vec![]));
 }
