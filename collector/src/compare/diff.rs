@@ -495,12 +495,16 @@ fn verdict(
         t.counts.failures.change as f64,
         th.failures,
     ));
+    // Growth in all compares across units where A has none: no growth is none in any unit, so
+    // B's new steady growth is judged whether or not A counted steps.
+    let a_flat = a.totals.metrics.growth == 0.0;
+    let total = (t.growth).or_else(|| a_flat.then(|| Rate::of(0.0, b.totals.metrics.growth)));
     let (new, found) = new_growth(
         (View::Driver, "new_growth"),
         (sites, |s: &SiteDiff| {
             (s.place.module.clone(), s.place.line_means)
         }),
-        t.growth,
+        total,
         (b.steps.unit, b.fill.as_ref()),
         th,
     );

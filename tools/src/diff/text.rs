@@ -189,7 +189,10 @@ pub fn render(
         )?;
     }
     if let Some(top) = &d.top {
-        let unit = d.totals.growth_unit;
+        // The verdict's own growth is in B's unit, compared or not.
+        let own = (d.verdict.new_growth.iter())
+            .find(|g| g.regression && g.view == top.view && g.label == top.label);
+        let unit = d.totals.growth_unit.or(own.map(|g| g.unit));
         writeln!(
             out,
             "  top difference, view {}: {}",

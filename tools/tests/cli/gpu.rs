@@ -503,6 +503,32 @@ fn steps_counted_differently_are_said() {
     assert!(!notes.iter().any(|n| n == note), "{notes:?}");
 }
 
+// A run without steps (A grows nowhere) against one whose steps come from its repeating
+// allocation: growth in all does not compare, but no growth is none in any unit, so B's new
+// steady growth is still judged. A CI gate passed this leak (exit 0 on the bare runs of the
+// H100's CuPy and slow leaks against healthy ones) while B's own report alerted.
+#[test]
+fn a_new_growth_is_judged_when_only_b_counts_steps() {
+    let (code, d) = diff(&[], "healthy_gpt-traced.vtrace", "gpt_leaky-traced.vtrace");
+    assert_eq!(code, 1);
+    let g = &d["verdict"]["new_growth"][0];
+    assert_eq!(
+        (&g["label"], &g["unit"], &g["regression"]),
+        (
+            &Value::from("gpt_leaky.py:63 in <module>"),
+            &Value::from("step"),
+            &Value::Bool(true)
+        )
+    );
+    // 8 training steps of 16 MiB make one repeat of the allocation pattern.
+    assert_eq!(g["rate"], Value::from((128 * MIB) as f64));
+    assert_eq!(d["totals"]["growth"], Value::Null);
+    // A healthy run with steps against the same run without: nothing grows.
+    let (code, d) = diff(&[], "healthy_gpt-traced.vtrace", "healthy_gpt-marks.vtrace");
+    assert_eq!(code, 0, "{}", d["verdict"]);
+    assert_eq!(d["verdict"]["new_growth"], Value::Array(vec![]));
+}
+
 // Another program against the healthy one: the raw `cudaMalloc` of `leak_extension.py` (3 MiB a
 // step at line 39, libleaky.so) is the verdict's new growth, and the line under the verdict names
 // it too — not the healthy run's loss line, gone from B with more bytes (384 MiB) than the leak
