@@ -21,7 +21,7 @@ pub(crate) const VIEW_NAME: &str = "PyTorch tensors";
 
 /// The tensor bytes of each Python line at each step sample of `state`: from the snapshot's own
 /// step marks (the same marks as the trace's, on torch's clock), from the first sample whose
-/// tensors the recorder's window holds whole. Empty when the steps do not come from marks or
+/// tensors the recorder's window holds whole, to the last mark `state` applied. Empty when the steps do not come from marks or
 /// the trace holds no snapshot.
 pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries> {
     let Some(snapshot) = view.snapshot.as_ref() else {
@@ -61,10 +61,12 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
                         .map(|(&d, _)| d)
                 })
                 .unwrap_or(0);
+            // Only the marks `state` has applied: a replay to step N sees the tensors up to it.
             let points: Vec<(u64, u64)> = xs
                 .iter()
                 .zip(&l.bytes)
                 .skip(series.complete_from)
+                .filter(|&(&x, _)| x < state.marks())
                 .map(|(&x, &b)| (x, b))
                 .collect();
             let source = SourceLine {

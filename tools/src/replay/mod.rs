@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use vramtrace_collector::analysis::{analyze, peaks, Analysis};
+use vramtrace_collector::analysis::{peaks, Analysis};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::Series;
 use vramtrace_collector::live::{Holder, LiveState, StepSource, Summary};
@@ -175,32 +175,52 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             return Err(anyhow!("{gone}"));
         }
     }
-    // Steps found in the allocation pattern are the whole trace's: read from its start.
-    let from = match source {
-        StepSource::Marks => at.read_from(),
-        _ => ReadFrom::First,
-    };
-    let mut snapshots = Vec::new();
-    let mut last_step = None;
-    let mut at_reached = false;
     let end = until.unwrap_or(at);
-    let trace = read(path, from, source, &progress, |state, next| {
-        if until.is_some() {
-            if !at_reached && at.reached(state, next) {
-                at_reached = true;
-                snapshots.push(snapshot(state, &args.at.to_string()));
-                last_step = Some(state.steps());
-            } else if at_reached && last_step != Some(state.steps()) {
-                last_step = Some(state.steps());
-                snapshots.push(snapshot(state, &format!("step {}", state.steps())));
+    let (trace, mut snapshots, at_reached) = loop {
+        // Steps found in the allocation pattern are the whole trace's: read from its start.
+        let from = match source {
+            StepSource::Marks => at.read_from(),
+            _ => ReadFrom::First,
+        };
+        let mut snapshots = Vec::new();
+        let mut last_step = None;
+        let mut at_reached = false;
+        let trace = read(path, from, source.clone(), &progress, |state, next| {
+            if until.is_some() {
+                if !at_reached && at.reached(state, next) {
+                    at_reached = true;
+                    snapshots.push(snapshot(state, &args.at.to_string()));
+                    last_step = Some(state.steps());
+                } else if at_reached && last_step != Some(state.steps()) {
+                    last_step = Some(state.steps());
+                    snapshots.push(snapshot(state, &format!("step {}", state.steps())));
+                }
             }
+            if end.reached(state, next) {
+                Flow::Stop
+            } else {
+                Flow::Apply
+            }
+        })?;
+        // Steps are the report's (`unapplied_steps`, the one rule): where a loop's iterations
+        // began steps before the optimizer's step marks came, the marks alone; in a trace read
+        // whole without marks, its repeating allocation. A pass in one go from the index that
+        // counted otherwise is read again with them.
+        let whole = trace.stopped.is_none()
+            && (trace.segments.as_ref()).is_none_or(|f| f.snapshot_events.is_none());
+        let again = match trace.state.unapplied_steps() {
+            Some(StepSource::StepMarks) => Some(StepSource::StepMarks),
+            Some(pattern @ StepSource::Pattern(_)) if whole => Some(pattern),
+            _ => None,
+        };
+        if let Some(steps) = again.filter(|_| source == StepSource::Marks) {
+            source = steps;
+            passes += 1;
+            progress.restart("pass 2 (the trace's steps)");
+            continue;
         }
-        if end.reached(state, next) {
-            Flow::Stop
-        } else {
-            Flow::Apply
-        }
-    })?;
+        break (trace, snapshots, at_reached);
+    };
     drop(progress);
     let point = args.until.unwrap_or(args.at);
     if trace.stopped.is_none() && !end.reached_at_end(&trace.state) {
@@ -230,7 +250,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             snapshots.push(snapshot(&trace.state, &point.to_string()));
         }
     }
-    let mut analysis = analyze(&trace.state, &args.analysis.config());
+    // The report's analysis, PyTorch's view of its tensors beside the driver's (up to the
+    // point: the recorder's marks after it are left out).
+    let trace = LoadedTrace {
+        growth: args.analysis.config(),
+        ..trace
+    };
+    let mut analysis = trace.analyze(&trace.torch());
     let mut symbols = Symbolizer::from_env();
     vramtrace_collector::symbols::label_sites(
         &mut analysis,

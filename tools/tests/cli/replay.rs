@@ -130,3 +130,47 @@ fn the_end_is_a_point_and_a_missing_oom_is_said() {
         "{err}"
     );
 }
+
+/// `cmd --json` of `path`, parsed.
+fn json_of(cmd: &[&str], path: &std::path::Path) -> serde_json::Value {
+    let out = vramtrace().args(cmd).arg(path).output().unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+// `replay --at end` is the report's answer, whole: the same steps (an H100 run's hooks mark a
+// loop's first iteration before the optimizer's step marks: the report counts the marks alone,
+// replay counted one step more), PyTorch's view of the tensors beside the driver's (replay named
+// the allocator's line 32 for leak_slow's 33, and gpt_leaky's 63 for 57), and a repeating
+// allocation's steps where nothing marks them (replay judged leak_slow's bare run along time).
+#[test]
+fn the_end_of_a_replay_is_the_report() {
+    let fixtures =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gpu");
+    for name in [
+        "h100/leak_slow-run.vtrace",
+        "h100/ranks_gloo-rank2-run.vtrace",
+        "gpt_leaky-recorder.vtrace",
+        "leak_slow-traced.vtrace",
+        "healthy_compile-bare.vtrace",
+    ] {
+        let path = fixtures.join(name);
+        let report = json_of(&["report", "--json"], &path);
+        let replay = json_of(&["replay", "--json", "--at", "end"], &path);
+        assert_eq!(replay["analysis"], report["analysis"], "{name}");
+        assert_eq!(
+            replay["at"]["step"], report["analysis"]["steps"]["steps"],
+            "{name}"
+        );
+    }
+    // Mid-run, the step asked for is the report's step 20, and PyTorch's view holds only the
+    // marks up to it.
+    let path = fixtures.join("h100/ranks_gloo-rank2-run.vtrace");
+    let replay = json_of(&["replay", "--json", "--at", "step 20"], &path);
+    assert_eq!(replay["at"]["step"], 20);
+    assert_eq!(replay["analysis"]["steps"]["steps"], 20);
+    let end = json_of(&["replay", "--json", "--at", "end"], &path);
+    let first = &end["analysis"]["diagnosis"][0];
+    assert_eq!(first["site"]["label"], "ranks_gloo.py:48 in <module>");
+    assert_eq!(first["evidence"]["rate"], 8_388_608.0);
+}

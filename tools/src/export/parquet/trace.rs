@@ -3,8 +3,9 @@
 //! step it began — streamed to the files; at the end the objects still live, the call sites,
 //! the communicators, PyTorch's tensors and the trace's own row.
 //!
-//! Steps are the report's: a trace without step marks whose allocations repeat is read again
-//! with the repeating allocation as the step boundary (as `report` of several traces does), and
+//! Steps are the report's: a trace whose first reading applied other steps than the whole
+//! trace shows (a repeating allocation where nothing marks steps; the step marks alone where a
+//! loop's iterations began steps before them) is read again with those, as `report` does, and
 //! the files of the first reading are written anew.
 
 use std::path::{Path, PathBuf};
@@ -143,7 +144,7 @@ pub fn export(
             progress.restart("pass 2 (steps from the repeating allocation)");
             match read(source)? {
                 Read::Done(rows) => rows,
-                Read::Again(_) => unreachable!("a pass with a pattern's steps is final"),
+                Read::Again(_) => unreachable!("a second pass is final"),
             }
         }
     };
@@ -186,10 +187,10 @@ fn read(
         progress.follow(&reader);
     }
     progress.set(reader.offset());
-    if first && state.marks() == 0 {
-        if let Some(pattern) = state.step_pattern() {
-            return Ok(Read::Again(pattern.source()));
-        }
+    // The report's steps (`unapplied_steps`, the one rule): the step marks alone where a loop's
+    // iterations began steps before them, the repeating allocation where nothing marks steps.
+    if let Some(steps) = state.unapplied_steps().filter(|_| first) {
+        return Ok(Read::Again(steps));
     }
     let loaded = LoadedTrace {
         growth,
