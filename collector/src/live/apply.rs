@@ -47,7 +47,12 @@ impl LiveState {
             Record::Alert(a) => {
                 self.notes.alerts_total += 1;
                 if self.notes.alerts.len() < MAX_TRACER_NOTES {
-                    self.notes.alerts.push((**a).clone());
+                    // Its step as this reading counts steps (the one rule every output
+                    // applies), where the tracer counted a loop's iterations before the
+                    // optimizer's step marks as steps too.
+                    let mut a = (**a).clone();
+                    a.step = self.steps;
+                    self.notes.alerts.push(a);
                 }
             }
             Record::Snapshot(s) => self.restore(s),

@@ -8,8 +8,11 @@ use vramtrace_collector::units::when_full;
 use super::site_label;
 use crate::units::signed_bytes;
 
-/// An alert the tracer raised while the program ran, as the program's stderr said it.
-pub(crate) fn alert_line(raised: &RaisedAlert) -> String {
+/// An alert the tracer raised while the program ran, as the program's stderr said it, but for
+/// its step, counted as the report counts steps, and its time to full, from its steps at the
+/// run's step time (`step_ns`, the report's) when it has one: the tracer timed the steps it had
+/// seen, a warm-up among them.
+pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
     let a = &raised.alert;
     // Labelled as every other place; a line PyTorch's tensors named, by its file's base name.
     let place = match &raised.site {
@@ -21,11 +24,12 @@ pub(crate) fn alert_line(raised: &RaisedAlert) -> String {
     } else {
         format!("per {} ms window", a.unit_ns / 1_000_000)
     };
-    let full = when_full(
-        a.steps_to_full.map(|n| n as f64),
-        a.seconds_to_full.map(|t| t as f64),
-    )
-    .map_or(String::new(), |when| format!("; full in {when}"));
+    let steps = a.steps_to_full.map(|n| n as f64);
+    let seconds = match (steps, step_ns) {
+        (Some(n), Some(ns)) if a.unit == "step" => Some(n * ns as f64 / 1e9),
+        _ => a.seconds_to_full.map(|t| t as f64),
+    };
+    let full = when_full(steps, seconds).map_or(String::new(), |when| format!("; full in {when}"));
     let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
         format!(", {} {unit} of it", signed_bytes(a.place_rate as f64))
     } else {

@@ -258,7 +258,7 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         lines.push(line("phases", text));
     }
     for alert in &a.alerts {
-        let said = alert_line(alert) + &alert_against_diagnosis(a, alert);
+        let said = alert_line(alert, a.growth.step_ns) + &alert_against_diagnosis(a, alert);
         lines.push(line("alerted", said));
     }
     lines.push(line("steps", steps_line(a)));

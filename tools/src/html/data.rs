@@ -208,7 +208,7 @@ fn phases(a: &Analysis, timeline: &Timeline) -> Vec<PhaseSpan> {
 
 /// The tracer's alerts, each within the step it was raised at: the tracer judges at a step's
 /// mark, and its clock may read a little later than the events it judged.
-fn alerts(alerts: &[RaisedAlert], timeline: &Timeline) -> Vec<AlertPoint> {
+fn alerts(alerts: &[RaisedAlert], step_ns: Option<u64>, timeline: &Timeline) -> Vec<AlertPoint> {
     alerts
         .iter()
         .map(|raised| {
@@ -232,7 +232,7 @@ fn alerts(alerts: &[RaisedAlert], timeline: &Timeline) -> Vec<AlertPoint> {
                 device: a.device,
                 step: a.step,
                 t_us: timeline.since_start(t) / 1000,
-                text: findings::alert_line(raised),
+                text: findings::alert_line(raised, step_ns),
                 signal: findings::signal_name(a.signal),
             }
         })
@@ -393,7 +393,7 @@ pub fn chart(
                 t_us: us(f.time_ns),
             })
             .collect(),
-        alerts: alerts(&analysis.alerts, timeline),
+        alerts: alerts(&analysis.alerts, analysis.growth.step_ns, timeline),
         phases: phases(analysis, timeline),
         stacks,
     }

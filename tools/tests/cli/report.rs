@@ -285,3 +285,28 @@ fn every_top_level_field_is_documented() {
     documented.sort_unstable();
     assert_eq!(keys, documented);
 }
+
+// The live alert of an H100 run, as the report says it: at its step as the report counts steps
+// (the tracer counted the loop's first iteration too: "at step 201" of 200), and full at the
+// run's step time, as the finding beside it says (the tracer's warm-up-laden timing said 9 min
+// for the 5 of the same 155,773 steps).
+#[test]
+fn a_live_alert_is_said_in_the_report_s_steps_and_time() {
+    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
+    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let alerted = text.lines().find(|l| l.contains("alerted ")).unwrap();
+    assert!(
+        alerted.contains("while running, at step 200: "),
+        "{alerted}"
+    );
+    assert!(
+        alerted.contains("full in 155,773 steps (5 min)"),
+        "{alerted}"
+    );
+    assert!(
+        text.contains("76.1 GiB left, full in 155,773 steps (5 min)"),
+        "{text}"
+    );
+}
