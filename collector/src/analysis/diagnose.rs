@@ -15,7 +15,7 @@ use super::orphans::Orphans;
 use super::owner::OwnerKind;
 use super::site::SiteName;
 use super::Framework;
-use crate::live::Holder;
+use crate::live::{Holder, SampleAxis};
 
 /// A one-off peak smaller than this share of its device's highest point is not worth a note.
 const PEAK_SHARE: f64 = 0.05;
@@ -227,7 +227,14 @@ fn one_off(growth: &Growth, device_peak: Option<u64>) -> Option<Finding> {
     let at = kept
         .then(|| top.course.phases.late_rise.map(|r| r.0))
         .flatten();
-    let Advice { cause, fix } = advice::one_off(top.site.owner, kept);
+    let Advice { mut cause, fix } = advice::one_off(top.site.owner, kept);
+    // Without steps a rise that stayed is judged along time: a leak that grew in a few large
+    // rises (a caching allocator's segments) looks the same, so it is not called "not a leak".
+    if kept && growth.axis == SampleAxis::Time && top.site.owner != OwnerKind::Jax {
+        cause = cause.replace(" (not a leak)", "")
+            + "; or a leak that grew in a few large rises: with no steps to count it cannot \
+               be told apart (mark steps, as vramtrace run does)";
+    }
     Some(Finding {
         class: FindingClass::Peak,
         severity: Severity::Note,

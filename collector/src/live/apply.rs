@@ -47,11 +47,14 @@ impl LiveState {
             Record::Alert(a) => {
                 self.notes.alerts_total += 1;
                 if self.notes.alerts.len() < MAX_TRACER_NOTES {
-                    // Its step as this reading counts steps (the one rule every output
+                    // Its step as this reading counts marked steps (the one rule every output
                     // applies), where the tracer counted a loop's iterations before the
-                    // optimizer's step marks as steps too.
+                    // optimizer's step marks as steps too; a pattern's steps as the tracer
+                    // numbered them (as the report does, from the whole trace).
                     let mut a = (**a).clone();
-                    a.step = self.steps;
+                    if self.marks > 0 || self.iteration_steps > 0 {
+                        a.step = self.steps;
+                    }
                     self.notes.alerts.push(a);
                 }
             }

@@ -61,12 +61,14 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
                         .map(|(&d, _)| d)
                 })
                 .unwrap_or(0);
-            // Only the marks `state` has applied: a replay to step N sees the tensors up to it.
+            // Only the marks `state` has applied (step or iteration marks, whichever the
+            // snapshot's are): a replay to step N sees the tensors up to it.
+            let applied = state.marks() + state.iterations();
             let points: Vec<(u64, u64)> = xs
                 .iter()
                 .zip(&l.bytes)
                 .skip(series.complete_from)
-                .filter(|&(&x, _)| x < state.marks())
+                .filter(|&(&x, _)| x < applied)
                 .map(|(&x, &b)| (x, b))
                 .collect();
             let source = SourceLine {

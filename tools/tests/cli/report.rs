@@ -310,3 +310,27 @@ fn a_live_alert_is_said_in_the_report_s_steps_and_time() {
         "{text}"
     );
 }
+
+// Rank 2's leak without the hooks: 62 events, no steps, the allocator's segments rising in a
+// few large steps. A rise that stayed is then no proof of a one-off: the note says so, where it
+// said "(not a leak)" of the leaking rank.
+#[test]
+fn a_rise_that_stayed_without_steps_is_not_called_no_leak() {
+    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/ranks_gloo-rank2-bare.vtrace");
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let peak = (r["analysis"]["diagnosis"].as_array().unwrap().iter())
+        .find(|f| f["class"] == "peak")
+        .unwrap();
+    let cause = peak["cause"].as_str().unwrap();
+    assert!(!cause.contains("not a leak"), "{cause}");
+    assert!(
+        cause.contains("with no steps to count it cannot be told apart"),
+        "{cause}"
+    );
+}
