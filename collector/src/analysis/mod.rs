@@ -244,6 +244,13 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framewo
     for (row, found) in growth.steady.iter_mut().zip(found) {
         row.finding = found.map(|(number, role)| FindingRef { number, role });
     }
+    // Listed as the findings are, each cause's row before the rows that back it (the segments
+    // it grew), then the rows of no finding, fastest first: every output's table reads in the
+    // diagnosis' order.
+    growth.steady.sort_by_key(|row| match row.finding {
+        Some(f) => (0, f.number, f.role != Role::Cause),
+        None => (1, 0, false),
+    });
     Analysis {
         steps: step_info(state),
         orphans,

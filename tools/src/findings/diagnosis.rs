@@ -230,14 +230,21 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
             ),
             None => format!("{} of physical memory unmapped", bytes(e.bytes)),
         },
-        FindingClass::Peak => match e.growth_from {
-            Some(x) => format!(
-                "rose by {} at {} and stayed ({} live {when})",
+        FindingClass::Peak => match (e.growth_from, e.live_at_end.unwrap_or(0)) {
+            // What the place holds at the end is all its memory, the rise a part of it; or
+            // nothing, where the teardown freed it.
+            (Some(x), 0) => format!(
+                "rose by {} at {} and stayed until the teardown freed it",
+                bytes(e.bytes),
+                at_sample(a, x)
+            ),
+            (Some(x), held) => format!(
+                "rose by {} at {} and stayed (the place holds {} {when})",
                 bytes(e.bytes),
                 at_sample(a, x),
-                bytes(e.live_at_end.unwrap_or(0))
+                bytes(held)
             ),
-            None => format!("rose to {} and fell back", bytes(e.bytes)),
+            (None, _) => format!("rose to {} and fell back", bytes(e.bytes)),
         },
     }
 }

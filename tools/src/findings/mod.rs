@@ -15,7 +15,7 @@ use vramtrace_collector::analysis::Orphan;
 use vramtrace_collector::analysis::{
     Analysis, Finding, FindingClass, OrphanKind, Orphans, Role, Severity, Shape, SiteName,
 };
-use vramtrace_collector::analysis::{CacheUse, OomRelief};
+use vramtrace_collector::analysis::{CacheUse, OomRelief, OwnerKind};
 use vramtrace_collector::analysis::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::live::{AnomalyKind, Category, Holder, SampleAxis};
 
@@ -288,16 +288,20 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         ),
     ));
     for p in &a.peaks.holders {
+        // A trace without steps has no step to name.
+        let step = match a.steps.steps {
+            0 => String::new(),
+            _ => format!(", step {}", p.peak.step),
+        };
         lines.push(line(
             "peak",
             format!(
-                "{}: {} in {} at event {} (seq {}, step {}); {} now",
+                "{}: {} in {} at event {} (seq {}{step}); {} now",
                 p.holder.name(),
                 bytes(p.peak.bytes),
                 count(p.peak.count, "object"),
                 p.peak.event,
                 p.peak.seq,
-                p.peak.step,
                 bytes(p.now_bytes)
             ),
         ));
@@ -483,12 +487,24 @@ fn steps_line(a: &Analysis) -> String {
                 }
             };
             // One or two kinds (a leak's own allocation, a segment the allocator adds now and
-            // then) may recur once every few training steps rather than every step.
+            // then) may recur once every few training steps rather than every step; so may a
+            // caching allocator's segments, which it takes as it runs short, whatever recurs
+            // (not a stream-ordered allocator's, which asks the driver for every tensor).
+            let caching = (s.anchor_site.as_ref()).is_some_and(|a| {
+                matches!(a.owner, OwnerKind::Torch | OwnerKind::Cupy)
+                    && !a.api.is_some_and(|api| api.contains("Async"))
+            });
+            let exact =
+                "mark steps for exact rates (vramtrace run marks PyTorch's optimizer steps)";
             let weak = if p.kinds <= 2 {
-                "; few kinds recur, so a step may span several of the program's: mark steps for \
-                 exact rates (vramtrace run marks PyTorch's optimizer steps)"
+                format!("; few kinds recur, so a step may span several of the program's: {exact}")
+            } else if caching {
+                format!(
+                    "; it begins where a caching allocator took memory, which it does as it runs \
+                     short, so a step may span several of the program's: {exact}"
+                )
             } else {
-                ""
+                String::new()
             };
             format!(
                 "{} steps from the allocation pattern{every}: each begins with the {anchor}; {} of {} recurring kinds repeat every step{weak}",

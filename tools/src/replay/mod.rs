@@ -231,6 +231,18 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 ends(&trace.state, point)
             ));
         }
+        if let (Point::Step(_), 0) = (point, trace.state.steps()) {
+            return Err(anyhow!(
+                "{}: the trace has no steps (no step marks, no repeating allocation pattern): \
+                 give a time since its start (--at 3s) or an event (--at 'event N'); it has {} \
+                 events over {}",
+                path.display(),
+                trace.state.events(),
+                crate::units::duration(
+                    (trace.state.last_time_ns()).saturating_sub(trace.state.trace_start_ns())
+                )
+            ));
+        }
         return Err(anyhow!(
             "{}: the trace ends before {point} ({})",
             path.display(),

@@ -174,3 +174,23 @@ fn the_end_of_a_replay_is_the_report() {
     assert_eq!(first["site"]["label"], "ranks_gloo.py:48 in <module>");
     assert_eq!(first["evidence"]["rate"], 8_388_608.0);
 }
+
+// A step asked of a trace without steps: the error says there are none and what to give instead
+// (it said the trace "ends before step 5 (it has 0 steps)").
+#[test]
+fn a_step_of_a_trace_without_steps_is_said_so() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/ranks_gloo-rank2-bare.vtrace");
+    let out = vramtrace()
+        .args(["replay", "--at", "step 5"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(": the trace has no steps (no step marks, no repeating allocation pattern): give a time since its start (--at 3s) or an event (--at 'event N'); it has 62 events over "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -334,3 +334,55 @@ fn a_rise_that_stayed_without_steps_is_not_called_no_leak() {
         "{cause}"
     );
 }
+
+// Steps found in a caching allocator's segments, without the hooks: leak_three's driver sees
+// them every second training step (60 for 120), its rates doubled. The steps line says a step
+// may span several of the program's (it said so only when one or two kinds recurred; here 3
+// do); a stream-ordered allocator's steps (every tensor asks the driver) are the program's.
+#[test]
+fn steps_from_a_caching_allocator_s_segments_are_said_to_span_several() {
+    let fixtures =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gpu");
+    let steps_line = |name: &str| {
+        let out = vramtrace()
+            .arg("report")
+            .arg(fixtures.join(name))
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("  steps "))
+            .unwrap()
+            .to_string()
+    };
+    let three = steps_line("h100/leak_three-bare.vtrace");
+    assert!(
+        three.contains("60 steps from the allocation pattern"),
+        "{three}"
+    );
+    assert!(
+        three.contains("it begins where a caching allocator took memory, which it does as it runs short, so a step may span several of the program's"),
+        "{three}"
+    );
+    let late = steps_line("leak_late-traced.vtrace");
+    assert!(
+        late.contains("160 steps from the allocation pattern"),
+        "{late}"
+    );
+    assert!(!late.contains("may span several"), "{late}");
+}
+
+// JAX's pool rose once and stayed until the teardown freed it: the note says so, where it said
+// "and stayed (0 B live at the end)".
+#[test]
+fn a_rise_freed_by_the_teardown_is_said_so() {
+    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/healthy_jax-recorder.vtrace");
+    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(" and stayed until the teardown freed it\n"),
+        "{text}"
+    );
+    assert!(!text.contains("0 B live at the end"), "{text}");
+}

@@ -303,7 +303,7 @@ fn a_python_training_run_opens_on_steps_by_python_line_with_its_phases() {
     assert!(html.contains(r#"<dt>phases</dt><dd>device 0: steady from step 5</dd>"#));
 }
 
-// Counts of one are in the singular: the demo's page has one other object and one site growing
+// Counts of one are in the singular: the demo's page has one other object and one place growing
 // steadily.
 #[test]
 fn counts_of_one_are_singular() {
@@ -311,8 +311,11 @@ fn counts_of_one_are_singular() {
     let trace = screenshot::demo_trace(dir.path());
     let (_, html) = page_of(dir.path(), &trace);
     assert!(html.contains(" 1 other object,"), "one other object");
-    assert!(html.contains("(1 site, slope"), "one steady site");
-    for plural in [" 1 other objects", "(1 sites", " 1 objects"] {
+    assert!(
+        html.contains("call site; 1 place, rate"),
+        "one steady place"
+    );
+    for plural in [" 1 other objects", "(1 sites", " 1 places", " 1 objects"] {
         assert!(!html.contains(plural), "{plural}");
     }
 }
