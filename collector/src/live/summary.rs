@@ -13,6 +13,7 @@ use super::objects::{api_name, hex, Accounting, Category, CommState, Flag, LiveO
 use super::origin::CodeLocation;
 use super::LiveState;
 use crate::event::{Api, StackId};
+use crate::ids::SiteId;
 
 /// A count of objects and their bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -130,6 +131,12 @@ pub struct CallSite {
     pub first_seq: u64,
     pub last_seq: u64,
     pub categories: BTreeSet<Category>,
+    /// Whether its objects were allocated at several Python lines (its label names the first
+    /// object's; the report's tables by place split them).
+    pub lines_vary: bool,
+    /// The site (native stack and Python line) of the first object.
+    #[serde(skip)]
+    first_site: SiteId,
 }
 
 impl LiveState {
@@ -256,6 +263,7 @@ impl LiveState {
             site.count += 1;
             site.bytes += device;
             site.host_bytes += host;
+            site.lines_vary |= origin.site != site.first_site;
             site.first_seq = site.first_seq.min(origin.seq);
             site.last_seq = site.last_seq.max(origin.seq);
             site.categories.insert(o.category);
@@ -293,6 +301,8 @@ impl LiveState {
             first_seq: u64::MAX,
             last_seq: 0,
             categories: BTreeSet::new(),
+            lines_vary: false,
+            first_site: origin.site,
         }
     }
 }

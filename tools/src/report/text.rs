@@ -364,8 +364,12 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::
             for (i, site) in r.call_sites.iter().enumerate() {
                 let s = &site.item;
                 let seqs = seq_range(s.first_seq, s.last_seq);
-                let place = vramtrace_collector::symbols::frames_label(&site.frames)
+                let mut place = vramtrace_collector::symbols::frames_label(&site.frames)
                     .unwrap_or_else(|| s.location.to_string());
+                // A native site reached from several lines: its label is its first object's.
+                if s.lines_vary {
+                    place.push_str(" and other lines");
+                }
                 t.add_row(vec![
                     (i + 1).to_string(),
                     bytes(s.bytes),
@@ -379,7 +383,7 @@ fn ranking(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::
                 ]);
             }
             let title = format!(
-                "Top call sites by device memory ({} of {})",
+                "Top native call sites by device memory ({} of {})",
                 r.call_sites.len(),
                 r.call_sites_total
             );

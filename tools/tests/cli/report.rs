@@ -386,3 +386,30 @@ fn a_rise_freed_by_the_teardown_is_said_so() {
     );
     assert!(!text.contains("0 B live at the end"), "{text}");
 }
+
+// One native call site of gpt_leaky (the caching allocator's cudaMalloc, stack 30) allocated at
+// lines 63 and 53 and at step 0: 1.9 GiB, where the table by place gives line 63 1.4 GiB. The
+// native table says its label is the first object's of several lines.
+#[test]
+fn a_native_site_of_several_lines_says_so() {
+    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/gpt_leaky-traced.vtrace");
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = &r["call_sites"][0];
+    assert_eq!(
+        (&first["bytes"], &first["lines_vary"]),
+        (&2_013_265_920u64.into(), &true.into())
+    );
+    assert_eq!(r["call_sites"][2]["lines_vary"], false);
+    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("gpt_leaky.py:63 in <module> and other lines"),
+        "{text}"
+    );
+}
