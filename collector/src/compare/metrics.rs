@@ -228,7 +228,7 @@ impl Measures for SiteMetrics {
     }
 
     fn growth_change(c: &MetricsChange) -> f64 {
-        c.growth
+        c.confident_growth
     }
 }
 

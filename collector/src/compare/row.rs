@@ -52,7 +52,8 @@ pub trait Measures: Clone + PartialEq + Serialize {
     fn confident_growth(&self) -> f64;
     /// How much a change is, for ranking (largest first, compared in order).
     fn magnitude(c: &Self::Change) -> Vec<u64>;
-    /// Of a change: live bytes at the end, and growth per unit.
+    /// Of a change: live bytes at the end, and the growth per unit judged sure (a rate the
+    /// report would not call steady growth is none to say).
     fn live_change(c: &Self::Change) -> i64;
     fn growth_change(c: &Self::Change) -> f64;
 }

@@ -117,7 +117,7 @@ impl Measures for TensorLine {
     }
 
     fn growth_change(c: &TensorChange) -> f64 {
-        c.growth
+        c.confident_growth
     }
 }
 
