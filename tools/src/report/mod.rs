@@ -18,7 +18,9 @@ use vramtrace_collector::format::{Ending, Lookup, Unread};
 use vramtrace_collector::live::{
     Anomaly, AnomalyKind, ApiCount, CallSite, Communicator, Failure, LiveObject, Summary, Teardown,
 };
-use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Granularity, Symbolizer};
+use vramtrace_collector::symbols::{
+    frames_label, Attribution, CallRef, Granularity, StackFrame, Symbolizer,
+};
 use vramtrace_collector::torch::TorchView;
 
 use vramtrace_collector::analysis::Analysis;
@@ -28,6 +30,31 @@ use crate::options::ReportArgs;
 use vramtrace_collector::symbols::label_sites;
 
 pub use attribution::{Attributed, Grouping, SymbolFacts};
+
+/// Each finding's native call site (once, in the diagnosis' order, at most `top`): the
+/// finding's number, the site's label and its stack.
+fn finding_stacks(
+    analysis: &Analysis,
+    naming: &mut Attribution<'_>,
+    top: usize,
+) -> Vec<(usize, String, Vec<StackFrame>)> {
+    let mut seen = std::collections::BTreeSet::new();
+    let sites = (analysis.diagnosis.iter().enumerate())
+        .filter_map(|(i, f)| Some((i + 1, f.site.as_ref()?)))
+        .filter(|(_, s)| s.stack != 0 || s.caller != 0)
+        .filter(|(_, s)| seen.insert((s.stack, s.caller, s.py_stack)));
+    sites
+        .take(top)
+        .map(|(number, s)| {
+            let call = CallRef {
+                caller: s.caller,
+                stack: s.stack,
+                py_stack: s.py_stack,
+            };
+            (number, crate::findings::site_label(s), naming.stack(call))
+        })
+        .collect()
+}
 
 /// Version of the JSON document's shape; bumped on any incompatible change.
 pub const SCHEMA: &str = "vramtrace-report/1";
@@ -115,6 +142,11 @@ pub struct Report<'a> {
     pub live: Summary,
     /// The largest call sites (at most `--top`), each with its stack.
     pub call_sites: Vec<Attributed<CallSite>>,
+    /// The stack of each finding's call site, in the diagnosis' order (at most `--top`): what
+    /// the text's stacks open with, so a leak freed at exit, in no table of what is live, has
+    /// its stack too. The document names the sites in `analysis.diagnosis`.
+    #[serde(skip)]
+    pub finding_stacks: Vec<(usize, String, Vec<StackFrame>)>,
     /// Call sites in all.
     pub call_sites_total: usize,
     /// Live memory grouped as `--by` asks (at most `--top` groups), each with a stack.
@@ -380,6 +412,7 @@ impl<'a> Report<'a> {
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
         label_sites(&mut analysis, &mut naming);
+        let finding_stacks = finding_stacks(&analysis, &mut naming, top);
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).
         let mut orphans: Vec<LiveObject<'a>> = state
             .orphans()
@@ -456,6 +489,7 @@ impl<'a> Report<'a> {
             },
             live: state.summary(),
             call_sites,
+            finding_stacks,
             call_sites_total,
             groups,
             orphans,

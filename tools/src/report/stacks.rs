@@ -71,11 +71,11 @@ pub fn groups(out: &mut impl Write, r: &Report<'_>, full: bool) -> io::Result<()
         };
         (format!("{}{more}", x.item.label), &x.frames[..])
     });
-    stacks(out, entries, full)?;
+    stacks(out, findings(r), entries, full)?;
     symbol_notes(out, r)
 }
 
-/// The stacks of the call-site table (`--by site`).
+/// The stacks of the diagnosis' findings, then those of the call-site table (`--by site`).
 pub fn site_stacks(out: &mut impl Write, r: &Report<'_>, full: bool) -> io::Result<()> {
     let entries = r.call_sites.iter().map(|s| {
         let title = match vramtrace_collector::symbols::frames_label(&s.frames) {
@@ -84,18 +84,28 @@ pub fn site_stacks(out: &mut impl Write, r: &Report<'_>, full: bool) -> io::Resu
         };
         (title, &s.frames[..])
     });
-    stacks(out, entries, full)?;
+    stacks(out, findings(r), entries, full)?;
     symbol_notes(out, r)
 }
 
-/// Numbered stacks under a title.
+/// The stacks of the diagnosis' findings, first in every stacks section (a leak freed at exit
+/// is in no table of what is live), each titled by its finding's number.
+fn findings<'r>(r: &'r Report<'_>) -> impl Iterator<Item = (String, &'r [StackFrame])> {
+    (r.finding_stacks.iter())
+        .map(|(number, label, frames)| (format!("finding {number}: {label}"), &frames[..]))
+}
+
+/// Stacks under a title: the findings' (titled by themselves), then a table's, numbered as its
+/// rows.
 fn stacks<'s>(
     out: &mut impl Write,
+    findings: impl Iterator<Item = (String, &'s [StackFrame])>,
     entries: impl Iterator<Item = (String, &'s [StackFrame])>,
     full: bool,
 ) -> io::Result<()> {
-    let mut entries = entries.peekable();
-    if entries.peek().is_none() {
+    let mut findings = findings.peekable();
+    let mut entries = entries.enumerate().peekable();
+    if findings.peek().is_none() && entries.peek().is_none() {
         return Ok(());
     }
     let how = if full {
@@ -104,8 +114,9 @@ fn stacks<'s>(
         "CUDA-library frames collapsed; --full-stacks shows them"
     };
     writeln!(out, "\nStacks, innermost frame first ({how})")?;
-    for (i, (title, frames)) in entries.enumerate() {
-        writeln!(out, "  #{} {title}", i + 1)?;
+    let numbered = entries.map(|(i, (title, frames))| (format!("#{} {title}", i + 1), frames));
+    for (title, frames) in findings.chain(numbered) {
+        writeln!(out, "  {title}")?;
         for line in collapse(frames, full) {
             writeln!(out, "      {line}")?;
         }

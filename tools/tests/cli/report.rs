@@ -413,3 +413,32 @@ fn a_native_site_of_several_lines_says_so() {
         "{text}"
     );
 }
+
+// leak_comm's communicators are freed by destroy_process_group: its finding's NCCL site is in
+// no table of what is live at the end, and the stacks listed only those (ten cuBLAS and c10
+// workspaces). The stacks open with each finding's, titled by the finding.
+#[test]
+fn the_stacks_open_with_the_findings() {
+    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/leak_comm-marks.vtrace");
+    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let stacks = &text[text.find("\nStacks, innermost frame first").unwrap()..];
+    let first = stacks.lines().nth(2).unwrap();
+    assert_eq!(
+        first,
+        "  finding 1: leak_comm.py:49 in <module> (libnccl.so.2)"
+    );
+    let own = stacks
+        .lines()
+        .skip(3)
+        .take(12)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(own.contains("/leak_comm.py:49 in <module>"), "{own}");
+    assert!(own.contains("libnccl.so.2+"), "{own}");
+    assert!(
+        stacks.contains("\n  #1 "),
+        "the table's stacks follow: {stacks}"
+    );
+}
