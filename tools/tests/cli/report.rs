@@ -286,16 +286,39 @@ fn every_top_level_field_is_documented() {
     assert_eq!(keys, documented);
 }
 
+/// The report of GPU fixture `name` (under `tests/fixtures/gpu`), as text.
+fn fixture_text(name: &str) -> String {
+    let out = vramtrace()
+        .arg("report")
+        .arg(gpu_fixture(name))
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The report of GPU fixture `name`, as JSON.
+fn fixture_json(name: &str) -> serde_json::Value {
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(gpu_fixture(name))
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn gpu_fixture(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu")
+        .join(name)
+}
+
 // The live alert of an H100 run, as the report says it: at its step as the report counts steps
 // (the tracer counted the loop's first iteration too: "at step 201" of 200), and full at the
 // run's step time, as the finding beside it says (the tracer's warm-up-laden timing said 9 min
 // for the 5 of the same 155,773 steps).
 #[test]
 fn a_live_alert_is_said_in_the_report_s_steps_and_time() {
-    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
-    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = fixture_text("h100/leak_slow-run.vtrace");
     let alerted = text.lines().find(|l| l.contains("alerted ")).unwrap();
     assert!(
         alerted.contains("while running, at step 200: "),
@@ -316,14 +339,7 @@ fn a_live_alert_is_said_in_the_report_s_steps_and_time() {
 // said "(not a leak)" of the leaking rank.
 #[test]
 fn a_rise_that_stayed_without_steps_is_not_called_no_leak() {
-    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/gpu/h100/ranks_gloo-rank2-bare.vtrace");
-    let out = vramtrace()
-        .args(["report", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = fixture_json("h100/ranks_gloo-rank2-bare.vtrace");
     let peak = (r["analysis"]["diagnosis"].as_array().unwrap().iter())
         .find(|f| f["class"] == "peak")
         .unwrap();
@@ -341,15 +357,8 @@ fn a_rise_that_stayed_without_steps_is_not_called_no_leak() {
 // do); a stream-ordered allocator's steps (every tensor asks the driver) are the program's.
 #[test]
 fn steps_from_a_caching_allocator_s_segments_are_said_to_span_several() {
-    let fixtures =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gpu");
     let steps_line = |name: &str| {
-        let out = vramtrace()
-            .arg("report")
-            .arg(fixtures.join(name))
-            .output()
-            .unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = fixture_text(name);
         text.lines()
             .find(|l| l.starts_with("  steps "))
             .unwrap()
@@ -376,10 +385,7 @@ fn steps_from_a_caching_allocator_s_segments_are_said_to_span_several() {
 // "and stayed (0 B live at the end)".
 #[test]
 fn a_rise_freed_by_the_teardown_is_said_so() {
-    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/gpu/healthy_jax-recorder.vtrace");
-    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = fixture_text("healthy_jax-recorder.vtrace");
     assert!(
         text.contains(" and stayed until the teardown freed it\n"),
         "{text}"
@@ -392,22 +398,14 @@ fn a_rise_freed_by_the_teardown_is_said_so() {
 // native table says its label is the first object's of several lines.
 #[test]
 fn a_native_site_of_several_lines_says_so() {
-    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/gpu/gpt_leaky-traced.vtrace");
-    let out = vramtrace()
-        .args(["report", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = fixture_json("gpt_leaky-traced.vtrace");
     let first = &r["call_sites"][0];
     assert_eq!(
         (&first["bytes"], &first["lines_vary"]),
         (&2_013_265_920u64.into(), &true.into())
     );
     assert_eq!(r["call_sites"][2]["lines_vary"], false);
-    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = fixture_text("gpt_leaky-traced.vtrace");
     assert!(
         text.contains("gpt_leaky.py:63 in <module> and other lines"),
         "{text}"
@@ -419,10 +417,7 @@ fn a_native_site_of_several_lines_says_so() {
 // workspaces). The stacks open with each finding's, titled by the finding.
 #[test]
 fn the_stacks_open_with_the_findings() {
-    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/gpu/leak_comm-marks.vtrace");
-    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = fixture_text("leak_comm-marks.vtrace");
     let stacks = &text[text.find("\nStacks, innermost frame first").unwrap()..];
     let first = stacks.lines().nth(2).unwrap();
     assert_eq!(
