@@ -239,12 +239,15 @@ impl Watch {
     }
 
     /// Steps begun, as the judgements number them: with a pattern's steps, counted on from the
-    /// occurrences seen before the watch followed it.
+    /// occurrences seen before the watch followed it; with step marks, the marks alone, as a
+    /// reader of the whole trace counts them (`LiveState::unapplied_steps`), though the loop's
+    /// iterations before the first mark began steps of the state's own series.
     pub fn steps(&self) -> u64 {
         let s = &self.state;
-        match s.marks() == 0 && s.iterations() == 0 {
-            true => self.steps_before + s.steps(),
-            false => s.steps(),
+        match (s.marks(), s.iterations()) {
+            (0, 0) => self.steps_before + s.steps(),
+            (0, _) => s.steps(),
+            _ => s.steps() - s.iteration_steps(),
         }
     }
 

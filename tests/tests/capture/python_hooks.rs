@@ -169,6 +169,34 @@ for step in range(20):
 print("done", len(kept))
 "#;
 
+/// ALERTED_LATE's leak kept by a model's calls, the model called twice before its optimizer is
+/// made: three of its calls mark iterations before the first optimizer step.
+const ALERTED_WARM: &str = r#"import atexit
+import time
+
+atexit.register(time.sleep, 2.5)
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, n):
+        return torch.empty(n)
+
+
+model = Model()
+model(4096)
+model(4096)
+opt = torch.optim.SGD([])
+kept = []
+for step in range(20):
+    tmp = torch.empty(2 << 20)
+    kept.append(model(1 << 20))  # @warm_kept
+    del tmp
+    opt.step()
+    time.sleep(0.01)
+print("done", len(kept))
+"#;
+
 /// No tensor kept: a 2 MiB temporary a step, which the stand-in allocator never reuses, so the
 /// driver sees its segments grow 2 MiB a step while PyTorch's tensors stay flat (a cache
 /// warming up, as a real caching allocator's does over a run's first steps).
@@ -279,6 +307,7 @@ fn setup(dir: &Path) -> Setup {
         ("warm_train.py", WARM_TRAIN),
         ("alerted.py", ALERTED),
         ("alerted_late.py", ALERTED_LATE),
+        ("alerted_warm.py", ALERTED_WARM),
         ("cache_grows.py", CACHE_GROWS),
     ] {
         std::fs::write(dir.join(name), script).unwrap();
@@ -869,6 +898,27 @@ captest!(
         );
     }
 );
+
+// The live alert numbers steps as a reader of the trace does: the optimizer's step marks alone.
+// The model's three calls before the first optimizer step marked iterations, which began steps
+// of the live state's own series too: the alert said "at step 23" of 20, the report 20.
+captest!(the_live_alert_counts_the_steps_the_report_counts, |dir| {
+    let s = setup(dir);
+    let (alerts, err) = alerts_of(&s, "alerted_warm.py", &alerting("1500"));
+    assert_eq!(alerts.len(), 1, "{err}");
+    assert!(
+        alerts[0].starts_with("vramtrace: ALERT at step 20:"),
+        "{}",
+        alerts[0]
+    );
+    let t = s.trace();
+    assert_eq!(iterations(&t), [1, 2, 3]);
+    assert_eq!(marks(&t).len(), 20);
+    let files = trace_files(&s.dir.join("out"));
+    let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), files[0].as_os_str()]);
+    assert_eq!(r["analysis"]["steps"]["steps"], 20);
+    assert_eq!(r["analysis"]["alerts"][0]["step"], 20);
+});
 
 // The driver sees the caching allocator's segments grow 2 MiB a step, above the threshold, but
 // PyTorch's tensors stay flat: the alert is withdrawn once the hooks' snapshot shows it, looked
