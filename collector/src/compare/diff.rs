@@ -464,16 +464,18 @@ fn verdict(
         };
         notes.push(format!(
             "steps counted differently: run A's are {}, run B's {} (one may span several of the \
-             other's): per-step figures may not compare; mark steps in both runs",
+             other's): growth per step not compared; mark steps in both runs",
             of(sa),
             of(sb)
         ));
     }
     match (a.steps.unit, b.steps.unit, t.growth) {
-        (GrowthUnit::Step, GrowthUnit::Step, Some(g)) => {
+        // Steps counted differently count different things (a pattern's step may be two of the
+        // program's): their rates are no check, either way (the note above says so).
+        (GrowthUnit::Step, GrowthUnit::Step, Some(g)) if sa == sb => {
             checks.push(check("growth_per_step", g.change, th.growth_per_step));
         }
-        (GrowthUnit::Step, GrowthUnit::Step, None) => {}
+        (GrowthUnit::Step, GrowthUnit::Step, _) => {}
         (x, y, _) => notes.push(format!(
             "growth per step not compared: {} (mark steps with vramtrace_mark_step(), or name \
              an NVTX range with VRAMTRACE_STEP_RANGE)",

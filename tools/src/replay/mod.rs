@@ -118,6 +118,9 @@ pub struct ReplayReport {
     /// With `--until`: a snapshot at `--at`, at each step boundary after it, and at `--until`.
     pub snapshots: Vec<Snapshot>,
     pub live: Summary,
+    /// When the replay read to the trace's end: what keeps the trace from holding the whole run
+    /// (a cut trace ends where it was cut, not where the program did), as `report` says it.
+    pub gaps: Vec<String>,
     pub analysis: Analysis,
     /// The moment in words for the tables' titles (`at step 12`); not in the JSON document,
     /// whose `at` says the same.
@@ -283,6 +286,10 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         passes: passes.max(trace.passes),
         snapshots,
         live: trace.state.summary(),
+        gaps: match trace.stopped {
+            None => trace.gaps(),
+            Some(_) => Vec::new(),
+        },
         analysis,
     };
     print(&report, &trace, args)

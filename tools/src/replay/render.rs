@@ -71,8 +71,9 @@ pub fn render(
         writeln!(out, "\nStepping through")?;
         writeln!(out, "{t}")?;
     }
-    // The moment replayed to was read: what comes after it does not change the answers.
-    findings::render(out, &r.analysis, top, &r.when, &[])
+    // A moment before the end was read whole: what comes after it does not change the answers;
+    // read to the end, what is missing does.
+    findings::render(out, &r.analysis, top, &r.when, &r.gaps)
 }
 
 fn findings_table(headers: &[&str]) -> comfy_table::Table {

@@ -194,3 +194,36 @@ fn a_step_of_a_trace_without_steps_is_said_so() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+// A cut trace replayed to its end: the end is where it was cut, and the replay says so as the
+// report does (it showed 103 of leak_three's 120 steps as the whole run, exit 0, not a word).
+#[test]
+fn a_cut_trace_replayed_to_its_end_says_it_is_cut() {
+    let whole = std::fs::read(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace"),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.vtrace");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    let doc = json_of(&["replay", "--json", "--at", "end"], &cut);
+    let gaps = doc["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert!(
+        gaps[0].as_str().unwrap().starts_with("is cut short"),
+        "{gaps:?}"
+    );
+    let text = replay_text(&cut, &["--at", "end"]);
+    assert!(
+        text.contains("\n  trace          INCOMPLETE: it is cut short"),
+        "{text}"
+    );
+    // A point before the cut was read whole.
+    let doc = json_of(&["replay", "--json", "--at", "step 10"], &cut);
+    assert_eq!(doc["gaps"], serde_json::Value::Array(vec![]));
+    let whole = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
+    let doc = json_of(&["replay", "--json", "--at", "end"], &whole);
+    assert_eq!(doc["gaps"], serde_json::Value::Array(vec![]));
+}
