@@ -179,6 +179,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         }
     }
     let end = until.unwrap_or(at);
+    let mut looked_whole = false;
     let (trace, mut snapshots, at_reached) = loop {
         // Steps found in the allocation pattern are the whole trace's: read from its start.
         let from = match source {
@@ -221,6 +222,27 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             passes += 1;
             progress.restart("pass 2 (the trace's steps)");
             continue;
+        }
+        // Stopped where only a loop's iterations had begun steps: whether the optimizer's step
+        // marks come later (then they alone are the steps) only the whole trace says.
+        let iterations_only = trace.state.marks() == 0 && trace.state.iteration_steps() > 0;
+        if source == StepSource::Marks && !whole && iterations_only && !looked_whole {
+            looked_whole = true;
+            progress.restart("pass 2 (the trace's steps)");
+            let all = read(
+                path,
+                ReadFrom::First,
+                StepSource::Marks,
+                &progress,
+                |_, _| Flow::Apply,
+            )?;
+            passes += 1;
+            if all.state.unapplied_steps() == Some(StepSource::StepMarks) {
+                source = StepSource::StepMarks;
+                passes += 1;
+                progress.restart("pass 3 (steps from the step marks)");
+                continue;
+            }
         }
         break (trace, snapshots, at_reached);
     };

@@ -227,3 +227,22 @@ fn a_cut_trace_replayed_to_its_end_says_it_is_cut() {
     let doc = json_of(&["replay", "--json", "--at", "end"], &whole);
     assert_eq!(doc["gaps"], serde_json::Value::Array(vec![]));
 }
+
+// Step 1 of an H100 run whose hooks marked the loop's first iteration before the optimizer's
+// first step: the report's step 1 begins at the first step mark (event 24), and so does the
+// replay's — it stopped at the iteration mark (event 5), its steps "one per model call".
+#[test]
+fn an_early_step_is_the_report_s_step() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
+    let doc = json_of(&["replay", "--json", "--at", "step 1"], &path);
+    assert_eq!(
+        (&doc["at"]["step"], &doc["at"]["event"]),
+        (&1.into(), &24.into())
+    );
+    let steps = &doc["analysis"]["steps"];
+    assert_eq!(
+        (&steps["source"], &steps["marks"]),
+        (&"marks".into(), &1.into())
+    );
+}
