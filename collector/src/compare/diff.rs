@@ -348,11 +348,19 @@ impl Diff {
                 let of_place = |r: &SiteDiff| r.label == g.label && r.place.module == g.owner;
                 // The table of places opens with the verdict's (a leak freed at exit has
                 // changed nothing at the end, the table's first measure).
-                if let Some(i) = self.places.iter().position(|p| of_place(&p.row)) {
-                    self.places[..=i].rotate_right(1);
-                }
+                let Some(i) = self.places.iter().position(|p| of_place(&p.row)) else {
+                    return;
+                };
+                self.places[..=i].rotate_right(1);
+                // Its live bytes and status are the place's row's, as the table says them.
+                let place = &self.places[0].row;
+                let live = place.change.live_bytes + place.change.host_bytes;
                 let rows = place_rows(&self.sites, of_place);
-                (rows.0.map(TopDifference::of_site), rows.1)
+                let top = rows.0.map(|r| TopDifference {
+                    status: place.status,
+                    ..TopDifference::of_site(r)
+                });
+                (top, live)
             }
             View::AllocatorTensors => {
                 let Some(t) = &self.tensors else { return };

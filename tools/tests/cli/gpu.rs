@@ -581,6 +581,13 @@ fn the_top_difference_is_the_growth_the_verdict_names() {
         d["sites"]["list"][0]["label"],
         "healthy_gpt.py:51 in <module>"
     );
+    // The line under the verdict quotes the first row of the table by place, which is its place.
+    let place = &d["sites"]["places"][0];
+    assert_eq!(place["label"], d["top_difference"]["label"]);
+    let live = place["change"]["live_bytes"].as_i64().unwrap()
+        + place["change"]["host_bytes"].as_i64().unwrap();
+    assert_eq!(d["top_difference"]["live_bytes"], live);
+    assert_eq!(d["top_difference"]["status"], place["status"]);
 }
 
 // A process group every 5 steps (`leak_comm.py:49`), its buffers made by five of NCCL's functions
