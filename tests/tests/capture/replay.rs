@@ -79,6 +79,7 @@ captest!(replay_at_steps_of_wl_train, |dir| {
         let want = [
             "analysis",
             "at",
+            "gaps",
             "live",
             "passes",
             "schema",
@@ -88,6 +89,11 @@ captest!(replay_at_steps_of_wl_train, |dir| {
         assert_eq!(fields, want);
         assert_eq!(r["schema"], "vramtrace-replay/1");
         assert_eq!(r["trace"], trace.path.display().to_string());
+        assert_eq!(
+            r["gaps"],
+            serde_json::Value::Array(Vec::new()),
+            "a whole trace"
+        );
         let mark = marks[k as usize - 1];
         assert_eq!(
             r["at"],
@@ -285,10 +291,18 @@ captest!(replay_past_the_end_is_one_error_line, |dir| {
     let runtime = Workload::new("wl_runtime")
         .run_traced(&runtime_dir)
         .single_trace();
+    // A step of a trace without steps: the error says it has none and what to ask instead.
     let (p, n) = (runtime.path.display(), runtime.seqs.len());
-    let ends = format!("(it has {n} events, 0 steps and 1 out-of-memory failures)");
-    let line = format!("error: {p}: the trace ends before step 1 {ends}");
-    assert_error(&runtime.path, &["--at", "step=1"], &line);
+    let out = replay(&runtime.path, &["--at", "step=1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stdout), "");
+    let err = text(&out.stderr);
+    let said = format!(
+        "error: {p}: the trace has no steps (no step marks, no repeating allocation pattern): \
+         give a time since its start (--at 3s) or an event (--at 'event N'); it has {n} events \
+         over "
+    );
+    assert!(err.starts_with(&said) && err.lines().count() == 1, "{err}");
 
     let missing = dir.join("missing.vtrace");
     let line = format!(

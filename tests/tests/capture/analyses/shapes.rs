@@ -158,7 +158,8 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
     // pncclCommInitRank`), not by NCCL's internals;
     // NCCL's channels and its proxy both come from that call, and are told apart by where their
     // stacks part. The proxy thread's host buffer has no frame of the program: NCCL's function
-    // names it.
+    // names it. Rows come in the diagnosis' order, each finding's cause before the rows backing
+    // it.
     let r = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), path.as_os_str()]);
     let rows: Vec<(String, String)> = r["analysis"]["growth"]["steady"]
         .as_array()
@@ -179,13 +180,13 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
                 "device",
                 "new_comm at wl_shapes.c:113 → pncclCommInitRank via vmm_alloc"
             ),
-            row("device", "new_comm at wl_shapes.c:114 → pncclAllReduce"),
             row("host", "cudaHostAlloc"),
+            row("host", "new_comm at wl_shapes.c:113 → pncclCommInitRank"),
+            row("device", "new_comm at wl_shapes.c:114 → pncclAllReduce"),
             row(
                 "device",
                 "new_comm at wl_shapes.c:113 → pncclCommInitRank via cudaMalloc"
             ),
-            row("host", "new_comm at wl_shapes.c:113 → pncclCommInitRank"),
         ]
     );
 });
