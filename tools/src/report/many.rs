@@ -101,8 +101,8 @@ fn text_reports(
     }
     let odd = rows.len() - rest.len();
     let heading = if odd == 0 {
-        "No trace is odd (none is 50% off the median in a number, none has a finding the others \
-         lack): one line each (--all prints every report)"
+        "No trace is odd (none is 50% off the median in a number, none grows steadily where the \
+         others do not): one line each (--all prints every report)"
     } else {
         "The other traces, like the median: one line each (--all prints every report)"
     };
