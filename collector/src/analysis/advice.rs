@@ -29,17 +29,25 @@ pub(super) fn kept_tensors() -> Advice {
 }
 
 /// A steady growth of memory `owner` asked for (`module` its file name); `asked`: the line is
-/// where an allocator asked the driver for memory, not necessarily the one that keeps it.
-pub(super) fn growth(owner: OwnerKind, module: Option<&str>, asked: bool) -> Advice {
+/// where an allocator asked the driver for memory, not necessarily the one that keeps it;
+/// `hooked`: the trace has PyTorch's hooks (their recorder, not its history yet where judged).
+pub(super) fn growth(owner: OwnerKind, module: Option<&str>, asked: bool, hooked: bool) -> Advice {
     let module = module.unwrap_or("(unknown module)");
     match owner {
         OwnerKind::Torch if asked => advice(
             "tensors kept across steps: PyTorch's caching allocator reserves more segments step \
              after step; the line is where it asked the driver for memory, not necessarily the \
              line that keeps the tensors",
-            "look for tensors kept across steps (lists, dicts, a loss kept with its graph: \
-             .detach() / .item()); `vramtrace run` records PyTorch's tensors and names the line \
-             that keeps them",
+            if hooked {
+                "look for tensors kept across steps (lists, dicts, a loss kept with its graph: \
+                 .detach() / .item()); PyTorch's recorder names the line that keeps them from \
+                 the history it hands over at exit or at an alert (the report of the whole run), \
+                 where that history holds whole steps"
+            } else {
+                "look for tensors kept across steps (lists, dicts, a loss kept with its graph: \
+                 .detach() / .item()); `vramtrace run` records PyTorch's tensors and names the \
+                 line that keeps them"
+            },
         ),
         OwnerKind::Torch => kept_tensors(),
         OwnerKind::Jax => advice(

@@ -53,6 +53,7 @@ fn steady_finding(
             s.site.owner,
             s.site.module_name.as_deref(),
             means == LineMeaning::Asked,
+            framework.torch_backend.is_some(),
         )
     };
     let holder = g.holders.iter().find(|h| h.holder == s.holder);

@@ -246,3 +246,21 @@ fn an_early_step_is_the_report_s_step() {
         (&"marks".into(), &1.into())
     );
 }
+
+// Mid-run, before PyTorch's recorder handed over its history, the growth is seen where the
+// caching allocator asked: the advice points at the history to come, not at `vramtrace run`,
+// which recorded this trace.
+#[test]
+fn a_hooked_trace_is_not_told_to_use_vramtrace_run() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
+    let doc = json_of(&["replay", "--json", "--at", "step 100"], &path);
+    let first = &doc["analysis"]["diagnosis"][0];
+    assert_eq!(first["site"]["label"], "leak_slow.py:32 in <module>");
+    let fix = first["fix"].as_str().unwrap();
+    assert!(!fix.contains("`vramtrace run` records"), "{fix}");
+    assert!(
+        fix.contains("PyTorch's recorder names the line that keeps them from the history it hands over at exit or at an alert"),
+        "{fix}"
+    );
+}
