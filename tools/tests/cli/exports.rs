@@ -461,3 +461,21 @@ fn export_errors_are_one_line() {
     let err = String::from_utf8(out).unwrap();
     assert!(err.contains("no call site grows steadily"), "{err}");
 }
+
+// The `step` column of csv-events counts the report's steps: an H100 run whose hooks marked the
+// loop's first iteration before the optimizer's step marks has 200 (the column said 201).
+#[test]
+fn csv_events_count_the_report_s_steps() {
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
+    let dir = tempfile::tempdir().unwrap();
+    let csv = export(&trace, dir.path(), "csv-events", &[]);
+    let text = std::fs::read_to_string(csv).unwrap();
+    let mut rows = text.lines();
+    let header: Vec<&str> = rows.next().unwrap().split(',').collect();
+    let step = header.iter().position(|h| *h == "step").unwrap();
+    let last: u64 = (rows.map(|r| r.split(',').nth(step).unwrap().parse::<u64>().unwrap()))
+        .max()
+        .unwrap();
+    assert_eq!(last, 200);
+}
