@@ -144,13 +144,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         || (asks(|p| matches!(p, Point::Step(_))) && !marks_known);
     let (mut source, mut peak_event, mut passes) = (StepSource::Marks, peak_known, 1);
     if needs_first_pass {
-        let whole = read(
-            path,
-            ReadFrom::First,
-            StepSource::Marks,
-            &progress,
-            |_, _| Flow::Apply,
-        )?;
+        let whole = read_whole(path, &progress)?;
         // The steps the whole trace shows (its pattern, or its step marks alone).
         if let Some(steps) = whole.state.unapplied_steps() {
             source = steps;
@@ -229,13 +223,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         if source == StepSource::Marks && !whole && iterations_only && !looked_whole {
             looked_whole = true;
             progress.restart("pass 2 (the trace's steps)");
-            let all = read(
-                path,
-                ReadFrom::First,
-                StepSource::Marks,
-                &progress,
-                |_, _| Flow::Apply,
-            )?;
+            let all = read_whole(path, &progress)?;
             passes += 1;
             if all.state.unapplied_steps() == Some(StepSource::StepMarks) {
                 source = StepSource::StepMarks;
@@ -329,6 +317,17 @@ fn print(report: &ReplayReport, trace: &LoadedTrace, args: &ReplayArgs) -> Resul
         render::render(&mut out, report, trace, args.top).context("writing the replay")?;
     }
     Ok(())
+}
+
+/// The whole trace at `path`, read to learn what only all of it says (its steps, its peak).
+fn read_whole(path: &std::path::Path, progress: &Progress) -> Result<LoadedTrace> {
+    read(
+        path,
+        ReadFrom::First,
+        StepSource::Marks,
+        progress,
+        |_, _| Flow::Apply,
+    )
 }
 
 /// The moment replayed to, as the tables' titles say it: `at step 12`, `at the peak (event
