@@ -467,11 +467,11 @@ fn steps_line(a: &Analysis) -> String {
         .step_ns
         .map_or(String::new(), |ns| format!(", one every {}", duration(ns)));
     match (s.source, &s.pattern) {
-        ("marks", _) => format!("{} steps from step marks{every}", s.steps),
+        ("marks", _) => format!("{} from step marks{every}", count(s.steps, "step")),
         ("iterations", _) => format!(
-            "{} steps, one per call of the program's model (no optimizer step: each outermost \
-             model call is a step){every}",
-            s.steps
+            "{}, one per call of the program's model (no optimizer step: each outermost model \
+             call is a step){every}",
+            count(s.steps, "step")
         ),
         ("pattern", Some(p)) => {
             let anchor = match (p.anchor.event, &p.anchor.range) {
@@ -507,8 +507,8 @@ fn steps_line(a: &Analysis) -> String {
                 String::new()
             };
             format!(
-                "{} steps from the allocation pattern{every}: each begins with the {anchor}; {} of {} recurring kinds repeat every step{weak}",
-                s.steps, p.in_step, p.kinds
+                "{} from the allocation pattern{every}: each begins with the {anchor}; {} of {} recurring kinds repeat every step{weak}",
+                count(s.steps, "step"), p.in_step, p.kinds
             )
         }
         _ => "no steps (no step marks, no repeating allocation pattern): sampled per time window"

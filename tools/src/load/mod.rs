@@ -317,6 +317,12 @@ pub fn load_with_steps_observing<O: Observer>(
 fn reaches(path: &Path, state: &LiveState, from: ReadFrom) -> Result<()> {
     let lasted = state.last_time_ns().saturating_sub(state.trace_start_ns());
     match from {
+        ReadFrom::Step(_) if state.steps() == 0 => Err(anyhow!(
+            "{}: the trace has no steps (no step marks, no repeating allocation pattern): read \
+             from a time since its start instead (--since 3s); it lasts {}",
+            path.display(),
+            crate::units::duration(lasted)
+        )),
         ReadFrom::Step(n) if state.steps() < n => Err(anyhow!(
             "{}: the trace ends before step {n} (it has {} steps)",
             path.display(),

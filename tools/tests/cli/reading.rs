@@ -155,3 +155,23 @@ fn damage_is_reported_with_its_bytes_and_events() {
     );
     assert!(text.contains(&want), "{text}");
 }
+
+// Reading from a step of a trace without steps: the error says it has none and what to give
+// instead, as replay's does (it said the trace "ends before step 10 (it has 0 steps)").
+#[test]
+fn since_a_step_of_a_trace_without_steps_is_said_so() {
+    let trace = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/ranks_gloo-rank2-bare.vtrace");
+    let out = vramtrace()
+        .args(["report", "--since", "step 10"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(": the trace has no steps (no step marks, no repeating allocation pattern): read from a time since its start instead (--since 3s); it lasts "),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
