@@ -572,11 +572,13 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
     for h in &mut holders {
         // The driver's view measures the device; another view's rows name lines, and would
         // count the same growth twice.
+        // (An empty sum of reals is -0.0: + 0.0 makes it the 0 a reader expects.)
         h.steady_growth = steady
             .iter()
             .filter(|s| s.holder == h.holder && s.view == DRIVER)
             .map(|s| s.course.rate)
-            .sum();
+            .sum::<f64>()
+            + 0.0;
         if h.steady_growth > 0.0 {
             let above = h.threshold.is_some_and(|t| h.steady_growth > t);
             let p = (h.room).map(|room| project(room, h.steady_growth, axis, unit_ns, config));

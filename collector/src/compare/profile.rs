@@ -92,7 +92,7 @@ impl RunTotals {
                 .filter(|h| is_device(h.holder))
                 .map(|h| h.peak.bytes)
                 .sum(),
-            growth: per_unit(steady().map(|s| s.course.rate).sum()),
+            growth: per_unit(steady().map(|s| s.course.rate).sum::<f64>() + 0.0),
             confident_growth: per_unit(
                 steady()
                     .filter(|s| g.confident(&s.course))
