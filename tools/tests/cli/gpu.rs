@@ -474,6 +474,14 @@ fn the_report_of_four_ranks_is_one_page() {
         assert!(line.starts_with(&format!("  rank {rank} (pid ")), "{line}");
         assert!(line.contains(": 830.3 MiB live at end, peak 830.3 MiB, growth +0 B/step, "));
     }
+    // A growth of none is 0 in the document, not -0.0 (an empty sum of reals).
+    let out = vramtrace()
+        .args(["report", "--json", &ranks_dir()])
+        .output()
+        .unwrap();
+    let json = String::from_utf8(out.stdout).unwrap();
+    assert!(json.contains("\"growth\": 0.0"), "a growth of none");
+    assert!(!json.contains("-0.0"), "{json}");
 }
 
 // A run with step marks against one whose steps are a repeating allocation: the verdict stands,
