@@ -9,7 +9,7 @@ use super::causes::{self, Cause, Role};
 use super::finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Severity};
 use super::fragmentation::Fragmentation;
 use super::growth::{Growth, SiteGrowth, DRIVER};
-use super::leaks::Leaks;
+use super::leaks::{LeakSite, Leaks};
 use super::oom::OomReport;
 use super::orphans::Orphans;
 use super::owner::OwnerKind;
@@ -207,7 +207,8 @@ pub(crate) fn diagnose(
         });
     }
     out.extend(one_off(growth, device_peak));
-    out.extend(teardown_only(growth, leaks, at_end));
+    let named: Vec<SiteName> = out.iter().filter_map(|f| f.site.clone()).collect();
+    out.extend(teardown_only(growth, leaks, at_end, &named));
     // Stable: steady growth keeps its order within a severity.
     out.sort_by_key(|f| (f.severity, f.class));
     out
@@ -257,14 +258,22 @@ fn one_off(growth: &Growth, device_peak: Option<u64>) -> Option<Finding> {
 
 /// What stays live to the end without growing: released by the exit, not a leak (said only of
 /// the live set at the end of a trace, not where a replay stopped).
-fn teardown_only(growth: &Growth, leaks: &Leaks, at_end: bool) -> Option<Finding> {
+fn teardown_only(
+    growth: &Growth,
+    leaks: &Leaks,
+    at_end: bool,
+    named: &[SiteName],
+) -> Option<Finding> {
     let growing = |s: &SiteName| growth.steady.iter().any(|g| g.site.place == s.place);
     let held: Vec<_> = leaks
         .sites
         .iter()
         .filter(|s| s.bytes > 0 && s.orphans == 0 && !growing(&s.site))
         .collect();
-    let top = held.first().filter(|_| at_end)?;
+    // Named by its largest place that no other finding names (one place, one finding); by
+    // its largest when every one is.
+    let other = |s: &&&LeakSite| !named.iter().any(|n| n.place == s.site.place);
+    let top = (held.iter().find(other).or(held.first())).filter(|_| at_end)?;
     let places = if held.len() == 1 { "place" } else { "places" };
     Some(Finding {
         class: FindingClass::TeardownOnly,
@@ -272,8 +281,13 @@ fn teardown_only(growth: &Growth, leaks: &Leaks, at_end: bool) -> Option<Finding
         holder: None,
         site: Some(top.site.clone()),
         cause: format!(
-            "held until exit at {} {places} without growing during training (largest here)",
-            held.len()
+            "held until exit at {} {places} without growing during training ({})",
+            held.len(),
+            if std::ptr::eq(*top, held[0]) {
+                "largest here"
+            } else {
+                "here the largest that no other finding names"
+            }
         ),
         fix: "none needed: the process's exit releases it; free it first only if the process \
               lives on"

@@ -437,3 +437,25 @@ fn the_stacks_open_with_the_findings() {
         "the table's stacks follow: {stacks}"
     );
 }
+
+// healthy_peak's one pass of 1 GiB at line 30 is its peak finding; the memory held until exit
+// is named by its largest place that no other finding names (it named line 30 twice).
+#[test]
+fn one_place_is_named_by_one_finding() {
+    let r = fixture_json("healthy_peak-marks.vtrace");
+    let named: Vec<(&str, &str)> = (r["analysis"]["diagnosis"].as_array().unwrap().iter())
+        .map(|f| {
+            (
+                f["class"].as_str().unwrap(),
+                f["site"]["label"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("peak", "healthy_peak.py:30 in <module>"),
+            ("teardown-only", "healthy_peak.py:25 in <module>")
+        ]
+    );
+}
