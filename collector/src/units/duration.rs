@@ -68,7 +68,12 @@ pub fn long_duration(seconds: f64) -> String {
 /// `1,930 steps (2.1 h)`: when a projection is full, in steps and in time, or nothing. The
 /// words of the report's findings, `diff`'s and the live alert's.
 pub fn when_full(steps: Option<f64>, seconds: Option<f64>) -> Option<String> {
-    let steps = steps.map(|n| format!("{} steps", super::count::grouped(n.floor() as u64)));
+    // Less headroom than a step's growth: full within the next step (not "0 steps (0 s)").
+    let steps = steps.map(|n| match n.floor() as u64 {
+        0 => "under a step".to_string(),
+        1 => "1 step".to_string(),
+        n => format!("{} steps", super::count::grouped(n)),
+    });
     let time = seconds.map(long_duration);
     match (steps, time) {
         (Some(s), Some(t)) => Some(format!("{s} ({t})")),
@@ -86,6 +91,19 @@ pub fn has_unit(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_full_within_a_step_is_said_so() {
+        assert_eq!(
+            when_full(Some(0.45), Some(0.03)).as_deref(),
+            Some("under a step (0 s)")
+        );
+        assert_eq!(when_full(Some(1.2), None).as_deref(), Some("1 step"));
+        assert_eq!(
+            when_full(Some(1930.7), Some(7560.0)).as_deref(),
+            Some("1,930 steps (2.1 h)")
+        );
+    }
 
     #[test]
     fn spans_keep_their_figures() {
