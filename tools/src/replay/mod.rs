@@ -173,7 +173,6 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         }
     }
     let end = until.unwrap_or(at);
-    let mut looked_whole = false;
     let (trace, mut snapshots, at_reached) = loop {
         // Steps found in the allocation pattern are the whole trace's: read from its start.
         let from = match source {
@@ -218,10 +217,10 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             continue;
         }
         // Stopped where only a loop's iterations had begun steps: whether the optimizer's step
-        // marks come later (then they alone are the steps) only the whole trace says.
+        // marks come later (then they alone are the steps) only the whole trace says. (Every
+        // branch that reads again changes `source`: the loop ends.)
         let iterations_only = trace.state.marks() == 0 && trace.state.iteration_steps() > 0;
-        if source == StepSource::Marks && !whole && iterations_only && !looked_whole {
-            looked_whole = true;
+        if source == StepSource::Marks && !whole && iterations_only {
             progress.restart("pass 2 (the trace's steps)");
             let all = read_whole(path, &progress)?;
             passes += 1;
