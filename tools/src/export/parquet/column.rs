@@ -231,7 +231,10 @@ impl Column {
         }
     }
 
-    #[inline]
+    /// The chunk's minimum and maximum are not kept here, value by value, but worked out when a
+    /// page is encoded (over its numbers) and when the chunk ends (over its dictionary, whose
+    /// entries are all values of the chunk): a row of `allocations` stores a dozen numbers.
+    #[inline(always)]
     fn number(&mut self, v: i64) {
         if self.encode == Encode::Dictionary {
             match self.dictionary.get(v as u64) {
@@ -241,8 +244,6 @@ impl Column {
         } else {
             self.values.push(v);
         }
-        self.chunk.min = self.chunk.min.min(v);
-        self.chunk.max = self.chunk.max.max(v);
     }
 
     /// Appends `v`, which the dictionary does not hold yet.
@@ -291,8 +292,6 @@ impl Column {
         self.levels_at(at, v.is_some());
         if let Some(v) = v {
             self.values.push(i64::from(v));
-            self.chunk.min = self.chunk.min.min(i64::from(v));
-            self.chunk.max = self.chunk.max.max(i64::from(v));
         }
     }
 
@@ -383,21 +382,34 @@ impl Column {
     /// Gives up the dictionary: the current page's values go back to numbers (earlier pages
     /// of the chunk keep their indices, and the chunk its dictionary page).
     fn fall_back(&mut self) {
-        let width = if self.is_int32() { 4 } else { 8 };
-        let entry = |i: u32| {
-            let at = i as usize * width;
-            let mut b = [0u8; 8];
-            b[..width].copy_from_slice(&self.dictionary.plain[at..at + width]);
-            if width == 4 {
-                i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            } else {
-                i64::from_le_bytes(b)
-            }
-        };
-        let values: Vec<i64> = self.indices.iter().map(|&i| entry(i)).collect();
+        let values: Vec<i64> = (self.indices.iter())
+            .map(|&i| self.number_entry(i))
+            .collect();
         self.values = values;
         self.indices.clear();
         self.encode = Encode::Plain;
+    }
+
+    /// Entry `i` of a dictionary of numbers.
+    fn number_entry(&self, i: u32) -> i64 {
+        let width = if self.is_int32() { 4 } else { 8 };
+        let at = i as usize * width;
+        let mut b = [0u8; 8];
+        b[..width].copy_from_slice(&self.dictionary.plain[at..at + width]);
+        if width == 4 {
+            i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        } else {
+            i64::from_le_bytes(b)
+        }
+    }
+
+    /// Takes `values` into the chunk's minimum and maximum.
+    fn bounds(&mut self, values: impl Iterator<Item = i64>) {
+        let (min, max) = values.fold((self.chunk.min, self.chunk.max), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+        self.chunk.min = min;
+        self.chunk.max = max;
     }
 
     /// Level entries in the current page.
@@ -414,6 +426,11 @@ impl Column {
         let levels = self.levels();
         if levels == 0 {
             return Ok(());
+        }
+        if self.numbers {
+            let values = std::mem::take(&mut self.values);
+            self.bounds(values.iter().copied());
+            self.values = values;
         }
         let mut buf = Vec::with_capacity(levels * 2 + 64);
         for (max, levels) in [(self.max_rep, &self.reps), (self.max_def, &self.defs)] {
@@ -470,6 +487,11 @@ impl Column {
     /// says of it.
     pub fn chunk(&mut self, rows: u64, zstd: &mut Zstd) -> Result<(Bytes, ColumnCloseResult)> {
         self.page(zstd)?;
+        if self.numbers {
+            let entries = (0..self.dictionary.len).map(|i| self.number_entry(i));
+            let entries: Vec<i64> = entries.collect();
+            self.bounds(entries.into_iter());
+        }
         let chunk = std::mem::take(&mut self.chunk);
         // Each chunk has a dictionary of its own: what the next one holds and how wide its
         // indices are depend on its rows only.
