@@ -51,7 +51,7 @@ pub use owner::is_library_module;
 pub use owner::OwnerKind;
 pub use peak::peaks;
 pub(crate) use peak::Peaks;
-pub use site::{base_name, name as site_name, short_function};
+pub use site::{name as site_name, short_function};
 pub use site::{Place, SiteName, SourceLine};
 pub use watch::{Judgement, Reason, Watch, WatchConfig};
 

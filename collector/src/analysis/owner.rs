@@ -5,6 +5,8 @@
 
 use serde::Serialize;
 
+use crate::units::base_name;
+
 /// The kind of module that asked for a place's memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -35,7 +37,7 @@ impl OwnerKind {
     /// The kind of the module at `path` (a file name alone works for every kind but CuPy, whose
     /// modules are named only by their directory).
     pub(crate) fn of_module(path: &str) -> OwnerKind {
-        let name = path.rsplit('/').next().unwrap_or(path);
+        let name = base_name(path);
         let starts = |p: &str| name.starts_with(p);
         if starts("libnccl") {
             OwnerKind::Nccl
@@ -103,7 +105,7 @@ impl OwnerKind {
 /// CUDA libraries, NCCL, cuBLAS, the frameworks, the C and C++ runtimes and the interpreter. A
 /// native program's call site is named by its first frame outside them.
 pub fn is_library_module(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
+    let name = base_name(path);
     let system = [
         "libc.so",
         "libc-",

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::owner::{is_library_module, OwnerKind};
 use crate::live::{LiveState, ProgramLine, SiteId};
+use crate::units::base_name;
 
 /// Where the analyses group call sites: the program's own Python line and the module that
 /// allocated for it (one line reaches the allocator through many native paths, and the line is
@@ -134,11 +135,6 @@ impl SourceLine {
         self.line == other.line
             && (self.file == other.file || base_name(&self.file) == base_name(&other.file))
     }
-}
-
-/// The last component of a path: how reports name a source file or a module.
-pub fn base_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// The program's line of Python stack frames `line`, with its code object's names.

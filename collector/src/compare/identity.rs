@@ -7,8 +7,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::analysis::site::base_name;
 use crate::symbols::{FrameKind, StackFrame};
+use crate::units::base_name;
 
 /// One native frame of a call site.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -16,11 +16,11 @@ use super::lines::{line_metrics, live_by_call, Span};
 use super::metrics::{median_u64, SiteMetrics};
 use super::tally::{CallCounts, CallTally};
 use crate::analysis::growth::{self, Growth};
-use crate::analysis::site::base_name;
 use crate::analysis::{Analysis, Headroom, LineMeaning, OwnerKind, Projection, Shape};
 use crate::live::{Accounting, Holder, LiveState, ProgramLine, SampleAxis, SiteId, SiteKey};
 use crate::python::{is_library_file, PythonStacks};
 use crate::symbols::{frames_label, Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
+use crate::units::base_name;
 
 /// What growth is measured against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -28,7 +28,7 @@ impl Module {
 
     /// The file name without directories (`libnccl.so.2`).
     pub fn file_name(&self) -> &str {
-        self.path.rsplit('/').next().unwrap_or(&self.path)
+        crate::units::base_name(&self.path)
     }
 }
 

@@ -14,8 +14,9 @@
 
 use super::stack::{FrameKind, StackFrame};
 use crate::analysis::owner::is_library_module;
-use crate::analysis::site::{base_name, short_function};
+use crate::analysis::site::short_function;
 use crate::python::is_library_file;
+use crate::units::base_name;
 
 /// The label of a call with these mixed frames (Python frames innermost first, then native
 /// frames innermost first), by the rule above; `None` when nothing names it.

@@ -17,6 +17,12 @@ pub mod switch;
 
 pub use count::{grouped, parse_count, CountRange};
 
+/// The last component of a path: how every output names a source file or a module
+/// (`libnccl.so.2`, `train.py`).
+pub fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
 /// `text` split into its number and its unit (`"1.5 GiB"` → `("1.5", " GiB")`), after refusing
 /// a negative one in the words of `what` (`size`, `duration`).
 fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), String> {

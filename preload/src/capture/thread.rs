@@ -170,11 +170,6 @@ impl ThreadState {
         RuntimeScope::unpack(self.runtime.get())
     }
 
-    #[inline]
-    pub fn set_runtime(&self, s: Option<RuntimeScope>) {
-        self.runtime.set(RuntimeScope::pack(s));
-    }
-
     /// The runtime call in progress as one word: `(api + 1) | (merged + 1) << 16`, 0 when none
     /// (what [`RuntimeScope`] packs), for the hooks' path.
     #[inline]

@@ -20,21 +20,10 @@ release_handler!(mem_pool_destroy, CuMemPoolDestroy, Ptr, |pool| {
     Op::PoolDestroy { pool: pool as u64 }
 });
 
-unsafe fn mem_pool_trim_to(
-    real: unsafe extern "C" fn(Ptr, usize) -> i32,
-    caller: usize,
-    pool: Ptr,
-    keep: usize,
-) -> i32 {
-    let call = Call::begin(Api::CuMemPoolTrimTo, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(pool, keep) };
-    call.end(r, || Op::PoolTrim {
-        pool: pool as u64,
-        keep: keep as u64,
-    });
-    r
-}
+handler!(mem_pool_trim_to, CuMemPoolTrimTo, Create, (pool: Ptr, keep: usize), |_r| Op::PoolTrim {
+    pool: pool as u64,
+    keep: keep as u64,
+});
 
 /// `cuIpcOpenMemHandle` (v1 and v2 share the ABI).
 macro_rules! ipc_open_handler {

@@ -207,21 +207,10 @@ unsafe fn malloc_3d_array(
     r
 }
 
-unsafe fn mem_pool_trim_to(
-    real: unsafe extern "C" fn(Ptr, usize) -> i32,
-    caller: usize,
-    pool: Ptr,
-    keep: usize,
-) -> i32 {
-    let call = Call::begin(Api::CudaMemPoolTrimTo, caller, Order::Create);
-    // SAFETY: the program's own arguments.
-    let r = unsafe { real(pool, keep) };
-    call.end(r, || Op::PoolTrim {
-        pool: pool as u64,
-        keep: keep as u64,
-    });
-    r
-}
+handler!(mem_pool_trim_to, CudaMemPoolTrimTo, Create, (pool: Ptr, keep: usize), |_r| Op::PoolTrim {
+    pool: pool as u64,
+    keep: keep as u64,
+});
 
 unsafe fn device_reset(real: unsafe extern "C" fn() -> i32, caller: usize) -> i32 {
     // The device is gone from the thread once the reset is done: ask before.

@@ -15,7 +15,7 @@ use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::analysis::{Judgement, Reason};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
-use vramtrace_collector::units::{bytes, span, when_full};
+use vramtrace_collector::units::{base_name, bytes, span, when_full};
 
 use super::settings::AlertSettings;
 use crate::warn::warn;
@@ -213,7 +213,7 @@ fn dladdr_parts(address: u64) -> (String, String) {
         )
     };
     let module = module.unwrap_or_default();
-    let module = module.rsplit('/').next().unwrap_or(&module).to_string();
+    let module = base_name(&module).to_string();
     match symbol {
         Some(s) => (s, module),
         None => (

@@ -6,7 +6,6 @@
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::base_name;
 use vramtrace_collector::analysis::LineMeaning;
 use vramtrace_collector::compare::Count;
 use vramtrace_collector::compare::LineChangeKind;
@@ -19,6 +18,7 @@ use vramtrace_collector::compare::{StepRow, TopDifference};
 use vramtrace_collector::compare::{TensorLine, DRIVER_VIEW_NAME};
 use vramtrace_collector::symbols::collapse;
 use vramtrace_collector::torch::View;
+use vramtrace_collector::units::base_name;
 
 use super::{Comparison, DiffArgs, RunFacts};
 use crate::ranks;

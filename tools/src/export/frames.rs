@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use vramtrace_collector::analysis::base_name;
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
+use vramtrace_collector::units::base_name;
 
 use vramtrace_collector::analysis::short_function;
 

@@ -3,7 +3,7 @@
 
 use vramtrace_collector::analysis::{Analysis, FindingClass, RaisedAlert, SiteName};
 use vramtrace_collector::live::Holder;
-use vramtrace_collector::units::when_full;
+use vramtrace_collector::units::{base_name, when_full};
 
 use super::site_label;
 use crate::units::signed_bytes;
@@ -88,7 +88,7 @@ fn names_place(raised: &RaisedAlert, site: &SiteName) -> bool {
 /// as every other place is labelled.
 fn alert_place(place: &str) -> String {
     match place.split_once(':') {
-        Some((file, rest)) => format!("{}:{rest}", file.rsplit('/').next().unwrap_or(file)),
+        Some((file, rest)) => format!("{}:{rest}", base_name(file)),
         None => place.to_string(),
     }
 }

@@ -17,6 +17,7 @@ use minijinja::value::Serde;
 use minijinja::{AutoEscape, Environment};
 use serde::Serialize;
 use vramtrace_collector::symbols::Symbolizer;
+use vramtrace_collector::units::base_name;
 
 use crate::findings::diagnosis::{self, Diagnosis};
 use crate::findings::SummaryLine;
@@ -136,7 +137,7 @@ pub fn render(
                 .trace
                 .command_line
                 .first()
-                .map_or("trace", |c| c.rsplit('/').next().unwrap_or(c))
+                .map_or("trace", |c| base_name(c))
         ),
         report,
         findings: crate::findings::summary_lines(&report.analysis, when, &report.gaps()),

@@ -135,16 +135,3 @@ pub fn find_in_loaded(symbol: &CStr, file_prefix: Option<&str>) -> Option<usize>
     }
     None
 }
-
-/// The file name (no directories) of the object containing `addr`.
-pub fn object_file_name(addr: usize) -> Option<String> {
-    // SAFETY: dladdr only reads loader data; a zeroed Dl_info is a valid out-parameter.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
-    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
-    Some(path.rsplit('/').next().unwrap_or(&path).to_string())
-}

@@ -7,11 +7,11 @@
 
 use anyhow::Result;
 use parquet::schema::types::SchemaDescriptor;
-use vramtrace_collector::analysis::base_name;
 use vramtrace_collector::analysis::site_name;
 use vramtrace_collector::compare::native_identity;
 use vramtrace_collector::live::{LiveState, SiteId};
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
+use vramtrace_collector::units::base_name;
 
 use super::allocations::bits;
 use super::column::{At, Column, Encode};

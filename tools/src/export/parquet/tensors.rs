@@ -4,10 +4,8 @@
 //! line that allocated it. Empty for other traces.
 
 use anyhow::Result;
-use vramtrace_collector::format::Header;
-use vramtrace_collector::live::LiveState;
 use vramtrace_collector::symbols::{FrameKind, StackFrame};
-use vramtrace_collector::torch::{ClockAnchor, TensorHistory, TorchView};
+use vramtrace_collector::torch::{TensorHistory, TorchView};
 
 use super::allocations::bits;
 use super::table::{table, TableFile};
@@ -31,20 +29,9 @@ table! {
     }
 }
 
-/// A row per tensor of the last recorder snapshot of `state`, if there is one.
-pub fn write(
-    t: &mut TableFile<Tensors>,
-    state: &LiveState,
-    header: &Header,
-    pid: i64,
-) -> Result<()> {
-    // Allocator times go on the trace's clock; a snapshot without its own anchor is placed by
-    // the header's start times, as the report does.
-    let fallback = ClockAnchor {
-        unix_ns: header.start_unix_ns,
-        monotonic_ns: header.start_mono_ns,
-    };
-    let view = TorchView::read(state.attachments(), Some(fallback));
+/// A row per tensor of the last recorder snapshot in `view` (PyTorch's view of the trace, on
+/// the trace's clock: `LoadedTrace::torch`), if there is one.
+pub fn write(t: &mut TableFile<Tensors>, view: &TorchView, pid: i64) -> Result<()> {
     let Some(snapshot) = &view.snapshot else {
         return Ok(());
     };

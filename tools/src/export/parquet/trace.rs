@@ -18,6 +18,7 @@ use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::RecordRef;
 use vramtrace_collector::live::{LiveState, StepSource};
 use vramtrace_collector::symbols::{label_sites, Attribution};
+use vramtrace_collector::torch::TorchView;
 
 use super::allocations::{self, Allocations};
 use super::communicators;
@@ -246,10 +247,11 @@ fn finish(
     sites::write(&mut sites, state, &mut t.names, t.pid)?;
     let mut comms = TableFile::create(path("communicators"), m())?;
     communicators::write(&mut comms, state, &mut t.names, t.pid)?;
+    let view = trace.torch();
     let mut torch = TableFile::create(path("tensors"), m())?;
-    tensors::write(&mut torch, state, &trace.header, t.pid)?;
+    tensors::write(&mut torch, &view, t.pid)?;
     let mut found = TableFile::create(path("findings"), m())?;
-    findings::write(&mut found, &analysis(trace, &mut t.names), t.pid)?;
+    findings::write(&mut found, &analysis(trace, &view, &mut t.names), t.pid)?;
     let mut row = TableFile::create(path("traces"), m())?;
     traces::write(&mut row, trace)?;
     let done = |k: &str, v: String| vec![KeyValue::new(format!("vramtrace.{k}"), v)];
@@ -280,9 +282,8 @@ fn finish(
 
 /// The report's analysis of `trace` (PyTorch's view of its tensors beside the driver's), its
 /// places labelled as the report labels them.
-fn analysis(trace: &LoadedTrace, names: &mut Names) -> Analysis {
-    let torch = trace.torch();
-    let mut analysis = trace.analyze(&torch);
+fn analysis(trace: &LoadedTrace, torch: &TorchView, names: &mut Names) -> Analysis {
+    let mut analysis = trace.analyze(torch);
     let mut naming = Attribution::of_state(&trace.state, names.symbols());
     label_sites(&mut analysis, &mut naming);
     analysis
