@@ -5,3 +5,6 @@
 
 /// Dense id of a call site within one replay, in the order sites are first seen.
 pub type SiteId = u32;
+
+/// Dense id of an interned call (a site plus what alike calls share) within one replay.
+pub(crate) type CallId = u32;

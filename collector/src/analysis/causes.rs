@@ -17,37 +17,9 @@
 //!   device buffers, mirrors it;
 //! - any other row is a cause of its own.
 
-use serde::Serialize;
-
-use super::growth::{SiteGrowth, DRIVER};
+use super::growth::{Role, SiteGrowth, DRIVER};
 use super::owner::OwnerKind;
 use crate::live::Holder;
-
-/// What a row is to the cause it belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    /// The row that names the cause.
-    Cause,
-    /// The framework's allocator reserving memory for the cause's arrays (driver view).
-    Segments,
-    /// The same line of the same owner, through another path or view.
-    SameLine,
-    /// Host memory growing with the cause's device memory.
-    Host,
-}
-
-impl Role {
-    /// How a report introduces a row of this role.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Role::Cause => "cause",
-            Role::Segments => "segments",
-            Role::SameLine => "same line",
-            Role::Host => "host",
-        }
-    }
-}
 
 /// One cause: the row that names it and the rows that are its evidence, as indices into the
 /// rows grouped.

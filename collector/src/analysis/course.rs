@@ -28,7 +28,36 @@
 use serde::Serialize;
 
 use super::fit::Fit;
-use super::growth::GrowthConfig;
+
+/// Settings of the growth verdicts.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct GrowthConfig {
+    /// Bytes of memory per device, when known.
+    pub device_memory: Option<u64>,
+    /// Growth per step, as a share of device memory, above which steady growth alerts.
+    pub alert_fraction: f64,
+    /// Least fit quality (R²) of steady growth or shrinking.
+    pub min_r2: f64,
+    /// Least samples for a verdict other than flat.
+    pub min_samples: usize,
+    /// Steady growth alerts when at its rate the device is full within this many steps...
+    pub horizon_steps: u64,
+    /// ...or within this many nanoseconds.
+    pub horizon_ns: u64,
+}
+
+impl Default for GrowthConfig {
+    fn default() -> Self {
+        GrowthConfig {
+            device_memory: None,
+            alert_fraction: 0.001,
+            min_r2: 0.9,
+            min_samples: 4,
+            horizon_steps: 10_000,
+            horizon_ns: 24 * 3600 * 1_000_000_000,
+        }
+    }
+}
 
 /// Rises a sustained growth needs.
 pub(crate) const MIN_RISES: usize = 3;

@@ -5,9 +5,10 @@
 //! evidence.
 
 use super::advice::{self, Advice};
-use super::causes::{self, Cause, Role};
+use super::causes::{self, Cause};
 use super::finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Severity};
 use super::fragmentation::Fragmentation;
+use super::growth::Role;
 use super::growth::{Growth, SiteGrowth, DRIVER};
 use super::leaks::{LeakSite, Leaks};
 use super::oom::OomReport;

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::causes::Role;
+use super::growth::Role;
 use super::site::SiteName;
 use crate::live::{Holder, SampleAxis};
 

@@ -21,38 +21,33 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::causes::Role;
-use super::course::{teardown_start, Bounds, Course, Shape};
+use super::course::{teardown_start, Bounds, Course, GrowthConfig, Shape};
 use super::owner::OwnerKind;
 use super::site::{name, place, Place, SiteName};
 use crate::live::{Holder, LiveState, SampleAxis, SiteId};
 
-/// Settings of the growth verdicts.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct GrowthConfig {
-    /// Bytes of memory per device, when known.
-    pub device_memory: Option<u64>,
-    /// Growth per step, as a share of device memory, above which steady growth alerts.
-    pub alert_fraction: f64,
-    /// Least fit quality (R²) of steady growth or shrinking.
-    pub min_r2: f64,
-    /// Least samples for a verdict other than flat.
-    pub min_samples: usize,
-    /// Steady growth alerts when at its rate the device is full within this many steps...
-    pub horizon_steps: u64,
-    /// ...or within this many nanoseconds.
-    pub horizon_ns: u64,
+/// What a row is to the cause it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// The row that names the cause.
+    Cause,
+    /// The framework's allocator reserving memory for the cause's arrays (driver view).
+    Segments,
+    /// The same line of the same owner, through another path or view.
+    SameLine,
+    /// Host memory growing with the cause's device memory.
+    Host,
 }
 
-impl Default for GrowthConfig {
-    fn default() -> Self {
-        GrowthConfig {
-            device_memory: None,
-            alert_fraction: 0.001,
-            min_r2: 0.9,
-            min_samples: 4,
-            horizon_steps: 10_000,
-            horizon_ns: 24 * 3600 * 1_000_000_000,
+impl Role {
+    /// How a report introduces a row of this role.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Role::Cause => "cause",
+            Role::Segments => "segments",
+            Role::SameLine => "same line",
+            Role::Host => "host",
         }
     }
 }

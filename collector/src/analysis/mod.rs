@@ -29,14 +29,14 @@ pub(crate) mod watch;
 
 use serde::Serialize;
 
-pub use causes::Role;
+pub use course::GrowthConfig;
 pub use course::{Bounds, Phases, Shape};
 pub(crate) use diagnose::{diagnose, row_findings};
 pub use finding::{Finding, FindingClass, LineMeaning, Related, Severity};
 pub use fragmentation::{fragmentation, Fragmentation};
 pub use fragmentation::{AddressSpace, CacheUse, OomRelief, PhysicalMemory, ReservationUse};
 pub(crate) use growth::FindingRef;
-pub use growth::{growth, growth_with, Growth, GrowthConfig, LineSeries};
+pub use growth::{growth, growth_with, Growth, LineSeries, Role};
 #[cfg(feature = "symbols")]
 pub(crate) use growth::{Headroom, Projection};
 pub use growth::{HolderGrowth, SiteGrowth, DRIVER};

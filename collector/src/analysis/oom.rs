@@ -6,8 +6,8 @@
 
 use serde::Serialize;
 
+use super::course::GrowthConfig;
 use super::fit::Fit;
-use super::growth::GrowthConfig;
 use super::site::{amounts, name, SiteAmount, SiteName};
 use crate::live::{Failure, LiveState, PoolUse, RecentSeries, Totals, MAX_FIRST_OOMS};
 

@@ -47,8 +47,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::course::GrowthConfig;
 use super::course::Shape;
-use super::growth::{growth, Growth, GrowthConfig, HolderGrowth, Projection, SiteGrowth, DRIVER};
+use super::growth::{growth, Growth, HolderGrowth, Projection, SiteGrowth, DRIVER};
 use super::site::{Place, SiteName};
 use crate::attached::{Attachments, KIND_TORCH_ALLOCATOR};
 use crate::event::Event;

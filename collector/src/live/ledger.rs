@@ -7,8 +7,9 @@
 //! it. That keeps the peak exact at O(1) per event, however often a growing run sets a new one.
 
 use rustc_hash::FxHashMap;
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
+use super::objects::hex;
 use super::series::{Grid, Series};
 use super::sites::CallId;
 use crate::event::MemKind;
@@ -153,10 +154,6 @@ pub struct PoolUse {
     /// memory for reuse until trimmed or, past its release threshold, at a synchronization).
     pub high_water_since_trim: u64,
     pub trims: u64,
-}
-
-fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format!("{v:#x}"))
 }
 
 /// Live bytes of one site on one holder.

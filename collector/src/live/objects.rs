@@ -8,8 +8,7 @@ use std::borrow::Cow;
 
 use serde::{Serialize, Serializer};
 
-use super::sites::CallId;
-use crate::ids::SiteId;
+use crate::ids::{CallId, SiteId};
 
 use crate::event::{Api, MemKind, StackId};
 

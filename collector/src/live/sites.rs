@@ -23,8 +23,7 @@ use crate::ids::SiteId;
 use crate::module_map::ModuleMap;
 use crate::python::PythonStacks;
 
-/// Dense id of an interned [`Call`] within one replay.
-pub(crate) type CallId = u32;
+pub(crate) use crate::ids::CallId;
 
 /// The program's own Python line behind a call: the code object and line of the innermost
 /// Python frame outside installed packages and the standard library

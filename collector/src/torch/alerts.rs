@@ -6,7 +6,8 @@
 //! grow. The live analysis keeps PyTorch's payloads (`analysis::Watch::attachments`).
 
 use super::{step_lines, AllocatorConfig, TorchView, KIND_ALLOCATOR, KIND_SNAPSHOT};
-use crate::analysis::growth::{growth_with, GrowthConfig, DRIVER};
+use crate::analysis::growth::{growth_with, DRIVER};
+use crate::analysis::GrowthConfig;
 use crate::analysis::{causes, SiteName};
 use crate::attached::Attachments;
 use crate::live::{Holder, LiveState};
