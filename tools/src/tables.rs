@@ -32,3 +32,12 @@ pub fn emit(out: &mut impl Write, title: &str, t: &Table) -> io::Result<()> {
 pub fn or_unknown(name: Option<&str>) -> &str {
     name.unwrap_or("(unknown)")
 }
+
+/// `5`, or `3..9` for a range of sequence numbers.
+pub fn seq_range(first: u64, last: u64) -> String {
+    if first == last {
+        first.to_string()
+    } else {
+        format!("{first}..{last}")
+    }
+}

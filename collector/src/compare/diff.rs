@@ -8,11 +8,13 @@ use serde::Serialize;
 
 use super::identity::PythonLine;
 use super::matching::{FilePair, Matching};
+use super::metrics::Measures;
 use super::metrics::{signed, Count, MetricsSides, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
-use super::row::{changed_order, most_changed_first, Measures, Row, SiteStatus};
+use super::row::{changed_order, most_changed_first, Row, SiteStatus};
 use super::sources::{LineChangeKind, SourceSearch};
-use super::tensors::{view_name, TensorDiff, TensorProfile};
+use super::tensors::{TensorDiff, TensorProfile};
+use super::verdict::view_name;
 use super::verdict::{new_growth, Check, Thresholds, Verdict};
 use crate::analysis::{LineMeaning, Role};
 use crate::symbols::StackFrame;

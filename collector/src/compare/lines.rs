@@ -11,11 +11,20 @@
 use rustc_hash::FxHashMap;
 
 use super::metrics::SiteMetrics;
-use super::profile::unit_converter;
 use super::tally::CallCounts;
 use crate::analysis::{Analysis, Growth, Shape};
 use crate::live::{Holder, LiveState, SampleAxis};
 use crate::symbols::CallRef;
+
+/// Turns the growth analysis's slopes (per step, or per time window) into bytes per
+/// [`GrowthUnit`].
+pub fn unit_converter(g: &Growth) -> impl Fn(f64) -> f64 {
+    let window = match (g.axis, g.window_ns) {
+        (SampleAxis::Time, Some(w)) if w > 0 => Some(w as f64),
+        _ => None,
+    };
+    move |slope| window.map_or(slope, |w| slope * 1e9 / w)
+}
 
 /// What one call's objects still live at the end hold.
 #[derive(Clone, Debug, Default)]

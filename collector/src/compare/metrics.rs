@@ -6,7 +6,25 @@
 
 use serde::Serialize;
 
-use super::row::Measures;
+/// The record of numbers a view compares per row.
+pub trait Measures: Clone + PartialEq + Serialize {
+    /// B's numbers minus A's.
+    type Change: Copy + Default + PartialEq + std::fmt::Debug + Serialize;
+
+    /// B's numbers minus A's, a missing side counting as zeros.
+    fn change(a: Option<&Self>, b: Option<&Self>) -> Self::Change;
+    /// Bytes held at the end (what the status compares).
+    fn held(&self) -> u64;
+    /// Steady growth per unit, and the part of it judged sure.
+    fn growth(&self) -> f64;
+    fn confident_growth(&self) -> f64;
+    /// How much a change is, for ranking (largest first, compared in order).
+    fn magnitude(c: &Self::Change) -> Vec<u64>;
+    /// Of a change: live bytes at the end, and the growth per unit judged sure (a rate the
+    /// report would not call steady growth is none to say).
+    fn live_change(c: &Self::Change) -> i64;
+    fn growth_change(c: &Self::Change) -> f64;
+}
 
 /// A count in A and in B.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

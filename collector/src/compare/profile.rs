@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::identity::{native_identity, FrameId, PythonLine, SiteIdentity};
-use super::lines::{line_metrics, live_by_call, Span};
+use super::lines::{line_metrics, live_by_call, unit_converter, Span};
 use super::metrics::{median_u64, SiteMetrics};
 use super::tally::{CallCounts, CallTally};
 use crate::analysis::growth::{self, Growth};
@@ -219,16 +219,6 @@ impl Fill {
 
 fn is_device(h: Holder) -> bool {
     matches!(h, Holder::Device { .. })
-}
-
-/// Turns the growth analysis's slopes (per step, or per time window) into bytes per
-/// [`GrowthUnit`].
-pub fn unit_converter(g: &Growth) -> impl Fn(f64) -> f64 {
-    let window = match (g.axis, g.window_ns) {
-        (SampleAxis::Time, Some(w)) if w > 0 => Some(w as f64),
-        _ => None,
-    };
-    move |slope| window.map_or(slope, |w| slope * 1e9 / w)
 }
 
 /// The growth unit of an analysis.

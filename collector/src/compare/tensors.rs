@@ -21,27 +21,14 @@ use serde::Serialize;
 
 use super::identity::{PythonLine, SiteIdentity};
 use super::matching::{MatchHow, Matching};
-use super::metrics::{median_u64, record, Count, Rate, SiteMetrics};
+use super::metrics::{median_u64, record, Count, Measures, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
-use super::row::{most_changed_first, Measures, Row};
+use super::row::{most_changed_first, Row};
 use super::sources::SourceSearch;
-use super::verdict::{new_growth, Check, NewGrowth, Thresholds};
+use super::verdict::{new_growth, Check, NewGrowth, Thresholds, TENSOR_VIEW_NAME};
 use crate::analysis::{Growth, LineMeaning, Shape};
 use crate::live::Holder;
 use crate::torch::{AllocatorSnapshot, LineGrowth, TensorHistory, TorchView, View, VIEW_NAME};
-
-/// The words for the recorder's view in tables and JSON (`view_name`).
-pub(crate) const TENSOR_VIEW_NAME: &str = "tensors (PyTorch recorder)";
-/// The words for the driver's view.
-pub const DRIVER_VIEW_NAME: &str = "driver";
-
-/// The name of a view in words.
-pub const fn view_name(view: View) -> &'static str {
-    match view {
-        View::Driver => DRIVER_VIEW_NAME,
-        View::AllocatorTensors => TENSOR_VIEW_NAME,
-    }
-}
 
 record! {
     /// What one Python line's tensors are in one run.

@@ -17,12 +17,25 @@
 
 use serde::Serialize;
 
+use super::metrics::Measures;
 use super::metrics::Rate;
 use super::profile::{Fill, GrowthUnit};
-use super::row::{Measures, Row};
-use super::tensors::view_name;
+use super::row::Row;
 use crate::analysis::{LineMeaning, Role};
 use crate::torch::View;
+
+/// The words for the recorder's view in tables and JSON (`view_name`).
+pub(crate) const TENSOR_VIEW_NAME: &str = "tensors (PyTorch recorder)";
+/// The words for the driver's view.
+pub const DRIVER_VIEW_NAME: &str = "driver";
+
+/// The name of a view in words.
+pub const fn view_name(view: View) -> &'static str {
+    match view {
+        View::Driver => DRIVER_VIEW_NAME,
+        View::AllocatorTensors => TENSOR_VIEW_NAME,
+    }
+}
 
 /// How much B may exceed A before the difference is a regression.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

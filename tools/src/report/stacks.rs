@@ -6,8 +6,8 @@ use std::io::{self, Write};
 
 use vramtrace_collector::symbols::{collapse, Granularity, StackFrame};
 
-use super::text::{emit, or_unknown, seq_range, table};
 use super::Report;
+use crate::tables::{emit, or_unknown, seq_range, table};
 use crate::units::bytes;
 
 /// What the groups of one granularity are called in titles and headers.

@@ -9,7 +9,7 @@ use super::{stacks, Report};
 use crate::options::RankBy;
 use crate::units::{bytes, count};
 
-pub(super) use crate::tables::{emit, or_unknown, table};
+use crate::tables::{emit, or_unknown, seq_range, table};
 
 fn flag_list(flags: Flags) -> String {
     flags
@@ -27,15 +27,6 @@ fn counted(count: u64, noun: &str) -> String {
 
 fn objects_and_bytes(count: u64, n: u64) -> String {
     format!("{} in {}", bytes(n), counted(count, "object"))
-}
-
-/// `5`, or `3..9` for a range of sequence numbers.
-pub(super) fn seq_range(first: u64, last: u64) -> String {
-    if first == last {
-        first.to_string()
-    } else {
-        format!("{first}..{last}")
-    }
 }
 
 /// Writes the whole report.
