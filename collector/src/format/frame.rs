@@ -15,7 +15,7 @@
 use std::io::{self, Read};
 
 use super::chunk;
-use super::reader::{Ending, Unread};
+use super::ending::{Ending, Unread};
 
 /// The first bytes of every version 5 chunk.
 pub(crate) const SYNC: [u8; 8] = *b"\x89VTCHNK\n";

@@ -15,8 +15,8 @@ use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 
+use super::ending::Unread;
 use super::error::TraceError;
-use super::reader::Unread;
 
 /// The first eight bytes of every trace.
 pub(crate) const MAGIC: [u8; 8] = *b"VRAMTRC\0";

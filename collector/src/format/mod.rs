@@ -22,6 +22,7 @@
 mod ahead;
 mod chunk;
 mod decoder;
+mod ending;
 mod error;
 mod events;
 mod frame;
@@ -36,11 +37,12 @@ mod tail;
 mod varint;
 mod writer;
 
+pub use ending::{Ending, Unread};
 pub use error::TraceError;
 pub use header::{Header, SegmentInfo, FORMAT_VERSION};
 pub use packing::Packing;
 pub(crate) use reader::RecordSource;
-pub use reader::{Ending, RecordRef, TraceReader, Unread};
+pub use reader::{RecordRef, TraceReader};
 pub use record::{
     Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment,
     SegmentEnd, Snapshot, StackDef, Stats,

@@ -12,9 +12,10 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use super::ending::{Ending, Unread};
 use super::error::TraceError;
 use super::header::{Header, SegmentInfo};
-use super::reader::{Ending, RecordRef, TraceReader, Unread};
+use super::reader::{RecordRef, TraceReader};
 use super::record::Record;
 
 /// Pid, host and start (wall clock, monotonic) of the process that wrote a trace.

@@ -10,7 +10,7 @@ use std::ffi::CStr;
 
 use libc::{c_char, c_void};
 
-use super::registry;
+use super::hook_for;
 use crate::interpose::resolve::dl::{self, REAL_DLSYM, REAL_DLVSYM};
 use crate::interpose::resolve::{elf, loaded};
 
@@ -24,7 +24,7 @@ extern "C" fn interesting(name: *const c_char) -> bool {
     }
     // SAFETY: dlsym's contract: a NUL-terminated name.
     let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
-    registry::find(bytes).is_some()
+    hook_for(bytes).is_some()
 }
 
 extern "C" fn init_real() {
@@ -79,9 +79,7 @@ fn wrap_found(name: *const c_char, found: usize) -> usize {
     if crate::session::config().disabled {
         return found;
     }
-    registry::find(bytes)
-        .and_then(|e| e.wrap(found))
-        .unwrap_or(found)
+    hook_for(bytes).and_then(|e| e.wrap(found)).unwrap_or(found)
 }
 
 /// The slow path of `dlsym`: a look-up of a wrapped function (or glibc not found yet).

@@ -3,8 +3,8 @@
 //! `cuGetProcAddress_v2` (including when asked for itself) and `cudaGetDriverEntryPoint*` —
 //! matched to the exact ABI version handed out.
 //!
-//! The resolvers sit above the other hooks: they look hooks up by name ([`registry`]); no
-//! other hook depends on them.
+//! The resolvers sit above the other hooks: they look hooks up by exact name ([`hook_for`]);
+//! no other hook depends on them.
 
 /// A resolver's handler: the real resolver, once, with the program's arguments; then the pointer
 /// it wrote to `*func` replaced by the tracer's wrapper (`proc_address::wrap_out`, which leaves a
@@ -36,5 +36,17 @@ macro_rules! resolver_handler {
 pub mod dlsym;
 pub mod entry_point;
 pub mod proc_address;
-pub mod registry;
 pub mod versions;
+
+use crate::hooks::{self, HookEntry};
+
+/// The hook for an exact exported name: the library's hooks and the resolvers' own.
+pub fn hook_for(name: &[u8]) -> Option<&'static HookEntry> {
+    if !(name.starts_with(b"cu") || name.starts_with(b"nccl")) {
+        return None;
+    }
+    hooks::all()
+        .chain(proc_address::ENTRIES.iter().copied())
+        .chain(entry_point::ENTRIES.iter().copied())
+        .find(|e| e.name.as_bytes() == name)
+}

@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use libc::{c_char, c_void};
 use vramtrace_collector::format::Lookup;
 
-use super::{registry, versions};
+use super::{hook_for, versions};
 use crate::interpose::resolve::{driver, loaded};
 use crate::session;
 
@@ -61,7 +61,7 @@ pub fn wrap_proc(
         return None;
     }
     let exact = identify(base, ptr, version, flags);
-    if let Some(entry) = registry::find(exact.as_bytes()) {
+    if let Some(entry) = hook_for(exact.as_bytes()) {
         let w = entry.wrap(ptr);
         if w.is_none() {
             record_lookup(
@@ -77,7 +77,7 @@ pub fn wrap_proc(
     // A function the tracer watches, but in an ABI version it has no wrapper for.
     if versions::variants(base)
         .iter()
-        .any(|v| registry::find(v.as_bytes()).is_some())
+        .any(|v| hook_for(v.as_bytes()).is_some())
     {
         record_lookup(
             via,

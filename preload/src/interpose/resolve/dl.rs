@@ -1,7 +1,6 @@
 //! glibc's own `dlsym` and `dlvsym`, found without calling either (the tracer exports both names,
 //! so calling them by name would call the tracer's hooks).
 
-use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_void};
@@ -70,13 +69,4 @@ pub unsafe fn real_dlvsym(
     // SAFETY: the caller passes valid arguments, as dlvsym requires.
     let r = unsafe { f(handle, name, version) } as usize;
     (r != 0).then_some(r)
-}
-
-/// Finds the definition the program would have reached without the tracer: the next one after
-/// the tracer in the global scope, else one in any loaded object (local scopes included).
-pub fn find_real(name: &CStr) -> Option<usize> {
-    // SAFETY: RTLD_NEXT and a NUL-terminated name.
-    unsafe { real_dlsym(libc::RTLD_NEXT, name.as_ptr()) }
-        .filter(|&p| !super::loaded::is_ours(p))
-        .or_else(|| super::loaded::find_in_loaded(name, None))
 }

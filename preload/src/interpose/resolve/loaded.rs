@@ -102,6 +102,15 @@ fn loaded_object_names() -> Vec<CString> {
     c.names
 }
 
+/// Finds the definition the program would have reached without the tracer: the next one after
+/// the tracer in the global scope, else one in any loaded object (local scopes included).
+pub fn find_real(name: &CStr) -> Option<usize> {
+    // SAFETY: RTLD_NEXT and a NUL-terminated name.
+    unsafe { dl::real_dlsym(libc::RTLD_NEXT, name.as_ptr()) }
+        .filter(|&p| !is_ours(p))
+        .or_else(|| find_in_loaded(name, None))
+}
+
 /// Finds `symbol` in an already loaded object other than the tracer, searching each object
 /// through its own handle so that objects in local scopes are found too. With `file_prefix`, only
 /// objects whose file name starts with it are asked.

@@ -9,7 +9,7 @@
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{dl, driver, loaded};
+use super::{driver, loaded};
 
 /// Wrapper copies per hook for pointers handed out by resolvers.
 pub const COPIES: usize = 4;
@@ -46,7 +46,7 @@ impl Slots {
 
     #[cold]
     fn resolve_link(&self, name: &CStr) -> Option<usize> {
-        let p = dl::find_real(name)?;
+        let p = loaded::find_real(name)?;
         driver::note_function(p);
         self.real[LINK].store(p, Ordering::Release);
         Some(p)
