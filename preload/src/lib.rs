@@ -7,14 +7,16 @@
 //! writes the trace. Analysis lives in `vramtrace-collector` and the tools, not here.
 //!
 //! Layout, one job a folder:
-//! - [`hooks`]: one handler per intercepted entry point, by library;
-//! - [`interpose`]: how function pointers are looked up and handed out: the resolvers (`dlsym`,
-//!   `cuGetProcAddress`, ...) that hand out wrappers, and finding real functions, also in local
-//!   scopes;
+//! - [`hooks`]: one handler per intercepted entry point, by library, and on top of them the
+//!   resolvers a program asks for function pointers (`dlsym`, `cuGetProcAddress`, ...), which
+//!   hand out the wrappers (`hooks::closure`);
+//! - [`resolve`]: finding the real functions, also in local scopes, and the slots that keep
+//!   them, below everything that calls one;
 //! - [`capture`]: per-thread state, event building, stacks;
 //! - [`session`]: the process's session: settings, the ring from hooks to the writer, the
 //!   lifecycle (lazy start, fork/exit/exec/signals);
-//! - [`writer`]: the writer thread and the trace's files (creation, segments);
+//! - [`writer`]: the writer thread (causal order, modules, stacks, chunks, rotation);
+//! - [`files`]: the trace's files (creation, segments), below the session and the writer;
 //! - [`monitor`]: the live analysis while the program runs (alerts, metrics), fed by the writer;
 //! - [`self_profile`]: the tracer's own stage timings (`VRAMTRACE_SELF_PROFILE=1`);
 //! - [`setting`], [`tracer_thread`] and [`warn`]: how the tracer reads one setting, starts its
@@ -26,9 +28,10 @@ mod macros;
 
 pub mod capture;
 pub mod ffi;
+pub mod files;
 pub mod hooks;
-pub mod interpose;
 pub mod monitor;
+pub mod resolve;
 pub mod self_profile;
 pub mod session;
 pub mod setting;

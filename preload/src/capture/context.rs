@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::thread;
-use crate::interpose::resolve::driver;
+use crate::resolve::driver;
 
 type GetDevice = unsafe extern "C" fn(*mut i32) -> i32;
 type GetCurrent = unsafe extern "C" fn(*mut u64) -> i32;

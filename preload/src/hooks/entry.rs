@@ -1,8 +1,8 @@
 //! One hook as the resolvers see it: its exact exported name, where its real function is kept,
 //! and which of its copies to hand out for a real pointer. The `hooks!` macro builds one per
-//! hook; the resolvers (`interpose::closure`) look them up by name.
+//! hook; the resolvers (`hooks::closure`) look them up by name.
 
-use crate::interpose::resolve::{driver, loaded, Slots, COPIES};
+use crate::resolve::{driver, loaded, Slots, COPIES};
 
 /// One hook as the resolvers see it.
 pub struct HookEntry {

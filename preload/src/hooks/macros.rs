@@ -24,8 +24,8 @@ macro_rules! hooks {
                 /// The real function's type.
                 pub type Real = unsafe extern "C" fn($($ty),*) -> $ret;
 
-                pub static SLOTS: $crate::interpose::resolve::Slots =
-                    $crate::interpose::resolve::Slots::new();
+                pub static SLOTS: $crate::resolve::Slots =
+                    $crate::resolve::Slots::new();
 
                 const CNAME: &core::ffi::CStr =
                     match core::ffi::CStr::from_bytes_with_nul(
@@ -59,7 +59,7 @@ macro_rules! hooks {
                     /// Has the real function's contract.
                     #[unsafe(no_mangle)]
                     pub unsafe fn $name($($arg: $ty),*) -> $ret
-                        => imp::<{ $crate::interpose::resolve::LINK }>
+                        => imp::<{ $crate::resolve::LINK }>
                 );
 
                 hooks!(@copy copy0, 0, ($($arg: $ty),*) -> $ret);

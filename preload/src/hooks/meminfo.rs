@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::{Call, Order};
 use crate::capture::{clock, context};
-use crate::interpose::resolve::driver;
+use crate::resolve::driver;
 
 const MAX_DEVICES: usize = 64;
 

@@ -58,7 +58,7 @@ unsafe extern "C" {
 pub fn resolve() {
     for &(name, slot) in &TABLE {
         if slot.load(Ordering::Acquire) == 0 {
-            if let Some(f) = crate::interpose::resolve::loaded::find_real(name) {
+            if let Some(f) = crate::resolve::loaded::find_real(name) {
                 slot.store(f, Ordering::Release);
             }
         }
@@ -70,7 +70,7 @@ pub fn resolve() {
 fn real(slot: &AtomicUsize, name: &std::ffi::CStr) -> Option<usize> {
     match slot.load(Ordering::Acquire) {
         0 => {
-            let f = crate::interpose::resolve::loaded::find_real(name)?;
+            let f = crate::resolve::loaded::find_real(name)?;
             slot.store(f, Ordering::Release);
             Some(f)
         }

@@ -8,9 +8,9 @@ use vramtrace_collector::units::count::FRAMES;
 use vramtrace_collector::units::pattern;
 use vramtrace_collector::units::CountRange;
 
+use crate::files::segments::SegmentSettings;
 use crate::monitor::{AlertSettings, MetricsSettings};
 use crate::setting::{count, millis, switch};
-use crate::writer::file::segments::SegmentSettings;
 
 /// Which layers produce events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

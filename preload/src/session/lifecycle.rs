@@ -89,7 +89,7 @@ pub fn install() {
         return;
     }
     process_start();
-    crate::interpose::resolve::dl::init();
+    crate::resolve::dl::init();
     let cfg = config();
     super::announce::loaded(cfg.disabled);
     if cfg.disabled {
@@ -131,7 +131,7 @@ extern "C" fn after_fork_in_child() {
     // SAFETY: getppid has no preconditions.
     let parent = unsafe { libc::getppid() } as u32;
     crate::capture::thread::reset_after_fork();
-    crate::writer::file::trace_file::close_inherited();
+    crate::files::trace_file::close_inherited();
     reset_after_fork(parent);
 }
 

@@ -7,7 +7,7 @@
 //!
 //! The session is below the writer thread (`writer/`) and the live analysis (`monitor/`): both
 //! read it, and it names neither's code. Its settings hold theirs (`monitor::AlertSettings`,
-//! `writer::file::segments::SegmentSettings`, folders that import nothing of the session), and
+//! `files::segments::SegmentSettings`, folders that import nothing of the session), and
 //! the writer thread it starts is handed to [`current`] by whoever asks for the session
 //! (`hooks::session`), so that `session/` and `writer/` do not import each other.
 

@@ -3,7 +3,6 @@
 //! into segments when the trace is bounded (`rotation.rs`).
 
 mod definitions;
-pub mod file;
 pub mod module_tracker;
 mod rotation;
 mod sink;
@@ -18,11 +17,11 @@ use vramtrace_collector::format::{End, Header, Packing, PyStackDef, Record, Stac
 use vramtrace_collector::units::pattern::Naming;
 
 use self::definitions::{Codes, Defined, TraceIds};
-use self::file::segments::Segments;
 use self::module_tracker::ModuleTracker;
 use self::sink::Sink;
 use crate::capture::clock::{self, Calibration};
 use crate::capture::{intern, python};
+use crate::files::segments::Segments;
 use crate::monitor::{AlertSettings, Monitor};
 use crate::self_profile::{self, Stage, WriterTimer};
 use crate::session::lifecycle::Ending;
@@ -113,7 +112,7 @@ struct Writer {
     kept_up_since: Option<Instant>,
     /// The trace's first file as created, and whether an event other than a mark (a GPU call)
     /// was written: a trace of marks alone is removed at the end.
-    first_file: Option<(std::path::PathBuf, file::trace_file::FileId)>,
+    first_file: Option<(std::path::PathBuf, crate::files::trace_file::FileId)>,
     gpu_calls: bool,
 }
 
@@ -522,7 +521,7 @@ impl Writer {
             return;
         };
         if self.sink.path == path.display().to_string()
-            && file::trace_file::remove_if_same(path, *id)
+            && crate::files::trace_file::remove_if_same(path, *id)
         {
             crate::session::announce::trace_removed(path);
         }

@@ -1,4 +1,4 @@
-//! Cutting the trace into segments on the writer thread (`file::segments` keeps the
+//! Cutting the trace into segments on the writer thread (`files::segments` keeps the
 //! settings and the files): the segment being written ends with its `SegmentEnd` record, the
 //! next one is created with the live analysis's snapshot of the live state at its head, and the
 //! oldest segments are deleted while the files would pass the budget. The hooks never wait for

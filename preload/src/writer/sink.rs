@@ -1,5 +1,5 @@
 //! Where the writer's records go: the trace file of the segment being written (created with its
-//! header where no file exists, `file::trace_file`), or nowhere once writing failed —
+//! header where no file exists, `files::trace_file`), or nowhere once writing failed —
 //! the program runs on.
 
 use std::path::{Path, PathBuf};
@@ -8,9 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{Header, Packing, Record, SegmentInfo, TraceWriter};
 
-use super::file::segments::FileId;
-use super::file::trace_file::{CreateError, TraceFile};
 use crate::capture::clock;
+use crate::files::segments::FileId;
+use crate::files::trace_file::{CreateError, TraceFile};
 use crate::self_profile::TimedWrite;
 use crate::session::{announce, Session};
 use crate::warn::warn;

@@ -55,6 +55,26 @@ fn no_import_loops_between_folders() {
     );
 }
 
+/// Nor between the files of one folder: inside each folder, its files and sub-folders (each one
+/// node) import one way only, so a file can be read knowing only those it names. A folder's
+/// `mod.rs` declares the others and is left out: a file that names its own folder's facade, or
+/// is named by it, is not a loop.
+#[test]
+fn no_import_loops_between_files_of_a_folder() {
+    let root = super::repository_root();
+    let mut report = String::new();
+    for krate in CRATES {
+        let graph = Graph::of_crate(&root.join(krate).join("src"));
+        for component in graph.sibling_loops() {
+            writeln!(report, "{krate}: {}", component.join(" ")).unwrap();
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "files of one folder that import each other (move what both need below them):\n{report}"
+    );
+}
+
 /// The scanner itself, on a crate written for it: a loop through `super::`, a use tree, a child
 /// module named without `crate::`, a `$crate::` path in a macro, and a test module's
 /// `use super::*` (which stays inside its file).
@@ -67,7 +87,7 @@ fn the_scanner_finds_a_planted_loop() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     };
-    write("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\n");
+    write("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\nmod e;\n");
     write("a/mod.rs", "mod inner;\npub use inner::X;\n");
     // `a/inner.rs` reaches `b` through a use tree with a comment and a string in the way.
     write(
@@ -80,7 +100,19 @@ fn the_scanner_finds_a_planted_loop() {
         "macro_rules! m { () => { $crate::d::Z } }\n#[cfg(test)]\nmod tests { use super::*; }\n",
     );
     write("d.rs", "pub struct Z;\n");
+    // Inside folder `e/`, two files naming each other, and one naming only the facade.
+    write("e/mod.rs", "mod f;\nmod g;\nmod h;\npub use f::F;\n");
+    write("e/f.rs", "use super::g::G;\npub struct F;\n");
+    write("e/g.rs", "pub struct G;\nfn f() { let _ = super::f::F; }\n");
+    write("e/h.rs", "fn h() { let _ = super::F; }\n");
     let graph = Graph::of_crate(src);
+    assert_eq!(
+        graph.sibling_loops(),
+        vec![
+            vec!["a", "b.rs", "a/inner.rs:1 → b.rs", "b.rs:2 → a/mod.rs"],
+            vec!["e/f.rs", "e/g.rs", "e/f.rs:1 → e/g.rs", "e/g.rs:2 → e/f.rs"],
+        ]
+    );
     assert_eq!(
         graph.loops(),
         vec![vec!["a".to_string(), "b.rs".to_string()]]
@@ -235,42 +267,64 @@ impl Graph {
         out
     }
 
-    /// Strongly connected components of more than one node, each sorted (Tarjan's algorithm).
-    fn loops(&self) -> Vec<Vec<String>> {
-        let edges = self.node_edges();
-        let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (a, b) in edges.keys() {
-            next.entry(a).or_default().push(b);
-            next.entry(b).or_default();
-        }
-        let mut tarjan = Tarjan {
-            next: &next,
-            index: BTreeMap::new(),
-            low: BTreeMap::new(),
-            stack: Vec::new(),
-            on_stack: BTreeSet::new(),
-            counter: 0,
-            components: Vec::new(),
+    /// A file as the path of the unit it is among its siblings: a folder's `mod.rs` (and `x.rs`
+    /// beside a folder `x/`) is the folder; the crate root is the empty path.
+    fn unit(&self, file: &str) -> Vec<String> {
+        let path = Path::new(file);
+        let stem = path.file_stem().unwrap().to_string_lossy();
+        let own_folder = path.with_extension("");
+        let unit = if stem == "mod" {
+            path.parent().unwrap_or(Path::new("")).to_path_buf()
+        } else if file == "lib.rs" || file == "main.rs" {
+            Default::default()
+        } else if (self.modules.values()).any(|m| Path::new(&m.file).starts_with(&own_folder)) {
+            own_folder
+        } else {
+            path.to_path_buf()
         };
-        for node in next.keys() {
-            if !tarjan.index.contains_key(node) {
-                tarjan.visit(node);
-            }
-        }
-        let mut loops: Vec<Vec<String>> = tarjan
-            .components
-            .into_iter()
-            .filter(|c| c.len() > 1)
-            .map(|c| {
-                let mut c: Vec<String> = c.into_iter().map(str::to_string).collect();
-                c.sort();
-                c
-            })
-            .collect();
-        loops.sort();
-        loops
+        unit.to_string_lossy()
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect()
     }
 
+    /// Edges between the files and sub-folders of one folder (`folder/name`), each with one
+    /// import that makes it; an edge to or from a folder's own facade is none.
+    fn sibling_edges(&self) -> BTreeMap<(String, String), String> {
+        let mut out = BTreeMap::new();
+        for ((from, to), line) in &self.edges {
+            let (a, b) = (self.unit(from), self.unit(to));
+            let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            if common == a.len() || common == b.len() {
+                continue;
+            }
+            let folder = a[..common].join("/");
+            let name = |n: &str| format!("{folder}/{n}").trim_start_matches('/').to_string();
+            out.entry((name(&a[common]), name(&b[common])))
+                .or_insert_with(|| format!("{from}:{line} → {to}"));
+        }
+        out
+    }
+
+    /// Loops between the files of a folder, each with the imports that make it.
+    fn sibling_loops(&self) -> Vec<Vec<String>> {
+        let edges = self.sibling_edges();
+        components(&edges)
+            .into_iter()
+            .map(|c| {
+                let how = (edges.iter())
+                    .filter(|((a, b), _)| c.contains(a) && c.contains(b))
+                    .map(|(_, how)| how.clone());
+                c.iter().cloned().chain(how).collect()
+            })
+            .collect()
+    }
+
+    /// Strongly connected components of more than one node, each sorted (Tarjan's algorithm).
+    fn loops(&self) -> Vec<Vec<String>> {
+        components(&self.node_edges())
+    }
     /// The imports (`file:line → file`) that join the nodes of one loop.
     fn edges_within(&self, component: &[String]) -> Vec<String> {
         self.node_edges()
@@ -279,6 +333,42 @@ impl Graph {
             .map(|(_, how)| how)
             .collect()
     }
+}
+
+/// Strongly connected components of more than one node of `edges`, each sorted (Tarjan's
+/// algorithm).
+fn components<V>(edges: &BTreeMap<(String, String), V>) -> Vec<Vec<String>> {
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges.keys() {
+        next.entry(a).or_default().push(b);
+        next.entry(b).or_default();
+    }
+    let mut tarjan = Tarjan {
+        next: &next,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        counter: 0,
+        components: Vec::new(),
+    };
+    for node in next.keys() {
+        if !tarjan.index.contains_key(node) {
+            tarjan.visit(node);
+        }
+    }
+    let mut loops: Vec<Vec<String>> = tarjan
+        .components
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .map(|c| {
+            let mut c: Vec<String> = c.into_iter().map(str::to_string).collect();
+            c.sort();
+            c
+        })
+        .collect();
+    loops.sort();
+    loops
 }
 
 struct Tarjan<'a> {

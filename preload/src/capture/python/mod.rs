@@ -37,7 +37,7 @@ use vramtrace_collector::format::{PyCode, PyFrame};
 use super::intern::PYTHON;
 use super::spin::SpinLock;
 use super::stack::StopAt;
-use crate::interpose::resolve::dl;
+use crate::resolve::dl;
 
 type Obj = *mut c_void;
 

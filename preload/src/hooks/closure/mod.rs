@@ -24,7 +24,7 @@ macro_rules! resolver_handler {
             // SAFETY: `symbol` and `func` are the program's own, as the resolver's contract wants
             // them (null, or a NUL-terminated name and a writable slot).
             unsafe {
-                $crate::interpose::closure::proc_address::wrap_out(
+                $crate::hooks::closure::proc_address::wrap_out(
                     r, $symbol, $func, $version, $flags, $via,
                 )
             };

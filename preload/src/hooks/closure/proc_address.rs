@@ -11,7 +11,7 @@ use libc::{c_char, c_void};
 use vramtrace_collector::format::Lookup;
 
 use super::{hook_for, versions};
-use crate::interpose::resolve::{driver, loaded};
+use crate::resolve::{driver, loaded};
 use crate::session;
 
 type Ptr = *mut c_void;

@@ -11,8 +11,8 @@ use std::ffi::CStr;
 use libc::{c_char, c_void};
 
 use super::hook_for;
-use crate::interpose::resolve::dl::{self, REAL_DLSYM, REAL_DLVSYM};
-use crate::interpose::resolve::{elf, loaded};
+use crate::resolve::dl::{self, REAL_DLSYM, REAL_DLVSYM};
+use crate::resolve::{elf, loaded};
 
 /// `dladdr1` request for the object's `link_map` (glibc's `<dlfcn.h>`).
 const RTLD_DL_LINKMAP: libc::c_int = 2;
