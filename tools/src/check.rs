@@ -4,8 +4,8 @@
 //! The exit code, in order: the program's own when it failed (non-zero, or 128 + the signal that
 //! killed it), since a failing test run must stay a failure and must not be mistaken for a
 //! leak; 2 when vramtrace could not check everything (a bad flag; the tracer not loaded, or
-//! disabled; a program exec'd without it; a process whose trace could not be written; a trace that cannot be read, is cut
-//! short or lost events); 1 when a trace exceeds a limit; 0 otherwise. What was not seen is
+//! disabled; a program exec'd without it; a process whose trace could not be written; a process
+//! the command left running; a trace that cannot be read, is cut short or lost events); 1 when a trace exceeds a limit; 0 otherwise. What was not seen is
 //! never "ok": the run's processes say what became of them (`crate::run`'s status directory).
 //!
 //! The same flag means the same thing in every command: `--max-growth` is a size per step as in
@@ -32,8 +32,9 @@ EXITS WITH:
     the program's own exit code when it failed (128 + N when signal N killed it); else 2 when
     vramtrace could not check everything: a bad flag, the tracer library not loaded or disabled
     (VRAMTRACE_DISABLE), a program exec'd with an environment that no longer preloads it (env -i,
-    sudo), a process whose trace could not be written (a read-only directory), a
-    trace that cannot be read, is cut short or lost events; else 1 when a trace exceeds a limit;
+    sudo), a process whose trace could not be written (a read-only directory), a process still
+    running 5 s after the command exited (its trace is not whole), a trace that cannot be read,
+    is cut short or lost events; else 1 when a trace exceeds a limit;
     else 0 (also for a program that made no GPU memory call). Without --max-growth, growth fails
     when the growth verdict says ALERT (as `vramtrace report` does).
 

@@ -2,6 +2,7 @@
 //! program did, then summarises the traces it wrote.
 
 mod args;
+mod leftover;
 mod python;
 mod signals;
 mod status;
@@ -19,6 +20,7 @@ use vramtrace_collector::units::pattern::{
     unknown_placeholders, DEFAULT, IN_DIRECTORY, PLACEHOLDERS,
 };
 
+use self::leftover::Leftover;
 pub use self::status::Reported;
 use self::status::StatusDir;
 use self::traces::OutputPattern;
@@ -99,6 +101,9 @@ pub struct Ran {
     /// What its processes said became of them (`None`: unknown, no status directory could be
     /// made).
     pub reported: Option<Reported>,
+    /// Processes the command started that were still running after it exited (and a grace
+    /// period): their traces are not whole yet.
+    pub left_running: Vec<Leftover>,
 }
 
 /// Runs `argv` (the program and its arguments) with the tracer preloaded as `args` ask, passing
@@ -179,6 +184,7 @@ pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
         }
     }
 
+    let adopting = leftover::adopt_orphans();
     signals::catch();
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -196,6 +202,10 @@ pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
     // Stop forwarding before the child is reaped, so its pid cannot be reused under us.
     signals::release();
     let status = child.wait().context("waiting for the program")?;
+    let left_running = match adopting {
+        true => leftover::wait_for_leftovers(),
+        false => Vec::new(),
+    };
     drop(bootstrap);
     let reported = status_dir.as_ref().map(StatusDir::read);
     let mut traces = pattern.written_since(&before);
@@ -210,6 +220,7 @@ pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
         exit_code: exit_code(status),
         traces,
         reported,
+        left_running,
     })
 }
 

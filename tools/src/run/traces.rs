@@ -165,8 +165,16 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
 /// What the run's traces do not show, one line per process: those that ran untraced (their
 /// trace could not be written, or tracing was off), and traces that are gone.
 pub fn unseen(ran: &Ran) -> Vec<String> {
+    let left = (!ran.left_running.is_empty()).then(|| {
+        format!(
+            "{} still running after the command exited: what it traces is not whole yet, so what it \
+             holds is not known (wait for it in the command, or check its trace once it \
+             ends: vramtrace report --fail-on growth TRACE)",
+            super::leftover::processes(&ran.left_running)
+        )
+    });
     let Some(r) = &ran.reported else {
-        return Vec::new();
+        return left.into_iter().collect();
     };
     let untraced = r
         .untraced()
@@ -195,7 +203,12 @@ pub fn unseen(ran: &Ran) -> Vec<String> {
             t.display()
         )
     });
-    untraced.chain(disabled).chain(exec).chain(gone).collect()
+    (left.into_iter())
+        .chain(untraced)
+        .chain(disabled)
+        .chain(exec)
+        .chain(gone)
+        .collect()
 }
 
 /// Why a run wrote no trace, when every process it saw ran traced.

@@ -169,6 +169,40 @@ fn a_process_that_ran_untraced_is_never_ok() {
     );
 }
 
+/// A process the command left running is waited for a while: one that ends then is checked, one
+/// still running is not whole and never ok (`sh -c 'train & exit 0'`).
+#[test]
+fn a_process_left_running_is_waited_for_and_never_ok_while_it_runs() {
+    let s = setup();
+    let (sample, _) = write_workload(s.dir.path(), "sample.vtrace");
+    let late = r#"sleep 1; cp "$0" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; echo tracing > "$VRAMTRACE_RUN_STATUS/$$""#;
+    let script = format!("sh -c '{late}' \"$1\" & exit 0");
+    let assert = traced(&s, "check", &script, &[&sample]).success();
+    let err = stderr(&assert);
+    assert!(
+        err.starts_with("vramtrace: the command exited and left pid ")
+            && err.contains("waiting up to 5 s for it")
+            && err.contains("  ok    growth (alert)")
+            && err.contains("ok: 1 trace within the limits"),
+        "{err}"
+    );
+    let assert = traced(&s, "check", "sleep 7 & exit 0", &[]).code(2);
+    let err = stderr(&assert);
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with("error: could not check: pid ")
+            && last.contains(" (sleep) still running after the command exited: "),
+        "{err}"
+    );
+    // `run` says it too.
+    let assert = traced(&s, "run", "sleep 7 & exit 0", &[]).success();
+    let err = stderr(&assert);
+    assert!(
+        err.contains(" (sleep) still running after the command exited: "),
+        "{err}"
+    );
+}
+
 #[test]
 fn disabled_gone_and_cut_traces_are_never_ok() {
     let s = setup();
