@@ -140,6 +140,9 @@ pub struct LineSeries {
     /// The first sample the view's history holds whole, where the trace's samples begin before
     /// it (PyTorch's recorder keeps only its latest actions): growth before it is not seen.
     pub history_from: Option<u64>,
+    /// What the view holds at the end, where it knows more than its last sample (the recorder's
+    /// tensors at exit, after the last step's sample); `None`: the last sample's bytes.
+    pub now_bytes: Option<u64>,
 }
 
 /// Growth of everything live.
@@ -505,7 +508,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         })
         .collect();
     rows.extend(extra.into_iter().map(|l| Row {
-        now_bytes: l.points.last().map_or(0, |p| p.1),
+        now_bytes: (l.now_bytes).unwrap_or_else(|| l.points.last().map_or(0, |p| p.1)),
         site: l.site,
         holder: l.holder,
         view: l.view,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::identity::PythonLine;
-use super::matching::{FilePair, Matching};
+use super::matching::{FilePair, MatchHow, Matching};
 use super::metrics::Measures;
 use super::metrics::{signed, Count, MetricsSides, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
@@ -165,6 +165,12 @@ fn places(sites: &[SiteDiff]) -> Vec<PlaceDiff> {
                 sum(&mut p.row.a, &s.a);
                 sum(&mut p.row.b, &s.b);
                 p.paths += 1;
+                // A place one of whose paths is in both runs is paired as that path is, not
+                // "only in B" after its most changed path.
+                let unpaired = |h: MatchHow| matches!(h, MatchHow::OnlyInA | MatchHow::OnlyInB);
+                if unpaired(p.row.how) && !unpaired(s.how) {
+                    (p.row.how, p.row.guessed) = (s.how, s.guessed);
+                }
             }
             None => {
                 index.insert(key, out.len());

@@ -33,6 +33,8 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
     let mut tensors = TensorHistory::new(snapshot);
     // The device each line's tensors are on (the one holding most of its bytes).
     let mut devices: HashMap<Option<u32>, HashMap<i32, u64>> = HashMap::new();
+    // Each line's tensors still live when the snapshot was taken (at exit, or at an alert).
+    let mut live: HashMap<Option<u32>, u64> = HashMap::new();
     for t in tensors.tensors().to_vec() {
         let line = tensors.line(t.stack);
         *devices
@@ -40,6 +42,9 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
             .or_default()
             .entry(t.device)
             .or_default() += t.size;
+        if t.freed_us.is_none() {
+            *live.entry(line).or_default() += t.size;
+        }
     }
     let series = tensors.series_at_marks();
     // `vramtrace_mark_step` numbers steps from 1; the trace samples the k-th mark at x = k - 1.
@@ -76,6 +81,10 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
                 line: frame.line,
                 function: frame.function.clone(),
             };
+            // Read to (past) the snapshot's last mark, the lines hold at the end what they held
+            // when it was taken, the last step's tensors too; read to an earlier step, its sample.
+            let now_bytes = (applied >= snapshot.step_marks.len() as u64)
+                .then(|| live.get(&l.frame).copied().unwrap_or(0));
             // Samples before the recorder's window miss what lived and died before it.
             let history_from = (series.complete_from > 0)
                 .then(|| xs.get(series.complete_from).copied())
@@ -87,6 +96,7 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
                 holder: Holder::Device { device },
                 view: VIEW,
                 points,
+                now_bytes,
             })
         })
         .collect()

@@ -61,6 +61,8 @@ pub fn long_duration(seconds: f64) -> String {
         s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
         s if s >= 2.0 * 3600.0 => format!("{:.1} h", s / 3600.0),
         s if s >= 120.0 => format!("{:.0} min", s / 60.0),
+        // Under a second: the milliseconds, not "0 s" (a stand-in's loop fills in 6 ms).
+        s if s < 0.9995 => span((s.max(0.0) * 1e9).round() as u64),
         s => format!("{s:.0} s"),
     }
 }
@@ -96,8 +98,15 @@ mod tests {
     fn a_device_full_within_a_step_is_said_so() {
         assert_eq!(
             when_full(Some(0.45), Some(0.03)).as_deref(),
-            Some("under a step (0 s)")
+            Some("under a step (30 ms)")
         );
+        // A loop that fills the device within a second says how soon.
+        assert_eq!(
+            when_full(Some(477.0), Some(0.0062)).as_deref(),
+            Some("477 steps (6.2 ms)")
+        );
+        assert_eq!(long_duration(0.0), "0 s");
+        assert_eq!(long_duration(42.4), "42 s");
         assert_eq!(when_full(Some(1.2), None).as_deref(), Some("1 step"));
         assert_eq!(
             when_full(Some(1930.7), Some(7560.0)).as_deref(),

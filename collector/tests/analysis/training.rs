@@ -338,6 +338,7 @@ fn another_view_s_lines_are_judged_beside_the_driver_s() {
         view: "allocator",
         points,
         history_from: None,
+        now_bytes: None,
     };
     let g = growth_with(&state, &GrowthConfig::default(), vec![line]);
     let steady: Vec<(&str, f64, Option<u64>)> = g

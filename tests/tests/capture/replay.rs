@@ -391,7 +391,7 @@ captest!(replay_times_follow_the_same_rule_as_steps, |dir| {
         &trace.path,
         &["--at", "3600s"],
         &format!(
-            "error: {p}: the trace ends before 3600s after the first event (it has {n} events \
+            "error: {p}: the trace ends before 60 min after the first event (it has {n} events \
              over {lasted}, 0 steps and 1 out-of-memory failures)"
         ),
     );

@@ -366,8 +366,8 @@ fn two_runs(
     let [a, b] = &args.inputs[..] else {
         return Err(anyhow!(
             "diff takes two runs, A and B (traces or directories of traces), or --rank N with \
-             the traces of one job; got {} inputs",
-            args.inputs.len()
+             the traces of one job; got {}",
+            crate::units::count(args.inputs.len() as u64, "input")
         ));
     };
     let (a_paths, b_paths) = (

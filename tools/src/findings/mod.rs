@@ -85,12 +85,12 @@ fn holder_line(h: &HolderGrowth, unit: &str) -> String {
             false => limit,
         };
         match h.steady_growth > t {
-            true => format!(" (above the alert threshold of {limit})"),
+            true => format!(" (above the alert threshold of {limit} {unit})"),
             false if h.alert => format!(
-                " (under the alert threshold of {limit}; it alerts because the device fills \
+                " (under the alert threshold of {limit} {unit}; it alerts because the device fills \
                  within the horizon)"
             ),
-            false => format!(" (alert above {limit})"),
+            false => format!(" (alert above {limit} {unit})"),
         }
     });
     let full = full_in(h).map_or(String::new(), |f| format!("; {f}"));
@@ -337,6 +337,8 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
     // "Dropped" only when events were lost; a trace read before its end (a replay, a cut
     // trace) has no count from the tracer yet, only the gaps seen so far.
     let lost = match (an.lost_events, an.dropped_events) {
+        // What the file lost (a cut or damaged trace) heads the findings: the tracer lost none.
+        (0, Some(_)) if !gaps.is_empty() => "no event lost by the tracer".to_string(),
         (0, Some(_)) => "no event lost".to_string(),
         (0, None) => {
             "no event lost so far (the tracer's count of its losses comes last)".to_string()
@@ -507,8 +509,8 @@ fn steps_line(a: &Analysis) -> String {
                 String::new()
             };
             format!(
-                "{} from the allocation pattern{every}: each begins with the {anchor}; {} of {} recurring kinds repeat every step{weak}",
-                count(s.steps, "step"), p.in_step, p.kinds
+                "{} from the allocation pattern{every}: each begins with the {anchor}; {} repeat every step{weak}",
+                count(s.steps, "step"), recurring(p.in_step, p.kinds)
             )
         }
         _ => "no steps (no step marks, no repeating allocation pattern): sampled per time window"
@@ -775,4 +777,13 @@ fn fragmentation(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<(
         )?;
     }
     Ok(())
+}
+
+/// `the one kind of allocation that recurs`, `3 of the 5 kinds of allocation that recur`.
+fn recurring(repeat: u64, kinds: u64) -> String {
+    match (repeat, kinds) {
+        (1, 1) => "the one kind of allocation that recurs".into(),
+        (r, k) if r == k => format!("all {k} kinds of allocation that recur"),
+        (r, k) => format!("{r} of the {k} kinds of allocation that recur"),
+    }
 }

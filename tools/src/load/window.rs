@@ -179,7 +179,12 @@ impl SegmentFacts {
         from: ReadFrom,
         state: &LiveState,
     ) -> Option<Self> {
-        series.first().info()?;
+        // A trace written without segment facts (an older tracer) has none to give, unless a
+        // window was asked of it: then that it is one file, read whole, must be said.
+        let asked = !matches!(from, ReadFrom::First | ReadFrom::Event(_));
+        if series.first().info().is_none() && !asked {
+            return None;
+        }
         let files = &series.files;
         let restored = state.restored();
         let gone = series.gone();

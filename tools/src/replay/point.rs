@@ -82,7 +82,7 @@ impl fmt::Display for Point {
         match self {
             Point::Step(n) => write!(f, "step {n}"),
             Point::Event(n) => write!(f, "event {n}"),
-            Point::Time(ns) => write!(f, "{}s after the first event", *ns as f64 / 1e9),
+            Point::Time(ns) => write!(f, "{} after the first event", crate::units::duration(*ns)),
             Point::Peak => write!(f, "peak"),
             Point::Oom(n) => write!(f, "out-of-memory failure {n}"),
             Point::End => write!(f, "end"),

@@ -135,6 +135,9 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
              record)"
                 .to_string(),
         )
+    } else if tracer.dropped == 0 && unread.ranges_total > 0 {
+        // The unread bytes' events are the file's loss, not the tracer's.
+        ("lost", "no event dropped by the tracer".to_string())
     } else if tracer.dropped == 0 {
         ("lost", "no event".to_string())
     } else {

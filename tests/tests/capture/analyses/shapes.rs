@@ -102,7 +102,7 @@ captest!(wl_shapes_an_inner_loop_is_inside_the_step, |dir| {
         report.contains("steps          20 steps from the allocation pattern"),
         "{report}"
     );
-    assert!(report.contains("14 of 14 recurring kinds repeat every step"));
+    assert!(report.contains("all 14 kinds of allocation that recur repeat every step"));
 });
 
 // A communicator every 5 steps (steps 1, 6, ... 26), never destroyed: a staircase, growing at
