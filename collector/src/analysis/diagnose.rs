@@ -265,7 +265,15 @@ fn teardown_only(
     at_end: bool,
     named: &[SiteName],
 ) -> Option<Finding> {
-    let growing = |s: &SiteName| growth.steady.iter().any(|g| g.site.place == s.place);
+    // What grows, in any view: a place of a steady row, or its Python line (the recorder's row
+    // of a line and the driver's segments asked for there are one cause, not a leak and a
+    // teardown).
+    let same_line = |a: &SiteName, b: &SiteName| {
+        (a.source.as_ref()).is_some_and(|x| b.source.as_ref().is_some_and(|y| x.same_line(y)))
+    };
+    let growing = |s: &SiteName| {
+        (growth.steady.iter()).any(|g| g.site.place == s.place || same_line(&g.site, s))
+    };
     let held: Vec<_> = leaks
         .sites
         .iter()

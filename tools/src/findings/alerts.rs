@@ -2,7 +2,7 @@
 //! it, and what the whole run's diagnosis says of it where it says otherwise.
 
 use vramtrace_collector::analysis::{Analysis, FindingClass, RaisedAlert, SiteName};
-use vramtrace_collector::live::Holder;
+use vramtrace_collector::live::{Holder, SampleAxis};
 use vramtrace_collector::units::{base_name, when_full};
 
 use super::site_label;
@@ -59,6 +59,18 @@ pub(super) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
     let Some(finding) = growth else {
         return "; not confirmed: the whole run shows no steady growth there".to_string();
     };
+    // Raised before the growth the run shows began (a start-up's rise, say): not that growth.
+    let began = finding
+        .evidence
+        .growth_from
+        .filter(|_| a.growth.axis == SampleAxis::Steps);
+    if let Some(step) = began.filter(|&step| raised.alert.step < step) {
+        let place = finding.site.as_ref().map_or("?".to_string(), site_label);
+        return format!(
+            "; not confirmed: it came before the steady growth the whole run shows, from step \
+             {step} at {place}"
+        );
+    }
     match &finding.site {
         Some(site) if !names_place(raised, site) => {
             format!(

@@ -376,13 +376,15 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
         .and_then(full_in)
         .map_or(String::new(), |f| format!("; {f}"));
     let on_holder = causes.iter().filter(|f| f.holder == Some(holder)).count();
+    // The time to full is the holder's, at its own rate: where that is not the cause's, say it.
+    let (rate, in_all) = (
+        signed_bytes(top.evidence.rate.unwrap_or(0.0)),
+        signed_bytes(h.map_or(0.0, |h| h.steady_growth)),
+    );
     let others = match on_holder {
-        1 => String::new(),
-        n => format!(
-            " ({n} causes on {}, {} {unit} in all)",
-            holder.name(),
-            signed_bytes(h.map_or(0.0, |h| h.steady_growth))
-        ),
+        1 if rate == in_all || full.is_empty() => String::new(),
+        1 => format!(" ({} grows {in_all} {unit} in all)", holder.name()),
+        n => format!(" ({n} causes on {}, {in_all} {unit} in all)", holder.name()),
     };
     let what = if top.severity == Severity::Alert {
         format!("STEADY GROWTH on {}", holder.name())
@@ -393,10 +395,7 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
         )
     };
     let place = top.site.as_ref().map_or("?".to_string(), site_label);
-    format!(
-        "{what}: {} {unit} at {place}{others}{full}",
-        signed_bytes(top.evidence.rate.unwrap_or(0.0)),
-    )
+    format!("{what}: {rate} {unit} at {place}{others}{full}")
 }
 
 /// PyTorch's cache on one device in words: what it reserved and what its tensors use, and of

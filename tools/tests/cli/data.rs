@@ -533,8 +533,8 @@ fn an_existing_output_is_replaced_only_when_asked() {
     assert_eq!(
         err,
         format!(
-            "error: {}: the directory exists and is not empty; give a new one, or --force to \
-             replace it\n",
+            "error: {}: the directory exists and is not empty; give a new one (it holds more than \
+             an earlier dataset, which is all --force replaces)\n",
             out.display()
         )
     );

@@ -126,11 +126,18 @@ impl Staged {
         } else {
             match existing {
                 Existing::Directory => {
+                    // --force replaces an earlier dataset only: offered where it would act.
+                    let what = match not_a_dataset(target) {
+                        Ok(()) => "give a new one, or --force to replace it",
+                        Err(_) => {
+                            "give a new one (it holds more than an earlier dataset, which is all \
+                             --force replaces)"
+                        }
+                    };
                     return Err(anyhow!(
-                        "{}: the directory exists and is not empty; give a new one, or --force \
-                         to replace it",
+                        "{}: the directory exists and is not empty; {what}",
                         target.display()
-                    ))
+                    ));
                 }
                 Existing::Other => {
                     return Err(anyhow!(
