@@ -129,6 +129,20 @@ impl Reason {
             Reason::Horizon => "horizon",
         }
     }
+
+    /// Why alert `a` was raised, in the words its stderr line and the report both give:
+    /// `above the threshold of 1.0 MiB per step`, `full within the horizon`.
+    pub fn words(a: &crate::format::Alert) -> String {
+        if a.reason == Reason::Growth.name() {
+            format!(
+                "above the threshold of {} per {}",
+                crate::units::bytes(a.threshold),
+                a.unit
+            )
+        } else {
+            "full within the horizon".to_string()
+        }
+    }
 }
 
 /// One device at one judgement.

@@ -225,15 +225,7 @@ fn dladdr_parts(address: u64) -> (String, String) {
 
 /// The warning line.
 pub fn line(a: &Alert) -> String {
-    let why = if a.reason == Reason::Growth.name() {
-        format!(
-            "above the threshold of {} per {}",
-            bytes(a.threshold),
-            a.unit
-        )
-    } else {
-        "full within the horizon".to_string()
-    };
+    let why = Reason::words(a);
     let place = if a.place.is_empty() {
         "an unknown place"
     } else {

@@ -1,7 +1,7 @@
 //! The live alerts a trace carries, as the report says them: each as the program's stderr said
 //! it, and what the whole run's diagnosis says of it where it says otherwise.
 
-use vramtrace_collector::analysis::{Analysis, FindingClass, RaisedAlert, SiteName};
+use vramtrace_collector::analysis::{Analysis, FindingClass, RaisedAlert, Reason, SiteName};
 use vramtrace_collector::live::{Holder, SampleAxis};
 use vramtrace_collector::units::{base_name, when_full};
 
@@ -41,7 +41,7 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
         a.step,
         a.device,
         signed_bytes(a.rate as f64),
-        a.reason
+        Reason::words(a)
     )
 }
 
