@@ -18,13 +18,20 @@ pub fn render(
 ) -> io::Result<()> {
     writeln!(out, "vramtrace replay: {}", r.trace)?;
     let at = &r.at;
+    // Events are numbered from 1: a moment before the first (step 0 of a trace whose first
+    // event begins step 1) is said so, not "after event 0".
+    let moment = match at.event {
+        0 => "before the first event".to_string(),
+        n => format!(
+            "after event {n} (seq {}, {} after the first event)",
+            at.seq,
+            duration(at.since_first_ns)
+        ),
+    };
     writeln!(
         out,
-        "  at        {}: after event {} (seq {}, {} after the first event), {} begun",
+        "  at        {}: {moment}, {} begun",
         at.point,
-        at.event,
-        at.seq,
-        duration(at.since_first_ns),
         count(at.step, "step")
     )?;
     writeln!(

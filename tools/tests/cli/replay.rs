@@ -41,6 +41,13 @@ fn a_mid_run_replay_is_titled_by_its_moment() {
         text.contains("\nLive after event 4 by call site (2 of 2)\n"),
         "{text}"
     );
+    // Step 0 of a trace whose first event is a step's: before any event, not "after event 0"
+    // (events count from 1).
+    let text = replay_text(&path, &["--at", "step 0"]);
+    assert!(
+        text.contains("\n  at        step 0: before the first event, 0 steps begun\n"),
+        "{text}"
+    );
 }
 
 // One place, one name: in the demo's replay, places that read the same in a table (NCCL's
