@@ -23,7 +23,7 @@ pub fn adopt_orphans() -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leftover {
     pub pid: u32,
-    /// Its command name (`/proc/PID/comm`).
+    /// Its command name (as `/proc/PID/stat` gives it).
     pub name: String,
 }
 
@@ -39,8 +39,9 @@ pub fn wait_for_leftovers() -> Vec<Leftover> {
             return left;
         }
         if !said {
+            let them = if left.len() == 1 { "it" } else { "them" };
             eprintln!(
-                "vramtrace: the command exited and left {} running; waiting up to {} s for it",
+                "vramtrace: the command exited and left {} running; waiting up to {} s for {them}",
                 processes(&left),
                 GRACE.as_secs()
             );
@@ -50,7 +51,7 @@ pub fn wait_for_leftovers() -> Vec<Leftover> {
     }
 }
 
-/// `pid 42 (python3)`, `2 processes (pid 42 python3, pid 43 sh)`.
+/// `pid 42 (python3)`, `2 processes: pid 42 (python3), pid 43 (sh)`.
 pub fn processes(left: &[Leftover]) -> String {
     let one = |l: &Leftover| format!("pid {} ({})", l.pid, l.name);
     match left {
