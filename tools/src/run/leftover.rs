@@ -6,7 +6,8 @@
 //! `run` makes itself the subreaper of what it starts (`PR_SET_CHILD_SUBREAPER`): a process
 //! whose parent exits is handed to `run` rather than to init, so after the command exits every
 //! process it started that is still alive is a child of `run`. They are given a short while to
-//! finish (a logger's or a data loader's process lingers for a moment), then named.
+//! finish (a logger's or a data loader's process lingers for a moment), then named; a run stopped
+//! by SIGINT or SIGTERM names them at once.
 
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,13 @@ pub fn wait_for_leftovers() -> Vec<Leftover> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The processes the command left that are still running, now, without waiting (a run that was
+/// asked to stop does not linger for them).
+pub fn still_running() -> Vec<Leftover> {
+    reap_ended();
+    children()
 }
 
 /// `pid 42 (python3)`, `2 processes: pid 42 (python3), pid 43 (sh)`.

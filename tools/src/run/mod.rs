@@ -202,7 +202,9 @@ pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
     // Stop forwarding before the child is reaped, so its pid cannot be reused under us.
     signals::release();
     let status = child.wait().context("waiting for the program")?;
+    // Stopped by a signal, the run does not wait for what the program left behind.
     let left_running = match adopting {
+        true if signals::received() => leftover::still_running(),
         true => leftover::wait_for_leftovers(),
         false => Vec::new(),
     };

@@ -5,18 +5,22 @@
 //! child included; forwarding it again would deliver it twice. Only signals sent to vramtrace
 //! alone (`kill`, a job scheduler) are forwarded.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The child's pid, 0 before it is started.
 static CHILD: AtomicI32 = AtomicI32::new(0);
 /// A signal that arrived before the child existed, to deliver once it does.
 static PENDING: AtomicI32 = AtomicI32::new(0);
+/// Whether one of the signals arrived at all (forwarded or typed at the terminal): the run was
+/// asked to stop, and nothing it left is waited for.
+static RECEIVED: AtomicBool = AtomicBool::new(false);
 
 const FORWARDED: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t to a handler installed with SA_SIGINFO.
     let code = unsafe { (*info).si_code };
+    RECEIVED.store(true, Ordering::SeqCst);
     if code == libc::SI_KERNEL {
         // From the terminal driver: the child's process group received it too.
         return;
@@ -61,6 +65,11 @@ pub fn forward_to(pid: u32) {
         // SAFETY: plain syscall on the child this process started.
         unsafe { libc::kill(pid, pending) };
     }
+}
+
+/// Whether SIGINT or SIGTERM reached vramtrace while it ran the program.
+pub fn received() -> bool {
+    RECEIVED.load(Ordering::SeqCst)
 }
 
 /// Stops forwarding: once the child is gone, Ctrl-C should stop vramtrace itself again.
