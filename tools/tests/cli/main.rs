@@ -15,6 +15,7 @@ mod replay;
 mod report;
 mod run;
 mod runs;
+mod said_once;
 mod segments;
 mod support;
 mod symbols;
