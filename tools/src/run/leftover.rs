@@ -9,6 +9,7 @@
 //! finish (a logger's or a data loader's process lingers for a moment), then named; a run stopped
 //! by SIGINT or SIGTERM names them at once.
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// How long processes left running are waited for after the command exits.
@@ -41,11 +42,14 @@ pub fn wait_for_leftovers() -> Vec<Leftover> {
         }
         if !said {
             let them = if left.len() == 1 { "it" } else { "them" };
-            eprintln!(
-                "vramtrace: the command exited and left {} running; waiting up to {} s for {them}",
+            // One write: the processes still running write to the same stderr, and a line
+            // written in pieces can be cut by theirs.
+            let line = format!(
+                "vramtrace: the command exited and left {} running; waiting up to {} s for {them}\n",
                 processes(&left),
                 GRACE.as_secs()
             );
+            let _ = std::io::stderr().write_all(line.as_bytes());
             said = true;
         }
         std::thread::sleep(Duration::from_millis(50));
