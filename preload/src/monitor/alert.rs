@@ -256,10 +256,13 @@ pub fn line(a: &Alert) -> String {
             bytes(a.live_bytes)
         )
     };
-    let full = when_full(
-        a.steps_to_full.map(|n| n as f64),
-        a.seconds_to_full.map(|t| t as f64),
-    );
+    // The time of its steps at the step time it judged with, not the record's whole seconds:
+    // a run short of a second from full says how short.
+    let seconds = match a.steps_to_full {
+        Some(n) if a.unit == "step" && a.unit_ns > 0 => Some(n as f64 * a.unit_ns as f64 / 1e9),
+        _ => a.seconds_to_full.map(|t| t as f64),
+    };
+    let full = when_full(a.steps_to_full.map(|n| n as f64), seconds);
     if let Some(when) = full {
         s.push_str(&format!(", full in {when}"));
     }

@@ -41,6 +41,16 @@ captest!(
         ["vramtrace: ALERT at step 11: device 0 grows steadily, +1.0 MiB per step at main at \
           wl_alert.c:91 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 MiB live, full in 1,012 steps"]
     );
+        // The stand-in's steps take microseconds: the time to full is in a unit that shows it,
+        // never "0 s".
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("vramtrace: ALERT"))
+            .unwrap();
+        assert!(
+            line.contains(" steps (") && !line.contains("(0 s)"),
+            "{line}"
+        );
         assert!(run.stdout().contains("no SIGUSR1\n"), "{}", run.stdout());
         let trace = run.single_trace();
         let alerts = trace.state.alerts();
