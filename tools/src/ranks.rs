@@ -155,5 +155,25 @@ pub fn render(out: &mut impl Write, rows: &[RankRow]) -> io::Result<()> {
         ]);
     }
     let title = format!("Ranks ({} traces): {}", rows.len(), headline(rows));
-    emit(out, &title, &t)
+    emit(out, &title, &t)?;
+    writeln!(
+        out,
+        "  {}",
+        distance_means(rows.first().map(|r| r.growth_unit.name()))
+    )
+}
+
+/// What the distance column is.
+fn distance_means(unit: Option<&str>) -> String {
+    use vramtrace_collector::compare::{FAILURES_FLOOR, GROWTH_FLOOR, MEMORY_FLOOR, ODD_DISTANCE};
+    format!(
+        "distance: the largest gap between a trace's number and the traces' median, in units \
+         of the median (or of {}, {} per {} or {} failed call, where the median is less); {:.2} \
+         or more differs",
+        bytes(MEMORY_FLOOR as u64),
+        bytes(GROWTH_FLOOR as u64),
+        unit.unwrap_or("step"),
+        FAILURES_FLOOR,
+        ODD_DISTANCE
+    )
 }

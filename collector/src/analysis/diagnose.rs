@@ -283,21 +283,24 @@ fn teardown_only(
     // its largest when every one is.
     let other = |s: &&&LeakSite| !named.iter().any(|n| n.place == s.site.place);
     let top = (held.iter().find(other).or(held.first())).filter(|_| at_end)?;
-    let places = if held.len() == 1 { "place" } else { "places" };
+    // The evidence counts every place held; the finding names one of them, and says which.
+    let (at, which) = match held.len() {
+        1 => (String::new(), ""),
+        n if std::ptr::eq(*top, held[0]) => (
+            format!(" at {n} places"),
+            "; named by the one that holds the most",
+        ),
+        n => (
+            format!(" at {n} places"),
+            "; named by the one holding the most that no other finding names",
+        ),
+    };
     Some(Finding {
         class: FindingClass::TeardownOnly,
         severity: Severity::Note,
         holder: None,
         site: Some(top.site.clone()),
-        cause: format!(
-            "held until exit at {} {places} without growing during training ({})",
-            held.len(),
-            if std::ptr::eq(*top, held[0]) {
-                "largest here"
-            } else {
-                "here the largest that no other finding names"
-            }
-        ),
+        cause: format!("held until exit{at} without growing during training{which}"),
         fix: "none needed: the process's exit releases it; free it first only if the process \
               lives on"
             .to_string(),

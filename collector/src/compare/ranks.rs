@@ -90,19 +90,23 @@ pub struct RankRow {
     pub odd: bool,
 }
 
-const MIB: f64 = (1u64 << 20) as f64;
+/// The least denominators of a distance: bytes (live, peak, orphaned), bytes per unit of
+/// growth, and failed calls.
+pub const MEMORY_FLOOR: f64 = (1u64 << 20) as f64;
+pub const GROWTH_FLOOR: f64 = 64.0 * 1024.0;
+pub const FAILURES_FLOOR: f64 = 1.0;
 
 /// The numbers compared: name, value, and the floor of the denominator.
 fn measures(r: &RankInput, growth: bool) -> Vec<(&'static str, f64, f64)> {
     let t = &r.totals.metrics;
     let mut m = vec![
-        ("live_bytes", t.live_bytes as f64, MIB),
-        ("peak_bytes", t.peak_bytes as f64, MIB),
-        ("orphan_bytes", t.orphan_bytes as f64, MIB),
-        ("failures", t.failures as f64, 1.0),
+        ("live_bytes", t.live_bytes as f64, MEMORY_FLOOR),
+        ("peak_bytes", t.peak_bytes as f64, MEMORY_FLOOR),
+        ("orphan_bytes", t.orphan_bytes as f64, MEMORY_FLOOR),
+        ("failures", t.failures as f64, FAILURES_FLOOR),
     ];
     if growth {
-        m.insert(2, ("growth", r.growth(), 64.0 * 1024.0));
+        m.insert(2, ("growth", r.growth(), GROWTH_FLOOR));
     }
     m
 }

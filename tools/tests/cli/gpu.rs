@@ -463,6 +463,18 @@ fn the_report_of_four_ranks_is_one_page() {
     let full: Vec<&str> = shown.lines().filter(|l| l.starts_with("════ ")).collect();
     assert_eq!(full.len(), 1, "{shown}");
     assert!(full[0].starts_with("════ rank 2 ("));
+    // Rank 2's distance, +8.0 MiB per step against a median of none, is in 64 KiB per step,
+    // and the column says so under the table.
+    let row = shown.lines().find(|l| l.starts_with(" 1      2 ")).unwrap();
+    assert!(row.contains("   128.00   growth "), "{row}");
+    assert!(
+        shown.contains(
+            "\n  distance: the largest gap between a trace's number and the traces' median, in \
+             units of the median (or of 1.0 MiB, 64.0 KiB per step or 1 failed call, where the \
+             median is less); 0.50 or more differs\n"
+        ),
+        "{shown}"
+    );
     let (_, rest) = shown
         .split_once(
             "\nThe other traces, like the median: one line each (--all prints every report)\n",
