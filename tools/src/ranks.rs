@@ -42,6 +42,7 @@ pub fn rank_input(run: &Run, analysis: &Analysis) -> RankInput {
         totals: RunTotals::of(&t.state, analysis, &run.tally),
         first_cause,
         findings,
+        gaps: t.gaps(),
     }
 }
 
@@ -73,8 +74,22 @@ fn metric_name(metric: &str) -> &str {
     }
 }
 
-/// The headline: which trace differs most from the others, and in what.
+/// The headline: which trace differs most from the others, and in what; then each trace that
+/// does not hold its whole run (its numbers are what could be read).
 pub fn headline(rows: &[RankRow]) -> String {
+    let mut line = differs_most(rows);
+    for r in rows.iter().filter(|r| !r.gaps.is_empty()) {
+        line.push_str(&format!(
+            "; NOT WHOLE: {}'s trace {}",
+            who(r.rank, r.pid),
+            r.gaps.join(", and ")
+        ));
+    }
+    line
+}
+
+/// Which trace differs most from the others, and in what.
+fn differs_most(rows: &[RankRow]) -> String {
     match rows.first() {
         Some(r) if r.distance > 0.0 => {
             let metric = r.differs_in.unwrap_or("live_bytes");
@@ -99,6 +114,8 @@ pub fn headline(rows: &[RankRow]) -> String {
 fn differs(r: &RankRow) -> String {
     if !r.odd {
         String::new()
+    } else if !r.gaps.is_empty() {
+        "not whole".to_string()
     } else if r.distance >= vramtrace_collector::compare::ODD_DISTANCE {
         metric_name(r.differs_in.unwrap_or("live_bytes")).to_string()
     } else {

@@ -44,6 +44,9 @@ pub struct RankInput {
     pub first_cause: Option<RankCause>,
     /// Its findings worth attention (alerts and warnings), each named by its class and place.
     pub findings: Vec<String>,
+    /// What keeps the trace from holding its whole run (`is cut short (…)`), one phrase each:
+    /// its numbers are those of what could be read.
+    pub gaps: Vec<String>,
 }
 
 impl RankInput {
@@ -85,8 +88,10 @@ pub struct RankRow {
     pub median: f64,
     /// Findings (alerts and warnings) that fewer than half of the other traces have.
     pub own_findings: Vec<String>,
-    /// Whether the trace differs from the others: a distance of at least [`ODD_DISTANCE`], or
-    /// a finding of its own.
+    /// What keeps the trace from holding its whole run, one phrase each (empty: whole).
+    pub gaps: Vec<String>,
+    /// Whether the trace differs from the others or cannot be compared whole: a distance of at
+    /// least [`ODD_DISTANCE`], a finding of its own, or a gap.
     pub odd: bool,
 }
 
@@ -169,8 +174,9 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
                 differs_in: worst.map(|w| w.0),
                 value: worst.map_or(0.0, |w| w.2),
                 median: worst.map_or(0.0, |w| w.3),
-                odd: distance >= ODD_DISTANCE || !own_findings.is_empty(),
+                odd: distance >= ODD_DISTANCE || !own_findings.is_empty() || !t.gaps.is_empty(),
                 own_findings,
+                gaps: t.gaps.clone(),
             }
         })
         .collect();
@@ -207,6 +213,7 @@ mod tests {
             },
             first_cause: None,
             findings: Vec::new(),
+            gaps: Vec::new(),
         }
     }
 

@@ -496,6 +496,53 @@ fn the_report_of_four_ranks_is_one_page() {
     assert!(!json.contains("-0.0"), "{json}");
 }
 
+// Rank 1's trace cut short (its first 50,000 bytes): its numbers look like the others', so the
+// table must say it is not whole, in the headline and its row, and print its report in full.
+#[test]
+fn a_rank_whose_trace_is_cut_is_not_whole_in_the_rank_table() {
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(ranks_dir()).unwrap() {
+        let e = e.unwrap();
+        let mut bytes = std::fs::read(e.path()).unwrap();
+        if e.file_name() == "traced-rank1-2010.vtrace" {
+            bytes.truncate(50_000);
+        }
+        std::fs::write(dir.path().join(e.file_name()), bytes).unwrap();
+    }
+    let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let headline = shown
+        .lines()
+        .find(|l| l.starts_with("Ranks (4 traces): "))
+        .unwrap();
+    assert!(
+        headline.contains(" against a median of +0 B per step; NOT WHOLE: rank 1's trace is cut short (truncated: "),
+        "{headline}"
+    );
+    let row = shown.lines().find(|l| l.starts_with(" 3      1 ")).unwrap();
+    assert!(row.contains("   0.00   not whole "), "{row}");
+    assert!(shown.contains("\n════ rank 1 ("), "{shown}");
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ranks = doc["ranks"].as_array().unwrap();
+    let one = ranks.iter().find(|r| r["rank"] == 1).unwrap();
+    assert_eq!(one["odd"], true);
+    let gaps = one["gaps"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert!(gaps[0]
+        .as_str()
+        .unwrap()
+        .starts_with("is cut short (truncated: "));
+    assert!(ranks
+        .iter()
+        .filter(|r| r["rank"] != 1)
+        .all(|r| r["gaps"] == serde_json::json!([])));
+}
+
 // A run with step marks against one whose steps are a repeating allocation: the verdict stands,
 // and a note says the per-step figures count different things (gpt_leaky's pattern step spans
 // eight optimizer steps: +128 MiB "per step" for 16 MiB per marked step). Runs that count steps
