@@ -196,6 +196,8 @@ mod tests {
     use super::*;
     use crate::compare::SiteMetrics;
 
+    const MIB: f64 = MEMORY_FLOOR;
+
     fn trace(rank: i32, live_mib: u64) -> RankInput {
         RankInput {
             path: format!("r{rank}.vtrace"),

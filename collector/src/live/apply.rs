@@ -50,11 +50,13 @@ impl LiveState {
                     // Its step as this reading counts marked steps (the one rule every output
                     // applies), where the tracer counted a loop's iterations before the
                     // optimizer's step marks as steps too; a pattern's steps as the tracer
-                    // numbered them (as the report does, from the whole trace).
-                    let mut a = (**a).clone();
-                    if self.marks > 0 || self.iteration_steps > 0 {
-                        a.step = self.steps;
-                    }
+                    // numbered them (as the report does, from the whole trace). Which one is
+                    // known only at the end: marks among events lost before it were not counted
+                    // here ([`LiveState::alerts`]).
+                    let counted =
+                        (self.marks > 0 || self.iteration_steps > 0).then_some(self.steps);
+                    self.notes.alert_steps.push(counted);
+                    let a = (**a).clone();
                     self.notes.alerts.push(a);
                 }
             }

@@ -238,9 +238,19 @@ impl LiveState {
     }
 
     /// Alerts the tracer raised while the program ran, in order (the first
-    /// [`MAX_TRACER_NOTES`](super::MAX_TRACER_NOTES)).
-    pub fn alerts(&self) -> &[crate::format::Alert] {
-        &self.notes.alerts
+    /// [`MAX_TRACER_NOTES`](super::MAX_TRACER_NOTES)), each at its step as this reading counts
+    /// steps; as the tracer counted them where events before it were lost (their marks were not
+    /// counted here) or the steps are a pattern's.
+    pub fn alerts(&self) -> Vec<crate::format::Alert> {
+        (self.notes.alerts.iter().zip(&self.notes.alert_steps))
+            .map(|(a, &counted)| {
+                let lost_before = self.losses.between(0, a.after_seq.saturating_add(1));
+                match counted {
+                    Some(step) if !lost_before => crate::format::Alert { step, ..a.clone() },
+                    _ => a.clone(),
+                }
+            })
+            .collect()
     }
 
     /// Alerts raised in all.

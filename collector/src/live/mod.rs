@@ -121,6 +121,9 @@ struct TracerNotes {
     warnings_total: u64,
     /// Alerts the tracer raised while the program ran (the first [`MAX_TRACER_NOTES`]).
     alerts: Vec<crate::format::Alert>,
+    /// Per alert kept, the steps this reading had counted when it came, where it counts marks
+    /// or iterations.
+    alert_steps: Vec<Option<u64>>,
     alerts_total: u64,
 }
 

@@ -285,7 +285,7 @@ fn alerts_read_back_between_events() {
     assert_eq!(r.by_ref().collect::<Vec<_>>(), records);
     let mut state = vramtrace_collector::live::LiveState::new();
     state.replay(&mut TraceReader::new(&bytes[..]).unwrap());
-    assert_eq!((state.alerts(), state.alerts_total()), (&[alert][..], 1));
+    assert_eq!((state.alerts(), state.alerts_total()), (vec![alert], 1));
 }
 
 /// A payload of several pieces goes through a trace file, between events, and comes back

@@ -275,10 +275,22 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
     };
     lines.push(line("out of memory", oom));
     let l = &a.leaks;
+    // What a lost event may have freed is not among them, but it is live in the trace: said
+    // here, so that this line and the live set's tables add up.
+    let u = &l.uncertain;
+    let doubtful = match u.count() {
+        0 => String::new(),
+        n => format!(
+            "; besides, {} device and {} host in {} a lost event may have freed",
+            bytes(u.device.bytes),
+            bytes(u.host.bytes),
+            count(n, "object")
+        ),
+    };
     lines.push(line(
         "live",
         format!(
-            "{when}: {} device in {}, {} host in {}, {}, at {}",
+            "{when}: {} device in {}, {} host in {}, {}, at {}{doubtful}",
             bytes(l.device.bytes),
             count(l.device.count, "object"),
             bytes(l.host.bytes),

@@ -81,10 +81,22 @@ impl LoadedTrace {
                 crate::units::bytes(unread)
             ));
         }
+        // A number is missing for an event the tracer dropped, and for one in a part of the file
+        // that could not be read: the tracer's counters say how many were its own.
         let lost = self.state.lost_events();
         if lost > 0 {
             let events = crate::units::count(lost, "event");
-            gaps.push(format!("is missing {events} the tracer lost"));
+            let dropped = (self.state.stats()).map_or(0, |s| s.dropped + s.late);
+            gaps.push(match (unread > 0, dropped.min(lost)) {
+                (false, _) => format!("is missing {events} the tracer lost"),
+                (true, 0) => format!("is missing {events}, in what could not be read"),
+                (true, d) if d == lost => format!("is missing {events} the tracer lost"),
+                (true, d) => format!(
+                    "is missing {events} ({} the tracer lost, the others in what could not be \
+                     read)",
+                    vramtrace_collector::units::grouped(d)
+                ),
+            });
         }
         gaps
     }

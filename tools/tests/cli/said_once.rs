@@ -119,3 +119,44 @@ fn a_cut_trace_and_a_window_on_one_file_say_what_they_are() {
         "{text}"
     );
 }
+
+/// leak_slow's H100 trace with 64 bytes overwritten at offset 20,000: the chunks from there on
+/// fail their checksum, and 117 events are missing. The missing events are the damage's (the
+/// tracer dropped none); the live line adds up to the live set with what they may have freed
+/// (it said 0 B beside "334.3 MiB now"); the alert keeps the tracer's step (it was put at step
+/// 148, the steps read before it, where the run had 200).
+#[test]
+fn a_damaged_trace_says_what_it_misses_and_what_it_may_have_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = std::fs::read(fixture("h100/leak_slow-run.vtrace")).unwrap();
+    bytes[20_000..20_064].fill(0xff);
+    let damaged = dir.path().join("damaged.vtrace");
+    std::fs::write(&damaged, bytes).unwrap();
+    let text = report(&damaged, &[]);
+    let line = |name: &str| {
+        let start = format!("  {name:<14} ");
+        text.lines()
+            .find(|l| l.starts_with(&start))
+            .unwrap_or_else(|| panic!("no {name} line: {text}"))
+            .to_string()
+    };
+    assert!(
+        line("trace").ends_with(
+            "and is missing 117 events, in what could not be read; what follows covers only \
+             what could be read"
+        ),
+        "{text}"
+    );
+    assert!(
+        line("live").ends_with(
+            "at 0 call sites; besides, 334.3 MiB device and 0 B host in 52 objects a lost event \
+             may have freed"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("LIVE AT THE END\n  device memory  334.3 MiB in 52 objects\n"));
+    assert!(
+        line("alerted").starts_with("  alerted        while running, at step 201: "),
+        "{text}"
+    );
+}
