@@ -24,7 +24,6 @@ pub fn rank_input(run: &Run, analysis: &Analysis) -> RankInput {
         .map(|f| RankCause {
             site: f.site.as_ref().map_or_else(String::new, site_label),
             rate: per_unit(f.evidence.rate.unwrap_or(0.0)),
-            framework_view: f.evidence.view.is_some_and(|v| v != "driver"),
         });
     let findings = (diagnosis.iter())
         .filter(|f| f.severity != Severity::Note)
@@ -94,12 +93,15 @@ fn differs_most(rows: &[RankRow]) -> String {
         Some(r) if r.distance > 0.0 => {
             let metric = r.differs_in.unwrap_or("live_bytes");
             let unit = r.growth_unit.name();
-            let at = match (&r.growth_at, metric) {
-                (Some(site), "growth") if !site.is_empty() => format!(" at {site}"),
+            // Growth: its devices' in all, then what causes it, as the report's headline says.
+            let at = match (&r.growth_at, r.cause_growth, metric) {
+                (Some(site), Some(rate), "growth") if !site.is_empty() => {
+                    format!("; first cause {} at {site}", amount(metric, rate, unit))
+                }
                 _ => String::new(),
             };
             format!(
-                "{} differs most: {} {}{at} against a median of {}",
+                "{} differs most: {} {} against a median of {}{at}",
                 who(r.rank, r.pid),
                 metric_name(metric),
                 amount(metric, r.value, unit),
@@ -123,11 +125,10 @@ fn differs(r: &RankRow) -> String {
     }
 }
 
-/// The first cause in the table: its place, and its own rate when the growth column shows
-/// another (the devices' growth in all).
+/// The first cause: its own rate (the growth column is the devices' in all) and its place.
 fn first_cause(r: &RankRow) -> String {
     match (&r.growth_at, r.cause_growth) {
-        (Some(site), Some(rate)) if rate != r.growth => {
+        (Some(site), Some(rate)) if !site.is_empty() => {
             format!("{}/{} at {site}", signed_bytes(rate), r.growth_unit.name())
         }
         (Some(site), _) => site.clone(),

@@ -4,9 +4,10 @@
 //! A trace's distance is its largest relative deviation from the median over live memory at the
 //! end, the peak, growth, orphaned memory and failures: `|value − median| / max(|median|, floor)`,
 //! where the floor (1 MiB for memory, 64 KiB per unit for growth, 1 for failures) keeps a rank
-//! that differs from zero by a few bytes from looking infinitely odd. A trace's growth is that of
-//! its first cause ([`RankCause`]) when a framework's own view names it (PyTorch's tensors: the
-//! line that keeps the memory), else its devices' sustained growth in the driver's view.
+//! that differs from zero by a few bytes from looking infinitely odd. A trace's growth is its
+//! devices' sustained growth, the number `diff` and the report's headline give; its first cause
+//! ([`RankCause`]) is named beside it with its own rate (PyTorch's tensors, where their view
+//! names the line that keeps the memory).
 //!
 //! A trace is odd ([`RankRow::odd`]) when its distance is at least [`ODD_DISTANCE`] or it has a
 //! finding that fewer than half of the other traces have: those are the traces worth reading.
@@ -28,8 +29,6 @@ pub struct RankCause {
     pub site: String,
     /// Bytes per unit ([`RankInput::unit`]).
     pub rate: f64,
-    /// Whether a framework's own view names it (not the driver's).
-    pub framework_view: bool,
 }
 
 /// One trace of a job, as the rank table needs it.
@@ -49,17 +48,6 @@ pub struct RankInput {
     pub gaps: Vec<String>,
 }
 
-impl RankInput {
-    /// The trace's growth: its first cause's when a framework's own view names it, else its
-    /// devices' sustained growth.
-    fn growth(&self) -> f64 {
-        match &self.first_cause {
-            Some(c) if c.framework_view => c.rate,
-            _ => self.totals.metrics.growth,
-        }
-    }
-}
-
 /// One row of the rank table.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RankRow {
@@ -69,8 +57,8 @@ pub struct RankRow {
     pub pid: u32,
     pub live_bytes: u64,
     pub peak_bytes: u64,
-    /// Bytes per `growth_unit`: the first cause's growth when a framework's own view names it
-    /// (PyTorch's tensors), else the devices' sustained growth.
+    /// Bytes per `growth_unit`: the devices' sustained growth in all (what `diff` and the
+    /// report's headline call the device's growth); the first cause's own rate is apart.
     pub growth: f64,
     pub growth_unit: GrowthUnit,
     /// The first cause of steady growth, as the report names it, and its own rate per
@@ -111,7 +99,7 @@ fn measures(r: &RankInput, growth: bool) -> Vec<(&'static str, f64, f64)> {
         ("failures", t.failures as f64, FAILURES_FLOOR),
     ];
     if growth {
-        m.insert(2, ("growth", r.growth(), GROWTH_FLOOR));
+        m.insert(2, ("growth", t.growth, GROWTH_FLOOR));
     }
     m
 }
@@ -163,7 +151,7 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
                 pid: t.pid,
                 live_bytes: x.live_bytes,
                 peak_bytes: x.peak_bytes,
-                growth: t.growth(),
+                growth: x.growth,
                 growth_unit: t.unit,
                 growth_at: t.first_cause.as_ref().map(|c| c.site.clone()),
                 cause_growth: t.first_cause.as_ref().map(|c| c.rate),
@@ -246,19 +234,18 @@ mod tests {
         traces[2]
             .findings
             .push("steady growth at train.py:48".into());
-        // A cause the tensors name gives the rank its growth, and its line.
+        // The rank's growth is its devices' in all; its first cause keeps its own rate.
         traces[2].first_cause = Some(RankCause {
             site: "train.py:48 in <module> (PyTorch tensors)".into(),
             rate: 8.0 * MIB,
-            framework_view: true,
         });
         traces[2].totals.metrics.growth = 11.0 * MIB;
         let rows = rank_rows(&traces);
         assert_eq!(rows[0].rank, Some(2));
         assert_eq!(rows[0].own_findings, ["steady growth at train.py:48"]);
         assert_eq!(
-            (rows[0].growth, rows[0].differs_in),
-            (8.0 * MIB, Some("growth"))
+            (rows[0].growth, rows[0].cause_growth, rows[0].differs_in),
+            (11.0 * MIB, Some(8.0 * MIB), Some("growth"))
         );
         assert_eq!(
             rows[0].growth_at.as_deref(),

@@ -407,12 +407,13 @@ fn one_rank_against_the_others_is_named_at_the_line_that_keeps_its_tensors() {
     let first = &r["analysis"]["diagnosis"][0];
     assert_eq!(first["site"]["label"], top["label"]);
     assert_eq!(first["site"]["module_name"], top["owner"]);
-    // The rank table: rank 2 first, by the growth of its first cause, and the only odd one.
+    // The rank table: rank 2 first, by its devices' growth (the verdict's), its first cause at
+    // its own rate; the only odd one.
     let ranks = d["ranks"].as_array().unwrap();
     assert_eq!(ranks[0]["rank"], 2);
     assert_eq!(
         (
-            &ranks[0]["growth"],
+            &ranks[0]["cause_growth"],
             &ranks[0]["differs_in"],
             &ranks[0]["odd"]
         ),
@@ -442,9 +443,13 @@ fn one_rank_against_the_others_is_named_at_the_line_that_keeps_its_tensors() {
         "{shown}"
     );
     assert!(shown.contains(
-        "rank 2 differs most: growth +8.0 MiB per step at ranks_gloo.py:48 in <module> (PyTorch \
-         tensors) against a median of +0 B per step"
+        "rank 2 differs most: growth +11.1 MiB per step against a median of +0 B per step; first \
+         cause +8.0 MiB per step at ranks_gloo.py:48 in <module> (PyTorch tensors)"
     ));
+    // The growth is the verdict's, in the same words.
+    assert!(shown.contains("; growth +11.1 MiB per step (limit 1.0 MiB per step); "));
+    let growth = ranks[0]["growth"].as_f64().unwrap();
+    assert_eq!((growth / MIB as f64 * 10.0).round(), 111.0, "{growth}");
     // Every other rank is like the median of the rest.
     for rank in ["0", "1", "3"] {
         let out = vramtrace()
@@ -463,10 +468,10 @@ fn the_report_of_four_ranks_is_one_page() {
     let full: Vec<&str> = shown.lines().filter(|l| l.starts_with("════ ")).collect();
     assert_eq!(full.len(), 1, "{shown}");
     assert!(full[0].starts_with("════ rank 2 ("));
-    // Rank 2's distance, +8.0 MiB per step against a median of none, is in 64 KiB per step,
+    // Rank 2's distance, +11.1 MiB per step against a median of none, is in 64 KiB per step,
     // and the column says so under the table.
     let row = shown.lines().find(|l| l.starts_with(" 1      2 ")).unwrap();
-    assert!(row.contains("   128.00   growth "), "{row}");
+    assert!(row.contains("   178.09   growth "), "{row}");
     assert!(
         shown.contains(
             "\n  distance: the largest gap between a trace's number and the traces' median, in \
@@ -516,7 +521,7 @@ fn a_rank_whose_trace_is_cut_is_not_whole_in_the_rank_table() {
         .find(|l| l.starts_with("Ranks (4 traces): "))
         .unwrap();
     assert!(
-        headline.contains(" against a median of +0 B per step; NOT WHOLE: rank 1's trace is cut short (truncated: "),
+        headline.contains("(PyTorch tensors); NOT WHOLE: rank 1's trace is cut short (truncated: "),
         "{headline}"
     );
     let row = shown.lines().find(|l| l.starts_with(" 3      1 ")).unwrap();
