@@ -98,8 +98,11 @@ fn flag_error(e: clap::Error) -> ExitCode {
 
 /// `vramtrace report … | head` closes the pipe early; that is not an error.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let broken = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;
     e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        // The CSV writer wraps the error of the stream it writes to.
+        let csv = c.downcast_ref::<csv::Error>().map(csv::Error::kind);
+        c.downcast_ref::<std::io::Error>().is_some_and(broken)
+            || matches!(csv, Some(csv::ErrorKind::Io(io)) if broken(io))
     })
 }

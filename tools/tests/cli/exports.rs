@@ -479,3 +479,34 @@ fn csv_events_count_the_report_s_steps() {
         .unwrap();
     assert_eq!(last, 200);
 }
+
+/// `export -o - … | head`: the reader closing the pipe early ends the export quietly, exit 0
+/// (it said "error: writing the table: Broken pipe").
+#[test]
+fn a_table_piped_into_head_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    // 400,000 events: far more CSV than a pipe holds.
+    let trace = write_pairs(dir.path(), "long.vtrace", 200_000);
+    let bin = assert_cmd::cargo::cargo_bin("vramtrace");
+    let mut child = Command::new(bin)
+        .args(["export", "--format", "csv-events", "-o", "-"])
+        .arg(&trace)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("seq,time_ns,"), "{first}");
+    // The read end is dropped here.
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "it printed on stderr"
+    );
+    assert_eq!(out.status.code(), Some(0));
+}
