@@ -223,7 +223,8 @@ pub struct AnalysisArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_device_memory)]
     pub device_memory: Option<u64>,
     /// Growth per step, in percent of device memory, above which steady growth alerts.
-    #[arg(long, default_value_t = 0.1, value_name = "PERCENT", value_parser = parse_percent)]
+    #[arg(long, default_value_t = 0.1, value_name = "PERCENT", value_parser = parse_percent,
+          allow_hyphen_values = true)]
     pub alert_percent: f64,
     /// Steady growth also alerts when at its rate the device is full within this many steps...
     #[arg(long, default_value_t = 10_000, value_name = "STEPS")]

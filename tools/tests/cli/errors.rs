@@ -193,6 +193,16 @@ fn bad_flags_exit_2() {
     vramtrace().args(["report"]).assert().code(2);
     vramtrace().args(["run"]).assert().code(2);
     vramtrace().args(["frobnicate"]).assert().code(2);
+    // A negative value is the value's error, not "unexpected argument '-5'".
+    let out = vramtrace()
+        .args(["report", "--alert-percent", "-5", "x.vtrace"])
+        .assert()
+        .code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&out.get_output().stderr),
+        "error: invalid value '-5' for '--alert-percent <PERCENT>': not a percentage above 0, at \
+         most 100 (see --help)\n"
+    );
 }
 
 /// The subcommands `vramtrace --help` lists (its own `help` aside).
