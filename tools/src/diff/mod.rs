@@ -379,6 +379,17 @@ fn two_runs(
     let b_runs = compared.split_off(a_paths.len());
     let a_runs = compared;
     let pairs = pair_runs(&a_runs, &b_runs)?;
+    // A trace against itself (a directory holding the file given as the other run): nothing can
+    // differ, and "no regression" would pass a gate that compared nothing.
+    let file = |p: &str| std::fs::canonicalize(p).ok();
+    for &(i, j) in &pairs {
+        let (x, y) = (&a_runs[i].facts.path, &b_runs[j].facts.path);
+        if file(x).is_some_and(|f| Some(f) == file(y)) {
+            return Err(anyhow!(
+                "A and B are the same trace file ({y}): nothing can differ; give two runs"
+            ));
+        }
+    }
     Ok(pairs
         .into_iter()
         .map(|(i, j)| {

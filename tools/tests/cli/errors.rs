@@ -267,3 +267,27 @@ fn a_fifo_is_refused_without_blocking() {
             .stderr(line.clone());
     }
 }
+
+/// `diff X X`, or X against the directory holding it: nothing can differ, so it is not "no
+/// regression" (exit 0) but a run that compared nothing (exit 2).
+#[test]
+fn a_trace_against_itself_is_not_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, _) = write_workload(dir.path(), "run.vtrace");
+    for other in [trace.clone(), dir.path().to_path_buf()] {
+        let out = vramtrace()
+            .arg("diff")
+            .arg(&trace)
+            .arg(&other)
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert_eq!(
+            err,
+            format!(
+                "error: A and B are the same trace file ({}): nothing can differ; give two runs\n",
+                trace.display()
+            )
+        );
+    }
+}
