@@ -77,6 +77,21 @@ fn metric_name(metric: &str) -> &str {
 /// does not hold its whole run (its numbers are what could be read).
 pub fn headline(rows: &[RankRow]) -> String {
     let mut line = differs_most(rows);
+    // Two traces of one rank: a restarted job, or traces of different jobs side by side.
+    let mut ranks: Vec<i32> = rows.iter().filter_map(|r| r.rank).collect();
+    ranks.sort_unstable();
+    let mut twice: Vec<String> = ranks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0].to_string())
+        .collect();
+    twice.dedup();
+    if !twice.is_empty() {
+        line.push_str(&format!(
+            "; rank {} in more than one trace (a restarted job, or traces of several jobs)",
+            twice.join(", ")
+        ));
+    }
     for r in rows.iter().filter(|r| !r.gaps.is_empty()) {
         line.push_str(&format!(
             "; NOT WHOLE: {}'s trace {}",

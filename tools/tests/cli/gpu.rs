@@ -737,3 +737,25 @@ fn two_programs_are_not_two_versions_of_one_script() {
     assert!(!paired.contains(&&Value::from("main-script")), "{paired:?}");
     assert_eq!(d["suspects"], Value::Array(vec![]));
 }
+
+// `h100/` holds traces of four programs, two of them rank 2 of a job: the headline says a rank
+// came twice rather than ranking them silently as one job.
+#[test]
+fn a_rank_in_two_traces_is_said() {
+    let out = vramtrace()
+        .arg("report")
+        .arg(fixtures().join("h100"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let headline = shown
+        .lines()
+        .find(|l| l.starts_with("Ranks (4 traces): "))
+        .unwrap();
+    assert!(
+        headline.ends_with(
+            "; rank 2 in more than one trace (a restarted job, or traces of several jobs)"
+        ),
+        "{headline}"
+    );
+}
