@@ -8,12 +8,14 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 use inferno::flamegraph::{from_lines, Options};
 use vramtrace_collector::analysis::growth;
+use vramtrace_collector::analysis::FindingClass;
 use vramtrace_collector::live::{Holder, LiveState, SampleAxis};
-use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
+use vramtrace_collector::symbols::{label_sites, Attribution, CallRef, Symbolizer};
 
 use super::frames::Stacks;
 use super::{ExportArgs, Moment};
-use crate::load::load_with_steps;
+use crate::findings::site_label;
+use crate::load::{load_with_steps, LoadedTrace};
 use crate::timeline::bands::site_call;
 
 /// A frame name as a folded-stack line can carry it: `;` separates frames there.
@@ -91,6 +93,10 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     }
     let mut symbols = Symbolizer::from_env();
     let mut naming = Attribution::of_state(state, &mut symbols);
+    let kept = match args.at {
+        Moment::Growth => kept_at(&trace, &mut naming),
+        _ => None,
+    };
     let mut stacks = Stacks::new(&mut naming);
     let mut lines = Vec::with_capacity(weights.len());
     for (&(holder, call), &bytes) in &weights {
@@ -106,8 +112,13 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     }
     let mut options = Options::default();
     options.title = title.clone();
+    // The calls drawn are the driver's: where a framework's view names the line that keeps the
+    // memory, the graph says it, so that it never stands alone against the report.
+    let kept = kept.map_or(String::new(), |line| {
+        format!("; the driver's view: the report names {line}, the line that keeps the memory")
+    });
     options.subtitle = Some(format!(
-        "{} · width is bytes",
+        "{} · width is bytes{kept}",
         args.trace
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
@@ -117,8 +128,23 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     from_lines(&mut options, lines.iter().map(String::as_str), out)
         .context("drawing the flame graph")?;
     Ok(format!(
-        "{}: {}",
+        "{}: {}{kept}",
         crate::units::count(lines.len() as u64, "stack"),
         title.to_lowercase()
     ))
+}
+
+/// The place the report's diagnosis names for the first steady growth where a framework's own
+/// view names it (PyTorch's tensors: the line that keeps them), labelled as the report labels
+/// it; `None` where the driver's view is the diagnosis' own.
+fn kept_at(trace: &LoadedTrace, naming: &mut Attribution<'_>) -> Option<String> {
+    let mut analysis = trace.analyze(&trace.torch());
+    label_sites(&mut analysis, naming);
+    let first = (analysis.diagnosis.iter()).find(|f| f.class == FindingClass::SteadyGrowth)?;
+    first
+        .evidence
+        .view
+        .filter(|v| *v != "driver")
+        .and(first.site.as_ref())
+        .map(site_label)
 }

@@ -759,3 +759,36 @@ fn a_rank_in_two_traces_is_said() {
         "{headline}"
     );
 }
+
+// A flame graph of growth draws the driver's calls: gpt_leaky's is the caching allocator's line
+// 63, where the report names line 57, which keeps the logits (PyTorch's tensors). The graph and
+// the export's line say so; a trace without that view says nothing more.
+#[test]
+fn a_flame_graph_of_growth_names_the_line_the_report_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = |trace: &str, svg: &str| {
+        let out = vramtrace()
+            .args(["export", "--format", "flamegraph", "--at", "growth", "-o"])
+            .arg(dir.path().join(svg))
+            .arg(fixtures().join(trace))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        (said, std::fs::read_to_string(dir.path().join(svg)).unwrap())
+    };
+    let (said, svg) = export("gpt_leaky-recorder.vtrace", "leaky.svg");
+    assert!(
+        said.contains(
+            "; the driver's view: the report names gpt_leaky.py:57 in <module> (PyTorch \
+             tensors), the line that keeps the memory, "
+        ),
+        "{said}"
+    );
+    assert!(svg.contains("the report names gpt_leaky.py:57 in &lt;module&gt; (PyTorch tensors)"));
+    let (said, svg) = export("leak_slow-marks.vtrace", "slow.svg");
+    assert!(
+        !said.contains("report names") && !svg.contains("report names"),
+        "{said}"
+    );
+}
