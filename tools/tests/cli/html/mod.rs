@@ -320,3 +320,23 @@ fn counts_of_one_are_singular() {
         assert!(!html.contains(plural), "{plural}");
     }
 }
+
+// leak_slow's H100 run grows +512 KiB a step, under the threshold of 81.1 MiB a step, and alerts
+// because the device fills within the horizon: the growth table says why beside ALERT, as the
+// text report does (it showed "alert above +81.1 MiB" and ALERT, unexplained).
+#[test]
+fn an_alert_under_the_threshold_says_the_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
+    let (_, html) = page_of(dir.path(), &trace);
+    let growth = html.split("<section id=\"growth\">").nth(1).unwrap();
+    let row = growth
+        .lines()
+        .find(|l| l.starts_with("<tr class=\"alert\">"))
+        .unwrap();
+    assert!(
+        row.ends_with("<td>ALERT: under the threshold, but full within the horizon</td></tr>"),
+        "{row}"
+    );
+}
