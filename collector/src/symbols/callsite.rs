@@ -18,6 +18,7 @@ use crate::event::{Event, StackId};
 use crate::live::{Accounting, LiveState, Origin, OwnerResolver};
 use crate::module_map::is_tracer;
 use crate::python::PythonStacks;
+use crate::units::base_name;
 
 /// Where one call came from, as an event or a live object's origin records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -121,6 +122,8 @@ pub enum CallSiteKey {
     },
 }
 
+/// A group's label: files by their base name, as every other output names a place (the stacks
+/// under the table give the whole path).
 impl fmt::Display for CallSiteKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -128,9 +131,9 @@ impl fmt::Display for CallSiteKey {
                 file,
                 line,
                 function,
-            } => write!(f, "{file}:{line} in {function}"),
+            } => write!(f, "{}:{line} in {function}", base_name(file)),
             CallSiteKey::Function { function, .. } => f.write_str(function),
-            CallSiteKey::Line { file, line } => write!(f, "{file}:{line}"),
+            CallSiteKey::Line { file, line } => write!(f, "{}:{line}", base_name(file)),
             CallSiteKey::Address {
                 module: Some(m),
                 offset,
