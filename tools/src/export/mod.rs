@@ -109,9 +109,9 @@ pub struct ExportArgs {
     /// table, its rank and process, and its warnings (docs/data.md).
     #[arg(long)]
     pub json: bool,
-    /// Replace the output if it exists (a file, or for parquet an earlier dataset: a directory
-    /// of the tables' directories and nothing else); never the trace being read, and for
-    /// parquet never a directory holding anything else, nor the working directory.
+    /// Replace the output if it exists: a file (for parquet too), or for parquet an earlier
+    /// dataset (a directory of the tables' directories and nothing else); never the trace being
+    /// read, and for parquet never a directory holding anything else, nor the working directory.
     #[arg(long)]
     pub force: bool,
     /// Flame graph: the bytes it weighs.
