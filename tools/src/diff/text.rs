@@ -100,7 +100,10 @@ pub fn pairs_summary(out: &mut impl Write, all: &[Comparison]) -> io::Result<()>
                 (Some(g), Some(u)) => growth(g.change, u),
                 _ => "-".to_string(),
             },
-            if d.verdict.regression {
+            // A pair with a trace that is not whole has no verdict, whatever it found.
+            if !c.gaps().is_empty() {
+                "none: not whole"
+            } else if d.verdict.regression {
                 "REGRESSION"
             } else {
                 "ok"
@@ -116,11 +119,15 @@ pub fn pairs_summary(out: &mut impl Write, all: &[Comparison]) -> io::Result<()>
         })
         .collect();
     // The set's own verdict, which the exit code is; each pair's below is that pair's alone.
-    let gaps = all.iter().any(|c| !c.gaps().is_empty());
-    if gaps {
+    let gaps: Vec<String> = all.iter().flat_map(Comparison::gaps).collect();
+    if let Some(first) = gaps.first() {
+        let more = match gaps.len() {
+            1 => String::new(),
+            n => format!("; and {} more (named below)", n - 1),
+        };
         writeln!(
             out,
-            "VERDICT  none (exit 2): a trace could not be compared in full (named below)"
+            "VERDICT  none (exit 2): a trace could not be compared in full: {first}{more}"
         )?;
     } else if bad.is_empty() {
         writeln!(out, "VERDICT  no regression (exit 0): {} pairs", all.len())?;

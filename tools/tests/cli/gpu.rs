@@ -501,10 +501,8 @@ fn the_report_of_four_ranks_is_one_page() {
     assert!(!json.contains("-0.0"), "{json}");
 }
 
-// Rank 1's trace cut short (its first 50,000 bytes): its numbers look like the others', so the
-// table must say it is not whole, in the headline and its row, and print its report in full.
-#[test]
-fn a_rank_whose_trace_is_cut_is_not_whole_in_the_rank_table() {
+/// A copy of the four ranks with rank 1's trace cut after its first 50,000 bytes.
+fn ranks_with_rank1_cut() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for e in std::fs::read_dir(ranks_dir()).unwrap() {
         let e = e.unwrap();
@@ -514,6 +512,43 @@ fn a_rank_whose_trace_is_cut_is_not_whole_in_the_rank_table() {
         }
         std::fs::write(dir.path().join(e.file_name()), bytes).unwrap();
     }
+    dir
+}
+
+// The same run against that copy, rank by rank: the set has no verdict (exit 2), its first line
+// names the cut trace, and rank 1's row is no "ok" (it said ok, whatever the trace held).
+#[test]
+fn a_pair_with_a_cut_trace_has_no_verdict_in_the_rank_by_rank_table() {
+    let dir = ranks_with_rank1_cut();
+    let out = vramtrace()
+        .arg("diff")
+        .arg(ranks_dir())
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let first = shown.lines().next().unwrap();
+    assert!(
+        first.starts_with("VERDICT  none (exit 2): a trace could not be compared in full: B (")
+            && first.contains("traced-rank1-2010.vtrace) is cut short (truncated: "),
+        "{first}"
+    );
+    let verdicts: Vec<&str> = shown
+        .lines()
+        .skip_while(|l| !l.starts_with("Rank by rank"))
+        .skip(3)
+        .take(4)
+        .map(|l| l.trim_end().rsplit("   ").next().unwrap().trim())
+        .collect();
+    assert_eq!(verdicts, ["ok", "none: not whole", "ok", "ok"], "{shown}");
+}
+
+// Rank 1's trace cut short (its first 50,000 bytes): its numbers look like the others', so the
+// table must say it is not whole, in the headline and its row, and print its report in full.
+#[test]
+fn a_rank_whose_trace_is_cut_is_not_whole_in_the_rank_table() {
+    let dir = ranks_with_rank1_cut();
     let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
     let shown = String::from_utf8(out.stdout).unwrap();
     let headline = shown
