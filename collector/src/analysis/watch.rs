@@ -131,11 +131,15 @@ impl Reason {
     }
 
     /// Why alert `a` was raised, in the words its stderr line and the report both give:
-    /// `above the threshold of 1.0 MiB per step`, `full within the horizon`.
+    /// `above the threshold of 1.0 MiB per step`, `above the threshold of 524.3 KiB per step,
+    /// 0.1% of 512.0 MiB`, `full within the horizon`.
     pub fn words(a: &crate::format::Alert) -> String {
         if a.reason == Reason::Growth.name() {
+            // A share of the device's memory (the default) says so.
+            let share = crate::units::share_of(a.threshold as f64, a.device_memory)
+                .map_or(String::new(), |s| format!(", {s}"));
             format!(
-                "above the threshold of {} per {}",
+                "above the threshold of {} per {}{share}",
                 crate::units::bytes(a.threshold),
                 a.unit
             )

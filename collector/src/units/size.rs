@@ -38,9 +38,40 @@ pub fn bytes(n: u64) -> String {
     ByteSize(n).display().iec().to_string()
 }
 
+/// `0.1% of 512.0 MiB`: `part` as a share of `whole`, where it is a share of it to a millionth
+/// (a threshold set as a percentage of a device's memory; a threshold in bytes is not, and gets
+/// `None`).
+pub fn share_of(part: f64, whole: u64) -> Option<String> {
+    if whole == 0 {
+        return None;
+    }
+    let ppm = part / whole as f64 * 1e6;
+    let whole_ppm = ppm.round();
+    // A threshold is stored in whole bytes: half a byte off is within the rounding.
+    let slack = 0.5 / whole as f64 * 1e6 + 1e-6;
+    (whole_ppm >= 1.0 && (ppm - whole_ppm).abs() <= slack)
+        .then(|| format!("{}% of {}", whole_ppm / 1e4, bytes(whole)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_share_is_said_only_where_it_is_one() {
+        // 0.1 % of 512 MiB, rounded to whole bytes as a threshold is.
+        assert_eq!(
+            share_of((536_870_912.0f64 * 0.001).round(), 536_870_912),
+            Some("0.1% of 512.0 MiB".into())
+        );
+        assert_eq!(
+            share_of(80.0 * 1024.0 * 1024.0 * 1024.0 * 0.0025, 80 << 30),
+            Some("0.25% of 80.0 GiB".into())
+        );
+        // 1 MiB on 80 GiB is no whole share of a millionth.
+        assert_eq!(share_of(1048576.0, 80 << 30), None);
+        assert_eq!(share_of(1.0, 0), None);
+    }
 
     #[test]
     fn sizes_parse_with_binary_units() {

@@ -371,6 +371,12 @@ captest!(the_demo_diffs_a_planted_regression, |dir| {
             "README: {line}\ndemo: {shown}"
         );
     }
+    // The live alert's threshold is the default share of the stand-in's 512 MiB, and says so.
+    let said = format!("{shown}{}", text(&out.stderr));
+    assert!(
+        said.contains("(above the threshold of 524.3 KiB per step, 0.1% of 512.0 MiB); "),
+        "{said}"
+    );
     let traces = trace_files(&dir.join("vramtrace-demo"));
     assert_eq!(traces.len(), 2, "{traces:?}");
 

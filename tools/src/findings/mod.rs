@@ -65,7 +65,7 @@ pub fn render(
     fragmentation(out, a, top)
 }
 
-fn holder_line(h: &HolderGrowth, unit: &str) -> String {
+fn holder_line(h: &HolderGrowth, unit: &str, fraction: f64) -> String {
     let c = &h.course;
     let fit = c.fit.map_or(String::new(), |f| {
         format!(
@@ -84,13 +84,21 @@ fn holder_line(h: &HolderGrowth, unit: &str) -> String {
             ),
             false => limit,
         };
+        // The threshold is a share of the device's memory: said, with the memory it counts.
+        let limit = match (fraction > 0.0).then(|| (t / fraction).round() as u64) {
+            Some(memory) if memory > 0 => {
+                let pct = (fraction * 100.0 * 1e4).round() / 1e4;
+                format!("{limit} {unit}, {pct}% of {}", bytes(memory))
+            }
+            _ => format!("{limit} {unit}"),
+        };
         match h.steady_growth > t {
-            true => format!(" (above the alert threshold of {limit} {unit})"),
+            true => format!(" (above the alert threshold of {limit})"),
             false if h.alert => format!(
-                " (under the alert threshold of {limit} {unit}; it alerts because the device fills \
+                " (under the alert threshold of {limit}; it alerts because the device fills \
                  within the horizon)"
             ),
-            false => format!(" (alert above {limit} {unit})"),
+            false => format!(" (alert above {limit})"),
         }
     });
     let full = full_in(h).map_or(String::new(), |f| format!("; {f}"));
@@ -597,7 +605,11 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
                 _ if h.alert => String::new(),
                 other => format!(" [{}]", other.name()),
             };
-            writeln!(out, "  {mark}{}{shape}", holder_line(h, &unit))?;
+            writeln!(
+                out,
+                "  {mark}{}{shape}",
+                holder_line(h, &unit, a.growth.alert_fraction)
+            )?;
         }
     }
     if !g.steady.is_empty() {
