@@ -7,7 +7,8 @@
  *
  * Data modes (argv[2] = DATA, a file the program creates):
  *   closefds | spreadfds | lowlimit DATA
- *     lowlimit: RLIMIT_NOFILE soft limit 4 first (only 0, 1, 2 and one more).
+ *     lowlimit: RLIMIT_NOFILE soft limit 4 first (only 0, 1, 2 and one more), once the trace
+ *     file is in VRAMTRACE_OUTPUT's directory when that is set (see wait_for_trace_file).
  *     cudaMalloc 1048576 -> 0x700000000000; sleep 300 ms (the tracer has written its file);
  *     closefds/spreadfds: close every descriptor from 3 up to the limit (at most 65536);
  *     open DATA -> descriptor 3; spreadfds: dup2 it onto every number from 4 to min(limit, 1024)-1;
@@ -35,6 +36,7 @@
 #include "cuda_standin.h"
 #include "wl_common.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -59,9 +61,39 @@ static long open_max(void)
     return (long)r.rlim_cur;
 }
 
+/* Under the tracer, waits (up to 5 s) until its trace file is in the output directory
+ * (VRAMTRACE_OUTPUT's, fresh for each run): the tracer creates it from its own thread as the
+ * program starts, and a program that lowers its limit at once can come first on a busy machine
+ * (the trace is then not written, with a warning: the program runs on). What lowlimit tests is
+ * the program's own descriptors under the limit. Prints nothing: the transcript stays the same. */
+static void wait_for_trace_file(void)
+{
+    const char *output = getenv("VRAMTRACE_OUTPUT");
+    const char *slash = output ? strrchr(output, '/') : NULL;
+    if (!slash)
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - output), output);
+    for (int i = 0; i < 500; i++) {
+        DIR *d = opendir(dir);
+        int found = 0;
+        struct dirent *e;
+        while (d && !found && (e = readdir(d)) != NULL) {
+            size_t n = strlen(e->d_name);
+            found = n > 7 && !strcmp(e->d_name + n - 7, ".vtrace");
+        }
+        if (d)
+            closedir(d);
+        if (found)
+            return;
+        sleep_ms(10);
+    }
+}
+
 static int data_program(const char *mode, const char *path)
 {
     if (!strcmp(mode, "lowlimit")) {
+        wait_for_trace_file();
         struct rlimit r;
         getrlimit(RLIMIT_NOFILE, &r);
         r.rlim_cur = 4;

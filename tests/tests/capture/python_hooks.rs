@@ -778,11 +778,14 @@ captest!(diff_compares_the_recorders_tensors_by_line, |dir| {
     assert_eq!(t["list"][0]["b"]["live_count"], 12);
     // The weight's line did not move; nothing of the moved activation line is live at the end.
     assert_eq!((&t["matched"], &t["unchanged"]), (&1.into(), &1.into()));
-    // A against itself: nothing differs.
+    // A against a copy of itself: nothing differs (against the same file, diff refuses).
+    let copy = Path::new(&runs[0]).with_extension("copy.vtrace");
+    std::fs::copy(&runs[0], &copy).unwrap();
     let out = vramtrace_command()
         .arg("diff")
         .arg("--json")
-        .args([&runs[0], &runs[0]])
+        .arg(&runs[0])
+        .arg(&copy)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));

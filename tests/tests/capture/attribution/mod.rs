@@ -138,8 +138,9 @@ fn planted_groups(workload: &str, leaks: &[Leak], by: Granularity) -> Vec<Group>
     let mut groups: BTreeMap<String, (Group, (u64, u64))> = BTreeMap::new();
     for l in leaks {
         let line = line_of(&src, l.call);
+        // A group is labelled by its file's base name; its `file` is the whole path.
         let label = match by {
-            Granularity::Line => format!("{file}:{line}"),
+            Granularity::Line => format!("{workload}.c:{line}"),
             _ => l.function.to_string(),
         };
         let (g, largest) = groups.entry(label.clone()).or_insert_with(|| {

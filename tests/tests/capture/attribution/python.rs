@@ -71,8 +71,10 @@ captest!(python_allocations_by_python_line, |dir| {
     let cache = line("the cache's call site");
     // The owner module of a Python call is the native frame under the interpreter (libffi or
     // _ctypes, as Python was built): not compared.
+    // Labelled by the file's base name; `file` is the whole path.
+    let name = script.file_name().unwrap().to_string_lossy().into_owned();
     let group = |line: u32, function: &str, count, bytes, calls| Group {
-        label: format!("{file}:{line} in {function}"),
+        label: format!("{name}:{line} in {function}"),
         function: Some(function.into()),
         file: Some(file.clone()),
         line: Some(line),
