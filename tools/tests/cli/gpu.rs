@@ -501,6 +501,17 @@ fn the_report_of_four_ranks_is_one_page() {
     assert!(!json.contains("-0.0"), "{json}");
 }
 
+/// `report` of a directory of four traces: what it prints, and its rank table's headline.
+fn report_of_ranks(dir: &std::path::Path) -> (String, String) {
+    let out = vramtrace().arg("report").arg(dir).output().unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let headline = (shown.lines())
+        .find(|l| l.starts_with("Ranks (4 traces): "))
+        .unwrap_or_else(|| panic!("no rank table: {shown}"))
+        .to_string();
+    (shown, headline)
+}
+
 /// A copy of the four ranks with rank 1's trace cut after its first 50,000 bytes.
 fn ranks_with_rank1_cut() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -549,12 +560,7 @@ fn a_pair_with_a_cut_trace_has_no_verdict_in_the_rank_by_rank_table() {
 #[test]
 fn a_rank_whose_trace_is_cut_is_not_whole_in_the_rank_table() {
     let dir = ranks_with_rank1_cut();
-    let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
-    let shown = String::from_utf8(out.stdout).unwrap();
-    let headline = shown
-        .lines()
-        .find(|l| l.starts_with("Ranks (4 traces): "))
-        .unwrap();
+    let (shown, headline) = report_of_ranks(dir.path());
     assert!(
         headline.contains("(PyTorch tensors); NOT WHOLE: rank 1's trace is cut short (truncated: "),
         "{headline}"
@@ -777,16 +783,7 @@ fn two_programs_are_not_two_versions_of_one_script() {
 // came twice rather than ranking them silently as one job.
 #[test]
 fn a_rank_in_two_traces_is_said() {
-    let out = vramtrace()
-        .arg("report")
-        .arg(fixtures().join("h100"))
-        .output()
-        .unwrap();
-    let shown = String::from_utf8(out.stdout).unwrap();
-    let headline = shown
-        .lines()
-        .find(|l| l.starts_with("Ranks (4 traces): "))
-        .unwrap();
+    let (_, headline) = report_of_ranks(&fixtures().join("h100"));
     assert!(
         headline.ends_with(
             "; rank 2 in more than one trace (a restarted job, or traces of several jobs)"
