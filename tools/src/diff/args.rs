@@ -50,7 +50,8 @@ REGRESSION:
 
 EXIT STATUS:
     0 no regression beyond the thresholds, 1 regression, 2 error, or a trace that could not
-    be compared in full (cut short, damaged, events the tracer lost): no verdict on it.";
+    be compared in full (cut short, damaged, events the tracer lost): no verdict on it; also 2
+    when A and B are the same file (nothing could differ).";
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
