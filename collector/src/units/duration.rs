@@ -76,7 +76,9 @@ pub fn when_full(steps: Option<f64>, seconds: Option<f64>) -> Option<String> {
         1 => "1 step".to_string(),
         n => format!("{} steps", super::count::grouped(n)),
     });
-    let time = seconds.map(long_duration);
+    // No room left: "under a step", not "(0 s)".
+    let full_now = steps.as_deref() == Some("under a step") && seconds == Some(0.0);
+    let time = seconds.filter(|_| !full_now).map(long_duration);
     match (steps, time) {
         (Some(s), Some(t)) => Some(format!("{s} ({t})")),
         (Some(s), None) => Some(s),
@@ -99,6 +101,10 @@ mod tests {
         assert_eq!(
             when_full(Some(0.45), Some(0.03)).as_deref(),
             Some("under a step (30 ms)")
+        );
+        assert_eq!(
+            when_full(Some(0.0), Some(0.0)).as_deref(),
+            Some("under a step")
         );
         // A loop that fills the device within a second says how soon.
         assert_eq!(

@@ -392,9 +392,21 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
     };
     let holder = top.holder.unwrap_or(Holder::Host);
     let h = a.growth.holders.iter().find(|h| h.holder == holder);
-    let full = h
+    let mut full = h
         .and_then(full_in)
         .map_or(String::new(), |f| format!("; {f}"));
+    // A size given on the command line below what the device holds makes every growth full at
+    // once: said, not taken as the answer.
+    if let (Some(m), "given", Some(0)) = (
+        a.growth.device_memory,
+        a.growth.device_memory_source,
+        h.and_then(|h| h.projection).map(|p| p.headroom),
+    ) {
+        full.push_str(&format!(
+            " (--device-memory {} is less than the device held: give its size)",
+            bytes(m)
+        ));
+    }
     let on_holder = causes.iter().filter(|f| f.holder == Some(holder)).count();
     // The time to full is the holder's, at its own rate: where that is not the cause's, say it.
     let (rate, in_all) = (

@@ -459,3 +459,23 @@ fn one_place_is_named_by_one_finding() {
         ]
     );
 }
+
+// A device size given below what leak_slow's device held (360 MiB) makes the growth full at
+// once: the headline says the size is too small, not "full in under a step (0 s)" alone.
+#[test]
+fn a_device_memory_below_what_the_device_held_is_said() {
+    let out = vramtrace()
+        .args(["report", "--device-memory", "1KiB"])
+        .arg(gpu_fixture("leak_slow-marks.vtrace"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let growth = text.lines().find(|l| l.starts_with("  growth ")).unwrap();
+    assert!(
+        growth.ends_with(
+            "; 0 B left, full in under a step (--device-memory 1.0 KiB is less than the device \
+             held: give its size)"
+        ),
+        "{growth}"
+    );
+}
