@@ -37,5 +37,5 @@ fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), 
 }
 pub use duration::{long_duration, parse_duration, span, when_full};
 pub use rate::parse_rate;
-pub use size::{bytes, parse_size, share_of};
+pub use size::{bytes, parse_size, share, share_of};
 pub use switch::parse_switch;

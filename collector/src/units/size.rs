@@ -49,8 +49,16 @@ pub fn share_of(part: f64, whole: u64) -> Option<String> {
     let whole_ppm = ppm.round();
     // A threshold is stored in whole bytes: half a byte off is within the rounding.
     let slack = 0.5 / whole as f64 * 1e6 + 1e-6;
-    (whole_ppm >= 1.0 && (ppm - whole_ppm).abs() <= slack)
-        .then(|| format!("{}% of {}", whole_ppm / 1e4, bytes(whole)))
+    (whole_ppm >= 1.0 && (ppm - whole_ppm).abs() <= slack).then(|| share(whole_ppm / 1e6, whole))
+}
+
+/// `0.1% of 512.0 MiB`: `fraction` of `whole`, the percentage to four decimals.
+pub fn share(fraction: f64, whole: u64) -> String {
+    format!(
+        "{}% of {}",
+        (fraction * 100.0 * 1e4).round() / 1e4,
+        bytes(whole)
+    )
 }
 
 #[cfg(test)]

@@ -87,8 +87,10 @@ fn holder_line(h: &HolderGrowth, unit: &str, fraction: f64) -> String {
         // The threshold is a share of the device's memory: said, with the memory it counts.
         let limit = match (fraction > 0.0).then(|| (t / fraction).round() as u64) {
             Some(memory) if memory > 0 => {
-                let pct = (fraction * 100.0 * 1e4).round() / 1e4;
-                format!("{limit} {unit}, {pct}% of {}", bytes(memory))
+                format!(
+                    "{limit} {unit}, {}",
+                    vramtrace_collector::units::share(fraction, memory)
+                )
             }
             _ => format!("{limit} {unit}"),
         };
