@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the `vramtrace` wheel (docs/python.md) into target/wheels/ and prints its path as the
+# Builds the `vramtrace` wheel (docs/python.md) into target/wheels/ (under CARGO_TARGET_DIR when
+# set, where cargo builds) and prints its path as the
 # last line: the `vramtrace` command built by maturin (python/pyproject.toml, bindings = "bin"),
 # libvramtrace.so built here and handed to maturin as wheel data, and the Python module
 # python/vramtrace/.
@@ -16,7 +17,8 @@ cd "$(dirname "$0")/.."
 MATURIN_VERSION=1.16.0
 AUDITWHEEL_VERSION=6.8.2
 
-tools=target/wheel-tools
+target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+tools=$target/wheel-tools
 have_maturin=$("$tools/bin/maturin" --version 2>/dev/null || true)
 have_auditwheel=$("$tools/bin/auditwheel" --version 2>/dev/null || true)
 if [[ $have_maturin != "maturin $MATURIN_VERSION" ]] ||
@@ -30,14 +32,15 @@ fi
 # The library goes in as wheel data: pip installs data/lib/X as <prefix>/lib/X, which is
 # `../lib/` from the command in <prefix>/bin, where `vramtrace run` looks.
 cargo build --release --locked -p vramtrace-preload
+# Where python/pyproject.toml takes it from, whatever the target directory.
 data=target/wheel-data
 rm -rf "$data"
-install -D -m 0755 target/release/libvramtrace.so "$data/data/lib/libvramtrace.so"
+install -D -m 0755 "$target/release/libvramtrace.so" "$data/data/lib/libvramtrace.so"
 
-out=target/wheels
+out=$target/wheels
 rm -f "$out"/vramtrace-*.whl
 # maturin reports on stdout; this script's stdout is the wheel's path alone.
-(cd python && "../$tools/bin/maturin" build --release --locked --out "../$out") >&2
+(cd python && "$tools/bin/maturin" build --release --locked --out "$out") >&2
 wheels=("$out"/vramtrace-*.whl)
 if [ ${#wheels[@]} -ne 1 ] || [ ! -f "${wheels[0]}" ]; then
     echo "error: expected one wheel in $out, found: ${wheels[*]}" >&2
@@ -56,4 +59,4 @@ if ! grep -q "consistent with[[:space:]]*the following platform tag: \"$tag\"" <
     exit 1
 fi
 echo "build_wheel: $tag (built on $(ldd --version | head -1))" >&2
-echo "$PWD/$wheel"
+echo "$wheel"

@@ -136,7 +136,8 @@ def load(path, run=None):
     with tempfile.TemporaryDirectory(prefix="vramtrace-load-") as scratch:
         out = os.path.join(scratch, "data")
         done = subprocess.run(
-            command + ["-o", out, os.fspath(path)],
+            # `--`: a trace whose name begins with '-' is a trace, not an option.
+            command + ["-o", out, "--", os.fspath(path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -572,6 +572,15 @@ fn bad_input_raises_one_line_errors() {
         let got = py(BAD, &[path]);
         assert_eq!(got, serde_json::json!(["Error", message]));
     }
+    // A name that begins with '-' is a trace's, not an option of the command.
+    let got = py(BAD, &[Path::new("-r0.vtrace")]);
+    assert_eq!(
+        got,
+        serde_json::json!([
+            "Error",
+            "-r0.vtrace: no such file or directory (os error 2)"
+        ])
+    );
     // The run's name is load()'s argument, and its error says so.
     let trace = train(dir.path(), "train", None, false);
     let got = py(BAD, &[&trace, Path::new("bad name")]);

@@ -26,8 +26,9 @@ pub enum Command {
     /// others), and say whether the second regressed.
     #[command(after_help = crate::diff::EXAMPLES)]
     Diff(crate::diff::DiffArgs),
-    /// Write a trace in the formats other viewers read: Perfetto / Chrome trace JSON, a flame
-    /// graph SVG, a PyTorch memory snapshot pickle, CSV.
+    /// Write a trace in the formats other tools read: Perfetto / Chrome trace JSON, a flame
+    /// graph SVG, a PyTorch memory snapshot pickle, CSV, or a Parquet dataset of a trace or a
+    /// job's traces for DuckDB, Spark and pandas.
     #[command(after_help = crate::export::EXAMPLES)]
     Export(crate::export::ExportArgs),
     /// Run a program under the tracer and summarise the traces it wrote.

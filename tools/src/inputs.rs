@@ -43,9 +43,39 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
             traces.push(input.clone());
         }
     }
-    let traces = one_per_trace(traces);
+    let traces = one_per_trace(once_each(traces));
     readable(&traces)?;
     Ok(traces)
+}
+
+/// `paths` with each file once: a file named again (overlapping globs, a directory and a
+/// trace in it) would be one rank counted twice, and the odd one out of the ranks misjudged.
+fn once_each(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen: Vec<((u64, u64), PathBuf)> = Vec::new();
+    let mut kept = Vec::new();
+    for path in paths {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            kept.push(path);
+            continue;
+        };
+        let id = (meta.dev(), meta.ino());
+        match seen.iter().find(|(s, _)| *s == id) {
+            Some((_, first)) if *first == path => {
+                eprintln!("warning: {} given twice: read once", path.display())
+            }
+            Some((_, first)) => eprintln!(
+                "warning: {} is {}, given before: read once",
+                path.display(),
+                first.display()
+            ),
+            None => {
+                seen.push((id, path.clone()));
+                kept.push(path);
+            }
+        }
+    }
+    kept
 }
 
 /// Of several traces, those that cannot be opened, all named at once (a job where one rank
@@ -199,7 +229,6 @@ impl Observer for Tallying {
     fn event(&mut self, _: &LiveState, e: &Event) {
         self.0.note(e);
     }
-    fn finish(&mut self, _: &LiveState) {}
 }
 
 /// Reads the trace at `path` as [`crate::load::load_with_steps`] does (its steps decided the same
@@ -211,7 +240,7 @@ pub fn load_run(
     progress: &Progress,
 ) -> Result<Run> {
     let (trace, Tallying(tally)) =
-        load_with_steps_observing(path, from, growth, progress, || Tallying(CallTally::new()))?;
+        load_with_steps_observing(path, from, growth, progress, |_| Tallying(CallTally::new()))?;
     let torch = trace.torch();
     Ok(Run {
         analysis: trace.analyze(&torch),

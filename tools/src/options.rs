@@ -219,7 +219,8 @@ fn parse_since(text: &str) -> Result<ReadFrom, String> {
 #[derive(Debug, Args)]
 pub struct AnalysisArgs {
     /// Memory of each device (80GiB, 1073741824, ...): steady growth alerts above
-    /// --alert-percent of it per step. Default: the device's highest live point (a lower bound).
+    /// --alert-percent of it per step. Default: the driver's total, as the tracer sampled it
+    /// (cuMemGetInfo); without samples, the device's highest live point (a lower bound).
     #[arg(long, value_name = "SIZE", value_parser = parse_device_memory)]
     pub device_memory: Option<u64>,
     /// Growth per step, in percent of device memory, above which steady growth alerts.

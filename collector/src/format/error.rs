@@ -22,7 +22,7 @@ pub enum TraceError {
         oldest: u32,
         supported: u32,
     },
-    #[error("the trace is cut off inside its header ({have} of {need} bytes)")]
+    #[error("{}", cut_header(*have, *need))]
     TruncatedHeader { have: u64, need: u64 },
     #[error("the trace header is damaged: {0}")]
     CorruptHeader(String),
@@ -30,4 +30,15 @@ pub enum TraceError {
     Write(#[source] std::io::Error),
     #[error("could not encode a record: {0}")]
     Encode(#[from] postcard::Error),
+}
+
+/// The words for a trace cut inside its header: an empty file is said to be one.
+fn cut_header(have: u64, need: u64) -> String {
+    if have == 0 {
+        "the trace is empty (0 bytes): the tracer wrote nothing to it (it had not begun, or the \
+         process was killed first)"
+            .to_string()
+    } else {
+        format!("the trace is cut off inside its header ({have} of {need} bytes)")
+    }
 }

@@ -41,8 +41,7 @@ pub use ending::{Ending, Unread};
 pub use error::TraceError;
 pub use header::{Header, SegmentInfo, FORMAT_VERSION};
 pub use packing::Packing;
-pub(crate) use reader::RecordSource;
-pub use reader::{RecordRef, TraceReader};
+pub use reader::{RecordRef, RecordSource, TraceReader};
 pub use record::{
     Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment,
     SegmentEnd, Snapshot, StackDef, Stats,

@@ -77,7 +77,19 @@ impl LiveState {
     pub fn replay_visiting<S: RecordSource>(
         &mut self,
         reader: &mut S,
+        visit: impl FnMut(&LiveState, &Event) -> bool,
+        after: impl FnMut(&S),
+    ) -> bool {
+        self.replay_observing(reader, visit, |_, _| {}, after)
+    }
+
+    /// [`LiveState::replay_visiting`], calling `applied` with each event just applied, before
+    /// any other record: what the event alone did (the objects it ended, the step it began).
+    pub fn replay_observing<S: RecordSource>(
+        &mut self,
+        reader: &mut S,
         mut visit: impl FnMut(&LiveState, &Event) -> bool,
+        mut applied: impl FnMut(&LiveState, &Event),
         mut after: impl FnMut(&S),
     ) -> bool {
         while let Some(record) = reader.next_event_or_record() {
@@ -87,6 +99,7 @@ impl LiveState {
                         return true;
                     }
                     self.apply_event(e);
+                    applied(self, e);
                 }
                 RecordRef::Other(r) => self.apply(&r),
             }

@@ -68,7 +68,8 @@ pub enum Format {
     /// CSV, one row per event of the trace.
     CsvEvents,
     /// A Parquet dataset (a directory) of a trace or a directory of traces: every object,
-    /// call site, step, driver sample, communicator and failed call (docs/data.md).
+    /// call site, step, driver sample, communicator and failed call, PyTorch's tensors, the
+    /// report's findings and each trace's own row (docs/data.md).
     Parquet,
 }
 

@@ -42,7 +42,11 @@ pub const CHART_RANGES: usize = 2000;
 pub fn run(args: &ReportArgs, path: &Path) -> Result<u8> {
     let paths = crate::inputs::expand(&args.traces)?;
     let [one] = &paths[..] else {
-        anyhow::bail!("--html takes one trace ({} given)", paths.len());
+        let given = match &args.traces[..] {
+            [dir] if dir.is_dir() => format!("{} holds {}", dir.display(), paths.len()),
+            _ => format!("{} given", paths.len()),
+        };
+        anyhow::bail!("--html takes one trace ({given}): name one; the text report reads several");
     };
     let page = OutputFile::prepare(path, args.force, &crate::inputs::files_of(&paths))?;
     write_page(args, one, &page)

@@ -6,6 +6,7 @@
 //! Reading streams: memory follows what is live, not the length of the trace. A progress bar on
 //! stderr follows the bytes read when stderr is a terminal.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::IsTerminal;
 use std::os::unix::fs::OpenOptionsExt;
@@ -15,7 +16,9 @@ use anyhow::{anyhow, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vramtrace_collector::analysis::{analyze_with, Analysis, GrowthConfig};
 use vramtrace_collector::event::Event;
-use vramtrace_collector::format::{Ending, Header, Series, SeriesReader, TraceError, Unread};
+use vramtrace_collector::format::{
+    Ending, Header, RecordSource, Series, SeriesReader, TraceError, Unread,
+};
 use vramtrace_collector::live::{LiveState, StepSource};
 use vramtrace_collector::torch::{ClockAnchor, TorchView};
 
@@ -246,7 +249,11 @@ fn open_file(path: &Path) -> Result<File> {
     let meta = std::fs::metadata(path)
         .map_err(|e| anyhow!("{}: {}", path.display(), lower_first(e.to_string())))?;
     if meta.is_dir() {
-        return Err(anyhow!("{}: is a directory, not a trace", path.display()));
+        return Err(anyhow!(
+            "{}: is a directory, not a trace (report, diff and export --format parquet read a \
+             directory of traces)",
+            path.display()
+        ));
     }
     if !meta.is_file() {
         return Err(not_regular());
@@ -280,41 +287,91 @@ pub fn load(path: &Path) -> Result<LoadedTrace> {
 /// Read once ([`steps_found::read`]) unless the steps found in its first part turn out wrong.
 pub fn load_with_steps(path: &Path, from: ReadFrom, growth: GrowthConfig) -> Result<LoadedTrace> {
     let progress = Progress::new(path, "reading");
-    load_with_steps_observing(path, from, growth, &progress, || ()).map(|(trace, ())| trace)
+    load_with_steps_observing(path, from, growth, &progress, |_| ()).map(|(trace, ())| trace)
 }
 
 /// What reading a trace for analysis gathers besides the state, event by event: the course of
-/// live memory over time for a chart, say.
+/// live memory over time for a chart, say, or the Parquet export's rows.
 pub trait Observer {
+    /// Whether the state keeps each event's endings ([`LiveState::record_endings`]) for
+    /// [`Observer::applied`] to read.
+    const ENDINGS: bool = false;
     /// Called before `e` is applied to `state`.
-    fn event(&mut self, state: &LiveState, e: &Event);
+    fn event(&mut self, _state: &LiveState, _e: &Event) {}
+    /// Called right after `e` was applied to `state`, before any other record is.
+    fn applied(&mut self, _state: &LiveState, _e: &Event) {}
     /// Called once after the last event was applied.
-    fn finish(&mut self, state: &LiveState);
+    fn finish(&mut self, _state: &LiveState) {}
 }
 
-impl Observer for () {
-    fn event(&mut self, _: &LiveState, _: &Event) {}
-    fn finish(&mut self, _: &LiveState) {}
+impl Observer for () {}
+
+/// A fresh state with steps from `source`, keeping what observer `O` reads.
+fn fresh_state<O: Observer>(source: StepSource) -> LiveState {
+    let mut state = LiveState::with_step_source(source);
+    if O::ENDINGS {
+        state.record_endings();
+    }
+    state
 }
 
-/// [`load_with_steps`], with an observer (from `new`) that sees every event of the pass whose
-/// state is kept.
+/// Applies to `state` the records `reader` has left while `go`, asked before each event, says
+/// so (`true` when it stopped one), `observer` seeing each event applied before and after;
+/// `after` is called after each record.
+fn observe<O: Observer, S: RecordSource>(
+    state: &mut LiveState,
+    reader: &mut S,
+    observer: &mut O,
+    mut go: impl FnMut(&LiveState, &Event) -> bool,
+    after: impl FnMut(&S),
+) -> bool {
+    // Both calls lend the observer, one at a time.
+    let observer = RefCell::new(observer);
+    state.replay_observing(
+        reader,
+        |state, e| {
+            let go = go(state, e);
+            if go {
+                observer.borrow_mut().event(state, e);
+            }
+            go
+        },
+        |state, e| observer.borrow_mut().applied(state, e),
+        after,
+    )
+}
+
+/// [`load_with_steps`], with an observer (from `new`, given the header of the first file read)
+/// that sees every event of the pass whose state is kept.
 pub fn load_with_steps_observing<O: Observer>(
     path: &Path,
     from: ReadFrom,
     growth: GrowthConfig,
     progress: &Progress,
-    new: impl Fn() -> O,
+    new: impl Fn(&Header) -> O,
 ) -> Result<(LoadedTrace, O)> {
     let (trace, mut observer) = match steps_found::read(path, from, progress, &new)? {
         Found::Read(read) => *read,
         Found::ReadAgain(source) => {
             progress.restart("pass 2 (steps from the whole trace)");
-            let mut observer = new();
-            let mut second = read(path, from, source, progress, |state, e| {
-                observer.event(state, e);
-                Flow::Apply
-            })?;
+            let (series, start) = start(path, from, progress)?;
+            let mut reader = series.read_from(start).map_err(|e| open_error(path, e))?;
+            let mut observer = new(reader.header());
+            let mut state = fresh_state::<O>(source);
+            observe(
+                &mut state,
+                &mut reader,
+                &mut observer,
+                |_, _| true,
+                |r| progress.follow(r),
+            );
+            progress.set(reader.offset());
+            let read = Read {
+                series: &series,
+                start,
+                from,
+            };
+            let mut second = loaded(path, &read, reader, state, false);
             second.passes = 2;
             (second, observer)
         }
@@ -374,31 +431,6 @@ pub fn read(
         from,
     };
     Ok(loaded(path, &read, reader, state, stopped))
-}
-
-/// A reader of the whole trace at `path` (every segment there, from the first), for a reader
-/// that takes the records itself (the Parquet export); [`whole_loaded`] then says what it read.
-pub(crate) fn open_whole(path: &Path, progress: &Progress) -> Result<(Series, SeriesReader)> {
-    let (series, start) = start(path, ReadFrom::First, progress)?;
-    let reader = series.read_from(start).map_err(|e| open_error(path, e))?;
-    Ok((series, reader))
-}
-
-/// What reading the trace at `path` whole ([`open_whole`]) with `reader` into `state` gave.
-pub(crate) fn whole_loaded(
-    path: &Path,
-    series: &Series,
-    reader: SeriesReader,
-    state: LiveState,
-) -> LoadedTrace {
-    let from = ReadFrom::First;
-    let start = window::choose(series, from).unwrap_or(0);
-    let read = Read {
-        series,
-        start,
-        from,
-    };
-    loaded(path, &read, reader, state, false)
 }
 
 /// Which files of a trace were read, and why from there.

@@ -21,10 +21,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
-use vramtrace_collector::format::{SeriesReader, TraceReader};
+use vramtrace_collector::format::{Header, SeriesReader, TraceReader};
 use vramtrace_collector::live::{LiveState, StepPattern, StepSource};
 
-use super::{loaded, open_error, start, LoadedTrace, Observer, Progress, ReadFrom};
+use super::{
+    fresh_state, loaded, observe, open_error, start, LoadedTrace, Observer, Progress, ReadFrom,
+};
 
 /// Most of the file kept in memory to be applied again.
 const MAX_KEPT: u64 = 64 << 20;
@@ -34,6 +36,16 @@ const MIN_KEPT: u64 = 4 << 20;
 const MIN_STEPS: u64 = 8;
 /// Looks at the steps, as chunks begin, that must agree before they are applied.
 const LOOKS: usize = 3;
+/// Looks at the steps come at each chunk of the first [`EVERY_CHUNK_BYTES`] read, then an eighth
+/// of what was read apart, at least [`MIN_LOOK_BYTES`] and at most an eighth of the part kept.
+/// A look judges up to 2^17 tokens: past the first few hundred kilobytes it takes tens of
+/// milliseconds (reading a megabyte takes about as long), and looks at every chunk of a first
+/// part without a period cost seconds; eight in the part kept still see a period three times
+/// over before the part is applied again with it.
+const EVERY_CHUNK_BYTES: u64 = 256 << 10;
+const LOOK_GROWTH: u64 = 8;
+const MIN_LOOK_BYTES: u64 = 1 << 20;
+const LOOKS_IN_KEPT: u64 = 8;
 /// Times the part kept is applied again at most (each time the steps it shows change: a program
 /// that marks its steps only after a while shows a repeating allocation before its first mark).
 const MAX_RESTARTS: usize = 3;
@@ -70,7 +82,7 @@ pub fn read<O: Observer>(
     path: &Path,
     from: ReadFrom,
     progress: &Progress,
-    new: &impl Fn() -> O,
+    new: &impl Fn(&Header) -> O,
 ) -> Result<Found<O>> {
     read_keeping(path, from, None, progress, new)
 }
@@ -82,7 +94,7 @@ fn read_keeping<O: Observer>(
     from: ReadFrom,
     keep: Option<u64>,
     progress: &Progress,
-    new: &impl Fn() -> O,
+    new: &impl Fn(&Header) -> O,
 ) -> Result<Found<O>> {
     let (series, first) = start(path, from, progress)?;
     let len: u64 = series.files[first..].iter().map(|f| f.len).sum();
@@ -105,28 +117,31 @@ fn read_keeping<O: Observer>(
         .map_err(|e| open_error(path, e))?
         .read_ahead();
     let mut reader = SeriesReader::new(head, series.files[first..].to_vec());
-    let (mut state, mut observer) = (LiveState::with_step_source(StepSource::Marks), new());
+    let header = reader.header().clone();
+    let (mut state, mut observer) = (fresh_state::<O>(StepSource::Marks), new(&header));
     // Where the chunk being read ends, and where it ended when last looked at.
     let (offset, looked) = (Cell::new(0u64), Cell::new(0u64));
     let mut looks = Looks::default();
     for _ in 0..MAX_RESTARTS {
         // The steps the part read shows, when they are not those applied, and the event next.
         let mut switch = None;
-        state.replay_visiting(
+        observe(
+            &mut state,
             &mut reader,
+            &mut observer,
             |state, e| {
                 // Looked at as each chunk begins, while the part read is all kept.
                 let at = offset.get();
-                let look = at != looked.replace(at) && at <= keep && kept_len(&kept) >= at;
+                let look = at != looked.replace(at)
+                    && at <= keep
+                    && kept_len(&kept) >= at
+                    && looks.due(at, keep);
                 match look.then(|| looks.shown(state)).flatten() {
                     Some(shown) if shown != *state.step_source() => {
                         switch = Some((shown, e.clone()));
                         false
                     }
-                    _ => {
-                        observer.event(state, e);
-                        true
-                    }
+                    _ => true,
                 }
             },
             |reader| {
@@ -138,19 +153,20 @@ fn read_keeping<O: Observer>(
             break;
         };
         let first_part = kept.lock().ok();
-        if let Some(again) = first_part.and_then(|k| again(&k, source, state.events(), new)) {
+        let events = state.events();
+        if let Some(again) = first_part.and_then(|k| again(&k, &header, source, events, new)) {
             (state, observer) = again;
         }
         observer.event(&state, &next);
         state.apply_event(&next);
+        observer.applied(&state, &next);
     }
-    state.replay_visiting(
+    observe(
+        &mut state,
         &mut reader,
-        |state, e| {
-            observer.event(state, e);
-            true
-        },
-        |reader| progress.follow(reader),
+        &mut observer,
+        |_, _| true,
+        |r| progress.follow(r),
     );
     drop(kept.lock().map(|mut k| std::mem::take(&mut *k)));
     progress.set(reader.offset());
@@ -176,9 +192,22 @@ fn read_keeping<O: Observer>(
 struct Looks {
     earliest: Option<StepPattern>,
     unchanged: usize,
+    /// Bytes read before the next look.
+    next: u64,
 }
 
 impl Looks {
+    /// Whether to look now, `read` bytes of the file read and `keep` to be kept; if so, when to
+    /// look next.
+    fn due(&mut self, read: u64, keep: u64) -> bool {
+        let due = read >= self.next;
+        if due && read >= EVERY_CHUNK_BYTES {
+            let gap = (read / LOOK_GROWTH).max(MIN_LOOK_BYTES);
+            self.next = read + gap.min(keep / LOOKS_IN_KEPT);
+        }
+        due
+    }
+
     /// The steps the records applied to `state` show, once they can be trusted.
     fn shown(&mut self, state: &LiveState) -> Option<StepSource> {
         // Step marks win; iteration marks that began steps before them do not count.
@@ -226,21 +255,18 @@ fn kept_len(kept: &Mutex<Vec<u8>>) -> u64 {
 /// if they are not all there.
 fn again<O: Observer>(
     bytes: &[u8],
+    header: &Header,
     source: StepSource,
     events: u64,
-    new: &impl Fn() -> O,
+    new: &impl Fn(&Header) -> O,
 ) -> Option<(LiveState, O)> {
     let mut reader = TraceReader::new(Cursor::new(bytes)).ok()?;
-    let (mut state, mut observer) = (LiveState::with_step_source(source), new());
-    let stopped = state.replay_visiting(
+    let (mut state, mut observer) = (fresh_state::<O>(source), new(header));
+    let stopped = observe(
+        &mut state,
         &mut reader,
-        |s, e| {
-            let more = s.events() < events;
-            if more {
-                observer.event(s, e);
-            }
-            more
-        },
+        &mut observer,
+        |s, _| s.events() < events,
         |_| {},
     );
     (stopped && state.events() == events).then_some((state, observer))
@@ -310,14 +336,13 @@ mod tests {
                 self.0.set(true);
             }
         }
-        fn finish(&mut self, _: &LiveState) {}
     }
 
     /// Reads `path` once, keeping its first eighth; and whether steps found there were applied.
     fn read_an_eighth(path: &Path) -> (Found<Applied>, bool) {
         let len = std::fs::metadata(path).unwrap().len();
         let applied = Rc::new(Cell::new(false));
-        let new = || Applied(Rc::clone(&applied));
+        let new = |_: &Header| Applied(Rc::clone(&applied));
         let progress = Progress::new(path, "reading");
         let found = read_keeping(path, ReadFrom::First, Some(len / 8), &progress, &new).unwrap();
         (found, applied.get())

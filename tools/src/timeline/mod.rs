@@ -341,7 +341,7 @@ pub fn load_with_timeline(
     max_ranges: usize,
 ) -> anyhow::Result<(crate::load::LoadedTrace, Timeline)> {
     let progress = crate::load::Progress::new(path, "reading");
-    crate::load::load_with_steps_observing(path, from, growth, &progress, || {
+    crate::load::load_with_steps_observing(path, from, growth, &progress, |_| {
         Timeline::new(cap, max_ranges)
     })
 }

@@ -2,6 +2,10 @@
 
 use crate::support::*;
 
+/// What an empty trace file is said to be.
+const EMPTY: &str = "the trace is empty (0 bytes): the tracer wrote nothing to it (it had not \
+                     begun, or the process was killed first)";
+
 /// Runs `vramtrace report PATH` and returns its stderr, checking it failed with exit code 2 and
 /// printed nothing on stdout.
 fn report_error(path: &std::path::Path) -> String {
@@ -72,10 +76,7 @@ fn missing_empty_and_directory_paths() {
     std::fs::write(&empty, b"").unwrap();
     assert_eq!(
         report_error(&empty),
-        format!(
-            "error: {}: the trace is cut off inside its header (0 of 16 bytes)\n",
-            empty.display()
-        )
+        format!("error: {}: {EMPTY}\n", empty.display())
     );
     // A directory is read as the traces in it (one per rank or process).
     let nothing = dir.path().join("nothing");
@@ -133,10 +134,7 @@ fn every_unreadable_trace_of_a_directory_is_named() {
     std::fs::write(&empty, b"").unwrap();
     assert_eq!(
         report_error(&job),
-        format!(
-            "error: {}: the trace is cut off inside its header (0 of 16 bytes)\n",
-            empty.display()
-        )
+        format!("error: {}: {EMPTY}\n", empty.display())
     );
     let junk = job.join("rank2.vtrace");
     std::fs::write(&junk, b"not a trace at all, not even close").unwrap();
@@ -145,7 +143,8 @@ fn every_unreadable_trace_of_a_directory_is_named() {
     assert!(
         err.starts_with(&format!(
             "error: 2 of 3 traces cannot be read (move them aside to read the others): {}: the \
-             trace is cut off inside its header (0 of 16 bytes); {}: ",
+             trace is empty (0 bytes): the tracer wrote nothing to it (it had not begun, or \
+             the process was killed first); {}: ",
             empty.display(),
             junk.display()
         )),

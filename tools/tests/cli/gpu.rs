@@ -792,6 +792,31 @@ fn a_rank_in_two_traces_is_said() {
     );
 }
 
+// A trace named twice (a directory and a trace in it, overlapping globs) is read once, with a
+// warning: counted twice, a healthy rank would make the median and the planted rank look odd.
+#[test]
+fn a_trace_named_twice_is_read_once() {
+    let again = std::path::Path::new(&ranks_dir()).join("traced-rank0-2009.vtrace");
+    let out = vramtrace()
+        .arg("report")
+        .arg(ranks_dir())
+        .arg(&again)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "warning: {} given twice: read once",
+            again.display()
+        )),
+        "{stderr}"
+    );
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let (_, headline) = report_of_ranks(std::path::Path::new(&ranks_dir()));
+    assert!(shown.contains(&format!("{headline}\n")), "{shown}");
+    assert!(!headline.contains("more than one trace"), "{headline}");
+}
+
 // A flame graph of growth draws the driver's calls: gpt_leaky's is the caching allocator's line
 // 63, where the report names line 57, which keeps the logits (PyTorch's tensors). The graph and
 // the export's line say so; a trace without that view says nothing more.

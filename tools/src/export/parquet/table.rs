@@ -105,6 +105,15 @@ impl<T: Table> TableFile<T> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
+        // A new file, never the old one truncated: a reading begun again with other steps makes
+        // its tables before it drops those of the reading before, whose writer then flushes
+        // what it holds to the file it opened.
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("replacing {}", path.display()))
+            }
+            _ => {}
+        }
         let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         let properties = WriterProperties::builder()
             .set_created_by(format!("vramtrace {}", env!("CARGO_PKG_VERSION")))

@@ -1,22 +1,17 @@
-//! One trace into the tables: read once, its events applied to the live state one by one, and
-//! after each the rows it made — the objects it ended, its failure, its driver reading, the
-//! step it began — streamed to the files; at the end the objects still live, the call sites,
-//! the communicators, PyTorch's tensors and the trace's own row.
-//!
-//! Steps are the report's: a trace whose first reading applied other steps than the whole
-//! trace shows (a repeating allocation where nothing marks steps; the step marks alone where a
-//! loop's iterations began steps before them) is read again with those, as `report` does, and
-//! the files of the first reading are written anew.
+//! One trace into the tables: read once, as `report` reads it, its rows written as each event
+//! is applied — the objects it ended, its failure, its driver reading, the step it began —
+//! and at the end the objects still live, the call sites, the communicators, PyTorch's tensors
+//! and the trace's own row.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use parquet::file::metadata::KeyValue;
 use serde::Serialize;
 use vramtrace_collector::analysis::{Analysis, GrowthConfig};
 use vramtrace_collector::event::{Event, Op};
-use vramtrace_collector::format::RecordRef;
-use vramtrace_collector::live::{LiveState, StepSource};
+use vramtrace_collector::format::Header;
+use vramtrace_collector::live::LiveState;
 use vramtrace_collector::symbols::{label_sites, Attribution};
 use vramtrace_collector::torch::TorchView;
 
@@ -30,7 +25,7 @@ use super::steps::{self, Samples, Steps};
 use super::table::TableFile;
 use super::tensors;
 use super::traces;
-use crate::load::{open_whole, whole_loaded, LoadedTrace, Progress};
+use crate::load::{load_with_steps_observing, LoadedTrace, Observer, Progress, ReadFrom};
 
 /// Where a trace's files go: `<root>/<table>/run=<run>/rank=<rank>/<file>.parquet`.
 pub struct Place {
@@ -81,8 +76,16 @@ pub struct Rows {
     pub warnings: Vec<String>,
 }
 
-/// The tables filled while the trace is read.
+/// The tables filled while the trace is read, a row as an event makes it: an observer of the
+/// reading whose state is kept. The first file that cannot be written stops the rows, and is
+/// the export's error.
 struct Streaming {
+    tables: Option<Tables>,
+    error: Option<anyhow::Error>,
+}
+
+/// The tables that grow event by event.
+struct Tables {
     pid: i64,
     allocations: TableFile<Allocations>,
     steps: TableFile<Steps>,
@@ -94,19 +97,52 @@ struct Streaming {
 }
 
 impl Streaming {
-    fn create(path: &dyn Fn(&str) -> PathBuf, pid: i64, metadata: &[KeyValue]) -> Result<Self> {
-        let m = || metadata.to_vec();
-        Ok(Streaming {
-            pid,
-            allocations: TableFile::create(path("allocations"), m())?,
-            steps: TableFile::create(path("steps"), m())?,
-            samples: TableFile::create(path("samples"), m())?,
-            failures: TableFile::create(path("failures"), m())?,
-            names: Names::new(),
-            steps_before: 0,
-        })
+    /// The files of the trace whose first file read has `header`, at `place`: created anew for
+    /// each reading (a reading from the first part again, with the steps found there, forgets
+    /// the rows of the one before).
+    fn create(place: &Place, header: &Header) -> Self {
+        let metadata = traces::metadata(header, &place.run);
+        let path = |table: &str| place.path(table, header.rank);
+        let m = || metadata.clone();
+        let tables = (|| -> Result<Tables> {
+            Ok(Tables {
+                pid: i64::from(header.pid),
+                allocations: TableFile::create(path("allocations"), m())?,
+                steps: TableFile::create(path("steps"), m())?,
+                samples: TableFile::create(path("samples"), m())?,
+                failures: TableFile::create(path("failures"), m())?,
+                names: Names::new(),
+                steps_before: 0,
+            })
+        })();
+        match tables {
+            Ok(tables) => Streaming {
+                tables: Some(tables),
+                error: None,
+            },
+            Err(error) => Streaming {
+                tables: None,
+                error: Some(error),
+            },
+        }
     }
+}
 
+impl Observer for Streaming {
+    const ENDINGS: bool = true;
+
+    #[inline]
+    fn applied(&mut self, state: &LiveState, e: &Event) {
+        let Some(tables) = &mut self.tables else {
+            return;
+        };
+        if let Err(error) = tables.event(state, e) {
+            (self.tables, self.error) = (None, Some(error));
+        }
+    }
+}
+
+impl Tables {
     /// The rows event `e`, just applied to `state`, made.
     #[inline]
     fn event(&mut self, state: &LiveState, e: &Event) -> Result<()> {
@@ -131,73 +167,34 @@ impl Streaming {
     }
 }
 
-/// Exports the trace at `path` to `place`; returns the rows of each table.
+/// Exports the trace at `path` to `place`; returns the rows of each table. Its steps are the
+/// report's, found as `report` finds them ([`load_with_steps_observing`]).
 pub fn export(
     path: &Path,
     place: &Place,
     growth: GrowthConfig,
     progress: &Progress,
 ) -> Result<Rows> {
-    let read = |source| read(path, place, source, growth, progress);
-    let rows = match read(StepSource::Marks)? {
-        Read::Done(rows) => rows,
-        Read::Again(source) => {
-            progress.restart("pass 2 (steps from the repeating allocation)");
-            match read(source)? {
-                Read::Done(rows) => rows,
-                Read::Again(_) => unreachable!("a second pass is final"),
-            }
+    let (trace, streaming) =
+        load_with_steps_observing(path, ReadFrom::First, growth, progress, |header| {
+            Streaming::create(place, header)
+        })?;
+    let tables = match streaming {
+        Streaming {
+            tables: Some(tables),
+            ..
+        } => tables,
+        Streaming { error, .. } => {
+            return Err(error.unwrap_or_else(|| anyhow!("{}: not exported", path.display())))
         }
     };
+    let metadata = traces::metadata(&trace.header, &place.run);
+    let path = |table: &str| place.path(table, trace.header.rank);
+    let rows = finish(tables, &trace, &path, &metadata)?;
     Ok(Rows {
         file: place.file.clone(),
         ..rows
     })
-}
-
-enum Read {
-    Done(Rows),
-    /// The trace has no step marks but a repeating allocation: read it again with these steps.
-    Again(StepSource),
-}
-
-fn read(
-    trace: &Path,
-    place: &Place,
-    source: StepSource,
-    growth: GrowthConfig,
-    progress: &Progress,
-) -> Result<Read> {
-    let (series, mut reader) = open_whole(trace, progress)?;
-    let header = reader.header().clone();
-    let pid = i64::from(header.pid);
-    let metadata = traces::metadata(&header, &place.run);
-    let path = |table: &str| place.path(table, header.rank);
-    let mut tables = Streaming::create(&path, pid, &metadata)?;
-    let first = source == StepSource::Marks;
-    let mut state = LiveState::with_step_source(source);
-    state.record_endings();
-    while let Some(record) = reader.next_event_or_record() {
-        match record {
-            RecordRef::Event(e) => {
-                state.apply_event(e);
-                tables.event(&state, e)?;
-            }
-            RecordRef::Other(r) => state.apply(&r),
-        }
-        progress.follow(&reader);
-    }
-    progress.set(reader.offset());
-    // The report's steps (`unapplied_steps`, the one rule): the step marks alone where a loop's
-    // iterations began steps before them, the repeating allocation where nothing marks steps.
-    if let Some(steps) = state.unapplied_steps().filter(|_| first) {
-        return Ok(Read::Again(steps));
-    }
-    let loaded = LoadedTrace {
-        growth,
-        ..whole_loaded(trace, &series, reader, state)
-    };
-    finish(tables, &loaded, &path, &metadata).map(Read::Done)
 }
 
 /// What keeps `trace`'s tables from holding its whole run, in words.
@@ -231,7 +228,7 @@ fn warnings(trace: &LoadedTrace) -> Vec<String> {
 
 /// Writes the tables that need the whole trace, and closes every file.
 fn finish(
-    mut t: Streaming,
+    mut t: Tables,
     trace: &LoadedTrace,
     path: &dyn Fn(&str) -> PathBuf,
     metadata: &[KeyValue],

@@ -31,7 +31,7 @@ table! {
         ending: "required binary" " (STRING);" => Dictionary;
         end_reason: "optional binary" " (STRING);" => Dictionary;
         events: "required int64" => Dictionary;
-        dropped: "required int64" => Dictionary;
+        dropped: "optional int64" => Dictionary;
         steps: "required int64" => Dictionary;
         step_source: "required binary" " (STRING);" => Dictionary;
         removed_segments: "required int32" => Dictionary;
@@ -61,8 +61,8 @@ pub fn write(t: &mut TableFile<Traces>, trace: &LoadedTrace) -> Result<()> {
     rows.end_reason
         .opt_text(state.end().map(|e| e.reason.as_str()));
     rows.events.int(bits(state.events()));
-    rows.dropped
-        .int(bits(state.stats().map_or(0, |s| s.dropped)));
+    // Not known (null) when the trace holds no tracer counters: it stops before the first.
+    rows.dropped.opt_int(state.stats().map(|s| bits(s.dropped)));
     rows.steps.int(bits(state.steps()));
     rows.step_source.text(step_info(state).source);
     let removed = (trace.segments.as_ref()).and_then(|f| f.removed.as_ref());
