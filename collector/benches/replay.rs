@@ -15,6 +15,8 @@
 //! makes the same mix as the runtime API over the driver, with stacks, records it: each call with
 //! the driver call it made inside (`inner`) and a native stack per call site, so that the events
 //! take the general reader (trace `vramtrace-bench-N-nested.vtrace`). `VRAMTRACE_BENCH_MIX=
+//! unmarked` puts `cudaFree(0)` in place of each step mark (a trace without marks and without a
+//! period; `vramtrace-bench-N-unmarked.vtrace`). `VRAMTRACE_BENCH_MIX=
 //! recorded:DIR` takes the events of the traces under DIR (a GPU run's real programs) over and
 //! over (`replay/recorded.rs`; trace `vramtrace-bench-N-recorded.vtrace`). With
 //! `VRAMTRACE_BENCH_FORMAT=4` the generated trace is rewritten in format 4's framing (the same
@@ -54,6 +56,8 @@ impl Rng {
 struct Generator {
     /// `VRAMTRACE_BENCH_MIX=nested`: inner driver calls and a stack per call site.
     nested: bool,
+    /// `VRAMTRACE_BENCH_MIX=unmarked`: no step marks.
+    unmarked: bool,
     seq: u64,
     rng: Rng,
     free_ptrs: Vec<u64>,
@@ -98,6 +102,10 @@ impl Generator {
     /// The next event of the mix.
     fn next(&mut self) -> Event {
         let in_step = self.seq % STEP_EVENTS;
+        if in_step == 0 && self.unmarked {
+            // cudaFree(0): no allocation, no token of the pattern.
+            return self.event(Api::CudaFree, APP + 0x10, Op::Free { ptr: 0, stream: 0 });
+        }
         if in_step == 0 {
             return self.event(Api::TracerMarkStep, APP + 0x10, Op::MarkStep { step: 0 });
         }
@@ -152,6 +160,9 @@ fn alloc(kind: MemKind, ptr: u64, size: u64) -> Op {
 enum Mix {
     Plain,
     Nested,
+    /// The plain mix with `cudaFree(0)` in place of each step mark: a trace without marks and
+    /// without a period, the costly case for finding steps as it is read.
+    Unmarked,
     /// The events of the traces under a directory.
     Recorded(PathBuf),
 }
@@ -161,7 +172,7 @@ fn generate(path: &Path, events: u64, mix: &Mix) {
     let file = BufWriter::with_capacity(1 << 20, File::create(path).expect("create the trace"));
     let mut w = TraceWriter::new(file, &Header::default()).expect("header");
     let nested = match mix {
-        Mix::Plain => false,
+        Mix::Plain | Mix::Unmarked => false,
         Mix::Nested => true,
         Mix::Recorded(dir) => {
             recorded::generate(&mut w, dir, events);
@@ -183,6 +194,7 @@ fn generate(path: &Path, events: u64, mix: &Mix) {
     .expect("write");
     let mut g = Generator {
         nested,
+        unmarked: matches!(mix, Mix::Unmarked),
         seq: 0,
         rng: Rng(0x9e37_79b9_7f4a_7c15),
         free_ptrs: Vec::new(),
@@ -351,11 +363,12 @@ fn main() {
     let setting = std::env::var("VRAMTRACE_BENCH_MIX").unwrap_or_default();
     let mix = match setting.as_str() {
         "nested" => Mix::Nested,
+        "unmarked" => Mix::Unmarked,
         "" | "plain" => Mix::Plain,
         other => match other.strip_prefix("recorded:") {
             Some(dir) => Mix::Recorded(PathBuf::from(dir)),
             None => {
-                eprintln!("replay bench: VRAMTRACE_BENCH_MIX={other:?}: expected `plain`, `nested` or `recorded:DIR`");
+                eprintln!("replay bench: VRAMTRACE_BENCH_MIX={other:?}: expected `plain`, `nested`, `unmarked` or `recorded:DIR`");
                 std::process::exit(2);
             }
         },
@@ -363,6 +376,7 @@ fn main() {
     let name = match mix {
         Mix::Plain => format!("vramtrace-bench-{events}.vtrace"),
         Mix::Nested => format!("vramtrace-bench-{events}-nested.vtrace"),
+        Mix::Unmarked => format!("vramtrace-bench-{events}-unmarked.vtrace"),
         Mix::Recorded(_) => format!("vramtrace-bench-{events}-recorded.vtrace"),
     };
     let path: PathBuf = std::env::temp_dir().join(name);
