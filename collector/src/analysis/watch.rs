@@ -96,15 +96,15 @@ impl Default for WatchConfig {
 
 /// Occurrences of a pattern's anchor seen before the watch follows it: fewer could be a
 /// program's start repeating itself a few times, not its loop.
-pub const MIN_PATTERN_STEPS: u64 = 8;
+pub(crate) const MIN_PATTERN_STEPS: u64 = 8;
 
 /// Nanoseconds the occurrences of a pattern's anchor must span before the watch follows it.
-pub const MIN_PATTERN_NS: u64 = 1_000_000_000;
+pub(crate) const MIN_PATTERN_NS: u64 = 1_000_000_000;
 
 /// Steps' worth of time, and the least time, without the anchor of the pattern the watch
 /// follows before it stops following it ([`Watch::forget_stopped_pattern`]).
-pub const PATTERN_QUIET_STEPS: u64 = 10;
-pub const PATTERN_QUIET_NS: u64 = 30 * 1_000_000_000;
+pub(crate) const PATTERN_QUIET_STEPS: u64 = 10;
+pub(crate) const PATTERN_QUIET_NS: u64 = 30 * 1_000_000_000;
 
 /// Allocations and frees seen before the watch first looks for a pattern.
 const FIRST_PATTERN_LOOK: u64 = 16;

@@ -256,7 +256,7 @@ impl LiveState {
     /// here; the boundaries are not kept (the run may be weeks long), and detection stops.
     /// A mark that comes later ends it: marks win, as they do in a trace read whole, and steps
     /// count from the first mark.
-    pub fn follow_pattern(&mut self, pattern: &StepPattern) {
+    pub(crate) fn follow_pattern(&mut self, pattern: &StepPattern) {
         let mut p = pattern.clone();
         p.boundaries = Arc::from([]);
         self.next_boundary = NextBoundary::of(&p, 0);
@@ -268,7 +268,7 @@ impl LiveState {
     /// The pattern followed stopped recurring (a program's start repeated itself, then its loop
     /// did something else): its steps and their samples are dropped, growth is judged per time
     /// window again, and the detector looks anew.
-    pub fn forget_pattern(&mut self) {
+    pub(crate) fn forget_pattern(&mut self) {
         if !std::mem::take(&mut self.following) {
             return;
         }

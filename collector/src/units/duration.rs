@@ -56,7 +56,7 @@ pub fn span(ns: u64) -> String {
 }
 
 /// A time far ahead, in the unit that reads best: `42 s`, `35 min`, `2.1 h`, `3.5 days`.
-pub fn long_duration(seconds: f64) -> String {
+fn long_duration(seconds: f64) -> String {
     match seconds {
         s if s >= 2.0 * 86400.0 => format!("{:.1} days", s / 86400.0),
         s if s >= 2.0 * 3600.0 => format!("{:.1} h", s / 3600.0),

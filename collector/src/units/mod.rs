@@ -35,7 +35,8 @@ fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), 
         .unwrap_or(t.len());
     Ok(t.split_at(split))
 }
-pub use duration::{long_duration, parse_duration, span, when_full};
+pub use duration::{parse_duration, span, when_full};
 pub use rate::parse_rate;
-pub use size::{bytes, parse_size, share, share_of};
+pub(crate) use size::share_of;
+pub use size::{bytes, parse_size, share};
 pub use switch::parse_switch;

@@ -41,7 +41,7 @@ pub fn bytes(n: u64) -> String {
 /// `0.1% of 512.0 MiB`: `part` as a share of `whole`, where it is a share of it to a millionth
 /// (a threshold set as a percentage of a device's memory; a threshold in bytes is not, and gets
 /// `None`).
-pub fn share_of(part: f64, whole: u64) -> Option<String> {
+pub(crate) fn share_of(part: f64, whole: u64) -> Option<String> {
     if whole == 0 {
         return None;
     }
