@@ -101,7 +101,9 @@ fn traced_run(
     let lib = sibling("libvramtrace.so")?;
     std::fs::create_dir_all(OUT_DIR).map_err(|e| format!("cannot create {OUT_DIR}: {e}"))?;
     for old in traces(prefix) {
-        let _ = std::fs::remove_file(old);
+        if std::fs::remove_file(&old).is_ok() {
+            println!("(the demo's earlier {} is replaced)", old.display());
+        }
     }
     let training = training_loop(variant);
     let status = Command::new(vramtrace)

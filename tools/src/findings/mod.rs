@@ -69,7 +69,7 @@ fn holder_line(h: &HolderGrowth, unit: &str, fraction: f64) -> String {
     let c = &h.course;
     let fit = c.fit.map_or(String::new(), |f| {
         format!(
-            "; its line {} {unit}, R² {:.3}",
+            "; least-squares fit {} {unit}, R² {:.3}",
             signed_bytes(f.slope),
             f.r2
         )
