@@ -179,7 +179,7 @@ pub(super) fn open_first(session: &Session) -> Opened {
     let untraced = |header: Header, path: &Path, why: String| {
         announce::untraced(&why);
         if !quiet {
-            warn(&format!("{why}; the program runs on untraced"));
+            warn(&format!("{why}; the program runs on without a trace"));
         }
         Opened {
             sink: Sink {

@@ -99,7 +99,7 @@ captest!(a_device_node_and_a_symlink_are_left_alone, |dir| {
         warnings(&run.output),
         [format!(
             "vramtrace: warning: {} is not a regular file (a device, FIFO or socket); no trace is \
-             written there; the program runs on untraced",
+             written there; the program runs on without a trace",
             fifo.display()
         )]
     );
