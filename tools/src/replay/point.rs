@@ -77,12 +77,22 @@ fn duration(text: &str) -> Result<u64, String> {
         .map_err(|e| format!("'{text}' is {e}"))
 }
 
+/// A time as it was asked: from a second to two minutes, to the millisecond (`12.5s` is
+/// `12.5 s`, not the rounded `12 s` of a span); otherwise in the unit that reads best.
+fn as_asked(ns: u64) -> String {
+    if !(1_000_000_000..120_000_000_000).contains(&ns) || ns % 1_000_000 != 0 {
+        return crate::units::duration(ns);
+    }
+    let seconds = format!("{:.3}", ns as f64 / 1e9);
+    format!("{} s", seconds.trim_end_matches('0').trim_end_matches('.'))
+}
+
 impl fmt::Display for Point {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Point::Step(n) => write!(f, "step {n}"),
             Point::Event(n) => write!(f, "event {n}"),
-            Point::Time(ns) => write!(f, "{} after the first event", crate::units::duration(*ns)),
+            Point::Time(ns) => write!(f, "{} after the first event", as_asked(*ns)),
             Point::Peak => write!(f, "peak"),
             Point::Oom(n) => write!(f, "out-of-memory failure {n}"),
             Point::End => write!(f, "end"),
@@ -93,6 +103,14 @@ impl fmt::Display for Point {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_reads_as_asked() {
+        let said = |t: &str| Point::parse(t).unwrap().to_string();
+        assert_eq!(said("12.5s"), "12.5 s after the first event");
+        assert_eq!(said("60min"), "60 min after the first event");
+        assert_eq!(said("300ms"), "300 ms after the first event");
+    }
 
     #[test]
     fn points_parse() {
