@@ -80,7 +80,7 @@ fn duration(text: &str) -> Result<u64, String> {
 /// A time as it was asked: from a second to two minutes, to the millisecond (`12.5s` is
 /// `12.5 s`, not the rounded `12 s` of a span); otherwise in the unit that reads best.
 fn as_asked(ns: u64) -> String {
-    if !(1_000_000_000..120_000_000_000).contains(&ns) || ns % 1_000_000 != 0 {
+    if !(1_000_000_000..120_000_000_000).contains(&ns) || !ns.is_multiple_of(1_000_000) {
         return crate::units::duration(ns);
     }
     let seconds = format!("{:.3}", ns as f64 / 1e9);
