@@ -147,7 +147,7 @@ macro_rules! exec_hook {
                 return -1;
             };
             // SAFETY: the program's own path (or NULL) and environment, as it passes them.
-            let said = unsafe { say_if_untraced($path, $env) };
+            let said = unsafe { say_if_unseen($path, $env) };
             let ended = before_leaving(Ending::Exec);
             // SAFETY: the real function of this name, which has this signature.
             let f: Real = unsafe { std::mem::transmute::<usize, Real>(f) };
@@ -174,12 +174,12 @@ unsafe extern "C" {
     static environ: *const *const c_char;
 }
 
-/// Tells `vramtrace run` that the image an exec of `path` makes with `env` runs without the
-/// tracer, when `env` preloads none; whether it did. Never unwinds.
+/// Tells `vramtrace run` that the image an exec of `path` makes with `env` runs unseen by it
+/// (`env` preloads no tracer, or names no longer the run); whether it did. Never unwinds.
 ///
 /// # Safety
 /// `path` is NULL or NUL-terminated; `env` is NULL or a NULL-terminated array of strings.
-unsafe fn say_if_untraced(path: *const c_char, env: *const *const c_char) -> bool {
+unsafe fn say_if_unseen(path: *const c_char, env: *const *const c_char) -> bool {
     let path: &[u8] = if path.is_null() {
         b"(a file descriptor)"
     } else {
@@ -187,8 +187,7 @@ unsafe fn say_if_untraced(path: *const c_char, env: *const *const c_char) -> boo
         unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes()
     };
     // SAFETY: `env` as the caller's contract says.
-    std::panic::catch_unwind(|| unsafe { announce::exec_without_tracer(path, env) })
-        .unwrap_or(false)
+    std::panic::catch_unwind(|| unsafe { announce::exec_unseen(path, env) }).unwrap_or(false)
 }
 
 /// `execl(path, arg, ..., NULL)`: gathered in exec.c, then [`execv`].

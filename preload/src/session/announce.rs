@@ -17,7 +17,11 @@
 //! - `cut PATH` when writing it failed later: the trace stops there;
 //! - `exec-untraced PATH` before an exec whose environment no longer preloads the tracer (a
 //!   launcher that cleans the environment: `env -i`, `sudo`, a subprocess given its own), and
-//!   `exec-failed` when that exec returned: the image it made runs unseen.
+//!   `exec-failed` when that exec returned: the image it made runs unseen;
+//! - `exec-unannounced PATH` before an exec whose environment preloads the tracer but no
+//!   longer names this run's directory (`env -i LD_PRELOAD=… prog`): the image is traced, but
+//!   its trace goes where its own settings say and the run never hears of it (`exec-failed`
+//!   takes it back too).
 //!
 //! A warning about a bad setting is the same in every process of a run, so only the first
 //! process to give it does ([`first_to_warn`]): it leaves a `warned-HASH` file for the others.
@@ -108,21 +112,23 @@ pub fn loaded(disabled: bool) {
 static EXEC_DIR: OnceLock<Vec<u8>> = OnceLock::new();
 
 /// Before an exec of `path` with the environment `env` (NULL-terminated; NULL for none): when
-/// it preloads no vramtrace library, says that the image it makes will run unseen. Returns
-/// whether it said so ([`exec_failed`] takes it back). Touches no heap and keeps `errno`.
+/// the image it makes will run unseen by the run — no vramtrace library preloaded, or one that
+/// no longer names the run's directory — says so. Returns whether it said so ([`exec_failed`]
+/// takes it back). Touches no heap and keeps `errno`.
 ///
 /// # Safety
 /// `env` is NULL or a NULL-terminated array of NUL-terminated strings.
-pub unsafe fn exec_without_tracer(path: &[u8], env: *const *const c_char) -> bool {
+pub unsafe fn exec_unseen(path: &[u8], env: *const *const c_char) -> bool {
     let Some(dir) = EXEC_DIR.get() else {
         return false;
     };
     // SAFETY: `env` is the environment the program hands to exec, NULL-terminated, or NULL.
-    if unsafe { preloads_tracer(env) } {
-        return false;
-    }
+    let head: &[u8] = match unsafe { seen_by_run(env, dir) } {
+        (true, true) => return false,
+        (false, _) => b"exec-untraced ",
+        (true, false) => b"exec-unannounced ",
+    };
     let mut line = [0u8; 1024];
-    let head = b"exec-untraced ";
     line[..head.len()].copy_from_slice(head);
     let room = line.len() - head.len() - 1;
     let path = &path[..path.len().min(room)];
@@ -141,28 +147,30 @@ pub fn exec_failed() {
     }
 }
 
-/// Whether environment `env` preloads a vramtrace library (`LD_PRELOAD=…vramtrace…`).
+/// Whether environment `env` preloads a vramtrace library (`LD_PRELOAD=…vramtrace…`), and
+/// whether it names the run's status directory `dir` (`VRAMTRACE_RUN_STATUS=dir`).
 ///
 /// # Safety
 /// `env` is NULL or a NULL-terminated array of NUL-terminated strings.
-unsafe fn preloads_tracer(env: *const *const c_char) -> bool {
+unsafe fn seen_by_run(env: *const *const c_char, dir: &[u8]) -> (bool, bool) {
+    let (mut preloads, mut names_run) = (false, false);
     if env.is_null() {
-        return false;
+        return (preloads, names_run);
     }
     let mut at = env;
     loop {
         // SAFETY: `at` stays inside the array up to its NULL (the caller's contract).
         let entry = unsafe { *at };
         if entry.is_null() {
-            return false;
+            return (preloads, names_run);
         }
         // SAFETY: a NUL-terminated string of the array.
         let text = unsafe { std::ffi::CStr::from_ptr(entry) }.to_bytes();
         if let Some(value) = text.strip_prefix(b"LD_PRELOAD=") {
-            if value.windows(9).any(|w| w == b"vramtrace") {
-                return true;
-            }
+            preloads |= value.windows(9).any(|w| w == b"vramtrace");
         }
+        let status = (text.strip_prefix(RUN_STATUS.as_bytes())).and_then(|t| t.strip_prefix(b"="));
+        names_run |= status == Some(dir);
         // SAFETY: not yet at the NULL, so the next element is inside the array.
         at = unsafe { at.add(1) };
     }
@@ -259,20 +267,42 @@ mod tests {
         loaded(false);
         trace_created(std::path::Path::new("/t/a\nb.vtrace"));
         untraced("cannot write the trace: read-only");
-        // An exec whose environment keeps the tracer says nothing; one without it says so,
-        // and a failed one takes that back.
+        // An exec whose environment keeps the tracer and the run says nothing; one without
+        // the tracer says so, and a failed one takes that back; one with the tracer but not
+        // the run says that.
+        let status = CString::new(
+            [
+                RUN_STATUS.as_bytes(),
+                b"=",
+                dir.path().as_os_str().as_bytes(),
+            ]
+            .concat(),
+        )
+        .unwrap();
         let with = [
             c"LD_PRELOAD=/opt/vt/libvramtrace.so".as_ptr(),
+            status.as_ptr(),
             std::ptr::null(),
         ];
         // SAFETY: NULL-terminated arrays of NUL-terminated strings.
-        assert!(!unsafe { exec_without_tracer(b"/bin/a", with.as_ptr()) });
-        let without = [c"LD_PRELOAD=/lib/other.so".as_ptr(), std::ptr::null()];
+        assert!(!unsafe { exec_unseen(b"/bin/a", with.as_ptr()) });
+        let without = [
+            c"LD_PRELOAD=/lib/other.so".as_ptr(),
+            status.as_ptr(),
+            std::ptr::null(),
+        ];
         // SAFETY: as above.
-        assert!(unsafe { exec_without_tracer(b"/bin/b\nc", without.as_ptr()) });
+        assert!(unsafe { exec_unseen(b"/bin/b\nc", without.as_ptr()) });
         exec_failed();
         // SAFETY: NULL is no environment at all.
-        assert!(unsafe { exec_without_tracer(b"/bin/d", std::ptr::null()) });
+        assert!(unsafe { exec_unseen(b"/bin/d", std::ptr::null()) });
+        let other_run = [
+            c"LD_PRELOAD=/opt/vt/libvramtrace.so".as_ptr(),
+            c"VRAMTRACE_RUN_STATUS=/tmp/another".as_ptr(),
+            std::ptr::null(),
+        ];
+        // SAFETY: as above.
+        assert!(unsafe { exec_unseen(b"/bin/e", other_run.as_ptr()) });
         assert!(first_to_warn("X='1' is bad"));
         assert!(!first_to_warn("X='1' is bad"));
         assert!(first_to_warn("Y='2' is bad"));
@@ -283,7 +313,8 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(mine).unwrap(),
             "tracing\ntrace /t/a b.vtrace\nuntraced cannot write the trace: read-only\n\
-             exec-untraced /bin/b c\nexec-failed\nexec-untraced /bin/d\n"
+             exec-untraced /bin/b c\nexec-failed\nexec-untraced /bin/d\n\
+             exec-unannounced /bin/e\n"
         );
     }
 }

@@ -368,6 +368,25 @@ captest!(check_cannot_pass_a_program_the_tracer_did_not_see, |dir| {
         )),
         "{line}"
     );
+    // One that keeps LD_PRELOAD but drops the rest (`env -i LD_PRELOAD=…`): the program runs
+    // traced, its trace where its own settings say, which the run never hears of.
+    let script = format!(
+        "exec env -i LD_PRELOAD=\"$LD_PRELOAD\" LD_LIBRARY_PATH=\"$LD_LIBRARY_PATH\" \
+         STANDIN_DEVICE_MEM=512M {train}"
+    );
+    let out = check_command(dir, &[], "sh", &["-c", &script])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let line = could_not_check(&out);
+    assert!(
+        line.ends_with(&format!(
+            " ran {train} unseen by this run: the environment it was given preloads the tracer \
+             but no longer names the run (VRAMTRACE_RUN_STATUS), so its trace went where its \
+             own settings say; keep the VRAMTRACE_* variables in what a launcher passes on"
+        )),
+        "{line}"
+    );
     // Tracing turned off for the program by its launcher.
     let out = check(dir, &[], "env", &["VRAMTRACE_DISABLE=1", train]);
     let line = could_not_check(&out);

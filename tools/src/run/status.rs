@@ -8,8 +8,9 @@
 //! `trace PATH` when its trace was created, `removed PATH` when the tracer removed it at the end
 //! (no GPU memory call in it), `untraced REASON` when it could not be, `cut PATH` when writing
 //! it failed later, `exec-untraced PATH` before an exec whose environment no longer preloads the
-//! library (the image it makes runs unseen) and `exec-failed` when that exec returned. Other
-//! files there (`warned-…`) are the library's own.
+//! library and `exec-unannounced PATH` before one whose environment preloads it but no longer
+//! names the run (the image it makes runs unseen either way), and `exec-failed` when that exec
+//! returned. Other files there (`warned-…`) are the library's own.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -39,9 +40,19 @@ pub struct Process {
     pub untraced: Vec<String>,
     /// Its traces whose writing failed part way.
     pub cut: Vec<PathBuf>,
-    /// Programs it exec'd with an environment that no longer preloads the tracer: they ran
-    /// unseen.
-    pub exec_untraced: Vec<PathBuf>,
+    /// Programs it exec'd with an environment that no longer preloads the tracer, or that
+    /// preloads it but no longer names the run: they ran unseen.
+    pub exec_unseen: Vec<(PathBuf, Unseen)>,
+}
+
+/// Why an image a process exec'd ran unseen by the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unseen {
+    /// Its environment no longer preloads the tracer: it ran untraced.
+    NoTracer,
+    /// Its environment preloads the tracer but no longer names the run (`env -i
+    /// LD_PRELOAD=…`): traced, its trace went where its own settings say.
+    OtherSettings,
 }
 
 /// What the traced processes reported, by pid.
@@ -62,9 +73,13 @@ impl Reported {
         self.processes.iter().filter(|p| p.disabled)
     }
 
-    /// Programs the processes exec'd without the tracer, each with its process.
-    pub fn exec_untraced(&self) -> impl Iterator<Item = (&Process, &Path)> {
-        (self.processes.iter()).flat_map(|p| p.exec_untraced.iter().map(move |t| (p, t.as_path())))
+    /// Programs the processes exec'd unseen, each with its process and why.
+    pub fn exec_unseen(&self) -> impl Iterator<Item = (&Process, &Path, Unseen)> {
+        (self.processes.iter()).flat_map(|p| {
+            p.exec_unseen
+                .iter()
+                .map(move |(t, why)| (p, t.as_path(), *why))
+        })
     }
 
     /// Processes whose trace could not be created.
@@ -105,9 +120,10 @@ fn parse(pid: u32, text: &[u8]) -> Process {
             b"removed" => p.traces.retain(|t| *t != path()),
             b"untraced" => p.untraced.push(String::from_utf8_lossy(rest).into_owned()),
             b"cut" => p.cut.push(path()),
-            b"exec-untraced" => p.exec_untraced.push(path()),
+            b"exec-untraced" => p.exec_unseen.push((path(), Unseen::NoTracer)),
+            b"exec-unannounced" => p.exec_unseen.push((path(), Unseen::OtherSettings)),
             // The exec returned: the image it spoke of never ran.
-            b"exec-failed" => drop(p.exec_untraced.pop()),
+            b"exec-failed" => drop(p.exec_unseen.pop()),
             // `tracing`, and what a newer library may add: it was loaded.
             _ => p.tracing = true,
         }

@@ -17,7 +17,7 @@ use vramtrace_collector::live::{Accounting, LiveState, StepSource};
 use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 use vramtrace_collector::units::pattern::NamePattern;
 
-use super::status::Reported;
+use super::status::{Reported, Unseen};
 use super::Ran;
 use crate::load::{read, Flow, Progress, ReadFrom};
 use crate::units::{bytes, count};
@@ -182,13 +182,21 @@ pub fn unseen(ran: &Ran) -> Vec<String> {
     let disabled = r
         .disabled()
         .map(|p| format!("pid {} ran untraced: VRAMTRACE_DISABLE is set", p.pid));
-    let exec = r.exec_untraced().map(|(p, program)| {
-        format!(
+    let exec = r.exec_unseen().map(|(p, program, why)| match why {
+        Unseen::NoTracer => format!(
             "pid {} ran {} untraced: the environment it was given no longer preloads the \
              tracer (LD_PRELOAD); keep LD_PRELOAD in what a launcher passes on",
             p.pid,
             program.display()
-        )
+        ),
+        Unseen::OtherSettings => format!(
+            "pid {} ran {} unseen by this run: the environment it was given preloads the \
+             tracer but no longer names the run ({}), so its trace went where its own \
+             settings say; keep the VRAMTRACE_* variables in what a launcher passes on",
+            p.pid,
+            program.display(),
+            super::status::RUN_STATUS
+        ),
     });
     // A trace cut into segments loses its first files to rotation: it is gone only when no
     // segment of that process is left either.
