@@ -179,6 +179,14 @@ impl Verdict {
         self.add(checks, new_growth);
     }
 
+    /// Leaves out the checks of `metrics` (numbers one run cannot give whole: its peak, its
+    /// failed calls, where rotation deleted its first segments), saying why in `note`.
+    pub fn leave_out(&mut self, metrics: &[&str], note: String) {
+        self.checks.retain(|c| !metrics.contains(&c.metric));
+        self.notes.push(note);
+        self.regression = self.checks.iter().any(|c| c.exceeded);
+    }
+
     /// Adds another view's checks and new growths.
     fn add(&mut self, checks: Vec<Check>, new_growth: Vec<NewGrowth>) {
         self.checks.extend(checks);

@@ -92,6 +92,38 @@ captest!(
         assert_eq!(Some(applied), whole["tracer"]["events_written"].as_u64());
         assert!(removed["events"].as_u64().unwrap() < applied);
         assert_eq!(whole["reading"]["unread"]["bytes"], 0);
+
+        // Compared with a copy of it, the trace's peak and failed calls are no check: the part
+        // rotation deleted may hold either (a peak there would be a "regression" of a run kept
+        // whole). What is live and how it grows are compared.
+        let copy = tempfile::tempdir().unwrap();
+        for f in &files {
+            std::fs::copy(f, copy.path().join(f.file_name().unwrap())).unwrap();
+        }
+        let d = vramtrace_json([
+            "diff".as_ref(),
+            "--json".as_ref(),
+            files[0].as_os_str(),
+            copy.path().join(files[0].file_name().unwrap()).as_os_str(),
+        ]);
+        let checks: Vec<&str> = (d["verdict"]["checks"].as_array().unwrap().iter())
+            .map(|c| c["metric"].as_str().unwrap())
+            .collect();
+        assert!(checks.contains(&"live_bytes"), "{checks:?}");
+        assert!(!checks.contains(&"peak_bytes"), "{checks:?}");
+        assert!(!checks.contains(&"failures"), "{checks:?}");
+        let notes = d["verdict"]["notes"].to_string();
+        for run in ["A", "B"] {
+            assert!(
+                notes.contains(&format!(
+                    "peak and failed calls not compared: rotation (VRAMTRACE_MAX_BYTES) deleted \
+                     run {run}'s first {} segment",
+                    removed["segments"]
+                )),
+                "{notes}"
+            );
+        }
+        assert_eq!(d["verdict"]["regression"], false);
     }
 );
 

@@ -71,6 +71,9 @@ struct Compared {
     tensors: Option<TensorProfile>,
     /// For the rank table of `--rank`.
     rank_input: vramtrace_collector::compare::RankInput,
+    /// What rotation deleted from the start of the trace, in words (`its first 3 segments,
+    /// 1.2 s`): its peak and its failed calls there are not known.
+    rotated: Option<String>,
 }
 
 fn profile_of(mut run: Run) -> Result<Compared> {
@@ -97,6 +100,16 @@ fn profile_of(mut run: Run) -> Result<Compared> {
             gaps: t.gaps(),
         },
         rank_input: rank_input(&run, &run.analysis),
+        rotated: (t.segments.as_ref())
+            .and_then(|s| s.removed.as_ref())
+            .map(|r| {
+                format!(
+                    "{} ({} events, the first {})",
+                    crate::units::count(u64::from(r.segments), "segment"),
+                    vramtrace_collector::units::grouped(r.events),
+                    crate::units::duration(r.span_ns)
+                )
+            }),
         profile,
         tensors,
     })
@@ -280,12 +293,33 @@ fn compare(a: &Profile, b: &Profile, sources: &SourceSearch, t: &Thresholds) -> 
 /// Two runs compared in both views: the driver's, and PyTorch's recorder where they have it.
 fn compare_runs(a: &Compared, b: &Compared, sources: &SourceSearch, t: &Thresholds) -> Diff {
     let (pa, pb) = (&a.profile, &b.profile);
-    compare(pa, pb, sources, t).with_tensors(
+    let mut diff = compare(pa, pb, sources, t).with_tensors(
         (a.tensors.as_ref(), pa),
         (b.tensors.as_ref(), pb),
         sources,
         t,
-    )
+    );
+    leave_out_rotated(&mut diff, &[("run A's", a), ("run B's", b)]);
+    diff
+}
+
+/// Where rotation deleted the first segments of a run, its peak and failed calls there are not
+/// known: those checks are left out (a peak in the part deleted is no regression of the other
+/// run), and the verdict says so. What is live, its growth and its orphans come from what is
+/// there (the oldest segment's snapshot holds the live set). Each run comes with its name as
+/// owner (`run A's`).
+fn leave_out_rotated(diff: &mut Diff, runs: &[(&str, &Compared)]) {
+    for (whose, run) in runs {
+        if let Some(removed) = &run.rotated {
+            diff.verdict.leave_out(
+                &["peak_bytes", "failures"],
+                format!(
+                    "peak and failed calls not compared: rotation (VRAMTRACE_MAX_BYTES) deleted \
+                     {whose} first {removed}"
+                ),
+            );
+        }
+    }
 }
 
 /// Runs `vramtrace diff`; the exit code is 1 when a comparison found a regression.
@@ -508,6 +542,13 @@ fn against_median(
         sources,
         t,
     );
+    let named: Vec<String> = (others.iter().map(|c| format!("{}'s", c.facts.path)))
+        .chain([format!("{wanted}'s")])
+        .collect();
+    let rotated: Vec<(&str, &Compared)> = (named.iter().map(String::as_str))
+        .zip(others.iter().copied().chain([target]))
+        .collect();
+    leave_out_rotated(&mut diff, &rotated);
     if others.len() == 1 {
         diff.verdict.notes.push(format!(
             "the median of one trace is that trace: this compares {wanted} with {} alone, and \
