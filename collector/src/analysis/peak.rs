@@ -24,6 +24,10 @@ pub struct HolderPeak {
 pub struct Peaks {
     /// Devices first, then host memory.
     pub holders: Vec<HolderPeak>,
+    /// When the replay started from a segment's snapshot (rotation deleted the segments before
+    /// it, or `--last`/`--since` read from there): the events before it. The peaks are the
+    /// highest points from there on; one before is not known.
+    pub from_event: Option<u64>,
 }
 
 impl Peaks {
@@ -50,5 +54,6 @@ pub fn peaks(state: &LiveState) -> Peaks {
                 by_site: amounts(state, state.peak_holdings(h.holder)),
             })
             .collect(),
+        from_event: state.restored().map(|r| r.events),
     }
 }

@@ -92,6 +92,21 @@ captest!(
         assert_eq!(Some(applied), whole["tracer"]["events_written"].as_u64());
         assert!(removed["events"].as_u64().unwrap() < applied);
         assert_eq!(whole["reading"]["unread"]["bytes"], 0);
+        // Its peak is the highest point on disk, and says so: a higher one may have been in
+        // what rotation deleted.
+        assert_eq!(whole["analysis"]["peaks"]["from_event"], removed["events"]);
+        let peak = vramtrace_json([
+            "replay".as_ref(),
+            "--json".as_ref(),
+            "--at".as_ref(),
+            "peak".as_ref(),
+            files[0].as_os_str(),
+        ]);
+        let said = peak["at"]["point"].as_str().unwrap();
+        assert!(
+            said.starts_with("peak (the highest on disk: rotation deleted the first "),
+            "{said}"
+        );
 
         // Compared with a copy of it, the trace's peak and failed calls are no check: the part
         // rotation deleted may hold either (a peak there would be a "regression" of a run kept

@@ -309,6 +309,13 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
             count(l.sites.len() as u64, "call site")
         ),
     ));
+    // Read from a segment's snapshot: a higher point before it is not known.
+    let since = a.peaks.from_event.map_or(String::new(), |n| {
+        format!(
+            "; the highest since event {n}, where reading began (what came before is not read: \
+             rotation deleted it, or --last/--since)"
+        )
+    });
     for p in &a.peaks.holders {
         // A trace without steps has no step to name.
         let step = match a.steps.steps {
@@ -318,7 +325,7 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         lines.push(line(
             "peak",
             format!(
-                "{}: {} in {} at event {} (seq {}{step}); {} now",
+                "{}: {} in {} at event {} (seq {}{step}); {} now{since}",
                 p.holder.name(),
                 bytes(p.peak.bytes),
                 count(p.peak.count, "object"),

@@ -286,7 +286,19 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         &mut analysis,
         &mut Attribution::of_state(&trace.state, &mut symbols),
     );
-    let at = moment(&trace.state, &point.to_string());
+    // The peak of a trace whose first segments rotation deleted is the highest point on disk.
+    let deleted = (series.first().info())
+        .filter(|i| i.index > 1)
+        .map(|_| series.first().events_before());
+    let said = match (point, deleted) {
+        (Point::Peak, Some(n)) => format!(
+            "peak (the highest on disk: rotation deleted the first {} events, where a higher \
+             one is not known)",
+            vramtrace_collector::units::grouped(n)
+        ),
+        _ => point.to_string(),
+    };
+    let at = moment(&trace.state, &said);
     let report = ReplayReport {
         schema: SCHEMA,
         trace: path.display().to_string(),
