@@ -76,6 +76,10 @@ pub struct StepInfo {
     pub pattern: Option<StepPattern>,
     /// The call site of the pattern's anchor, when it is an allocation or a free.
     pub anchor_site: Option<SiteName>,
+    /// When the replay started from a segment's snapshot (rotation deleted the segments before
+    /// it, or `--last`/`--since` read from there): the steps begun before it. Series start
+    /// there: a growth under way then may have begun earlier.
+    pub from_step: Option<u64>,
 }
 
 /// An alert the tracer raised while the program ran, with the call site it named (when it named
@@ -120,6 +124,7 @@ pub fn step_info(state: &LiveState) -> StepInfo {
         step_ns: state.step_duration_ns(),
         pattern,
         anchor_site,
+        from_step: state.restored().map(|r| r.steps),
     }
 }
 

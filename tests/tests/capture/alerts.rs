@@ -366,3 +366,52 @@ captest!(
         assert_eq!(alert_lines(&err).len(), 1, "{err}");
     }
 );
+
+// A long run whose first segments rotation deleted, the alert raised in them: the growth the
+// report sees begins where reading began, and may have begun earlier, so the alert is no "not
+// confirmed" one (it was, when the first step on disk was taken for the start of the growth).
+captest!(
+    an_alert_in_segments_rotation_deleted_stays_confirmed,
+    |dir| {
+        // 6,000 steps, the last 2,000 or so on disk: the alert comes thousands of steps before.
+        let run = Workload::new("wl_soak")
+            .arg("6000")
+            .arg("100")
+            .arg("1")
+            .arg("65536")
+            .env("STANDIN_DEVICE_MEM", "64G")
+            .env("VRAMTRACE_ALERT_THRESHOLD", "32KiB")
+            .env("VRAMTRACE_SEGMENT_BYTES", "256KiB")
+            .env("VRAMTRACE_MAX_BYTES", "768KiB")
+            .run_traced(dir);
+        assert!(run.output.status.success());
+        let first = (run.traces.iter())
+            .min_by_key(|p| p.file_name().map(|n| n.to_owned()))
+            .unwrap();
+        let json = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), first.as_os_str()]);
+        let from = json["analysis"]["steps"]["from_step"]
+            .as_u64()
+            .expect("read from a snapshot");
+        let alert_step = json["analysis"]["alerts"][0]["step"].as_u64().unwrap();
+        assert!(
+            alert_step < from,
+            "the alert at step {alert_step}, reading from {from}"
+        );
+        let report = vramtrace_tests::traced::vramtrace_command()
+            .arg("report")
+            .arg(first)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&report.stdout);
+        let alerted: Vec<&str> = text.lines().filter(|l| l.contains("alerted")).collect();
+        assert_eq!(alerted.len(), 1, "{text}");
+        assert!(!alerted[0].contains("not confirmed"), "{}", alerted[0]);
+        assert!(
+            text.contains(&format!(
+            "+64.0 KiB per step from step {from}, where reading began (what came before is not \
+             read: the growth may have begun earlier)"
+        )),
+            "{text}"
+        );
+    }
+);

@@ -60,10 +60,12 @@ pub(super) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
         return "; not confirmed: the whole run shows no steady growth there".to_string();
     };
     // Raised before the growth the run shows began (a start-up's rise, say): not that growth.
+    // A growth under way where reading began (a segment's snapshot) may have begun before it.
+    let under_way = |step: u64| a.steps.from_step.is_some_and(|from| step <= from);
     let began = finding
         .evidence
         .growth_from
-        .filter(|_| a.growth.axis == SampleAxis::Steps);
+        .filter(|&step| a.growth.axis == SampleAxis::Steps && !under_way(step));
     if let Some(step) = began.filter(|&step| raised.alert.step < step) {
         let place = finding.site.as_ref().map_or("?".to_string(), site_label);
         return format!(

@@ -180,6 +180,9 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
                     // The view's first whole sample: what came before it is not seen.
                     parts[0] += ", the first the recorder's history holds whole (it keeps only \
                                  its latest actions: the growth may have begun earlier)";
+                } else if a.steps.from_step.is_some_and(|from| x <= from) {
+                    parts[0] += ", where reading began (what came before is not read: the \
+                                 growth may have begun earlier)";
                 }
             }
             let r2 = e.r2.map_or(String::new(), |r| format!(", R² {r:.3}"));
