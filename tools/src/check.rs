@@ -95,7 +95,7 @@ impl CheckArgs {
 
 /// Runs `vramtrace check`; returns the exit code to leave with.
 pub fn run(args: &CheckArgs) -> Result<u8> {
-    let ran = crate::run::launch(&args.tracer, &args.command)?;
+    let ran = crate::run::launch(&args.tracer, &args.command, crate::run::Layers::All)?;
     let limits = args.limits();
     let mut err = std::io::stderr().lock();
     let mut checked = check_traces(&mut err, &ran.traces, &limits, &args.analysis)?;

@@ -124,7 +124,8 @@ fn parse_capture(v: &str, warnings: &mut Vec<String>) -> Capture {
     }
     if !(c.runtime || c.driver || c.nccl) {
         warnings.push(format!(
-            "VRAMTRACE_CAPTURE='{v}' names no layer; capturing everything"
+            "VRAMTRACE_CAPTURE='{v}' names no layer of calls (runtime, driver or nccl; host \
+             adds their page-locked host memory to them); capturing everything"
         ));
         return Config::default().capture;
     }

@@ -89,6 +89,21 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
 
 // With the leak fixed nothing is live at exit and nothing grows: 0, unless orphans are asked
 // about (the registration is still never deregistered).
+// A VRAMTRACE_CAPTURE the gate inherits (NCCL alone) would hide the device memory that leaks:
+// the check traces every layer, and says it left the setting out.
+captest!(check_traces_every_layer_whatever_capture_says, |dir| {
+    let out = check_command(dir, &[], workload("wl_train"), &[])
+        .env("VRAMTRACE_CAPTURE", "nccl")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("vramtrace: VRAMTRACE_CAPTURE=nccl left out: the check traces every layer"),
+        "{err}"
+    );
+});
+
 captest!(check_passes_the_fixed_workload, |dir| {
     let out = check(
         dir,

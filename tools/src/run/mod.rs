@@ -35,7 +35,7 @@ const LIB_NAME: &str = "libvramtrace.so";
 
 /// Runs `vramtrace run`; returns the exit code to leave with.
 pub fn run(args: &RunArgs) -> Result<u8> {
-    let ran = match launch(&args.tracer, &args.command) {
+    let ran = match launch(&args.tracer, &args.command, Layers::AsSet) {
         Ok(ran) => ran,
         // As a shell says it: 127 for a program not found, 126 for one that cannot run, so
         // that its own exit code 2 is not taken for vramtrace's.
@@ -106,9 +106,19 @@ pub struct Ran {
     pub left_running: Vec<Leftover>,
 }
 
-/// Runs `argv` (the program and its arguments) with the tracer preloaded as `args` ask, passing
-/// signals on, until it exits.
-pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
+/// What a launch must see of the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layers {
+    /// The layers `VRAMTRACE_CAPTURE` names, as the user set them (`run`).
+    AsSet,
+    /// Every layer, whatever `VRAMTRACE_CAPTURE` says (`check`: a gate that traced NCCL alone
+    /// would see no device memory, and pass a leak).
+    All,
+}
+
+/// Runs `argv` (the program and its arguments) with the tracer preloaded as `args` ask, tracing
+/// the `layers` asked, passing signals on, until it exits.
+pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ran> {
     let lib = find_library(args.lib.as_deref())?;
     let (given, from) = output_setting(args.output.as_deref());
     let output = output_path(&given, from)?;
@@ -124,6 +134,15 @@ pub fn launch(args: &TracerArgs, argv: &[OsString]) -> Result<Ran> {
         .args(rest)
         .env("LD_PRELOAD", preload_value(&lib))
         .env("VRAMTRACE_OUTPUT", &output);
+    if layers == Layers::All {
+        if let Some(set) = std::env::var_os("VRAMTRACE_CAPTURE").filter(|v| v != "all") {
+            eprintln!(
+                "vramtrace: VRAMTRACE_CAPTURE={} left out: the check traces every layer",
+                set.to_string_lossy()
+            );
+            command.env_remove("VRAMTRACE_CAPTURE");
+        }
+    }
     if let Some(dir) = &status_dir {
         command.env(status::RUN_STATUS, dir.path());
     }
