@@ -173,7 +173,16 @@ impl Exporter {
     pub fn publish(&mut self, text: String) {
         self.last = Some(Instant::now());
         if let Some(path) = &self.file {
-            if let Err(e) = write_atomically(path, classic(&text).as_bytes()) {
+            if !replaceable(path) {
+                if !self.quiet {
+                    warn(&format!(
+                        "VRAMTRACE_METRICS_FILE: {} exists and holds no vramtrace metrics: left \
+                         alone; the metrics are not written to a file",
+                        path.display()
+                    ));
+                }
+                self.file = None;
+            } else if let Err(e) = write_atomically(path, classic(&text).as_bytes()) {
                 if !self.quiet {
                     warn(&format!(
                         "cannot write the metrics to {}: {e}; they are no longer written",
@@ -211,6 +220,30 @@ fn classic(openmetrics: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Whether the metrics may be renamed over `path`: nothing is there, or metrics vramtrace wrote
+/// (this process's, or an earlier run's under the same name: a textfile collector's directory
+/// keeps it across restarts). Anything else — the trace itself, a file of the user's — is not
+/// the tracer's to replace.
+fn replaceable(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    // A FIFO or device would block the open, or be no file to replace.
+    match std::fs::symlink_metadata(path) {
+        Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
+        Ok(m) if !m.is_file() => return false,
+        Ok(_) => {}
+    }
+    match std::fs::File::open(path) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(mut f) => {
+            let n = f.read(&mut head).unwrap_or(0);
+            ["# HELP vramtrace_", "# TYPE vramtrace_"]
+                .iter()
+                .any(|h| head[..n].starts_with(h.as_bytes()))
+        }
+    }
 }
 
 /// Writes `bytes` to `PATH.PID.tmp` (a new file) and renames it over `path`.
@@ -267,7 +300,20 @@ fn answer(mut stream: TcpStream, text: &Mutex<String>) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::classic;
+    use super::{classic, replaceable, write_atomically};
+
+    #[test]
+    fn only_metrics_are_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.prom");
+        assert!(replaceable(&path), "nothing there");
+        write_atomically(&path, b"# HELP vramtrace_steps_total Steps begun.\n").unwrap();
+        assert!(replaceable(&path), "metrics of ours");
+        std::fs::write(&path, b"user data").unwrap();
+        assert!(!replaceable(&path), "a file of the user's");
+        std::fs::write(&path, b"").unwrap();
+        assert!(!replaceable(&path), "an empty file is no metrics either");
+    }
 
     #[test]
     fn the_textfile_names_counters_by_their_samples_and_has_no_eof() {
