@@ -71,12 +71,7 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub tracer: TracerArgs,
     /// The program to run and its arguments.
-    #[arg(
-        value_name = "CMD",
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "CMD", required = true, trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 

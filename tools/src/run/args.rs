@@ -33,11 +33,6 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_summary: bool,
     /// The program to run and its arguments.
-    #[arg(
-        value_name = "CMD",
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "CMD", required = true, trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }

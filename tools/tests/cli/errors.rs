@@ -202,6 +202,18 @@ fn bad_flags_exit_2() {
         "error: invalid value '-5' for '--alert-percent <PERCENT>': not a percentage above 0, at \
          most 100 (see --help)\n"
     );
+    // A mistyped option before the program is an option's error, not a program to run.
+    for command in ["check", "run"] {
+        let out = vramtrace()
+            .args([command, "--jsn", "--", "true"])
+            .assert()
+            .code(2);
+        assert_eq!(
+            String::from_utf8_lossy(&out.get_output().stderr),
+            "error: unexpected argument '--jsn' found (see --help)\n",
+            "{command}"
+        );
+    }
 }
 
 /// The subcommands `vramtrace --help` lists (its own `help` aside).
