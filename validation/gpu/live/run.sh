@@ -8,7 +8,8 @@
 #   handler that says at which optimizer step it was called): the ALERT line must name the leaking
 #   line, the handler must run once, a snapshot must lie beside the trace, the exit code stay 0;
 # - healthy_gpt the same way: no alert, no signal;
-# - `vramtrace check` on leak_extension (exit 1 expected) and on healthy_peak (exit 0 expected);
+# - `vramtrace check` on leak_extension (exit 1 expected), on healthy_peak and on healthy_compile
+#   (torch.compile's worker processes; exit 0 expected);
 # - job.py leak and healthy under `vramtrace check` (the growth verdict) with the signal, a snapshot
 #   and a metrics textfile: leak exits 1 with "FAIL  growth" at job.py's kept.append line, one
 #   ALERT line naming it, "SIGUSR1 at step N" from the script's handler, a snapshot file,
@@ -61,7 +62,10 @@ done
 
 one check-leak_extension leak_extension -- "$VT" check -o "$WORK/check-leak_extension/t-%p.vtrace" -- python3 "$ACC/leak_extension.py"
 one check-healthy_peak healthy_peak -- "$VT" check -o "$WORK/check-healthy_peak/t-%p.vtrace" -- python3 "$ACC/healthy_peak.py"
-for c in leak_extension healthy_peak; do
+# torch.compile's workers are processes exec'd with environments of their own: each must keep
+# the run's settings, or the gate cannot pass (exit 0 expected).
+one check-healthy_compile healthy_compile -- "$VT" check -o "$WORK/check-healthy_compile/t-%p.vtrace" -- python3 "$ACC/healthy_compile.py"
+for c in leak_extension healthy_peak healthy_compile; do
     d=$WORK/check-$c
     echo "check $c: rc $(cat "$d/rc")" >> "$S"
     grep -A8 '^vramtrace check' "$d/err" | sed 's/^/    /' >> "$S"
