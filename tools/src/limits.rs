@@ -68,6 +68,50 @@ pub struct Measured {
     pub found: String,
 }
 
+impl serde::Serialize for Measured {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let max = match self.limit {
+            Limit::GrowthAlert => None,
+            Limit::Growth(n) | Limit::Leak(n) | Limit::Orphans(n) => Some(n),
+        };
+        let mut m = s.serialize_struct("Measured", 4)?;
+        m.serialize_field("limit", self.limit.name())?;
+        m.serialize_field("max", &max)?;
+        m.serialize_field("exceeded", &self.exceeded)?;
+        m.serialize_field("found", &self.found)?;
+        m.end()
+    }
+}
+
+/// The limits of `--fail-on` measured on one trace, as `report --json` gives them: the verdict
+/// the exit code gives (`not-checked`, exit 2, where the trace could not be read in full, even
+/// if a limit was exceeded in what could; `failed`, 1; `ok`, 0), each limit, and what keeps the
+/// trace from being checked in full.
+#[derive(serde::Serialize)]
+pub struct Checked {
+    pub verdict: &'static str,
+    pub limits: Vec<Measured>,
+    pub not_checked: Vec<String>,
+}
+
+impl Checked {
+    /// `limits` measured on `analysis`, of a trace with `gaps`.
+    pub fn of(analysis: &Analysis, limits: &[Limit], gaps: Vec<String>) -> Checked {
+        let limits = measure(analysis, limits);
+        let verdict = match (gaps.is_empty(), limits.iter().any(|m| m.exceeded)) {
+            (false, _) => "not-checked",
+            (true, true) => "failed",
+            (true, false) => "ok",
+        };
+        Checked {
+            verdict,
+            limits,
+            not_checked: gaps,
+        }
+    }
+}
+
 /// Measures each limit on `analysis`.
 pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
     limits

@@ -43,7 +43,10 @@ pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<u8> {
             let mut symbols = Symbolizer::from_env();
             let analysis = run.analysis.clone();
             let (top, torch) = (args.top, &run.torch);
-            Report::with_analysis(&run.trace, torch, analysis, top, granularity, &mut symbols)
+            let mut report =
+                Report::with_analysis(&run.trace, torch, analysis, top, granularity, &mut symbols);
+            report.with_limits(&args.fail_on);
+            report
         })
         .collect();
     // The table reads the reports' analyses: their sites are labelled as the reports say them.

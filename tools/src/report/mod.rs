@@ -104,12 +104,24 @@ impl Report<'_> {
     pub fn gaps(&self) -> Vec<String> {
         self.gaps.clone()
     }
+
+    /// Measures `--fail-on`'s limits for the JSON document (none asked: none given).
+    pub(crate) fn with_limits(&mut self, limits: &[crate::limits::Limit]) {
+        if !limits.is_empty() {
+            self.limits = Some(crate::limits::Checked::of(
+                &self.analysis,
+                limits,
+                self.gaps(),
+            ));
+        }
+    }
 }
 
 fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
     let trace = load_with_steps(path, args.window.read_from(), args.analysis.config())?;
     let mut symbols = Symbolizer::from_env();
-    let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
+    let mut report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
+    report.with_limits(&args.fail_on);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.json {
@@ -170,6 +182,9 @@ pub struct Report<'a> {
     pub analysis: Analysis,
     /// Where the symbols of each module shown in a stack came from.
     pub symbols: Vec<SymbolFacts>,
+    /// With `--fail-on`: the limits measured, and the verdict the exit code gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::limits::Checked>,
     #[serde(skip)]
     pub top: usize,
     /// The orphans' and failures' places in words, by sequence number (as every other place is
@@ -562,6 +577,7 @@ impl<'a> Report<'a> {
                 })
                 .collect(),
             symbols,
+            limits: None,
             analysis,
             top,
             places,

@@ -47,6 +47,55 @@ fn lossy(dir: &Path) -> PathBuf {
     write_records(dir, "lossy.vtrace", &records)
 }
 
+// With --json the limits are in the document, with the verdict the exit code gives: a CI job
+// reads them without parsing the text on stderr.
+#[test]
+fn report_json_holds_the_limits_and_their_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let (whole, _) = write_workload(dir.path(), "whole.vtrace");
+    let limits = |path: &Path, fail_on: &str, code: i32| {
+        let out = vramtrace()
+            .args(["report", "--json", "--fail-on", fail_on])
+            .arg(path)
+            .assert()
+            .code(code);
+        let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+        doc["limits"].clone()
+    };
+    let ok = limits(&whole, "leak=1GiB", 0);
+    assert_eq!(ok["verdict"], "ok");
+    assert_eq!(ok["limits"][0]["limit"], "leak");
+    assert_eq!(ok["limits"][0]["max"], 1u64 << 30);
+    assert_eq!(ok["limits"][0]["exceeded"], false);
+    assert_eq!(ok["not_checked"], serde_json::json!([]));
+    let failed = limits(&whole, "leak", 1);
+    assert_eq!(failed["verdict"], "failed");
+    assert_eq!(
+        (
+            failed["limits"][0]["max"].as_u64(),
+            &failed["limits"][0]["exceeded"]
+        ),
+        (Some(0), &serde_json::json!(true))
+    );
+    let cut = limits(&cut(dir.path()), "leak", 2);
+    assert_eq!(cut["verdict"], "not-checked");
+    assert!(
+        cut["not_checked"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("is cut short"),
+        "{cut}"
+    );
+    // Without --fail-on there are none.
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(&whole)
+        .assert()
+        .success();
+    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert!(doc.get("limits").is_none());
+}
+
 #[test]
 fn report_fail_on_names_a_cut_or_lossy_trace_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
