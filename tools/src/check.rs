@@ -230,6 +230,15 @@ fn measure_trace(
     // Orphans are a finding of every report: when no limit asks about them, the gate says it
     // passed them by, rather than nothing.
     let mut notes = Vec::new();
+    // A process a signal ended (a crash, a kill the program's own shell hid): what it held then
+    // is what the limits measured; said, since its exit code may not say it.
+    if let Some(end) = trace.state.end().filter(|e| e.reason.starts_with("signal")) {
+        notes.push(format!(
+            "the process ended by {} (device memory live then: {})",
+            end.reason,
+            crate::units::bytes(report.analysis.leaks.device.bytes)
+        ));
+    }
     let orphans = &report.analysis.orphans;
     if !orphans.objects.is_empty() && !limits.iter().any(|l| matches!(l, Limit::Orphans(_))) {
         notes.push(format!(

@@ -89,6 +89,19 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
 
 // With the leak fixed nothing is live at exit and nothing grows: 0, unless orphans are asked
 // about (the registration is still never deregistered).
+// A process a signal ended, under a shell that hides it (exit 0): the limits are measured on
+// what it held when it died, and the gate says how it ended.
+captest!(check_says_a_process_ended_by_a_signal, |dir| {
+    let script = format!("{} segv; exit 0", workload("wl_signal").display());
+    let out = check(dir, &[], "sh", &["-c", &script]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("  note: the process ended by signal 11 (device memory live then: 6.0 MiB)\n"),
+        "{err}"
+    );
+});
+
 // A VRAMTRACE_CAPTURE the gate inherits (NCCL alone) would hide the device memory that leaks:
 // the check traces every layer, and says it left the setting out.
 captest!(check_traces_every_layer_whatever_capture_says, |dir| {
