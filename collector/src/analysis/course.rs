@@ -105,6 +105,9 @@ pub struct Phases {
     pub growth_from: Option<u64>,
     /// The first sample of the teardown (time axis only: the final drop cut off).
     pub teardown_from: Option<u64>,
+    /// The first sample after the device ran out of memory, cut off: a device that is full
+    /// cannot grow, and the flat course after says nothing of what filled it.
+    pub full_from: Option<u64>,
     /// For a series that does not grow steadily: its largest rise after the warm-up, `(sample,
     /// bytes)`, when it rose again at all (a one-off batch or evaluation, whose memory a caching
     /// allocator keeps); for XLA's pool, taken when JAX starts, its largest rise at all.
@@ -165,6 +168,8 @@ pub struct Bounds {
     /// Samples are time windows: a program may start for longer than it trains, so the warm-up
     /// lasts until the series reaches its usual level rather than until its first rises stop.
     pub time: bool,
+    /// The index of the first sample after the device ran out of memory, cut off.
+    pub full: Option<usize>,
 }
 
 /// The index where the teardown of a time series begins: the final drop, that is the trailing
@@ -224,7 +229,10 @@ fn sustained(y: &[u64]) -> Option<(usize, usize, usize)> {
 
 fn judge(points: &[(u64, u64)], bounds: Bounds, config: &GrowthConfig) -> Course {
     let teardown = bounds.teardown;
-    let end = teardown.unwrap_or(points.len()).min(points.len());
+    let end = (teardown.into_iter().chain(bounds.full))
+        .min()
+        .unwrap_or(points.len())
+        .min(points.len());
     let p = &points[..end];
     let y: Vec<u64> = p.iter().map(|q| q.1).collect();
     let first = y.first().copied().unwrap_or(0);
@@ -235,6 +243,7 @@ fn judge(points: &[(u64, u64)], bounds: Bounds, config: &GrowthConfig) -> Course
         steady_from: x0,
         growth_from: None,
         teardown_from: teardown.and_then(|t| points.get(t)).map(|q| q.0),
+        full_from: bounds.full.and_then(|t| points.get(t)).map(|q| q.0),
         late_rise: None,
     };
     let mut course = Course {
@@ -422,6 +431,7 @@ mod tests {
             teardown: Some(51),
             warm_up_until: None,
             time: true,
+            full: None,
         };
         let c = Course::within(&points, bounds, &GrowthConfig::default());
         assert_eq!(

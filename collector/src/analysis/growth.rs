@@ -273,8 +273,24 @@ fn judge_on(
         teardown: before(points, h.course.phases.teardown_from),
         warm_up_until: Some(h.course.phases.steady_from),
         time: axis == SampleAxis::Time,
+        full: before(points, h.course.phases.full_from),
     };
     Course::within(points, bounds, config)
+}
+
+/// Where `device`'s series `points` (on the steps axis) is cut for running out of memory: the
+/// index of the first sample of the step its first out-of-memory failure came in, when enough
+/// samples come before it to judge. A program that goes on after the failures (its allocations
+/// refused) shows a flat course that says nothing of the growth that filled the device.
+fn full_at(
+    state: &LiveState,
+    device: i32,
+    points: &[(u64, u64)],
+    config: &GrowthConfig,
+) -> Option<usize> {
+    let oom = (state.failures().iter()).find(|f| f.out_of_memory && f.device == device)?;
+    let at = points.iter().position(|p| p.0 >= oom.origin.step)?;
+    (at >= config.min_samples).then_some(at)
 }
 
 /// The axis a state's growth is read on: steps when at least two were sampled, else time.
@@ -432,10 +448,17 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 SampleAxis::Time => teardown_start(&points),
                 SampleAxis::Steps => None,
             };
+            let full = match (h.holder, axis) {
+                (Holder::Device { device }, SampleAxis::Steps) => {
+                    full_at(state, device, &points, config)
+                }
+                _ => None,
+            };
             let bounds = Bounds {
                 teardown,
                 warm_up_until: None,
                 time: axis == SampleAxis::Time,
+                full,
             };
             let course = Course::within(&points, bounds, config);
             // The memory a projection counts down from: only a device's known size (the

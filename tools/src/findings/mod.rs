@@ -138,6 +138,13 @@ fn phases_lines(a: &Analysis) -> Vec<String> {
                     signed_bytes(rise as f64)
                 ));
             }
+            if let Some(x) = p.full_from {
+                parts.push(format!(
+                    "out of memory from {} (the course after it is not judged: a full device \
+                     cannot grow)",
+                    at_sample(a, x)
+                ));
+            }
             if let Some(t) = p.teardown_from {
                 parts.push(format!("teardown from {}", at_sample(a, t)));
             }

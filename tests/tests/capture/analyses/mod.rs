@@ -9,6 +9,7 @@
 //! never by addresses, which move with ASLR.
 
 mod driver;
+mod full;
 mod runtime;
 mod shapes;
 mod train;

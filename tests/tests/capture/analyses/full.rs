@@ -1,0 +1,45 @@
+//! wl_soak on a 64 MiB stand-in device: the leak of 4 MiB every 5 steps (keep_history) fills it,
+//! and the program goes on, its allocations refused, for 140 more steps. The growth is judged on
+//! the course before the first out-of-memory failure: a full device cannot grow, and its flat
+//! end said "no steady growth" and "teardown-only: none needed" of the leak that filled it.
+
+use vramtrace_tests::source::{line_of, workload_source};
+use vramtrace_tests::traced::Workload;
+
+use crate::{vramtrace_json, MIB};
+
+captest!(
+    a_leak_that_fills_the_device_is_judged_before_it_is_full,
+    |dir| {
+        let trace = Workload::new("wl_soak")
+            .arg("200")
+            .arg("50")
+            .arg("5")
+            .arg((4 * MIB).to_string())
+            .env("STANDIN_DEVICE_MEM", "64M")
+            .run_traced(dir)
+            .single_trace();
+        let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), trace.path.as_os_str()]);
+        assert!(
+            r["failures"]["out_of_memory"].as_u64() > Some(0),
+            "{}",
+            r["failures"]
+        );
+        let first = &r["analysis"]["diagnosis"][0];
+        assert_eq!(first["class"], "steady-growth", "{first}");
+        assert_eq!(first["severity"], "alert", "{first}");
+        let line = line_of(
+            &workload_source("wl_soak.c"),
+            "int rc = cudaMalloc(&p, bytes);",
+        );
+        assert_eq!(
+            first["site"]["label"],
+            format!("keep_history at wl_soak.c:{line}"),
+            "{first}"
+        );
+        let rate = first["evidence"]["rate"].as_f64().unwrap();
+        assert!((rate - 4.0 * MIB as f64 / 5.0).abs() < 1.0, "{rate}");
+        let device = &r["analysis"]["growth"]["holders"][0]["phases"];
+        assert!(device["full_from"].as_u64().is_some(), "{device}");
+    }
+);
