@@ -12,7 +12,7 @@ use crate::format::Attachment;
 
 /// The kind of the payload the Python hooks attach once PyTorch has made its allocator: its
 /// settings (`crate::torch`). Its presence says the hooks mark the program's steps.
-pub(crate) const KIND_TORCH_ALLOCATOR: &str = "torch.allocator";
+pub const KIND_TORCH_ALLOCATOR: &str = "torch.allocator";
 
 /// Payloads of one kind kept; older ones are counted and dropped.
 pub(crate) const KEPT_PER_KIND: usize = 8;

@@ -17,7 +17,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vramtrace_collector::analysis::{analyze_with, Analysis, GrowthConfig};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{
-    Ending, Header, RecordSource, Series, SeriesReader, TraceError, Unread,
+    Ending, Header, Record, RecordRef, RecordSource, Series, SeriesReader, TraceError, Unread,
 };
 use vramtrace_collector::live::{LiveState, StepSource};
 use vramtrace_collector::torch::{ClockAnchor, TorchView};
@@ -113,6 +113,36 @@ impl LoadedTrace {
             monotonic_ns: self.header.start_mono_ns,
         };
         TorchView::read(self.state.attachments(), Some(fallback))
+    }
+
+    /// [`LoadedTrace::torch`] for a reading that stopped before the end (a replay to a
+    /// point): PyTorch's recorder hands its history over at exit, after the point, so every
+    /// payload of the trace is read (records only, nothing applied); the analysis takes from
+    /// the history the tensors up to the point's last step mark. A trace without PyTorch's
+    /// hooks, or read to its end, has all it has already.
+    pub fn torch_to_point(&self) -> Result<TorchView> {
+        let hooked = !(self.state.attachments())
+            .of_kind(vramtrace_collector::attached::KIND_TORCH_ALLOCATOR)
+            .is_empty();
+        if self.stopped.is_none() || !hooked {
+            return Ok(self.torch());
+        }
+        let series = open_series(&self.path)?;
+        let first = window::choose(&series, ReadFrom::First)?;
+        let mut reader = series
+            .read_from(first)
+            .map_err(|e| open_error(&self.path, e))?;
+        let mut payloads = vramtrace_collector::attached::Attachments::default();
+        while let Some(record) = reader.next_event_or_record() {
+            if let RecordRef::Other(Record::Attachment(piece)) = record {
+                payloads.add(&piece);
+            }
+        }
+        let fallback = ClockAnchor {
+            unix_ns: self.header.start_unix_ns,
+            monotonic_ns: self.header.start_mono_ns,
+        };
+        Ok(TorchView::read(&payloads, Some(fallback)))
     }
 
     /// Every analysis of the trace, with PyTorch's own view of its tensors (`torch`, from

@@ -280,7 +280,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         growth: args.analysis.config(),
         ..trace
     };
-    let mut analysis = trace.analyze(&trace.torch());
+    let mut analysis = trace.analyze(&trace.torch_to_point()?);
     let mut symbols = Symbolizer::from_env();
     vramtrace_collector::symbols::label_sites(
         &mut analysis,

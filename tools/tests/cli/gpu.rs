@@ -849,3 +849,30 @@ fn a_flame_graph_of_growth_names_the_line_the_report_names() {
         "{said}"
     );
 }
+
+// PyTorch's recorder hands its history over at exit, after any point a replay stops at: the
+// replay still reads it, and names the line the report names (57 keeps the logits; 63 is where
+// the caching allocator asked the driver), at a step and at the peak as at the end.
+#[test]
+fn a_replay_before_the_end_names_the_line_the_report_names() {
+    let first = |args: &[&str]| -> Value {
+        let out = vramtrace()
+            .args(args)
+            .arg("--json")
+            .arg(fixtures().join("gpt_leaky-recorder.vtrace"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["analysis"]["diagnosis"][0]["site"]["label"].clone()
+    };
+    let report = first(&["report"]);
+    assert_eq!(report, "gpt_leaky.py:57 in <module>");
+    for at in ["step 100", "peak", "end"] {
+        assert_eq!(first(&["replay", "--at", at]), report, "--at {at}");
+    }
+}

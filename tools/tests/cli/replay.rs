@@ -254,13 +254,22 @@ fn an_early_step_is_the_report_s_step() {
     );
 }
 
-// Mid-run, before PyTorch's recorder handed over its history, the growth is seen where the
-// caching allocator asked: the advice points at the history to come, not at `vramtrace run`,
-// which recorded this trace.
+// Mid-run, the replay reads the history PyTorch's recorder handed over at exit and names the
+// line that keeps the tensors, as the report does. A trace cut before that history (a job still
+// running) sees the growth where the caching allocator asked: the advice points at the history
+// to come, not at `vramtrace run`, which recorded this trace.
 #[test]
 fn a_hooked_trace_is_not_told_to_use_vramtrace_run() {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
+    let doc = json_of(&["replay", "--json", "--at", "step 100"], &path);
+    let first = &doc["analysis"]["diagnosis"][0];
+    assert_eq!(first["site"]["label"], "leak_slow.py:33 in <module>");
+    // The same trace without its last 30 %: the history is gone.
+    let bytes = std::fs::read(&path).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("running.vtrace");
+    std::fs::write(&path, &bytes[..bytes.len() * 7 / 10]).unwrap();
     let doc = json_of(&["replay", "--json", "--at", "step 100"], &path);
     let first = &doc["analysis"]["diagnosis"][0];
     assert_eq!(first["site"]["label"], "leak_slow.py:32 in <module>");
