@@ -30,7 +30,7 @@ fn weights(
     growth_config: &vramtrace_collector::analysis::GrowthConfig,
 ) -> (BTreeMap<(Holder, CallRef), u64>, String) {
     let mut w: BTreeMap<(Holder, CallRef), u64> = BTreeMap::new();
-    let title = match args.at {
+    let title = match args.at.unwrap_or(Moment::End) {
         Moment::End => {
             for o in state.live_objects() {
                 let holder = match (o.device_bytes(), o.host_bytes()) {
@@ -84,7 +84,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         bail!(
             "{}: nothing to draw ({})",
             args.trace.display(),
-            match args.at {
+            match args.at.unwrap_or(Moment::End) {
                 Moment::End => "no memory is live at the end",
                 Moment::Peak => "no memory was ever live",
                 Moment::Growth => "no call site grows steadily",
@@ -93,7 +93,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     }
     let mut symbols = Symbolizer::from_env();
     let mut naming = Attribution::of_state(state, &mut symbols);
-    let kept = match args.at {
+    let kept = match args.at.unwrap_or(Moment::End) {
         Moment::Growth => kept_at(&trace, &mut naming),
         _ => None,
     };

@@ -115,13 +115,14 @@ pub struct ExportArgs {
     /// read, and for parquet never a directory holding anything else, nor the working directory.
     #[arg(long)]
     pub force: bool,
-    /// Flame graph: the bytes it weighs.
-    #[arg(long, value_enum, default_value_t = Moment::End, value_name = "end|peak|growth")]
-    pub at: Moment,
+    /// Flame graph: the bytes it weighs [default: end].
+    #[arg(long, value_enum, value_name = "end|peak|growth")]
+    pub at: Option<Moment>,
     /// PyTorch snapshot: entries of the latest allocations and frees kept in its trace, as
-    /// PyTorch's recorder keeps a ring of them (each allocation is two entries, each free three).
-    #[arg(long, default_value_t = 100_000, value_name = "N")]
-    pub max_entries: usize,
+    /// PyTorch's recorder keeps a ring of them (each allocation is two entries, each free
+    /// three) [default: 100000].
+    #[arg(long, value_name = "N")]
+    pub max_entries: Option<usize>,
     /// Perfetto: samples of the counter tracks (each the lowest and highest value of a stretch
     /// of events).
     #[arg(long, default_value_t = 20_000, value_name = "N")]
@@ -134,6 +135,22 @@ pub struct ExportArgs {
 
 /// Runs `vramtrace export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
+    // An option of another format would be ignored unsaid.
+    for (given, flag, format, name) in [
+        (args.at.is_some(), "--at", Format::Flamegraph, "flamegraph"),
+        (
+            args.max_entries.is_some(),
+            "--max-entries",
+            Format::Pytorch,
+            "pytorch",
+        ),
+    ] {
+        if given && args.format != format {
+            return Err(anyhow::anyhow!(
+                "{flag} is an option of --format {name} only (see --help)"
+            ));
+        }
+    }
     if args.format == Format::Parquet {
         if args.window.last.is_some() || args.window.since.is_some() {
             return Err(anyhow::anyhow!(

@@ -27,6 +27,10 @@ use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 use super::frames::{NamedFrame, Stacks};
 use super::pickle::{self, Value};
 use super::ExportArgs;
+
+/// Entries kept in the snapshot's trace without `--max-entries`: PyTorch's recorder's own
+/// default ring.
+const DEFAULT_MAX_ENTRIES: usize = 100_000;
 use crate::load::{read, Flow, Progress};
 
 /// Frames kept per stack. The program's Python frames say the most; native frames fill the
@@ -209,7 +213,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     let mut recorder = Recorder {
         live: HashMap::new(),
         ring: VecDeque::new(),
-        max_entries: args.max_entries,
+        max_entries: args.max_entries.unwrap_or(DEFAULT_MAX_ENTRIES),
         omitted: 0,
     };
     let trace = read(

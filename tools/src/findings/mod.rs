@@ -771,12 +771,16 @@ fn peaks(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
                 site_label(&s.site),
             ]);
         }
+        // A trace without steps has no step to name (as the FINDINGS line).
+        let step = match a.steps.steps {
+            0 => String::new(),
+            _ => format!(" (step {})", p.peak.step),
+        };
         let title = format!(
-            "Peak of {}: {} at event {} (step {}), by call site",
+            "Peak of {}: {} at event {}{step}, by call site",
             p.holder.name(),
             bytes(p.peak.bytes),
             p.peak.event,
-            p.peak.step
         );
         emit(out, &title, &t)?;
     }

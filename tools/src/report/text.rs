@@ -477,10 +477,14 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             r.place_of(&x.origin),
         ]);
     }
-    let title = format!(
-        "Failures: {} ({} out of memory), out-of-memory first",
-        f.total, f.out_of_memory
-    );
+    // Out-of-memory failures are listed first, where there are any.
+    let title = match f.out_of_memory {
+        0 => format!("Failures: {} (none out of memory)", f.total),
+        n => format!(
+            "Failures: {} ({n} out of memory), out-of-memory first",
+            f.total
+        ),
+    };
     emit(out, &title, &t)?;
     if f.omitted > 0 {
         writeln!(

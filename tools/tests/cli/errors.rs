@@ -202,6 +202,17 @@ fn bad_flags_exit_2() {
         "error: invalid value '-5' for '--alert-percent <PERCENT>': not a percentage above 0, at \
          most 100 (see --help)\n"
     );
+    // An option of another format is refused, not ignored unsaid.
+    let out = vramtrace()
+        .args([
+            "export", "-f", "csv-live", "--at", "peak", "-o", "-", "x.vtrace",
+        ])
+        .assert()
+        .code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&out.get_output().stderr),
+        "error: --at is an option of --format flamegraph only (see --help)\n"
+    );
     // A mistyped option before the program is an option's error, not a program to run.
     for command in ["check", "run"] {
         let out = vramtrace()
