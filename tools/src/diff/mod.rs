@@ -444,6 +444,24 @@ fn pair_runs(a: &[Compared], b: &[Compared]) -> Result<Vec<(usize, usize)>> {
     if a.len() == 1 && b.len() == 1 {
         return Ok(vec![(0, 0)]);
     }
+    // A rank in two traces of one run (a restarted job, traces of two jobs): which of them to
+    // compare is no guess to make, nor is pairing the rest by their order.
+    for (name, runs) in [("A", a), ("B", b)] {
+        let mut seen: BTreeMap<i32, Vec<&str>> = BTreeMap::new();
+        for r in runs {
+            if let Some(rank) = r.facts.rank {
+                seen.entry(rank).or_default().push(&r.facts.path);
+            }
+        }
+        if let Some((rank, paths)) = seen.iter().find(|(_, p)| p.len() > 1) {
+            return Err(anyhow!(
+                "cannot pair the traces of the two runs: run {name} has rank {rank} in {} \
+                 traces ({}): give each run one trace per rank",
+                paths.len(),
+                paths.join(", ")
+            ));
+        }
+    }
     let ranks = |runs: &[Compared]| -> Option<BTreeMap<i32, usize>> {
         let map: BTreeMap<i32, usize> = (runs.iter().enumerate())
             .map(|(i, r)| r.facts.rank.map(|rank| (rank, i)))

@@ -876,3 +876,31 @@ fn a_replay_before_the_end_names_the_line_the_report_names() {
         assert_eq!(first(&["replay", "--at", at]), report, "--at {at}");
     }
 }
+
+// Two runs of a job compared rank by rank: a rank in two traces of one run is named, not paired
+// by the traces' order with whatever is beside it.
+#[test]
+fn a_rank_twice_in_one_run_is_named_not_paired_by_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for run in [&a, &b] {
+        std::fs::create_dir(run).unwrap();
+        for e in std::fs::read_dir(ranks_dir()).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), run.join(e.file_name())).unwrap();
+        }
+    }
+    let again = b.join("again-rank0.vtrace");
+    std::fs::copy(b.join("traced-rank0-2009.vtrace"), &again).unwrap();
+    let out = vramtrace().arg("diff").arg(&a).arg(&b).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: cannot pair the traces of the two runs: run B has rank 0 in 2 traces ({}, \
+             {}): give each run one trace per rank\n",
+            again.display(),
+            b.join("traced-rank0-2009.vtrace").display()
+        )
+    );
+}
