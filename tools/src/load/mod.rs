@@ -384,25 +384,14 @@ pub fn load_with_steps_observing<O: Observer>(
         Found::Read(read) => *read,
         Found::ReadAgain(source) => {
             progress.restart("pass 2 (steps from the whole trace)");
-            let (series, start) = start(path, from, progress)?;
-            let mut reader = series.read_from(start).map_err(|e| open_error(path, e))?;
-            let mut observer = new(reader.header());
-            let mut state = fresh_state::<O>(source);
-            observe(
-                &mut state,
-                &mut reader,
-                &mut observer,
-                |_, _| true,
-                |r| progress.follow(r),
-            );
-            progress.set(reader.offset());
-            let read = Read {
-                series: &series,
-                start,
-                from,
-            };
-            let mut second = loaded(path, &read, reader, state, false);
+            let mut observer = None;
+            let state = fresh_state::<O>(source);
+            let mut second = read_into(path, from, state, progress, |state, reader| {
+                let o = observer.insert(new(reader.header()));
+                observe(state, reader, o, |_, _| true, |r| progress.follow(r))
+            })?;
             second.passes = 2;
+            let observer = observer.ok_or_else(|| anyhow!("{}: not read", path.display()))?;
             (second, observer)
         }
     };
@@ -446,14 +435,28 @@ pub fn read(
     progress: &Progress,
     mut visit: impl FnMut(&LiveState, &Event) -> Flow,
 ) -> Result<LoadedTrace> {
+    let state = LiveState::with_step_source(source);
+    read_into(path, from, state, progress, |state, reader| {
+        state.replay_visiting(
+            reader,
+            |state, e| visit(state, e) == Flow::Apply,
+            |reader| progress.follow(reader),
+        )
+    })
+}
+
+/// Reads the trace at `path` from where `from` says into `state`, with `apply` (which applies
+/// the records and says whether it stopped before the end).
+fn read_into(
+    path: &Path,
+    from: ReadFrom,
+    mut state: LiveState,
+    progress: &Progress,
+    apply: impl FnOnce(&mut LiveState, &mut SeriesReader) -> bool,
+) -> Result<LoadedTrace> {
     let (series, start) = start(path, from, progress)?;
     let mut reader = series.read_from(start).map_err(|e| open_error(path, e))?;
-    let mut state = LiveState::with_step_source(source);
-    let stopped = state.replay_visiting(
-        &mut reader,
-        |state, e| visit(state, e) == Flow::Apply,
-        |reader| progress.follow(reader),
-    );
+    let stopped = apply(&mut state, &mut reader);
     progress.set(reader.offset());
     let read = Read {
         series: &series,
