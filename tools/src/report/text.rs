@@ -257,6 +257,19 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
                  processes starting on the device after the first sample count too."
             )?;
         }
+        if r.device_accounting
+            .iter()
+            .any(|a| a.unexplained < -(2 << 20))
+        {
+            // cuMemGetInfo counts every process on the device.
+            writeln!(
+                out,
+                "  unexplained below 0: the driver reported less memory used at the last sample \
+                 than the baseline holds: memory of other processes on the device (the driver \
+                 counts every process) was freed during the run, so the baseline does not hold \
+                 and the remainder says nothing."
+            )?;
+        }
     }
     if !s.by_category.is_empty() {
         let mut t = table(&["category", "objects", "bytes", "counts as"], &[1, 2]);

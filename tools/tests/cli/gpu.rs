@@ -904,3 +904,26 @@ fn a_rank_twice_in_one_run_is_named_not_paired_by_order() {
         )
     );
 }
+
+// The driver counts every process on the device: where it reports less used at the end than
+// the baseline holds (another process freed its memory), the remainder below 0 is said to mean
+// nothing, not left as a negative number to puzzle over.
+#[test]
+fn a_remainder_below_zero_is_explained() {
+    let out = vramtrace()
+        .arg("report")
+        .arg(fixtures().join("healthy_hf_llama-marks.vtrace"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("      -6.2 GiB "), "{text}");
+    assert!(
+        text.contains(
+            "\n  unexplained below 0: the driver reported less memory used at the last sample \
+             than the baseline holds: memory of other processes on the device (the driver \
+             counts every process) was freed during the run, so the baseline does not hold and \
+             the remainder says nothing.\n"
+        ),
+        "{text}"
+    );
+}
