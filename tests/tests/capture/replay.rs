@@ -283,8 +283,14 @@ captest!(replay_past_the_end_is_one_error_line, |dir| {
     );
     let oom = format!("error: {p}: the trace has no out-of-memory failure {ends}");
     assert_error(path, &["--at", "oom"], &oom);
-    let until = format!("error: {p}: --at step 12 comes after --until step 10");
+    let until = format!(
+        "error: {p}: --at step 12 comes after --until step 10: --until names a later point"
+    );
     assert_error(path, &["--at", "step=12", "--until", "step=10"], &until);
+    let same = format!(
+        "error: {p}: --at end is the same point as --until end: --until names a later point"
+    );
+    assert_error(path, &["--at", "end", "--until", "end"], &same);
 
     let runtime_dir = dir.join("runtime");
     std::fs::create_dir(&runtime_dir).unwrap();

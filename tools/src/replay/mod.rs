@@ -263,8 +263,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     if until.is_some() {
         if !at_reached {
+            // The same point twice is no stretch to step through.
+            let order = match args.at.to_string() == point.to_string() {
+                true => "is the same point as",
+                false => "comes after",
+            };
             return Err(anyhow!(
-                "{}: --at {} comes after --until {point}",
+                "{}: --at {} {order} --until {point}: --until names a later point",
                 path.display(),
                 args.at
             ));
