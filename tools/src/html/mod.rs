@@ -135,14 +135,7 @@ pub fn render(
          tracer raised while the program ran. The tables hold exact numbers."
     );
     let page = Page {
-        title: format!(
-            "vramtrace: {}",
-            report
-                .trace
-                .command_line
-                .first()
-                .map_or("trace", |c| base_name(c))
-        ),
+        title: format!("vramtrace: {}", program_name(&report.trace.command_line)),
         report,
         findings: crate::findings::summary_lines(&report.analysis, when, &report.gaps()),
         diagnosis: diagnosis::words(&report.analysis, report.top, when),
@@ -185,4 +178,51 @@ pub fn write(
     let page = render(trace, report, timeline, symbols)?;
     let ((), size) = to.write(|out| Ok(out.write_all(page.as_bytes())?))?;
     Ok(size)
+}
+
+/// The program a command line ran, for the page's title: an interpreter's script or module
+/// (`python3 train.py` is `train.py`, `python3 -m pkg.run` is `pkg.run`), else the program
+/// itself; `trace` without a command line.
+fn program_name(command_line: &[String]) -> &str {
+    let Some(first) = command_line.first() else {
+        return "trace";
+    };
+    let program = base_name(first);
+    if !(program == "python" || program.starts_with("python3")) {
+        return program;
+    }
+    let mut args = command_line[1..].iter();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "-c" => return program,
+            "-m" => return args.next().map_or(program, |m| m.as_str()),
+            a if a.starts_with('-') => {}
+            script => return base_name(script),
+        }
+    }
+    program
+}
+
+#[cfg(test)]
+mod tests {
+    use super::program_name;
+
+    #[test]
+    fn a_page_is_named_by_the_script_a_python_ran() {
+        let name = |args: &[&str]| {
+            let line: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            program_name(&line).to_string()
+        };
+        assert_eq!(
+            name(&["/usr/bin/python3", "-u", "/w/train.py", "--lr", "1"]),
+            "train.py"
+        );
+        assert_eq!(
+            name(&["python3.12", "-m", "torch.distributed.run", "x.py"]),
+            "torch.distributed.run"
+        );
+        assert_eq!(name(&["python", "-c", "print(1)"]), "python");
+        assert_eq!(name(&["./wl_train", "--extra-leak"]), "wl_train");
+        assert_eq!(name(&[]), "trace");
+    }
 }
