@@ -135,7 +135,7 @@ pub fn render(
          tracer raised while the program ran. The tables hold exact numbers."
     );
     let page = Page {
-        title: format!("vramtrace: {}", program_name(&report.trace.command_line)),
+        title: format!("vramtrace: {}", program_name(report.trace.command_line)),
         report,
         findings: crate::findings::summary_lines(&report.analysis, when, &report.gaps()),
         diagnosis: diagnosis::words(&report.analysis, report.top, when),
