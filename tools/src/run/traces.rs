@@ -275,5 +275,24 @@ fn summarize_live(out: &mut impl Write, state: &LiveState) -> io::Result<()> {
         let orphans = count(orphans as u64, "orphaned object");
         writeln!(out, "  {orphans}: see `vramtrace report`")?;
     }
+    // A run that ran out of memory says so first thing after it (the report's post-mortem).
+    let failures = state.failures();
+    let oom = failures.iter().find(|f| f.out_of_memory);
+    if let Some(first) = oom {
+        let kept = failures.iter().filter(|f| f.out_of_memory).count() as u64;
+        let more = match failures.omitted() {
+            0 => String::new(),
+            _ => " or more".to_string(),
+        };
+        writeln!(
+            out,
+            "  out of memory: {}{more}, the first asking {} on device {} with {} live: see \
+             `vramtrace report` (or `vramtrace replay TRACE --at oom`)",
+            count(kept, "failure"),
+            bytes(first.request_bytes),
+            first.device,
+            bytes(first.live_device_bytes)
+        )?;
+    }
     Ok(())
 }

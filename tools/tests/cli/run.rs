@@ -91,6 +91,14 @@ cp "$1" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; exit 3"#;
         stderr.contains("  1 orphaned object: see `vramtrace report`"),
         "{stderr}"
     );
+    // Its out-of-memory failure (8 GiB asked with 2.5 MiB live) is said in the summary.
+    assert!(
+        stderr.contains(
+            "  out of memory: 1 failure, the first asking 8.0 GiB on device 0 with 2.5 MiB live: \
+             see `vramtrace report` (or `vramtrace replay TRACE --at oom`)\n"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]
