@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::support::vramtrace;
+use crate::support::{json_of, vramtrace};
 
 const MIB: f64 = 1048576.0;
 
@@ -17,19 +17,7 @@ fn fixture(name: &str) -> PathBuf {
 
 /// `vramtrace report --json` of a fixture: its `analysis`.
 fn analysis(name: &str) -> Value {
-    let out = vramtrace()
-        .arg("report")
-        .arg("--json")
-        .arg(fixture(name))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    report["analysis"].clone()
+    json_of(&["report"], &fixture(name))["analysis"].clone()
 }
 
 /// `vramtrace report` of a fixture: its text.

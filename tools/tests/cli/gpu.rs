@@ -856,18 +856,7 @@ fn a_flame_graph_of_growth_names_the_line_the_report_names() {
 #[test]
 fn a_replay_before_the_end_names_the_line_the_report_names() {
     let first = |args: &[&str]| -> Value {
-        let out = vramtrace()
-            .args(args)
-            .arg("--json")
-            .arg(fixtures().join("gpt_leaky-recorder.vtrace"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let doc = json_of(args, &fixtures().join("gpt_leaky-recorder.vtrace"));
         doc["analysis"]["diagnosis"][0]["site"]["label"].clone()
     };
     let report = first(&["report"]);

@@ -138,13 +138,6 @@ fn the_end_is_a_point_and_a_missing_oom_is_said() {
     );
 }
 
-/// `cmd --json` of `path`, parsed.
-fn json_of(cmd: &[&str], path: &std::path::Path) -> serde_json::Value {
-    let out = vramtrace().args(cmd).arg(path).output().unwrap();
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
-}
-
 // `replay --at end` is the report's answer, whole: the same steps (an H100 run's hooks mark a
 // loop's first iteration before the optimizer's step marks: the report counts the marks alone,
 // replay counted one step more), PyTorch's view of the tensors beside the driver's (replay named
@@ -162,8 +155,8 @@ fn the_end_of_a_replay_is_the_report() {
         "healthy_compile-bare.vtrace",
     ] {
         let path = fixtures.join(name);
-        let report = json_of(&["report", "--json"], &path);
-        let replay = json_of(&["replay", "--json", "--at", "end"], &path);
+        let report = json_of(&["report"], &path);
+        let replay = json_of(&["replay", "--at", "end"], &path);
         assert_eq!(replay["analysis"], report["analysis"], "{name}");
         assert_eq!(
             replay["at"]["step"], report["analysis"]["steps"]["steps"],
@@ -173,10 +166,10 @@ fn the_end_of_a_replay_is_the_report() {
     // Mid-run, the step asked for is the report's step 20, and PyTorch's view holds only the
     // marks up to it.
     let path = fixtures.join("h100/ranks_gloo-rank2-run.vtrace");
-    let replay = json_of(&["replay", "--json", "--at", "step 20"], &path);
+    let replay = json_of(&["replay", "--at", "step 20"], &path);
     assert_eq!(replay["at"]["step"], 20);
     assert_eq!(replay["analysis"]["steps"]["steps"], 20);
-    let end = json_of(&["replay", "--json", "--at", "end"], &path);
+    let end = json_of(&["replay", "--at", "end"], &path);
     let first = &end["analysis"]["diagnosis"][0];
     assert_eq!(first["site"]["label"], "ranks_gloo.py:48 in <module>");
     assert_eq!(first["evidence"]["rate"], 8_388_608.0);
@@ -214,7 +207,7 @@ fn a_cut_trace_replayed_to_its_end_says_it_is_cut() {
     let dir = tempfile::tempdir().unwrap();
     let cut = dir.path().join("cut.vtrace");
     std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
-    let doc = json_of(&["replay", "--json", "--at", "end"], &cut);
+    let doc = json_of(&["replay", "--at", "end"], &cut);
     let gaps = doc["gaps"].as_array().unwrap();
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     assert!(
@@ -227,11 +220,11 @@ fn a_cut_trace_replayed_to_its_end_says_it_is_cut() {
         "{text}"
     );
     // A point before the cut was read whole.
-    let doc = json_of(&["replay", "--json", "--at", "step 10"], &cut);
+    let doc = json_of(&["replay", "--at", "step 10"], &cut);
     assert_eq!(doc["gaps"], serde_json::Value::Array(vec![]));
     let whole = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
-    let doc = json_of(&["replay", "--json", "--at", "end"], &whole);
+    let doc = json_of(&["replay", "--at", "end"], &whole);
     assert_eq!(doc["gaps"], serde_json::Value::Array(vec![]));
 }
 
@@ -242,7 +235,7 @@ fn a_cut_trace_replayed_to_its_end_says_it_is_cut() {
 fn an_early_step_is_the_report_s_step() {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
-    let doc = json_of(&["replay", "--json", "--at", "step 1"], &path);
+    let doc = json_of(&["replay", "--at", "step 1"], &path);
     assert_eq!(
         (&doc["at"]["step"], &doc["at"]["event"]),
         (&1.into(), &24.into())
@@ -262,7 +255,7 @@ fn an_early_step_is_the_report_s_step() {
 fn a_hooked_trace_is_not_told_to_use_vramtrace_run() {
     let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/gpu/h100/leak_slow-run.vtrace");
-    let doc = json_of(&["replay", "--json", "--at", "step 100"], &path);
+    let doc = json_of(&["replay", "--at", "step 100"], &path);
     let first = &doc["analysis"]["diagnosis"][0];
     assert_eq!(first["site"]["label"], "leak_slow.py:33 in <module>");
     // The same trace without its last 30 %: the history is gone.
@@ -270,7 +263,7 @@ fn a_hooked_trace_is_not_told_to_use_vramtrace_run() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("running.vtrace");
     std::fs::write(&path, &bytes[..bytes.len() * 7 / 10]).unwrap();
-    let doc = json_of(&["replay", "--json", "--at", "step 100"], &path);
+    let doc = json_of(&["replay", "--at", "step 100"], &path);
     let first = &doc["analysis"]["diagnosis"][0];
     assert_eq!(first["site"]["label"], "leak_slow.py:32 in <module>");
     let fix = first["fix"].as_str().unwrap();

@@ -21,6 +21,22 @@ pub fn vramtrace() -> assert_cmd::Command {
     assert_cmd::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
 }
 
+/// The JSON document `vramtrace ARGS --json PATH` prints; it must succeed.
+pub fn json_of(args: &[&str], path: &std::path::Path) -> serde_json::Value {
+    let out = vramtrace()
+        .args(args)
+        .arg("--json")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 pub fn header() -> Header {
     Header {
         tool_version: "0.1.0".into(),
