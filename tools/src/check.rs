@@ -50,6 +50,9 @@ EXAMPLES:
     Fail on any steady growth above 1 MiB per step, whatever the device's size:
         vramtrace check --max-growth 1MiB/step -- python train.py --steps 200
 
+    Fail when the device ran out of memory, even where the program caught it and went on:
+        vramtrace check --max-ooms 0 -- python train.py --steps 200
+
     The same limits on traces already taken:
         vramtrace report --fail-on growth,orphans=0 traces/";
 
@@ -66,6 +69,10 @@ pub struct CheckArgs {
     /// Fail on more than N orphans (memory whose owner is gone).
     #[arg(long, value_name = "N", value_parser = parse_count)]
     pub max_orphans: Option<u64>,
+    /// Fail on more than N out-of-memory failures (a program that catches them, to retry with
+    /// a smaller batch, goes on and exits 0).
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub max_ooms: Option<u64>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
     #[command(flatten)]
@@ -81,7 +88,8 @@ impl CheckArgs {
         let growth = self.max_growth.map_or(Limit::GrowthAlert, Limit::Growth);
         let leak = self.max_leak.map(Limit::Leak);
         let orphans = self.max_orphans.map(Limit::Orphans);
-        [Some(growth), leak, orphans]
+        let ooms = self.max_ooms.map(Limit::Oom);
+        [Some(growth), leak, orphans, ooms]
             .into_iter()
             .flatten()
             .collect()
@@ -244,6 +252,12 @@ fn measure_trace(
         notes.push(format!(
             "{}; not a limit of this check (--max-orphans 0 makes it one)",
             crate::findings::orphans_line(orphans)
+        ));
+    }
+    if report.analysis.ooms.total > 0 && !limits.iter().any(|l| matches!(l, Limit::Oom(_))) {
+        notes.push(format!(
+            "{}; not a limit of this check (--max-ooms 0 makes it one)",
+            crate::limits::oom_found(&report.analysis)
         ));
     }
     Ok((measure(&report.analysis, limits), report.gaps(), notes))

@@ -35,7 +35,7 @@ pub enum Command {
     #[command(after_help = crate::run::EXAMPLES)]
     Run(crate::run::RunArgs),
     /// Run a program under the tracer and fail when its traces exceed the limits (a CI gate):
-    /// growth, memory live at the end, orphans.
+    /// growth, memory live at the end, orphans, out-of-memory failures.
     #[command(after_help = crate::check::EXAMPLES)]
     Check(crate::check::CheckArgs),
 }

@@ -1,6 +1,7 @@
 //! The limits a trace can fail on, shared by `vramtrace check` (a program run as a CI gate) and
 //! `vramtrace report --fail-on` (traces already taken): steady growth (the growth verdict's
-//! ALERT, or more than so many bytes per step), device memory live at the end, and orphans.
+//! ALERT, or more than so many bytes per step), device memory live at the end, orphans, and
+//! out-of-memory failures (a program that caught them and went on exits 0).
 //!
 //! A limit is exceeded when the trace's number is above it; a trace exceeding any limit fails.
 //! The numbers are the report's own ([`Analysis`]), so a failure reads the same in the report.
@@ -27,6 +28,8 @@ pub enum Limit {
     Leak(u64),
     /// More than this many orphans.
     Orphans(u64),
+    /// More than this many out-of-memory failures.
+    Oom(u64),
 }
 
 impl Limit {
@@ -36,12 +39,13 @@ impl Limit {
             Limit::GrowthAlert | Limit::Growth(_) => "growth",
             Limit::Leak(_) => "leak",
             Limit::Orphans(_) => "orphans",
+            Limit::Oom(_) => "oom",
         }
     }
 }
 
-/// One item of `--fail-on`: `growth`, `growth=SIZE/step`, `leak[=SIZE]`, `orphans[=N]` (a
-/// bare `leak` or `orphans` allows none).
+/// One item of `--fail-on`: `growth`, `growth=SIZE/step`, `leak[=SIZE]`, `orphans[=N]`,
+/// `oom[=N]` (a bare `leak`, `orphans` or `oom` allows none).
 pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
     let (name, value) = match text.split_once('=') {
         Some((n, v)) => (n.trim(), Some(v)),
@@ -54,7 +58,11 @@ pub fn parse_fail_on(text: &str) -> Result<Limit, String> {
         ("leak", Some(v)) => parse_size(v).map(Limit::Leak),
         ("orphans", None) => Ok(Limit::Orphans(0)),
         ("orphans", Some(v)) => parse_count(v).map(Limit::Orphans),
-        _ => Err("not a limit (growth, growth=SIZE/step, leak[=SIZE], orphans[=N])".into()),
+        ("oom", None) => Ok(Limit::Oom(0)),
+        ("oom", Some(v)) => parse_count(v).map(Limit::Oom),
+        _ => {
+            Err("not a limit (growth, growth=SIZE/step, leak[=SIZE], orphans[=N], oom[=N])".into())
+        }
     }
 }
 
@@ -73,7 +81,7 @@ impl serde::Serialize for Measured {
         use serde::ser::SerializeStruct;
         let max = match self.limit {
             Limit::GrowthAlert => None,
-            Limit::Growth(n) | Limit::Leak(n) | Limit::Orphans(n) => Some(n),
+            Limit::Growth(n) | Limit::Leak(n) | Limit::Orphans(n) | Limit::Oom(n) => Some(n),
         };
         let mut m = s.serialize_struct("Measured", 4)?;
         m.serialize_field("limit", self.limit.name())?;
@@ -119,7 +127,17 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
         .map(|&limit| {
             let (exceeded, found) = match limit {
                 Limit::GrowthAlert => growth_found(analysis, |h| h.alert),
-                Limit::Growth(max) => growth_found(analysis, |h| h.steady_growth > max as f64),
+                Limit::Growth(max) => {
+                    let (exceeded, found) =
+                        growth_found(analysis, |h| h.steady_growth > max as f64);
+                    // As the flag gives it: a size per step (per window in a trace without
+                    // steps, as the rate found says).
+                    let limit = match max {
+                        0..1024 => format!("{max} B/step"),
+                        _ => format!("{}/step ({max} B)", bytes(max)),
+                    };
+                    (exceeded, format!("{found}, limit {limit}"))
+                }
                 Limit::Leak(max) => {
                     let live = analysis.leaks.device;
                     let found = format!(
@@ -140,6 +158,13 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
                     );
                     (o.count > max, found)
                 }
+                Limit::Oom(max) => {
+                    let ooms = &analysis.ooms;
+                    (
+                        ooms.total > max,
+                        format!("{}, limit {max}", oom_found(analysis)),
+                    )
+                }
             };
             Measured {
                 limit,
@@ -148,6 +173,24 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
             }
         })
         .collect()
+}
+
+/// The out-of-memory failures of a trace, in words: how many, and the first (what it asked,
+/// where, with what live), as the report's FINDINGS line says it.
+pub fn oom_found(analysis: &Analysis) -> String {
+    let ooms = &analysis.ooms;
+    let n = count(ooms.total, "out-of-memory failure");
+    match ooms.failures.first() {
+        None => n,
+        Some(f) => format!(
+            "{n} (the first: {} of {} on device {} at step {} with {} live)",
+            f.failure.api.name(),
+            bytes(f.failure.request_bytes),
+            crate::units::device(f.failure.device),
+            f.failure.origin.step,
+            bytes(f.live.bytes)
+        ),
+    }
 }
 
 fn exact(n: u64) -> String {
@@ -203,7 +246,10 @@ fn growth_found(
         };
         found.push_str(&format!("{own} at {place} ({module})"));
     }
-    if exceeded && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
+    let out_of_memory = h.projection.and_then(|p| p.out_of_memory_at_step);
+    if let Some(step) = out_of_memory.filter(|_| exceeded && h.alert) {
+        found.push_str(&format!(", out of memory at step {step}"));
+    } else if exceeded && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
         found.push_str(", full within the horizon");
         let when = h.projection.and_then(|p| {
             vramtrace_collector::units::when_full(p.steps_to_full, p.seconds_to_full)
@@ -240,7 +286,6 @@ pub fn render(out: &mut impl Write, measured: &[Measured], gaps: &[String]) -> i
         };
         let name = match m.limit {
             Limit::GrowthAlert => "growth (alert)".to_string(),
-            Limit::Growth(max) => format!("growth > {}", exact(max)),
             other => other.name().to_string(),
         };
         writeln!(out, "  {verdict}  {name:<16} {}{partly}", m.found)?;
@@ -266,6 +311,9 @@ mod tests {
         assert_eq!(parse_fail_on("leak"), Ok(Limit::Leak(0)));
         assert_eq!(parse_fail_on("leak=64MiB"), Ok(Limit::Leak(64 << 20)));
         assert_eq!(parse_fail_on("orphans=3"), Ok(Limit::Orphans(3)));
+        assert_eq!(parse_fail_on("oom"), Ok(Limit::Oom(0)));
+        assert_eq!(parse_fail_on("oom=2"), Ok(Limit::Oom(2)));
+        assert!(parse_fail_on("oom=1MiB").is_err());
         assert!(parse_fail_on("orphans=x").is_err());
         assert!(parse_fail_on("growth=1MiB/s").is_err());
         assert!(parse_fail_on("peak").is_err());

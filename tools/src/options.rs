@@ -111,8 +111,8 @@ pub struct ReportArgs {
     #[command(flatten)]
     pub window: WindowArgs,
     /// Exit 1 when a trace exceeds a limit (after the report): growth (the ALERT verdict),
-    /// growth=SIZE/step, leak[=SIZE] (device memory live at the end), orphans[=N]; several
-    /// separated by commas. The limits of `vramtrace check`; as there, a trace cut short,
+    /// growth=SIZE/step, leak[=SIZE] (device memory live at the end), orphans[=N], oom[=N]
+    /// (out-of-memory failures); several separated by commas. The limits of `vramtrace check`; as there, a trace cut short,
     /// damaged or that lost events is not checked in full: exit 2.
     #[arg(long, value_name = "LIMIT", value_delimiter = ',', value_parser = crate::limits::parse_fail_on)]
     pub fail_on: Vec<crate::limits::Limit>,

@@ -104,6 +104,7 @@ fn steady_finding(
             freed_at_teardown: (freed > 0).then_some(freed),
             steps_to_full: projection.and_then(|p| p.steps_to_full),
             seconds_to_full: projection.and_then(|p| p.seconds_to_full),
+            out_of_memory_at_step: projection.and_then(|p| p.out_of_memory_at_step),
             view: Some(s.view),
             line_means: Some(means),
             history_from: s.history_from,

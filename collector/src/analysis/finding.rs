@@ -85,6 +85,8 @@ pub struct Evidence {
     /// At the holder's sustained rate: steps and seconds until the device is full.
     pub steps_to_full: Option<f64>,
     pub seconds_to_full: Option<f64>,
+    /// The step the device ran out of memory in (its growth judged up to it): full already.
+    pub out_of_memory_at_step: Option<u64>,
     /// Share of allocated device memory that is unusable (fragmentation).
     pub share: Option<f64>,
     /// The view of memory it comes from: `driver`, or another source's name.

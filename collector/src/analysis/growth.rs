@@ -65,6 +65,9 @@ pub struct Projection {
     pub seconds_to_full: Option<f64>,
     /// Whether that is within the horizon.
     pub within_horizon: bool,
+    /// The step the device ran out of memory in, its course judged up to it: full already
+    /// (steps and seconds to full 0), whatever room the last sample before it showed.
+    pub out_of_memory_at_step: Option<u64>,
 }
 
 /// One holder's growth.
@@ -404,6 +407,7 @@ fn project(
         steps_to_full: steps,
         seconds_to_full: seconds,
         within_horizon: within,
+        out_of_memory_at_step: None,
     }
 }
 
@@ -602,7 +606,17 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             + 0.0;
         if h.steady_growth > 0.0 {
             let above = h.threshold.is_some_and(|t| h.steady_growth > t);
-            let p = (h.room).map(|room| project(room, h.steady_growth, axis, unit_ns, config));
+            let p = match h.course.phases.full_from {
+                // It ran out of memory growing: full already, not in so many steps.
+                Some(step) => Some(Projection {
+                    headroom: h.room.unwrap_or(0),
+                    steps_to_full: Some(0.0),
+                    seconds_to_full: unit_ns.map(|_| 0.0),
+                    within_horizon: true,
+                    out_of_memory_at_step: Some(step),
+                }),
+                None => (h.room).map(|room| project(room, h.steady_growth, axis, unit_ns, config)),
+            };
             h.alert = above || p.is_some_and(|p| p.within_horizon);
             h.projection = p;
         }

@@ -119,6 +119,8 @@ pub enum Reason {
     Growth,
     /// At its rate, the device is full within the horizon.
     Horizon,
+    /// The device ran out of memory while it grew steadily.
+    OutOfMemory,
 }
 
 impl Reason {
@@ -127,14 +129,17 @@ impl Reason {
         match self {
             Reason::Growth => "growth",
             Reason::Horizon => "horizon",
+            Reason::OutOfMemory => "out-of-memory",
         }
     }
 
     /// Why alert `a` was raised, in the words its stderr line and the report both give:
     /// `above the threshold of 1.0 MiB per step`, `above the threshold of 524.3 KiB per step,
-    /// 0.1% of 512.0 MiB`, `full within the horizon`.
+    /// 0.1% of 512.0 MiB`, `full within the horizon`, `it ran out of memory`.
     pub fn words(a: &crate::format::Alert) -> String {
-        if a.reason == Reason::Growth.name() {
+        if a.reason == Reason::OutOfMemory.name() {
+            "it ran out of memory".to_string()
+        } else if a.reason == Reason::Growth.name() {
             // A share of the device's memory (the default) says so.
             let share = crate::units::share_of(a.threshold as f64, a.device_memory)
                 .map_or(String::new(), |s| format!(", {s}"));
@@ -566,10 +571,13 @@ impl Watch {
             }
         }
         let above = h.threshold.is_some_and(|t| h.steady_growth > t);
-        Verdict::Alert(if above {
-            Reason::Growth
-        } else {
-            Reason::Horizon
+        let out_of_memory = h
+            .projection
+            .is_some_and(|p| p.out_of_memory_at_step.is_some());
+        Verdict::Alert(match (out_of_memory, above) {
+            (true, _) => Reason::OutOfMemory,
+            (false, true) => Reason::Growth,
+            (false, false) => Reason::Horizon,
         })
     }
 

@@ -262,7 +262,9 @@ pub fn line(a: &Alert) -> String {
         Some(n) if a.unit == "step" && a.unit_ns > 0 => Some(n as f64 * a.unit_ns as f64 / 1e9),
         _ => a.seconds_to_full.map(|t| t as f64),
     };
-    let full = when_full(a.steps_to_full.map(|n| n as f64), seconds);
+    // A device that ran out of memory is full already: its reason says so.
+    let full = when_full(a.steps_to_full.map(|n| n as f64), seconds)
+        .filter(|_| a.reason != Reason::OutOfMemory.name());
     if let Some(when) = full {
         s.push_str(&format!(", full in {when}"));
     }

@@ -172,8 +172,8 @@ captest!(check_takes_a_growth_limit_per_step, |dir| {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(
         err.contains(
-            "  ok    growth > 2.0 MiB (2097152 B) device 0: +1.0 MiB per step (1048576 B) at main at \
-             wl_train.c:108 → fw_alloc (libtorch_standin.so)\n"
+            "  ok    growth           device 0: +1.0 MiB per step (1048576 B) at main at \
+             wl_train.c:108 → fw_alloc (libtorch_standin.so), limit 2.0 MiB/step (2097152 B)\n"
         ),
         "{err}"
     );
@@ -570,4 +570,75 @@ captest!(a_rotated_trace_is_checked_and_keeps_its_alert, |dir| {
             report["reading"]["segments"]
         );
     }
+});
+
+// A program that runs out of memory and goes on (here a shell hides wl_soak's exit code: it
+// keeps 4 MiB every 5 steps on a 64 MiB device, whose allocations are refused from step 52 on).
+// The alert and the growth limit say the device ran out of memory, not that it will be full in
+// so many steps; the failures pass the gate with a note, and fail it with --max-ooms 0.
+captest!(check_gates_out_of_memory_when_asked, |dir| {
+    let script = format!(
+        "{} 200 50 5 4194304 >/dev/null; exit 0",
+        workload("wl_soak").display()
+    );
+    let first = "673 out-of-memory failures (the first: cudaMalloc of 1.6 MiB on device 0 at step \
+                 52 with 59.5 MiB live)";
+    for (flags, code) in [
+        (&["--max-growth", "100MiB/step"][..], 0),
+        (&["--max-ooms", "0"], 1),
+    ] {
+        let sub = dir.join(format!("c{code}"));
+        std::fs::create_dir(&sub).unwrap();
+        let out = check_command(&sub, flags, "sh", &["-c", &script])
+            .env("STANDIN_DEVICE_MEM", "64M")
+            .output()
+            .unwrap();
+        let err = untimed(&text(&out.stderr));
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(
+            lines[0],
+            "vramtrace: ALERT at exit, step 200: device 0 grows steadily, +819.2 KiB per step at \
+             keep_history at wl_soak.c:79 (wl_soak) (it ran out of memory); 48.0 MiB live",
+            "{err}"
+        );
+        let limits: Vec<&str> = lines[2..lines.len() - 1].to_vec();
+        let want = if code == 0 {
+            vec![
+                "  ok    growth           device 0: +819.2 KiB per step (838861 B) at \
+                 keep_history at wl_soak.c:79 (wl_soak), limit 100.0 MiB/step (104857600 B)"
+                    .to_string(),
+                format!("  note: {first}; not a limit of this check (--max-ooms 0 makes it one)"),
+            ]
+        } else {
+            vec![
+                "  FAIL  growth (alert)   device 0: +819.2 KiB per step (838861 B) at \
+                 keep_history at wl_soak.c:79 (wl_soak), out of memory at step 52"
+                    .to_string(),
+                format!("  FAIL  oom              {first}, limit 0"),
+            ]
+        };
+        assert_eq!(limits, want, "{err}");
+    }
+    // The report's FINDINGS say it the same way, and `--fail-on oom` is the same limit.
+    let trace = only_trace(&dir.join("c1"));
+    let out = vramtrace_command()
+        .args(["report", "--fail-on", "oom=672"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        report.contains(
+            "  growth         STEADY GROWTH on device 0: +819.2 KiB per step at keep_history at \
+             wl_soak.c:79 (wl_soak); out of memory at step 52\n"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("Failures: 673 (673 out of memory), out-of-memory first")
+            && report.contains("  663 more kept (--top or --json lists them)\n"),
+        "{report}"
+    );
 });

@@ -29,7 +29,10 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
         (Some(n), Some(ns)) if a.unit == "step" => Some(n * ns as f64 / 1e9),
         _ => a.seconds_to_full.map(|t| t as f64),
     };
-    let full = when_full(steps, seconds).map_or(String::new(), |when| format!("; full in {when}"));
+    // A device that ran out of memory is full already: its reason says so.
+    let full = when_full(steps, seconds)
+        .filter(|_| a.reason != Reason::OutOfMemory.name())
+        .map_or(String::new(), |when| format!("; full in {when}"));
     let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
         format!(", {} {unit} of it", signed_bytes(a.place_rate as f64))
     } else {

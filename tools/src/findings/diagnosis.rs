@@ -196,8 +196,11 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
             } else if let Some(end) = e.live_at_end {
                 parts.push(format!("{} still live {when}", bytes(end)));
             }
-            let full = when_full(e.steps_to_full, e.seconds_to_full)
-                .map(|when| format!("device full in {when}"));
+            let full = match e.out_of_memory_at_step {
+                Some(step) => Some(format!("device out of memory at step {step}")),
+                None => when_full(e.steps_to_full, e.seconds_to_full)
+                    .map(|when| format!("device full in {when}")),
+            };
             parts.extend(full);
             match (e.view, e.line_means) {
                 (Some(view), _) if view != DRIVER => parts.push(format!(

@@ -30,9 +30,13 @@ pub(crate) fn site_label(s: &SiteName) -> String {
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
 }
 
-/// `full in 1,930 steps (2.1 h)` for a holder's projection, or nothing.
+/// `12.0 GiB left, full in 1,930 steps (2.1 h)` for a holder's projection, `out of memory at
+/// step 52` for a device that ran out of memory growing, or nothing.
 fn full_in(h: &HolderGrowth) -> Option<String> {
     let p = h.projection?;
+    if let Some(step) = p.out_of_memory_at_step {
+        return Some(format!("out of memory at step {step}"));
+    }
     let when = when_full(p.steps_to_full, p.seconds_to_full)?;
     Some(format!("{} left, full in {when}", bytes(p.headroom)))
 }

@@ -478,7 +478,9 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         "site",
     ];
     let mut t = table(&headers, &[1, 3, 4, 5, 6]);
-    for x in f.list.iter().take(r.top.max(f.out_of_memory)) {
+    // A program that retries after running out of memory fails hundreds of times: the first
+    // --top are listed (the Out of memory sections above explain the first and last ones).
+    for x in f.list.iter().take(r.top) {
         t.add_row(vec![
             x.api.name().to_string(),
             x.result.to_string(),
@@ -499,6 +501,10 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         ),
     };
     emit(out, &title, &t)?;
+    let unlisted = f.list.len().saturating_sub(r.top);
+    if unlisted > 0 {
+        writeln!(out, "  {unlisted} more kept (--top or --json lists them)")?;
+    }
     if f.omitted > 0 {
         writeln!(
             out,
