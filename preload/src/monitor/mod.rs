@@ -98,6 +98,8 @@ pub struct Monitor {
     snapshot_seen: u32,
     /// When the latest snapshot arrived (`CLOCK_MONOTONIC` nanoseconds; 0: none yet).
     snapshot_at_ns: u64,
+    /// Set once the process has begun to exit ([`Monitor::ending`]).
+    ending: bool,
 }
 
 impl Monitor {
@@ -147,6 +149,7 @@ impl Monitor {
             pending: Vec::new(),
             snapshot_seen: 0,
             snapshot_at_ns: 0,
+            ending: false,
         })
     }
 
@@ -300,6 +303,19 @@ impl Monitor {
         alerts
     }
 
+    /// The process has begun to exit, and the writer is taking in the events it left: what they
+    /// raise is raised at exit (its line says so), and no signal is sent, for the reasons
+    /// [`Monitor::finish`] gives (a judgement at a step mark among them would otherwise signal a
+    /// process in its exit, which then dies of it with another status and no end to its
+    /// trace).
+    pub fn ending(&mut self) {
+        if !self.ending {
+            self.ending = true;
+            self.settings.signal = None;
+            self.settings.at_exit = true;
+        }
+    }
+
     /// At the end of the trace: a last judgement when samples came since the one before (the
     /// interval or a lowered resolution may have put it off: an alert comes late, never not at
     /// all), the alerts still waiting for the program's view, acted on (returned, for the
@@ -313,7 +329,7 @@ impl Monitor {
             // Only what this judgement raises is said to be raised at exit.
             self.settings.at_exit = true;
             alerts = self.judge(now_ns, trace_path);
-            self.settings.at_exit = false;
+            self.settings.at_exit = self.ending;
         }
         alerts.extend(self.settle(Some(u64::MAX), trace_path));
         if self.settings.enabled && !self.quiet {
@@ -481,5 +497,67 @@ impl Monitor {
             .unwrap_or_default();
         self.raised += alerts.len() as u64;
         alerts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramtrace_collector::event::{Api, MemKind};
+
+    /// The events of a loop that keeps 1 MiB a step for `steps` steps.
+    fn leaking_loop(steps: u64) -> Vec<Event> {
+        let mut events = Vec::new();
+        for step in 1..=steps {
+            let seq = events.len() as u64 + 1;
+            let keep = Op::Alloc {
+                kind: MemKind::Device,
+                ptr: 0x7000_0000 + step * (1 << 20),
+                size: 1 << 20,
+                stream: 0,
+                pool: 0,
+                flags: 0,
+                pitch: 0,
+            };
+            events.push(Event {
+                time_ns: seq * 1_000_000,
+                caller: 0x1234,
+                ..Event::new(seq, Api::CudaMalloc, keep)
+            });
+            let seq = seq + 1;
+            events.push(Event {
+                time_ns: seq * 1_000_000,
+                ..Event::new(seq, Api::TracerMarkStep, Op::MarkStep { step })
+            });
+        }
+        events
+    }
+
+    // Events the writer takes in after the process began to exit (a loop faster than the
+    // writer) raise their alert at exit and send no signal, though one was asked for: sent, it
+    // would end this test's process (SIGUSR1's default action).
+    #[test]
+    fn an_alert_raised_while_the_process_exits_sends_no_signal() {
+        let (settings, warnings) = {
+            let mut w = Vec::new();
+            let get = |k: &str| match k {
+                "VRAMTRACE_ALERT_SIGNAL" => Some("USR1".to_string()),
+                "VRAMTRACE_ALERT_INTERVAL_MS" => Some("0".to_string()),
+                "VRAMTRACE_ALERT_THRESHOLD" => Some("512KiB/step".to_string()),
+                _ => None,
+            };
+            (AlertSettings::from_lookup(get, &mut w), w)
+        };
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(settings.signal, Some(libc::SIGUSR1));
+        let mut monitor = Monitor::new(&settings, &MetricsSettings::default(), false, true)
+            .expect("alerts are on");
+        monitor.ending();
+        let alerts: Vec<Alert> = (leaking_loop(20).iter())
+            .flat_map(|e| monitor.event(e, "/tmp/t.vtrace"))
+            .collect();
+        assert_eq!(alerts.len(), 1, "{alerts:?}");
+        assert_eq!((alerts[0].signal, alerts[0].device), (0, 0));
+        assert!(alerts[0].step < 20, "{:?}", alerts[0]);
     }
 }

@@ -228,6 +228,11 @@ impl Writer {
             self.timer.lap(Stage::Encode);
         }
         if let Some(monitor) = self.monitor.as_mut() {
+            // Events taken in after the process began to exit raise alerts at exit, without a
+            // signal (a relaxed load: the flag is only ever set, and is read again each event).
+            if self.session.control.finish.load(Ordering::Relaxed) != 0 {
+                monitor.ending();
+            }
             let alerts = monitor.event(&event, &self.trace_name);
             if !alerts.is_empty() {
                 self.write_alerts(alerts);
