@@ -126,10 +126,10 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
         .iter()
         .map(|&limit| {
             let (exceeded, found) = match limit {
-                Limit::GrowthAlert => growth_found(analysis, |h| h.alert),
+                Limit::GrowthAlert => growth_found(analysis, |h| h.alert, |_| true),
                 Limit::Growth(max) => {
                     let (exceeded, found) =
-                        growth_found(analysis, |h| h.steady_growth > max as f64);
+                        growth_found(analysis, |h| h.steady_growth > max as f64, |a| a.rate > max);
                     // As the flag gives it: a size per step (per window in a trace without
                     // steps, as the rate found says).
                     let limit = match max {
@@ -201,9 +201,34 @@ fn exact(n: u64) -> String {
     }
 }
 
+/// The growth limit on `analysis`: its devices' growth (`fails`), and, in a trace whose first
+/// segments rotation removed, the alerts the tracer raised (`alert_fails`): it judged the whole
+/// run, where the steps left on disk may be too few to show a slow leak, or none of its
+/// beginning. What was not seen never passes.
+fn growth_found(
+    analysis: &Analysis,
+    fails: impl Fn(&vramtrace_collector::analysis::HolderGrowth) -> bool,
+    alert_fails: impl Fn(&vramtrace_collector::format::Alert) -> bool,
+) -> (bool, String) {
+    let (exceeded, found) = devices_growth(analysis, fails);
+    let rotated = analysis.steps.from_step;
+    let alert = (analysis.alerts.iter()).find(|r| rotated.is_some() && alert_fails(&r.alert));
+    match (exceeded, alert, rotated) {
+        (false, Some(raised), Some(from)) => (
+            true,
+            format!(
+                "the tracer alerted {} (the trace on disk begins at step {from}: rotation \
+                 removed the steps before it; what is left shows {found})",
+                crate::findings::alert_line(raised, analysis.growth.step_ns)
+            ),
+        ),
+        _ => (exceeded, found),
+    }
+}
+
 /// The fastest-growing device (among those `fails`, else among all), its rate and the place
 /// that grows fastest there.
-fn growth_found(
+fn devices_growth(
     analysis: &Analysis,
     fails: impl Fn(&vramtrace_collector::analysis::HolderGrowth) -> bool,
 ) -> (bool, String) {

@@ -77,8 +77,8 @@ impl Default for Thresholds {
 /// One threshold checked.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Check {
-    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphans`, `orphan_bytes`, `failures` or
-    /// `new_growth` (the driver's view); `tensor_live_bytes`, `tensor_growth_per_step` or
+    /// `live_bytes`, `peak_bytes`, `growth_per_step`, `orphans`, `orphan_bytes`, `failures`,
+    /// `new_growth` (the driver's view) or `alerts` (B's tracer's, in a rotated run); `tensor_live_bytes`, `tensor_growth_per_step` or
     /// `tensor_new_growth` (PyTorch's recorder).
     pub metric: &'static str,
     /// B's value minus A's; for a new growth, the fastest new growth's rate.
@@ -185,6 +185,20 @@ impl Verdict {
         self.checks.retain(|c| !metrics.contains(&c.metric));
         self.notes.push(note);
         self.regression = self.checks.iter().any(|c| c.exceeded);
+    }
+
+    /// B's tracer raised `count` alerts on devices where A's raised none, in a run whose first
+    /// segments rotation deleted: the growth it judged is not all on disk, and the alerts stand
+    /// for it (`alerts`, exceeded), with `note` saying the first.
+    pub fn alerted(&mut self, count: usize, note: String) {
+        self.checks.push(Check {
+            metric: "alerts",
+            change: count as f64,
+            threshold: 0.0,
+            exceeded: true,
+        });
+        self.notes.push(note);
+        self.regression = true;
     }
 
     /// Adds another view's checks and new growths.

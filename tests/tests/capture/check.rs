@@ -642,3 +642,66 @@ captest!(check_gates_out_of_memory_when_asked, |dir| {
         "{report}"
     );
 });
+
+// A slow leak (64 KiB every 300 steps) under a budget that keeps only the last few hundred steps:
+// what is left on disk shows no growth, but the tracer, which judged the whole run, alerted. The
+// gate fails on that alert, as `report --fail-on growth` does, and the report does not call the
+// alert unconfirmed by steps it cannot see. `diff` against a run without the leak, rotated the
+// same way, is a regression for the same reason.
+captest!(a_leak_rotation_removed_fails_on_the_tracers_alert, |dir| {
+    let rotated = |name: &str, every: &str| {
+        let sub = dir.join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let out = check_command(
+            &sub,
+            &["--max-bytes", "2MiB", "--segment-bytes", "1MiB"],
+            workload("wl_soak"),
+            &["3000", "200", every, "65536"],
+        )
+        .output()
+        .unwrap();
+        (sub, out)
+    };
+    let (leaky, out) = rotated("leaky", "300");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("  FAIL  growth (alert)"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.contains("the tracer alerted ")
+            && line.contains(" B per step at keep_history at wl_soak.c:79 (wl_soak)")
+            && line.contains("(the trace on disk begins at step "),
+        "{line}"
+    );
+    let out = vramtrace_command()
+        .args(["report", "--fail-on", "growth"])
+        .arg(&leaky)
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let alerted = report
+        .lines()
+        .find(|l| l.starts_with("  alerted "))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(!alerted.contains("not confirmed"), "{alerted}");
+    assert!(
+        alerted.contains("; the steps read (from step "),
+        "{alerted}"
+    );
+    let (healthy, out) = rotated("healthy", "0");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = vramtrace_command()
+        .arg("diff")
+        .args([&healthy, &leaky])
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("VERDICT  REGRESSION (exit 1): tracer alerts +1 (limit 0)\n"),
+        "{said}"
+    );
+});

@@ -51,7 +51,8 @@ REGRESSION:
 EXIT STATUS:
     0 no regression beyond the thresholds, 1 regression, 2 error, or a trace that could not
     be compared in full (cut short, damaged, events the tracer lost): no verdict on it; also 2
-    when A and B are the same file (nothing could differ).";
+    when A and B are the same trace (one file, a copy, or two segments of one trace: nothing
+    could differ).";
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {

@@ -74,6 +74,10 @@ struct Compared {
     /// What rotation deleted from the start of the trace, in words (`its first 3 segments,
     /// 1.2 s`): its peak and its failed calls there are not known.
     rotated: Option<String>,
+    /// The alerts its tracer raised: the device, and the alert as the report says it.
+    alerts: Vec<(i32, String)>,
+    /// The process that wrote it: host, pid and start (the same in every segment of a trace).
+    process: (String, u32, u64),
 }
 
 fn profile_of(mut run: Run) -> Result<Compared> {
@@ -110,6 +114,13 @@ fn profile_of(mut run: Run) -> Result<Compared> {
                     crate::units::duration(r.span_ns)
                 )
             }),
+        process: (t.header.host.clone(), t.header.pid, t.header.start_unix_ns),
+        alerts: (run.analysis.alerts.iter())
+            .map(|r| {
+                let said = crate::findings::alert_line(r, run.analysis.growth.step_ns);
+                (r.alert.device, said)
+            })
+            .collect(),
         profile,
         tensors,
     })
@@ -300,7 +311,29 @@ fn compare_runs(a: &Compared, b: &Compared, sources: &SourceSearch, t: &Threshol
         t,
     );
     leave_out_rotated(&mut diff, &[("run A's", a), ("run B's", b)]);
+    alerts_of_rotated(&mut diff, a, b);
     diff
+}
+
+/// Where rotation deleted B's first segments, the growth B's tracer judged while it ran is not
+/// all on disk, and a slow leak may not show in what is: an alert B's tracer raised on a device
+/// where A's raised none is a regression of its own (what was not seen never passes).
+fn alerts_of_rotated(diff: &mut Diff, a: &Compared, b: &Compared) {
+    let Some(removed) = &b.rotated else {
+        return;
+    };
+    let new: Vec<&(i32, String)> = (b.alerts.iter())
+        .filter(|(device, _)| !a.alerts.iter().any(|(d, _)| d == device))
+        .collect();
+    if let Some((_, said)) = new.first() {
+        diff.verdict.alerted(
+            new.len(),
+            format!(
+                "run B's tracer alerted {said}; rotation (VRAMTRACE_MAX_BYTES) deleted its first \
+                 {removed}, where its growth was judged"
+            ),
+        );
+    }
 }
 
 /// Where rotation deleted the first segments of a run, its peak and failed calls there are not
@@ -413,14 +446,19 @@ fn two_runs(
     let b_runs = compared.split_off(a_paths.len());
     let a_runs = compared;
     let pairs = pair_runs(&a_runs, &b_runs)?;
-    // A trace against itself (a directory holding the file given as the other run): nothing can
-    // differ, and "no regression" would pass a gate that compared nothing.
-    let file = |p: &str| std::fs::canonicalize(p).ok();
+    // A trace against itself (a directory holding the file given as the other run, or two
+    // segments of one trace, each read as the whole): nothing can differ, and "no regression"
+    // would pass a gate that compared nothing. One process wrote both.
     for &(i, j) in &pairs {
-        let (x, y) = (&a_runs[i].facts.path, &b_runs[j].facts.path);
-        if file(x).is_some_and(|f| Some(f) == file(y)) {
+        let (x, y) = (&a_runs[i], &b_runs[j]);
+        if x.process == y.process {
             return Err(anyhow!(
-                "A and B are the same trace file ({y}): nothing can differ; give two runs"
+                "A and B are the same trace ({} and {}: pid {} on {}): nothing can differ; give \
+                 two runs",
+                x.facts.path,
+                y.facts.path,
+                y.process.1,
+                y.process.0
             ));
         }
     }

@@ -63,7 +63,9 @@ fn growth(g: f64, unit: GrowthUnit) -> String {
 
 fn check_line(c: &Check) -> String {
     let (change, limit) = match c.metric {
-        "failures" | "orphans" => (format!("{:+}", c.change as i64), c.threshold.to_string()),
+        "failures" | "orphans" | "alerts" => {
+            (format!("{:+}", c.change as i64), c.threshold.to_string())
+        }
         "growth_per_step" | "tensor_growth_per_step" => (
             format!("{} per step", signed_bytes(c.change)),
             format!("{} per step", bytes(c.threshold as u64)),
@@ -79,6 +81,7 @@ fn check_line(c: &Check) -> String {
         "tensor_live_bytes" => "tensors live at end",
         "tensor_growth_per_step" => "tensor growth",
         "failures" => "failed calls",
+        "alerts" => "tracer alerts",
         other => other,
     };
     format!("{name} {change} (limit {limit})")

@@ -59,16 +59,20 @@ pub(super) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
     });
     let growth =
         (a.diagnosis.iter()).find(|f| f.class == FindingClass::SteadyGrowth && f.holder == device);
+    // Where reading began later (segments rotation removed, or `--last`), the steps read are not
+    // the whole run the tracer judged: they can neither refute the alert nor date its growth.
     let Some(finding) = growth else {
-        return "; not confirmed: the whole run shows no steady growth there".to_string();
+        return match a.steps.from_step {
+            Some(from) => format!(
+                "; the steps read (from step {from}: those before are not on disk, or not \
+                 asked for) show no steady growth there"
+            ),
+            None => "; not confirmed: the whole run shows no steady growth there".to_string(),
+        };
     };
     // Raised before the growth the run shows began (a start-up's rise, say): not that growth.
-    // A growth under way where reading began (a segment's snapshot) may have begun before it.
-    let under_way = |step: u64| a.steps.from_step.is_some_and(|from| step <= from);
-    let began = finding
-        .evidence
-        .growth_from
-        .filter(|&step| a.growth.axis == SampleAxis::Steps && !under_way(step));
+    let began = (finding.evidence.growth_from)
+        .filter(|_| a.growth.axis == SampleAxis::Steps && a.steps.from_step.is_none());
     if let Some(step) = began.filter(|&step| raised.alert.step < step) {
         let place = finding.site.as_ref().map_or("?".to_string(), site_label);
         return format!(

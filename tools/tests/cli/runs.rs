@@ -139,8 +139,11 @@ pub fn records(v: Variant) -> Vec<Record> {
     r
 }
 
-/// Writes run `v` to `dir/name`.
+/// Writes run `v` to `dir/name`: a process of its own, started after every run written before
+/// (`diff` refuses two traces of one process).
 pub fn write_run(dir: &Path, name: &str, v: Variant) -> PathBuf {
+    static STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = dir.join(name);
     let header = Header {
         tool_version: "0.1.0".into(),
@@ -150,6 +153,7 @@ pub fn write_run(dir: &Path, name: &str, v: Variant) -> PathBuf {
         rank: v.rank,
         command_line: vec!["python".into(), "train.py".into()],
         pointer_size: 8,
+        start_unix_ns: 1_700_000_000_000_000_000 + started,
         ..Header::default()
     };
     let mut w = TraceWriter::new(std::fs::File::create(&path).unwrap(), &header).unwrap();
