@@ -101,6 +101,7 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     let ran = crate::run::launch(&args.tracer, &args.command, crate::run::Layers::All)?;
     let limits = args.limits();
     let mut err = std::io::stderr().lock();
+    crate::run::say_others(&mut err, &ran).context("writing the verdict")?;
     let mut checked = check_traces(&mut err, &ran.traces, &limits, &args.analysis)?;
     // What no trace shows: processes that ran untraced, traces that are gone.
     let mut unseen = crate::run::unseen(&ran);

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use vramtrace_tests::traced::{text, trace_files, untimed, vramtrace_command, Workload};
+use vramtrace_tests::traced::{
+    text, trace_files, traced_program, untimed, vramtrace_command, Workload,
+};
 use vramtrace_tests::{standin_ld_library_path, workload};
 
 /// `vramtrace check -o <dir>/c-%p.vtrace FLAGS -- PROGRAM ARGS`.
@@ -705,3 +707,38 @@ captest!(a_leak_rotation_removed_fails_on_the_tracers_alert, |dir| {
         "{said}"
     );
 });
+
+// Another job writing into the same directory while the check runs (two CI jobs sharing an
+// output directory) does not make this run's verdict: its leaking trace is left out, and said.
+captest!(
+    check_leaves_out_a_trace_another_job_wrote_beside_its_own,
+    |dir| {
+        let script = format!("sleep 1; {} --fix-leak", workload("wl_train").display());
+        let checking = check_command(dir, &[], "sh", &["-c", &script])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let other = traced_program(workload("wl_train"), dir)
+            .env("VRAMTRACE_OUTPUT", dir.join("c-%p.vtrace"))
+            .output()
+            .unwrap();
+        assert_eq!(other.status.code(), Some(0), "{}", text(&other.stderr));
+        let out = checking.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let others: Vec<PathBuf> = trace_files(dir)
+            .into_iter()
+            .filter(|t| !err.contains(&format!("vramtrace check: {} (pid", t.display())))
+            .collect();
+        assert_eq!(others.len(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "vramtrace: left out {}: written meanwhile by a process this run did not start\n",
+                others[0].display()
+            )),
+            "{err}"
+        );
+    }
+);

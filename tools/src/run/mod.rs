@@ -24,7 +24,7 @@ use self::leftover::Leftover;
 pub use self::status::Reported;
 use self::status::StatusDir;
 use self::traces::OutputPattern;
-pub use self::traces::{unseen, why_no_trace};
+pub use self::traces::{say_others, unseen, why_no_trace};
 use crate::options::TracerArgs;
 
 use crate::load::lower_first;
@@ -98,6 +98,8 @@ pub struct Ran {
     pub exit_code: u8,
     /// The traces its processes wrote, oldest first.
     pub traces: Vec<PathBuf>,
+    /// Traces that other processes wrote where the run's go, while it ran: left out.
+    pub others: Vec<PathBuf>,
     /// What its processes said became of them (`None`: unknown, no status directory could be
     /// made).
     pub reported: Option<Reported>,
@@ -230,6 +232,17 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
     drop(bootstrap);
     let reported = status_dir.as_ref().map(StatusDir::read);
     let mut traces = pattern.written_since(&before);
+    // A trace another job wrote into the same directory meanwhile is not this run's: where the
+    // processes reported in, only theirs count (a file whose header does not read is kept, to
+    // be judged as the damaged trace it may be).
+    let mut others = Vec::new();
+    if let Some(r) = &reported {
+        let ours = |path: &Path| {
+            vramtrace_collector::format::SegmentFile::open(path)
+                .map_or(true, |f| r.processes.iter().any(|p| p.pid == f.header.pid))
+        };
+        (traces, others) = traces.into_iter().partition(|t| ours(t));
+    }
     // A process may write where the pattern does not point (a program that sets its children's
     // VRAMTRACE_OUTPUT): what it said it created counts too.
     for (_, path) in reported.iter().flat_map(Reported::traces) {
@@ -240,6 +253,7 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
     Ok(Ran {
         exit_code: exit_code(status),
         traces,
+        others,
         reported,
         left_running,
     })

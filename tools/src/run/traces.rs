@@ -5,7 +5,8 @@
 //! whose name was taken writes beside it with a tag before the extension (`run.4242.vtrace`,
 //! `t-42.1.vtrace`: the tracer never replaces a file). The run's traces are the files in the
 //! output directory matching the pattern, tagged or not, that are new, or changed, since the run
-//! started.
+//! started, and written by one of the run's processes (those that reported in to its status
+//! directory): another job sharing the directory writes there too.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -75,12 +76,29 @@ impl OutputPattern {
     }
 }
 
+/// Says the traces other processes wrote where the run's go while it ran, left out of it.
+pub fn say_others(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
+    let Some(first) = ran.others.first() else {
+        return Ok(());
+    };
+    let more = match ran.others.len() {
+        1 => String::new(),
+        n => format!(" and {} more", n - 1),
+    };
+    writeln!(
+        out,
+        "vramtrace: left out {}{more}: written meanwhile by a process this run did not start",
+        first.display()
+    )
+}
+
 /// Traces summarized one by one after a run; the others are counted.
 const SUMMARIZED: usize = 8;
 
 /// Prints a short summary of each trace the run wrote (the first [`SUMMARIZED`]), and of each
 /// process it did not see.
 pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
+    say_others(out, ran)?;
     let unseen = unseen(ran);
     let disabled = ran.reported.as_ref().map_or(0, |r| r.disabled().count());
     if ran.traces.is_empty() && unseen.len() == disabled {
