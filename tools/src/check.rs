@@ -56,6 +56,9 @@ EXAMPLES:
     The same limits on traces already taken:
         vramtrace report --fail-on growth,orphans=0 traces/";
 
+/// `VRAMTRACE_CAPTURE` in the header of a trace of every layer.
+const ALL_LAYERS: &str = "runtime,driver,nccl,host";
+
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Fail when more than SIZE of device memory is live at the end of a trace (0: any).
@@ -105,6 +108,19 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     let mut checked = check_traces(&mut err, &ran.traces, &limits, &args.analysis)?;
     // What no trace shows: processes that ran untraced, traces that are gone.
     let mut unseen = crate::run::unseen(&ran);
+    // The check gives its command every layer; a process that traced fewer was given a
+    // VRAMTRACE_CAPTURE inside it, and what it left out (device memory, a leak) was not seen.
+    // A trace says so under its limits; a process whose trace the tracer removed (nothing in
+    // the layers it traced) says so here.
+    for p in ran.reported.iter().flat_map(|r| &r.processes) {
+        if let Some(layers) = p.capture.as_ref().filter(|_| p.traces.is_empty()) {
+            unseen.push(format!(
+                "pid {} traced only {layers}: VRAMTRACE_CAPTURE was set in the command, and its \
+                 other GPU memory calls were not seen",
+                p.pid
+            ));
+        }
+    }
     if ran.reported.is_none() {
         unseen.push(
             "whether every process was traced: no status directory could be made in the \
@@ -261,5 +277,15 @@ fn measure_trace(
             crate::limits::oom_found(&report.analysis)
         ));
     }
-    Ok((measure(&report.analysis, limits), report.gaps(), notes))
+    let mut gaps = report.gaps();
+    // The check gives its command every layer: fewer in a trace means a VRAMTRACE_CAPTURE set
+    // inside the command, and what the trace left out (device memory, a leak) was not seen.
+    let capture = (trace.header.settings.iter()).find(|(k, _)| k == "VRAMTRACE_CAPTURE");
+    if let Some((_, layers)) = capture.filter(|(_, v)| v != ALL_LAYERS) {
+        gaps.push(format!(
+            "captured only {layers}: VRAMTRACE_CAPTURE was set in the command, and the other GPU \
+             memory calls were not seen"
+        ));
+    }
+    Ok((measure(&report.analysis, limits), gaps, notes))
 }

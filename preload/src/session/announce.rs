@@ -222,6 +222,12 @@ fn append_raw(dir: &[u8], line: &[u8]) -> bool {
     written
 }
 
+/// This process traces only `layers` (`VRAMTRACE_CAPTURE`, comma-separated): what the others
+/// did, a leak among it, is not in its trace.
+pub fn capture(layers: &str) {
+    append(format!("capture {layers}").as_bytes());
+}
+
 /// This process's trace was created at `path`.
 pub fn trace_created(path: &std::path::Path) {
     append(&[b"trace ", path.as_os_str().as_bytes()].concat());

@@ -22,6 +22,25 @@ pub struct Capture {
     pub host: bool,
 }
 
+impl Capture {
+    /// The layers captured, as `VRAMTRACE_CAPTURE` names them.
+    pub fn layers(&self) -> Vec<&'static str> {
+        let layers = [
+            (self.runtime, "runtime"),
+            (self.driver, "driver"),
+            (self.nccl, "nccl"),
+            (self.host, "host"),
+        ];
+        (layers.iter()).filter(|l| l.0).map(|l| l.1).collect()
+    }
+
+    /// The layers captured, comma-separated, when not every one is: `None` for all.
+    pub fn narrowed(&self) -> Option<String> {
+        let on = self.layers();
+        (on.len() < 4).then(|| on.join(","))
+    }
+}
+
 /// The tracer's settings for this process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -218,18 +237,7 @@ impl Config {
 
     /// The settings in effect, for the trace header.
     pub fn describe(&self) -> Vec<(String, String)> {
-        let c = &self.capture;
-        let mut layers = Vec::new();
-        for (on, name) in [
-            (c.runtime, "runtime"),
-            (c.driver, "driver"),
-            (c.nccl, "nccl"),
-            (c.host, "host"),
-        ] {
-            if on {
-                layers.push(name);
-            }
-        }
+        let layers = self.capture.layers();
         vec![
             (
                 "VRAMTRACE_OUTPUT".into(),

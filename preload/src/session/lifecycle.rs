@@ -95,6 +95,9 @@ pub fn install() {
     if cfg.disabled {
         return;
     }
+    if let Some(layers) = cfg.capture.narrowed() {
+        super::announce::capture(&layers);
+    }
     // SAFETY: registers plain functions that only touch atomics and thread-locals.
     unsafe {
         libc::pthread_atfork(

@@ -742,3 +742,45 @@ captest!(
         );
     }
 );
+
+// A VRAMTRACE_CAPTURE set inside the command (a job script narrowing it for production) hides
+// the device memory that leaks: the check cannot pass it (exit 2), whether the process left a
+// trace of the layers it kept or, having made no call there, none.
+captest!(
+    check_cannot_pass_a_capture_narrowed_inside_the_command,
+    |dir| {
+        let script = format!(
+            "export VRAMTRACE_CAPTURE=nccl; {}",
+            workload("wl_train").display()
+        );
+        let out = check(dir, &[], "sh", &["-c", &script]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(
+                "  not checked: the trace captured only nccl: VRAMTRACE_CAPTURE was set in the \
+             command, and the other GPU memory calls were not seen\n"
+            ),
+            "{err}"
+        );
+        let sub = dir.join("no-trace");
+        std::fs::create_dir(&sub).unwrap();
+        let script = format!(
+            "VRAMTRACE_CAPTURE=nccl {} segv; {} --fix-leak",
+            workload("wl_signal").display(),
+            workload("wl_train").display()
+        );
+        let out = check(&sub, &["--max-leak", "0"], "sh", &["-c", &script]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+        last.starts_with("error: could not check: pid ")
+            && last.ends_with(
+                " traced only nccl: VRAMTRACE_CAPTURE was set in the command, and its other GPU \
+                 memory calls were not seen"
+            ),
+        "{err}"
+    );
+    }
+);

@@ -7,8 +7,9 @@
 //! (see the library's `session::announce`): `tracing` or `disabled` when the library is loaded,
 //! `trace PATH` when its trace was created, `removed PATH` when the tracer removed it at the end
 //! (no GPU memory call in it), `untraced REASON` when it could not be, `cut PATH` when writing
-//! it failed later, `exec-untraced PATH` before an exec whose environment no longer preloads the
-//! library and `exec-unannounced PATH` before one whose environment preloads it but no longer
+//! it failed later, `capture LAYERS` when `VRAMTRACE_CAPTURE` left layers out,
+//! `exec-untraced PATH` before an exec whose environment no longer preloads the library and
+//! `exec-unannounced PATH` before one whose environment preloads it but no longer
 //! names the run (the image it makes runs unseen either way), and `exec-failed` when that exec
 //! returned. Other files there (`warned-…`) are the library's own.
 
@@ -40,6 +41,8 @@ pub struct Process {
     pub untraced: Vec<String>,
     /// Its traces whose writing failed part way.
     pub cut: Vec<PathBuf>,
+    /// The layers it traced, when `VRAMTRACE_CAPTURE` left some out (`nccl`, `runtime,host`).
+    pub capture: Option<String>,
     /// Programs it exec'd with an environment that no longer preloads the tracer, or that
     /// preloads it but no longer names the run: they ran unseen.
     pub exec_unseen: Vec<(PathBuf, Unseen)>,
@@ -120,6 +123,7 @@ fn parse(pid: u32, text: &[u8]) -> Process {
             b"removed" => p.traces.retain(|t| *t != path()),
             b"untraced" => p.untraced.push(String::from_utf8_lossy(rest).into_owned()),
             b"cut" => p.cut.push(path()),
+            b"capture" => p.capture = Some(String::from_utf8_lossy(rest).into_owned()),
             b"exec-untraced" => p.exec_unseen.push((path(), Unseen::NoTracer)),
             b"exec-unannounced" => p.exec_unseen.push((path(), Unseen::OtherSettings)),
             // The exec returned: the image it spoke of never ran.
