@@ -100,6 +100,8 @@ pub struct Monitor {
     snapshot_at_ns: u64,
     /// Set once the process has begun to exit ([`Monitor::ending`]).
     ending: bool,
+    /// Set once the tracer lost events ([`Monitor::events_lost`]).
+    lost: bool,
 }
 
 impl Monitor {
@@ -150,6 +152,7 @@ impl Monitor {
             snapshot_seen: 0,
             snapshot_at_ns: 0,
             ending: false,
+            lost: false,
         })
     }
 
@@ -313,6 +316,28 @@ impl Monitor {
             self.ending = true;
             self.settings.signal = None;
             self.settings.at_exit = true;
+        }
+    }
+
+    /// The tracer lost events (its buffer was full): frees among them leave allocations live in
+    /// the state that the program freed, which reads as growth, so no alert is raised from
+    /// here on (one warning says so; the metrics go on). A lost event never becomes a finding.
+    pub fn events_lost(&mut self) {
+        if self.lost {
+            return;
+        }
+        self.lost = true;
+        if self.settings.enabled {
+            self.settings.enabled = false;
+            self.pending.clear();
+            ALERT_VIEW_WANTED.store(false, Ordering::Relaxed);
+            if !self.quiet {
+                warn(
+                    "events were lost (the tracer's buffer was full): live alerts are off from \
+                     here, since the frees among them cannot be told from a leak; the trace says \
+                     where (vramtrace report)",
+                );
+            }
         }
     }
 
@@ -559,5 +584,28 @@ mod tests {
         assert_eq!(alerts.len(), 1, "{alerts:?}");
         assert_eq!((alerts[0].signal, alerts[0].device), (0, 0));
         assert!(alerts[0].step < 20, "{:?}", alerts[0]);
+    }
+
+    // Once the tracer lost events, no alert is raised: the frees among them would read as
+    // growth (the same loop alerts without the loss).
+    #[test]
+    fn no_alert_is_raised_once_events_were_lost() {
+        let mut w = Vec::new();
+        let get = |k: &str| match k {
+            "VRAMTRACE_ALERT_INTERVAL_MS" => Some("0".to_string()),
+            "VRAMTRACE_ALERT_THRESHOLD" => Some("512KiB/step".to_string()),
+            _ => None,
+        };
+        let settings = AlertSettings::from_lookup(get, &mut w);
+        let raised = |lost: bool| {
+            let mut m = Monitor::new(&settings, &MetricsSettings::default(), false, true).unwrap();
+            if lost {
+                m.events_lost();
+            }
+            (leaking_loop(20).iter())
+                .flat_map(|e| m.event(e, "/tmp/t.vtrace"))
+                .count()
+        };
+        assert_eq!((raised(false), raised(true)), (1, 0));
     }
 }

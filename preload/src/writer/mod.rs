@@ -233,6 +233,9 @@ impl Writer {
             if self.session.control.finish.load(Ordering::Relaxed) != 0 {
                 monitor.ending();
             }
+            if self.session.dropped.load(Ordering::Relaxed) != 0 {
+                monitor.events_lost();
+            }
             let alerts = monitor.event(&event, &self.trace_name);
             if !alerts.is_empty() {
                 self.write_alerts(alerts);
