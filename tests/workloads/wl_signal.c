@@ -1,8 +1,10 @@
 /*
  * wl_signal.c -- allocates three buffers and then dies from a signal: argv[1] is `segv`
- * (raise(SIGSEGV)), `abort` (abort()), `term` (kill(getpid(), SIGTERM)) or `term-blocked` (the
+ * (raise(SIGSEGV)), `abort` (abort()), `term` (kill(getpid(), SIGTERM)), `term-blocked` (the
  * same while this thread blocks SIGTERM for 100 ms, so the kernel must pick another thread: the
- * tracer's writer thread is the only other one, and it must not take the signal).
+ * tracer's writer thread is the only other one, and it must not take the signal), `hup`
+ * (kill(getpid(), SIGHUP): a closed terminal) or `usr1` (kill(getpid(), SIGUSR1), as an alert's
+ * signal reaches a program without a handler).
  *
  * Mimics: a training process that crashes or is killed; a tracer must still have recorded what
  * was live.  Ground truth (device 0): cudaMalloc 1048576 -> 0x700000000000, 2097152 ->
@@ -22,8 +24,9 @@
 int main(int argc, char **argv)
 {
     const char *how = argc > 1 ? argv[1] : "";
-    if (strcmp(how, "segv") && strcmp(how, "abort") && strcmp(how, "term") && strcmp(how, "term-blocked")) {
-        fprintf(stderr, "usage: wl_signal segv|abort|term|term-blocked\n");
+    if (strcmp(how, "segv") && strcmp(how, "abort") && strcmp(how, "term") && strcmp(how, "term-blocked")
+        && strcmp(how, "hup") && strcmp(how, "usr1")) {
+        fprintf(stderr, "usage: wl_signal segv|abort|term|term-blocked|hup|usr1\n");
         return 2;
     }
     for (int i = 1; i <= 3; i++) {
@@ -37,6 +40,10 @@ int main(int argc, char **argv)
         abort();
     else if (!strcmp(how, "term"))
         kill(getpid(), SIGTERM);
+    else if (!strcmp(how, "hup"))
+        kill(getpid(), SIGHUP);
+    else if (!strcmp(how, "usr1"))
+        kill(getpid(), SIGUSR1);
     else {
         sigset_t term;
         sigemptyset(&term);
@@ -47,6 +54,6 @@ int main(int argc, char **argv)
         nanosleep(&wait, NULL);
         pthread_sigmask(SIG_UNBLOCK, &term, NULL); /* delivered here, now */
     }
-    pause(); /* SIGTERM is delivered at once; never reached */
+    pause(); /* the signal is delivered at once; never reached */
     return 3;
 }

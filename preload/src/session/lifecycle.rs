@@ -65,8 +65,12 @@ pub fn process_start() -> SystemTime {
     *PROCESS_START.get_or_init(SystemTime::now)
 }
 
-/// Signals whose default action ends the process; their handler flushes the trace first.
-const FATAL: [libc::c_int; 7] = [
+/// Signals whose default action ends the process; their handler flushes the trace first. The
+/// first [`CHAINED`] also chain to a handler the program had; the others (a closed terminal's
+/// hang-up, the alert's own `SIGUSR1` sent to a program without a handler, a timer's alarm, a
+/// CPU or file-size limit) are taken only where the program left them at the default: a handler
+/// of its own may take them often (a timer), and should not wait on a flush each time.
+const FATAL: [libc::c_int; 15] = [
     libc::SIGSEGV,
     libc::SIGBUS,
     libc::SIGFPE,
@@ -74,13 +78,24 @@ const FATAL: [libc::c_int; 7] = [
     libc::SIGABRT,
     libc::SIGTERM,
     libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGPIPE,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
 ];
 
+/// How many of [`FATAL`], from the first, chain to a program's own handler.
+const CHAINED: usize = 7;
+
 /// The handlers that were installed before ours, to chain to.
-static mut PREVIOUS: [libc::sigaction; 7] = [const {
+static mut PREVIOUS: [libc::sigaction; FATAL.len()] = [const {
     // SAFETY: an all-zero sigaction is SIG_DFL with no flags.
     unsafe { std::mem::zeroed() }
-}; 7];
+}; FATAL.len()];
 static SIGNAL_WAIT_NS: AtomicU64 = AtomicU64::new(3_000_000_000);
 
 /// Runs once per process image, from the library constructor.
@@ -153,8 +168,10 @@ fn install_signal_handlers() {
             if libc::sigaction(sig, std::ptr::null(), prev) != 0 {
                 continue;
             }
-            // Leave a program's deliberate "ignore" alone.
-            if (*prev).sa_sigaction == libc::SIG_IGN {
+            // Leave a program's deliberate "ignore" alone, and its own handler of a signal that
+            // is not chained.
+            let default = (*prev).sa_sigaction == libc::SIG_DFL;
+            if (*prev).sa_sigaction == libc::SIG_IGN || (i >= CHAINED && !default) {
                 continue;
             }
             libc::sigaction(sig, &act, std::ptr::null_mut());

@@ -112,6 +112,18 @@ captest!(run_passes_exit_codes_through, |dir| {
     trace.assert_clean("signal 15");
     assert_eq!(trace.state.summary().device_memory.bytes, 6 * MIB);
     std::fs::remove_file(&traces[0]).unwrap();
+    // A closed terminal's hang-up, and SIGUSR1 at a program without a handler (an alert's
+    // signal), end the trace as well: their default action ends the process too.
+    for (how, sig) in [("hup", 1), ("usr1", 10)] {
+        let out = vramtrace_run(dir, "wl_signal", &[how]);
+        assert_eq!(out.status.code(), Some(128 + sig), "{}", text(&out.stderr));
+        let traces = trace_files(dir);
+        assert_eq!(traces.len(), 1);
+        let trace = Trace::load(&traces[0]);
+        trace.assert_clean(&format!("signal {sig}"));
+        assert_eq!(trace.state.summary().device_memory.bytes, 6 * MIB);
+        std::fs::remove_file(&traces[0]).unwrap();
+    }
 
     let out = vramtrace_run(dir, "wl_signal", &[]);
     assert_eq!(out.status.code(), Some(2));

@@ -460,7 +460,8 @@ captest!(multiprocessing_forkserver_workers_trace_themselves, |dir| {
 });
 
 /// A Python program that reads its signal handlers before and after its first GPU call, is
-/// interrupted by SIGINT, and saves and restores a handler.
+/// interrupted by SIGINT, and saves and restores handlers (of signals the tracer takes only at
+/// their default action too).
 const SIGNALS: &str = r#"import ctypes
 import os
 import signal
@@ -481,6 +482,10 @@ except KeyboardInterrupt:
     print("KeyboardInterrupt")
 old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
 signal.signal(signal.SIGTERM, old)
+for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGALRM):
+    old = signal.signal(sig, lambda *_: None)
+    signal.signal(sig, old)
+print(signal.getsignal(signal.SIGHUP), signal.getsignal(signal.SIGUSR1))
 assert rt.cudaFree(p) == 0
 print("done")
 "#;
@@ -525,7 +530,8 @@ captest!(a_python_program_keeps_its_signal_handlers, |dir| {
     assert_eq!(
         text(&traced.stdout),
         "<built-in function default_int_handler> 0\n\
-         <built-in function default_int_handler> 0\nKeyboardInterrupt\ndone\n"
+         <built-in function default_int_handler> 0\nKeyboardInterrupt\n\
+         0 0\ndone\n"
     );
     let files = trace_files(&traces);
     assert_eq!(files.len(), 1, "{files:?}");
