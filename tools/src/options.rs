@@ -269,10 +269,12 @@ fn parse_size_or_zero(text: &str) -> Result<u64, String> {
     }
 }
 
+/// `--alert-percent`: as `VRAMTRACE_ALERT_THRESHOLD` takes a share: 0 (any steady growth
+/// alerts), or 0.0001 to 100.
 fn parse_percent(text: &str) -> Result<f64, String> {
     match text.trim().trim_end_matches('%').parse::<f64>() {
-        Ok(p) if p.is_finite() && p > 0.0 && p <= 100.0 => Ok(p),
-        _ => Err("not a percentage above 0, at most 100".into()),
+        Ok(p) if p == 0.0 || (0.0001..=100.0).contains(&p) => Ok(p),
+        _ => Err("not a percentage: 0, or 0.0001 to 100".into()),
     }
 }
 

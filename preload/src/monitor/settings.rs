@@ -134,14 +134,11 @@ impl AlertSettings {
             "using 0.1% of device memory",
             w,
         );
-        let positive = |v: &str| match parse_duration(v) {
-            Ok(d) if d.is_zero() => Err("not a duration above 0".to_string()),
-            other => other,
-        };
         s.horizon = read(
             "VRAMTRACE_ALERT_HORIZON",
             get("VRAMTRACE_ALERT_HORIZON"),
-            positive,
+            // 0: no time horizon, as `--horizon 0` in the tools.
+            parse_duration,
             s.horizon,
             "using 24h",
             w,
@@ -167,7 +164,8 @@ impl AlertSettings {
         let mut number = |name: &str, lo: u64, hi: u64, default: u64| {
             count(name, get(name), CountRange { lo, hi }, default, w)
         };
-        s.horizon_steps = number("VRAMTRACE_ALERT_HORIZON_STEPS", 1, 1 << 40, 10_000);
+        // 0: no horizon in steps, as `--horizon-steps 0` in the tools.
+        s.horizon_steps = number("VRAMTRACE_ALERT_HORIZON_STEPS", 0, 1 << 40, 10_000);
         s.confirm = number("VRAMTRACE_ALERT_CONFIRM", 2, 1_000_000, 10);
         s.interval = millis(
             "VRAMTRACE_ALERT_INTERVAL_MS",
@@ -284,6 +282,17 @@ mod tests {
         assert!(w.is_empty());
         assert_eq!(s, AlertSettings::default());
         assert!(s.enabled && s.signal.is_none() && !s.snapshot);
+    }
+
+    // 0 turns a horizon off, as the tools' --horizon 0 and --horizon-steps 0 do.
+    #[test]
+    fn a_horizon_of_zero_is_none() {
+        let (s, w) = read(&[
+            ("VRAMTRACE_ALERT_HORIZON", "0"),
+            ("VRAMTRACE_ALERT_HORIZON_STEPS", "0"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!((s.horizon, s.horizon_steps), (Duration::ZERO, 0));
     }
 
     #[test]

@@ -449,8 +449,15 @@ fn two_runs(
     // A trace against itself (a directory holding the file given as the other run, or two
     // segments of one trace, each read as the whole): nothing can differ, and "no regression"
     // would pass a gate that compared nothing. One process wrote both.
+    let file = |p: &str| std::fs::canonicalize(p).ok();
     for &(i, j) in &pairs {
         let (x, y) = (&a_runs[i], &b_runs[j]);
+        let path = &y.facts.path;
+        if file(&x.facts.path).is_some_and(|f| Some(f) == file(path)) {
+            return Err(anyhow!(
+                "A and B are the same trace file ({path}): nothing can differ; give two runs"
+            ));
+        }
         if x.process == y.process {
             return Err(anyhow!(
                 "A and B are the same trace ({} and {}: pid {} on {}): nothing can differ; give \

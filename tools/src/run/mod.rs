@@ -234,12 +234,15 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
     let mut traces = pattern.written_since(&before);
     // A trace another job wrote into the same directory meanwhile is not this run's: where the
     // processes reported in, only theirs count (a file whose header does not read is kept, to
-    // be judged as the damaged trace it may be).
+    // be judged as the damaged trace it may be). A run none of whose processes reported in (no
+    // tracer library loaded) takes what the directory holds, and says why it saw nothing.
     let mut others = Vec::new();
-    if let Some(r) = &reported {
+    if let Some(r) = reported.as_ref().filter(|r| !r.processes.is_empty()) {
+        let reported_path = |path: &Path| r.traces().any(|(_, t)| t == path);
         let ours = |path: &Path| {
-            vramtrace_collector::format::SegmentFile::open(path)
-                .map_or(true, |f| r.processes.iter().any(|p| p.pid == f.header.pid))
+            reported_path(path)
+                || vramtrace_collector::format::SegmentFile::open(path)
+                    .map_or(true, |f| r.processes.iter().any(|p| p.pid == f.header.pid))
         };
         (traces, others) = traces.into_iter().partition(|t| ours(t));
     }

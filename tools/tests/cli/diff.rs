@@ -276,6 +276,36 @@ fn job(dir: &Path) {
     }
 }
 
+// Two jobs rank by rank, B's rank 1 trace cut short: the set has no verdict (exit 2), its first
+// line names the cut trace, and rank 1's row is no "ok" (it said ok, whatever the trace held).
+#[test]
+fn a_pair_with_a_cut_trace_has_no_verdict_in_the_rank_by_rank_table() {
+    let (x, y) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    job(x.path());
+    job(y.path());
+    let cut = y.path().join("rank1.vtrace");
+    let bytes = std::fs::read(&cut).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let (code, shown) = run(&["diff", path(x.path()), path(y.path())]);
+    assert_eq!(code, 2, "{shown}");
+    let first = shown.lines().next().unwrap();
+    assert!(
+        first.starts_with("VERDICT  none (exit 2): a trace could not be compared in full: B (")
+            && first.contains("rank1.vtrace) is cut short ("),
+        "{first}"
+    );
+    let verdicts: Vec<&str> = shown
+        .lines()
+        .skip_while(|l| !l.starts_with("Rank by rank"))
+        .skip(3)
+        .take(8)
+        .map(|l| l.trim_end().rsplit("   ").next().unwrap().trim())
+        .collect();
+    let mut want = vec!["ok"; 8];
+    want[1] = "none: not whole";
+    assert_eq!(verdicts, want, "{shown}");
+}
+
 #[test]
 fn report_of_a_directory_names_the_odd_rank_first() {
     let dir = tempfile::tempdir().unwrap();

@@ -199,8 +199,8 @@ fn bad_flags_exit_2() {
         .code(2);
     assert_eq!(
         String::from_utf8_lossy(&out.get_output().stderr),
-        "error: invalid value '-5' for '--alert-percent <PERCENT>': not a percentage above 0, at \
-         most 100 (see --help)\n"
+        "error: invalid value '-5' for '--alert-percent <PERCENT>': not a percentage: 0, or \
+         0.0001 to 100 (see --help)\n"
     );
     // An option of another format is refused, not ignored unsaid.
     let out = vramtrace()

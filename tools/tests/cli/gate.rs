@@ -202,7 +202,7 @@ fn a_process_that_ran_untraced_is_never_ok() {
     // Beside a trace that passes, the untraced process still stops the gate; the limits of
     // the trace it did see are printed, then the one thing not checked.
     let script = format!(
-        r#"cp "$1" "${{VRAMTRACE_OUTPUT%/*}}/t-$$.vtrace"; echo tracing > "$VRAMTRACE_RUN_STATUS/$$"; sh -c '{}'"#,
+        r#"t="${{VRAMTRACE_OUTPUT%/*}}/t-$$.vtrace"; cp "$1" "$t"; printf 'tracing\ntrace %s\n' "$t" > "$VRAMTRACE_RUN_STATUS/$$"; sh -c '{}'"#,
         UNTRACED.replace('\'', r"'\''")
     );
     let (sample, _) = write_workload(s.dir.path(), "sample.vtrace");
@@ -224,7 +224,7 @@ fn a_process_that_ran_untraced_is_never_ok() {
 fn a_process_left_running_is_waited_for_and_never_ok_while_it_runs() {
     let s = setup();
     let (sample, _) = write_workload(s.dir.path(), "sample.vtrace");
-    let late = r#"sleep 1; cp "$0" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; echo tracing > "$VRAMTRACE_RUN_STATUS/$$""#;
+    let late = r#"sleep 1; t="${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; cp "$0" "$t"; printf "tracing\ntrace %s\n" "$t" > "$VRAMTRACE_RUN_STATUS/$$""#;
     let script = format!("sh -c '{late}' \"$1\" & exit 0");
     let assert = traced(&s, "check", &script, &[&sample]).success();
     let err = stderr(&assert);
@@ -283,7 +283,7 @@ fn disabled_gone_and_cut_traces_are_never_ok() {
 
     // A cut trace: its limits are measured, and it is not checked in full.
     let cut = cut(s.dir.path());
-    let copy = r#"cp "$1" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; echo tracing > "$VRAMTRACE_RUN_STATUS/$$""#;
+    let copy = r#"t="${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; cp "$1" "$t"; printf 'tracing\ntrace %s\n' "$t" > "$VRAMTRACE_RUN_STATUS/$$""#;
     let assert = traced(&s, "check", copy, &[&cut]).code(2);
     let err = stderr(&assert);
     // Not exceeded in what could be read is not "ok".

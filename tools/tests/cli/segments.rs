@@ -189,8 +189,22 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("a trace being read"));
     assert!(files[2..].iter().all(|f| f.exists()));
-    // diff and the HTML page say that the totals cover the segments on disk.
-    let whole = write_training(dir.path(), "one.vtrace");
+    // diff and the HTML page say that the totals cover the segments on disk (against another
+    // process's run: diff refuses two traces of one).
+    let whole = dir.path().join("one.vtrace");
+    let other = vramtrace_collector::format::Header {
+        pid: 4243,
+        ..header()
+    };
+    let mut w = vramtrace_collector::format::TraceWriter::new(
+        std::fs::File::create(&whole).unwrap(),
+        &other,
+    )
+    .unwrap();
+    for record in &training() {
+        w.write(record).unwrap();
+    }
+    w.finish().unwrap();
     let diff = vramtrace()
         .args(["diff", "--json", whole.to_str().unwrap(), first])
         .output()
