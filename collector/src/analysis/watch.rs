@@ -181,11 +181,14 @@ pub struct DeviceVerdict {
 /// Steady growth that would alert, held back by a confirmation in wall time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Held {
-    /// Nanoseconds it has lasted, and those asked for.
+    /// Nanoseconds it has lasted, and those asked for (0 where the samples fell short).
     pub lasted_ns: u64,
     pub wanted_ns: u64,
     /// Judged per step of an allocation pattern (else per time window).
     pub pattern: bool,
+    /// Samples (steps, or windows) it has lasted, and those the confirmation asks for, when
+    /// those fell short: a marked loop shorter than `VRAMTRACE_ALERT_CONFIRM`.
+    pub samples: Option<(u64, u64)>,
 }
 
 /// What a judgement found.
@@ -549,8 +552,16 @@ impl Watch {
                 _ => p.0,
             });
         let lasted = latest.saturating_sub(from);
-        if top.course.shape != Shape::Steady || lasted < self.config.confirm {
+        if top.course.shape != Shape::Steady {
             return Verdict::None;
+        }
+        if lasted < self.config.confirm {
+            return Verdict::Held(Held {
+                lasted_ns: 0,
+                wanted_ns: 0,
+                pattern: false,
+                samples: Some((lasted, self.config.confirm)),
+            });
         }
         // Without marks: wall time too (per time window, or per step of a pattern).
         let timed = match g.window_ns.filter(|&w| w > 0) {
@@ -567,6 +578,7 @@ impl Watch {
                     lasted_ns,
                     wanted_ns,
                     pattern,
+                    samples: None,
                 });
             }
         }

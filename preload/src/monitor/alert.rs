@@ -85,6 +85,14 @@ pub fn held_note(w: &Watch, j: &Judgement, device: i32) -> Option<String> {
         .top
         .as_ref()
         .map_or(String::new(), |t| format!(" at {}", place_name(w, &t.site)));
+    if let Some((lasted, wanted)) = held.samples {
+        return Some(format!(
+            "no live alert on device {device}: it grows steadily, +{} per {unit}{place}, but for \
+             {lasted} {unit}s of the {wanted} that VRAMTRACE_ALERT_CONFIRM asks; `vramtrace \
+             report` judges the whole trace",
+            bytes(d.steady_growth.round() as u64),
+        ));
+    }
     let (setting, judged) = match held.pattern {
         true => (
             "VRAMTRACE_ALERT_CONFIRM_PATTERN",

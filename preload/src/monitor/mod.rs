@@ -98,8 +98,6 @@ pub struct Monitor {
     snapshot_seen: u32,
     /// When the latest snapshot arrived (`CLOCK_MONOTONIC` nanoseconds; 0: none yet).
     snapshot_at_ns: u64,
-    /// Set once the process has begun to exit ([`Monitor::ending`]).
-    ending: bool,
     /// Set once the tracer lost events ([`Monitor::events_lost`]).
     lost: bool,
 }
@@ -151,7 +149,6 @@ impl Monitor {
             pending: Vec::new(),
             snapshot_seen: 0,
             snapshot_at_ns: 0,
-            ending: false,
             lost: false,
         })
     }
@@ -307,16 +304,11 @@ impl Monitor {
     }
 
     /// The process has begun to exit, and the writer is taking in the events it left: what they
-    /// raise is raised at exit (its line says so), and no signal is sent, for the reasons
-    /// [`Monitor::finish`] gives (a judgement at a step mark among them would otherwise signal a
-    /// process in its exit, which then dies of it with another status and no end to its
-    /// trace).
+    /// raise (at the step it was judged at) sends no signal, for the reasons [`Monitor::finish`]
+    /// gives (a judgement at a step mark among them would otherwise signal a process in its
+    /// exit, which then dies of it with another status and no end to its trace).
     pub fn ending(&mut self) {
-        if !self.ending {
-            self.ending = true;
-            self.settings.signal = None;
-            self.settings.at_exit = true;
-        }
+        self.settings.signal = None;
     }
 
     /// The tracer lost events (its buffer was full): frees among them leave allocations live in
@@ -354,7 +346,7 @@ impl Monitor {
             // Only what this judgement raises is said to be raised at exit.
             self.settings.at_exit = true;
             alerts = self.judge(now_ns, trace_path);
-            self.settings.at_exit = self.ending;
+            self.settings.at_exit = false;
         }
         alerts.extend(self.settle(Some(u64::MAX), trace_path));
         if self.settings.enabled && !self.quiet {
@@ -559,8 +551,8 @@ mod tests {
     }
 
     // Events the writer takes in after the process began to exit (a loop faster than the
-    // writer) raise their alert at exit and send no signal, though one was asked for: sent, it
-    // would end this test's process (SIGUSR1's default action).
+    // writer) raise their alert and send no signal, though one was asked for: sent, it would end
+    // this test's process (SIGUSR1's default action).
     #[test]
     fn an_alert_raised_while_the_process_exits_sends_no_signal() {
         let (settings, warnings) = {

@@ -228,8 +228,8 @@ impl Writer {
             self.timer.lap(Stage::Encode);
         }
         if let Some(monitor) = self.monitor.as_mut() {
-            // Events taken in after the process began to exit raise alerts at exit, without a
-            // signal (a relaxed load: the flag is only ever set, and is read again each event).
+            // Events taken in after the process began to exit raise alerts without a signal (a
+            // relaxed load: the flag is only ever set, and is read again each event).
             if self.session.control.finish.load(Ordering::Relaxed) != 0 {
                 monitor.ending();
             }

@@ -415,3 +415,24 @@ captest!(
         );
     }
 );
+
+// A marked loop shorter than the confirmation raises no alert; its end says so, in one line, as
+// a loop judged per time window does (40 steps of the 50 asked for).
+captest!(
+    a_marked_loop_shorter_than_the_confirmation_says_so_at_its_end,
+    |dir| {
+        let run = wl_alert("leak")
+            .env("VRAMTRACE_ALERT_CONFIRM", "50")
+            .run_traced(dir);
+        let err = run.stderr();
+        assert!(alert_lines(&err).is_empty(), "{err}");
+        assert!(
+        err.contains(
+            "vramtrace: no live alert on device 0: it grows steadily, +1.0 MiB per step at main \
+             at wl_alert.c:91 → fw_alloc (libtorch_standin.so), but for 39 steps of the 50 that \
+             VRAMTRACE_ALERT_CONFIRM asks; `vramtrace report` judges the whole trace\n"
+        ),
+        "{err}"
+    );
+    }
+);
