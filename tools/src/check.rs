@@ -28,7 +28,7 @@ use crate::report::Report;
 use crate::units::count;
 
 pub const EXAMPLES: &str = "\
-EXITS WITH:
+EXIT STATUS:
     the program's own exit code when it failed (128 + N when signal N killed it); else 2 when
     vramtrace could not check everything: a bad flag, the tracer library not loaded or disabled
     (VRAMTRACE_DISABLE), a program exec'd with an environment that no longer preloads it (env -i,
@@ -62,19 +62,19 @@ const ALL_LAYERS: &str = "runtime,driver,nccl,host";
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Fail when more than SIZE of device memory is live at the end of a trace (0: any).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub max_leak: Option<u64>,
     /// Fail when a device grows steadily by more than SIZE per step (per time window when the
     /// steps cannot be told). Default: fail when the growth verdict alerts (growth above
     /// --alert-percent of device memory per step, or the device full within the horizon).
-    #[arg(long, value_name = "SIZE/step", value_parser = parse_rate)]
+    #[arg(long, value_name = "SIZE/step", value_parser = parse_rate, allow_hyphen_values = true)]
     pub max_growth: Option<u64>,
     /// Fail on more than N orphans (memory whose owner is gone).
-    #[arg(long, value_name = "N", value_parser = parse_count)]
+    #[arg(long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub max_orphans: Option<u64>,
     /// Fail on more than N out-of-memory failures (a program that catches them, to retry with
     /// a smaller batch, goes on and exits 0).
-    #[arg(long, value_name = "N", value_parser = parse_count)]
+    #[arg(long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub max_ooms: Option<u64>,
     #[command(flatten)]
     pub analysis: AnalysisArgs,

@@ -145,11 +145,11 @@ pub struct TracerArgs {
     /// Keep each process's trace within SIZE on disk (VRAMTRACE_MAX_BYTES; default 4GiB, 0 for
     /// no bound): the trace is cut into segments and the oldest are deleted; a report still
     /// has the live set at the end, and says what rotation removed.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero, allow_hyphen_values = true)]
     pub max_bytes: Option<u64>,
     /// Cut the trace into segments of at most SIZE (VRAMTRACE_SEGMENT_BYTES; default 32MiB, 0
     /// for one file).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero, allow_hyphen_values = true)]
     pub segment_bytes: Option<u64>,
     /// Also cut a segment after this long (VRAMTRACE_SEGMENT_SECONDS: 30m, 1h; default never).
     #[arg(long = "segment-seconds", value_name = "TIME", value_parser = parse_nanos)]
@@ -212,7 +212,9 @@ fn parse_since(text: &str) -> Result<ReadFrom, String> {
             .map(ReadFrom::Step)
             .map_err(|_| format!("'{text}': a step needs a whole number, like 'step 12'"));
     }
-    parse_nanos(&t).map(ReadFrom::Time)
+    parse_nanos(&t)
+        .map(ReadFrom::Time)
+        .map_err(|e| format!("{e}; or a step, like 'step 12'"))
 }
 
 /// Options of the analyses.

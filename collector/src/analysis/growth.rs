@@ -458,9 +458,12 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 }
                 _ => None,
             };
+            // Read from a snapshot (rotation deleted the first segments, or `--last`): the
+            // series begins mid-run, where no warm-up is; its first rises are the run's own.
+            let mid_run = state.restored().is_some();
             let bounds = Bounds {
                 teardown,
-                warm_up_until: None,
+                warm_up_until: points.first().map(|p| p.0).filter(|_| mid_run),
                 time: axis == SampleAxis::Time,
                 full,
             };

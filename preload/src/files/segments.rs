@@ -121,8 +121,10 @@ impl SegmentSettings {
                 false => String::new(),
             };
             w.push(format!(
-                "VRAMTRACE_MAX_BYTES (run --max-bytes) holds fewer than two segments of \
-                 VRAMTRACE_SEGMENT_BYTES; segments of {} MiB{raised}",
+                "VRAMTRACE_MAX_BYTES (--max-bytes) of {} holds fewer than two segments of \
+                 VRAMTRACE_SEGMENT_BYTES (--segment-bytes) of {}; using segments of {} MiB{raised}",
+                in_words(s.max_bytes),
+                in_words(s.segment_bytes),
                 half >> 20
             ));
             s.segment_bytes = half;
@@ -143,6 +145,11 @@ impl SegmentSettings {
             ("VRAMTRACE_MAX_BYTES".into(), self.max_bytes.to_string()),
         ]
     }
+}
+
+/// `4 GiB`, `512 KiB`, `1000 B`: a size as a warning names it.
+fn in_words(bytes: u64) -> String {
+    vramtrace_collector::units::bytes(bytes)
 }
 
 pub use super::trace_file::FileId;

@@ -71,9 +71,14 @@ pub fn render(
 
 fn holder_line(h: &HolderGrowth, unit: &str, fraction: f64) -> String {
     let c = &h.course;
+    // The fit covers the steady state, which may be fewer samples than the course: said then.
     let fit = c.fit.map_or(String::new(), |f| {
+        let over = match f.samples < c.samples {
+            true => format!(" over {} of them", f.samples),
+            false => String::new(),
+        };
         format!(
-            "; least-squares fit {} {unit}, R² {:.3}",
+            "; least-squares fit {} {unit}{over}, R² {:.3}",
             signed_bytes(f.slope),
             f.r2
         )
