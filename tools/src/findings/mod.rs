@@ -71,9 +71,10 @@ pub fn render(
 
 fn holder_line(h: &HolderGrowth, unit: &str, fraction: f64) -> String {
     let c = &h.course;
-    // The fit covers the steady state, which may be fewer samples than the course: said then.
+    // The fit covers the steady state, which may be fewer samples than the course: said where
+    // it is under half of them (a start-up that lasted, a trace read from mid-run).
     let fit = c.fit.map_or(String::new(), |f| {
-        let over = match f.samples < c.samples {
+        let over = match 2 * f.samples < c.samples {
             true => format!(" over {} of them", f.samples),
             false => String::new(),
         };
