@@ -102,10 +102,14 @@ pub fn headline(rows: &[RankRow]) -> String {
     line
 }
 
-/// Which trace differs most from the others, and in what.
+/// Which trace differs most from the others, and in what; where the next is as far from the
+/// median and no finding of its own tells them apart (two ranks always are), both are named.
 fn differs_most(rows: &[RankRow]) -> String {
     match rows.first() {
         Some(r) if r.distance > 0.0 => {
+            let alike = rows.get(1).filter(|n| {
+                n.distance == r.distance && n.own_findings.is_empty() == r.own_findings.is_empty()
+            });
             let metric = r.differs_in.unwrap_or("live_bytes");
             let unit = r.growth_unit.name();
             // Growth: its devices' in all, then what causes it, as the report's headline says.
@@ -115,13 +119,29 @@ fn differs_most(rows: &[RankRow]) -> String {
                 }
                 _ => String::new(),
             };
-            format!(
-                "{} differs most: {} {} against a median of {}{at}",
-                who(r.rank, r.pid),
-                metric_name(metric),
-                amount(metric, r.value, unit),
-                amount(metric, r.median, unit)
-            )
+            // What it has that the others do not, unless the growth's cause above says it.
+            let own = match (r.own_findings.first(), at.is_empty()) {
+                (Some(f), true) => format!("; its own finding: {f}"),
+                _ => String::new(),
+            };
+            match alike {
+                Some(n) => format!(
+                    "{} and {} differ alike from the median: {} {} and {} against {}",
+                    who(r.rank, r.pid),
+                    who(n.rank, n.pid),
+                    metric_name(metric),
+                    amount(metric, r.value, unit),
+                    amount(metric, n.value, unit),
+                    amount(metric, r.median, unit)
+                ),
+                None => format!(
+                    "{} differs most: {} {} against a median of {}{at}{own}",
+                    who(r.rank, r.pid),
+                    metric_name(metric),
+                    amount(metric, r.value, unit),
+                    amount(metric, r.median, unit)
+                ),
+            }
         }
         _ => format!("all {} traces alike", rows.len()),
     }

@@ -168,10 +168,13 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
             }
         })
         .collect();
+    // At equal distances (two ranks are always equally far from their median), a trace with a
+    // finding the others lack comes first: it is the one that differs.
     rows.sort_by(|a, b| {
         b.distance
             .partial_cmp(&a.distance)
             .unwrap_or(Ordering::Equal)
+            .then(a.own_findings.is_empty().cmp(&b.own_findings.is_empty()))
             .then(a.rank.cmp(&b.rank))
             .then(a.pid.cmp(&b.pid))
             .then(a.path.cmp(&b.path))
@@ -255,5 +258,18 @@ mod tests {
         assert!(rows[1..]
             .iter()
             .all(|r| !r.odd && r.own_findings.is_empty()));
+    }
+
+    // Two ranks are always equally far from their median: the one with a finding the other
+    // lacks comes first, whatever its number.
+    #[test]
+    fn at_equal_distances_the_rank_with_its_own_finding_comes_first() {
+        let mut traces = vec![trace(0, 20), trace(1, 100)];
+        traces[1]
+            .findings
+            .push("steady growth at train.py:111".into());
+        let rows = rank_rows(&traces);
+        assert_eq!(rows[0].distance, rows[1].distance);
+        assert_eq!((rows[0].rank, rows[1].rank), (Some(1), Some(0)));
     }
 }
