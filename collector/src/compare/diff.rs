@@ -26,7 +26,8 @@ pub struct TotalsDiff {
     /// Each count of the runs' totals, A's and B's.
     #[serde(flatten)]
     pub counts: MetricsSides,
-    /// Bytes per unit (`unit`); `null` when one run has steps and the other not.
+    /// Bytes per unit (`unit`); `null` when one run has steps and the other not, or their steps
+    /// are counted differently ([`growth_comparable`]).
     pub growth: Option<Rate>,
     pub growth_unit: Option<GrowthUnit>,
     pub communicators: Count,
@@ -36,7 +37,7 @@ pub struct TotalsDiff {
 impl TotalsDiff {
     fn of(a: &Profile, b: &Profile) -> Self {
         let (x, y) = (&a.totals, &b.totals);
-        let same_unit = a.steps.unit == b.steps.unit;
+        let same_unit = growth_comparable(a, b);
         TotalsDiff {
             counts: SiteMetrics::side_by_side(&x.metrics, &y.metrics),
             growth: same_unit.then(|| Rate::of(x.metrics.growth, y.metrics.growth)),
@@ -45,6 +46,14 @@ impl TotalsDiff {
             communicator_bytes: Count::of(x.communicator_bytes, y.communicator_bytes),
         }
     }
+}
+
+/// Whether growth per unit means the same in both runs: the same unit, and for steps, steps
+/// counted the same way (a repeating allocation may recur once in several marked steps, or
+/// several times in one).
+fn growth_comparable(a: &Profile, b: &Profile) -> bool {
+    a.steps.unit == b.steps.unit
+        && (a.steps.unit != GrowthUnit::Step || a.steps.source == b.steps.source)
 }
 
 /// Device bytes live at one step boundary in both runs.
@@ -72,7 +81,7 @@ pub struct StepAlignment {
 
 impl StepAlignment {
     fn of(a: &Profile, b: &Profile) -> Self {
-        let aligned = a.steps.unit == GrowthUnit::Step && b.steps.unit == GrowthUnit::Step;
+        let aligned = a.steps.unit == GrowthUnit::Step && growth_comparable(a, b);
         let rows: Vec<StepRow> = if aligned {
             let of_b: BTreeMap<u64, u64> = b.step_series.iter().copied().collect();
             // Sample k is taken as step k + 1 begins (the live set at the end of step k): a row
@@ -319,7 +328,12 @@ impl Diff {
         } else {
             Vec::new()
         };
-        let top = sites.first().map(TopDifference::of_site);
+        // Where growth per unit means different things in the two runs, a place whose only
+        // change is its growth is no difference to open with.
+        let comparable = growth_comparable(a, b);
+        let top = (sites.iter())
+            .find(|r| comparable || r.status != SiteStatus::Changed)
+            .map(TopDifference::of_site);
         let mut diff = Diff {
             verdict,
             totals,

@@ -348,7 +348,8 @@ fn one_rank_against_the_median_of_the_others() {
     assert_eq!(code, 0, "rank 2 is like the others");
     assert_eq!(d["sites"]["changed"], 0);
     // The verdict on rank 2 comes first; the odd rank is named under it, and the table follows.
-    let odd = "rank 5 differs most: live at end 50.0 MiB against a median of 10.0 MiB";
+    let odd = "rank 5 differs most: live at end 50.0 MiB against a median of 10.0 MiB; its own \
+               finding: steady growth at train.py:13 in Model.step (libtorch_cuda.so)";
     assert_eq!(
         d["verdict"]["notes"][0],
         format!("{odd}; `vramtrace diff --rank 5` compares it with the others")

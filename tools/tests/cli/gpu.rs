@@ -907,3 +907,22 @@ fn a_remainder_below_zero_is_explained() {
         "{text}"
     );
 }
+
+// leak_slow traced with step marks against the same program whose steps the tools found in its
+// allocation pattern: a pattern's step may span several marked ones, so their growth per step
+// is no comparison — not in the verdict, not in the totals, not in the step table, and no place
+// whose only change is its growth opens the comparison.
+#[test]
+fn growth_is_not_compared_across_steps_counted_differently() {
+    let a = fixtures().join("leak_slow-marks.vtrace");
+    let d = json_of(
+        &["diff", a.to_str().unwrap()],
+        &fixtures().join("leak_slow-traced.vtrace"),
+    );
+    assert_eq!(d["totals"]["growth"], Value::Null);
+    assert_eq!(d["totals"]["growth_unit"], Value::Null);
+    assert_eq!(d["steps"]["aligned"], false);
+    assert_eq!(d["top_difference"], Value::Null);
+    let notes = d["verdict"]["notes"].to_string();
+    assert!(notes.contains("growth per step not compared"), "{notes}");
+}
