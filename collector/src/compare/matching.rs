@@ -18,7 +18,8 @@
 //! 5. **similar stack**: unpaired sites with the same Python line (or none) whose native stacks
 //!    share the most innermost frames, when no other pairing shares as many (stacks that differ
 //!    only far from the allocation: the interpreter's frames under a deeper Python call path,
-//!    cut at the stack depth at another frame).
+//!    cut at the stack depth at another frame); without a Python line, over more than half of
+//!    the shorter stack (two functions calling one allocator wrapper are two sites).
 //!
 //! Every pairing but an exact one with unmoved lines is a guess, and says so.
 
@@ -297,7 +298,12 @@ fn pair_similar<'a>(
             let shared = (x.native.iter().zip(&y.native))
                 .take_while(|(p, q)| p == q)
                 .count();
-            if shared > 0 {
+            // Without a Python line, the native stack is all that names a site: two functions
+            // of the program that call one allocator wrapper share its frame and no more, and are
+            // two sites. Their stacks must agree over more than half of the shorter one.
+            let shorter = x.native.len().min(y.native.len());
+            let enough = x.python.is_some() || 2 * shared > shorter;
+            if shared > 0 && enough {
                 candidates.entry(shared).or_default().push((i, j));
             }
         }

@@ -395,3 +395,27 @@ captest!(eight_ranks_name_the_odd_one_first, |dir| {
     assert_eq!(code, 0, "rank 6 is like the median of the others");
     assert_eq!(d["sites"]["changed"], 0);
 });
+
+// Two native functions of one program that call the same allocator wrapper (wl_shapes: a
+// warm-up's buffers at warm_up, a late leak's at keep, both through fw_alloc) share that frame
+// and no more: they are two sites, never paired by a guess. The late leak is new in B, the
+// warm-up's buffers gone from it.
+captest!(two_functions_of_one_wrapper_are_not_paired, |dir| {
+    let a = traced(dir, "warmup", Workload::new("wl_shapes").arg("warmup"));
+    let b = traced(dir, "late", Workload::new("wl_shapes").arg("late"));
+    let (code, d) = diff_json([&a, &b]);
+    assert_eq!(code, 1);
+    let sites = changed(&d);
+    let status = |function: &str| {
+        (sites.iter())
+            .find(|(_, label)| label.starts_with(&format!("{function} at wl_shapes.c:")))
+            .map(|(status, _)| status.clone())
+    };
+    assert_eq!(
+        (status("keep").as_deref(), status("warm_up").as_deref()),
+        (Some("new"), Some("gone")),
+        "{sites:?}"
+    );
+    assert_eq!(d["sites"]["guessed"], 0);
+    assert_eq!(d["top_difference"]["status"], "new");
+});
