@@ -528,9 +528,15 @@ fn verdict(
         th.failures,
     ));
     // Growth in all compares across units where A has none: no growth is none in any unit, so
-    // B's new steady growth is judged whether or not A counted steps.
+    // B's new steady growth is judged whether or not A counted steps. Steps counted differently
+    // are still steps: the growth in all only tells a new growth from one that moved (the
+    // totals do not show it, as no number to read).
     let a_flat = a.totals.metrics.growth == 0.0;
-    let total = (t.growth).or_else(|| a_flat.then(|| Rate::of(0.0, b.totals.metrics.growth)));
+    let (x, y) = (a.totals.metrics.growth, b.totals.metrics.growth);
+    let per_step = (a.steps.unit == b.steps.unit).then(|| Rate::of(x, y));
+    let total = (t.growth)
+        .or(per_step)
+        .or_else(|| a_flat.then(|| Rate::of(0.0, y)));
     let (new, found) = new_growth(
         (View::Driver, "new_growth"),
         (sites, |s: &SiteDiff| {

@@ -18,8 +18,9 @@
 //! 5. **similar stack**: unpaired sites with the same Python line (or none) whose native stacks
 //!    share the most innermost frames, when no other pairing shares as many (stacks that differ
 //!    only far from the allocation: the interpreter's frames under a deeper Python call path,
-//!    cut at the stack depth at another frame); without a Python line, over more than half of
-//!    the shorter stack (two functions calling one allocator wrapper are two sites).
+//!    cut at the stack depth at another frame); without a Python line, only sites whose frames
+//!    near the allocation name them alike (two functions calling one allocator wrapper are two
+//!    sites).
 //!
 //! Every pairing but an exact one with unmoved lines is a guess, and says so.
 
@@ -219,8 +220,8 @@ impl Matching {
         pair_similar(
             &mut pairs,
             (&mut a_free, &mut b_free),
-            |i| &a.sites[i].identity,
-            |j| mapped[j].as_ref().map(|m| &m.0),
+            |i| (&a.sites[i].identity, a.sites[i].label.as_str()),
+            |j| Some((&mapped[j].as_ref()?.0, b.sites[j].label.as_str())),
         );
         pairs.extend((0..a.sites.len()).filter(|&i| a_free[i]).map(|i| SitePair {
             a: Some(i),
@@ -283,27 +284,29 @@ fn pair_unique<K: Ord>(
 fn pair_similar<'a>(
     pairs: &mut Vec<SitePair>,
     (a_free, b_free): (&mut [bool], &mut [bool]),
-    a: impl Fn(usize) -> &'a SiteIdentity,
-    b: impl Fn(usize) -> Option<&'a SiteIdentity>,
+    a: impl Fn(usize) -> (&'a SiteIdentity, &'a str),
+    b: impl Fn(usize) -> Option<(&'a SiteIdentity, &'a str)>,
 ) {
     let mut candidates: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
     for i in (0..a_free.len()).filter(|&i| a_free[i]) {
         for j in (0..b_free.len()).filter(|&j| b_free[j]) {
-            let (x, Some(y)) = (a(i), b(j)) else {
+            let ((x, x_label), Some((y, y_label))) = (a(i), b(j)) else {
                 continue;
             };
             if x.python != y.python {
                 continue;
             }
+            // Without a Python line, the native frames near the allocation are what name a site
+            // (`keep at shapes.c:91 → fw_alloc`): two functions of the program that call one
+            // allocator wrapper share its frame and are two sites. Stacks that differ only far
+            // from the allocation name the site alike.
+            if x.python.is_none() && x_label != y_label {
+                continue;
+            }
             let shared = (x.native.iter().zip(&y.native))
                 .take_while(|(p, q)| p == q)
                 .count();
-            // Without a Python line, the native stack is all that names a site: two functions
-            // of the program that call one allocator wrapper share its frame and no more, and are
-            // two sites. Their stacks must agree over more than half of the shorter one.
-            let shorter = x.native.len().min(y.native.len());
-            let enough = x.python.is_some() || 2 * shared > shorter;
-            if shared > 0 && enough {
+            if shared > 0 {
                 candidates.entry(shared).or_default().push((i, j));
             }
         }
