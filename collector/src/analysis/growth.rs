@@ -609,8 +609,20 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             + 0.0;
         if h.steady_growth > 0.0 {
             let above = h.threshold.is_some_and(|t| h.steady_growth > t);
-            let p = match h.course.phases.full_from {
-                // It ran out of memory growing: full already, not in so many steps.
+            // It ran out of memory growing: full already, not in so many steps. Judged before
+            // its first failure (the course cut there), or failing after its last sample (a
+            // program the error ended, its course steady to the end).
+            let at_end = match h.holder {
+                Holder::Device { device } if axis == SampleAxis::Steps => {
+                    let last = state.holder_series(h.holder, axis).last().map(|p| p.0);
+                    (state.failures().iter())
+                        .find(|f| f.out_of_memory && f.device == device)
+                        .map(|f| f.origin.step)
+                        .filter(|&step| last.is_some_and(|x| step >= x))
+                }
+                _ => None,
+            };
+            let p = match h.course.phases.full_from.or(at_end) {
                 Some(step) => Some(Projection {
                     headroom: h.room.unwrap_or(0),
                     steps_to_full: Some(0.0),

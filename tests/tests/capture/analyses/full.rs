@@ -43,3 +43,32 @@ captest!(
         assert!(device["full_from"].as_u64().is_some(), "{device}");
     }
 );
+
+// The same leak in a run of 52 steps: its first allocations are refused in its last step, after
+// its last sample, so its course is not cut; it is full all the same (a program the error ended,
+// as PyTorch's does): out of memory at step 52, not "7.6 MiB left, full in 9 steps".
+captest!(a_run_ended_by_running_out_of_memory_is_full, |dir| {
+    let trace = Workload::new("wl_soak")
+        .arg("52")
+        .arg("50")
+        .arg("5")
+        .arg((4 * MIB).to_string())
+        .env("STANDIN_DEVICE_MEM", "64M")
+        .run_traced(dir)
+        .single_trace();
+    let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), trace.path.as_os_str()]);
+    let device = &r["analysis"]["growth"]["holders"][0];
+    assert_eq!(
+        device["phases"]["full_from"],
+        serde_json::Value::Null,
+        "{device}"
+    );
+    let p = &device["projection"];
+    assert_eq!(
+        (&p["out_of_memory_at_step"], &p["steps_to_full"]),
+        (&52.into(), &0.0.into()),
+        "{p}"
+    );
+    let first = &r["analysis"]["diagnosis"][0];
+    assert_eq!(first["evidence"]["out_of_memory_at_step"], 52, "{first}");
+});
