@@ -32,11 +32,13 @@ EXIT STATUS:
     the program's own exit code when it failed (128 + N when signal N killed it); else 2 when
     vramtrace could not check everything: a bad flag, the tracer library not loaded or disabled
     (VRAMTRACE_DISABLE), a program exec'd with an environment that no longer preloads it (env -i,
-    sudo), a process whose trace could not be written (a read-only directory), a process still
-    running 5 s after the command exited (its trace is not whole), a trace that cannot be read,
-    is cut short or lost events; else 1 when a trace exceeds a limit;
-    else 0 (also for a program that made no GPU memory call). Without --max-growth, growth fails
-    when the growth verdict says ALERT (as `vramtrace report` does).
+    sudo), a process whose trace could not be written (a read-only directory) or given a
+    narrower VRAMTRACE_CAPTURE in the command, a process still running 5 s after the command
+    exited (its trace is not whole), a trace that cannot be read, is cut short or lost events;
+    else 1 when a trace exceeds a limit; else 0 (also for a program that made no GPU memory
+    call). Without --max-growth, growth fails when the growth verdict says ALERT (as `vramtrace
+    report` does); in a trace whose first segments rotation deleted, also when the tracer
+    alerted while the program ran. Only the run's own processes' traces are judged.
 
 EXAMPLES:
     A CI gate on a test suite: fail when memory grows steadily step after step:
