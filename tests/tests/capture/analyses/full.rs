@@ -8,18 +8,23 @@ use vramtrace_tests::traced::Workload;
 
 use crate::{vramtrace_json, MIB};
 
+/// `report --json` of wl_soak run for `steps` steps on the 64 MiB device, keeping 4 MiB every 5.
+fn report_of_soak(dir: &std::path::Path, steps: u64) -> serde_json::Value {
+    let trace = Workload::new("wl_soak")
+        .arg(steps.to_string())
+        .arg("50")
+        .arg("5")
+        .arg((4 * MIB).to_string())
+        .env("STANDIN_DEVICE_MEM", "64M")
+        .run_traced(dir)
+        .single_trace();
+    vramtrace_json(["report".as_ref(), "--json".as_ref(), trace.path.as_os_str()])
+}
+
 captest!(
     a_leak_that_fills_the_device_is_judged_before_it_is_full,
     |dir| {
-        let trace = Workload::new("wl_soak")
-            .arg("200")
-            .arg("50")
-            .arg("5")
-            .arg((4 * MIB).to_string())
-            .env("STANDIN_DEVICE_MEM", "64M")
-            .run_traced(dir)
-            .single_trace();
-        let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), trace.path.as_os_str()]);
+        let r = report_of_soak(dir, 200);
         assert!(
             r["failures"]["out_of_memory"].as_u64() > Some(0),
             "{}",
@@ -48,15 +53,7 @@ captest!(
 // its last sample, so its course is not cut; it is full all the same (a program the error ended,
 // as PyTorch's does): out of memory at step 52, not "7.6 MiB left, full in 9 steps".
 captest!(a_run_ended_by_running_out_of_memory_is_full, |dir| {
-    let trace = Workload::new("wl_soak")
-        .arg("52")
-        .arg("50")
-        .arg("5")
-        .arg((4 * MIB).to_string())
-        .env("STANDIN_DEVICE_MEM", "64M")
-        .run_traced(dir)
-        .single_trace();
-    let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), trace.path.as_os_str()]);
+    let r = report_of_soak(dir, 52);
     let device = &r["analysis"]["growth"]["holders"][0];
     assert_eq!(
         device["phases"]["full_from"],
