@@ -23,7 +23,8 @@
 //! for a staircase (whole periods), and for a leak that starts late (the flat part before is not
 //! averaged in). The least-squares line through the growth (from the sample before its first
 //! rise to the end) is kept as evidence, and must fit (R² at least `min_r2`) unless the series
-//! only ever rises there.
+//! only ever rises there and ends above every level of its steady state before (a bounded, noisy
+//! series that fell and rose back for a few samples is not growth).
 
 use serde::Serialize;
 
@@ -264,12 +265,17 @@ fn judge(points: &[(u64, u64)], bounds: Bounds, config: &GrowthConfig) -> Course
         let from = a - 1;
         let growth = &p[from..];
         let fit = Fit::of(growth);
-        let only_rises = y[from..].windows(2).all(|w| w[1] >= w[0]);
+        let steady = steady_start(&y, from);
+        // Rises that no line fits count only when they take the series above every level of
+        // the steady state before them: a bounded series (temporaries of several threads)
+        // that fell and rose back for a few samples is noise, not a leak.
+        let only_rises =
+            y[from..].windows(2).all(|w| w[1] >= w[0]) && y[steady..from].iter().all(|&v| v < last);
         let fits = fit.is_some_and(|f| f.r2 >= config.min_r2) || only_rises;
         let rate = (y[b] as f64 - y[a] as f64) / (p[b].0 - p[a].0) as f64;
         if fits && rate > 0.0 && last > y[from] {
             phases.growth_from = Some(p[from].0);
-            phases.steady_from = steady_start(&y, from, p);
+            phases.steady_from = p[steady].0;
             course.fit = fit;
             course.rate = rate;
             course.rises = rises;
@@ -302,12 +308,11 @@ fn judge(points: &[(u64, u64)], bounds: Bounds, config: &GrowthConfig) -> Course
     course
 }
 
-/// Where the steady state of a growing series begins: the first sample at 90% of the level its
-/// growth started from (the warm-up rose to it).
-fn steady_start(y: &[u64], from: usize, p: &[(u64, u64)]) -> u64 {
+/// Where the steady state of a growing series begins (an index): the first sample at 90% of
+/// the level its growth started from (the warm-up rose to it).
+fn steady_start(y: &[u64], from: usize) -> usize {
     let level = y[from] - y[from] / 10;
-    let i = y[..=from].iter().position(|&v| v >= level).unwrap_or(from);
-    p[i].0
+    y[..=from].iter().position(|&v| v >= level).unwrap_or(from)
 }
 
 /// Where a series that does not grow settles: the first sample at 90% of the median of its
@@ -457,5 +462,21 @@ mod tests {
             .map(|k| 100 * MIB + (k * 7919 % 13) * MIB)
             .collect();
         assert_ne!(course(&y).shape, Shape::Steady);
+    }
+
+    // The temporaries of four threads at a step's boundary (a healthy stand-in run that alerted
+    // once in six): bounded noise, then a fall and three rises back to a level the run had
+    // already held. The rises fit no line; they are noise unless they top every level before.
+    #[test]
+    fn rising_back_within_the_noise_is_not_growth() {
+        let mut y: Vec<u64> = [50, 54, 47, 56, 49, 53, 45, 52, 48, 55].repeat(4);
+        // Six samples falling (longer than any gap between rises), then three rises.
+        y.extend([50, 45, 40, 35, 30, 25, 20, 21, 30, 50]);
+        y.iter_mut().for_each(|v| *v *= MIB);
+        assert_eq!(course(&y).shape, Shape::Peak);
+        // The same rises taking the series above all it held before: growth.
+        *y.last_mut().unwrap() = 60 * MIB;
+        let c = course(&y);
+        assert_eq!((c.shape, c.rises), (Shape::Steady, 3));
     }
 }
