@@ -504,6 +504,7 @@ impl Call {
                     api == Api::TracerMarkStep,
                     time,
                 ) {
+                    register_exit_sample();
                     device_memory_event(session, thread, device, context, caller, free, total);
                 }
             }
@@ -605,6 +606,40 @@ fn device_memory_event(
             nccl_scope: 0,
             op: Op::DeviceMemory { free, total },
         });
+    }
+}
+
+/// Registers [`sample_at_exit`] with `atexit` once, after the first successful sample. By then
+/// the CUDA runtime has registered its own teardown, and `atexit` handlers run in reverse order,
+/// so the final sample is taken while the driver still answers. (The library destructor is too
+/// late: on the GPU machine the driver is gone by then.)
+fn register_exit_sample() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        extern "C" fn at_exit() {
+            // A panic must not unwind into libc's exit.
+            let _ = std::panic::catch_unwind(sample_at_exit);
+        }
+        // SAFETY: registers a plain extern "C" function of this never-unloaded library.
+        if unsafe { libc::atexit(at_exit) } != 0 {
+            crate::warn::warn("could not register the exit sample of device memory");
+        }
+    });
+}
+
+/// A final sample on the exiting thread's current device, recorded as a tracer event.
+fn sample_at_exit() {
+    if crate::session::running().is_none() {
+        return;
+    }
+    let (device, _) = context::current();
+    let interval = crate::session::config().meminfo_interval;
+    if interval.is_zero() {
+        return;
+    }
+    if let Some((free, total)) = meminfo::sample_due(device, interval, true, clock::now()) {
+        let call = Call::begin(Api::TracerMemInfo, 0, Order::Create);
+        call.end(0, || Op::DeviceMemory { free, total });
     }
 }
 

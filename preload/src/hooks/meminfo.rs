@@ -7,8 +7,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{Call, Order};
-use crate::capture::{clock, context};
+use crate::capture::clock;
 use crate::resolve::driver;
 
 const MAX_DEVICES: usize = 64;
@@ -80,50 +79,5 @@ fn sample(slot: &AtomicU64, next: u64, now: u64, interval: Duration) -> Option<(
     let f: GetInfo = unsafe { std::mem::transmute::<usize, GetInfo>(f) };
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: two writable size_t.
-    let sampled = (unsafe { f(&mut free, &mut total) } == 0).then_some((free as u64, total as u64));
-    if sampled.is_some() {
-        register_exit_sample();
-    }
-    sampled
-}
-
-/// Registers [`sample_at_exit`] with `atexit` once, after the first successful sample. By then
-/// the CUDA runtime has registered its own teardown, and `atexit` handlers run in reverse order,
-/// so the final sample is taken while the driver still answers. (The library destructor is too
-/// late: on the GPU machine the driver is gone by then.)
-fn register_exit_sample() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        extern "C" fn at_exit() {
-            // A panic must not unwind into libc's exit.
-            let _ = std::panic::catch_unwind(sample_at_exit);
-        }
-        // SAFETY: registers a plain extern "C" function of this never-unloaded library.
-        if unsafe { libc::atexit(at_exit) } != 0 {
-            crate::warn::warn("could not register the exit sample of device memory");
-        }
-    });
-}
-
-/// A final sample on the exiting thread's current device, recorded as a tracer event.
-pub fn sample_at_exit() {
-    if crate::session::running().is_none() {
-        return;
-    }
-    let (device, _) = context::current();
-    let interval = crate::session::config().meminfo_interval;
-    if interval.is_zero() {
-        return;
-    }
-    if let Some((free, total)) = sample_due(device, interval, true, clock::now()) {
-        let call = Call::begin(
-            vramtrace_collector::event::Api::TracerMemInfo,
-            0,
-            Order::Create,
-        );
-        call.end(0, || vramtrace_collector::event::Op::DeviceMemory {
-            free,
-            total,
-        });
-    }
+    (unsafe { f(&mut free, &mut total) } == 0).then_some((free as u64, total as u64))
 }

@@ -7,8 +7,8 @@
 //! it) or a top-level file (`profile.rs`), so `cli ↔ replay` is a loop even though both are files.
 //! The crate root file (`lib.rs`, `main.rs`) is a node of its own: it declares every module, but
 //! a `mod` line is not an import. Paths are resolved by name to the module file they name (the
-//! longest prefix that is a module); an item re-exported by a `mod.rs` therefore points at that
-//! `mod.rs`, whose own `pub use` line carries the edge on. Macro bodies count where the macro is
+//! longest prefix that is a module); an item a module re-exports (`pub use`) points at the file
+//! its `pub use` names, so a path through a facade leads where the item is written. Macro bodies count where the macro is
 //! written (`$crate::` paths).
 //!
 //! Why a scanner of our own instead of cargo-modules: it needs nothing installed, runs with the
@@ -87,7 +87,7 @@ fn the_scanner_finds_a_planted_loop() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     };
-    write("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\nmod e;\n");
+    write("lib.rs", "mod a;\nmod b;\nmod c;\nmod d;\nmod e;\nmod i;\n");
     write("a/mod.rs", "mod inner;\npub use inner::X;\n");
     // `a/inner.rs` reaches `b` through a use tree with a comment and a string in the way.
     write(
@@ -100,17 +100,26 @@ fn the_scanner_finds_a_planted_loop() {
         "macro_rules! m { () => { $crate::d::Z } }\n#[cfg(test)]\nmod tests { use super::*; }\n",
     );
     write("d.rs", "pub struct Z;\n");
-    // Inside folder `e/`, two files naming each other, and one naming only the facade.
+    // Inside folder `e/`, two files naming each other, and one naming only the facade (the
+    // item it hands on is `f.rs`'s: no loop).
     write("e/mod.rs", "mod f;\nmod g;\nmod h;\npub use f::F;\n");
     write("e/f.rs", "use super::g::G;\npub struct F;\n");
     write("e/g.rs", "pub struct G;\nfn f() { let _ = super::f::F; }\n");
     write("e/h.rs", "fn h() { let _ = super::F; }\n");
+    // Inside folder `i/`, two files naming each other's items through the facade only.
+    write(
+        "i/mod.rs",
+        "mod j;\nmod k;\npub(crate) use j::J;\npub use k::K;\n",
+    );
+    write("i/j.rs", "use super::K;\npub struct J;\n");
+    write("i/k.rs", "pub struct K;\nfn k() { let _ = super::J; }\n");
     let graph = Graph::of_crate(src);
     assert_eq!(
         graph.sibling_loops(),
         vec![
-            vec!["a", "b.rs", "a/inner.rs:1 → b.rs", "b.rs:2 → a/mod.rs"],
+            vec!["a", "b.rs", "a/inner.rs:1 → b.rs", "b.rs:2 → a/inner.rs"],
             vec!["e/f.rs", "e/g.rs", "e/f.rs:1 → e/g.rs", "e/g.rs:2 → e/f.rs"],
+            vec!["i/j.rs", "i/k.rs", "i/j.rs:1 → i/k.rs", "i/k.rs:2 → i/j.rs"],
         ]
     );
     assert_eq!(
@@ -122,7 +131,7 @@ fn the_scanner_finds_a_planted_loop() {
         edges,
         vec![
             "a/inner.rs:1 → b.rs".to_string(),
-            "b.rs:2 → a/mod.rs".to_string()
+            "b.rs:2 → a/inner.rs".to_string()
         ]
     );
     assert!(graph.edges.contains_key(&("c.rs".into(), "d.rs".into())));
@@ -139,6 +148,10 @@ struct Graph {
     modules: BTreeMap<Vec<String>, Module>,
     /// (from file, to file) → the first line of `from` that imports `to`.
     edges: BTreeMap<(String, String), usize>,
+    /// (module path, item name) → the file a module's `pub use` of that item names: a path
+    /// through a facade leads to the file that defines the item, so two files of a folder that
+    /// name each other's items through their `mod.rs` are a loop too.
+    reexports: BTreeMap<(Vec<String>, String), String>,
 }
 
 impl Graph {
@@ -151,6 +164,7 @@ impl Graph {
         let mut graph = Graph {
             modules: BTreeMap::new(),
             edges: BTreeMap::new(),
+            reexports: BTreeMap::new(),
         };
         // Pass 1: every module and the file it lives in, following `mod` lines from the root.
         let mut parsed = Vec::new();
@@ -178,9 +192,26 @@ impl Graph {
             }
             parsed.push((path, file, tokens));
         }
-        // Pass 2: every path that names something of this crate, resolved to a module file.
-        for (path, file, tokens) in &parsed {
-            for reference in references(tokens) {
+        // Pass 2: what each module hands on, resolved as far as the other modules' re-exports
+        // go (a chain of facades takes as many rounds as it is long).
+        let parsed: Vec<_> = (parsed.into_iter())
+            .map(|(path, file, tokens)| (path, file, references(&tokens)))
+            .collect();
+        for _ in 0..4 {
+            for (path, _, references) in &parsed {
+                for reference in references.iter().filter(|r| r.reexport) {
+                    let mut scope = path.clone();
+                    scope.extend(reference.inline_path.iter().cloned());
+                    let name = reference.segments.last().cloned().unwrap_or_default();
+                    if let Some(target) = graph.resolve(&scope, &reference.segments) {
+                        graph.reexports.insert((scope, name), target);
+                    }
+                }
+            }
+        }
+        // Pass 3: every path that names something of this crate, resolved to a module file.
+        for (path, file, references) in &parsed {
+            for reference in references {
                 let mut scope = path.clone();
                 scope.extend(reference.inline_path.iter().cloned());
                 if let Some(target) = graph.resolve(&scope, &reference.segments) {
@@ -224,10 +255,12 @@ impl Graph {
             None => return None,
         }
         absolute.extend(rest.iter().cloned());
+        let mut item = None;
         while !self.modules.contains_key(&absolute) {
-            absolute.pop();
+            item = absolute.pop();
         }
-        Some(self.modules[&absolute].file.clone())
+        let handed_on = item.and_then(|name| self.reexports.get(&(absolute.clone(), name)));
+        Some(handed_on.unwrap_or(&self.modules[&absolute].file).clone())
     }
 
     /// The node a file belongs to: its folder, or itself for a top-level file without a folder.
@@ -706,6 +739,8 @@ struct Reference {
     segments: Vec<String>,
     line: usize,
     inline_path: Vec<String>,
+    /// A leaf of a `pub use` (any visibility): the module hands the item on.
+    reexport: bool,
 }
 
 /// Every path a file writes: each leaf of each `use` tree, and every other path of two or more
@@ -722,11 +757,16 @@ fn references(tokens: &[(Token, usize)]) -> Vec<Reference> {
                 let end = (i..tokens.len())
                     .find(|&j| tokens[j].0 == Token::Punct(';'))
                     .unwrap_or(tokens.len());
+                // `pub use`, `pub(crate) use`, `pub(super) use`.
+                let pub_ = Token::Ident("pub".into());
+                let reexport = (tokens[..i].iter().rev().take(4)).any(|t| t.0 == pub_)
+                    && (tokens[i - 1].0 == pub_ || tokens[i - 1].0 == Token::Punct(')'));
                 for segments in use_tree(&tokens[i + 1..end]) {
                     out.push(Reference {
                         segments,
                         line,
                         inline_path: scopes.path(),
+                        reexport,
                     });
                 }
                 for j in i + 1..end {
@@ -757,6 +797,7 @@ fn references(tokens: &[(Token, usize)]) -> Vec<Reference> {
                         segments,
                         line,
                         inline_path: scopes.path(),
+                        reexport: false,
                     });
                 }
                 for k in i + 1..j.min(tokens.len()) {
