@@ -8,8 +8,8 @@
 //! The crate root file (`lib.rs`, `main.rs`) is a node of its own: it declares every module, but
 //! a `mod` line is not an import. Paths are resolved by name to the module file they name (the
 //! longest prefix that is a module); an item a module re-exports (`pub use`) points at the file
-//! its `pub use` names, so a path through a facade leads where the item is written. Macro bodies count where the macro is
-//! written (`$crate::` paths).
+//! its `pub use` names, so a path through a facade leads where the item is written. Macro
+//! bodies count where the macro is written (`$crate::` paths).
 //!
 //! Why a scanner of our own instead of cargo-modules: it needs nothing installed, runs with the
 //! test suite on every machine, and the syntax it reads (use trees, paths, `mod` lines) is small.
