@@ -30,10 +30,11 @@ pub(crate) mod watch;
 use serde::Serialize;
 
 pub use course::GrowthConfig;
-pub use course::{Bounds, Phases, Shape};
+pub use course::{Phases, Shape};
 pub(crate) use diagnose::{diagnose, row_findings};
 pub use finding::{Finding, FindingClass, LineMeaning, Related, Severity};
-pub use fragmentation::{fragmentation, Fragmentation};
+pub use fragmentation::fragmentation;
+pub(crate) use fragmentation::Fragmentation;
 pub use fragmentation::{AddressSpace, CacheUse, OomRelief, PhysicalMemory, ReservationUse};
 pub(crate) use growth::FindingRef;
 pub use growth::{growth, growth_with, Growth, LineSeries, Role};
@@ -52,7 +53,7 @@ pub use owner::OwnerKind;
 pub use peak::peaks;
 pub(crate) use peak::Peaks;
 pub use site::{name as site_name, short_function};
-pub use site::{Place, SiteName, SourceLine};
+pub use site::{SiteName, SourceLine};
 pub use watch::{Judgement, Reason, Watch, WatchConfig};
 
 use crate::live::{LiveState, StepPattern, StepSource};

@@ -32,7 +32,7 @@ pub(crate) mod verdict;
 pub use diff::{Diff, PlaceDiff, SiteDiff};
 pub use diff::{SourceChange, StepAlignment, StepRow, TopDifference, TotalsDiff};
 pub use identity::native_identity;
-pub use identity::{PythonLine, SiteIdentity};
+pub use identity::PythonLine;
 pub use lines::unit_converter;
 pub use matching::{FilePair, LineMapping, PairedBy};
 pub use matching::{MatchHow, Matching};

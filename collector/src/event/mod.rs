@@ -7,7 +7,8 @@
 
 mod api;
 pub mod records;
-pub mod snapshot;
+pub(crate) mod snapshot;
+pub use snapshot::{SegmentPeak, SnapshotObject, SnapshotThing};
 
 pub use api::{Api, Layer};
 use serde::{Deserialize, Serialize};

@@ -50,24 +50,23 @@ use self::sites::SiteTable;
 use self::steps::StepDetector;
 
 pub use crate::ids::SiteId;
-pub use anomalies::{Anomalies, Anomaly, AnomalyKind};
+pub(crate) use anomalies::Anomalies;
+pub use anomalies::{Anomaly, AnomalyKind};
 pub(crate) use device_memory::DeviceAccount;
 pub use endings::Ended;
+pub(crate) use failures::Failures;
 pub(crate) use failures::OomLog;
 pub(crate) use failures::RecentSeries;
 pub(crate) use failures::MAX_FIRST_OOMS;
 #[cfg(feature = "symbols")]
 pub(crate) use failures::{means_out_of_memory, means_shutting_down};
-pub use failures::{Failure, Failures, SiteHolding};
+pub use failures::{Failure, SiteHolding};
 pub use ledger::Holder;
 pub(crate) use ledger::{PeakPoint, PoolUse};
 pub(crate) use losses::Losses;
+pub(crate) use objects::Context;
 pub(crate) use objects::Pool;
-pub use objects::{
-    Accounting, Allocation, Array, Category, CommState, Communicator, Context, Flag, Flags,
-    LiveObject, Mapping, Origin, Registration, Window,
-};
-pub use origin::Owner;
+pub use objects::{Accounting, Category, CommState, Communicator, Flag, Flags, LiveObject, Origin};
 pub(crate) use origin::OwnerResolver;
 pub use query::SampleAxis;
 pub(crate) use sites::ProgramLine;

@@ -36,10 +36,10 @@ pub use lines::VIEW;
 #[cfg(feature = "symbols")]
 pub(crate) use lines::VIEW_NAME;
 pub(crate) use snapshot::AllocatorSnapshot;
-pub use snapshot::{Action, ClockAnchor, SnapshotFrame};
+pub use snapshot::ClockAnchor;
 #[cfg(feature = "symbols")]
 pub(crate) use tensors::LineGrowth;
-pub use tensors::{LineSeries, Series, Tensor, TensorHistory};
+pub use tensors::{Tensor, TensorHistory};
 
 use crate::analysis::Framework;
 use crate::attached::Attachments;

@@ -337,8 +337,8 @@ fn a_large_payload_survives_the_trace_file() {
 /// (a snapshot large enough to span several chunks' worth of bytes in one record).
 #[test]
 fn a_segment_reads_back_with_its_place_snapshot_and_end() {
-    use vramtrace_collector::event::snapshot::{SnapshotObject, SnapshotThing};
     use vramtrace_collector::event::MemKind;
+    use vramtrace_collector::event::{SnapshotObject, SnapshotThing};
     use vramtrace_collector::format::{SegmentEnd, SegmentInfo, Snapshot};
     let place = SegmentInfo {
         index: 3,

@@ -4,7 +4,7 @@
 //! oldest segments are deleted while the files would pass the budget. The hooks never wait for
 //! any of it but as they wait for the writer: a segment is cut between two events.
 
-use vramtrace_collector::event::snapshot::SegmentPeak;
+use vramtrace_collector::event::SegmentPeak;
 use vramtrace_collector::format::{Header, Record, SegmentEnd, SegmentInfo, Snapshot, StackDef};
 use vramtrace_collector::live::{Holder, LiveState};
 

@@ -439,7 +439,7 @@ pub fn training() -> Vec<Record> {
 /// beginning with the snapshot of the live state the events before it give, each ending with
 /// its `SegmentEnd`. Returns the files in order.
 pub fn write_segments(dir: &Path, name: &str, records: &[Record], every: u64) -> Vec<PathBuf> {
-    use vramtrace_collector::event::snapshot::SegmentPeak;
+    use vramtrace_collector::event::SegmentPeak;
     use vramtrace_collector::format::{SegmentEnd, SegmentInfo};
     use vramtrace_collector::live::{Holder, LiveState};
     let stem = name.strip_suffix(".vtrace").unwrap();
