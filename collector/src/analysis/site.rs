@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::owner::{is_library_module, OwnerKind};
 use crate::live::{LiveState, ProgramLine, SiteId};
-use crate::units::base_name;
+use crate::units::{base_name, line_label};
 
 /// Where the analyses group call sites: the program's own Python line and the module that
 /// allocated for it (one line reaches the allocator through many native paths, and the line is
@@ -121,12 +121,7 @@ pub struct SourceLine {
 impl SourceLine {
     /// `train.py:42 in step`: the file's base name, as the reports show a line.
     pub fn label(&self) -> String {
-        format!(
-            "{}:{} in {}",
-            base_name(&self.file),
-            self.line,
-            self.function
-        )
+        line_label(&self.file, self.line, &self.function)
     }
 
     /// Whether two lines are the same line of the same file (files compared by base name when

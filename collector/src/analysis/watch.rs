@@ -55,6 +55,7 @@ use crate::attached::{Attachments, KIND_TORCH_ALLOCATOR};
 use crate::event::Event;
 use crate::format::Record;
 use crate::live::{Holder, LiveState, SampleAxis};
+use crate::units::line_label;
 
 /// How the live analysis judges.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -600,7 +601,7 @@ impl Watch {
             return None;
         };
         let code = self.state.python_stacks().code(line.code)?;
-        Some(format!("{}:{} in {}", code.file, line.line, code.function))
+        Some(line_label(&code.file, line.line, &code.function))
     }
 
     /// The owner frame of `site` (the first frame outside the CUDA libraries), for naming a

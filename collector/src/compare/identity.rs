@@ -8,7 +8,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::symbols::{FrameKind, StackFrame};
-use crate::units::base_name;
+use crate::units::{base_name, line_label, module_offset};
 
 /// One native frame of a call site.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -53,14 +53,9 @@ impl fmt::Display for FrameId {
                 line: Some(line),
             } => write!(f, "{function} at {file}:{line}"),
             FrameId::Function { function, .. } => f.write_str(function),
-            FrameId::Address {
-                module: Some(m),
-                offset,
-            } => write!(f, "{m}+{offset:#x}"),
-            FrameId::Address {
-                module: None,
-                offset,
-            } => write!(f, "{offset:#x}"),
+            FrameId::Address { module, offset } => {
+                f.write_str(&module_offset(module.as_deref(), *offset))
+            }
         }
     }
 }
@@ -79,13 +74,7 @@ pub struct PythonLine {
 impl fmt::Display for PythonLine {
     /// `train.py:42 in Model.forward`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{} in {}",
-            base_name(&self.file),
-            self.line,
-            self.function
-        )
+        f.write_str(&line_label(&self.file, self.line, &self.function))
     }
 }
 

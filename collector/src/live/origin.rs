@@ -34,10 +34,10 @@ pub struct CodeLocation {
 
 impl std::fmt::Display for CodeLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.module_name {
-            Some(name) => write!(f, "{name}+{:#x}", self.offset),
-            None => write!(f, "{:#x}", self.offset),
-        }
+        f.write_str(&crate::units::module_offset(
+            self.module_name.as_deref(),
+            self.offset,
+        ))
     }
 }
 

@@ -18,7 +18,7 @@ use crate::event::{Event, StackId};
 use crate::live::{Accounting, LiveState, Origin, OwnerResolver};
 use crate::module_map::is_tracer;
 use crate::python::PythonStacks;
-use crate::units::base_name;
+use crate::units::{base_name, line_label, module_offset};
 
 /// Where one call came from, as an event or a live object's origin records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,17 +131,12 @@ impl fmt::Display for CallSiteKey {
                 file,
                 line,
                 function,
-            } => write!(f, "{}:{line} in {function}", base_name(file)),
+            } => f.write_str(&line_label(file, *line, function)),
             CallSiteKey::Function { function, .. } => f.write_str(function),
             CallSiteKey::Line { file, line } => write!(f, "{}:{line}", base_name(file)),
-            CallSiteKey::Address {
-                module: Some(m),
-                offset,
-            } => write!(f, "{m}+{offset:#x}"),
-            CallSiteKey::Address {
-                module: None,
-                offset,
-            } => write!(f, "{offset:#x}"),
+            CallSiteKey::Address { module, offset } => {
+                f.write_str(&module_offset(module.as_deref(), *offset))
+            }
             CallSiteKey::Module { module } => f.write_str(module.as_deref().unwrap_or("(unknown)")),
             CallSiteKey::Site { stack: 0, caller } => write!(f, "{caller:#x}"),
             CallSiteKey::Site { stack, .. } => write!(f, "stack {stack}"),

@@ -16,7 +16,7 @@ use super::stack::{FrameKind, StackFrame};
 use crate::analysis::owner::is_library_module;
 use crate::analysis::site::short_function;
 use crate::python::is_library_file;
-use crate::units::base_name;
+use crate::units::{base_name, line_label};
 
 /// The label of a call with these mixed frames (Python frames innermost first, then native
 /// frames innermost first), by the rule above; `None` when nothing names it.
@@ -26,11 +26,10 @@ pub fn frames_label(frames: &[StackFrame]) -> Option<String> {
         .find(|f| !f.file.as_deref().is_some_and(is_library_file))
         .or_else(|| python().next());
     if let Some(p) = program {
-        return Some(format!(
-            "{}:{} in {}",
-            base_name(p.file.as_deref().unwrap_or("<unknown>")),
+        return Some(line_label(
+            p.file.as_deref().unwrap_or("<unknown>"),
             p.line.unwrap_or(0),
-            p.function.as_deref().unwrap_or("?")
+            p.function.as_deref().unwrap_or("?"),
         ));
     }
     let native: Vec<&StackFrame> = frames

@@ -76,10 +76,7 @@ impl ResolvedAddress {
 
     /// `libnccl.so.2+0x1234`, or the raw address when no module contains it.
     pub(crate) fn module_offset(&self) -> String {
-        match &self.module_name {
-            Some(name) => format!("{name}+{:#x}", self.offset),
-            None => format!("{:#x}", self.offset),
-        }
+        crate::units::module_offset(self.module_name.as_deref(), self.offset)
     }
 }
 

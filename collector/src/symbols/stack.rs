@@ -7,6 +7,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::module_map::is_cuda_library;
+use crate::units::module_offset;
 
 /// Whether a frame is Python code or native code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -60,10 +61,7 @@ impl fmt::Display for StackFrame {
             FrameKind::Native => {
                 let Some(function) = function else {
                     let offset = self.offset.unwrap_or(0);
-                    return match &self.module {
-                        Some(m) => write!(f, "{m}+{offset:#x}"),
-                        None => write!(f, "{offset:#x}"),
-                    };
+                    return f.write_str(&module_offset(self.module.as_deref(), offset));
                 };
                 write!(f, "{function}")?;
                 if let (Some(file), Some(line)) = (&self.file, self.line) {

@@ -23,6 +23,21 @@ pub fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
+/// A native address as every output names it when no symbol does: `libnccl.so.2+0x1234` (its
+/// offset in its module), or the raw address when no module contains it.
+pub fn module_offset(module: Option<&str>, offset: u64) -> String {
+    match module {
+        Some(m) => format!("{m}+{offset:#x}"),
+        None => format!("{offset:#x}"),
+    }
+}
+
+/// A line of the program's Python source as every output names it: `train.py:42 in step` (the
+/// file's base name; the stacks give the whole path).
+pub fn line_label(file: &str, line: u32, function: &str) -> String {
+    format!("{}:{line} in {function}", base_name(file))
+}
+
 /// `text` split into its number and its unit (`"1.5 GiB"` → `("1.5", " GiB")`), after refusing
 /// a negative one in the words of `what` (`size`, `duration`).
 fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), String> {

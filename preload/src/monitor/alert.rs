@@ -15,7 +15,7 @@ use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::analysis::{Judgement, Reason};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
-use vramtrace_collector::units::{base_name, bytes, span, when_full};
+use vramtrace_collector::units::{self, base_name, bytes, span, when_full};
 
 use super::settings::AlertSettings;
 use crate::warn::warn;
@@ -117,7 +117,7 @@ pub fn name_view(a: &mut Alert, site: &SiteName, rate: f64) {
         return;
     };
     let view = site.module_name.as_deref().unwrap_or("tensors");
-    a.place = format!("{}:{} in {} ({view})", line.file, line.line, line.function);
+    a.place = format!("{} ({view})", line.label());
     a.place_rate = rate.round() as u64;
     (a.stack, a.caller, a.py_stack) = (0, 0, 0);
 }
@@ -225,7 +225,7 @@ fn dladdr_parts(address: u64) -> (String, String) {
     match symbol {
         Some(s) => (s, module),
         None => (
-            format!("{module}+{:#x}", address.wrapping_sub(base)),
+            units::module_offset(Some(&module), address.wrapping_sub(base)),
             module,
         ),
     }

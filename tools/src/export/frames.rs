@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
-use vramtrace_collector::units::base_name;
+use vramtrace_collector::units::{base_name, module_offset};
 
 use vramtrace_collector::analysis::short_function;
 
@@ -44,11 +44,7 @@ fn frame(f: &StackFrame) -> NamedFrame {
     let name = match (&f.function, f.kind) {
         (Some(func), FrameKind::Python) => func.clone(),
         (Some(func), FrameKind::Native) => short_function(func),
-        (None, _) => format!(
-            "{}+{:#x}",
-            f.module.as_deref().unwrap_or("?"),
-            f.offset.unwrap_or(0)
-        ),
+        (None, _) => module_offset(f.module.as_deref(), f.offset.unwrap_or(0)),
     };
     NamedFrame {
         name,

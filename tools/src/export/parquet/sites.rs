@@ -11,7 +11,7 @@ use vramtrace_collector::analysis::site_name;
 use vramtrace_collector::compare::native_identity;
 use vramtrace_collector::live::{LiveState, SiteId};
 use vramtrace_collector::symbols::{Attribution, CallRef, FrameKind, StackFrame};
-use vramtrace_collector::units::base_name;
+use vramtrace_collector::units::line_label;
 
 use super::allocations::bits;
 use super::column::{At, Column, Encode};
@@ -163,7 +163,7 @@ pub fn write(
         let frames = Attribution::of_state(state, names.symbols()).stack(call);
         let python = code
             .zip(line)
-            .map(|(c, l)| format!("{}:{} in {}", base_name(&c.file), l.line, c.function));
+            .map(|(c, l)| line_label(&c.file, l.line, &c.function));
         let native = native_identity(&frames).into_iter().map(|f| f.to_string());
         let identity: Vec<String> = python.into_iter().chain(native).collect();
         rows.identity.text(identity.join(" < "));
