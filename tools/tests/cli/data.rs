@@ -554,13 +554,39 @@ fn an_existing_output_is_replaced_only_when_asked() {
         err,
         format!(
             "error: {}: holds {}, which is not part of a vramtrace dataset; --force replaces \
-             only an earlier dataset (its tables' directories and nothing else): give a new \
+             only an earlier dataset (its tables' files and nothing else): give a new \
              directory\n",
             out.display(),
             mine.display()
         )
     );
     assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
+    std::fs::remove_file(&mine).unwrap();
+
+    // Nor anything deeper in it, where a table's name is a directory of the user's: a trace
+    // under `traces/`, a note in a partition, a link.
+    let held = out.join("traces").join("job.vtrace");
+    let note = (out.join("sites").read_dir().unwrap())
+        .map(|run| run.unwrap().path().read_dir().unwrap().next().unwrap().unwrap().path())
+        .next()
+        .unwrap()
+        .join("notes.txt");
+    for planted in [&held, &note] {
+        std::fs::write(planted, "mine").unwrap();
+        let refused = export(&trace, &out, &["--force"]).code(2);
+        let err = String::from_utf8_lossy(&refused.get_output().stderr).into_owned();
+        assert!(
+            err.contains(&format!("holds {}, which is not part", planted.display())),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(planted).unwrap(), "mine");
+        std::fs::remove_file(planted).unwrap();
+    }
+    std::os::unix::fs::symlink(&trace, &held).unwrap();
+    export(&trace, &out, &["--force"]).code(2);
+    assert!(held.exists());
+    std::fs::remove_file(&held).unwrap();
+    std::fs::write(&mine, "mine").unwrap();
 
     // It replaces an earlier dataset, and a file.
     std::fs::remove_file(&mine).unwrap();

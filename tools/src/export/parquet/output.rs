@@ -3,8 +3,8 @@
 //! and given its name only once complete, so a failed export leaves nothing behind and a
 //! reader never sees half a dataset.
 //!
-//! `--force` replaces an earlier dataset (a directory of the tables' directories and nothing
-//! else) or a file, never a directory that holds anything else, the working directory or one
+//! `--force` replaces an earlier dataset (a directory of the tables' partitions of Parquet files
+//! and nothing else) or a file, never a directory that holds anything else, the working directory or one
 //! above it, or a trace being read: what is not ours is not removed.
 
 use std::path::{Path, PathBuf};
@@ -47,26 +47,48 @@ fn io_error(path: &Path, e: std::io::Error) -> anyhow::Error {
     anyhow!("{}: {}", path.display(), lower_first(e.to_string()))
 }
 
-/// Refuses to replace `dir` unless it holds a dataset and nothing else: only the tables'
-/// directories at its top.
+/// Refuses to replace `dir` unless it holds a dataset and nothing else: the tables'
+/// directories at its top, in each only `run=…/rank=…/` directories, and in those only
+/// `.parquet` files. A trace, a note or anything else anywhere in it keeps it.
 fn not_a_dataset(dir: &Path) -> Result<()> {
-    let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| io_error(dir, e))?;
-        let name = entry.file_name();
-        let table = name.to_str().is_some_and(|n| TABLES.contains(&n));
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if !(table && is_dir) {
-            return Err(anyhow!(
-                "{}: holds {}, which is not part of a vramtrace dataset; --force replaces only \
-                 an earlier dataset (its tables' directories and nothing else): give a new \
-                 directory",
-                dir.display(),
-                entry.path().display()
-            ));
+    /// What a level of the dataset holds, from the top: which names, and whether directories.
+    fn fits(depth: usize, name: &str, is_dir: bool) -> bool {
+        match depth {
+            0 => is_dir && TABLES.contains(&name),
+            1 => is_dir && name.starts_with("run="),
+            2 => is_dir && name.starts_with("rank="),
+            3 => !is_dir && name.ends_with(".parquet"),
+            _ => false,
         }
     }
-    Ok(())
+    fn walk(top: &Path, dir: &Path, depth: usize) -> Result<()> {
+        let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error(dir, e))?;
+            // A link is not followed, and is never part of a dataset.
+            let kind = entry.file_type().map_err(|e| io_error(&entry.path(), e))?;
+            let name = entry.file_name();
+            let fitting = name.to_str().is_some_and(|n| {
+                !kind.is_symlink()
+                    && (kind.is_dir() || kind.is_file())
+                    && fits(depth, n, kind.is_dir())
+            });
+            if !fitting {
+                return Err(anyhow!(
+                    "{}: holds {}, which is not part of a vramtrace dataset; --force replaces \
+                     only an earlier dataset (its tables' files and nothing else): give a new \
+                     directory",
+                    top.display(),
+                    entry.path().display()
+                ));
+            }
+            if kind.is_dir() {
+                walk(top, &entry.path(), depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+    walk(dir, dir, 0)
 }
 
 impl Staged {
