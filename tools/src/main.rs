@@ -16,6 +16,7 @@ mod export;
 mod findings;
 mod html;
 mod inputs;
+mod interrupt;
 mod limits;
 mod load;
 mod options;
@@ -42,6 +43,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return flag_error(e),
     };
+    // Commands that run a program pass the signals on to it instead.
+    if !matches!(cli.command, Command::Run(_) | Command::Check(_)) {
+        interrupt::guard();
+    }
     let result = match &cli.command {
         Command::Report(args) => match &args.html {
             Some(page) => html::run(args, page),

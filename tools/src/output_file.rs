@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::interrupt::Temporary;
 use crate::load::lower_first;
 
 /// Where an output goes.
@@ -167,6 +168,7 @@ impl OutputFile {
             }
             Target::File { name, replace } => {
                 let temp = temporary_beside(name, &self.path)?;
+                let _interrupted = Temporary::register(temp.path());
                 let mut out = Counted::new(BufWriter::new(temp.as_file()));
                 let value = write(&mut out)?;
                 out.flush().with_context(|| format!("writing {shown}"))?;

@@ -567,7 +567,16 @@ fn an_existing_output_is_replaced_only_when_asked() {
     // under `traces/`, a note in a partition, a link.
     let held = out.join("traces").join("job.vtrace");
     let note = (out.join("sites").read_dir().unwrap())
-        .map(|run| run.unwrap().path().read_dir().unwrap().next().unwrap().unwrap().path())
+        .map(|run| {
+            run.unwrap()
+                .path()
+                .read_dir()
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .path()
+        })
         .next()
         .unwrap()
         .join("notes.txt");

@@ -157,3 +157,53 @@ fn outputs_appear_whole_or_not_at_all() {
         )
     );
 }
+
+/// An export stopped by SIGINT, SIGTERM or SIGHUP (Ctrl-C, a scheduler, a closed terminal)
+/// leaves nothing beside its output's name, neither a file's temporary nor the Parquet
+/// dataset's staging directory, and ends by that signal.
+#[test]
+fn an_interrupted_export_leaves_nothing_behind() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    // Long enough to be caught while it writes: two million events.
+    let trace = write_pairs(dir.path(), "long.vtrace", 1_000_000);
+    for (format, sig) in [
+        ("csv-events", libc::SIGINT),
+        ("parquet", libc::SIGTERM),
+        ("csv-live", libc::SIGHUP),
+    ] {
+        let out = dir.path().join("out");
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("vramtrace"))
+            .args(["export", "--format", format, "-o"])
+            .arg(&out)
+            .arg(&trace)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let temporary = || {
+            (std::fs::read_dir(dir.path()).unwrap()).any(|e| {
+                e.unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(".vramtrace-")
+            })
+        };
+        let started = std::time::Instant::now();
+        while !temporary() {
+            assert!(
+                started.elapsed().as_secs() < 60 && child.try_wait().unwrap().is_none(),
+                "{format}: no temporary output appeared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: a plain kill of the child this test started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(sig), "{format}");
+        let left: Vec<String> = (std::fs::read_dir(dir.path()).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["long.vtrace"], "{format}");
+    }
+}

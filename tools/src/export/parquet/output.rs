@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
 
+use crate::interrupt::Temporary;
 use crate::load::lower_first;
 
 /// The directories at the top of a dataset, one per table (docs/data.md).
@@ -39,6 +40,8 @@ enum Existing {
 /// A dataset being written.
 pub struct Staged {
     dir: tempfile::TempDir,
+    /// Removes `dir` if the command is interrupted.
+    _interrupted: Temporary,
     target: PathBuf,
     existing: Existing,
 }
@@ -189,6 +192,7 @@ impl Staged {
             .tempdir_in(parent)
             .map_err(|e| io_error(parent, e))?;
         Ok(Staged {
+            _interrupted: Temporary::register(dir.path()),
             dir,
             target: target.to_path_buf(),
             existing,

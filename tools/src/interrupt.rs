@@ -1,0 +1,89 @@
+//! What an interrupted command leaves behind: nothing. Outputs are written under temporary
+//! names beside their own ([`crate::output_file`], the Parquet dataset's staging directory) and
+//! take their names only once complete; a SIGINT, SIGTERM or SIGHUP would end the process
+//! without running the destructors that remove them. So a command that writes outputs takes
+//! those signals on a thread of its own ([`guard`]), which removes the temporaries registered
+//! ([`Temporary`]) and then ends the process by the same signal, as it would have ended without
+//! the guard.
+//!
+//! Why signal-hook's iterator and not a handler of our own: removing a directory tree allocates
+//! and walks directories, which no signal handler may do; its thread may.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// Temporaries to remove if the command is interrupted.
+static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Takes SIGINT, SIGTERM and SIGHUP on a thread of their own from now on: they remove what is
+/// registered, then end the process as their default action does. Not for commands that run a
+/// program, which pass the signals on to it.
+pub fn guard() {
+    // Registered on the thread that takes them (without it, no registration: the signals keep
+    // their default action), before the command goes on to make any temporary.
+    let (ready, registered) = std::sync::mpsc::channel();
+    let taker = std::thread::Builder::new()
+        .name("interrupt".into())
+        .spawn(move || {
+            let signals = Signals::new([SIGINT, SIGTERM, SIGHUP]);
+            let _ = ready.send(());
+            let Ok(mut signals) = signals else {
+                return;
+            };
+            if let Some(sig) = signals.forever().next() {
+                remove_pending();
+                let _ = signal_hook::low_level::emulate_default_handler(sig);
+                std::process::exit(128 + sig);
+            }
+        });
+    if taker.is_ok() {
+        let _ = registered.recv();
+    }
+}
+
+/// Removes every temporary still registered. The command goes on meanwhile and may be making
+/// files in a directory being removed: it is removed again until it is gone.
+fn remove_pending() {
+    let pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    for path in pending.iter() {
+        let mut tries = 0;
+        let removed = loop {
+            let removed = match std::fs::symlink_metadata(path) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+                Ok(_) => std::fs::remove_file(path),
+                Err(_) => break Ok(()),
+            };
+            tries += 1;
+            if removed.is_err() && tries == 100 {
+                break removed;
+            }
+        };
+        if let Err(e) = removed {
+            eprintln!("vramtrace: could not remove {}: {e}", path.display());
+        }
+    }
+}
+
+/// A temporary file or directory removed if the command is interrupted while it exists; no
+/// longer once dropped (renamed to its name, or removed by its owner).
+pub struct Temporary(PathBuf);
+
+impl Temporary {
+    pub fn register(path: &Path) -> Temporary {
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        pending.push(path.to_path_buf());
+        Temporary(path.to_path_buf())
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = pending.iter().position(|p| *p == self.0) {
+            pending.swap_remove(i);
+        }
+    }
+}
