@@ -253,21 +253,22 @@ odd = con.sql(ODD_SQL).fetchall()
 grow = con.sql(GROW_SQL).fetchall()
 peaks = con.sql("""
 WITH changes AS (
-    SELECT run, rank, pid, alloc_seq AS seq, alloc_step AS step, bytes AS delta
+    SELECT run, rank, pid, device, alloc_seq AS seq, alloc_step AS step, bytes AS delta
     FROM allocations WHERE accounting = 'device'
     UNION ALL
-    SELECT run, rank, pid, free_seq, free_step, -bytes
+    SELECT run, rank, pid, device, free_seq, free_step, -bytes
     FROM allocations WHERE accounting = 'device' AND free_seq IS NOT NULL),
 running AS (
-    SELECT run, rank, step, sum(delta) OVER (PARTITION BY run, rank, pid ORDER BY seq
-        ROWS UNBOUNDED PRECEDING) AS live
+    SELECT run, rank, device, step, sum(delta) OVER (PARTITION BY run, rank, pid, device
+        ORDER BY seq ROWS UNBOUNDED PRECEDING) AS live
     FROM changes)
-SELECT rank, max(live) AS peak FROM running GROUP BY run, rank ORDER BY run, rank""").fetchall()
+SELECT rank, device, max(live) AS peak FROM running GROUP BY run, rank, device
+ORDER BY run, rank, device""").fetchall()
 print(json.dumps({
     "line": [[r, i, int(b), float(e)] for r, i, b, e in line],
     "odd": [[r, int(l), float(m)] for r, l, m in odd],
     "grow": [list(g) for g in grow],
-    "peaks": [[r, int(p)] for r, p in peaks],
+    "peaks": [[r, d, int(p)] for r, d, p in peaks],
 }))
 "#;
 
@@ -330,7 +331,8 @@ fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
         let device: Vec<&Value> = holders.iter().filter(|h| h["memory"] == "device").collect();
         assert_eq!(device.len(), 1);
         let row = peaks.iter().find(|p| &p[0] == rank).unwrap();
-        assert_eq!(row[1], device[0]["peak"]["bytes"], "rank {rank}");
+        assert_eq!(row[1], device[0]["device"], "rank {rank}");
+        assert_eq!(row[2], device[0]["peak"]["bytes"], "rank {rank}");
     }
 }
 
