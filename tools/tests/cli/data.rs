@@ -705,3 +705,31 @@ fn a_failed_export_leaves_nothing_behind() {
     );
     assert!(!out.exists());
 }
+
+/// A copy of a trace beside it is one process twice: its rows would be in the dataset twice
+/// under one rank and pid, every sum doubled. Refused before anything is written.
+#[test]
+fn a_copy_of_a_trace_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job");
+    std::fs::create_dir(&job).unwrap();
+    let a = write_training(&job, "a.vtrace");
+    let b = job.join("b.vtrace");
+    std::fs::copy(&a, &b).unwrap();
+    let out = dir.path().join("data");
+    let refused = export(&job, &out, &[]).code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&refused.get_output().stderr),
+        format!(
+            "error: {} and {} are traces of one process (pid {} on {}): a copy? Its rows would \
+             be in the dataset twice; move one aside\n",
+            a.display(),
+            b.display(),
+            header().pid,
+            header().host
+        )
+    );
+    assert!(!out.exists());
+    std::fs::remove_file(&b).unwrap();
+    export(&job, &out, &[]).success();
+}

@@ -74,6 +74,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
         Some(name) => partition_value(name)?,
         None => default_run(job.input),
     };
+    one_file_per_process(&traces)?;
     let inputs = crate::inputs::files_of(&traces);
     let staged = Staged::claim(job.output, job.force, &inputs)?;
     let group = MultiProgress::new();
@@ -127,6 +128,30 @@ pub fn run(job: &Job<'_>) -> Result<()> {
         sum(|r| r.findings, "finding"),
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Refuses two traces of one process (a copy of a trace beside it): its rows would be in the
+/// dataset twice, under one rank and pid, and every sum over them doubled.
+fn one_file_per_process(traces: &[PathBuf]) -> Result<()> {
+    let mut seen: Vec<(vramtrace_collector::format::TraceKey, &Path)> = Vec::new();
+    for path in traces {
+        let Ok(file) = SegmentFile::open(path) else {
+            continue;
+        };
+        let key = file.trace_key();
+        if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+            return Err(anyhow!(
+                "{} and {} are traces of one process (pid {} on {}): a copy? Its rows would be \
+                 in the dataset twice; move one aside",
+                first.display(),
+                path.display(),
+                key.0,
+                key.1
+            ));
+        }
+        seen.push((key, path));
+    }
     Ok(())
 }
 
