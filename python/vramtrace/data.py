@@ -14,6 +14,7 @@ is then removed. pyarrow is needed for this (`pip install pyarrow`); nothing els
 needs it.
 """
 
+import json
 import os
 import subprocess
 import tempfile
@@ -130,7 +131,7 @@ def load(path, run=None):
     pa, ds = _pyarrow()
     from . import executable
 
-    command = [executable(), "export", "--format", "parquet"]
+    command = [executable(), "export", "--format", "parquet", "--json"]
     if run is not None:
         command += ["--run", str(run)]
     with tempfile.TemporaryDirectory(prefix="vramtrace-load-") as scratch:
@@ -139,7 +140,7 @@ def load(path, run=None):
             # `--`: a trace whose name begins with '-' is a trace, not an option.
             command + ["-o", out, "--", os.fspath(path)],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
         if done.returncode != 0:
@@ -148,9 +149,14 @@ def load(path, run=None):
             if message.startswith("--run"):
                 message = "run" + message[len("--run"):]
             raise Error(message)
-        for line in done.stderr.decode("utf-8", "replace").splitlines():
-            if line.startswith("warning: "):
-                warnings.warn(line[len("warning: "):], TablesIncomplete, stacklevel=2)
+        # What the command warned of, by kind: a trace whose tables miss part of its run, or
+        # what the input leaves out (traces in subdirectories), which is no trace's.
+        written = json.loads(done.stdout)
+        for trace in written["traces"]:
+            for warning in trace["warnings"]:
+                warnings.warn(warning, TablesIncomplete, stacklevel=2)
+        for warning in written["warnings"]:
+            warnings.warn(warning, UserWarning, stacklevel=2)
         partitioning = ds.partitioning(
             pa.schema([("run", pa.string()), ("rank", pa.int32())]), flavor="hive"
         )

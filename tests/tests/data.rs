@@ -693,4 +693,19 @@ fn a_part_of_a_run_loads_with_a_warning_and_says_what_rotation_removed() {
             && message.ends_with(" not read): its tables hold what could be read"),
         "{message}"
     );
+
+    // What the input leaves out is no trace's: a trace in a subdirectory is not read, and said
+    // with a plain UserWarning, so an error filter on TablesIncomplete still loads the rest.
+    let job = dir.path().join("job");
+    std::fs::create_dir_all(job.join("node1")).unwrap();
+    std::fs::copy(&whole, job.join("rank0.vtrace")).unwrap();
+    std::fs::rename(&cut, job.join("node1").join("rank1.vtrace")).unwrap();
+    let got = py(INCOMPLETE, &[&job]);
+    let warnings = got["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{got}");
+    assert_eq!(warnings[0][0], "UserWarning", "{got}");
+    assert!(
+        warnings[0][1].as_str().unwrap().contains("node1"),
+        "{got}"
+    );
 }
