@@ -67,7 +67,7 @@ def label(site):
 
 def at_line(text, name, line):
     """Whether a place in words names line `line` of NAME.py."""
-    return re.search(rf"(^|/){re.escape(name)}\.py:{line}( |$)", text) is not None
+    return re.search(rf"(^|[\s/]){re.escape(name)}\.py:{line}( |$)", text) is not None
 
 
 def planted(t, measured):
