@@ -704,8 +704,5 @@ fn a_part_of_a_run_loads_with_a_warning_and_says_what_rotation_removed() {
     let warnings = got["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{got}");
     assert_eq!(warnings[0][0], "UserWarning", "{got}");
-    assert!(
-        warnings[0][1].as_str().unwrap().contains("node1"),
-        "{got}"
-    );
+    assert!(warnings[0][1].as_str().unwrap().contains("node1"), "{got}");
 }

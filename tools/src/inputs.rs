@@ -13,6 +13,7 @@ use vramtrace_collector::compare::CallTally;
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{SegmentFile, TraceKey};
 use vramtrace_collector::live::LiveState;
+use vramtrace_collector::symbols::Symbolizer;
 use vramtrace_collector::torch::TorchView;
 
 use crate::load::{load_with_steps_observing, LoadedTrace, Observer, Progress, ReadFrom};
@@ -243,7 +244,7 @@ pub fn load_run(
         load_with_steps_observing(path, from, growth, progress, |_| Tallying(CallTally::new()))?;
     let torch = trace.torch();
     Ok(Run {
-        analysis: trace.analyze(&torch),
+        analysis: trace.analyze(&torch, &mut Symbolizer::from_env()),
         trace,
         torch,
         tally,

@@ -26,7 +26,7 @@ use vramtrace_collector::compare::{Check, NewGrowth, Verdict};
 use vramtrace_collector::compare::{Count, Rate};
 use vramtrace_collector::compare::{FilePair, PlaceDiff};
 use vramtrace_collector::compare::{SourceChange, StepAlignment, TopDifference, TotalsDiff};
-use vramtrace_collector::symbols::{Attribution, Symbolizer};
+use vramtrace_collector::symbols::Symbolizer;
 use vramtrace_collector::torch::View;
 
 pub use args::{DiffArgs, EXAMPLES};
@@ -80,14 +80,11 @@ struct Compared {
     process: (String, u32, u64),
 }
 
-fn profile_of(mut run: Run) -> Result<Compared> {
+fn profile_of(run: Run) -> Result<Compared> {
     let mut symbols = Symbolizer::from_env();
     let t = &run.trace;
     let profile = Profile::build(&t.state, &run.analysis, &run.tally, &mut symbols);
     let tensors = TensorProfile::of(&run.torch, &run.analysis.growth);
-    // The rank table names each trace's first cause as its report does.
-    let mut naming = Attribution::of_state(&t.state, &mut symbols);
-    vramtrace_collector::symbols::label_sites(&mut run.analysis, &mut naming);
     let t = &run.trace;
     Ok(Compared {
         facts: RunFacts {

@@ -10,7 +10,7 @@ use inferno::flamegraph::{from_lines, Options};
 use vramtrace_collector::analysis::growth;
 use vramtrace_collector::analysis::FindingClass;
 use vramtrace_collector::live::{Holder, LiveState, SampleAxis};
-use vramtrace_collector::symbols::{label_sites, Attribution, CallRef, Symbolizer};
+use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 
 use super::frames::Stacks;
 use super::{ExportArgs, Moment};
@@ -92,11 +92,11 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         );
     }
     let mut symbols = Symbolizer::from_env();
-    let mut naming = Attribution::of_state(state, &mut symbols);
     let kept = match args.at.unwrap_or(Moment::End) {
-        Moment::Growth => kept_at(&trace, &mut naming),
+        Moment::Growth => kept_at(&trace, &mut symbols),
         _ => None,
     };
+    let mut naming = Attribution::of_state(state, &mut symbols);
     let mut stacks = Stacks::new(&mut naming);
     let mut lines = Vec::with_capacity(weights.len());
     for (&(holder, call), &bytes) in &weights {
@@ -137,9 +137,8 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
 /// The place the report's diagnosis names for the first steady growth where a framework's own
 /// view names it (PyTorch's tensors: the line that keeps them), labelled as the report labels
 /// it; `None` where the driver's view is the diagnosis' own.
-fn kept_at(trace: &LoadedTrace, naming: &mut Attribution<'_>) -> Option<String> {
-    let mut analysis = trace.analyze(&trace.torch());
-    label_sites(&mut analysis, naming);
+fn kept_at(trace: &LoadedTrace, symbols: &mut Symbolizer) -> Option<String> {
+    let analysis = trace.analyze(&trace.torch(), symbols);
     let first = (analysis.diagnosis.iter()).find(|f| f.class == FindingClass::SteadyGrowth)?;
     first
         .evidence

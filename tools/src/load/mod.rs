@@ -20,6 +20,7 @@ use vramtrace_collector::format::{
     Ending, Header, Record, RecordRef, RecordSource, Series, SeriesReader, TraceError, Unread,
 };
 use vramtrace_collector::live::{LiveState, StepSource};
+use vramtrace_collector::symbols::{label_sites, Attribution, Symbolizer};
 use vramtrace_collector::torch::{ClockAnchor, TorchView};
 
 use self::steps_found::Found;
@@ -146,9 +147,15 @@ impl LoadedTrace {
     }
 
     /// Every analysis of the trace, with PyTorch's own view of its tensors (`torch`, from
-    /// [`LoadedTrace::torch`]) beside the driver's.
-    pub fn analyze(&self, torch: &TorchView) -> Analysis {
-        analyze_with(&self.state, &self.growth, torch.framework(&self.state))
+    /// [`LoadedTrace::torch`]) beside the driver's, its places labelled as every output names
+    /// them (with `symbols`): no output relabels them.
+    pub fn analyze(&self, torch: &TorchView, symbols: &mut Symbolizer) -> Analysis {
+        let mut analysis = analyze_with(&self.state, &self.growth, torch.framework(&self.state));
+        label_sites(
+            &mut analysis,
+            &mut Attribution::of_state(&self.state, symbols),
+        );
+        analysis
     }
 }
 

@@ -20,7 +20,7 @@ use vramtrace_collector::analysis::{peaks, Analysis};
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::Series;
 use vramtrace_collector::live::{Holder, LiveState, StepSource, Summary};
-use vramtrace_collector::symbols::{Attribution, Symbolizer};
+use vramtrace_collector::symbols::Symbolizer;
 
 pub use point::Point;
 
@@ -285,12 +285,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         growth: args.analysis.config(),
         ..trace
     };
-    let mut analysis = trace.analyze(&trace.torch_to_point()?);
     let mut symbols = Symbolizer::from_env();
-    vramtrace_collector::symbols::label_sites(
-        &mut analysis,
-        &mut Attribution::of_state(&trace.state, &mut symbols),
-    );
+    let analysis = trace.analyze(&trace.torch_to_point()?, &mut symbols);
     // The peak of a trace whose first segments rotation deleted is the highest point on disk.
     let deleted = (series.first().info())
         .filter(|i| i.index > 1)

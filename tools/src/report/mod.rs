@@ -27,7 +27,6 @@ use vramtrace_collector::analysis::Analysis;
 
 use crate::load::{load_with_steps, LoadedTrace};
 use crate::options::ReportArgs;
-use vramtrace_collector::symbols::label_sites;
 
 pub use attribution::{Attributed, Grouping, SymbolFacts};
 
@@ -404,7 +403,7 @@ impl<'a> Report<'a> {
         symbols: &mut Symbolizer,
     ) -> Self {
         let torch = trace.torch();
-        let analysis = trace.analyze(&torch);
+        let analysis = trace.analyze(&torch, symbols);
         Self::with_analysis(trace, &torch, analysis, top, by, symbols)
     }
 
@@ -412,7 +411,7 @@ impl<'a> Report<'a> {
     pub fn with_analysis(
         trace: &'a LoadedTrace,
         torch: &TorchView,
-        mut analysis: Analysis,
+        analysis: Analysis,
         top: usize,
         by: Granularity,
         symbols: &mut Symbolizer,
@@ -426,7 +425,6 @@ impl<'a> Report<'a> {
         let mut naming = Attribution::of_state(state, symbols);
         let call_sites = attribution::site_stacks(&mut naming, call_sites);
         let groups = attribution::grouping(&mut naming, state, by, top);
-        label_sites(&mut analysis, &mut naming);
         let finding_stacks = finding_stacks(&analysis, &mut naming, top);
         // An orphan an event lost after it may have freed is not one (docs/report-json.md).
         let mut orphans: Vec<LiveObject<'a>> = state

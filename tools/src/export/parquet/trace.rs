@@ -12,7 +12,6 @@ use vramtrace_collector::analysis::{Analysis, GrowthConfig};
 use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::format::Header;
 use vramtrace_collector::live::LiveState;
-use vramtrace_collector::symbols::{label_sites, Attribution};
 use vramtrace_collector::torch::TorchView;
 
 use super::allocations::{self, Allocations};
@@ -280,8 +279,5 @@ fn finish(
 /// The report's analysis of `trace` (PyTorch's view of its tensors beside the driver's), its
 /// places labelled as the report labels them.
 fn analysis(trace: &LoadedTrace, torch: &TorchView, names: &mut Names) -> Analysis {
-    let mut analysis = trace.analyze(torch);
-    let mut naming = Attribution::of_state(&trace.state, names.symbols());
-    label_sites(&mut analysis, &mut naming);
-    analysis
+    trace.analyze(torch, names.symbols())
 }
