@@ -163,7 +163,9 @@ fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
     })?;
     let mut found: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "vtrace"))
+        // Whatever is named as a trace is one: a link that leads nowhere or a directory of that
+        // name is an input that cannot be read, named as such, never left out unsaid.
+        .filter(|p| p.extension().is_some_and(|x| x == "vtrace"))
         .collect();
     found.sort();
     Ok(found)

@@ -150,6 +150,22 @@ fn every_unreadable_trace_of_a_directory_is_named() {
         )),
         "{err}"
     );
+
+    // A link that leads nowhere and a directory named as a trace are named too, not skipped.
+    std::fs::remove_file(&empty).unwrap();
+    std::fs::remove_file(&junk).unwrap();
+    let link = job.join("rank3.vtrace");
+    std::os::unix::fs::symlink(dir.path().join("gone.vtrace"), &link).unwrap();
+    let nested = job.join("rank4.vtrace");
+    std::fs::create_dir(&nested).unwrap();
+    let err = report_error(&job);
+    assert!(
+        err.starts_with(&format!(
+            "error: 2 of 3 traces cannot be read (move them aside to read the others): {}: ",
+            link.display()
+        )) && err.contains(&format!("; {}: is a directory", nested.display())),
+        "{err}"
+    );
 }
 
 #[test]
