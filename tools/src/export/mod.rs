@@ -127,9 +127,15 @@ pub struct ExportArgs {
     /// of events).
     #[arg(long, default_value_t = 20_000, value_name = "N")]
     pub samples: usize,
-    #[command(flatten)]
+    #[command(
+        flatten,
+        next_help_heading = "Growth analysis (flamegraph --at growth, parquet's findings)"
+    )]
     pub analysis: AnalysisArgs,
-    #[command(flatten)]
+    #[command(
+        flatten,
+        next_help_heading = "Part of the trace (every format but parquet)"
+    )]
     pub window: WindowArgs,
 }
 
