@@ -13,7 +13,6 @@ use vramtrace_collector::compare::CallTally;
 use vramtrace_collector::event::Event;
 use vramtrace_collector::format::{SegmentFile, TraceKey};
 use vramtrace_collector::live::LiveState;
-use vramtrace_collector::symbols::Symbolizer;
 use vramtrace_collector::torch::TorchView;
 
 use crate::load::{load_with_steps_observing, LoadedTrace, Observer, Progress, ReadFrom};
@@ -245,8 +244,11 @@ pub fn load_run(
     let (trace, Tallying(tally)) =
         load_with_steps_observing(path, from, growth, progress, |_| Tallying(CallTally::new()))?;
     let torch = trace.torch();
+    let mut symbols = crate::load::thread_symbolizer();
+    let analysis = trace.analyze(&torch, &mut symbols);
+    crate::load::keep_symbolizer(symbols);
     Ok(Run {
-        analysis: trace.analyze(&torch, &mut Symbolizer::from_env()),
+        analysis,
         trace,
         torch,
         tally,

@@ -26,7 +26,6 @@ use vramtrace_collector::compare::{Check, NewGrowth, Verdict};
 use vramtrace_collector::compare::{Count, Rate};
 use vramtrace_collector::compare::{FilePair, PlaceDiff};
 use vramtrace_collector::compare::{SourceChange, StepAlignment, TopDifference, TotalsDiff};
-use vramtrace_collector::symbols::Symbolizer;
 use vramtrace_collector::torch::View;
 
 pub use args::{DiffArgs, EXAMPLES};
@@ -81,9 +80,10 @@ struct Compared {
 }
 
 fn profile_of(run: Run) -> Result<Compared> {
-    let mut symbols = Symbolizer::from_env();
+    let mut symbols = crate::load::thread_symbolizer();
     let t = &run.trace;
     let profile = Profile::build(&t.state, &run.analysis, &run.tally, &mut symbols);
+    crate::load::keep_symbolizer(symbols);
     let tensors = TensorProfile::of(&run.torch, &run.analysis.growth);
     let t = &run.trace;
     Ok(Compared {

@@ -159,6 +159,25 @@ impl LoadedTrace {
     }
 }
 
+thread_local! {
+    /// The symbolizer the last trace read on this thread used: the traces of a job's ranks run
+    /// one program, and each module's debug information is read (and decompressed) once per
+    /// thread, not once per trace. A symbolizer knows its modules by path and build id.
+    static SYMBOLS: RefCell<Option<Symbolizer>> = const { RefCell::new(None) };
+}
+
+/// This thread's symbolizer (a new one the first time); give it back with [`keep_symbolizer`].
+pub fn thread_symbolizer() -> Symbolizer {
+    SYMBOLS
+        .with(|s| s.borrow_mut().take())
+        .unwrap_or_else(Symbolizer::from_env)
+}
+
+/// Keeps `symbols` for the next trace read on this thread.
+pub fn keep_symbolizer(symbols: Symbolizer) {
+    SYMBOLS.with(|s| *s.borrow_mut() = Some(symbols));
+}
+
 /// Whether to go on reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flow {

@@ -13,7 +13,6 @@ use rayon::prelude::*;
 use serde::Serialize;
 use vramtrace_collector::analysis::Severity;
 use vramtrace_collector::compare::{rank_rows, RankRow};
-use vramtrace_collector::symbols::Symbolizer;
 
 use super::{text, Report};
 use crate::inputs::load_all;
@@ -40,11 +39,12 @@ pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<u8> {
     let reports: Vec<Report<'_>> = runs
         .par_iter()
         .map(|run| {
-            let mut symbols = Symbolizer::from_env();
+            let mut symbols = crate::load::thread_symbolizer();
             let analysis = run.analysis.clone();
             let (top, torch) = (args.top, &run.torch);
             let mut report =
                 Report::with_analysis(&run.trace, torch, analysis, top, granularity, &mut symbols);
+            crate::load::keep_symbolizer(symbols);
             report.with_limits(&args.fail_on);
             report
         })

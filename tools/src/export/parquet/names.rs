@@ -20,25 +20,17 @@ pub struct Names {
     last_module: Option<(u32, Option<String>)>,
 }
 
-thread_local! {
-    /// The symbolizer the last trace exported on this thread used: a directory of ranks runs
-    /// one program, and each module's debug information is read (and decompressed) once per
-    /// thread, not once per trace. Its modules are known by path and build id.
-    static SYMBOLS: std::cell::RefCell<Option<Symbolizer>> = const { std::cell::RefCell::new(None) };
-}
-
 impl Drop for Names {
     fn drop(&mut self) {
-        let symbols = std::mem::take(&mut self.symbols);
-        SYMBOLS.with(|s| *s.borrow_mut() = Some(symbols));
+        // The next trace read on this thread reads no module's debug information again.
+        crate::load::keep_symbolizer(std::mem::take(&mut self.symbols));
     }
 }
 
 impl Names {
     pub fn new() -> Self {
-        let symbols = SYMBOLS.with(|s| s.borrow_mut().take());
         Names {
-            symbols: symbols.unwrap_or_else(Symbolizer::from_env),
+            symbols: crate::load::thread_symbolizer(),
             sites: Vec::new(),
             modules: HashMap::new(),
             last_module: None,
