@@ -863,7 +863,8 @@ captest!(
         let s = setup(dir);
         let (alerts, err) = alerts_of(&s, "alerted.py", &alerting("0"));
         assert_eq!(alerts.len(), 1, "{err}");
-        let kept = at(&s, "alerted.py", line_of(ALERTED, "alert_kept"));
+        // Named as the report names a line: the file's base name.
+        let kept = format!("alerted.py:{} in <module>", line_of(ALERTED, "alert_kept"));
         let named = format!("+1.0 MiB per step of it kept at {kept} (PyTorch tensors)");
         assert!(alerts[0].contains(&named), "{}", alerts[0]);
         let files = trace_files(&s.dir.join("out"));
@@ -886,7 +887,11 @@ captest!(
         let s = setup(dir);
         let (alerts, err) = alerts_of(&s, "alerted_late.py", &alerting("1500"));
         assert_eq!(alerts.len(), 1, "{err}");
-        let kept = at(&s, "alerted_late.py", line_of(ALERTED_LATE, "late_kept"));
+        // Named as the report names a line: the file's base name.
+        let kept = format!(
+            "alerted_late.py:{} in <module>",
+            line_of(ALERTED_LATE, "late_kept")
+        );
         let named = format!("+1.0 MiB per step of it kept at {kept} (PyTorch tensors)");
         assert!(alerts[0].contains(&named), "{}", alerts[0]);
         assert!(
