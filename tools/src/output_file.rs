@@ -203,16 +203,19 @@ fn temporary_beside(name: &Path, shown: &Path) -> Result<tempfile::NamedTempFile
         .prefix(".vramtrace-")
         .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(dir)
-        .map_err(|e| {
-            // The OS's own message, without the temporary name tempfile adds to it.
-            let message = e.to_string();
-            let reason = message.split(" at path ").next().unwrap_or(&message);
-            anyhow!(
-                "creating {}: {}",
-                shown.display(),
-                lower_first(reason.to_string())
-            )
-        })
+        .map_err(|e| not_created(shown, e))
+}
+
+/// An output that could not be made beside its name, in the OS's own words, without the
+/// temporary name tempfile adds to them.
+pub fn not_created(shown: &Path, e: std::io::Error) -> anyhow::Error {
+    let message = e.to_string();
+    let reason = message.split(" at path ").next().unwrap_or(&message);
+    anyhow!(
+        "creating {}: {}",
+        shown.display(),
+        lower_first(reason.to_string())
+    )
 }
 
 /// A writer that counts the bytes through it.

@@ -190,16 +190,7 @@ impl Staged {
         let dir = tempfile::Builder::new()
             .prefix(".vramtrace-export-")
             .tempdir_in(parent)
-            .map_err(|e| {
-                // The OS's own message, without the temporary name tempfile adds to it.
-                let message = e.to_string();
-                let reason = message.split(" at path ").next().unwrap_or(&message);
-                anyhow!(
-                    "creating {}: {}",
-                    target.display(),
-                    lower_first(reason.to_string())
-                )
-            })?;
+            .map_err(|e| crate::output_file::not_created(target, e))?;
         Ok(Staged {
             _interrupted: Temporary::register(dir.path()),
             dir,
