@@ -77,6 +77,19 @@ impl Temporary {
         pending.push(path.to_path_buf());
         Temporary(path.to_path_buf())
     }
+
+    /// Runs `settle` (which gives the temporary its name, replacing what was there) whole
+    /// before an interrupt removes anything: an interrupt waits for it, and then finds the
+    /// temporary no longer registered. Without this, an interrupt between removing the output
+    /// replaced and the rename would remove the new one too, leaving neither.
+    pub fn settle<T>(self, settle: impl FnOnce() -> T) -> T {
+        let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        let settled = settle();
+        if let Some(i) = pending.iter().position(|p| *p == self.0) {
+            pending.swap_remove(i);
+        }
+        settled
+    }
 }
 
 impl Drop for Temporary {
@@ -85,5 +98,35 @@ impl Drop for Temporary {
         if let Some(i) = pending.iter().position(|p| *p == self.0) {
             pending.swap_remove(i);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // An interrupt that comes while a dataset takes its name waits for it: the dataset stays
+    // whole, and the interrupt finds nothing left to remove.
+    #[test]
+    fn an_interrupt_waits_for_the_output_to_take_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let staged = dir.path().join(".vramtrace-export-x");
+        std::fs::create_dir(&staged).unwrap();
+        std::fs::write(staged.join("table.parquet"), "rows").unwrap();
+        let target = dir.path().join("data");
+        let temporary = Temporary::register(&staged);
+        let interrupt = std::cell::Cell::new(None);
+        temporary.settle(|| {
+            interrupt.set(Some(std::thread::spawn(remove_pending)));
+            // The interrupt's thread is running by now, and waits.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            std::fs::rename(&staged, &target).unwrap();
+        });
+        interrupt.take().unwrap().join().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(target.join("table.parquet")).unwrap(),
+            "rows"
+        );
+        assert!(!staged.exists());
     }
 }

@@ -168,17 +168,19 @@ impl OutputFile {
             }
             Target::File { name, replace } => {
                 let temp = temporary_beside(name, &self.path)?;
-                let _interrupted = Temporary::register(temp.path());
+                let interrupted = Temporary::register(temp.path());
                 let mut out = Counted::new(BufWriter::new(temp.as_file()));
                 let value = write(&mut out)?;
                 out.flush().with_context(|| format!("writing {shown}"))?;
                 let bytes = out.bytes;
                 drop(out);
-                let persisted = if *replace {
-                    temp.persist(name).map(drop)
-                } else {
-                    temp.persist_noclobber(name).map(drop)
-                };
+                let persisted = interrupted.settle(|| {
+                    if *replace {
+                        temp.persist(name).map(drop)
+                    } else {
+                        temp.persist_noclobber(name).map(drop)
+                    }
+                });
                 persisted.map_err(|e| match e.error.kind() {
                     std::io::ErrorKind::AlreadyExists => anyhow!(
                         "{shown} appeared while it was being written, and is left alone; \

@@ -206,19 +206,29 @@ impl Staged {
 
     /// Gives the dataset its name, replacing what was there.
     pub fn commit(self) -> Result<()> {
-        let t = &self.target;
-        match self.existing {
-            Existing::Nothing => Ok(()),
-            Existing::EmptyDirectory => std::fs::remove_dir(t),
-            Existing::Directory => std::fs::remove_dir_all(t),
-            Existing::Other => std::fs::remove_file(t),
-        }
-        .map_err(|e| io_error(t, e))?;
-        // Made with the modes any new directory gets (tempfile asks for 0777, less the umask).
-        let dir = self.dir.keep();
-        std::fs::rename(&dir, t).map_err(|e| {
-            let _ = std::fs::remove_dir_all(&dir);
-            io_error(t, e)
+        let Staged {
+            dir,
+            _interrupted: interrupted,
+            target,
+            existing,
+        } = self;
+        let t = &target;
+        // Whole or not at all for an interrupt too: it waits until the dataset has its name.
+        interrupted.settle(|| {
+            match existing {
+                Existing::Nothing => Ok(()),
+                Existing::EmptyDirectory => std::fs::remove_dir(t),
+                Existing::Directory => std::fs::remove_dir_all(t),
+                Existing::Other => std::fs::remove_file(t),
+            }
+            .map_err(|e| io_error(t, e))?;
+            // Made with the modes any new directory gets (tempfile asks for 0777, less the
+            // umask).
+            let dir = dir.keep();
+            std::fs::rename(&dir, t).map_err(|e| {
+                let _ = std::fs::remove_dir_all(&dir);
+                io_error(t, e)
+            })
         })
     }
 }
