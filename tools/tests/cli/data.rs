@@ -320,11 +320,12 @@ fn a_directory_is_one_run_with_a_partition_per_rank() {
     std::fs::create_dir(&traces).unwrap();
     write_training(&traces, "a.vtrace");
     write_six_step_training(&traces, "b.vtrace");
-    // A third trace of no rank: the workload's header, rank taken away.
+    // A third trace of no rank: the workload's header, rank taken away, of a third process.
     let path = traces.join("c.vtrace");
     let file = File::create(&path).unwrap();
     let mut header = header();
     header.rank = None;
+    header.pid += 2;
     let mut w = vramtrace_collector::format::TraceWriter::new(file, &header).unwrap();
     for r in workload() {
         w.write(&r).unwrap();

@@ -262,11 +262,16 @@ pub fn six_step_training() -> Vec<Record> {
     r
 }
 
-/// Writes [`six_step_training`] to `dir/name`.
+/// Writes [`six_step_training`] to `dir/name`: another process than the other traces here
+/// (one process's two traces are one trace twice to the commands that read a directory).
 pub fn write_six_step_training(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
     let file = std::fs::File::create(&path).unwrap();
-    let mut w = TraceWriter::new(file, &header()).unwrap();
+    let header = Header {
+        pid: header().pid + 1,
+        ..header()
+    };
+    let mut w = TraceWriter::new(file, &header).unwrap();
     for record in six_step_training() {
         w.write(&record).unwrap();
     }
