@@ -122,14 +122,19 @@ pub fn name_view(a: &mut Alert, site: &SiteName, rate: f64) {
     (a.stack, a.caller, a.py_stack) = (0, 0, 0);
 }
 
-/// The place in words: the program's Python line; else, where a library (NCCL, a framework)
+/// The place in words: the program's Python line and the module that asked
+/// (`train.py:42 in step (libc10_cuda.so)`); else, where a library (NCCL, a framework)
 /// allocated for a native program, the program's function and the library's it called
 /// (`main → fw_alloc (libtorch_standin.so)`); else the native function that asked and its
 /// module (`fw_alloc (libtorch_standin.so)`). From the process's own dynamic symbols: a
 /// function they do not name is `module+offset` (the report names it from the binaries).
 pub fn place_name(w: &Watch, site: &SiteName) -> String {
+    // With its owner module, as the report says a place.
     if let Some(line) = w.python_place(site) {
-        return line;
+        return match &site.module_name {
+            Some(module) => format!("{line} ({module})"),
+            None => line,
+        };
     }
     let library_owned = !matches!(site.owner, OwnerKind::Extension | OwnerKind::Unknown);
     if library_owned && site.program_frame != 0 && site.entry_frame != 0 {
