@@ -1,5 +1,6 @@
-//! Passing SIGINT and SIGTERM on to the traced program, so it can flush its trace and exit the
-//! way it would without vramtrace in front of it.
+//! Passing SIGINT, SIGTERM and SIGHUP on to the traced program, so it can flush its trace and exit
+//! the way it would without vramtrace in front of it (a SIGHUP vramtrace did not take would end it
+//! at once, leaving the program running without it and no summary).
 //!
 //! A signal typed at the terminal (Ctrl-C) already reaches the whole foreground process group,
 //! child included; forwarding it again would deliver it twice. Only signals sent to vramtrace
@@ -15,7 +16,7 @@ static PENDING: AtomicI32 = AtomicI32::new(0);
 /// asked to stop, and nothing it left is waited for.
 static RECEIVED: AtomicBool = AtomicBool::new(false);
 
-const FORWARDED: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t to a handler installed with SA_SIGINFO.
@@ -67,7 +68,7 @@ pub fn forward_to(pid: u32) {
     }
 }
 
-/// Whether SIGINT or SIGTERM reached vramtrace while it ran the program.
+/// Whether SIGINT, SIGTERM or SIGHUP reached vramtrace while it ran the program.
 pub fn received() -> bool {
     RECEIVED.load(Ordering::SeqCst)
 }

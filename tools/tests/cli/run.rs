@@ -272,43 +272,47 @@ fn a_program_killed_by_a_signal_exits_128_plus_it() {
         .code(143);
 }
 
+// SIGTERM and SIGHUP sent to vramtrace alone (a scheduler, a closed session) reach the program,
+// whose own handler decides; vramtrace waits for it and exits with its code.
 #[test]
-fn sigterm_is_forwarded_to_the_program() {
+fn sigterm_and_sighup_are_forwarded_to_the_program() {
     let s = setup();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
-        .env_remove("LD_PRELOAD")
-        .arg("run")
-        .arg("--lib")
-        .arg(&s.lib)
-        .args(["--no-summary", "--", "sh", "-c"])
-        .arg("trap 'exit 42' TERM; echo ready; sleep 5 & wait")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "ready\n");
-    // SAFETY: signalling the vramtrace process this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(4),
-            "vramtrace did not forward SIGTERM"
+    for (sig, name) in [(libc::SIGTERM, "TERM"), (libc::SIGHUP, "HUP")] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"))
+            .env_remove("LD_PRELOAD")
+            .arg("run")
+            .arg("--lib")
+            .arg(&s.lib)
+            .args(["--no-summary", "--", "sh", "-c"])
+            .arg(format!("trap 'exit 42' {name}; echo ready; sleep 5 & wait"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "ready\n");
+        // SAFETY: signalling the vramtrace process this test started.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(4),
+                "vramtrace did not forward SIG{name}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            status.code(),
+            Some(42),
+            "SIG{name}: the program's own exit code, after its trap ran"
         );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(
-        status.code(),
-        Some(42),
-        "the program's own exit code, after its trap ran"
-    );
+    }
 }
 
 /// A copy of the binary in `root/bin`, where no tracer library sits beside it.
