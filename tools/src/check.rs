@@ -24,8 +24,8 @@ use crate::limits::{could_not_check, measure, render, Limit, Measured};
 use crate::load::{load_with_steps, ReadFrom};
 use crate::options::AnalysisArgs;
 use crate::options::TracerArgs;
+use crate::render::units::count;
 use crate::report::Report;
-use crate::units::count;
 
 pub const EXAMPLES: &str = "\
 EXIT STATUS:
@@ -263,14 +263,14 @@ fn measure_trace(
         notes.push(format!(
             "the process ended by {} (device memory live then: {})",
             end.reason,
-            crate::units::bytes(report.analysis.leaks.device.bytes)
+            crate::render::units::bytes(report.analysis.leaks.device.bytes)
         ));
     }
     let orphans = &report.analysis.orphans;
     if !orphans.objects.is_empty() && !limits.iter().any(|l| matches!(l, Limit::Orphans(_))) {
         notes.push(format!(
             "{}; not a limit of this check (--max-orphans 0 makes it one)",
-            crate::findings::orphans_line(orphans)
+            crate::render::findings::orphans_line(orphans)
         ));
     }
     if report.analysis.ooms.total > 0 && !limits.iter().any(|l| matches!(l, Limit::Oom(_))) {

@@ -13,7 +13,7 @@ use vramtrace_collector::live::Holder;
 
 use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
-use crate::units::{bytes, count, signed_bytes, unit};
+use crate::render::units::{bytes, count, signed_bytes, unit};
 
 /// One limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,7 +186,7 @@ pub fn oom_found(analysis: &Analysis) -> String {
             "{n} (the first: {} of {} on device {} at step {} with {} live)",
             f.failure.api.name(),
             bytes(f.failure.request_bytes),
-            crate::units::device(f.failure.device),
+            crate::render::units::device(f.failure.device),
             f.failure.origin.step,
             bytes(f.live.bytes)
         ),
@@ -219,7 +219,7 @@ fn growth_found(
             format!(
                 "the tracer alerted {} (the trace on disk begins at step {from}: rotation \
                  removed the steps before it; what is left shows {found})",
-                crate::findings::alert_line(raised, analysis.growth.step_ns)
+                crate::render::findings::alert_line(raised, analysis.growth.step_ns)
             ),
         ),
         _ => (exceeded, found),

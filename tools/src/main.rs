@@ -13,21 +13,17 @@ mod check;
 mod cli;
 mod diff;
 mod export;
-mod findings;
 mod html;
-mod inputs;
-mod interrupt;
 mod limits;
 mod load;
 mod options;
-mod output_file;
+mod output;
 mod ranks;
+mod render;
 mod replay;
 mod report;
 mod run;
-mod tables;
 mod timeline;
-mod units;
 
 use std::process::ExitCode;
 
@@ -45,7 +41,7 @@ fn main() -> ExitCode {
     };
     // Commands that run a program pass the signals on to it instead.
     if !matches!(cli.command, Command::Run(_) | Command::Check(_)) {
-        interrupt::guard();
+        output::interrupt::guard();
     }
     let result = match &cli.command {
         Command::Report(args) => match &args.html {

@@ -9,10 +9,10 @@ use vramtrace_collector::analysis::{Analysis, FindingClass, Severity};
 use vramtrace_collector::compare::{growth_unit, unit_converter};
 use vramtrace_collector::compare::{RankCause, RankInput, RankRow, RunTotals};
 
-use crate::findings::site_label;
-use crate::inputs::Run;
-use crate::tables::{emit, table};
-use crate::units::{bytes, signed_bytes};
+use crate::load::inputs::Run;
+use crate::render::findings::site_label;
+use crate::render::tables::{emit, table};
+use crate::render::units::{bytes, signed_bytes};
 
 /// What the rank table needs of a run, with its `analysis` labelled (the report's).
 pub fn rank_input(run: &Run, analysis: &Analysis) -> RankInput {

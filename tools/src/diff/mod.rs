@@ -30,7 +30,7 @@ use vramtrace_collector::torch::View;
 
 pub use args::{DiffArgs, EXAMPLES};
 
-use crate::inputs::{expand, load_all, Run};
+use crate::load::inputs::{expand, load_all, Run};
 use crate::load::ReadFrom;
 use crate::ranks::{headline, rank_input, who};
 
@@ -106,15 +106,15 @@ fn profile_of(run: Run) -> Result<Compared> {
             .map(|r| {
                 format!(
                     "{} ({} events, the first {})",
-                    crate::units::count(u64::from(r.segments), "segment"),
+                    crate::render::units::count(u64::from(r.segments), "segment"),
                     vramtrace_collector::units::grouped(r.events),
-                    crate::units::duration(r.span_ns)
+                    crate::render::units::duration(r.span_ns)
                 )
             }),
         process: (t.header.host.clone(), t.header.pid, t.header.start_unix_ns),
         alerts: (run.analysis.alerts.iter())
             .map(|r| {
-                let said = crate::findings::alert_line(r, run.analysis.growth.step_ns);
+                let said = crate::render::findings::alert_line(r, run.analysis.growth.step_ns);
                 (r.alert.device, said)
             })
             .collect(),
@@ -431,7 +431,7 @@ fn two_runs(
         return Err(anyhow!(
             "diff takes two runs, A and B (traces or directories of traces), or --rank N with \
              the traces of one job; got {}",
-            crate::units::count(args.inputs.len() as u64, "input")
+            crate::render::units::count(args.inputs.len() as u64, "input")
         ));
     };
     let (a_paths, b_paths) = (

@@ -22,8 +22,8 @@ use vramtrace_collector::units::base_name;
 
 use super::{Comparison, DiffArgs, RunFacts};
 use crate::ranks;
-use crate::tables::{emit, table};
-use crate::units::{bytes, signed_bytes};
+use crate::render::tables::{emit, table};
+use crate::render::units::{bytes, signed_bytes};
 use vramtrace_collector::units::when_full;
 
 /// Steps shown at most in the aligned-steps table.
@@ -451,7 +451,7 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
         d.only_in_b,
         d.unchanged,
         d.sites.len(),
-        crate::units::count(d.places.len() as u64, "place")
+        crate::render::units::count(d.places.len() as u64, "place")
     )?;
     if d.places.is_empty() {
         return Ok(());

@@ -76,7 +76,7 @@ pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         rows += 1;
     }
     w.flush().context("writing the table")?;
-    Ok(crate::units::count(rows, "live object"))
+    Ok(crate::render::units::count(rows, "live object"))
 }
 
 /// The object an operation is about (pointer, handle, communicator, pool, context...), its size,
@@ -200,5 +200,5 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         return Err(anyhow!(err).context("writing the table"));
     }
     w.flush().context("writing the table")?;
-    Ok(crate::units::count(rows, "event"))
+    Ok(crate::render::units::count(rows, "event"))
 }

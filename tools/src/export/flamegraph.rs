@@ -14,8 +14,8 @@ use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 
 use super::frames::Stacks;
 use super::{ExportArgs, Moment};
-use crate::findings::site_label;
 use crate::load::{load_with_steps, LoadedTrace};
+use crate::render::findings::site_label;
 use crate::timeline::bands::site_call;
 
 /// A frame name as a folded-stack line can carry it: `;` separates frames there.
@@ -129,7 +129,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         .context("drawing the flame graph")?;
     Ok(format!(
         "{}: {}{kept}",
-        crate::units::count(lines.len() as u64, "stack"),
+        crate::render::units::count(lines.len() as u64, "stack"),
         title.to_lowercase()
     ))
 }

@@ -22,7 +22,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::options::{AnalysisArgs, WindowArgs};
-use crate::output_file::OutputFile;
+use crate::output::OutputFile;
 
 pub const EXAMPLES: &str = "\
 EXAMPLES:
@@ -180,7 +180,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         return Err(anyhow::anyhow!("--run is an option of --format parquet"));
     }
     let started = std::time::Instant::now();
-    let inputs = crate::inputs::files_of(std::slice::from_ref(&args.trace));
+    let inputs = crate::load::inputs::files_of(std::slice::from_ref(&args.trace));
     let output = OutputFile::prepare(&args.output, args.force, &inputs)?;
     let (what, size) = output.write(|out| write(args, out))?;
     if !output.is_stdout() {
@@ -188,7 +188,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             "wrote {} ({}, {}) in {:.2} s",
             output.path().display(),
             what,
-            crate::units::bytes(size),
+            crate::render::units::bytes(size),
             started.elapsed().as_secs_f64()
         );
     }

@@ -167,7 +167,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
             "events_per_sample": timeline.stride(), "ranges_omitted": timeline.ranges_omitted})
     )
     .context("writing the trace events")?;
-    let n = |n: usize, noun: &str| crate::units::count(n as u64, noun);
+    let n = |n: usize, noun: &str| crate::render::units::count(n as u64, noun);
     Ok(format!(
         "{}: {}, {}, {}, {}, {}",
         n(events as usize, "trace event"),

@@ -315,9 +315,9 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     pickle::write(out, &snapshot).context("writing the snapshot")?;
     Ok(format!(
         "{} live at the end, {} on {}{}",
-        crate::units::count(segment_count as u64, "segment"),
-        crate::units::count(entries as u64, "trace entry"),
-        crate::units::count(devices as u64, "device"),
+        crate::render::units::count(segment_count as u64, "segment"),
+        crate::render::units::count(entries as u64, "trace entry"),
+        crate::render::units::count(devices as u64, "device"),
         if recorder.omitted > 0 {
             format!(", {} older entries left out", recorder.omitted)
         } else {

@@ -10,8 +10,8 @@ use vramtrace_collector::analysis::{Analysis, RaisedAlert, SiteName};
 use vramtrace_collector::live::{Holder, SampleAxis};
 use vramtrace_collector::symbols::{collapse, Attribution, CallRef, Granularity, Symbolizer};
 
-use crate::findings;
 use crate::load::LoadedTrace;
+use crate::render::findings;
 use crate::report::Report;
 use crate::timeline::{bands, Timeline};
 

@@ -19,14 +19,14 @@ use serde::Serialize;
 use vramtrace_collector::symbols::Symbolizer;
 use vramtrace_collector::units::base_name;
 
-use crate::findings::diagnosis::{self, Diagnosis};
-use crate::findings::SummaryLine;
 use crate::load::LoadedTrace;
 use crate::options::ReportArgs;
-use crate::output_file::OutputFile;
+use crate::output::OutputFile;
+use crate::render::findings::diagnosis::{self, Diagnosis};
+use crate::render::findings::SummaryLine;
+use crate::render::units::{bytes, duration, signed_bytes};
 use crate::report::Report;
 use crate::timeline::Timeline;
-use crate::units::{bytes, duration, signed_bytes};
 
 const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("chart.js");
@@ -40,7 +40,7 @@ pub const CHART_RANGES: usize = 2000;
 /// Runs `vramtrace report --html PATH` (the report's flags pick the trace, the ranking, the
 /// analysis options and the limits); returns the exit code, as `report` does.
 pub fn run(args: &ReportArgs, path: &Path) -> Result<u8> {
-    let paths = crate::inputs::expand(&args.traces)?;
+    let paths = crate::load::inputs::expand(&args.traces)?;
     let [one] = &paths[..] else {
         let given = match &args.traces[..] {
             [dir] if dir.is_dir() => format!("{} holds {}", dir.display(), paths.len()),
@@ -48,7 +48,7 @@ pub fn run(args: &ReportArgs, path: &Path) -> Result<u8> {
         };
         anyhow::bail!("--html takes one trace ({given}): name one; the text report reads several");
     };
-    let page = OutputFile::prepare(path, args.force, &crate::inputs::files_of(&paths))?;
+    let page = OutputFile::prepare(path, args.force, &crate::load::inputs::files_of(&paths))?;
     write_page(args, one, &page)
 }
 
@@ -137,7 +137,7 @@ pub fn render(
     let page = Page {
         title: format!("vramtrace: {}", program_name(report.trace.command_line)),
         report,
-        findings: crate::findings::summary_lines(&report.analysis, when, &report.gaps()),
+        findings: crate::render::findings::summary_lines(&report.analysis, when, &report.gaps()),
         diagnosis: diagnosis::words(&report.analysis, report.top, when),
         top: report.top,
         duration: duration(span),
@@ -157,7 +157,7 @@ pub fn render(
     env.add_filter("signed_bytes", |n: f64| signed_bytes(n));
     env.add_filter("duration", |n: u64| duration(n));
     env.add_filter("count", |n: u64, noun: String| {
-        crate::units::count(n, &noun)
+        crate::render::units::count(n, &noun)
     });
     env.add_template("page.html", PAGE)
         .context("reading the page template")?;

@@ -1,7 +1,8 @@
-//! Reading a trace into the live-allocation state, with the facts about how reading went:
-//! whole, up to a point (for `replay`), from a later segment of a trace cut into segments
+//! Reading traces into the live-allocation state, with the facts about how reading went: one
+//! trace whole, up to a point (for `replay`), from a later segment of a trace cut into segments
 //! (`window.rs`), or finding the steps of a trace without step marks in its allocation pattern
-//! as it goes (`steps_found.rs`).
+//! as it goes (`steps_found.rs`); and the traces a command was given, read in parallel
+//! (`inputs.rs`).
 //!
 //! Reading streams: memory follows what is live, not the length of the trace. A progress bar on
 //! stderr follows the bytes read when stderr is a terminal.
@@ -26,6 +27,7 @@ use vramtrace_collector::torch::{ClockAnchor, TorchView};
 use self::steps_found::Found;
 pub use self::window::{indexed, removed_point, ReadFrom, SegmentFacts};
 
+pub mod inputs;
 mod steps_found;
 mod window;
 
@@ -82,14 +84,14 @@ impl LoadedTrace {
         if unread > 0 {
             gaps.push(format!(
                 "has {} that could not be read (damaged)",
-                crate::units::bytes(unread)
+                crate::render::units::bytes(unread)
             ));
         }
         // A number is missing for an event the tracer dropped, and for one in a part of the file
         // that could not be read: the tracer's counters say how many were its own.
         let lost = self.state.lost_events();
         if lost > 0 {
-            let events = crate::units::count(lost, "event");
+            let events = crate::render::units::count(lost, "event");
             let dropped = (self.state.stats()).map_or(0, |s| s.dropped + s.late);
             gaps.push(match (unread > 0, dropped.min(lost)) {
                 (false, _) => format!("is missing {events} the tracer lost"),
@@ -435,7 +437,7 @@ fn reaches(path: &Path, state: &LiveState, from: ReadFrom) -> Result<()> {
             "{}: the trace has no steps (no step marks, no repeating allocation pattern): read \
              from a time since its start instead (--since 3s); it lasts {}",
             path.display(),
-            crate::units::duration(lasted)
+            crate::render::units::duration(lasted)
         )),
         ReadFrom::Step(n) if state.steps() < n => Err(anyhow!(
             "{}: the trace ends before step {n} (it has {} steps)",
@@ -445,8 +447,8 @@ fn reaches(path: &Path, state: &LiveState, from: ReadFrom) -> Result<()> {
         ReadFrom::Time(t) if lasted < t => Err(anyhow!(
             "{}: the trace ends before {} after its start (it lasts {})",
             path.display(),
-            crate::units::duration(t),
-            crate::units::duration(lasted)
+            crate::render::units::duration(t),
+            crate::render::units::duration(lasted)
         )),
         _ => Ok(()),
     }

@@ -30,7 +30,7 @@ impl ReadFrom {
     /// The choice in words, for the report (`null` in JSON when reading starts at the first
     /// segment there).
     pub fn describe(self) -> Option<String> {
-        let time = |ns: u64| crate::units::duration(ns);
+        let time = |ns: u64| crate::render::units::duration(ns);
         match self {
             ReadFrom::First => None,
             ReadFrom::Last(0) => Some("its last segment".into()),
@@ -116,7 +116,7 @@ impl SegmentFacts {
 
     /// The facts in words, for the report's head.
     pub fn describe(&self) -> String {
-        use crate::units::{bytes, duration};
+        use crate::render::units::{bytes, duration};
         let there = (self.first_there..=self.last_there).count();
         let mut text = match there {
             1 => format!("{} on disk", self.first_there),

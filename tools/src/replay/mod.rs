@@ -250,7 +250,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                  events over {}",
                 path.display(),
                 trace.state.events(),
-                crate::units::duration(
+                crate::render::units::duration(
                     (trace.state.last_time_ns()).saturating_sub(trace.state.trace_start_ns())
                 )
             ));
@@ -359,7 +359,9 @@ fn ends(state: &LiveState, point: Point) -> String {
     let span = match point {
         Point::Time(_) => format!(
             " over {}",
-            crate::units::duration(state.last_time_ns().saturating_sub(state.trace_start_ns()))
+            crate::render::units::duration(
+                state.last_time_ns().saturating_sub(state.trace_start_ns())
+            )
         ),
         _ => String::new(),
     };
@@ -410,7 +412,7 @@ fn rotated_away(series: &Series, target: Target) -> Option<String> {
     let what = match target {
         Target::Step(n) => format!("step {n}"),
         Target::Event(n) => format!("event {n}"),
-        Target::Time(t) => format!("{} after the start", crate::units::duration(t)),
+        Target::Time(t) => format!("{} after the start", crate::render::units::duration(t)),
         Target::Oom(_) | Target::End => return None,
     };
     Some(format!(
@@ -419,7 +421,7 @@ fn rotated_away(series: &Series, target: Target) -> Option<String> {
         info.index,
         info.steps,
         info.events_before,
-        crate::units::duration(since_start)
+        crate::render::units::duration(since_start)
     ))
 }
 

@@ -81,7 +81,7 @@ fn duration(text: &str) -> Result<u64, String> {
 /// `12.5 s`, not the rounded `12 s` of a span); otherwise in the unit that reads best.
 fn as_asked(ns: u64) -> String {
     if !(1_000_000_000..120_000_000_000).contains(&ns) || !ns.is_multiple_of(1_000_000) {
-        return crate::units::duration(ns);
+        return crate::render::units::duration(ns);
     }
     let seconds = format!("{:.3}", ns as f64 / 1e9);
     format!("{} s", seconds.trim_end_matches('0').trim_end_matches('.'))

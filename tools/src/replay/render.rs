@@ -3,9 +3,9 @@
 
 use std::io::{self, Write};
 
-use crate::findings;
 use crate::load::LoadedTrace;
-use crate::units::{bytes, count, duration};
+use crate::render::findings;
+use crate::render::units::{bytes, count, duration};
 
 use super::ReplayReport;
 
@@ -62,7 +62,7 @@ pub fn render(
                 let change = previous
                     .insert(name.clone(), h.bytes)
                     .map_or("-".to_string(), |p| {
-                        crate::units::signed_bytes(h.bytes as f64 - p as f64)
+                        crate::render::units::signed_bytes(h.bytes as f64 - p as f64)
                     });
                 t.add_row(vec![
                     snap.moment.point.clone(),
@@ -84,5 +84,5 @@ pub fn render(
 }
 
 fn findings_table(headers: &[&str]) -> comfy_table::Table {
-    crate::tables::table(headers, &[1, 2, 4, 5, 6])
+    crate::render::tables::table(headers, &[1, 2, 4, 5, 6])
 }

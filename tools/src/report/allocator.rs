@@ -5,7 +5,7 @@
 use serde::Serialize;
 use vramtrace_collector::torch::{TensorHistory, TensorView, TorchView};
 
-use crate::units::bytes;
+use crate::render::units::bytes;
 
 /// PyTorch's allocator as the trace knows it.
 #[derive(Serialize)]

@@ -15,10 +15,10 @@ use vramtrace_collector::analysis::Severity;
 use vramtrace_collector::compare::{rank_rows, RankRow};
 
 use super::{text, Report};
-use crate::inputs::load_all;
+use crate::load::inputs::load_all;
 use crate::options::ReportArgs;
 use crate::ranks::{rank_input, render, who};
-use crate::units::{bytes, signed_bytes};
+use crate::render::units::{bytes, signed_bytes};
 
 /// Version of the document's shape.
 pub const SCHEMA: &str = "vramtrace-ranks/1";

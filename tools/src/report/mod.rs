@@ -50,7 +50,11 @@ fn finding_stacks(
                 stack: s.stack,
                 py_stack: s.py_stack,
             };
-            (number, crate::findings::site_label(s), naming.stack(call))
+            (
+                number,
+                crate::render::findings::site_label(s),
+                naming.stack(call),
+            )
         })
         .collect()
 }
@@ -65,7 +69,7 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 /// Runs `vramtrace report`: of one trace, or of several (see [`many`]); returns the exit code
 /// (1 when a trace exceeds a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
 pub fn run(args: &ReportArgs) -> Result<u8> {
-    let paths = crate::inputs::expand(&args.traces)?;
+    let paths = crate::load::inputs::expand(&args.traces)?;
     if let [one] = &paths[..] {
         return report_one(args, one);
     }

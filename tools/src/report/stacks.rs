@@ -7,8 +7,8 @@ use std::io::{self, Write};
 use vramtrace_collector::symbols::{collapse, Granularity, StackFrame};
 
 use super::Report;
-use crate::tables::{emit, or_unknown, seq_range, table};
-use crate::units::bytes;
+use crate::render::tables::{emit, or_unknown, seq_range, table};
+use crate::render::units::bytes;
 
 /// What the groups of one granularity are called in titles and headers.
 fn nouns(by: Granularity) -> (&'static str, &'static str) {

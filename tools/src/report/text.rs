@@ -7,9 +7,9 @@ use vramtrace_collector::live::{CommState, Flags};
 
 use super::{stacks, Report};
 use crate::options::RankBy;
-use crate::units::{bytes, count};
+use crate::render::units::{bytes, count};
 
-use crate::tables::{emit, or_unknown, seq_range, table};
+use crate::render::tables::{emit, or_unknown, seq_range, table};
 
 fn flag_list(flags: Flags) -> String {
     flags
@@ -33,7 +33,7 @@ fn objects_and_bytes(count: u64, n: u64) -> String {
 pub fn render(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> io::Result<()> {
     facts(out, r)?;
     // What matters first: orphans and growth, then what went wrong, then the live set.
-    crate::findings::render(out, &r.analysis, r.top, "at the end", &r.gaps())?;
+    crate::render::findings::render(out, &r.analysis, r.top, "at the end", &r.gaps())?;
     orphans(out, r)?;
     live(out, r)?;
     ranking(out, r, by, full)?;
@@ -207,7 +207,7 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         let mut t = table(&["device", "objects", "bytes"], &[0, 1, 2]);
         for d in &s.by_device {
             t.add_row(vec![
-                crate::units::device(d.device),
+                crate::render::units::device(d.device),
                 d.count.to_string(),
                 bytes(d.bytes),
             ]);
@@ -233,7 +233,7 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
                 bytes(a.unexplained as u64)
             };
             t.add_row(vec![
-                crate::units::device(a.device),
+                crate::render::units::device(a.device),
                 bytes(a.driver_used),
                 bytes(a.context_baseline),
                 bytes(a.traced_live),
@@ -420,7 +420,7 @@ fn orphans(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             o.category.name().to_string(),
             format!("{:#x}", o.address),
             bytes(o.bytes),
-            crate::units::device(o.device),
+            crate::render::units::device(o.device),
             flag_list(o.flags),
             o.origin
                 .communicator
@@ -486,7 +486,7 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             x.result.to_string(),
             if x.out_of_memory { "yes" } else { "no" }.to_string(),
             bytes(x.request_bytes),
-            crate::units::device(x.device),
+            crate::render::units::device(x.device),
             bytes(x.live_device_bytes),
             x.seq.to_string(),
             r.place_of(&x.origin),

@@ -21,7 +21,7 @@ use vramtrace_collector::units::pattern::NamePattern;
 use super::status::{Reported, Unseen};
 use super::Ran;
 use crate::load::{read, Flow, Progress, ReadFrom};
-use crate::units::{bytes, count};
+use crate::render::units::{bytes, count};
 
 /// Call sites listed per trace in the summary.
 const SUMMARY_SITES: usize = 5;
@@ -72,7 +72,7 @@ impl OutputPattern {
             .map(|(path, (modified, _))| (modified, path))
             .collect();
         found.sort();
-        crate::inputs::one_per_trace(found.into_iter().map(|(_, p)| p).collect())
+        crate::load::inputs::one_per_trace(found.into_iter().map(|(_, p)| p).collect())
     }
 }
 

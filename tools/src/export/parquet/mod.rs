@@ -36,7 +36,7 @@ use vramtrace_collector::format::{trace_of, SegmentFile};
 use self::output::Staged;
 use self::trace::{Place, Rows};
 use crate::load::Progress;
-use crate::units::count;
+use crate::render::units::count;
 
 /// What to export, and where.
 pub struct Job<'a> {
@@ -69,13 +69,13 @@ struct Written<'a> {
 /// Runs `vramtrace export --format parquet`.
 pub fn run(job: &Job<'_>) -> Result<()> {
     let started = Instant::now();
-    let traces = crate::inputs::expand(&[job.input.to_path_buf()])?;
+    let traces = crate::load::inputs::expand(&[job.input.to_path_buf()])?;
     let run = match job.run {
         Some(name) => partition_value(name)?,
         None => default_run(job.input),
     };
     one_file_per_process(&traces)?;
-    let inputs = crate::inputs::files_of(&traces);
+    let inputs = crate::load::inputs::files_of(&traces);
     let staged = Staged::claim(job.output, job.force, &inputs)?;
     let group = MultiProgress::new();
     let files = file_names(&traces);
@@ -103,7 +103,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
             run: &run,
             seconds: started.elapsed().as_secs_f64(),
             warnings: (job.input.is_dir())
-                .then(|| crate::inputs::unread_below(job.input))
+                .then(|| crate::load::inputs::unread_below(job.input))
                 .flatten()
                 .into_iter()
                 .collect(),

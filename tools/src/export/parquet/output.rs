@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Result};
 
-use crate::interrupt::Temporary;
 use crate::load::lower_first;
+use crate::output::interrupt::Temporary;
 
 /// The directories at the top of a dataset, one per table (docs/data.md).
 pub const TABLES: [&str; 9] = [
@@ -190,7 +190,7 @@ impl Staged {
         let dir = tempfile::Builder::new()
             .prefix(".vramtrace-export-")
             .tempdir_in(parent)
-            .map_err(|e| crate::output_file::not_created(target, e))?;
+            .map_err(|e| crate::output::not_created(target, e))?;
         Ok(Staged {
             _interrupted: Temporary::register(dir.path()),
             dir,

@@ -218,7 +218,7 @@ fn warnings(trace: &LoadedTrace) -> Vec<String> {
              the run): the tables start at segment {}, from its snapshot of the live set; \
              objects that ended before are no rows",
             vramtrace_collector::units::grouped(removed.events),
-            crate::units::duration(removed.span_ns),
+            crate::render::units::duration(removed.span_ns),
             facts.first_read,
         ));
     }

@@ -10,6 +10,8 @@
 //! through `tempfile`'s `persist_noclobber`). `-` is standard output; a FIFO or a device
 //! (`/dev/null`) is written through, since nothing there is replaced.
 
+pub mod interrupt;
+
 use std::fs::Metadata;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -17,8 +19,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::interrupt::Temporary;
 use crate::load::lower_first;
+use crate::output::interrupt::Temporary;
 
 /// Where an output goes.
 #[derive(Debug)]

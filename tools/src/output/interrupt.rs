@@ -1,5 +1,5 @@
 //! What an interrupted command leaves behind: nothing. Outputs are written under temporary
-//! names beside their own ([`crate::output_file`], the Parquet dataset's staging directory) and
+//! names beside their own ([`crate::output`], the Parquet dataset's staging directory) and
 //! take their names only once complete; a SIGINT, SIGTERM or SIGHUP would end the process
 //! without running the destructors that remove them. So a command that writes outputs takes
 //! those signals on a thread of its own ([`guard`]), which removes the temporaries registered

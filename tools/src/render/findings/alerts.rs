@@ -6,7 +6,7 @@ use vramtrace_collector::live::{Holder, SampleAxis};
 use vramtrace_collector::units::{base_name, when_full};
 
 use super::site_label;
-use crate::units::signed_bytes;
+use crate::render::units::signed_bytes;
 
 /// An alert the tracer raised while the program ran, as the program's stderr said it, but for
 /// its step, counted as the report counts steps, and its time to full, from its steps at the

@@ -13,7 +13,7 @@ use vramtrace_collector::analysis::{
 use vramtrace_collector::torch::VIEW;
 
 use super::{at_sample, site_label};
-use crate::units::{bytes, signed_bytes, unit};
+use crate::render::units::{bytes, signed_bytes, unit};
 use vramtrace_collector::units::when_full;
 
 /// Findings listed in full; the rest are counted.
