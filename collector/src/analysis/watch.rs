@@ -187,8 +187,9 @@ pub struct Held {
     pub wanted_ns: u64,
     /// Judged per step of an allocation pattern (else per time window).
     pub pattern: bool,
-    /// Samples (steps, or windows) it has lasted, and those the confirmation asks for, when
-    /// those fell short: a marked loop shorter than `VRAMTRACE_ALERT_CONFIRM`.
+    /// Steps it has lasted, and those the confirmation asks for, when those fell short: a loop
+    /// shorter than `VRAMTRACE_ALERT_CONFIRM` (growth per time window shorter than it is not
+    /// held but unjudged: a program's first milliseconds grow as much as a leak).
     pub samples: Option<(u64, u64)>,
 }
 
@@ -556,7 +557,14 @@ impl Watch {
         if top.course.shape != Shape::Steady {
             return Verdict::None;
         }
+        let windows = g.window_ns.is_some_and(|w| w > 0);
         if lasted < self.config.confirm {
+            // Per time window, growth shorter than the confirmation's windows is a program's
+            // first milliseconds as much as a leak (a healthy run of 4 ms grows in 3 windows of
+            // its 4): nothing to say of it. Steps, marked or of a pattern, are the loop's own.
+            if windows {
+                return Verdict::None;
+            }
             return Verdict::Held(Held {
                 lasted_ns: 0,
                 wanted_ns: 0,

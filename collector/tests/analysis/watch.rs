@@ -442,3 +442,40 @@ fn a_segment_snapshot_written_while_a_pattern_is_followed_has_no_steps() {
     assert!(snapshot.objects.len() > 600);
     assert!(snapshot.objects.iter().all(|o| o.step == 0));
 }
+
+#[test]
+fn an_unmarked_program_of_a_few_milliseconds_growing_all_along_is_not_said_to_grow() {
+    // A program without step marks that lasts 4 ms, keeping 256 KiB every 50 µs for its first
+    // 3 ms (its model built, its caches filled) and then ending: judged per time window of a
+    // millisecond, its growth lasted 3 windows of its 4. Per time window, growth shorter than
+    // the confirmation's windows is as much a program's start as a leak: the end says nothing
+    // of it (the note is for growth that could have been confirmed and was not).
+    let mut b = Builder::new();
+    b.tick_ns = 50_000;
+    for i in 0..60u64 {
+        b.malloc(site(3), 0x1_0000_0000 + i * MIB, 256 * 1024);
+    }
+    for _ in 0..20 {
+        b.malloc(site(2), 0x2000_0000, MIB);
+        b.free(0x2000_0000);
+    }
+    let mut watch = Watch::new(WatchConfig {
+        every_ns: 0,
+        ..config()
+    });
+    let mut end = 0;
+    for r in &b.records {
+        match r {
+            Record::Event(e) => {
+                watch.apply_event(e);
+                end = e.time_ns;
+            }
+            r => watch.apply(r),
+        }
+    }
+    let j = watch.judge(end);
+    assert_eq!(j.axis, SampleAxis::Time);
+    let d = &j.devices[0];
+    assert!(d.steady_growth > 0.0, "{d:?}");
+    assert_eq!((d.alert, d.held), (None, None), "{d:?}");
+}
