@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+use vramtrace_collector::format::TraceReader;
 use vramtrace_tests::{standin_ld_library_path, workload};
 
 /// Where the demo keeps its traces, in the current directory.
@@ -72,7 +73,9 @@ fn program(variant: Option<&str>) -> Result<ExitCode, String> {
     Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
 }
 
-/// The demo's traces named `prefix…` in its directory, newest last.
+/// The demo's own traces named `prefix<pid>.vtrace` in its directory, newest last: files of
+/// that name that are not a trace of its training loop (a user's copy, another program's trace,
+/// a text) are not its own, and are left alone.
 fn traces(prefix: &str) -> Vec<PathBuf> {
     let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(OUT_DIR)
         .into_iter()
@@ -81,12 +84,25 @@ fn traces(prefix: &str) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| {
             let name = p.file_name().unwrap_or_default().to_string_lossy();
-            name.starts_with(prefix) && name.ends_with(".vtrace")
+            let pid = name
+                .strip_prefix(prefix)
+                .and_then(|n| n.strip_suffix(".vtrace"));
+            pid.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         })
+        .filter(|p| of_the_training_loop(p))
         .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
         .collect();
     found.sort();
     found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Whether the file at `path` is a trace of the demo's training loop (its header's command).
+fn of_the_training_loop(path: &Path) -> bool {
+    let Ok(reader) = TraceReader::open(path) else {
+        return false;
+    };
+    let program = reader.header().command_line.first().map(Path::new);
+    program.and_then(Path::file_name) == workload("wl_train").file_name()
 }
 
 /// Traces the loop (`variant`) under `vramtrace run` into `OUT_DIR/PREFIX%p.vtrace`, after
@@ -102,7 +118,7 @@ fn traced_run(
     std::fs::create_dir_all(OUT_DIR).map_err(|e| format!("cannot create {OUT_DIR}: {e}"))?;
     for old in traces(prefix) {
         if std::fs::remove_file(&old).is_ok() {
-            println!("(the demo's earlier {} is replaced)", old.display());
+            println!("(removed the demo's earlier trace {})", old.display());
         }
     }
     let training = training_loop(variant);

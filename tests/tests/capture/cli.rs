@@ -392,6 +392,41 @@ captest!(the_demo_diffs_a_planted_regression, |dir| {
     let traces = trace_files(&dir.join("vramtrace-demo"));
     assert_eq!(traces.len(), 2, "{traces:?}");
 
+    // Run again, it replaces its own trace and nothing else named like one: a user's notes and
+    // another program's trace under the demo's names stay as they were.
+    let kept = dir.join("vramtrace-demo");
+    std::fs::write(kept.join("train-notes.vtrace"), "notes\n").unwrap();
+    std::fs::write(kept.join("train-7.vtrace"), "not a trace\n").unwrap();
+    let other =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gpu/healthy_compile-bare.vtrace");
+    std::fs::copy(&other, kept.join("train-8.vtrace")).unwrap();
+    let out = demo().output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    let removed: Vec<&str> = (shown.lines())
+        .filter(|l| l.starts_with("(removed the demo's earlier trace "))
+        .collect();
+    let first = traces
+        .iter()
+        .find(|t| t.to_string_lossy().contains("/train-"));
+    let first = first.unwrap().file_name().unwrap().to_string_lossy();
+    assert!(
+        removed.len() == 1 && removed[0].ends_with(&format!("{first})")),
+        "{shown}"
+    );
+    assert_eq!(
+        std::fs::read(kept.join("train-notes.vtrace")).unwrap(),
+        b"notes\n"
+    );
+    assert_eq!(
+        std::fs::read(kept.join("train-7.vtrace")).unwrap(),
+        b"not a trace\n"
+    );
+    assert_eq!(
+        std::fs::read(kept.join("train-8.vtrace")).unwrap(),
+        std::fs::read(&other).unwrap()
+    );
+
     let out = demo().args(["--program", "--extra-leek"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
