@@ -10,7 +10,7 @@ use vramtrace_collector::event::{Event, Op};
 use vramtrace_collector::live::StepSource;
 use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 
-use super::ExportArgs;
+use super::{ExportArgs, Written};
 use crate::load::{load_with_steps, read, Flow, Progress};
 
 fn hex(v: u64) -> String {
@@ -18,7 +18,7 @@ fn hex(v: u64) -> String {
 }
 
 /// Writes one row per live object; returns what was written.
-pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
+pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     let trace = load_with_steps(&args.trace, args.window.read_from(), args.analysis.config())?;
     let state = &trace.state;
     let mut symbols = Symbolizer::from_env();
@@ -76,7 +76,10 @@ pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         rows += 1;
     }
     w.flush().context("writing the table")?;
-    Ok(crate::render::units::count(rows, "live object"))
+    Ok(Written::of(
+        &trace,
+        crate::render::units::count(rows, "live object"),
+    ))
 }
 
 /// The object an operation is about (pointer, handle, communicator, pool, context...), its size,
@@ -152,7 +155,7 @@ fn event_row(e: &Event, step: u64) -> [String; 16] {
 }
 
 /// Writes one row per event; returns what was written.
-pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
+pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     let mut w = csv::Writer::from_writer(out);
     w.write_record([
         "seq",
@@ -184,7 +187,7 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     progress.restart("exporting");
     let mut rows = 0u64;
     let mut failed = None;
-    read(&args.trace, from, source, &progress, |state, e| {
+    let trace = read(&args.trace, from, source, &progress, |state, e| {
         match w.write_record(event_row(e, state.steps())) {
             Ok(()) => {
                 rows += 1;
@@ -200,5 +203,8 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         return Err(anyhow!(err).context("writing the table"));
     }
     w.flush().context("writing the table")?;
-    Ok(crate::render::units::count(rows, "event"))
+    Ok(Written::of(
+        &trace,
+        crate::render::units::count(rows, "event"),
+    ))
 }

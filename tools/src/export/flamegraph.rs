@@ -13,7 +13,7 @@ use vramtrace_collector::live::{Holder, LiveState, SampleAxis};
 use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 
 use super::frames::Stacks;
-use super::{ExportArgs, Moment};
+use super::{ExportArgs, Moment, Written};
 use crate::load::{load_with_steps, LoadedTrace};
 use crate::render::findings::site_label;
 use crate::timeline::bands::site_call;
@@ -76,13 +76,19 @@ fn weights(
 }
 
 /// Writes the flame graph; returns what it shows.
-pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
+pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     let trace = load_with_steps(&args.trace, args.window.read_from(), args.analysis.config())?;
     let state = &trace.state;
     let (weights, title) = weights(state, args, &trace.growth);
     if weights.values().all(|&b| b == 0) {
+        // A trace read in part says so: its end is where reading stopped.
+        let gaps = trace.gaps();
+        let read = match gaps.is_empty() {
+            true => String::new(),
+            false => format!(" of what could be read: the trace {}", gaps.join(", and ")),
+        };
         bail!(
-            "{}: nothing to draw ({})",
+            "{}: nothing to draw ({}{read})",
             args.trace.display(),
             match args.at.unwrap_or(Moment::End) {
                 Moment::End => "no memory is live at the end",
@@ -127,11 +133,12 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     options.name_type = "Frame:".to_string();
     from_lines(&mut options, lines.iter().map(String::as_str), out)
         .context("drawing the flame graph")?;
-    Ok(format!(
+    let what = format!(
         "{}: {}{kept}",
         crate::render::units::count(lines.len() as u64, "stack"),
         title.to_lowercase()
-    ))
+    );
+    Ok(Written::of(&trace, what))
 }
 
 /// The place the report's diagnosis names for the first steady growth where a framework's own

@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
+use crate::load::LoadedTrace;
 use crate::options::{AnalysisArgs, WindowArgs};
 use crate::output::OutputFile;
 
@@ -182,7 +183,14 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let started = std::time::Instant::now();
     let inputs = crate::load::inputs::files_of(std::slice::from_ref(&args.trace));
     let output = OutputFile::prepare(&args.output, args.force, &inputs)?;
-    let (what, size) = output.write(|out| write(args, out))?;
+    let (Written { what, gaps }, size) = output.write(|out| write(args, out))?;
+    if !gaps.is_empty() {
+        eprintln!(
+            "warning: {} {}: the export holds what could be read",
+            args.trace.display(),
+            gaps.join(", and ")
+        );
+    }
     if !output.is_stdout() {
         eprintln!(
             "wrote {} ({}, {}) in {:.2} s",
@@ -195,8 +203,26 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     Ok(())
 }
 
-/// Writes the format asked for to `out`; returns what was written, in words.
-fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
+/// What a format wrote, in words, and what kept it from holding the whole trace (a cut or
+/// damaged trace, lost events: [`LoadedTrace::gaps`]), which the export warns of as the report
+/// heads its findings with it.
+pub struct Written {
+    pub what: String,
+    pub gaps: Vec<String>,
+}
+
+impl Written {
+    /// `what` was written from `trace`.
+    pub fn of(trace: &LoadedTrace, what: String) -> Self {
+        Written {
+            what,
+            gaps: trace.gaps(),
+        }
+    }
+}
+
+/// Writes the format asked for to `out`; returns what was written.
+fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     match args.format {
         Format::Perfetto => perfetto::write(args, out),
         Format::Flamegraph => flamegraph::write(args, out),

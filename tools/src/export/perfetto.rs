@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use vramtrace_collector::symbols::{Attribution, Granularity, Symbolizer};
 
-use super::ExportArgs;
+use super::{ExportArgs, Written};
 use crate::timeline::{bands, load_with_timeline, Timeline};
 
 /// Holders with a counter track of their own per device; the rest share one.
@@ -46,7 +46,7 @@ fn ts(timeline: &Timeline, ns: u64) -> f64 {
 }
 
 /// Writes the trace events; returns what was written.
-pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
+pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     let (trace, timeline) = load_with_timeline(
         &args.trace,
         args.window.read_from(),
@@ -168,7 +168,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
     )
     .context("writing the trace events")?;
     let n = |n: usize, noun: &str| crate::render::units::count(n as u64, noun);
-    Ok(format!(
+    let what = format!(
         "{}: {}, {}, {}, {}, {}",
         n(events as usize, "trace event"),
         n(counters as usize, "counter sample"),
@@ -176,5 +176,6 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         n(timeline.ranges.len(), "NVTX range"),
         n(timeline.marks.len(), "mark"),
         n(failures as usize, "failure"),
-    ))
+    );
+    Ok(Written::of(&trace, what))
 }

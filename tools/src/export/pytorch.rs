@@ -26,7 +26,7 @@ use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 
 use super::frames::{NamedFrame, Stacks};
 use super::pickle::{self, Value};
-use super::ExportArgs;
+use super::{ExportArgs, Written};
 
 /// Entries kept in the snapshot's trace without `--max-entries`: PyTorch's recorder's own
 /// default ring.
@@ -208,7 +208,7 @@ impl FrameLists<'_, '_, '_> {
 }
 
 /// Writes the snapshot; returns what it holds.
-pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
+pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     let progress = Progress::new(&args.trace, "reading");
     let mut recorder = Recorder {
         live: HashMap::new(),
@@ -313,7 +313,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         ),
     ]);
     pickle::write(out, &snapshot).context("writing the snapshot")?;
-    Ok(format!(
+    let what = format!(
         "{} live at the end, {} on {}{}",
         crate::render::units::count(segment_count as u64, "segment"),
         crate::render::units::count(entries as u64, "trace entry"),
@@ -323,5 +323,6 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<String> {
         } else {
             String::new()
         }
-    ))
+    );
+    Ok(Written::of(&trace, what))
 }

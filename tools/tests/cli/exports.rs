@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use vramtrace_collector::format::Record;
 
 use crate::support::*;
 
@@ -509,4 +510,70 @@ fn a_table_piped_into_head_ends_quietly() {
         "it printed on stderr"
     );
     assert_eq!(out.status.code(), Some(0));
+}
+
+// Every export of a trace that could not be read whole says so on stderr, as the report's
+// INCOMPLETE line does, and writes what could be read: the training trace without its end
+// record (a killed process) holds all its events, and says it is cut short; the flame graph of
+// what is live at the end of a trace cut before any event says why there is nothing to draw.
+#[test]
+fn an_export_of_a_cut_trace_says_it_holds_what_could_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<Record> = (crate::support::training().into_iter())
+        .filter(|r| !matches!(r, Record::End(_)))
+        .collect();
+    let cut = write_records(dir.path(), "cut.vtrace", &records);
+    let whole = training_rows(dir.path());
+    for format in [
+        "csv-live",
+        "csv-events",
+        "pytorch",
+        "perfetto",
+        "flamegraph",
+    ] {
+        let out = dir.path().join(format!("cut.{format}"));
+        let run = vramtrace()
+            .args(["export", "--format", format, "-o"])
+            .arg(&out)
+            .arg(&cut)
+            .assert()
+            .success();
+        let err = String::from_utf8_lossy(&run.get_output().stderr).into_owned();
+        let warning = format!(
+            "warning: {} is cut short (no end record: the trace stops at byte ",
+            cut.display()
+        );
+        assert!(
+            err.starts_with(&warning)
+                && err.lines().next().unwrap().ends_with(
+                    " (process killed or still running)): the export holds what could be read"
+                ),
+            "{format}: {err}"
+        );
+        if format == "csv-live" {
+            assert_eq!(csv_rows(&out).1.len(), whole, "{format}");
+        }
+    }
+    // Without its end record, a trace of no event at all.
+    let nothing: Vec<Record> = (crate::support::training().into_iter())
+        .filter(|r| !matches!(r, Record::End(_) | Record::Event(_)))
+        .collect();
+    let empty = write_records(dir.path(), "empty.vtrace", &nothing);
+    let run = vramtrace()
+        .args(["export", "--format", "flamegraph", "-o"])
+        .arg(dir.path().join("empty.svg"))
+        .arg(&empty)
+        .assert()
+        .code(2);
+    let err = String::from_utf8_lossy(&run.get_output().stderr).into_owned();
+    assert!(
+        err.contains(": nothing to draw (no memory is live at the end of what could be read: the trace is cut short (no end record"),
+        "{err}"
+    );
+}
+
+/// The rows of `csv-live` of the whole training trace.
+fn training_rows(dir: &Path) -> usize {
+    let out = export(&training(dir), dir, "csv-live", &[]);
+    csv_rows(&out).1.len()
 }
