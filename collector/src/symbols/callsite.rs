@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::stack::{FrameKind, StackFrame};
-use super::{ResolvedAddress, Symbolizer};
+use super::{frames_label, ResolvedAddress, Symbolizer};
 use crate::event::{Event, StackId};
 use crate::live::{Accounting, LiveState, Origin, OwnerResolver};
 use crate::module_map::is_tracer;
@@ -421,6 +421,9 @@ impl<'a> Attribution<'a> {
         for g in &mut groups {
             self.describe(g);
         }
+        if by == Granularity::Site {
+            self.name_sites(&mut groups);
+        }
         groups.sort_by(|a, b| {
             (b.bytes, b.host_bytes, b.count)
                 .cmp(&(a.bytes, a.host_bytes, a.count))
@@ -433,6 +436,30 @@ impl<'a> Attribution<'a> {
     /// Live device and host memory of `state` grouped at granularity `by`.
     pub fn group_live(&mut self, state: &LiveState, by: Granularity) -> Vec<CallSiteGroup> {
         self.group(by, &CallSiteTally::of_live(state))
+    }
+
+    /// Names groups of one site each as every output names a site ([`frames_label`]: the
+    /// program's line, else the function that asked), from the group's largest call, else by its
+    /// recorded `module+offset`; sites that read the same wear their stack (`[stack 17]`), the
+    /// tag the report's tables give them when nothing else tells them apart.
+    fn name_sites(&mut self, groups: &mut [CallSiteGroup]) {
+        for g in groups.iter_mut() {
+            let frames = self.stack(g.example);
+            let owner = self.owner_frame(g.example);
+            g.label = frames_label(&frames)
+                .unwrap_or_else(|| module_offset(owner.module_name.as_deref(), owner.offset));
+        }
+        let mut seen: HashMap<String, u32> = HashMap::new();
+        for g in groups.iter() {
+            *seen.entry(g.label.clone()).or_default() += 1;
+        }
+        for g in groups.iter_mut() {
+            if let CallSiteKey::Site { stack, .. } = g.key {
+                if seen[&g.label] > 1 {
+                    g.label = format!("{} [stack {stack}]", g.label);
+                }
+            }
+        }
     }
 
     /// Fills the frame and module of a group from its example call.
