@@ -52,7 +52,10 @@ EXAMPLES:
     the Python lines still holding memory at the end, per rank:
         vramtrace export --format parquet -o job-data/ traces/
         duckdb -c \"SELECT rank, label, sum(bytes) FROM 'job-data/allocations/**/*.parquet'
-                    WHERE free_seq IS NULL AND accounting = 'device' GROUP BY ALL ORDER BY 3 DESC\"";
+                    WHERE free_seq IS NULL AND accounting = 'device' GROUP BY ALL ORDER BY 3 DESC\"
+    In Python, the same tables straight from the traces: vramtrace.load(\"traces/\") (the wheel;
+    docs/python.md). pyarrow's pq.read_table of a dataset whose traces carry no rank needs the
+    partitioning typed (docs/data.md, \"Layout\")";
 
 /// What `export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
