@@ -151,10 +151,15 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
             true => "",
             false => "; and not everything could be checked (below)",
         };
+        let details = match &checked.first_failed {
+            Some(trace) if checked.failed == 1 => trace.display().to_string(),
+            Some(trace) => format!("{}, and the others", trace.display()),
+            None => "TRACE".to_string(),
+        };
         writeln!(
             err,
             "vramtrace check: FAILED: limits exceeded in {} of {traces}: {} (details: vramtrace \
-             report TRACE){partly}",
+             report {details}){partly}",
             checked.failed,
             checked.limits.join(", "),
         )
@@ -191,6 +196,8 @@ struct Checked {
     limits: Vec<&'static str>,
     /// Traces that exceeded any.
     failed: usize,
+    /// The first of them, for the command that shows why.
+    first_failed: Option<PathBuf>,
     /// What could not be checked in full, each naming its trace or process.
     unchecked: Vec<String>,
 }
@@ -217,7 +224,10 @@ fn check_traces(
                 checked.limits.push(m.limit.name());
             }
         }
-        checked.failed += usize::from(measured.iter().any(|m| m.exceeded));
+        if measured.iter().any(|m| m.exceeded) {
+            checked.failed += 1;
+            checked.first_failed.get_or_insert_with(|| path.clone());
+        }
         render(out, &measured, &gaps).context("writing the verdict")?;
         for n in notes {
             writeln!(out, "  note: {n}").context("writing the verdict")?;

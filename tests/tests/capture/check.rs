@@ -83,8 +83,11 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
             "  FAIL  leak             20.0 MiB live at the end (20971520 B in 20 objects), limit \
              1.0 MiB (1048576 B)",
             "  FAIL  orphans          1 orphan holding 0 B of device memory, limit 0",
-            "vramtrace check: FAILED: limits exceeded in 1 of 1 trace: growth, leak, orphans \
-             (details: vramtrace report TRACE)",
+            &format!(
+                "vramtrace check: FAILED: limits exceeded in 1 of 1 trace: growth, leak, orphans \
+                 (details: vramtrace report {})",
+                trace.display()
+            ),
         ]
     );
 });

@@ -468,7 +468,7 @@ captest!(a_place_has_one_label_in_every_output, |dir| {
         .find(|l| l.contains("80.0 MiB"))
         .unwrap_or_else(|| panic!("{summary}"));
     assert!(
-        first.contains(&format!(" {label} (owner libtorch_standin.so)")),
+        first.contains(&format!(" {label} (libtorch_standin.so)")),
         "{first}"
     );
     // The report: the first finding, and the live set.

@@ -278,7 +278,7 @@ fn summarize_live(out: &mut impl Write, state: &LiveState) -> io::Result<()> {
         let place = frames_label(&naming.stack(call)).unwrap_or_else(|| s.site.clone());
         writeln!(
             out,
-            "    {:>10}  {:>13}  {:<24} {place} (owner {})",
+            "    {:>10}  {:>13}  {:<24} {place} ({})",
             bytes(s.bytes),
             count(s.count, "object"),
             s.api.name(),

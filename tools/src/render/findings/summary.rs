@@ -400,7 +400,7 @@ fn steps_line(a: &Analysis) -> String {
                 String::new()
             };
             format!(
-                "{} from the allocation pattern{every}: each begins with the {anchor}; {} repeat every step{weak}",
+                "{} from the allocation pattern{every}: each begins with the {anchor}; {} every step{weak}",
                 count(s.steps, "step"), recurring(p.in_step, p.kinds)
             )
         }
@@ -409,11 +409,13 @@ fn steps_line(a: &Analysis) -> String {
     }
 }
 
-/// `the one kind of allocation that recurs`, `3 of the 5 kinds of allocation that recur`.
+/// `the one kind of allocation that recurs repeats`, `3 of the 5 kinds of allocation that
+/// recur repeat`.
 fn recurring(repeat: u64, kinds: u64) -> String {
     match (repeat, kinds) {
-        (1, 1) => "the one kind of allocation that recurs".into(),
-        (r, k) if r == k => format!("all {k} kinds of allocation that recur"),
-        (r, k) => format!("{r} of the {k} kinds of allocation that recur"),
+        (1, 1) => "the one kind of allocation that recurs repeats".into(),
+        (1, k) => format!("1 of the {k} kinds of allocation that recur repeats"),
+        (r, k) if r == k => format!("all {k} kinds of allocation that recur repeat"),
+        (r, k) => format!("{r} of the {k} kinds of allocation that recur repeat"),
     }
 }
