@@ -558,6 +558,13 @@ impl Watch {
             return Verdict::None;
         }
         let windows = g.window_ns.is_some_and(|w| w > 0);
+        // Per time window the device itself must grow: a place's staircase beside a burst
+        // that leaves the device flat is not the device filling (on the H100, a CuPy loop of
+        // 31 ms in a process of half a second: its leak one burst of 400 MiB, another line's
+        // three rises of 256 KiB "steady").
+        if windows && h.course.shape != Shape::Steady {
+            return Verdict::None;
+        }
         if lasted < self.config.confirm {
             // Per time window, growth shorter than the confirmation's windows is a program's
             // first milliseconds as much as a leak (a healthy run of 4 ms grows in 3 windows of
