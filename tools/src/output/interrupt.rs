@@ -9,7 +9,7 @@
 //! Why signal-hook's iterator and not a handler of our own: removing a directory tree allocates
 //! and walks directories, which no signal handler may do; its thread may.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -34,6 +34,7 @@ pub fn guard() {
                 return;
             };
             if let Some(sig) = signals.forever().next() {
+                STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
                 remove_pending();
                 let _ = signal_hook::low_level::emulate_default_handler(sig);
                 std::process::exit(128 + sig);
@@ -42,6 +43,15 @@ pub fn guard() {
     if taker.is_ok() {
         let _ = registered.recv();
     }
+}
+
+/// Set once an interrupt is removing the temporaries: the command's other threads make no more
+/// directories ([`stopping`]), which would bring back a staging directory being removed.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether an interrupt is removing the temporaries: make no directory now.
+pub fn stopping() -> bool {
+    STOPPING.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Removes every temporary still registered. The command goes on meanwhile and may be making
@@ -72,10 +82,18 @@ fn remove_pending() {
 pub struct Temporary(PathBuf);
 
 impl Temporary {
-    pub fn register(path: &Path) -> Temporary {
+    /// Makes a temporary with `make` and registers it at `path_of` it, both before an interrupt
+    /// can look: one that comes meanwhile waits for them, and then removes it. (Made first and
+    /// registered after, a signal between the two left it behind.)
+    pub fn make<T, E>(
+        make: impl FnOnce() -> Result<T, E>,
+        path_of: impl FnOnce(&T) -> PathBuf,
+    ) -> Result<(T, Temporary), E> {
         let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-        pending.push(path.to_path_buf());
-        Temporary(path.to_path_buf())
+        let made = make()?;
+        let path = path_of(&made);
+        pending.push(path.clone());
+        Ok((made, Temporary(path)))
     }
 
     /// Runs `settle` (which gives the temporary its name, replacing what was there) whole
@@ -108,13 +126,13 @@ mod tests {
     // An interrupt that comes while a dataset takes its name waits for it: the dataset stays
     // whole, and the interrupt finds nothing left to remove.
     #[test]
-    fn an_interrupt_waits_for_the_output_to_take_its_name() {
+    fn an_interrupt_waits_for_the_output_to_take_its_name_and_for_a_temporary_being_made() {
         let dir = tempfile::tempdir().unwrap();
         let staged = dir.path().join(".vramtrace-export-x");
         std::fs::create_dir(&staged).unwrap();
         std::fs::write(staged.join("table.parquet"), "rows").unwrap();
         let target = dir.path().join("data");
-        let temporary = Temporary::register(&staged);
+        let ((), temporary) = Temporary::make(|| Ok::<_, ()>(()), |_| staged.clone()).unwrap();
         let interrupt = std::cell::Cell::new(None);
         temporary.settle(|| {
             interrupt.set(Some(std::thread::spawn(remove_pending)));
@@ -128,5 +146,22 @@ mod tests {
             "rows"
         );
         assert!(!staged.exists());
+
+        // One that comes while a temporary is being made waits for it to be registered, and
+        // removes it. (In one test: the list of temporaries is the process's.)
+        let made = dir.path().join(".vramtrace-y");
+        let interrupt = std::cell::Cell::new(None);
+        let ((), temporary) = Temporary::make(
+            || {
+                interrupt.set(Some(std::thread::spawn(remove_pending)));
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                std::fs::create_dir(&made)
+            },
+            |_| made.clone(),
+        )
+        .unwrap();
+        interrupt.take().unwrap().join().unwrap();
+        assert!(!made.exists());
+        drop(temporary);
     }
 }

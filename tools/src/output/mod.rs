@@ -169,8 +169,10 @@ impl OutputFile {
                 Ok((value, out.bytes))
             }
             Target::File { name, replace } => {
-                let temp = temporary_beside(name, &self.path)?;
-                let interrupted = Temporary::register(temp.path());
+                let (temp, interrupted) = Temporary::make(
+                    || temporary_beside(name, &self.path),
+                    |t| t.path().to_path_buf(),
+                )?;
                 let mut out = Counted::new(BufWriter::new(temp.as_file()));
                 let value = write(&mut out)?;
                 out.flush().with_context(|| format!("writing {shown}"))?;

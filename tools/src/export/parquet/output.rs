@@ -187,12 +187,17 @@ impl Staged {
                 parent.display()
             ));
         }
-        let dir = tempfile::Builder::new()
-            .prefix(".vramtrace-export-")
-            .tempdir_in(parent)
-            .map_err(|e| crate::output::not_created(target, e))?;
+        let (dir, interrupted) = Temporary::make(
+            || {
+                tempfile::Builder::new()
+                    .prefix(".vramtrace-export-")
+                    .tempdir_in(parent)
+            },
+            |dir| dir.path().to_path_buf(),
+        )
+        .map_err(|e| crate::output::not_created(target, e))?;
         Ok(Staged {
-            _interrupted: Temporary::register(dir.path()),
+            _interrupted: interrupted,
             dir,
             target: target.to_path_buf(),
             existing,

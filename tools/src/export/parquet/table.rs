@@ -103,6 +103,10 @@ impl<T: Table> TableFile<T> {
         let schema = Arc::new(parse_message_type(T::SCHEMA)?);
         let rows = T::new(&SchemaDescriptor::new(Arc::clone(&schema)));
         if let Some(dir) = path.parent() {
+            // An interrupt removing the staging directory: making this one would bring it back.
+            if crate::output::interrupt::stopping() {
+                anyhow::bail!("interrupted");
+            }
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         // A new file, never the old one truncated: a reading begun again with other steps makes
