@@ -61,7 +61,7 @@ static long open_max(void)
     return (long)r.rlim_cur;
 }
 
-/* Under the tracer, waits (up to 5 s) until its trace file is in the output directory
+/* Under the tracer, waits (up to 60 s) until its trace file is in the output directory
  * (VRAMTRACE_OUTPUT's, fresh for each run): the tracer creates it from its own thread as the
  * program starts, and a program that lowers its limit at once can come first on a busy machine
  * (the trace is then not written, with a warning: the program runs on). What lowlimit tests is
@@ -74,7 +74,8 @@ static void wait_for_trace_file(void)
         return;
     char dir[4096];
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - output), output);
-    for (int i = 0; i < 500; i++) {
+    /* On a 2-core machine running the other capture tests beside it, 5 s was once too short. */
+    for (int i = 0; i < 6000; i++) {
         DIR *d = opendir(dir);
         int found = 0;
         struct dirent *e;
