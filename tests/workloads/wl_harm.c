@@ -7,9 +7,9 @@
  *
  * Data modes (argv[2] = DATA, a file the program creates):
  *   closefds | spreadfds | lowlimit DATA
- *     lowlimit: RLIMIT_NOFILE soft limit 4 first (only 0, 1, 2 and one more), once the trace
- *     file is in VRAMTRACE_OUTPUT's directory when that is set (see wait_for_trace_file).
- *     cudaMalloc 1048576 -> 0x700000000000; sleep 300 ms (the tracer has written its file);
+ *     lowlimit: RLIMIT_NOFILE soft limit 4 first (only 0, 1, 2 and one more).
+ *     cudaMalloc 1048576 -> 0x700000000000; sleep 300 ms (the tracer has written its file;
+ *     lowlimit then waits until it is in VRAMTRACE_OUTPUT's directory: wait_for_trace_file);
  *     closefds/spreadfds: close every descriptor from 3 up to the limit (at most 65536);
  *     open DATA -> descriptor 3; spreadfds: dup2 it onto every number from 4 to min(limit, 1024)-1;
  *     then 11 times: write 100 bytes ('a' + i) to descriptor 3, cudaMalloc 4096 + cudaFree of it,
@@ -61,11 +61,12 @@ static long open_max(void)
     return (long)r.rlim_cur;
 }
 
-/* Under the tracer, waits (up to 60 s) until its trace file is in the output directory
- * (VRAMTRACE_OUTPUT's, fresh for each run): the tracer creates it from its own thread as the
- * program starts, and a program that lowers its limit at once can come first on a busy machine
- * (the trace is then not written, with a warning: the program runs on). What lowlimit tests is
- * the program's own descriptors under the limit. Prints nothing: the transcript stays the same. */
+/* Under the tracer, waits (up to 5 s) until its trace file is in the output directory
+ * (VRAMTRACE_OUTPUT's, fresh for each run): the tracer creates it from its own thread once the
+ * first GPU call started it, and a program that opens its file at once can take the last
+ * descriptor first on a busy machine (the trace is then not written, with a warning: the
+ * program runs on). What lowlimit tests is the program's own descriptors under the limit.
+ * Prints nothing: the transcript stays the same. */
 static void wait_for_trace_file(void)
 {
     const char *output = getenv("VRAMTRACE_OUTPUT");
@@ -74,8 +75,7 @@ static void wait_for_trace_file(void)
         return;
     char dir[4096];
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - output), output);
-    /* On a 2-core machine running the other capture tests beside it, 5 s was once too short. */
-    for (int i = 0; i < 6000; i++) {
+    for (int i = 0; i < 500; i++) {
         DIR *d = opendir(dir);
         int found = 0;
         struct dirent *e;
@@ -94,7 +94,6 @@ static void wait_for_trace_file(void)
 static int data_program(const char *mode, const char *path)
 {
     if (!strcmp(mode, "lowlimit")) {
-        wait_for_trace_file();
         struct rlimit r;
         getrlimit(RLIMIT_NOFILE, &r);
         r.rlim_cur = 4;
@@ -103,6 +102,8 @@ static int data_program(const char *mode, const char *path)
     void *a = NULL;
     CALL(0, cudaMalloc(&a, 1 << 20), "cudaMalloc(1048576) = %d ptr=0x%llx", RC, P(a));
     sleep_ms(300);
+    if (!strcmp(mode, "lowlimit"))
+        wait_for_trace_file();
     long limit = open_max();
     if (strcmp(mode, "lowlimit")) {
         for (long fd = 3; fd < limit; fd++)
