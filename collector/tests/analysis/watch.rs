@@ -2,7 +2,7 @@
 //! judgement at each step. A planted leak alerts once, on its device, at the step its growth has
 //! lasted the confirmation; a warm-up and one-off peaks never alert.
 
-use vramtrace_collector::analysis::{GrowthConfig, Reason, Watch, WatchConfig};
+use vramtrace_collector::analysis::{GrowthConfig, Judgement, Reason, Watch, WatchConfig};
 use vramtrace_collector::event::Op;
 use vramtrace_collector::format::{Attachment, Record};
 use vramtrace_collector::live::SampleAxis;
@@ -459,21 +459,7 @@ fn an_unmarked_program_of_a_few_milliseconds_growing_all_along_is_not_said_to_gr
         b.malloc(site(2), 0x2000_0000, MIB);
         b.free(0x2000_0000);
     }
-    let mut watch = Watch::new(WatchConfig {
-        every_ns: 0,
-        ..config()
-    });
-    let mut end = 0;
-    for r in &b.records {
-        match r {
-            Record::Event(e) => {
-                watch.apply_event(e);
-                end = e.time_ns;
-            }
-            r => watch.apply(r),
-        }
-    }
-    let j = watch.judge(end);
+    let j = judged_at_the_end(&b, config());
     assert_eq!(j.axis, SampleAxis::Time);
     let d = &j.devices[0];
     assert!(d.steady_growth > 0.0, "{d:?}");
@@ -506,10 +492,22 @@ fn per_time_window_a_place_s_staircase_beside_a_flat_device_is_not_said_to_grow(
             }
         }
     }
-    let mut watch = Watch::new(WatchConfig {
-        every_ns: 0,
+    let c = WatchConfig {
         confirm_time_ns: 100_000_000,
         ..config()
+    };
+    let j = judged_at_the_end(&b, c);
+    assert_eq!(j.axis, SampleAxis::Time);
+    let d = &j.devices[0];
+    assert_eq!((d.alert, d.held), (None, None), "{d:?}");
+}
+
+/// Every record of `b` applied, then one judgement at its last event, as the end of a run
+/// judges.
+fn judged_at_the_end(b: &Builder, config: WatchConfig) -> Judgement {
+    let mut watch = Watch::new(WatchConfig {
+        every_ns: 0,
+        ..config
     });
     let mut end = 0;
     for r in &b.records {
@@ -521,8 +519,5 @@ fn per_time_window_a_place_s_staircase_beside_a_flat_device_is_not_said_to_grow(
             r => watch.apply(r),
         }
     }
-    let j = watch.judge(end);
-    assert_eq!(j.axis, SampleAxis::Time);
-    let d = &j.devices[0];
-    assert_eq!((d.alert, d.held), (None, None), "{d:?}");
+    watch.judge(end)
 }
