@@ -27,7 +27,7 @@ pub enum Place {
 pub fn place(state: &LiveState, id: SiteId) -> Place {
     match state.site(id) {
         Some((key, caller)) if key.line.is_some() => Place::Line {
-            line: key.line,
+            line: key.line.line_only(),
             module: state.owners().resolve(caller, key.stack).module,
         },
         _ => Place::Site(id),
@@ -60,6 +60,12 @@ pub struct SiteName {
     /// The program's own Python line behind the site (the innermost frame outside installed
     /// packages and the standard library), when the calls had Python frames.
     pub source: Option<SourceLine>,
+    /// Where that line is reached on several paths of the program (a helper called from two
+    /// lines of the script), the first line of this site's path that the others do not share:
+    /// the line whose call this site's memory came from (`helpers.py:9 in make via
+    /// train.py:40 in <module>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<SourceLine>,
     /// The program's own first native frame: the innermost outside the CUDA libraries, NCCL,
     /// cuBLAS, the frameworks and the C runtime (0: none). A native program's site is labelled
     /// by it, so a communicator NCCL allocates for `main` is `main`'s.
@@ -86,6 +92,22 @@ impl SiteName {
         self.owner.makes_pools(self.api)
     }
 
+    /// The site as reached on the program's path through `via` ([`SiteName::via`]), labelled so.
+    pub fn reached_via(mut self, via: Option<SourceLine>) -> SiteName {
+        self.via = via;
+        self.label = self.label.take().map(|l| self.on_its_path(l));
+        self
+    }
+
+    /// `label` with the line of the program's path the site came by, where other paths reach
+    /// its line ([`SiteName::via`]): how every output names the site.
+    pub fn on_its_path(&self, label: String) -> String {
+        match &self.via {
+            Some(via) => format!("{label} via {}", via.label()),
+            None => label,
+        }
+    }
+
     /// A place another view of memory names by its Python line alone (a framework allocator's
     /// records): no native stack, the view named where a library would be.
     pub fn of_line(view_name: &str, owner: OwnerKind, source: SourceLine) -> SiteName {
@@ -101,6 +123,7 @@ impl SiteName {
             api: None,
             label: Some(source.label()),
             source: Some(source),
+            via: None,
             program_frame: 0,
             entry_frame: 0,
             place: Place::Site(u32::MAX),
@@ -145,6 +168,45 @@ fn source_of(state: &LiveState, line: ProgramLine) -> Option<SourceLine> {
     })
 }
 
+/// Where site `id`'s Python line is also reached on other paths of the program (other sites at
+/// the same line), the first frame of its own path that differs from one of theirs.
+fn via(state: &LiveState, id: SiteId) -> Option<SourceLine> {
+    let (key, _) = state.site(id)?;
+    let line = key.line;
+    if !line.is_some() {
+        return None;
+    }
+    let python = state.python_stacks();
+    let callers = |site: SiteId| -> Vec<(u32, u32)> {
+        let py_stack = state.site_python(site).map_or(0, |p| p.0);
+        (python.program_callers(py_stack).iter())
+            .map(|f| (f.code, f.line))
+            .collect()
+    };
+    let others: Vec<Vec<(u32, u32)>> = (0..state.site_count() as SiteId)
+        .filter(|&other| {
+            state.site(other).is_some_and(|(k, _)| {
+                k.line.line_only() == line.line_only() && k.line.callers != line.callers
+            })
+        })
+        .map(callers)
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    let mine = callers(id);
+    let depth = (0..mine.len()).find(|&d| others.iter().any(|o| o.get(d) != mine.get(d)))?;
+    let (code, line) = mine[depth];
+    source_of(
+        state,
+        ProgramLine {
+            code,
+            line,
+            callers: 0,
+        },
+    )
+}
+
 /// The innermost frame of a site that belongs to the program rather than to a library, and the
 /// frame before it (in the library the program called); 0 for either that is not there.
 fn program_frame(state: &LiveState, caller: u64, stack: u32) -> (u64, u64) {
@@ -179,6 +241,7 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
             owner: OwnerKind::Unknown,
             api: None,
             source: None,
+            via: None,
             program_frame: 0,
             entry_frame: 0,
             label: None,
@@ -201,6 +264,7 @@ pub fn name(state: &LiveState, id: SiteId) -> SiteName {
         owner: module.map_or(OwnerKind::Unknown, |m| OwnerKind::of_module(&m.path)),
         api: state.site_api(id).map(|a| a.name()),
         source: source_of(state, key.line),
+        via: via(state, id),
         program_frame: program,
         entry_frame: entry,
         label: None,

@@ -616,7 +616,7 @@ impl Watch {
             return None;
         };
         let code = self.state.python_stacks().code(line.code)?;
-        Some(line_label(&code.file, line.line, &code.function))
+        Some(site.on_its_path(line_label(&code.file, line.line, &code.function)))
     }
 
     /// The owner frame of `site` (the first frame outside the CUDA libraries), for naming a

@@ -347,7 +347,7 @@ fn gather(
     let line = |id: SiteId| {
         state
             .site(id)
-            .map_or(ProgramLine::NONE, |(key, _)| key.line)
+            .map_or(ProgramLine::NONE, |(key, _)| key.line.line_only())
     };
     for o in state.live_objects() {
         if state.lost_after(o.origin.seq) {

@@ -13,6 +13,8 @@
 //! such calls, so an object keeps a call id and only what is its own (sequence number, time, step,
 //! size); its [`Origin`] is put back together when asked for.
 
+use std::hash::{Hash, Hasher};
+
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -27,22 +29,54 @@ pub(crate) use crate::ids::CallId;
 
 /// The program's own Python line behind a call: the code object and line of the innermost
 /// Python frame outside installed packages and the standard library
-/// ([`PythonStacks::program_frame`]). A tensor made inside `torch/nn/functional.py` is the line
-/// of the script that called it.
+/// ([`PythonStacks::program_frame`]), and the program's path to it. A tensor made inside
+/// `torch/nn/functional.py` is the line of the script that called it; a tensor made by the
+/// script's own helper is the helper's line, on the path of the line that called the helper.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ProgramLine {
     /// Code object id in the trace; 0 for a call without Python frames.
     pub code: u32,
     pub line: u32,
+    /// The program's frames that called the line ([`PythonStacks::program_callers`]), as a
+    /// hash: one helper's line called from two lines of the script is two sites, so that the
+    /// helper's temporaries and what one caller keeps have series of their own. Analyses that
+    /// ask "which line" group by the line alone ([`ProgramLine::line_only`]).
+    #[serde(skip)]
+    pub callers: u32,
 }
 
 impl ProgramLine {
     /// The line of a call without Python frames.
-    pub const NONE: ProgramLine = ProgramLine { code: 0, line: 0 };
+    pub const NONE: ProgramLine = ProgramLine {
+        code: 0,
+        line: 0,
+        callers: 0,
+    };
 
     /// Whether the call had Python frames.
     pub fn is_some(self) -> bool {
         self != Self::NONE
+    }
+
+    /// The line, whatever path reached it.
+    pub fn line_only(self) -> ProgramLine {
+        ProgramLine { callers: 0, ..self }
+    }
+
+    /// The program line of Python stack `py_stack`, if it has one.
+    pub(crate) fn of(python: &PythonStacks, py_stack: StackId) -> ProgramLine {
+        let Some(f) = python.program_frame(py_stack) else {
+            return ProgramLine::NONE;
+        };
+        let mut h = rustc_hash::FxHasher::default();
+        for c in python.program_callers(py_stack) {
+            (c.code, c.line).hash(&mut h);
+        }
+        ProgramLine {
+            code: f.code,
+            line: f.line,
+            callers: h.finish() as u32,
+        }
     }
 }
 
@@ -239,16 +273,6 @@ impl<T: Clone + Default, const N: usize> Default for DirectMapped<T, N> {
     }
 }
 
-/// The program's own line in Python stack `py_stack`, if it has one.
-fn line_in(python: &PythonStacks, py_stack: StackId) -> ProgramLine {
-    python
-        .program_frame(py_stack)
-        .map_or(ProgramLine::NONE, |f| ProgramLine {
-            code: f.code,
-            line: f.line,
-        })
-}
-
 impl SiteTable {
     /// The program line of Python stack `py_stack` (looked up once per stack).
     fn program_line(&mut self, python: &PythonStacks, py_stack: StackId) -> ProgramLine {
@@ -258,7 +282,7 @@ impl SiteTable {
         *self
             .lines
             .entry(py_stack)
-            .or_insert_with(|| line_in(python, py_stack))
+            .or_insert_with(|| ProgramLine::of(python, py_stack))
     }
 
     /// The id of the site of a call from `caller` with `stack` and Python stack `py_stack`.
@@ -312,7 +336,7 @@ impl SiteTable {
         let line = match self.lines.get(&py_stack) {
             Some(&line) => line,
             None if py_stack == 0 => ProgramLine::NONE,
-            None => line_in(python, py_stack),
+            None => ProgramLine::of(python, py_stack),
         };
         self.ids.get(&SiteKey::of(caller, stack, line)).copied()
     }

@@ -335,9 +335,14 @@ impl LiveState {
         }
         let sites: Vec<_> = (s.sites.iter())
             .map(|row| {
+                // The path to the line is not stored: the site's first Python stack has it.
                 let line = ProgramLine {
                     code: row.code,
                     line: row.line,
+                    callers: match row.code {
+                        0 => 0,
+                        _ => ProgramLine::of(&self.python, row.py_stack).callers,
+                    },
                 };
                 let key = SiteKey {
                     stack: row.stack,

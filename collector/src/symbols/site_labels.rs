@@ -215,13 +215,14 @@ fn native_functions(naming: &mut Attribution<'_>, site: &SiteName) -> Vec<String
         .collect()
 }
 
-/// The label of `site`: its mixed stack named by the one rule ([`frames_label`]); `None` when
-/// nothing names it (the recorded `module+offset` then does).
+/// The label of `site`: its mixed stack named by the one rule ([`frames_label`]), and the line
+/// of the program's path it came by where other paths reach the same line
+/// ([`SiteName::via`]); `None` when nothing names it (the recorded `module+offset` then does).
 pub fn label(naming: &mut Attribution<'_>, site: &SiteName) -> Option<String> {
     let call = CallRef {
         caller: site.caller,
         stack: site.stack,
         py_stack: site.py_stack,
     };
-    frames_label(&naming.stack(call))
+    Some(site.on_its_path(frames_label(&naming.stack(call))?))
 }

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use super::snapshot::SnapshotFrame;
 use super::{TensorHistory, TorchView};
 use crate::analysis::{LineSeries, OwnerKind, SiteName, SourceLine};
 use crate::live::{Holder, LiveState};
@@ -76,11 +77,7 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
                 .filter(|&(&x, _)| x < applied)
                 .map(|(&x, &b)| (x, b))
                 .collect();
-            let source = SourceLine {
-                file: frame.file.clone(),
-                line: frame.line,
-                function: frame.function.clone(),
-            };
+            let source = source_line(frame);
             // Read to (past) the snapshot's last mark, the lines hold at the end what they held
             // when it was taken, the last step's tensors too; read to an earlier step, its sample.
             let now_bytes = (applied >= snapshot.step_marks.len() as u64)
@@ -92,7 +89,8 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
             Some(LineSeries {
                 history_from,
                 // No library owns a tensor: the view that saw it is named in its place.
-                site: SiteName::of_line(VIEW_NAME, OwnerKind::Torch, source),
+                site: SiteName::of_line(VIEW_NAME, OwnerKind::Torch, source)
+                    .reached_via(frame.via.as_deref().map(source_line)),
                 holder: Holder::Device { device },
                 view: VIEW,
                 points,
@@ -100,4 +98,13 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
             })
         })
         .collect()
+}
+
+/// A recorder frame as a line of the program's source.
+fn source_line(frame: &SnapshotFrame) -> SourceLine {
+    SourceLine {
+        file: frame.file.clone(),
+        line: frame.line,
+        function: frame.function.clone(),
+    }
 }

@@ -62,12 +62,21 @@ pub struct SnapshotFrame {
     pub file: String,
     pub line: u32,
     pub function: String,
+    /// Only on a line tensors are attributed to ([`AllocatorSnapshot::program_frame`]) that the
+    /// program reaches on several paths (a helper called from two lines): the first frame of
+    /// this path that the others do not share.
+    pub via: Option<Box<SnapshotFrame>>,
 }
 
 impl std::fmt::Display for SnapshotFrame {
-    /// `train.py:42 in forward`, as the trace's Python frames read.
+    /// `train.py:42 in forward`, as the trace's Python frames read (`… via train.py:60 in
+    /// <module>` on one of a line's paths).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{} in {}", self.file, self.line, self.function)
+        write!(f, "{}:{} in {}", self.file, self.line, self.function)?;
+        match &self.via {
+            Some(via) => write!(f, " via {via}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -204,6 +213,9 @@ pub struct AllocatorSnapshot {
     pub frames: Vec<SnapshotFrame>,
     /// Interned stacks: indexes into `frames`, innermost first.
     pub stacks: Vec<Vec<u32>>,
+    /// Per stack (index `id - 1`), the frame its tensors are attributed to
+    /// ([`AllocatorSnapshot::program_frame`]); worked out once the stacks are read.
+    pub program_lines: Vec<Option<u32>>,
     pub segments: Vec<SnapshotSegment>,
     /// Every device's ring, oldest first within a device.
     pub traces: Vec<TraceEntry>,
@@ -336,6 +348,7 @@ impl Interner {
                     file: as_str(f.get("filename")).to_string(),
                     line: as_u64(f.get("line")) as u32,
                     function: as_str(f.get("name")).to_string(),
+                    via: None,
                 };
                 let next = self.frames.len() as u32;
                 *self.frame_ids.entry(frame.clone()).or_insert_with(|| {
@@ -358,11 +371,13 @@ fn frame_row(v: &Value) -> SnapshotFrame {
             file: as_str(a.first()).to_string(),
             line: as_u64(a.get(1)) as u32,
             function: as_str(a.get(2)).to_string(),
+            via: None,
         },
         other => SnapshotFrame {
             file: as_str(other.get("filename")).to_string(),
             line: as_u64(other.get("line")) as u32,
             function: as_str(other.get("name")).to_string(),
+            via: None,
         },
     }
 }
@@ -493,10 +508,11 @@ impl AllocatorSnapshot {
         }
 
         let settings = raw.allocator_settings.as_ref();
-        Ok(AllocatorSnapshot {
+        let mut snapshot = AllocatorSnapshot {
             reason: raw.reason.unwrap_or_default(),
             clock: raw.clock.or(fallback),
             max_entries: raw.max_entries,
+            program_lines: Vec::new(),
             frames: interner.frames,
             stacks: interner.stacks,
             segments,
@@ -518,7 +534,9 @@ impl AllocatorSnapshot {
                 })
                 .collect(),
             unreadable,
-        })
+        };
+        snapshot.program_lines = snapshot.attribute_lines();
+        Ok(snapshot)
     }
 
     /// The frames of stack `id`, innermost first (empty for 0 or an unknown id).
@@ -534,23 +552,82 @@ impl AllocatorSnapshot {
     /// by the rule of the trace's Python stacks (`crate::python::is_library_file`: frames of
     /// installed packages and the standard library are passed over), among the Python frames
     /// (`.py` files); the innermost Python frame when every one is a library's; the innermost
-    /// frame when none is Python. As an index into [`AllocatorSnapshot::frames`].
+    /// frame when none is Python. As an index into [`AllocatorSnapshot::frames`]: where the
+    /// program reaches that line on several paths, a frame of the same line that names its path
+    /// ([`SnapshotFrame::via`]), as the trace's call sites are split ([`crate::live::ProgramLine`]).
     pub fn program_frame(&self, stack: u32) -> Option<u32> {
+        match self.program_lines.get((stack as usize).checked_sub(1)?) {
+            Some(&line) => line,
+            None => self.own_line(stack).map(|(line, _)| line),
+        }
+    }
+
+    /// The program's own line of `stack`, and the program's frames that called it, innermost
+    /// first (none when the line is a library's).
+    fn own_line(&self, stack: u32) -> Option<(u32, Vec<u32>)> {
         let ids = match stack {
             0 => return None,
             id => self.stacks.get(id as usize - 1)?,
         };
-        let python = |&&f: &&u32| {
+        let python = |f: u32| {
             self.frames
                 .get(f as usize)
                 .is_some_and(|fr| fr.file.ends_with(".py"))
         };
-        ids.iter()
-            .filter(python)
-            .find(|&&f| !crate::python::is_library_file(&self.frames[f as usize].file))
-            .or_else(|| ids.iter().find(python))
-            .or_else(|| ids.first())
+        let own =
+            |f: u32| python(f) && !crate::python::is_library_file(&self.frames[f as usize].file);
+        if let Some(k) = ids.iter().position(|&f| own(f)) {
+            let callers = ids[k + 1..].iter().copied().filter(|&f| own(f)).collect();
+            return Some((ids[k], callers));
+        }
+        let line = ids
+            .iter()
             .copied()
+            .find(|&f| python(f))
+            .or(ids.first().copied())?;
+        Some((line, Vec::new()))
+    }
+
+    /// [`AllocatorSnapshot::program_lines`]: each stack's line, and where one line is reached on
+    /// several paths, a frame of that line naming the path (added to `frames`).
+    fn attribute_lines(&mut self) -> Vec<Option<u32>> {
+        let own: Vec<Option<(u32, Vec<u32>)>> = (1..=self.stacks.len() as u32)
+            .map(|id| self.own_line(id))
+            .collect();
+        let mut paths: HashMap<u32, Vec<&[u32]>> = HashMap::new();
+        for (line, callers) in own.iter().flatten() {
+            let seen = paths.entry(*line).or_default();
+            if !seen.contains(&&callers[..]) {
+                seen.push(callers);
+            }
+        }
+        let mut named: HashMap<SnapshotFrame, u32> = HashMap::new();
+        let mut lines = Vec::with_capacity(own.len());
+        for entry in &own {
+            let Some((line, mine)) = entry else {
+                lines.push(None);
+                continue;
+            };
+            let others = &paths[line];
+            let parting = (0..mine.len())
+                .find(|&d| others.iter().any(|o| o.get(d) != mine.get(d)))
+                .filter(|_| others.len() > 1);
+            let Some(d) = parting else {
+                lines.push(Some(*line));
+                continue;
+            };
+            let frame = SnapshotFrame {
+                via: Some(Box::new(self.frames[mine[d] as usize].clone())),
+                ..self.frames[*line as usize].clone()
+            };
+            let next = self.frames.len() as u32;
+            let id = *named.entry(frame.clone()).or_insert(next);
+            if id == next {
+                self.frames.push(frame);
+            }
+            lines.push(Some(id));
+        }
+        lines
     }
 
     /// Whether the recorder's ring was full: actions older than its first entry were lost.
@@ -651,6 +728,28 @@ mod tests {
         let clock = b.clock.unwrap();
         assert_eq!(clock.trace_ns(5001), 200 + 1000);
         assert_eq!(clock.time_us(1200), 5001);
+    }
+
+    /// A helper's line reached from two lines of the script is attributed per path, each named
+    /// by the line that called the helper; a line reached on one path stays itself.
+    #[test]
+    fn a_line_reached_on_several_paths_is_attributed_per_path() {
+        let compact = br#"{"format":"vramtrace-torch-snapshot/1","reason":"exit",
+          "frames":[["/v/site-packages/torch/nn/linear.py",125,"forward"],["train.py",7,"make"],
+            ["train.py",14,"<module>"],["train.py",16,"<module>"],["train.py",30,"step"],
+            ["train.py",40,"<module>"]],
+          "stacks":[[1,2],[0,1,3],[4,5],[1,2,0]],
+          "segments":[],"device_traces":[]}"#;
+        let s = AllocatorSnapshot::parse(compact, None).unwrap();
+        let named = |stack: u32| s.frames[s.program_frame(stack).unwrap() as usize].to_string();
+        assert_eq!(named(1), "train.py:7 in make via train.py:14 in <module>");
+        assert_eq!(named(2), "train.py:7 in make via train.py:16 in <module>");
+        assert_eq!(named(3), "train.py:30 in step");
+        // The same path through a library frame is the same attribution.
+        assert_eq!(s.program_frame(4), s.program_frame(1));
+        // The stacks themselves are as recorded.
+        assert_eq!(s.stack(1).map(|f| f.line).collect::<Vec<_>>(), [7, 14]);
+        assert_eq!(s.program_lines.len(), 4);
     }
 
     #[test]

@@ -479,21 +479,25 @@ mod tests {
                 file: "/v/site-packages/torch/nn/functional.py".into(),
                 line: 2000,
                 function: "linear".into(),
+                via: None,
             },
             SnapshotFrame {
                 file: "train.py".into(),
                 line: 10,
                 function: "step".into(),
+                via: None,
             },
             SnapshotFrame {
                 file: "train.py".into(),
                 line: 20,
                 function: "step".into(),
+                via: None,
             },
             SnapshotFrame {
                 file: "train.py".into(),
                 line: 5,
                 function: "<module>".into(),
+                via: None,
             },
         ];
         // Stacks: 1 activation (library frame then line 10), 2 kept, 3 weight.
@@ -520,6 +524,7 @@ mod tests {
             max_entries,
             frames,
             stacks,
+            program_lines: Vec::new(),
             segments: vec![SnapshotSegment {
                 device: 0,
                 address: 0x100,

@@ -117,7 +117,7 @@ pub fn name_view(a: &mut Alert, site: &SiteName, rate: f64) {
         return;
     };
     let view = site.module_name.as_deref().unwrap_or("tensors");
-    a.place = format!("{} ({view})", line.label());
+    a.place = format!("{} ({view})", site.on_its_path(line.label()));
     a.place_rate = rate.round() as u64;
     (a.stack, a.caller, a.py_stack) = (0, 0, 0);
 }

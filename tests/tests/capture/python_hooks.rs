@@ -197,6 +197,28 @@ for step in range(20):
 print("done", len(kept))
 "#;
 
+/// A leak through the script's own helper: every tensor comes from `make`, called for one to
+/// three 2 MiB temporaries a step and, from step 20 of 40, for a 1 MiB tensor the list keeps.
+/// `make`'s line is every tensor's; the line that keeps the memory is `helper_kept`.
+const HELPER: &str = r#"import torch
+
+kept = []
+
+
+def make(n):
+    return torch.empty(n)  # @helper_make
+
+
+opt = torch.optim.SGD([])
+for step in range(40):
+    tmp = [make(2 << 20) for _ in range(1 + step % 3)]  # @helper_temporaries
+    if step >= 20:
+        kept.append(make(1 << 20))  # @helper_kept
+    del tmp
+    opt.step()
+print("helper done", len(kept))
+"#;
+
 /// No tensor kept: a 2 MiB temporary a step, which the stand-in allocator never reuses, so the
 /// driver sees its segments grow 2 MiB a step while PyTorch's tensors stay flat (a cache
 /// warming up, as a real caching allocator's does over a run's first steps).
@@ -309,6 +331,7 @@ fn setup(dir: &Path) -> Setup {
         ("alerted_late.py", ALERTED_LATE),
         ("alerted_warm.py", ALERTED_WARM),
         ("cache_grows.py", CACHE_GROWS),
+        ("helper.py", HELPER),
     ] {
         std::fs::write(dir.join(name), script).unwrap();
     }
@@ -653,6 +676,59 @@ captest!(per_tensor_runs_the_async_backend, |dir| {
     assert_eq!(r["allocator"]["tensor_view"], "driver");
     assert_eq!(r["allocator"]["backend"], "cudaMallocAsync");
 });
+
+// A helper's line reached from two lines of the script is named with the line whose call made
+// what stays live, by the tracer's call sites (`--per-tensor`: every tensor a driver allocation)
+// and by PyTorch's recorder alike, in the report's finding and in the alert at exit; the rate is
+// the kept tensors' own, whatever the temporaries do.
+captest!(
+    a_helper_s_line_is_named_with_the_line_that_called_it,
+    |dir| {
+        let s = setup(dir);
+        let plain = s.plain("helper.py");
+        assert_eq!(
+            text(&plain.stdout),
+            "user sitecustomize ran\nhelper done 20\n"
+        );
+        let place = format!(
+            "helper.py:{} in make via helper.py:{} in <module>",
+            line_of(HELPER, "helper_make"),
+            line_of(HELPER, "helper_kept")
+        );
+        for (flags, view, alerted) in [
+            (
+                &["--per-tensor"][..],
+                "driver",
+                format!("+1.0 MiB per step at {place} (libtorch_standin.so)"),
+            ),
+            (
+                &[][..],
+                "allocator",
+                format!("+1.0 MiB per step of it kept at {place} (PyTorch tensors)"),
+            ),
+        ] {
+            let out = s.dir.join("out");
+            std::fs::remove_dir_all(&out).unwrap();
+            std::fs::create_dir_all(&out).unwrap();
+            let traced = s.traced("helper.py", flags, &[]);
+            assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+            assert_eq!(text(&traced.stdout), text(&plain.stdout));
+            let err = text(&traced.stderr);
+            let alerts: Vec<&str> = err.lines().filter(|l| l.contains("ALERT")).collect();
+            assert_eq!(alerts.len(), 1, "{err}");
+            assert!(alerts[0].contains(&alerted), "{view}: {}", alerts[0]);
+            let files = trace_files(&out);
+            let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), files[0].as_os_str()]);
+            let finding = &r["analysis"]["diagnosis"][0];
+            assert_eq!(finding["class"], "steady-growth");
+            assert_eq!(finding["site"]["label"], place.as_str(), "{view}");
+            assert_eq!(finding["evidence"]["view"], view);
+            assert_eq!(finding["evidence"]["rate"], MIB as f64, "{view}");
+            assert_eq!(finding["evidence"]["rises"], 20, "{view}");
+            assert_eq!(r["analysis"]["diagnosis"].as_array().unwrap().len(), 1);
+        }
+    }
+);
 
 // An out-of-memory error: the history is handed over before the error reaches the program,
 // and is in the file although the process then leaves with `os._exit`, which runs no exit

@@ -10,6 +10,7 @@ use vramtrace_collector::torch::{TensorHistory, TorchView};
 use super::allocations::bits;
 use super::table::{table, TableFile};
 use vramtrace_collector::symbols::frames_label;
+use vramtrace_collector::units::line_label;
 
 table! {
     /// The columns of `tensors` (docs/data.md).
@@ -60,6 +61,11 @@ pub fn write(t: &mut TableFile<Tensors>, view: &TorchView, pid: i64) -> Result<(
                 offset: None,
                 inlined: false,
             }])
+            .map(|l| match &f.via {
+                // One of the paths that reach the line, as the report names it.
+                Some(via) => format!("{l} via {}", line_label(&via.file, via.line, &via.function)),
+                None => l,
+            })
         });
         rows.label.opt_text(label);
         rows.python_file.opt_text(frame.map(|f| &f.file));
