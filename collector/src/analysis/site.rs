@@ -11,9 +11,11 @@ use super::owner::{is_library_module, OwnerKind};
 use crate::live::{LiveState, ProgramLine, SiteId};
 use crate::units::{base_name, line_label};
 
-/// Where the analyses group call sites: the program's own Python line and the module that
-/// allocated for it (one line reaches the allocator through many native paths, and the line is
-/// what the user can change), or the native call site for a call without Python frames.
+/// Where the analyses group call sites: the program's own Python line, on one path of the
+/// program to it, and the module that allocated for it (one line reaches the allocator through
+/// many native paths, and the line is what the user can change; a helper's line called from two
+/// lines of the script is two places, each named with its caller, as PyTorch's recorder lines
+/// are), or the native call site for a call without Python frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Place {
     Line {
@@ -27,7 +29,7 @@ pub enum Place {
 pub fn place(state: &LiveState, id: SiteId) -> Place {
     match state.site(id) {
         Some((key, caller)) if key.line.is_some() => Place::Line {
-            line: key.line.line_only(),
+            line: key.line,
             module: state.owners().resolve(caller, key.stack).module,
         },
         _ => Place::Site(id),
