@@ -136,9 +136,10 @@ captest!(python_allocations_by_python_line, |dir| {
     assert_eq!(frames, want_frames, "Attribution::stack");
 });
 
-// The analyses group call sites by the program's Python line that made the call: the two calls
-// of grow_cache (from Model.forward and from the module) are one place at the cache's line,
-// reached from two Python stacks; load_weights' call is another place.
+// The analyses group call sites by the program's Python line that made the call, on the
+// program's path to it: the two calls of grow_cache (from Model.forward and from the module)
+// are two places at the cache's line, each named with the line that called the helper;
+// load_weights' call is another place.
 captest!(python_sites_are_labelled_by_python_line, |dir| {
     let (script, trace_path) = run_script(dir);
     let args = ["report", "--json"].map(OsStr::new);
@@ -156,17 +157,26 @@ captest!(python_sites_are_labelled_by_python_line, |dir| {
         .collect();
     let weights = line_of(&script, "the weights' call site");
     let cache = line_of(&script, "the cache's call site");
+    let forward = line_of(&script, "forward calls the cache");
+    let entry = line_of(&script, "the entry");
     assert_eq!(
         labels,
         [
             (
-                format!("allocate.py:{cache} in grow_cache"),
-                3 * MIB + 4096,
-                true
+                format!(
+                    "allocate.py:{cache} in grow_cache via allocate.py:{forward} in Model.forward"
+                ),
+                3 * MIB,
+                false
             ),
             (
                 format!("allocate.py:{weights} in Model.load_weights"),
                 MIB,
+                false
+            ),
+            (
+                format!("allocate.py:{cache} in grow_cache via allocate.py:{entry} in <module>"),
+                4096,
                 false
             ),
         ]
