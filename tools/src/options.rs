@@ -99,7 +99,8 @@ pub struct ReportArgs {
     #[arg(long)]
     pub full_stacks: bool,
     /// How many call sites, modules and orphans to list.
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = parse_top,
+          allow_hyphen_values = true)]
     pub top: usize,
     /// With several traces: print every trace's report in full. By default only the traces the
     /// rank table marks as differing from the others are printed in full, and every other one
@@ -248,6 +249,12 @@ fn parse_device_memory(text: &str) -> Result<u64, String> {
 /// `--horizon`, `--last`, `--segment-seconds`: a duration, in nanoseconds.
 fn parse_nanos(text: &str) -> Result<u64, String> {
     parse_duration(text).map(|d| d.as_nanos().min(u64::MAX as u128) as u64)
+}
+
+/// `--top`: how many rows a list shows (`-1` is said to be no whole number, not taken for a
+/// flag).
+pub fn parse_top(text: &str) -> Result<usize, String> {
+    vramtrace_collector::units::parse_count(text).map(|n| n.min(usize::MAX as u64) as usize)
 }
 
 /// `--stack-depth`, `--python-depth`: frames per stack, in the range the tracer takes.

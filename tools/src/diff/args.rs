@@ -71,7 +71,8 @@ pub struct DiffArgs {
     #[arg(long)]
     pub json: bool,
     /// How many changed call sites to list.
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = crate::options::parse_top,
+          allow_hyphen_values = true)]
     pub top: usize,
     /// Print every frame of the stacks; by default runs of frames inside the CUDA libraries and
     /// the tracer are collapsed into one line.

@@ -218,6 +218,17 @@ fn bad_flags_exit_2() {
         "error: invalid value '-5' for '--alert-percent <PERCENT>': not a percentage: 0, or \
          0.0001 to 100 (see --help)\n"
     );
+    for command in ["report", "diff"] {
+        let out = vramtrace()
+            .args([command, "--top", "-1", "a.vtrace", "b.vtrace"])
+            .assert()
+            .code(2);
+        assert_eq!(
+            String::from_utf8_lossy(&out.get_output().stderr),
+            "error: invalid value '-1' for '--top <N>': not a whole number (see --help)\n",
+            "{command}"
+        );
+    }
     // An option of another format is refused, not ignored unsaid.
     let out = vramtrace()
         .args([
