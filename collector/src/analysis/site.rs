@@ -185,11 +185,11 @@ fn via(state: &LiveState, id: SiteId) -> Option<SourceLine> {
             .map(|f| (f.code, f.line))
             .collect()
     };
-    let others: Vec<Vec<(u32, u32)>> = (0..state.site_count() as SiteId)
+    let others: Vec<Vec<(u32, u32)>> = (state.sites_at_line(line).iter().copied())
         .filter(|&other| {
-            state.site(other).is_some_and(|(k, _)| {
-                k.line.line_only() == line.line_only() && k.line.callers != line.callers
-            })
+            state
+                .site(other)
+                .is_some_and(|(k, _)| k.line.callers != line.callers)
         })
         .map(callers)
         .collect();

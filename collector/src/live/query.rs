@@ -8,7 +8,7 @@ use super::failures::{
     OomSnapshot, RecentSeries, SiteHolding, OOM_SERIES_POINTS, OOM_SERIES_SITES, OOM_SITES,
 };
 use super::ledger::{Holder, PeakPoint, PoolUse};
-use super::sites::SiteKey;
+use super::sites::{ProgramLine, SiteKey};
 use super::summary::Totals;
 use super::{Failure, LiveState};
 use crate::event::StackId;
@@ -154,6 +154,11 @@ impl LiveState {
     /// The key of call site `site`, and the return address of the first call seen there.
     pub fn site(&self, site: SiteId) -> Option<(SiteKey, u64)> {
         self.sites.get(site)
+    }
+
+    /// The sites of program line `line` on every path of the program to it.
+    pub(crate) fn sites_at_line(&self, line: ProgramLine) -> &[SiteId] {
+        self.sites.at_line(line)
     }
 
     /// The Python stack of the first call at `site` that had one, and whether calls there came

@@ -246,6 +246,9 @@ pub(crate) struct SiteTable {
     devices: FxHashMap<u64, i32>,
     /// The program line of each Python stack seen (see [`ProgramLine`]).
     lines: FxHashMap<StackId, ProgramLine>,
+    /// The sites of each program line (code object and line), whatever the path to it: where
+    /// one line has several, each is named with its path ([`crate::analysis::SiteName::via`]).
+    at_line: FxHashMap<(u32, u32), Vec<SiteId>>,
     /// Recent (caller, stack, Python stack) of frees whose site is interned and whose Python
     /// stack is noted: a direct-mapped cache (see [`SiteTable::note_free`]).
     frees: DirectMapped<[u64; 3], { 1 << FREE_BITS }>,
@@ -294,14 +297,29 @@ impl SiteTable {
         py_stack: StackId,
     ) -> SiteId {
         let line = self.program_line(python, py_stack);
-        let key = SiteKey::of(caller, stack, line);
+        self.insert(SiteKey::of(caller, stack, line), caller, (0, false))
+    }
+
+    /// The id of the site `key`, added with its first caller and Python stack if new.
+    fn insert(&mut self, key: SiteKey, first: u64, python: (StackId, bool)) -> SiteId {
         let next = self.sites.len() as SiteId;
         let id = *self.ids.entry(key).or_insert(next);
         if id == next {
-            self.sites.push((key, caller));
-            self.python.push((0, false));
+            self.sites.push((key, first));
+            self.python.push(python);
+            if key.line.is_some() {
+                let at = (key.line.code, key.line.line);
+                self.at_line.entry(at).or_default().push(id);
+            }
         }
         id
+    }
+
+    /// The sites of program line `line`, on every path to it, in the order first seen.
+    pub(crate) fn at_line(&self, line: ProgramLine) -> &[SiteId] {
+        self.at_line
+            .get(&(line.code, line.line))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Notes that a call at `site` came with Python stack `py_stack`.
@@ -570,13 +588,7 @@ impl SiteTable {
 
     /// Puts back a site from a snapshot; its id is the next one.
     pub(crate) fn restore_site(&mut self, (key, first, python): SiteRow) -> SiteId {
-        let next = self.sites.len() as SiteId;
-        let id = *self.ids.entry(key).or_insert(next);
-        if id == next {
-            self.sites.push((key, first));
-            self.python.push(python);
-        }
-        id
+        self.insert(key, first, python)
     }
 
     /// Puts back a call from a snapshot.

@@ -3,8 +3,11 @@
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use vramtrace_collector::analysis::site_name;
 use vramtrace_collector::event::{Api, Event, MemKind, Op};
-use vramtrace_collector::format::{Header, TraceReader, TraceWriter};
+use vramtrace_collector::format::{
+    Header, PyCode, PyFrame, PyStackDef, Record, TraceReader, TraceWriter,
+};
 use vramtrace_collector::live::LiveState;
 
 use crate::props::{any_event, any_events};
@@ -124,4 +127,68 @@ fn a_restored_training_loop_keeps_origins_steps_and_sites() {
     steps.sort_unstable();
     assert_eq!(steps, (1..=50).collect::<Vec<_>>());
     assert_eq!(restored.steps(), 50);
+}
+
+/// A helper's line reached from two lines of the script is two sites, each named with the line
+/// its path came by, in the state that saw the calls and in one restored from a snapshot taken
+/// between them.
+#[test]
+fn a_line_reached_on_two_paths_keeps_its_paths_through_a_snapshot() {
+    let mut t = Trace::new();
+    t.stack(3, &[CUDART + 0x10, APP + 0x200]);
+    let code = |id: u32, function: &str| {
+        Record::PyCode(PyCode {
+            id,
+            file: "train.py".into(),
+            function: function.into(),
+            first_line: 1,
+        })
+    };
+    t.define(code(1, "make"));
+    t.define(code(2, "<module>"));
+    for (id, caller) in [(1, 14), (2, 16)] {
+        t.define(Record::PyStack(PyStackDef {
+            id,
+            frames: vec![
+                PyFrame { code: 1, line: 6 },
+                PyFrame {
+                    code: 2,
+                    line: caller,
+                },
+            ],
+        }));
+    }
+    t.stack = 3;
+    let mut events = Vec::new();
+    for step in 0..4u64 {
+        let mut temporary = t.make(Api::CudaMalloc, alloc(MemKind::Device, 0x7000_0000, 4096));
+        temporary.py_stack = 1;
+        let mut kept = t.make(
+            Api::CudaMalloc,
+            alloc(MemKind::Device, 0x8000_0000 + step * 0x1000, 1 << 20),
+        );
+        kept.py_stack = 2;
+        let mut free = t.make(
+            Api::CudaFree,
+            Op::Free {
+                ptr: 0x7000_0000,
+                stream: 0,
+            },
+        );
+        free.py_stack = 1;
+        events.extend([temporary, kept, free]);
+    }
+    for e in &events {
+        t.state.apply_event(e);
+    }
+    let paths = |s: &LiveState| -> Vec<(u32, Option<u32>)> {
+        (0..s.site_count() as u32)
+            .map(|id| site_name(s, id))
+            .map(|n| (n.source.unwrap().line, n.via.map(|v| v.line)))
+            .collect()
+    };
+    assert_eq!(paths(&t.state), [(6, Some(14)), (6, Some(16))]);
+    let restored = through_a_snapshot(&t, &events[..4], &events[4..]);
+    assert_eq!(paths(&restored), [(6, Some(14)), (6, Some(16))]);
+    assert_eq!(live_set(&restored), live_set(&t.state));
 }

@@ -40,7 +40,7 @@ pub struct Trace {
     pub caller: u64,
     pub stack: u32,
     pub scope: u64,
-    /// The stacks defined so far.
+    /// The stacks (native and Python) and code objects defined so far.
     stacks: Vec<Record>,
 }
 
@@ -79,6 +79,13 @@ impl Trace {
             id,
             frames: frames.to_vec(),
         });
+        self.state.apply(&def);
+        self.stacks.push(def);
+    }
+
+    /// Applies a definition (a Python code object or stack) and keeps it among
+    /// [`Trace::definitions`].
+    pub fn define(&mut self, def: Record) {
         self.state.apply(&def);
         self.stacks.push(def);
     }
