@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::course::{teardown_start, Bounds, Course, GrowthConfig, Shape};
 use super::owner::OwnerKind;
-use super::site::{name, place, Place, SiteName};
+use super::site::{name, place, Place, SiteName, SourceLine};
 use crate::live::{Holder, LiveState, SampleAxis, SiteId};
 
 /// What a row is to the cause it belongs to.
@@ -370,6 +370,60 @@ struct Row {
     history_from: Option<u64>,
 }
 
+/// A line reached on several paths of the program is a place per path, so that the path that
+/// keeps memory is told from one whose temporaries come and go. Where the line grows steadily
+/// on two paths or more, the line itself keeps what it makes (a helper that caches what it
+/// returns, called from three lines): those paths are one place again, the line, their series
+/// summed, named without a path.
+fn one_place_where_every_path_grows(
+    rows: Vec<Row>,
+    judge: impl Fn(&Row) -> Option<Course>,
+) -> Vec<Row> {
+    type Line = (Holder, &'static str, Option<u32>, SourceLine);
+    let line_of = |r: &Row| -> Option<Line> {
+        r.site.via.as_ref()?;
+        Some((r.holder, r.view, r.site.module, r.site.source.clone()?))
+    };
+    let mut growing: BTreeMap<Line, usize> = BTreeMap::new();
+    for r in &rows {
+        if let Some(line) = line_of(r) {
+            if judge(r).is_some_and(|c| c.shape == Shape::Steady) {
+                *growing.entry(line).or_default() += 1;
+            }
+        }
+    }
+    if growing.values().all(|&n| n < 2) {
+        return rows;
+    }
+    let mut merged: BTreeMap<Line, Row> = BTreeMap::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let Some(line) = line_of(&r).filter(|l| growing.get(l).is_some_and(|&n| n >= 2)) else {
+            out.push(r);
+            continue;
+        };
+        match merged.get_mut(&line) {
+            Some(m) => {
+                m.points = sum(&[std::mem::take(&mut m.points), r.points]);
+                m.sites += r.sites;
+                m.now_bytes += r.now_bytes;
+                m.history_from = m.history_from.max(r.history_from);
+            }
+            None => {
+                merged.insert(
+                    line,
+                    Row {
+                        site: r.site.without_path(),
+                        ..r
+                    },
+                );
+            }
+        }
+    }
+    out.extend(merged.into_values());
+    out
+}
+
 /// Series summed point by point; a series has no points before it began (it held nothing).
 fn sum(parts: &[Vec<(u64, u64)>]) -> Vec<(u64, u64)> {
     if let [one] = parts {
@@ -554,6 +608,9 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         points: l.points,
         history_from: l.history_from,
     }));
+
+    let judge = |row: &Row| holder_of(row.holder).map(|h| judge_on(h, axis, &row.points, config));
+    let rows = one_place_where_every_path_grows(rows, judge);
 
     let (mut steady, mut peaks, mut shrinking) = (Vec::new(), Vec::new(), Vec::new());
     let mut one_off_rises = Vec::new();

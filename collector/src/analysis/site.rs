@@ -101,6 +101,19 @@ impl SiteName {
         self
     }
 
+    /// The site as its line, whatever path reached it (the label without its path).
+    pub fn without_path(mut self) -> SiteName {
+        if let Some(via) = self.via.take() {
+            let tag = format!(" via {}", via.label());
+            if let Some(label) = &mut self.label {
+                if let Some(line) = label.strip_suffix(&tag) {
+                    *label = line.to_string();
+                }
+            }
+        }
+        self
+    }
+
     /// `label` with the line of the program's path the site came by, where other paths reach
     /// its line ([`SiteName::via`]): how every output names the site.
     pub fn on_its_path(&self, label: String) -> String {

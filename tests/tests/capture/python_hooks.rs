@@ -219,6 +219,28 @@ for step in range(40):
 print("helper done", len(kept))
 "#;
 
+/// A helper that keeps every tensor it makes, called from three lines a step (64, 128 and 256
+/// KiB): the helper's line keeps the memory on every path.
+const HELPER_KEEPS: &str = r#"import torch
+
+CACHE = []
+
+
+def make(n):
+    t = torch.empty(n)  # @keeps_make
+    CACHE.append(t)
+    return t
+
+
+opt = torch.optim.SGD([])
+for step in range(40):
+    a = make(1 << 16)
+    b = make(1 << 17)
+    c = make(1 << 18)
+    opt.step()
+print("cached", len(CACHE))
+"#;
+
 /// No tensor kept: a 2 MiB temporary a step, which the stand-in allocator never reuses, so the
 /// driver sees its segments grow 2 MiB a step while PyTorch's tensors stay flat (a cache
 /// warming up, as a real caching allocator's does over a run's first steps).
@@ -332,6 +354,7 @@ fn setup(dir: &Path) -> Setup {
         ("alerted_warm.py", ALERTED_WARM),
         ("cache_grows.py", CACHE_GROWS),
         ("helper.py", HELPER),
+        ("helper_keeps.py", HELPER_KEEPS),
     ] {
         std::fs::write(dir.join(name), script).unwrap();
     }
@@ -735,6 +758,35 @@ captest!(
             assert_eq!(finding["evidence"]["rises"], 20, "{view}");
             assert_eq!(r["analysis"]["diagnosis"].as_array().unwrap().len(), 1);
         }
+    }
+);
+
+// A helper that keeps what it makes, called from three lines: its line grows on every path, and
+// is one finding at the helper's line at the three paths' rate together (64 + 128 + 256 KiB a
+// step), not one path's.
+captest!(
+    a_helper_that_keeps_on_every_path_is_one_finding_at_its_line,
+    |dir| {
+        let s = setup(dir);
+        let traced = s.traced("helper_keeps.py", &["--per-tensor"], &[]);
+        assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+        assert_eq!(
+            text(&traced.stdout),
+            text(&s.plain("helper_keeps.py").stdout)
+        );
+        let files = trace_files(&s.dir.join("out"));
+        let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), files[0].as_os_str()]);
+        let diagnosis = r["analysis"]["diagnosis"].as_array().unwrap();
+        assert_eq!(diagnosis.len(), 1, "{diagnosis:?}");
+        let finding = &diagnosis[0];
+        assert_eq!(finding["class"], "steady-growth");
+        let line = line_of(HELPER_KEEPS, "keeps_make");
+        assert_eq!(
+            finding["site"]["label"],
+            format!("helper_keeps.py:{line} in make")
+        );
+        assert!(finding["site"].get("via").is_none(), "{finding}");
+        assert_eq!(finding["evidence"]["rate"], (448 * 1024) as f64);
     }
 );
 
