@@ -352,8 +352,7 @@ fn memory_of(state: &LiveState, config: &GrowthConfig, device: i32) -> (u64, &'s
 #[derive(Default)]
 struct Members {
     series: Vec<Vec<(u64, u64)>>,
-    /// Each member site: (bytes gained from its first sample to its last, its highest), id.
-    sites: Vec<((u64, u64), SiteId)>,
+    sites: Vec<(u64, SiteId)>,
 }
 
 /// The name of the driver's view: the calls the tracer saw.
@@ -557,14 +556,10 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
     let mut places: BTreeMap<(Holder, Place), Members> = BTreeMap::new();
     for (site, holder, points) in state.site_series(axis) {
         let peak = points.iter().map(|p| p.1).max().unwrap_or(0);
-        let gained = match (points.first(), points.last()) {
-            (Some(a), Some(b)) => b.1.saturating_sub(a.1),
-            _ => 0,
-        };
         let e = places.entry((holder, place(state, site))).or_default();
         e.series
             .push(with_quiet(in_units(points, window_ns), quiet));
-        e.sites.push(((gained, peak), site));
+        e.sites.push((peak, site));
     }
     let now: BTreeMap<(Holder, SiteId), u64> = holders
         .iter()
@@ -583,11 +578,8 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 .iter()
                 .map(|&(_, id)| now.get(&(holder, id)).copied().unwrap_or(0))
                 .sum();
-            // The example: the site that gained the most over the series (of one line reached
-            // on several paths, the path that keeps what it makes rather than one whose
-            // temporaries are high at a sample), then the one holding the most at its highest,
-            // then the first seen.
-            sites.sort_by_key(|&(rank, id)| (std::cmp::Reverse(rank), id));
+            // The example: the site holding the most at its highest, then the first seen.
+            sites.sort_by_key(|&(peak, id)| (std::cmp::Reverse(peak), id));
             Row {
                 site: name(state, sites[0].1),
                 holder,
