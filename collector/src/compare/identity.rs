@@ -1,7 +1,8 @@
 //! What a call site is, in names that two traces of the same program share: its program's
-//! Python line (file, function, line) where its calls have one line of their own, and each of
-//! its native frames outside the CUDA libraries by function, source file and line, or by module
-//! and offset where nothing names the frame. Never a raw address: ASLR moves those between runs.
+//! Python line (file, function, line) where its calls have one line of their own, with the
+//! program's lines that called it (its path), and each of its native frames outside the CUDA
+//! libraries by function, source file and line, or by module and offset where nothing names
+//! the frame. Never a raw address: ASLR moves those between runs.
 
 use std::fmt;
 
@@ -78,6 +79,18 @@ impl fmt::Display for PythonLine {
     }
 }
 
+/// The line of `path` (a line's callers, innermost first) that names it among `paths`, every
+/// path the program reached that line on: the first where another path parts from it; `None`
+/// when the line has one path.
+pub(crate) fn parting_line<'a>(
+    path: &'a [PythonLine],
+    paths: &std::collections::BTreeSet<&[PythonLine]>,
+) -> Option<&'a PythonLine> {
+    let others = || paths.iter().filter(|o| **o != path);
+    let depth = (0..path.len()).find(|&d| others().any(|o| o.get(d) != path.get(d)))?;
+    path.get(depth)
+}
+
 /// A call site as two traces can agree on it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SiteIdentity {
@@ -85,6 +98,11 @@ pub struct SiteIdentity {
     /// thread without Python counts, as the analysis counts it, so a site is named by the line
     /// the report names it by.
     pub python: Option<PythonLine>,
+    /// The program's own frames that called `python`, innermost first: a helper's line called
+    /// from two lines of the program is two sites, as it is two places in the report
+    /// ([`crate::live::ProgramLine`]). Empty without a Python line, and for a line that grows
+    /// on every path it is reached on (the line itself keeps the memory: one place).
+    pub path: Vec<PythonLine>,
     /// Native frames outside the CUDA libraries and the tracer, innermost first.
     pub native: Vec<FrameId>,
 }

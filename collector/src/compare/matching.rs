@@ -5,8 +5,8 @@
 //! diff of the two sources when both can be read, else by the offset from the start of the
 //! function (`co_firstlineno`), which follows a function moved whole. Then sites are paired:
 //!
-//! 1. **exact**: the same identity once B's Python line is read as A's line (a line that only
-//!    moved because lines were inserted above it is the same line);
+//! 1. **exact**: the same identity once B's Python line, and the lines of its path, are read as
+//!    A's lines (a line that only moved because lines were inserted above it is the same line);
 //! 2. **native stack**: unpaired sites with the same native frames, when exactly one on each
 //!    side has them (their Python lines disagree: an edited line, or calls that came from one
 //!    line in one run and several in the other);
@@ -162,18 +162,39 @@ impl Matching {
         let mut pairs = Vec::new();
         let mut a_free: Vec<bool> = vec![true; a.sites.len()];
         let mut b_free: Vec<bool> = vec![true; b.sites.len()];
-        let index: HashMap<&SiteIdentity, usize> = (a.sites.iter().enumerate())
-            .map(|(i, s)| (&s.identity, i))
-            .collect();
         // B's identities in A's terms, when its Python line exists in A.
-        let mapped: Vec<Option<(SiteIdentity, MatchHow, bool)>> = (b.sites.iter())
+        let mapped: Vec<Option<InA>> = (b.sites.iter())
             .map(|s| mapper.identity_in_a(&s.identity))
             .collect();
+        // A path tells sites apart only on a line reached on several paths: elsewhere an
+        // edited calling line would part sites that are one. Its lines in files the other run
+        // does not have (a launcher one run had: `python -m`, a wrapper script) are passed over.
+        let several = lines_on_several_paths(a, b, &mapped);
+        let exact = |id: &SiteIdentity| SiteIdentity {
+            path: match &id.python {
+                Some(line) if several.contains(line) => (id.path.iter())
+                    .filter(|l| files.iter().any(|f| f.a == l.file))
+                    .cloned()
+                    .collect(),
+                _ => Vec::new(),
+            },
+            ..id.clone()
+        };
+        let index: HashMap<SiteIdentity, usize> = (a.sites.iter().enumerate())
+            .map(|(i, s)| (exact(&s.identity), i))
+            .collect();
         for (j, m) in mapped.iter().enumerate() {
-            let Some((identity, how, file_guess)) = m else {
+            let Some((identity, how, file_guess, whole)) = m else {
                 continue;
             };
-            if let Some(&i) = index.get(identity).filter(|&&i| a_free[i]) {
+            let on_path = identity
+                .python
+                .as_ref()
+                .is_some_and(|l| several.contains(l));
+            if on_path && !whole {
+                continue;
+            }
+            if let Some(&i) = index.get(&exact(identity)).filter(|&&i| a_free[i]) {
                 a_free[i] = false;
                 b_free[j] = false;
                 pairs.push(SitePair {
@@ -242,6 +263,48 @@ impl Matching {
     pub(crate) fn file_of_b(&self, b_file: &str) -> Option<&FilePair> {
         self.files.iter().find(|f| f.b == b_file)
     }
+}
+
+/// The Python lines (in A's terms) that A or B reaches on several paths.
+fn lines_on_several_paths(
+    a: &Profile,
+    b: &Profile,
+    mapped: &[Option<InA>],
+) -> BTreeSet<PythonLine> {
+    let mut paths: BTreeMap<PythonLine, BTreeSet<&[PythonLine]>> = BTreeMap::new();
+    let mut several = BTreeSet::new();
+    for s in &a.sites {
+        if let Some(line) = &s.identity.python {
+            paths
+                .entry(line.clone())
+                .or_default()
+                .insert(&s.identity.path);
+        }
+    }
+    several.extend(
+        paths
+            .iter()
+            .filter(|(_, p)| p.len() > 1)
+            .map(|(l, _)| l.clone()),
+    );
+    paths.clear();
+    for (s, m) in b.sites.iter().zip(mapped) {
+        if let (Some(_), Some((in_a, ..))) = (&s.identity.python, m) {
+            if let Some(line) = &in_a.python {
+                paths
+                    .entry(line.clone())
+                    .or_default()
+                    .insert(&s.identity.path);
+            }
+        }
+    }
+    several.extend(
+        paths
+            .iter()
+            .filter(|(_, p)| p.len() > 1)
+            .map(|(l, _)| l.clone()),
+    );
+    several
 }
 
 /// Pairs the still unpaired sites whose keys (`key_a`, `key_b`) are equal and unique on each
@@ -430,6 +493,11 @@ fn pair_files(a: &Profile, b: &Profile, sources: &SourceSearch) -> Vec<FilePair>
         .collect()
 }
 
+/// B's site identity in A's terms, how its line was mapped, whether its file pairing was a
+/// guess, and whether every line of its path has a counterpart in A (else the identity's path
+/// is partial, and pairs nothing exactly).
+type InA = (SiteIdentity, MatchHow, bool, bool);
+
 /// Reads B's Python lines as A's.
 struct LineMapper<'a> {
     a: &'a Profile,
@@ -438,20 +506,30 @@ struct LineMapper<'a> {
 }
 
 impl LineMapper<'_> {
-    /// B's `identity` in A's terms, how its line was mapped, and whether its file pairing was a
-    /// guess; `None` when its Python line has no counterpart in A.
-    fn identity_in_a(&self, identity: &SiteIdentity) -> Option<(SiteIdentity, MatchHow, bool)> {
+    /// B's `identity` in A's terms ([`InA`]); `None` when its Python line has no counterpart
+    /// in A.
+    fn identity_in_a(&self, identity: &SiteIdentity) -> Option<InA> {
         let Some(line) = &identity.python else {
-            return Some((identity.clone(), MatchHow::Exact, false));
+            return Some((identity.clone(), MatchHow::Exact, false, true));
         };
         let (mapped, how, guess) = self.line_in_a(line)?;
+        // The path's lines are read as A's too (those of files A does not have are passed
+        // over); one with no counterpart (a calling line edited) leaves the site to the
+        // pairings by line alone.
+        let path: Vec<Option<PythonLine>> = (identity.path.iter())
+            .filter(|l| self.files.iter().any(|f| f.b == l.file))
+            .map(|l| self.line_in_a(l).map(|(l, _, _)| l))
+            .collect();
+        let whole = path.iter().all(Option::is_some);
         Some((
             SiteIdentity {
                 python: Some(mapped),
+                path: path.into_iter().flatten().collect(),
                 native: identity.native.clone(),
             },
             how,
             guess,
+            whole,
         ))
     }
 

@@ -11,14 +11,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::identity::{native_identity, FrameId, PythonLine, SiteIdentity};
+use super::identity::{native_identity, parting_line, FrameId, PythonLine, SiteIdentity};
 use super::lines::{line_metrics, live_by_call, unit_converter, Span};
 use super::metrics::{median_u64, SiteMetrics};
 use super::tally::{CallCounts, CallTally};
 use crate::analysis::growth::{self, Growth};
 use crate::analysis::{Analysis, Headroom, LineMeaning, OwnerKind, Projection, Shape};
 use crate::live::{Accounting, Holder, LiveState, ProgramLine, SampleAxis, SiteId, SiteKey};
-use crate::python::{is_library_file, PythonStacks};
+use crate::python::{is_library_file, PythonFrame, PythonStacks};
 use crate::symbols::{frames_label, Attribution, CallRef, FrameKind, StackFrame, Symbolizer};
 use crate::units::base_name;
 
@@ -237,8 +237,8 @@ struct Gathered {
     /// The entry point of a call there that made what the live state keeps.
     api: Option<&'static str>,
     calls: Vec<(CallRef, CallCounts)>,
-    /// The live state's own peak and growth numbers per Python line of the site (it keeps its
-    /// series per native site and line), for a site split by line.
+    /// The live state's own peak and growth numbers per Python line and path of the site (it
+    /// keeps its series per native site and program line), for a site split by line.
     lines: BTreeMap<ProgramLine, SiteMetrics>,
 }
 
@@ -266,11 +266,12 @@ impl Profile {
         for (key, g) in gathered {
             let lines = by_line(python, &g.calls);
             let shared = lines.len() > 1;
-            let site = |line: Option<PythonLine>, calls, metrics| Site {
+            let site = |line: &OnPath, calls, metrics| Site {
                 key,
                 caller: g.caller,
                 api: g.api,
-                line,
+                line: line.line.clone(),
+                path: line.path.clone(),
                 calls,
                 metrics,
                 shared,
@@ -279,19 +280,20 @@ impl Profile {
                 (lines.iter())
                     .map(|(line, calls)| {
                         let mut m = line_metrics(calls, &live, span, &analysis.growth);
-                        ledger_numbers(&mut m, python, &g.lines, line.as_ref());
-                        site(line.clone(), calls, m)
+                        ledger_numbers(&mut m, python, &g.lines, calls);
+                        site(line, calls, m)
                     })
                     .collect()
             } else {
-                let line = lines.keys().next().cloned().flatten();
-                vec![site(line, &g.calls, g.metrics)]
+                let line = lines.keys().next().cloned().unwrap_or_default();
+                vec![site(&line, &g.calls, g.metrics)]
             };
             for s in &sites {
                 add_site(&mut by_identity, name_site(&mut naming, python, s));
             }
         }
-        let mut sites: Vec<SiteProfile> = by_identity.into_values().map(|(s, _)| s).collect();
+        let sites: Vec<SiteProfile> = by_identity.into_values().map(|(s, _)| s).collect();
+        let mut sites = one_site_where_every_path_grows(named_by_path(sites));
         sites.sort_by(|a, b| {
             (b.metrics.live_bytes, b.metrics.host_bytes)
                 .cmp(&(a.metrics.live_bytes, a.metrics.host_bytes))
@@ -347,7 +349,7 @@ fn gather(
     let line = |id: SiteId| {
         state
             .site(id)
-            .map_or(ProgramLine::NONE, |(key, _)| key.line.line_only())
+            .map_or(ProgramLine::NONE, |(key, _)| key.line)
     };
     for o in state.live_objects() {
         if state.lost_after(o.origin.seq) {
@@ -427,12 +429,15 @@ fn ledger_numbers(
     m: &mut SiteMetrics,
     python: &PythonStacks,
     lines: &BTreeMap<ProgramLine, SiteMetrics>,
-    line: Option<&PythonLine>,
+    calls: &[(CallRef, CallCounts)],
 ) {
+    let mine: BTreeSet<ProgramLine> = (calls.iter())
+        .map(|(call, _)| ProgramLine::of(python, call.py_stack))
+        .collect();
     let mut own = SiteMetrics::default();
     let mut seen = false;
     for (pl, numbers) in lines {
-        if python_line(python, *pl).as_ref() == line {
+        if mine.contains(pl) {
             own.peak_bytes += numbers.peak_bytes;
             own.growth += numbers.growth;
             own.confident_growth += numbers.confident_growth;
@@ -446,55 +451,66 @@ fn ledger_numbers(
     }
 }
 
-/// A program line of the live state as a [`PythonLine`] (`None` for a call without Python).
-fn python_line(python: &PythonStacks, pl: ProgramLine) -> Option<PythonLine> {
-    if !pl.is_some() {
-        return None;
-    }
-    let code = python.code(pl.code);
-    Some(PythonLine {
-        file: code.map_or("<unknown>", |c| c.file.as_str()).to_string(),
-        function: code.map_or_else(|| format!("<code {}>", pl.code), |c| c.function.clone()),
-        line: pl.line,
-    })
-}
-
 /// The program frame of a Python stack as a [`PythonLine`].
 fn program_line(python: &PythonStacks, py_stack: u32) -> Option<PythonLine> {
-    python.program_frame(py_stack).map(|f| PythonLine {
+    python
+        .program_frame(py_stack)
+        .as_ref()
+        .map(python_frame_line)
+}
+
+/// A frame of a Python stack as a [`PythonLine`].
+fn python_frame_line(f: &PythonFrame<'_>) -> PythonLine {
+    PythonLine {
         file: f.file.unwrap_or("<unknown>").to_string(),
         function: f
             .function
             .map_or_else(|| format!("<code {}>", f.code), str::to_string),
         line: f.line,
-    })
+    }
 }
 
-/// One site to name: a native site, or one Python line of it.
+/// One site to name: a native site, or one Python line (on one path) of it.
 struct Site<'a> {
     key: SiteKey,
     caller: u64,
     api: Option<&'static str>,
     /// Its Python line, when it has one of its own.
     line: Option<PythonLine>,
+    /// The program's lines that called it ([`SiteIdentity::path`]).
+    path: Vec<PythonLine>,
     calls: &'a [(CallRef, CallCounts)],
     metrics: SiteMetrics,
     shared: bool,
 }
 
-/// The Python line a call counts under: its program line, also when it was inferred from
-/// another thread (PyTorch's allocator asks the driver from autograd's thread), as the analysis
-/// counts it, so a diff names a site by the line the report names it by.
-fn line_of(python: &PythonStacks, call: &CallRef) -> Option<PythonLine> {
-    program_line(python, call.py_stack)
+/// A Python line on one path of the program to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct OnPath {
+    line: Option<PythonLine>,
+    path: Vec<PythonLine>,
 }
 
-/// The calls of a site by the Python line they count under.
+/// The Python line a call counts under, and its path: its program line, also when it was
+/// inferred from another thread (PyTorch's allocator asks the driver from autograd's thread),
+/// as the analysis counts it, so a diff names a site by the place the report names it by.
+fn line_of(python: &PythonStacks, call: &CallRef) -> OnPath {
+    let line = program_line(python, call.py_stack);
+    let path = match line {
+        Some(_) => (python.program_callers(call.py_stack).iter())
+            .map(python_frame_line)
+            .collect(),
+        None => Vec::new(),
+    };
+    OnPath { line, path }
+}
+
+/// The calls of a site by the Python line and path they count under.
 fn by_line(
     python: &PythonStacks,
     calls: &[(CallRef, CallCounts)],
-) -> BTreeMap<Option<PythonLine>, Vec<(CallRef, CallCounts)>> {
-    let mut lines: BTreeMap<Option<PythonLine>, Vec<(CallRef, CallCounts)>> = BTreeMap::new();
+) -> BTreeMap<OnPath, Vec<(CallRef, CallCounts)>> {
+    let mut lines: BTreeMap<OnPath, Vec<(CallRef, CallCounts)>> = BTreeMap::new();
     for (call, counts) in calls {
         lines
             .entry(line_of(python, call))
@@ -502,6 +518,61 @@ fn by_line(
             .push((*call, *counts));
     }
     lines
+}
+
+/// Where a line is reached on several paths, each of its sites is named with the first line
+/// of its path that the others do not share (`helper.py:7 in make via train.py:14 in
+/// <module>`), as the report names its places ([`crate::analysis::SiteName::on_its_path`]).
+fn named_by_path(mut sites: Vec<SiteProfile>) -> Vec<SiteProfile> {
+    let mut paths: BTreeMap<&PythonLine, BTreeSet<&[PythonLine]>> = BTreeMap::new();
+    for s in &sites {
+        if let Some(line) = &s.identity.python {
+            paths.entry(line).or_default().insert(&s.identity.path);
+        }
+    }
+    let vias: Vec<Option<PythonLine>> = (sites.iter())
+        .map(|s| {
+            let all = paths.get(s.identity.python.as_ref()?)?;
+            parting_line(&s.identity.path, all).cloned()
+        })
+        .collect();
+    for (s, via) in sites.iter_mut().zip(vias) {
+        if let (Some(line), Some(via)) = (&s.identity.python, via) {
+            s.label = format!("{line} via {via}");
+        }
+    }
+    sites
+}
+
+/// A line that grows on two of its paths or more keeps what it makes itself (a helper that
+/// caches what it returns): those paths are one site again, named by the line alone, their
+/// numbers added, as the report makes them one place.
+fn one_site_where_every_path_grows(sites: Vec<SiteProfile>) -> Vec<SiteProfile> {
+    let line = |s: &SiteProfile| {
+        let id = &s.identity;
+        (id.python.clone(), id.native.clone())
+    };
+    let growing = |s: &SiteProfile| s.identity.python.is_some() && s.metrics.growth > 0.0;
+    let mut count: BTreeMap<(Option<PythonLine>, Vec<FrameId>), usize> = BTreeMap::new();
+    for s in sites.iter().filter(|s| growing(s)) {
+        *count.entry(line(s)).or_default() += 1;
+    }
+    if count.values().all(|&n| n < 2) {
+        return sites;
+    }
+    let mut by_identity: BTreeMap<SiteIdentity, (SiteProfile, u64)> = BTreeMap::new();
+    for mut s in sites {
+        if growing(&s) && count.get(&line(&s)).is_some_and(|&n| n >= 2) {
+            s.identity.path.clear();
+            s.label = s
+                .identity
+                .python
+                .as_ref()
+                .map_or(s.label, |l| l.to_string());
+        }
+        add_site(&mut by_identity, s);
+    }
+    by_identity.into_values().map(|(s, _)| s).collect()
 }
 
 /// Adds a named site, or its numbers to the site of the same identity.
@@ -569,6 +640,7 @@ fn name_site(naming: &mut Attribution<'_>, python: &PythonStacks, site: &Site<'_
     SiteProfile {
         identity: SiteIdentity {
             python: site.line.clone(),
+            path: site.path.clone(),
             native,
         },
         label,

@@ -15,6 +15,7 @@
 //! the very same tensors (bytes and count) are one line moved, when nothing else paired them
 //! ([`MatchHow::SameTensors`]).
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -28,7 +29,9 @@ use super::sources::SourceSearch;
 use super::verdict::{new_growth, Check, NewGrowth, Thresholds, TENSOR_VIEW_NAME};
 use crate::analysis::{Growth, LineMeaning, Shape};
 use crate::live::Holder;
-use crate::torch::{AllocatorSnapshot, LineGrowth, TensorHistory, TorchView, View, VIEW_NAME};
+use crate::torch::{
+    AllocatorSnapshot, LineGrowth, SnapshotFrame, TensorHistory, TorchView, View, VIEW_NAME,
+};
 
 record! {
     /// What one Python line's tensors are in one run.
@@ -56,16 +59,26 @@ pub struct TensorLine {
     /// The line (the innermost frame of the program's own code); `null` for tensors without a
     /// stack.
     pub line: Option<PythonLine>,
+    /// Where the program reaches the line on several paths, the line of this one that names
+    /// it ([`SiteIdentity::path`]: the first the others do not share).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<PythonLine>,
+    /// The program's lines that called it, innermost first.
+    #[serde(skip)]
+    pub path: Vec<PythonLine>,
     #[serde(flatten)]
     pub metrics: TensorMetrics,
 }
 
 impl TensorLine {
-    /// `train.py:42 in step`, or `(no stack)`.
+    /// `train.py:42 in step`, `helper.py:7 in make via train.py:14 in <module>`, or `(no
+    /// stack)`.
     pub fn label(&self) -> String {
-        self.line
-            .as_ref()
-            .map_or_else(|| "(no stack)".to_string(), |l| l.to_string())
+        match (&self.line, &self.via) {
+            (Some(line), Some(via)) => format!("{line} via {via}"),
+            (Some(line), None) => line.to_string(),
+            (None, _) => "(no stack)".to_string(),
+        }
     }
 }
 
@@ -144,19 +157,25 @@ impl TensorProfile {
         let growth_of: BTreeMap<Option<u32>, (f64, f64)> = (per_line.iter())
             .map(|g| (g.frame, steady_growth(g, snapshot, growth)))
             .collect();
-        // Frames are interned, but two could still name one line: add them up by line.
-        let mut by_line: BTreeMap<Option<PythonLine>, TensorMetrics> = BTreeMap::new();
+        // Frames are interned, but two could still name one line and path: add them up. A
+        // line's path is named as the snapshot names it, among all the paths the recorder saw
+        // reach the line (those whose tensors are gone included).
+        type Named = (Option<PythonLine>, TensorMetrics);
+        let mut by_line: BTreeMap<(Option<PythonLine>, Vec<PythonLine>), Named> = BTreeMap::new();
         for l in history.live_at_end() {
-            let line = l.frame.map(|f| {
+            let (place, via) = l.frame.map_or_else(Default::default, |f| {
                 let frame = &snapshot.frames[f as usize];
-                PythonLine {
-                    file: frame.file.clone(),
-                    function: frame.function.clone(),
-                    line: frame.line,
-                }
+                let path = snapshot.program_path(f).into_iter();
+                let via = frame.via.as_deref().map(python_line);
+                (
+                    (Some(python_line(frame)), path.map(python_line).collect()),
+                    via,
+                )
             });
             let (rate, sure) = growth_of.get(&l.frame).copied().unwrap_or_default();
-            by_line.entry(line).or_default().add(&TensorMetrics {
+            let named = by_line.entry(place).or_default();
+            named.0 = via;
+            named.1.add(&TensorMetrics {
                 live_count: l.count,
                 live_bytes: l.bytes,
                 inferred_bytes: l.inferred_bytes,
@@ -165,7 +184,12 @@ impl TensorProfile {
             });
         }
         let lines = (by_line.into_iter())
-            .map(|(line, metrics)| TensorLine { line, metrics })
+            .map(|((line, path), (via, metrics))| TensorLine {
+                line,
+                via,
+                path,
+                metrics,
+            })
             .collect();
         let run = TensorRun {
             steps: snapshot.step_marks.len() as u64,
@@ -179,10 +203,11 @@ impl TensorProfile {
 
     /// The lines most live bytes first, and the run's totals added up from them.
     fn sorted(mut self) -> Self {
+        self.lines = one_line_where_every_path_grows(self.lines);
         self.lines.sort_by(|a, b| {
             (b.metrics.live_bytes)
                 .cmp(&a.metrics.live_bytes)
-                .then_with(|| a.line.cmp(&b.line))
+                .then_with(|| (&a.line, &a.path).cmp(&(&b.line, &b.path)))
         });
         let sum = |f: fn(&TensorMetrics) -> u64| self.lines.iter().map(|l| f(&l.metrics)).sum();
         self.run.live_count = sum(|m| m.live_count);
@@ -196,19 +221,21 @@ impl TensorProfile {
     /// to it when more than half of the runs have it, a run without it counting as zeros.
     pub fn median(runs: &[&TensorProfile]) -> TensorProfile {
         let n = runs.len();
-        let mut by_line: BTreeMap<&Option<PythonLine>, Vec<TensorMetrics>> = BTreeMap::new();
+        type Place<'a> = (&'a Option<PythonLine>, &'a [PythonLine]);
+        let mut by_line: BTreeMap<Place<'_>, (&TensorLine, Vec<TensorMetrics>)> = BTreeMap::new();
         for r in runs {
             for l in &r.lines {
-                by_line.entry(&l.line).or_default().push(l.metrics);
+                let e = by_line.entry((&l.line, &l.path)).or_insert((l, Vec::new()));
+                e.1.push(l.metrics);
             }
         }
-        let lines = (by_line.into_iter())
+        let lines = (by_line.into_values())
             .filter(|(_, all)| 2 * all.len() > n)
-            .map(|(line, mut all)| {
+            .map(|(first, mut all)| {
                 all.resize(n, TensorMetrics::default());
                 TensorLine {
-                    line: line.clone(),
                     metrics: TensorMetrics::median(&all),
+                    ..first.clone()
                 }
             })
             .collect();
@@ -230,6 +257,7 @@ impl TensorProfile {
             .map(|l| SiteProfile {
                 identity: SiteIdentity {
                     python: l.line.clone(),
+                    path: l.path.clone(),
                     native: Vec::new(),
                 },
                 label: l.label(),
@@ -253,6 +281,41 @@ impl TensorProfile {
             ..driver.clone()
         }
     }
+}
+
+/// A recorder frame as a [`PythonLine`].
+fn python_line(frame: &SnapshotFrame) -> PythonLine {
+    PythonLine {
+        file: frame.file.clone(),
+        function: frame.function.clone(),
+        line: frame.line,
+    }
+}
+
+/// A line whose tensors pile up on two of its paths or more keeps them itself (a helper that
+/// caches what it returns): one line again, as the report makes it one place.
+fn one_line_where_every_path_grows(lines: Vec<TensorLine>) -> Vec<TensorLine> {
+    let growing = |l: &TensorLine| l.line.is_some() && l.metrics.growth > 0.0;
+    let mut count: BTreeMap<Option<PythonLine>, usize> = BTreeMap::new();
+    for l in lines.iter().filter(|l| growing(l)) {
+        *count.entry(l.line.clone()).or_default() += 1;
+    }
+    if count.values().all(|&n| n < 2) {
+        return lines;
+    }
+    let mut merged: BTreeMap<(Option<PythonLine>, Vec<PythonLine>), TensorLine> = BTreeMap::new();
+    for mut l in lines {
+        if growing(&l) && count.get(&l.line).is_some_and(|&n| n >= 2) {
+            (l.path, l.via) = (Vec::new(), None);
+        }
+        match merged.entry((l.line.clone(), l.path.clone())) {
+            Entry::Occupied(mut e) => e.get_mut().metrics.add(&l.metrics),
+            Entry::Vacant(e) => {
+                e.insert(l);
+            }
+        }
+    }
+    merged.into_values().collect()
 }
 
 /// The rate of a line's survivors added up step by step over the measured steps when they pile

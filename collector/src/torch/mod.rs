@@ -38,6 +38,8 @@ pub(crate) use lines::VIEW_NAME;
 pub(crate) use snapshot::AllocatorSnapshot;
 pub use snapshot::ClockAnchor;
 #[cfg(feature = "symbols")]
+pub(crate) use snapshot::SnapshotFrame;
+#[cfg(feature = "symbols")]
 pub(crate) use tensors::LineGrowth;
 pub use tensors::{Tensor, TensorHistory};
 

@@ -562,6 +562,20 @@ impl AllocatorSnapshot {
         }
     }
 
+    /// The program's frames that called the line tensors attributed to `frame` were made at
+    /// ([`AllocatorSnapshot::program_frame`]), innermost first: the path of a line the program
+    /// reaches on several paths, the only path of another (the first stack's, where two paths
+    /// part at the same frame).
+    pub fn program_path(&self, frame: u32) -> Vec<&SnapshotFrame> {
+        let stack = (self.program_lines.iter())
+            .position(|&l| l == Some(frame))
+            .map(|i| i as u32 + 1);
+        let callers = stack.and_then(|s| self.own_line(s)).map(|(_, c)| c);
+        (callers.unwrap_or_default().iter())
+            .filter_map(|&f| self.frames.get(f as usize))
+            .collect()
+    }
+
     /// The program's own line of `stack`, and the program's frames that called it, innermost
     /// first (none when the line is a library's).
     fn own_line(&self, stack: u32) -> Option<(u32, Vec<u32>)> {

@@ -200,9 +200,11 @@ print("done", len(kept))
 /// A leak through the script's own helper: every tensor comes from `make`, called for one to
 /// three 2 MiB temporaries a step and, from step 20 of 40, for a 1 MiB tensor the list keeps.
 /// `make`'s line is every tensor's; the line that keeps the memory is `helper_kept`.
-const HELPER: &str = r#"import torch
+const HELPER: &str = r#"import os
+import torch
 
 kept = []
+KEEP_FROM = int(os.environ.get("KEEP_FROM", "20"))
 
 
 def make(n):
@@ -212,11 +214,20 @@ def make(n):
 opt = torch.optim.SGD([])
 for step in range(40):
     tmp = [make(2 << 20) for _ in range(1 + step % 3)]  # @helper_temporaries
-    if step >= 20:
+    if step >= KEEP_FROM:
         kept.append(make(1 << 20))  # @helper_kept
     del tmp
     opt.step()
 print("helper done", len(kept))
+"#;
+
+/// Runs `helper.py` as `python -m` or a wrapper script would: its frames are in the stacks of one
+/// run only.
+const LAUNCH: &str = r#"import os
+import runpy
+
+here = os.path.dirname(os.path.abspath(__file__))
+runpy.run_path(os.path.join(here, "helper.py"), run_name="__main__")
 "#;
 
 /// A helper that keeps every tensor it makes, called from three lines a step (64, 128 and 256
@@ -354,6 +365,7 @@ fn setup(dir: &Path) -> Setup {
         ("alerted_warm.py", ALERTED_WARM),
         ("cache_grows.py", CACHE_GROWS),
         ("helper.py", HELPER),
+        ("launch.py", LAUNCH),
         ("helper_keeps.py", HELPER_KEEPS),
     ] {
         std::fs::write(dir.join(name), script).unwrap();
@@ -760,6 +772,62 @@ captest!(
         }
     }
 );
+
+// `diff` of the helper's program keeping nothing (A, run by a launcher script) and keeping from
+// step 20 (B): what changed is the kept path of the helper's line, named as the report names it,
+// at its rate; the temporaries' path is paired with itself although A's passes through the
+// launcher. Both views:
+// the driver's sites (`--per-tensor`: the top difference) and the recorder's lines (the stand-in
+// allocator never reuses a block, so there the driver's segments grow in both runs and come
+// first).
+captest!(diff_names_the_path_of_a_helper_s_line_that_keeps, |dir| {
+    let s = setup(dir);
+    let place = format!(
+        "helper.py:{} in make via helper.py:{} in <module>",
+        line_of(HELPER, "helper_make"),
+        line_of(HELPER, "helper_kept")
+    );
+    for (flags, view) in [(&["--per-tensor"][..], "driver"), (&[][..], "tensors")] {
+        let out = s.dir.join("out");
+        let mut runs = Vec::new();
+        for (run, script, keep_from) in [("a", "launch.py", "40"), ("b", "helper.py", "20")] {
+            std::fs::remove_dir_all(&out).unwrap();
+            std::fs::create_dir_all(&out).unwrap();
+            let env = [
+                ("VRAMTRACE_ALERT_INTERVAL_MS", "600000"),
+                ("KEEP_FROM", keep_from),
+            ];
+            let traced = s.traced(script, flags, &env);
+            assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+            let files = trace_files(&out);
+            let kept = s.dir.join(format!("{run}.vtrace"));
+            std::fs::rename(&files[0], &kept).unwrap();
+            runs.push(kept);
+        }
+        let mut c = vramtrace_command();
+        c.args(["diff", "--json"]).args(&runs);
+        let diffed = c.output().unwrap();
+        assert_eq!(diffed.status.code(), Some(1), "{}", text(&diffed.stderr));
+        let d: serde_json::Value = serde_json::from_slice(&diffed.stdout).unwrap();
+        let (top, growth, list) = match view {
+            "driver" => (
+                &d["top_difference"],
+                &d["top_difference"]["growth"],
+                &d["sites"],
+            ),
+            _ => (
+                &d["tensors"]["list"][0],
+                &d["tensors"]["list"][0]["change"]["growth"],
+                &d["tensors"],
+            ),
+        };
+        assert_eq!(top["label"], place.as_str(), "{view}: {top}");
+        assert_eq!(top["status"], "new", "{view}");
+        assert_eq!(*growth, MIB as f64, "{view}");
+        assert_eq!(list["only_in_a"], 0, "{view}: {list}");
+        assert_eq!(list["only_in_b"], 1, "{view}: {list}");
+    }
+});
 
 // A helper that keeps what it makes, called from three lines: its line grows on every path, and
 // is one finding at the helper's line at the three paths' rate together (64 + 128 + 256 KiB a

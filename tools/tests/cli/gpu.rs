@@ -212,8 +212,9 @@ fn the_recorder_names_the_added_line_first() {
             (&t["a"]["steps"], &t["a"]["steps_measured"]),
             (&120.into(), &50.into())
         );
-        // Every other line is paired with its moved self (6 of them below the inserted lines:
-        // by the sources' text, or without them by holding the same tensors) and unchanged.
+        // Every other line is paired with its moved self (7 of them below the inserted lines:
+        // by the sources' text, or without them by holding the same tensors) and unchanged;
+        // `batch()`'s line is two, on its paths from training and from evaluation.
         assert_eq!(
             [
                 &t["matched"],
@@ -222,7 +223,7 @@ fn the_recorder_names_the_added_line_first() {
                 &t["only_in_b"],
                 &t["unchanged"]
             ],
-            [7, 6, 0, 1, 7].map(Value::from).each_ref(),
+            [8, 7, 0, 1, 8].map(Value::from).each_ref(),
             "{dirs}"
         );
         assert_eq!(t["changed"], 1);
@@ -332,7 +333,7 @@ fn two_recorded_runs_of_the_unchanged_program_do_not_differ() {
             &t["only_in_b"],
             &t["unchanged"]
         ],
-        [7, 0, 0, 0, 7].map(Value::from).each_ref()
+        [8, 0, 0, 0, 8].map(Value::from).each_ref()
     );
     assert_eq!(t["changed"], 0);
     assert_eq!(t["list"].as_array().unwrap().len(), 0);
@@ -343,7 +344,7 @@ fn two_recorded_runs_of_the_unchanged_program_do_not_differ() {
     assert_eq!(code, 0);
     assert!(out.contains(
         "Python lines, view tensors (PyTorch recorder): 548.0 MiB live at end in A, 548.0 MiB \
-         in B (+0 B); 7 paired (0 by a guess), 0 only in A, 0 only in B; 7 unchanged, 0 changed"
+         in B (+0 B); 8 paired (0 by a guess), 0 only in A, 0 only in B; 8 unchanged, 0 changed"
     ));
     // A run without the recorder's history beside one with it: the view is not compared.
     let (_, d) = diff(&[], "healthy_gpt-traced.vtrace", RECORDED_A);
