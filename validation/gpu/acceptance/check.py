@@ -20,7 +20,9 @@ What must hold, for the traces of `vramtrace run` (what a PyTorch user gets):
   first finding) at a planted line; a live alert, when one was raised, at a planted line;
 - of a leak, the steps counted within 5% (at least 1) of the program's;
 - a job of several ranks: the rank table names the leaking rank, its report says the above, the
-  other ranks are healthy, and `diff --rank` names the planted line first.
+  other ranks are healthy, and `diff --rank` names the planted line first;
+- a program run once more without its leak (`fixed_env` in its truth): `diff` of that run
+  against the traced one exits 1 and names a planted line first (`fixed.diff.json`).
 For the traces without the hooks (`bare`) of a program without PyTorch (JAX, CuPy: `"torch":
 False` in its truth) the same holds: that is what such a user gets. For a PyTorch program's bare
 trace (its tensors unseen, its steps from the allocation pattern, which may span several of the
@@ -203,6 +205,10 @@ def main():
                 alert_said, alert_problems = check_alerts(name, t, leaks, live_alerts(folder, variant))
                 said += f"; {alert_said}"
                 problems += alert_problems
+                if "fixed_env" in t:
+                    diff_said, diff_problems = check_fixed_diff(name, folder, leaks)
+                    said += f"; {diff_said}"
+                    problems += diff_problems
             counts = checked[0][2]
             key = (name, variant)
             confusion[key] = (t["kind"], counts, not problems)
@@ -222,6 +228,22 @@ def main():
         print(f"| {name} | {variant} | {c['planted']} | {c['once']} | {c['missed']} | {c['twice']} | {c['other']} | {c['asked']} |")
     print(f"| all | | {total['planted']} | {total['once']} | {total['missed']} | {total['twice']} | {total['other']} | {total['asked']} |")
     sys.exit(1 if failed else 0)
+
+
+def check_fixed_diff(name, folder, leaks):
+    """`diff` of the run without the leak against the traced run: exit 1, a planted line first."""
+    path = os.path.join(folder, "fixed.diff.json")
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return "no diff of the fixed run", ["the fixed run was not diffed"]
+    rc = open(os.path.join(folder, "fixed.diff.rc")).read().strip()
+    top = json.load(open(path)).get("top_difference") or {}
+    where = top.get("label") or ""
+    problems = []
+    if rc != "1":
+        problems.append(f"diff of the fixed run exits {rc}")
+    if not any(at_line(where, name, l["line"]) for l in leaks):
+        problems.append(f"diff of the fixed run names {where or 'nothing'} first")
+    return f"diff fixed → traced: exit {rc}, {where} ({top.get('view')})", problems
 
 
 def check_ranks(vt, name, folder, variant, t, leaks):

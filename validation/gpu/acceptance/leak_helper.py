@@ -4,7 +4,11 @@ function (`scratch`), called from several lines; a few activations of varying si
 2 MiB tensor is appended to a list every step. The helper's own line is shared by every
 allocation, the leak's and the temporaries'; the line that keeps the memory is LEAK-LINE.
 
-Truth: steady growth of 2 MiB per step from step 60, at LEAK-LINE."""
+Truth: steady growth of 2 MiB per step from step 60, at LEAK-LINE. With LEAK_HELPER_KEEP=0 the
+program keeps nothing (its "fixed" run): `diff` of that run against this one names LEAK-LINE's
+path first."""
+import os
+
 import torch
 import torch.nn as nn
 
@@ -14,7 +18,9 @@ TRUTH = {
     "kind": "leak",
     "steps": 120,
     "leaks": [{"marker": "LEAK-LINE", "bytes_per_step": 2097152, "from_step": 60, "what": "tensors kept across steps"}],
+    "fixed_env": {"LEAK_HELPER_KEEP": "0"},
 }
+KEEP = os.environ.get("LEAK_HELPER_KEEP", "1") != "0"
 
 
 def scratch(rows, cols=1024):
@@ -37,7 +43,7 @@ for step in range(n_steps):
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
-    if step >= n_steps // 2:
+    if KEEP and step >= n_steps // 2:
         kept.append(scratch(512).fill_(step))  # LEAK-LINE
     del x, noise, loss
     clock.stop()

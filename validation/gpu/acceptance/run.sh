@@ -10,7 +10,9 @@
 #   validate  each program plain, under `vramtrace run` (steps from the Python hooks: what a
 #             PyTorch user gets) and under `vramtrace run --no-python-hooks` (steps from the
 #             allocation pattern alone: what a JAX or CuPy user gets); stdout and exit code
-#             compared; the diff pair; a report (text and --json) of every trace
+#             compared; the diff pair; a program whose truth has a `fixed_env` run once more
+#             with it (`fixed`: no leak) and diffed against its traced run; a report (text and
+#             --json) of every trace
 #   explore   each program under `vramtrace run` as it is and with a step mark at every optimizer
 #             step (stepmark.py), and PyTorch's own recorder on two of them (record_snapshot.py):
 #             material for developing the analyses off the GPU machine
@@ -78,6 +80,7 @@ job() {
         plain) cmd=("${py[@]}" "$prog") ;;
         # The self-profile says what a hand-over of PyTorch's history cost (an alert's too).
         traced|traced2) cmd=(env VRAMTRACE_SELF_PROFILE=1 "$VT" run -o "$dir/$name_of.vtrace" --no-summary -- "${py[@]}" "$prog") ;;
+        fixed) cmd=(env $(python3 "$ACC/truth.py" fixed_env "$src") "$VT" run -o "$dir/$name_of.vtrace" --no-summary -- "${py[@]}" "$prog") ;;
         bare) cmd=("$VT" run -o "$dir/$name_of.vtrace" --no-summary --no-python-hooks -- "${py[@]}" "$prog") ;;
         marks) cmd=("$VT" run -o "$dir/$name_of.vtrace" --no-summary -- python3 "$ACC/stepmark.py" "$prog") ;;
         record) cmd=(python3 "$ACC/record_snapshot.py" "$dir/record.pickle" 100000 "$prog") ;;
@@ -98,6 +101,9 @@ for p in "${PROGRAMS[@]}"; do
         marks) variants=(marks) ;;
         *) echo "unknown mode $MODE"; exit 2 ;;
     esac
+    if [ "$MODE" = validate ] && [ -n "$(python3 "$ACC/truth.py" fixed_env "$ACC/$p.py" 2>/dev/null)" ]; then
+        variants+=(fixed)
+    fi
     for v in "${variants[@]}"; do jobs+=("$p $v $((29600 + i))"); i=$((i + 1)); done
 done
 # The diff pair: healthy_gpt twice as it is, once with the added leak.
@@ -126,6 +132,13 @@ for d in "$WORK"/*/; do
         "$VT" report --json "$t" > "${t%.vtrace}.report.json" 2> "${t%.vtrace}.report.err"
         "$VT" report "$t" > "${t%.vtrace}.report.txt" 2>&1
     done
+    # The fixed run against the traced one: what the leak changed.
+    fixed=$(ls "$d"fixed-*.vtrace 2>/dev/null | head -1) traced=$(ls "$d"traced-*.vtrace 2>/dev/null | head -1)
+    if [ -n "$fixed" ] && [ -n "$traced" ]; then
+        "$VT" diff "$fixed" "$traced" > "${d}fixed.diff.txt" 2>&1
+        "$VT" diff --json "$fixed" "$traced" > "${d}fixed.diff.json" 2>/dev/null
+        echo $? > "${d}fixed.diff.rc"
+    fi
     # A job of several ranks: the report of each variant's directory (the rank table) and the
     # odd rank against the median of the others.
     odd=$(python3 "$ACC/truth.py" leaking_rank "$ACC/$name.py" 2>/dev/null)

@@ -3,6 +3,8 @@ each leak's marker comment resolved to its line number. Used by run.sh (environm
 of a program) and by check.py (what the report must say).
 
     python3 truth.py env PROGRAM.py          # KEY=VALUE lines for the program's environment
+    python3 truth.py fixed_env PROGRAM.py    # KEY=VALUE lines that run it without its leak
+                                             # (its "fixed" run, A of the diff pair), if any
     python3 truth.py args PROGRAM.py WORK    # its arguments, one a line ({WORK} replaced)
     python3 truth.py json PROGRAM.py         # the whole truth, markers resolved, as JSON
     python3 truth.py ranks PROGRAM.py        # processes a job runs (torchrun), 1 when not said
@@ -39,6 +41,9 @@ def main():
     truth = load(path)
     if what == "env":
         for k, v in truth.get("env", {}).items():
+            print(f"{k}={v}")
+    elif what == "fixed_env":
+        for k, v in truth.get("fixed_env", {}).items():
             print(f"{k}={v}")
     elif what == "args":
         for a in truth.get("args", []):
