@@ -235,7 +235,7 @@ def check_fixed_diff(name, folder, leaks):
     path = os.path.join(folder, "fixed.diff.json")
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return "no diff of the fixed run", ["the fixed run was not diffed"]
-    rc = open(os.path.join(folder, "fixed.diff.rc")).read().strip()
+    rc = open(os.path.join(folder, "fixed.diff.exit")).read().strip()
     top = json.load(open(path)).get("top_difference") or {}
     where = top.get("label") or ""
     problems = []

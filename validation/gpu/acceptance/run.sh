@@ -137,7 +137,7 @@ for d in "$WORK"/*/; do
     if [ -n "$fixed" ] && [ -n "$traced" ]; then
         "$VT" diff "$fixed" "$traced" > "${d}fixed.diff.txt" 2>&1
         "$VT" diff --json "$fixed" "$traced" > "${d}fixed.diff.json" 2>/dev/null
-        echo $? > "${d}fixed.diff.rc"
+        echo $? > "${d}fixed.diff.exit"
     fi
     # A job of several ranks: the report of each variant's directory (the rank table) and the
     # odd rank against the median of the others.
