@@ -39,8 +39,8 @@ pub struct ProgramLine {
     pub line: u32,
     /// The program's frames that called the line ([`PythonStacks::program_callers`]), as a
     /// hash: one helper's line called from two lines of the script is two sites, so that the
-    /// helper's temporaries and what one caller keeps have series of their own. Analyses that
-    /// ask "which line" group by the line alone ([`ProgramLine::line_only`]).
+    /// helper's temporaries and what one caller keeps have series of their own (and `diff` two
+    /// sites of its own, `compare/profile.rs`).
     #[serde(skip)]
     pub callers: u32,
 }
@@ -56,11 +56,6 @@ impl ProgramLine {
     /// Whether the call had Python frames.
     pub fn is_some(self) -> bool {
         self != Self::NONE
-    }
-
-    /// The line, whatever path reached it.
-    pub fn line_only(self) -> ProgramLine {
-        ProgramLine { callers: 0, ..self }
     }
 
     /// The program line of Python stack `py_stack`, if it has one.
