@@ -271,40 +271,29 @@ fn lines_on_several_paths(
     b: &Profile,
     mapped: &[Option<InA>],
 ) -> BTreeSet<PythonLine> {
-    let mut paths: BTreeMap<PythonLine, BTreeSet<&[PythonLine]>> = BTreeMap::new();
-    let mut several = BTreeSet::new();
-    for s in &a.sites {
-        if let Some(line) = &s.identity.python {
-            paths
-                .entry(line.clone())
-                .or_default()
-                .insert(&s.identity.path);
+    // The lines one run reaches on several paths, of its lines (in A's terms) and paths.
+    fn on_several<'a>(
+        lines: impl Iterator<Item = (&'a PythonLine, &'a [PythonLine])>,
+    ) -> Vec<PythonLine> {
+        let mut paths: BTreeMap<&PythonLine, BTreeSet<&[PythonLine]>> = BTreeMap::new();
+        for (line, path) in lines {
+            paths.entry(line).or_default().insert(path);
         }
-    }
-    several.extend(
-        paths
-            .iter()
+        (paths.into_iter())
             .filter(|(_, p)| p.len() > 1)
-            .map(|(l, _)| l.clone()),
-    );
-    paths.clear();
-    for (s, m) in b.sites.iter().zip(mapped) {
-        if let (Some(_), Some((in_a, ..))) = (&s.identity.python, m) {
-            if let Some(line) = &in_a.python {
-                paths
-                    .entry(line.clone())
-                    .or_default()
-                    .insert(&s.identity.path);
-            }
-        }
+            .map(|(l, _)| l.clone())
+            .collect()
     }
-    several.extend(
-        paths
-            .iter()
-            .filter(|(_, p)| p.len() > 1)
-            .map(|(l, _)| l.clone()),
-    );
-    several
+    let in_a =
+        (a.sites.iter()).filter_map(|s| Some((s.identity.python.as_ref()?, &s.identity.path[..])));
+    let in_b = (b.sites.iter().zip(mapped)).filter_map(|(s, m)| {
+        s.identity.python.as_ref()?;
+        Some((m.as_ref()?.0.python.as_ref()?, &s.identity.path[..]))
+    });
+    on_several(in_a)
+        .into_iter()
+        .chain(on_several(in_b))
+        .collect()
 }
 
 /// Pairs the still unpaired sites whose keys (`key_a`, `key_b`) are equal and unique on each
