@@ -14,7 +14,7 @@ pub mod format;
 mod ids;
 pub mod live;
 pub mod module_map;
-pub mod python;
+mod python;
 #[cfg(feature = "symbols")]
 pub mod symbols;
 pub mod torch;

@@ -80,7 +80,7 @@ impl PythonStacks {
     /// The program's own frames that called its line ([`PythonStacks::program_frame`]),
     /// innermost first: the frames outward of it that are not in installed packages or the
     /// standard library. A helper's line reached from two lines of a script has two such paths.
-    pub fn program_callers(&self, id: StackId) -> Vec<PythonFrame<'_>> {
+    pub(crate) fn program_callers(&self, id: StackId) -> Vec<PythonFrame<'_>> {
         let own = |f: &PythonFrame<'_>| !f.file.is_some_and(is_library_file);
         let mut frames = self.frames(id);
         // Past the program's own frame, if the stack has one.

@@ -95,14 +95,14 @@ impl SiteName {
     }
 
     /// The site as reached on the program's path through `via` ([`SiteName::via`]), labelled so.
-    pub fn reached_via(mut self, via: Option<SourceLine>) -> SiteName {
+    pub(crate) fn reached_via(mut self, via: Option<SourceLine>) -> SiteName {
         self.via = via;
         self.label = self.label.take().map(|l| self.on_its_path(l));
         self
     }
 
     /// The site as its line, whatever path reached it (the label without its path).
-    pub fn without_path(mut self) -> SiteName {
+    pub(crate) fn without_path(mut self) -> SiteName {
         if let Some(via) = self.via.take() {
             let tag = format!(" via {}", via.label());
             if let Some(label) = &mut self.label {
