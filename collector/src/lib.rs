@@ -5,6 +5,10 @@
 //! [`format::TraceReader`] and rebuild what was live with [`live::LiveState`]). Both go through the
 //! same code, so "what is live" has one definition.
 
+// The documentation is for the people who work on the repository (`cargo doc
+// --document-private-items`): a public item's doc may point at the private module doing the work.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod analysis;
 pub mod attached;
 #[cfg(feature = "symbols")]

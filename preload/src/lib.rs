@@ -22,6 +22,10 @@
 //! - [`setting`], [`tracer_thread`] and [`warn`]: how the tracer reads one setting, starts its
 //!   own threads and warns, for all of the above.
 
+// The documentation is for the people who work on the repository (`cargo doc
+// --document-private-items`): a public item's doc may point at the private module doing the work.
+#![allow(rustdoc::private_intra_doc_links)]
+
 #[macro_use]
 #[path = "hooks/macros.rs"]
 mod macros;

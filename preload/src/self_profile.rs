@@ -399,7 +399,7 @@ fn sums(rows: impl Iterator<Item = usize>) -> Sums {
     out
 }
 
-/// The profile as a table (what [`print`] writes), given the writer's row and how many events
+/// The profile as a table (what [`print()`] writes), given the writer's row and how many events
 /// were dropped.
 pub fn report(writer_row: Option<usize>, dropped: u64) -> String {
     let ns = ns_per_tick();

@@ -78,7 +78,7 @@ pub struct SiteName {
     #[serde(serialize_with = "crate::live::hex")]
     pub entry_frame: u64,
     /// The site in words (`train.py:88 in step`, or the native function that asked), filled in
-    /// by a reader with symbols ([`Analysis::sites_mut`](super::Analysis::sites_mut)); `null`
+    /// by a reader with symbols (`symbols::label_sites`, behind the `symbols` feature); `null`
     /// otherwise.
     pub label: Option<String>,
     /// The place the analyses group the site in.

@@ -17,7 +17,7 @@ use crate::live::{Holder, LiveState, SampleAxis};
 use crate::symbols::CallRef;
 
 /// Turns the growth analysis's slopes (per step, or per time window) into bytes per
-/// [`GrowthUnit`].
+/// [`GrowthUnit`](super::GrowthUnit).
 pub fn unit_converter(g: &Growth) -> impl Fn(f64) -> f64 {
     let window = match (g.axis, g.window_ns) {
         (SampleAxis::Time, Some(w)) if w > 0 => Some(w as f64),

@@ -385,7 +385,7 @@ impl<'a> TensorHistory<'a> {
         self.survivor_growth_us(&bounds)
     }
 
-    /// [`TensorHistory::survivor_growth`] between the step marks the bootstrap made (exact, on
+    /// `survivor_growth` between the step marks the bootstrap made (exact, on
     /// torch's clock): `per_step[i]` is the step that starts at `step_marks[i]`.
     pub fn survivor_growth_at_marks(&mut self) -> Vec<LineGrowth> {
         let bounds: Vec<i64> = self.snapshot.step_marks.iter().map(|m| m.time_us).collect();

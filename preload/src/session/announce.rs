@@ -107,7 +107,7 @@ pub fn loaded(disabled: bool) {
     append(if disabled { b"disabled" } else { b"tracing" });
 }
 
-/// The status directory as the library found it when loaded: what [`exec_without_tracer`]
+/// The status directory as the library found it when loaded: what [`exec_unseen`]
 /// writes in without allocating (an exec may come from a vfork child or a signal handler).
 static EXEC_DIR: OnceLock<Vec<u8>> = OnceLock::new();
 
@@ -140,7 +140,7 @@ pub unsafe fn exec_unseen(path: &[u8], env: *const *const c_char) -> bool {
     append_raw(dir, &line[..n + 1])
 }
 
-/// The exec that [`exec_without_tracer`] spoke of failed: this image goes on, seen.
+/// The exec that [`exec_unseen`] spoke of failed: this image goes on, seen.
 pub fn exec_failed() {
     if let Some(dir) = EXEC_DIR.get() {
         append_raw(dir, b"exec-failed\n");

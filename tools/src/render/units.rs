@@ -1,5 +1,5 @@
 //! Human-readable numbers for tables (JSON always carries exact bytes): sizes as the collector
-//! prints them everywhere ([`bytes`]), signed rates, device ordinals, short spans. What users
+//! prints them everywhere ([`bytes()`]), signed rates, device ordinals, short spans. What users
 //! type is read by the collector's `units`, the grammar the tracer's settings share.
 
 use vramtrace_collector::analysis::Analysis;
