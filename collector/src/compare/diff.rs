@@ -296,6 +296,20 @@ impl TopDifference {
 }
 
 impl Diff {
+    /// Compares profile `a` with profile `b`: their sites paired ([`Matching::of`]) once a line
+    /// one run says as one place and the other as one place per path is one place in both
+    /// ([`Matching::whole_lines`]).
+    pub fn compare(
+        a: &Profile,
+        b: &Profile,
+        sources: &SourceSearch,
+        thresholds: &Thresholds,
+    ) -> Self {
+        let (whole_a, whole_b) = Matching::whole_lines(a, b, sources);
+        let (a, b) = (a.without_paths(&whole_a), b.without_paths(&whole_b));
+        Diff::of(&a, &b, Matching::of(&a, &b, sources), thresholds)
+    }
+
     /// Compares profile `a` with profile `b`, whose sites `matching` paired.
     pub fn of(a: &Profile, b: &Profile, matching: Matching, thresholds: &Thresholds) -> Self {
         let totals = TotalsDiff::of(a, b);

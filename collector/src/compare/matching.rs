@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::identity::{PythonLine, SiteIdentity};
+use super::identity::{FrameId, PythonLine, SiteIdentity};
 use super::profile::{CodeFacts, Profile};
 use super::sources::{LineChangeKind, LineMap, Source, SourceSearch};
 
@@ -257,6 +257,87 @@ impl Matching {
             guessed: false,
         }));
         Matching { files, pairs }
+    }
+
+    /// The sites of A and of B (indexes) whose paths to drop so that both runs say each line
+    /// alike: a line one run says as one place, its paths dropped (it grows on every path:
+    /// `profile.rs`), and the other as one place per path (where it does not) is compared as
+    /// one place, not as a new one beside others gone. A run's places of the line on paths the
+    /// other run still names apart (a path that does not grow there) keep them.
+    pub fn whole_lines(
+        a: &Profile,
+        b: &Profile,
+        sources: &SourceSearch,
+    ) -> (BTreeSet<usize>, BTreeSet<usize>) {
+        /// How one run says a line: as one place (no path), and its places on a path.
+        #[derive(Default)]
+        struct Said {
+            whole: bool,
+            on_paths: Vec<(usize, Vec<PythonLine>)>,
+        }
+        impl Said {
+            fn note(&mut self, i: usize, own_path: &[PythonLine], path: Vec<PythonLine>) {
+                if own_path.is_empty() {
+                    self.whole = true;
+                } else {
+                    self.on_paths.push((i, path));
+                }
+            }
+            /// This run's places on a path that `other` says as one place and no longer apart.
+            fn to_join(&self, other: &Said) -> Vec<usize> {
+                if !other.whole || self.whole {
+                    return Vec::new();
+                }
+                let apart: BTreeSet<&[PythonLine]> =
+                    other.on_paths.iter().map(|p| &p.1[..]).collect();
+                (self.on_paths.iter())
+                    .filter(|(_, path)| !apart.contains(&path[..]))
+                    .map(|(i, _)| *i)
+                    .collect()
+            }
+        }
+        let files = pair_files(a, b, sources);
+        let mapper = LineMapper {
+            a,
+            b,
+            files: &files,
+        };
+        // Each Python line and its native frames, in A's terms, and the lines of a path in
+        // files both runs have.
+        let mut said: BTreeMap<(PythonLine, Vec<FrameId>), [Said; 2]> = BTreeMap::new();
+        for (i, s) in a.sites.iter().enumerate() {
+            let Some(line) = &s.identity.python else {
+                continue;
+            };
+            let path = (s.identity.path.iter())
+                .filter(|l| files.iter().any(|f| f.a == l.file))
+                .cloned()
+                .collect();
+            let key = (line.clone(), s.identity.native.clone());
+            said.entry(key).or_default()[0].note(i, &s.identity.path, path);
+        }
+        for (j, s) in b.sites.iter().enumerate() {
+            let Some((
+                SiteIdentity {
+                    python: Some(line),
+                    path,
+                    native,
+                },
+                ..,
+            )) = mapper
+                .identity_in_a(&s.identity)
+                .filter(|_| s.identity.python.is_some())
+            else {
+                continue;
+            };
+            said.entry((line, native)).or_default()[1].note(j, &s.identity.path, path);
+        }
+        let (mut in_a, mut in_b) = (BTreeSet::new(), BTreeSet::new());
+        for [x, y] in said.values() {
+            in_a.extend(x.to_join(y));
+            in_b.extend(y.to_join(x));
+        }
+        (in_a, in_b)
     }
 
     /// The file pair B's file `b_file` belongs to.

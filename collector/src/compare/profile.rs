@@ -7,6 +7,7 @@
 //! (native stacks); allocations and failures from a [`CallTally`]. Sites whose names agree
 //! (two stacks that differ only inside the CUDA libraries) are added together.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -294,11 +295,7 @@ impl Profile {
         }
         let sites: Vec<SiteProfile> = by_identity.into_values().map(|(s, _)| s).collect();
         let mut sites = one_site_where_every_path_grows(named_by_path(sites));
-        sites.sort_by(|a, b| {
-            (b.metrics.live_bytes, b.metrics.host_bytes)
-                .cmp(&(a.metrics.live_bytes, a.metrics.host_bytes))
-                .then_with(|| a.identity.cmp(&b.identity))
-        });
+        sort_sites(&mut sites);
         let (executed, main_script) = python_facts(python, tally);
         let mut codes: Vec<CodeFacts> = python
             .codes()
@@ -560,9 +557,19 @@ fn one_site_where_every_path_grows(sites: Vec<SiteProfile>) -> Vec<SiteProfile> 
     if count.values().all(|&n| n < 2) {
         return sites;
     }
+    let whole: BTreeSet<usize> = (sites.iter().enumerate())
+        .filter(|(_, s)| growing(s) && count.get(&line(s)).is_some_and(|&n| n >= 2))
+        .map(|(i, _)| i)
+        .collect();
+    without_paths(sites, &whole)
+}
+
+/// `sites` with the paths of those at `whole` (indexes) dropped: each is its line alone, named
+/// so, one site with the others of its line that lost theirs, their numbers added.
+fn without_paths(sites: Vec<SiteProfile>, whole: &BTreeSet<usize>) -> Vec<SiteProfile> {
     let mut by_identity: BTreeMap<SiteIdentity, (SiteProfile, u64)> = BTreeMap::new();
-    for mut s in sites {
-        if growing(&s) && count.get(&line(&s)).is_some_and(|&n| n >= 2) {
+    for (i, mut s) in sites.into_iter().enumerate() {
+        if whole.contains(&i) {
             s.identity.path.clear();
             s.label = s
                 .identity
@@ -573,6 +580,15 @@ fn one_site_where_every_path_grows(sites: Vec<SiteProfile>) -> Vec<SiteProfile> 
         add_site(&mut by_identity, s);
     }
     by_identity.into_values().map(|(s, _)| s).collect()
+}
+
+/// Most live device memory first (then host memory), ties by identity.
+fn sort_sites(sites: &mut [SiteProfile]) {
+    sites.sort_by(|a, b| {
+        (b.metrics.live_bytes, b.metrics.host_bytes)
+            .cmp(&(a.metrics.live_bytes, a.metrics.host_bytes))
+            .then_with(|| a.identity.cmp(&b.identity))
+    });
 }
 
 /// Adds a named site, or its numbers to the site of the same identity.
@@ -734,5 +750,20 @@ impl Profile {
     /// The base name of the main script, when the program is Python.
     pub fn main_script_name(&self) -> Option<&str> {
         self.main_script.as_deref().map(base_name)
+    }
+
+    /// This profile with the paths of the sites at `whole` (indexes) dropped, each made one
+    /// site with the others of its line that lost theirs (`Matching::whole_lines`); itself
+    /// when there are none.
+    pub(crate) fn without_paths(&self, whole: &BTreeSet<usize>) -> Cow<'_, Profile> {
+        if whole.is_empty() {
+            return Cow::Borrowed(self);
+        }
+        let mut sites = without_paths(self.sites.clone(), whole);
+        sort_sites(&mut sites);
+        Cow::Owned(Profile {
+            sites,
+            ..self.clone()
+        })
     }
 }

@@ -15,8 +15,9 @@
 //! the very same tensors (bytes and count) are one line moved, when nothing else paired them
 //! ([`MatchHow::SameTensors`]).
 
+use std::borrow::Cow;
 use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -250,6 +251,17 @@ impl TensorProfile {
         TensorProfile { run, lines }.sorted()
     }
 
+    /// These lines with the paths of those at `whole` (indexes) dropped, each made one line
+    /// with the others of its line that lost theirs (`Matching::whole_lines`); itself when
+    /// there are none.
+    fn without_paths(&self, whole: &BTreeSet<usize>) -> Cow<'_, TensorProfile> {
+        if whole.is_empty() {
+            return Cow::Borrowed(self);
+        }
+        let lines = without_paths(self.lines.clone(), whole);
+        Cow::Owned(TensorProfile { lines, ..*self }.sorted())
+    }
+
     /// The lines as sites of a profile the driver diff's matching can pair: each a Python line
     /// without native frames, with `driver`'s code objects, executed lines and main script.
     fn as_profile(&self, driver: &Profile) -> Profile {
@@ -303,9 +315,19 @@ fn one_line_where_every_path_grows(lines: Vec<TensorLine>) -> Vec<TensorLine> {
     if count.values().all(|&n| n < 2) {
         return lines;
     }
+    let whole: BTreeSet<usize> = (lines.iter().enumerate())
+        .filter(|(_, l)| growing(l) && count.get(&l.line).is_some_and(|&n| n >= 2))
+        .map(|(i, _)| i)
+        .collect();
+    without_paths(lines, &whole)
+}
+
+/// `lines` with the paths of those at `whole` (indexes) dropped: each one line with the others
+/// of its line that lost theirs, their numbers added.
+fn without_paths(lines: Vec<TensorLine>, whole: &BTreeSet<usize>) -> Vec<TensorLine> {
     let mut merged: BTreeMap<(Option<PythonLine>, Vec<PythonLine>), TensorLine> = BTreeMap::new();
-    for mut l in lines {
-        if growing(&l) && count.get(&l.line).is_some_and(|&n| n >= 2) {
+    for (i, mut l) in lines.into_iter().enumerate() {
+        if whole.contains(&i) {
             (l.path, l.via) = (Vec::new(), None);
         }
         match merged.entry((l.line.clone(), l.path.clone())) {
@@ -392,6 +414,14 @@ impl TensorDiff {
         thresholds: &Thresholds,
     ) -> TensorDiff {
         let (ka, kb) = (a.as_profile(pa), b.as_profile(pb));
+        let (whole_a, whole_b) = Matching::whole_lines(&ka, &kb, sources);
+        let (a, b) = (a.without_paths(&whole_a), b.without_paths(&whole_b));
+        let (a, b): (&TensorProfile, &TensorProfile) = (&a, &b);
+        let (ka, kb) = if whole_a.is_empty() && whole_b.is_empty() {
+            (ka, kb)
+        } else {
+            (a.as_profile(pa), b.as_profile(pb))
+        };
         let mut matching = Matching::of(&ka, &kb, sources);
         pair_same_tensors(&mut matching, &ka, &kb);
         let (mut matched, mut guessed, mut only_in_a, mut only_in_b, mut unchanged) =

@@ -231,15 +231,19 @@ runpy.run_path(os.path.join(here, "helper.py"), run_name="__main__")
 "#;
 
 /// A helper that keeps every tensor it makes, called from three lines a step (64, 128 and 256
-/// KiB): the helper's line keeps the memory on every path.
-const HELPER_KEEPS: &str = r#"import torch
+/// KiB): the helper's line keeps the memory on every path. With `HELPER_KEEP=0` it keeps
+/// nothing (the three paths hold the last step's tensors).
+const HELPER_KEEPS: &str = r#"import os
+import torch
 
 CACHE = []
+KEEP = os.environ.get("HELPER_KEEP", "1") == "1"
 
 
 def make(n):
     t = torch.empty(n)  # @keeps_make
-    CACHE.append(t)
+    if KEEP:
+        CACHE.append(t)
     return t
 
 
@@ -855,6 +859,66 @@ captest!(
         );
         assert!(finding["site"].get("via").is_none(), "{finding}");
         assert_eq!(finding["evidence"]["rate"], (448 * 1024) as f64);
+    }
+);
+
+// `diff` of the helper keeping nothing (A: its line on three paths, none growing) and keeping
+// on every path (B: the line one place): the line is compared as one place in both runs, its
+// growth new in B at the three paths' rate together, and nothing of A's is left unpaired (A's
+// three paths are not "gone" beside B's one line). Both views.
+captest!(
+    diff_compares_a_line_kept_on_every_path_as_one_place,
+    |dir| {
+        let s = setup(dir);
+        let place = format!(
+            "helper_keeps.py:{} in make",
+            line_of(HELPER_KEEPS, "keeps_make")
+        );
+        for (flags, view) in [(&["--per-tensor"][..], "driver"), (&[][..], "tensors")] {
+            let out = s.dir.join("out");
+            let mut runs = Vec::new();
+            for (run, keep) in [("a", "0"), ("b", "1")] {
+                std::fs::remove_dir_all(&out).unwrap();
+                std::fs::create_dir_all(&out).unwrap();
+                let env = [
+                    ("VRAMTRACE_ALERT_INTERVAL_MS", "600000"),
+                    ("HELPER_KEEP", keep),
+                ];
+                let traced = s.traced("helper_keeps.py", flags, &env);
+                assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+                let files = trace_files(&out);
+                let kept = s.dir.join(format!("{run}.vtrace"));
+                std::fs::rename(&files[0], &kept).unwrap();
+                runs.push(kept);
+            }
+            let mut c = vramtrace_command();
+            c.args(["diff", "--json"]).args(&runs);
+            let diffed = c.output().unwrap();
+            assert_eq!(diffed.status.code(), Some(1), "{}", text(&diffed.stderr));
+            let d: serde_json::Value = serde_json::from_slice(&diffed.stdout).unwrap();
+            let (rows, list) = match view {
+                "driver" => (&d["sites"]["list"], &d["sites"]),
+                _ => (&d["tensors"]["list"], &d["tensors"]),
+            };
+            let at_line: Vec<&serde_json::Value> = (rows.as_array().unwrap().iter())
+                .filter(|r| r["label"].as_str().unwrap().starts_with(&place))
+                .collect();
+            assert_eq!(at_line.len(), 1, "{view}: {rows}");
+            let row = at_line[0];
+            assert_eq!(row["label"], place.as_str(), "{view}: {row}");
+            assert_eq!(row["match"], "exact", "{view}: {row}");
+            assert_eq!(
+                row["change"]["growth"],
+                (448 * 1024) as f64,
+                "{view}: {row}"
+            );
+            assert_eq!(list["only_in_a"], 0, "{view}: {list}");
+            let new: Vec<&serde_json::Value> =
+                (d["verdict"]["new_growth"].as_array().unwrap().iter())
+                    .filter(|g| g["label"] == place.as_str())
+                    .collect();
+            assert_eq!(new.len(), 1, "{view}: {}", d["verdict"]);
+        }
     }
 );
 

@@ -19,7 +19,7 @@ use anyhow::{anyhow, Context, Result};
 use serde::Serialize;
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::compare::{
-    rank_rows, Diff, Matching, Profile, RankRow, SiteDiff, SourceSearch, TensorProfile, Thresholds,
+    rank_rows, Diff, Profile, RankRow, SiteDiff, SourceSearch, TensorProfile, Thresholds,
 };
 use vramtrace_collector::compare::{view_name, TensorLineDiff, TensorRun, DRIVER_VIEW_NAME};
 use vramtrace_collector::compare::{Check, NewGrowth, Verdict};
@@ -294,14 +294,10 @@ impl Comparison {
     }
 }
 
-fn compare(a: &Profile, b: &Profile, sources: &SourceSearch, t: &Thresholds) -> Diff {
-    Diff::of(a, b, Matching::of(a, b, sources), t)
-}
-
 /// Two runs compared in both views: the driver's, and PyTorch's recorder where they have it.
 fn compare_runs(a: &Compared, b: &Compared, sources: &SourceSearch, t: &Thresholds) -> Diff {
     let (pa, pb) = (&a.profile, &b.profile);
-    let mut diff = compare(pa, pb, sources, t).with_tensors(
+    let mut diff = Diff::compare(pa, pb, sources, t).with_tensors(
         (a.tensors.as_ref(), pa),
         (b.tensors.as_ref(), pb),
         sources,
@@ -596,7 +592,7 @@ fn against_median(
             .collect(),
     };
     let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
-    let mut diff = compare(&median, &target.profile, sources, t).with_tensors(
+    let mut diff = Diff::compare(&median, &target.profile, sources, t).with_tensors(
         (median_tensors.as_ref(), &median),
         (target.tensors.as_ref(), &target.profile),
         sources,
