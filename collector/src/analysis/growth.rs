@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::course::{teardown_start, Bounds, Course, GrowthConfig, Shape};
 use super::owner::OwnerKind;
-use super::site::{name, place, Place, SiteName, SourceLine};
+use super::site::{name, one_place_per_line, place, Place, SiteName, SourceLine};
 use crate::live::{Holder, LiveState, SampleAxis, SiteId};
 
 /// What a row is to the cause it belongs to.
@@ -372,8 +372,8 @@ struct Row {
 /// A line reached on several paths of the program is a place per path, so that the path that
 /// keeps memory is told from one whose temporaries come and go. Where the line grows steadily
 /// on two paths or more, the line itself keeps what it makes (a helper that caches what it
-/// returns, called from three lines): those paths are one place again, the line, their series
-/// summed, named without a path.
+/// returns, called from three lines): its paths are one place again, the line, their series
+/// summed, named without a path ([`one_place_per_line`]).
 fn one_place_where_every_path_grows(
     rows: Vec<Row>,
     judge: impl Fn(&Row) -> Option<Course>,
@@ -383,21 +383,18 @@ fn one_place_where_every_path_grows(
         r.site.via.as_ref()?;
         Some((r.holder, r.view, r.site.module, r.site.source.clone()?))
     };
-    let mut growing: BTreeMap<Line, usize> = BTreeMap::new();
-    for r in &rows {
-        if let Some(line) = line_of(r) {
-            if judge(r).is_some_and(|c| c.shape == Shape::Steady) {
-                *growing.entry(line).or_default() += 1;
-            }
-        }
-    }
-    if growing.values().all(|&n| n < 2) {
+    let lines: Vec<Option<Line>> = rows.iter().map(line_of).collect();
+    let whole = one_place_per_line(rows.iter().zip(&lines).map(|(r, line)| {
+        let grows = line.is_some() && judge(r).is_some_and(|c| c.shape == Shape::Steady);
+        (line.clone(), grows)
+    }));
+    if whole.is_empty() {
         return rows;
     }
     let mut merged: BTreeMap<Line, Row> = BTreeMap::new();
     let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let Some(line) = line_of(&r).filter(|l| growing.get(l).is_some_and(|&n| n >= 2)) else {
+    for (i, (r, line)) in rows.into_iter().zip(lines).enumerate() {
+        let Some(line) = line.filter(|_| whole.contains(&i)) else {
             out.push(r);
             continue;
         };

@@ -3,7 +3,7 @@
 //! caller address and an example Python stack kept for symbolization, and a label a symbolizing
 //! reader fills in; and the place the analyses group sites by.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -23,6 +23,31 @@ pub enum Place {
         module: Option<u32>,
     },
     Site(SiteId),
+}
+
+/// Which of `items` are one place with the others of their line: all those of a line that
+/// grows steadily on two of its paths or more, which keeps what it makes itself (a helper that
+/// caches what it returns, called from three lines) — the rule of what a place is, for the
+/// report's series and `diff`'s sites and tensor lines alike. `items`: each one's line (`None`
+/// where it is not a line on a path of the program) and whether it grows steadily; the indexes
+/// of those to make one place.
+pub(crate) fn one_place_per_line<K: Ord>(
+    items: impl IntoIterator<Item = (Option<K>, bool)>,
+) -> BTreeSet<usize> {
+    let items: Vec<(Option<K>, bool)> = items.into_iter().collect();
+    let mut growing: BTreeMap<&K, usize> = BTreeMap::new();
+    for (line, grows) in &items {
+        if let (Some(line), true) = (line, grows) {
+            *growing.entry(line).or_default() += 1;
+        }
+    }
+    (items.iter().enumerate())
+        .filter(|(_, (line, _))| {
+            line.as_ref()
+                .is_some_and(|l| growing.get(l).is_some_and(|&n| n >= 2))
+        })
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The place of call site `id`.
@@ -385,7 +410,7 @@ pub fn short_function(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::short_function;
+    use super::{one_place_per_line, short_function};
 
     #[test]
     fn function_names_shorten_to_their_last_two_scopes() {
@@ -408,5 +433,23 @@ mod tests {
         ] {
             assert_eq!(short_function(long), short, "{long}");
         }
+    }
+
+    // A line growing on two of its three paths is one place on all three; a line growing on one
+    // path, a line on no path and a line that does not grow keep theirs.
+    #[test]
+    fn a_line_growing_on_two_paths_is_one_place_on_all_of_them() {
+        let items = [
+            (Some("helper:7"), true),
+            (Some("helper:7"), false),
+            (Some("train:40"), true),
+            (None, true),
+            (Some("helper:7"), true),
+            (None, true),
+            (Some("eval:9"), false),
+            (Some("eval:9"), false),
+        ];
+        let whole: Vec<usize> = one_place_per_line(items).into_iter().collect();
+        assert_eq!(whole, [0, 1, 4]);
     }
 }

@@ -17,6 +17,7 @@ use super::lines::{line_metrics, live_by_call, unit_converter, Span};
 use super::metrics::{median_u64, SiteMetrics};
 use super::tally::{CallCounts, CallTally};
 use crate::analysis::growth::{self, Growth};
+use crate::analysis::site::one_place_per_line;
 use crate::analysis::{Analysis, Headroom, LineMeaning, OwnerKind, Projection, Shape};
 use crate::live::{Accounting, Holder, LiveState, ProgramLine, SampleAxis, SiteId, SiteKey};
 use crate::python::{is_library_file, PythonFrame, PythonStacks};
@@ -542,25 +543,17 @@ fn named_by_path(mut sites: Vec<SiteProfile>) -> Vec<SiteProfile> {
 }
 
 /// A line that grows on two of its paths or more keeps what it makes itself (a helper that
-/// caches what it returns): those paths are one site again, named by the line alone, their
-/// numbers added, as the report makes them one place.
+/// caches what it returns): its paths are one site again, named by the line alone, their
+/// numbers added, as the report makes them one place ([`one_place_per_line`]).
 fn one_site_where_every_path_grows(sites: Vec<SiteProfile>) -> Vec<SiteProfile> {
-    let line = |s: &SiteProfile| {
+    let whole = one_place_per_line(sites.iter().map(|s| {
         let id = &s.identity;
-        (id.python.clone(), id.native.clone())
-    };
-    let growing = |s: &SiteProfile| s.identity.python.is_some() && s.metrics.growth > 0.0;
-    let mut count: BTreeMap<(Option<PythonLine>, Vec<FrameId>), usize> = BTreeMap::new();
-    for s in sites.iter().filter(|s| growing(s)) {
-        *count.entry(line(s)).or_default() += 1;
-    }
-    if count.values().all(|&n| n < 2) {
+        let line = (id.python.clone()).map(|python| (python, id.native.clone()));
+        (line, s.metrics.growth > 0.0)
+    }));
+    if whole.is_empty() {
         return sites;
     }
-    let whole: BTreeSet<usize> = (sites.iter().enumerate())
-        .filter(|(_, s)| growing(s) && count.get(&line(s)).is_some_and(|&n| n >= 2))
-        .map(|(i, _)| i)
-        .collect();
     without_paths(sites, &whole)
 }
 

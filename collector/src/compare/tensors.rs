@@ -28,6 +28,7 @@ use super::profile::{GrowthUnit, Profile, SiteProfile};
 use super::row::{most_changed_first, Row};
 use super::sources::SourceSearch;
 use super::verdict::{new_growth, Check, NewGrowth, Thresholds, TENSOR_VIEW_NAME};
+use crate::analysis::site::one_place_per_line;
 use crate::analysis::{Growth, LineMeaning, Shape};
 use crate::live::Holder;
 use crate::torch::{
@@ -305,20 +306,14 @@ fn python_line(frame: &SnapshotFrame) -> PythonLine {
 }
 
 /// A line whose tensors pile up on two of its paths or more keeps them itself (a helper that
-/// caches what it returns): one line again, as the report makes it one place.
+/// caches what it returns): its paths are one line again, as the report makes them one place
+/// ([`one_place_per_line`]).
 fn one_line_where_every_path_grows(lines: Vec<TensorLine>) -> Vec<TensorLine> {
-    let growing = |l: &TensorLine| l.line.is_some() && l.metrics.growth > 0.0;
-    let mut count: BTreeMap<Option<PythonLine>, usize> = BTreeMap::new();
-    for l in lines.iter().filter(|l| growing(l)) {
-        *count.entry(l.line.clone()).or_default() += 1;
-    }
-    if count.values().all(|&n| n < 2) {
+    let whole =
+        one_place_per_line((lines.iter()).map(|l| (l.line.clone(), l.metrics.growth > 0.0)));
+    if whole.is_empty() {
         return lines;
     }
-    let whole: BTreeSet<usize> = (lines.iter().enumerate())
-        .filter(|(_, l)| growing(l) && count.get(&l.line).is_some_and(|&n| n >= 2))
-        .map(|(i, _)| i)
-        .collect();
     without_paths(lines, &whole)
 }
 
