@@ -416,6 +416,34 @@ impl Setup {
         c.output().unwrap()
     }
 
+    /// `diff --json` of two traced runs, A then B (each a script and its environment), which
+    /// must exit 1: B a regression.
+    fn diff_of_runs(
+        &self,
+        flags: &[&str],
+        runs: [(&str, &[(&str, &str)]); 2],
+    ) -> serde_json::Value {
+        let out = self.dir.join("out");
+        let mut traces = Vec::new();
+        for (n, (script, env)) in runs.into_iter().enumerate() {
+            std::fs::remove_dir_all(&out).unwrap();
+            std::fs::create_dir_all(&out).unwrap();
+            let mut env = env.to_vec();
+            env.push(("VRAMTRACE_ALERT_INTERVAL_MS", "600000"));
+            let traced = self.traced(script, flags, &env);
+            assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
+            let files = trace_files(&out);
+            let kept = self.dir.join(format!("run{n}.vtrace"));
+            std::fs::rename(&files[0], &kept).unwrap();
+            traces.push(kept);
+        }
+        let mut c = vramtrace_command();
+        c.args(["diff", "--json"]).args(&traces);
+        let diffed = c.output().unwrap();
+        assert_eq!(diffed.status.code(), Some(1), "{}", text(&diffed.stderr));
+        serde_json::from_slice(&diffed.stdout).unwrap()
+    }
+
     fn trace(&self) -> Trace {
         let files = trace_files(&self.dir.join("out"));
         assert_eq!(files.len(), 1, "{files:?}");
@@ -792,27 +820,13 @@ captest!(diff_names_the_path_of_a_helper_s_line_that_keeps, |dir| {
         line_of(HELPER, "helper_kept")
     );
     for (flags, view) in [(&["--per-tensor"][..], "driver"), (&[][..], "tensors")] {
-        let out = s.dir.join("out");
-        let mut runs = Vec::new();
-        for (run, script, keep_from) in [("a", "launch.py", "40"), ("b", "helper.py", "20")] {
-            std::fs::remove_dir_all(&out).unwrap();
-            std::fs::create_dir_all(&out).unwrap();
-            let env = [
-                ("VRAMTRACE_ALERT_INTERVAL_MS", "600000"),
-                ("KEEP_FROM", keep_from),
-            ];
-            let traced = s.traced(script, flags, &env);
-            assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
-            let files = trace_files(&out);
-            let kept = s.dir.join(format!("{run}.vtrace"));
-            std::fs::rename(&files[0], &kept).unwrap();
-            runs.push(kept);
-        }
-        let mut c = vramtrace_command();
-        c.args(["diff", "--json"]).args(&runs);
-        let diffed = c.output().unwrap();
-        assert_eq!(diffed.status.code(), Some(1), "{}", text(&diffed.stderr));
-        let d: serde_json::Value = serde_json::from_slice(&diffed.stdout).unwrap();
+        let d = s.diff_of_runs(
+            flags,
+            [
+                ("launch.py", &[("KEEP_FROM", "40")]),
+                ("helper.py", &[("KEEP_FROM", "20")]),
+            ],
+        );
         let (top, growth, list) = match view {
             "driver" => (
                 &d["top_difference"],
@@ -875,27 +889,13 @@ captest!(
             line_of(HELPER_KEEPS, "keeps_make")
         );
         for (flags, view) in [(&["--per-tensor"][..], "driver"), (&[][..], "tensors")] {
-            let out = s.dir.join("out");
-            let mut runs = Vec::new();
-            for (run, keep) in [("a", "0"), ("b", "1")] {
-                std::fs::remove_dir_all(&out).unwrap();
-                std::fs::create_dir_all(&out).unwrap();
-                let env = [
-                    ("VRAMTRACE_ALERT_INTERVAL_MS", "600000"),
-                    ("HELPER_KEEP", keep),
-                ];
-                let traced = s.traced("helper_keeps.py", flags, &env);
-                assert_eq!(traced.status.code(), Some(0), "{}", text(&traced.stderr));
-                let files = trace_files(&out);
-                let kept = s.dir.join(format!("{run}.vtrace"));
-                std::fs::rename(&files[0], &kept).unwrap();
-                runs.push(kept);
-            }
-            let mut c = vramtrace_command();
-            c.args(["diff", "--json"]).args(&runs);
-            let diffed = c.output().unwrap();
-            assert_eq!(diffed.status.code(), Some(1), "{}", text(&diffed.stderr));
-            let d: serde_json::Value = serde_json::from_slice(&diffed.stdout).unwrap();
+            let d = s.diff_of_runs(
+                flags,
+                [
+                    ("helper_keeps.py", &[("HELPER_KEEP", "0")]),
+                    ("helper_keeps.py", &[("HELPER_KEEP", "1")]),
+                ],
+            );
             let (rows, list) = match view {
                 "driver" => (&d["sites"]["list"], &d["sites"]),
                 _ => (&d["tensors"]["list"], &d["tensors"]),
