@@ -2,12 +2,12 @@
 //! that changed ranked by how much, the source lines that changed, and whether B regressed
 //! ([`verdict`](super::verdict)).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use super::identity::PythonLine;
-use super::matching::{FilePair, MatchHow, Matching};
+use super::matching::{joined_notes, FilePair, MatchHow, Matching};
 use super::metrics::Measures;
 use super::metrics::{signed, Count, MetricsSides, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
@@ -306,8 +306,18 @@ impl Diff {
         thresholds: &Thresholds,
     ) -> Self {
         let (whole_a, whole_b) = Matching::whole_lines(a, b, sources);
+        let python = |p: &Profile, whole: &BTreeSet<usize>| -> Vec<PythonLine> {
+            (whole.iter())
+                .filter_map(|&i| p.sites[i].identity.python.clone())
+                .collect()
+        };
+        let notes = (joined_notes(("A", "B"), "call sites", &python(a, &whole_a)).into_iter())
+            .chain(joined_notes(("B", "A"), "call sites", &python(b, &whole_b)))
+            .collect::<Vec<_>>();
         let (a, b) = (a.without_paths(&whole_a), b.without_paths(&whole_b));
-        Diff::of(&a, &b, Matching::of(&a, &b, sources), thresholds)
+        let mut diff = Diff::of(&a, &b, Matching::of(&a, &b, sources), thresholds);
+        diff.verdict.notes.extend(notes);
+        diff
     }
 
     /// Compares profile `a` with profile `b`, whose sites `matching` paired.
@@ -437,6 +447,7 @@ impl Diff {
         };
         let tensors = TensorDiff::of((a, pa), (b, pb), sources, thresholds);
         (self.verdict).add_tensors(tensors.checks.clone(), tensors.new_growth.clone());
+        self.verdict.notes.extend(tensors.notes.iter().cloned());
         if tensors.explains || self.top.is_none() {
             if let Some(first) = tensors.lines.first() {
                 let owner = Some(crate::torch::VIEW_NAME.to_string());

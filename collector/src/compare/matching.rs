@@ -284,16 +284,22 @@ impl Matching {
                 }
             }
             /// This run's places on a path that `other` says as one place and no longer apart.
+            /// Only places on two paths or more (in files both runs have) are joined: places
+            /// whose paths differ only in a launcher's lines are one place already.
             fn to_join(&self, other: &Said) -> Vec<usize> {
                 if !other.whole || self.whole {
                     return Vec::new();
                 }
                 let apart: BTreeSet<&[PythonLine]> =
                     other.on_paths.iter().map(|p| &p.1[..]).collect();
-                (self.on_paths.iter())
+                let join: Vec<&(usize, Vec<PythonLine>)> = (self.on_paths.iter())
                     .filter(|(_, path)| !apart.contains(&path[..]))
-                    .map(|(i, _)| *i)
-                    .collect()
+                    .collect();
+                let paths: BTreeSet<&[PythonLine]> = join.iter().map(|p| &p.1[..]).collect();
+                if paths.len() < 2 {
+                    return Vec::new();
+                }
+                join.into_iter().map(|(i, _)| *i).collect()
             }
         }
         let files = pair_files(a, b, sources);
@@ -344,6 +350,26 @@ impl Matching {
     pub(crate) fn file_of_b(&self, b_file: &str) -> Option<&FilePair> {
         self.files.iter().find(|f| f.b == b_file)
     }
+}
+
+/// What the reader of both runs' reports must know of the lines whose places in one run
+/// (`run.0`) were made one to be compared with the other's one place ([`Matching::whole_lines`]):
+/// the report of that run says them one per path. `what`: the view's places, `lines`: each
+/// joined place's line.
+pub(crate) fn joined_notes(run: (&str, &str), what: &str, lines: &[PythonLine]) -> Vec<String> {
+    let mut count: BTreeMap<&PythonLine, usize> = BTreeMap::new();
+    for line in lines {
+        *count.entry(line).or_default() += 1;
+    }
+    (count.into_iter())
+        .map(|(line, n)| {
+            format!(
+                "run {}'s {n} {what} at {line}, one per path, compared as one: run {} says the \
+                 line as one place (it grows on every path)",
+                run.0, run.1
+            )
+        })
+        .collect()
 }
 
 /// The Python lines (in A's terms) that A or B reaches on several paths.

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::identity::{PythonLine, SiteIdentity};
-use super::matching::{MatchHow, Matching};
+use super::matching::{joined_notes, MatchHow, Matching};
 use super::metrics::{median_u64, record, Count, Measures, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
 use super::row::{most_changed_first, Row};
@@ -398,6 +398,9 @@ pub struct TensorDiff {
     pub unchanged: usize,
     /// Every line that changed, most changed first.
     pub lines: Vec<TensorLineDiff>,
+    /// What the verdict's notes say of this view (lines whose paths were compared as one).
+    #[serde(skip)]
+    pub notes: Vec<String>,
 }
 
 impl TensorDiff {
@@ -410,6 +413,15 @@ impl TensorDiff {
     ) -> TensorDiff {
         let (ka, kb) = (a.as_profile(pa), b.as_profile(pb));
         let (whole_a, whole_b) = Matching::whole_lines(&ka, &kb, sources);
+        let python = |t: &TensorProfile, whole: &BTreeSet<usize>| -> Vec<PythonLine> {
+            (whole.iter())
+                .filter_map(|&i| t.lines[i].line.clone())
+                .collect()
+        };
+        let what = "tensor lines (PyTorch recorder)";
+        let notes = (joined_notes(("A", "B"), what, &python(a, &whole_a)).into_iter())
+            .chain(joined_notes(("B", "A"), what, &python(b, &whole_b)))
+            .collect();
         let (a, b) = (a.without_paths(&whole_a), b.without_paths(&whole_b));
         let (a, b): (&TensorProfile, &TensorProfile) = (&a, &b);
         let (ka, kb) = if whole_a.is_empty() && whole_b.is_empty() {
@@ -492,6 +504,7 @@ impl TensorDiff {
             only_in_b,
             unchanged,
             lines,
+            notes,
         }
     }
 }

@@ -918,6 +918,20 @@ captest!(
                     .filter(|g| g["label"] == place.as_str())
                     .collect();
             assert_eq!(new.len(), 1, "{view}: {}", d["verdict"]);
+            // A's report says the line one place per path: the verdict says why diff does not.
+            let what = match view {
+                "driver" => "call sites",
+                _ => "tensor lines (PyTorch recorder)",
+            };
+            let note = format!(
+            "run A's 3 {what} at {place}, one per path, compared as one: run B says the line as \
+             one place (it grows on every path)"
+        );
+            let notes = d["verdict"]["notes"].as_array().unwrap();
+            assert!(
+                notes.contains(&serde_json::Value::from(note)),
+                "{view}: {notes:?}"
+            );
         }
     }
 );

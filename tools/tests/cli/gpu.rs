@@ -55,6 +55,11 @@ fn two_runs_of_the_unchanged_program_do_not_differ() {
         );
         assert_eq!(s["changed"], 0, "{b}");
         assert_eq!(d["totals"]["live_bytes"]["change"], 0);
+        // The run through `stepmark.py` reaches the script's lines from the launcher's lines:
+        // paths of files one run has are no paths, so no line is made one place of several.
+        let notes = d["verdict"]["notes"].as_array().unwrap();
+        let joined = |n: &&Value| n.as_str().unwrap().contains("compared as one");
+        assert_eq!(notes.iter().filter(joined).count(), 0, "{b}: {notes:?}");
     }
     // With marks on one side only, growth per step cannot be compared, and the verdict says so.
     let (_, d) = diff(&[], "healthy_gpt-traced.vtrace", "healthy_gpt-marks.vtrace");
