@@ -2,7 +2,7 @@
 //! that changed ranked by how much, the source lines that changed, and whether B regressed
 //! ([`verdict`](super::verdict)).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -306,14 +306,7 @@ impl Diff {
         thresholds: &Thresholds,
     ) -> Self {
         let (whole_a, whole_b) = Matching::whole_lines(a, b, sources);
-        let python = |p: &Profile, whole: &BTreeSet<usize>| -> Vec<PythonLine> {
-            (whole.iter())
-                .filter_map(|&i| p.sites[i].identity.python.clone())
-                .collect()
-        };
-        let notes = (joined_notes(("A", "B"), "call sites", &python(a, &whole_a)).into_iter())
-            .chain(joined_notes(("B", "A"), "call sites", &python(b, &whole_b)))
-            .collect::<Vec<_>>();
+        let notes = joined_notes("call sites", (a, &whole_a), (b, &whole_b));
         let (a, b) = (a.without_paths(&whole_a), b.without_paths(&whole_b));
         let mut diff = Diff::of(&a, &b, Matching::of(&a, &b, sources), thresholds);
         diff.verdict.notes.extend(notes);

@@ -352,24 +352,32 @@ impl Matching {
     }
 }
 
-/// What the reader of both runs' reports must know of the lines whose places in one run
-/// (`run.0`) were made one to be compared with the other's one place ([`Matching::whole_lines`]):
-/// the report of that run says them one per path. `what`: the view's places, `lines`: each
-/// joined place's line.
-pub(crate) fn joined_notes(run: (&str, &str), what: &str, lines: &[PythonLine]) -> Vec<String> {
-    let mut count: BTreeMap<&PythonLine, usize> = BTreeMap::new();
-    for line in lines {
-        *count.entry(line).or_default() += 1;
-    }
-    (count.into_iter())
-        .map(|(line, n)| {
+/// What the reader of both runs' reports must know of the lines whose places in one run were
+/// made one to be compared with the other's one place ([`Matching::whole_lines`]): that run's
+/// report says them one per path. `what`: the view's places; each run's profile with the
+/// indexes of its joined places.
+pub(crate) fn joined_notes(
+    what: &str,
+    a: (&Profile, &BTreeSet<usize>),
+    b: (&Profile, &BTreeSet<usize>),
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    for ((run, other), (profile, whole)) in [(("A", "B"), a), (("B", "A"), b)] {
+        let mut count: BTreeMap<&PythonLine, usize> = BTreeMap::new();
+        for line in whole
+            .iter()
+            .filter_map(|&i| profile.sites[i].identity.python.as_ref())
+        {
+            *count.entry(line).or_default() += 1;
+        }
+        notes.extend(count.into_iter().map(|(line, n)| {
             format!(
-                "run {}'s {n} {what} at {line}, one per path, compared as one: run {} says the \
-                 line as one place (it grows on every path)",
-                run.0, run.1
+                "run {run}'s {n} {what} at {line}, one per path, compared as one: run {other} \
+                 says the line as one place (it grows on every path)"
             )
-        })
-        .collect()
+        }));
+    }
+    notes
 }
 
 /// The Python lines (in A's terms) that A or B reaches on several paths.

@@ -413,15 +413,8 @@ impl TensorDiff {
     ) -> TensorDiff {
         let (ka, kb) = (a.as_profile(pa), b.as_profile(pb));
         let (whole_a, whole_b) = Matching::whole_lines(&ka, &kb, sources);
-        let python = |t: &TensorProfile, whole: &BTreeSet<usize>| -> Vec<PythonLine> {
-            (whole.iter())
-                .filter_map(|&i| t.lines[i].line.clone())
-                .collect()
-        };
         let what = "tensor lines (PyTorch recorder)";
-        let notes = (joined_notes(("A", "B"), what, &python(a, &whole_a)).into_iter())
-            .chain(joined_notes(("B", "A"), what, &python(b, &whole_b)))
-            .collect();
+        let notes = joined_notes(what, (&ka, &whole_a), (&kb, &whole_b));
         let (a, b) = (a.without_paths(&whole_a), b.without_paths(&whole_b));
         let (a, b): (&TensorProfile, &TensorProfile) = (&a, &b);
         let (ka, kb) = if whole_a.is_empty() && whole_b.is_empty() {
