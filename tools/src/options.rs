@@ -98,7 +98,8 @@ pub struct ReportArgs {
     /// libraries are collapsed into one line. The tracer's own frames are never shown.
     #[arg(long)]
     pub full_stacks: bool,
-    /// How many call sites, modules and orphans to list.
+    /// How many call sites, modules, orphans and findings to list (every ALERT is listed,
+    /// whatever N is).
     #[arg(long, default_value_t = 10, value_name = "N", value_parser = parse_top,
           allow_hyphen_values = true)]
     pub top: usize,

@@ -143,7 +143,39 @@ fn differs_most(rows: &[RankRow]) -> String {
                 ),
             }
         }
-        _ => format!("all {} traces alike", rows.len()),
+        _ => {
+            // Alike, and each growing at the same place (every rank of a data-parallel job
+            // leaking the same way): the cause is the answer, said once for all.
+            fn cause(r: &RankRow) -> Option<&str> {
+                match (&r.growth_at, r.cause_growth) {
+                    (Some(site), Some(_)) if !site.is_empty() => Some(site.as_str()),
+                    _ => None,
+                }
+            }
+            match rows.first() {
+                Some(r)
+                    if rows.len() > 1
+                        && cause(r).is_some()
+                        && rows.iter().all(|x| cause(x) == cause(r)) =>
+                {
+                    let site = cause(r).unwrap_or_default();
+                    let unit = r.growth_unit.name();
+                    let rates = rows.iter().filter_map(|x| x.cause_growth);
+                    let (lo, hi) =
+                        rates.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+                    let (lo, hi) = (signed_bytes(lo), signed_bytes(hi));
+                    let rate = match lo == hi {
+                        true => format!("{lo}/{unit}"),
+                        false => format!("{lo}/{unit} to {hi}/{unit}"),
+                    };
+                    format!(
+                        "all {} traces alike, each growing: first cause {rate} at {site}",
+                        rows.len()
+                    )
+                }
+                _ => format!("all {} traces alike", rows.len()),
+            }
+        }
     }
 }
 

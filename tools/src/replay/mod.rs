@@ -65,7 +65,7 @@ pub struct ReplayArgs {
     /// Print one JSON document instead of tables (schema: docs/report-json.md, "Replay").
     #[arg(long)]
     pub json: bool,
-    /// How many call sites and orphans to list.
+    /// How many call sites, orphans and findings to list (every ALERT is listed, whatever N is).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
     #[command(flatten)]

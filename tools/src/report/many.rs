@@ -2,8 +2,10 @@
 //! process), on one page: the rank table first, the trace that differs most from the median
 //! named at its head; then the report of each trace the table marks as differing from the
 //! others (odd: far from the median in some number, or with a finding fewer than half of the
-//! others have), in the table's order; then one line for every other trace. `--all` prints
-//! every report in full. As JSON, one document holding the rows and every report.
+//! others have), in the table's order; then one line for every other trace. Traces alike that
+//! all alert (every rank leaking the same way) have the first one's report in full, standing
+//! for all. `--all` prints every report in full. As JSON, one document holding the rows and
+//! every report.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -87,23 +89,42 @@ fn text_reports(
 ) -> std::io::Result<()> {
     writeln!(out, "vramtrace report: {} traces", rows.len())?;
     render(&mut out, rows)?;
-    let full = |r: &RankRow| args.all || r.odd;
-    for (row, report) in rows.iter().zip(reports).filter(|(r, _)| full(r)) {
+    // No trace stands out, but they alert alike (every rank of a data-parallel job leaking the
+    // same way): the first that alerts is printed in full for all of them, else the page would
+    // say the leak only in one-line summaries.
+    let alerts =
+        |r: &Report<'_>| (r.analysis.diagnosis.iter()).any(|f| f.severity == Severity::Alert);
+    let stands_for_all = (!args.all && !rows.iter().any(|r| r.odd))
+        .then(|| reports.iter().position(|r| alerts(r)))
+        .flatten();
+    let full = |i: usize, r: &RankRow| args.all || r.odd || stands_for_all == Some(i);
+    for (i, (row, report)) in rows.iter().zip(reports).enumerate() {
+        if !full(i, row) {
+            continue;
+        }
+        let why = match stands_for_all {
+            Some(_) => ": the traces are alike, its report stands for all of them",
+            None => "",
+        };
         writeln!(
             out,
-            "\n════ {} ({}) ════\n",
+            "\n════ {} ({}){why} ════\n",
             who(row.rank, row.pid),
             row.path
         )?;
         text::render(&mut out, report, args.by, args.full_stacks)?;
     }
-    let rest: Vec<(&RankRow, &&Report<'_>)> =
-        rows.iter().zip(reports).filter(|(r, _)| !full(r)).collect();
+    let rest: Vec<(&RankRow, &&Report<'_>)> = (rows.iter().zip(reports).enumerate())
+        .filter(|(i, (r, _))| !full(*i, r))
+        .map(|(_, pair)| pair)
+        .collect();
     if rest.is_empty() {
         return Ok(());
     }
-    let odd = rows.len() - rest.len();
-    let heading = if odd == 0 {
+    let odd = rows.iter().filter(|r| r.odd).count();
+    let heading = if stands_for_all.is_some() {
+        "The other traces, like it: one line each (--all prints every report)"
+    } else if odd == 0 {
         "No trace is odd (none is 50% off the median in a number, none grows steadily where the \
          others do not): one line each (--all prints every report)"
     } else {

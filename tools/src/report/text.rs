@@ -1,5 +1,5 @@
-//! The report as terminal tables: facts about the trace first (including whether anything was
-//! lost), then what is live, then what went wrong.
+//! The report as terminal tables: its verdict in one line, facts about the trace (including
+//! whether anything was lost), then what is live, then what went wrong.
 
 use std::io::{self, Write};
 
@@ -45,6 +45,8 @@ pub fn render(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> i
 fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let t = &r.trace;
     writeln!(out, "vramtrace report: {}", t.path)?;
+    let verdict = crate::render::findings::diagnosis::verdict(&r.analysis, &r.gaps());
+    writeln!(out, "  verdict   {verdict}")?;
     let mut process = format!("pid {} (parent {})", t.pid, t.ppid);
     if let Some(parent) = t.forked_from {
         process += &format!(", forked from {parent}");

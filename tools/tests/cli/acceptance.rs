@@ -300,7 +300,20 @@ fn one_finding_per_cause_when_several_views_see_it() {
     );
     // The report's text says it once, with its evidence.
     let text = report_text("leak_eval_grad-recorder");
-    assert_eq!(text.matches("ALERT: steady growth").count(), 1, "{text}");
+    let diagnosis = &text[text.find("\nDIAGNOSIS").expect("a diagnosis")..];
+    assert_eq!(
+        diagnosis.matches("ALERT: steady growth").count(),
+        1,
+        "{text}"
+    );
+    // The verdict at the head names that finding, and only it.
+    assert!(
+        text.lines().nth(1).unwrap().starts_with(
+            "  verdict   ALERT: steady growth at leak_eval_grad.py:42 in <module> (PyTorch \
+             tensors) on device 0, +32.0 MiB per step; 1 more finding"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains(
             "     also      PyTorch's caching allocator reserved +32.0 MiB per step for them: \

@@ -507,6 +507,118 @@ fn the_report_of_four_ranks_is_one_page() {
     assert!(!json.contains("-0.0"), "{json}");
 }
 
+/// Two processes of one data-parallel program, each leaking 64 MiB of logits a step at the same
+/// line (`leak_logits_ddp`, traced twice): no trace is odd, and the leak is still the page's
+/// answer — said in the table's headline, and in one full report standing for both.
+#[test]
+fn traces_alike_that_all_leak_say_the_leak_in_full() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "leak_logits_ddp-traced.vtrace",
+        "leak_logits_ddp-marks.vtrace",
+    ] {
+        std::fs::copy(fixtures().join(name), dir.path().join(name)).unwrap();
+    }
+    let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains(
+            "\nRanks (2 traces): all 2 traces alike, each growing: first cause +64.0 MiB/step at \
+             leak_logits_ddp.py:38 in <module> (libc10_cuda.so)\n"
+        ),
+        "{shown}"
+    );
+    let full: Vec<&str> = shown.lines().filter(|l| l.starts_with("════ ")).collect();
+    assert_eq!(full.len(), 1, "{shown}");
+    assert!(
+        full[0].ends_with("): the traces are alike, its report stands for all of them ════"),
+        "{}",
+        full[0]
+    );
+    assert!(
+        shown.contains(
+            "\n  1. ALERT: steady growth at leak_logits_ddp.py:38 in <module> (libc10_cuda.so) \
+             on device 0\n"
+        ),
+        "{shown}"
+    );
+    let (_, rest) = shown
+        .split_once("\nThe other traces, like it: one line each (--all prints every report)\n")
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert_eq!(rest.lines().count(), 1, "{rest}");
+    // Healthy traces alike are still one line each.
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["healthy_gpt-traced.vtrace", "healthy_gpt-traced2.vtrace"] {
+        std::fs::copy(fixtures().join(name), dir.path().join(name)).unwrap();
+    }
+    let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains("\nRanks (2 traces): all 2 traces alike\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains("════ "), "{shown}");
+}
+
+/// The verdict heads the report: the most urgent finding with its rate, how many more; a run
+/// with nothing to fix says that first.
+#[test]
+fn the_report_opens_with_its_verdict() {
+    let verdict = |name: &str| {
+        let out = vramtrace()
+            .arg("report")
+            .arg(fixtures().join(name))
+            .output()
+            .unwrap();
+        let shown = String::from_utf8(out.stdout).unwrap();
+        shown.lines().nth(1).unwrap_or_default().to_string()
+    };
+    assert_eq!(
+        verdict("leak_three-recorder.vtrace"),
+        "  verdict   ALERT: steady growth at leak_three.py:39 in <module> (PyTorch tensors) on \
+         device 0, +8.0 MiB per step; 2 more ALERTs, 1 other finding (DIAGNOSIS below)"
+    );
+    assert_eq!(
+        verdict("healthy_gpt-marks.vtrace"),
+        "  verdict   no ALERT or warning; 1 note: teardown-only at healthy_gpt.py:51 in <module> \
+         (libc10_cuda.so)"
+    );
+    // A trace cut before its first event: nothing found, and said to be incomplete.
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.vtrace");
+    let bytes = std::fs::read(fixtures().join("leak_slow-marks.vtrace")).unwrap();
+    std::fs::write(&cut, &bytes[..5570]).unwrap();
+    let out = vramtrace().arg("report").arg(&cut).output().unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        shown.lines().nth(1).unwrap(),
+        "  verdict   INCOMPLETE trace (FINDINGS says why); in what could be read: no finding"
+    );
+}
+
+/// `--top` shortens the lists, never the alerts: three lines leaking are three findings shown.
+#[test]
+fn top_never_hides_an_alert() {
+    for top in ["0", "1"] {
+        let out = vramtrace()
+            .args(["report", "--top", top])
+            .arg(fixtures().join("leak_three-recorder.vtrace"))
+            .output()
+            .unwrap();
+        let shown = String::from_utf8(out.stdout).unwrap();
+        let diagnosis = &shown[shown.find("\nDIAGNOSIS").unwrap()..];
+        let alerts: Vec<&str> = (diagnosis.lines())
+            .filter(|l| l.contains(". ALERT: steady growth at leak_three.py:"))
+            .collect();
+        assert_eq!(alerts.len(), 3, "--top {top}: {diagnosis}");
+        assert!(
+            diagnosis.contains("\n  (1 more in --json)\n"),
+            "{diagnosis}"
+        );
+    }
+}
+
 /// `report` of a directory of four traces: what it prints, and its rank table's headline.
 fn report_of_ranks(dir: &std::path::Path) -> (String, String) {
     let out = vramtrace().arg("report").arg(dir).output().unwrap();

@@ -348,7 +348,7 @@ fn the_chunk_a_segmented_trace_is_cut_inside_is_the_cut_not_damage() {
     let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
     let incomplete = text
         .lines()
-        .find(|l| l.contains("INCOMPLETE"))
+        .find(|l| l.starts_with("  trace          INCOMPLETE"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(
         incomplete.contains("is cut short (truncated: cut off inside the chunk at byte"),

@@ -16,7 +16,8 @@ use super::{at_sample, site_label};
 use crate::render::units::{bytes, signed_bytes, unit};
 use vramtrace_collector::units::when_full;
 
-/// Findings listed in full; the rest are counted.
+/// Findings listed in full at most, besides the alerts (`--top` lowers it); the rest are
+/// counted.
 const SHOWN: usize = 10;
 
 /// The diagnosis in words, as the text report and the HTML page say it.
@@ -55,7 +56,11 @@ pub fn words(a: &Analysis, top: usize, when: &str) -> Option<Diagnosis> {
     }
     let s = if list.len() == 1 { "" } else { "s" };
     let n = list.len();
-    let shown = top.clamp(1, SHOWN);
+    // Every alert is listed, whatever `--top` asks: a shorter report must not hide a leak.
+    let alerts = (list.iter())
+        .filter(|f| f.severity == Severity::Alert)
+        .count();
+    let shown = top.clamp(1, SHOWN).max(alerts);
     Some(Diagnosis {
         heading: format!("{n} finding{s}, most urgent first"),
         shown: list
@@ -66,6 +71,71 @@ pub fn words(a: &Analysis, top: usize, when: &str) -> Option<Diagnosis> {
             .collect(),
         more: list.len().saturating_sub(shown),
     })
+}
+
+/// The report's answer in one line, for its head: the most urgent finding (with its rate, for
+/// growth), how many others the DIAGNOSIS lists, and whether the trace was read whole. A user
+/// reads this line first.
+pub fn verdict(a: &Analysis, gaps: &[String]) -> String {
+    let incomplete = match gaps.is_empty() {
+        true => "",
+        false => "INCOMPLETE trace (FINDINGS says why); in what could be read: ",
+    };
+    let Some(first) = a.diagnosis.first() else {
+        return format!("{incomplete}no finding");
+    };
+    let words = finding_words(a, 1, first, "");
+    if first.severity == Severity::Note {
+        // Notes only (most urgent first): a run with nothing to fix says so first.
+        let n = a.diagnosis.len();
+        let (s, which) = if n == 1 {
+            ("", "")
+        } else {
+            ("s", ", the first")
+        };
+        let place = match words.place.is_empty() {
+            true => String::new(),
+            false => format!(" {}", words.place),
+        };
+        return format!(
+            "{incomplete}no ALERT or warning; {n} note{s}{which}: {}{place}",
+            words.class
+        );
+    }
+    let place = match words.place.is_empty() {
+        true => String::new(),
+        false => format!(" {}", words.place),
+    };
+    let rate = match (first.class, first.evidence.rate) {
+        (FindingClass::SteadyGrowth, Some(rate)) => {
+            format!(", {} {}", signed_bytes(rate), unit(a))
+        }
+        _ => String::new(),
+    };
+    // The other alerts apart from the rest: three lines leaking are three causes to fix.
+    let rest = &a.diagnosis[1..];
+    let alerts = rest
+        .iter()
+        .filter(|f| f.severity == Severity::Alert)
+        .count();
+    let others = rest.len() - alerts;
+    let s = |n: usize| if n == 1 { "" } else { "s" };
+    let mut more = Vec::new();
+    if alerts > 0 {
+        more.push(format!("{alerts} more ALERT{}", s(alerts)));
+    }
+    if others > 0 {
+        let word = if alerts > 0 { "other" } else { "more" };
+        more.push(format!("{others} {word} finding{}", s(others)));
+    }
+    let more = match more.is_empty() {
+        true => String::new(),
+        false => format!("; {} (DIAGNOSIS below)", more.join(", ")),
+    };
+    format!(
+        "{incomplete}{}: {}{place}{rate}{more}",
+        words.severity, words.class
+    )
 }
 
 /// Finding number `number` in words.
