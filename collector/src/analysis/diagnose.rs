@@ -307,7 +307,8 @@ fn teardown_only(
             .to_string(),
         evidence: Evidence {
             bytes: held.iter().map(|s| s.bytes).sum(),
-            objects: Some(held.iter().map(|s| s.count).sum()),
+            // The objects of the memory counted: host objects at the same places are not it.
+            objects: Some(held.iter().map(|s| s.device_count).sum()),
             ..Evidence::default()
         },
         related: Vec::new(),

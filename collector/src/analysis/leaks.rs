@@ -21,6 +21,8 @@ pub struct LeakSite {
     pub site: SiteName,
     /// Live objects of any category (registrations and mappings included).
     pub count: u64,
+    /// Of them, the objects of device memory (what `bytes` is the memory of).
+    pub device_count: u64,
     /// Device memory.
     pub bytes: u64,
     /// Pinned and registered host memory.
@@ -99,6 +101,7 @@ pub fn leaks(state: &LiveState) -> Leaks {
         let s = sites.entry(at).or_insert_with(|| LeakSite {
             site: name(state, origin.site),
             count: 0,
+            device_count: 0,
             bytes: 0,
             host_bytes: 0,
             orphans: 0,
@@ -115,6 +118,7 @@ pub fn leaks(state: &LiveState) -> Leaks {
         match o.category.accounting() {
             Accounting::Device => {
                 s.bytes += o.bytes;
+                s.device_count += 1;
                 device.add(o.bytes);
             }
             Accounting::Host => {

@@ -128,8 +128,8 @@ pub struct ExportArgs {
     #[arg(long, value_name = "N")]
     pub max_entries: Option<usize>,
     /// Perfetto: samples of the counter tracks (each the lowest and highest value of a stretch
-    /// of events).
-    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    /// of events; at least 2).
+    #[arg(long, default_value_t = 20_000, value_name = "N", value_parser = parse_samples)]
     pub samples: usize,
     #[command(
         flatten,
@@ -233,5 +233,15 @@ fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
         Format::CsvLive => csv::write_live(args, out),
         Format::CsvEvents => csv::write_events(args, out),
         Format::Parquet => unreachable!("a dataset is a directory, written by parquet::run"),
+    }
+}
+
+/// `--samples`: a whole number, 2 or more (a counter track is drawn from its first and last
+/// sample at least).
+fn parse_samples(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 2 => Ok(n),
+        Ok(n) => Err(format!("{n} samples draw no counter track: give 2 or more")),
+        Err(_) => Err(format!("'{text}' is not a whole number")),
     }
 }

@@ -81,6 +81,14 @@ impl OutputFile {
             Err(e) => bail!("{shown}: {}", lower_first(e.to_string())),
         };
         let target = match existing {
+            // A symbolic link to nothing: the name is taken, and no file is there to replace.
+            None if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) => {
+                let to = std::fs::read_link(path).unwrap_or_default();
+                bail!(
+                    "{shown} is a symbolic link to {}, which does not exist; name a file",
+                    to.display()
+                );
+            }
             None => {
                 let dir = match path.parent() {
                     Some(p) if !p.as_os_str().is_empty() => p,
@@ -290,6 +298,25 @@ mod tests {
             assert!(e.to_string().contains("is the trace being read"), "{e}");
         }
         assert_eq!(std::fs::read(&input).unwrap(), b"trace");
+    }
+
+    #[test]
+    fn a_link_to_nothing_is_said_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("out.csv");
+        let to = dir.path().join("gone/x.csv");
+        std::os::unix::fs::symlink(&to, &link).unwrap();
+        for force in [false, true] {
+            let e = OutputFile::prepare(&link, force, &[]).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{} is a symbolic link to {}, which does not exist; name a file",
+                    link.display(),
+                    to.display()
+                )
+            );
+        }
     }
 
     #[test]

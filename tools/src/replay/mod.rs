@@ -357,12 +357,12 @@ fn when(point: Point, at: &Moment) -> String {
 /// How far a trace goes, for the error when a point is past its end.
 fn ends(state: &LiveState, point: Point) -> String {
     let span = match point {
-        Point::Time(_) => format!(
-            " over {}",
-            crate::render::units::duration(
-                state.last_time_ns().saturating_sub(state.trace_start_ns())
-            )
-        ),
+        Point::Time(_) => {
+            // To the millisecond, as a time is asked: a span rounded up to the time asked
+            // would read as reaching it.
+            let span = state.last_time_ns().saturating_sub(state.trace_start_ns());
+            format!(" over {}", point::as_asked(span - span % 1_000_000))
+        }
         _ => String::new(),
     };
     format!(

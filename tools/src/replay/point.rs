@@ -55,6 +55,10 @@ impl Point {
                 n => Ok(Point::Oom(n)),
             },
             "time" => duration(rest).map(Point::Time),
+            _ if t.parse::<f64>().is_ok() => Err(format!(
+                "'{text}': a bare number could be a step, an event or a time: write 'step {t}', \
+                 'event {t}' or '{t}s'"
+            )),
             _ => duration(&t).map(Point::Time).map_err(|_| {
                 format!(
                     "'{text}' is not a point of a trace (use: step N, event N, 12.5s, 300ms, peak, oom, oom N, end)"
@@ -79,7 +83,7 @@ fn duration(text: &str) -> Result<u64, String> {
 
 /// A time as it was asked: from a second to two minutes, to the millisecond (`12.5s` is
 /// `12.5 s`, not the rounded `12 s` of a span); otherwise in the unit that reads best.
-fn as_asked(ns: u64) -> String {
+pub(super) fn as_asked(ns: u64) -> String {
     if !(1_000_000_000..120_000_000_000).contains(&ns) || !ns.is_multiple_of(1_000_000) {
         return crate::render::units::duration(ns);
     }
@@ -110,6 +114,18 @@ mod tests {
         assert_eq!(said("12.5s"), "12.5 s after the first event");
         assert_eq!(said("60min"), "60 min after the first event");
         assert_eq!(said("300ms"), "300 ms after the first event");
+    }
+
+    #[test]
+    fn a_bare_number_is_asked_what_it_counts() {
+        assert_eq!(
+            Point::parse("5"),
+            Err(
+                "'5': a bare number could be a step, an event or a time: write 'step 5', \
+                 'event 5' or '5s'"
+                    .to_string()
+            )
+        );
     }
 
     #[test]
