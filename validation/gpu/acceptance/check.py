@@ -20,7 +20,10 @@ What must hold, for the traces of `vramtrace run` (what a PyTorch user gets):
   first finding) at a planted line; a live alert, when one was raised, at a planted line;
 - of a leak, the steps counted within 5% (at least 1) of the program's;
 - a job of several ranks: the rank table names the leaking rank, its report says the above, the
-  other ranks are healthy, and `diff --rank` names the planted line first;
+  other ranks are healthy, and `diff --rank` names the planted line first; where every rank
+  leaks alike (`"leaking_rank": "all"`), no rank is odd, each rank's report says the above, and
+  the report of the directory names the shared cause at the planted line in its headline, with
+  one rank's report in full standing for all;
 - a program run once more without its leak (`fixed_env` in its truth): `diff` of that run
   against the traced one exits 1 and names a planted line first (`fixed.diff.json`).
 For the traces without the hooks (`bare`) of a program without PyTorch (JAX, CuPy: `"torch":
@@ -252,20 +255,28 @@ def check_ranks(vt, name, folder, variant, t, leaks):
     if not os.path.isdir(d):
         return []
     odd = t["leaking_rank"]
+    alike = odd == "all"
     doc = run_json(vt, "report", "--json", d)
     out = []
-    first = (doc.get("ranks") or [{}])[0].get("rank")
-    problems = [] if first == odd else [f"the rank table names rank {first} first, not {odd}"]
-    said = [f"rank table: rank {first} first"]
+    if alike:
+        problems, said = check_alike(vt, name, d, doc, leaks, variant)
+    else:
+        first = (doc.get("ranks") or [{}])[0].get("rank")
+        problems = [] if first == odd else [f"the rank table names rank {first} first, not {odd}"]
+        said = [f"rank table: rank {first} first"]
+    main_counts = None
     for trace in sorted(glob.glob(os.path.join(d, "*.vtrace"))):
         a = run_json(vt, "report", "--json", trace)
         rank = a["trace"]["rank"]
+        leaking = alike or rank == odd
         healthy = dict(t, kind="healthy")
-        words, probs, counts = check_analysis(name, a["analysis"], t if rank == odd else healthy,
-                                              leaks if rank == odd else [], variant)
-        if rank == odd:
+        words, probs, counts = check_analysis(name, a["analysis"], t if leaking else healthy,
+                                              leaks if leaking else [], variant)
+        if leaking:
             said.append(f"rank {rank}: {words}")
-            main_counts = counts
+            # Each rank's planted cause counts: a job of four leaking ranks plants four.
+            main_counts = counts if main_counts is None else {
+                k: main_counts[k] + counts[k] for k in counts}
         problems += [f"rank {rank}: {p}" for p in probs]
     diff = os.path.join(folder, f"{variant}-ranks.diff.json")
     if os.path.exists(diff) and os.path.getsize(diff) > 0:
@@ -276,6 +287,28 @@ def check_ranks(vt, name, folder, variant, t, leaks):
             problems.append(f"diff --rank {odd} names {where}")
     out.append(("; ".join(said), problems, main_counts))
     return out
+
+
+def check_alike(vt, name, d, doc, leaks, variant):
+    """Ranks that all leak alike: no rank odd in the rank table, and the text report of the
+    directory saying the shared cause in its headline, at the planted line, with one rank's
+    report in full standing for all."""
+    problems = []
+    odd = [r.get("rank") for r in doc.get("ranks") or [] if r.get("odd")]
+    if odd:
+        problems.append(f"the rank table marks ranks {odd} as odd")
+    text = subprocess.run([vt, "report", d], capture_output=True, text=True).stdout
+    head = next((l for l in text.splitlines() if l.startswith("Ranks (")), "")
+    full = [l for l in text.splitlines() if l.startswith("════ ")]
+    shared = "traces alike, each growing: first cause" in head
+    if variant == "traced":
+        if not shared or not any(at_line(head, name, l["line"]) for l in leaks):
+            problems.append(f"the rank table's headline: {head!r}")
+        if len(full) != 1 or "stands for all" not in full[0]:
+            problems.append(f"{len(full)} full reports, not one standing for all")
+    said = [f"rank table: {head.split(': ', 1)[-1] if head else 'none'}; "
+            f"{len(full)} full report{'s' if len(full) != 1 else ''}"]
+    return problems, said
 
 
 if __name__ == "__main__":
