@@ -358,10 +358,14 @@ fn when(point: Point, at: &Moment) -> String {
 fn ends(state: &LiveState, point: Point) -> String {
     let span = match point {
         Point::Time(_) => {
-            // To the millisecond, as a time is asked: a span rounded up to the time asked
-            // would read as reaching it.
+            // From a second on, to the millisecond, as a time is asked: a span rounded up to
+            // the time asked would read as reaching it.
             let span = state.last_time_ns().saturating_sub(state.trace_start_ns());
-            format!(" over {}", point::as_asked(span - span % 1_000_000))
+            let said = match span >= 1_000_000_000 {
+                true => point::as_asked(span - span % 1_000_000),
+                false => crate::render::units::duration(span),
+            };
+            format!(" over {said}")
         }
         _ => String::new(),
     };

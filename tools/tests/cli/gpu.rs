@@ -597,6 +597,27 @@ fn the_report_opens_with_its_verdict() {
     );
 }
 
+/// A time past the end says the trace's span to the millisecond: 4.885 s, not a "4.9 s" that
+/// reads as reaching the 4.89 s asked.
+#[test]
+fn a_time_past_the_end_says_the_span_to_the_millisecond() {
+    let trace = fixtures().join("leak_slow-marks.vtrace");
+    let out = vramtrace()
+        .args(["replay", "--at", "4.89s"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: {}: the trace ends before 4.89 s after the first event (it has 476 events \
+             over 4.885 s, 200 steps and 0 out-of-memory failures)\n",
+            trace.display()
+        )
+    );
+}
+
 /// `--top` shortens the lists, never the alerts: three lines leaking are three findings shown.
 #[test]
 fn top_never_hides_an_alert() {
