@@ -507,46 +507,49 @@ fn the_report_of_four_ranks_is_one_page() {
     assert!(!json.contains("-0.0"), "{json}");
 }
 
-/// Two processes of one data-parallel program, each leaking 64 MiB of logits a step at the same
-/// line (`leak_logits_ddp`, traced twice): no trace is odd, and the leak is still the page's
-/// answer — said in the table's headline, and in one full report standing for both.
+/// Four ranks of one data-parallel job on one GPU (`ranks_alike`, over gloo), each keeping 4 MiB
+/// of logits a step at line 47: no trace is odd, and the leak is still the page's answer — said
+/// in the table's headline, and in one full report standing for all.
 #[test]
 fn traces_alike_that_all_leak_say_the_leak_in_full() {
-    let dir = tempfile::tempdir().unwrap();
-    for name in [
-        "leak_logits_ddp-traced.vtrace",
-        "leak_logits_ddp-marks.vtrace",
-    ] {
-        std::fs::copy(fixtures().join(name), dir.path().join(name)).unwrap();
-    }
-    let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
+    let dir = fixtures().join("ranks_alike");
+    let out = vramtrace().arg("report").arg(&dir).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let shown = String::from_utf8(out.stdout).unwrap();
     assert!(
         shown.contains(
-            "\nRanks (2 traces): all 2 traces alike, each growing: first cause +64.0 MiB/step at \
-             leak_logits_ddp.py:38 in <module> (libc10_cuda.so)\n"
+            "\nRanks (4 traces): all 4 traces alike, each growing: first cause +4.0 MiB/step at \
+             ranks_alike.py:47 in <module> (PyTorch tensors)\n"
         ),
         "{shown}"
     );
     let full: Vec<&str> = shown.lines().filter(|l| l.starts_with("════ ")).collect();
     assert_eq!(full.len(), 1, "{shown}");
     assert!(
-        full[0].ends_with("): the traces are alike, its report stands for all of them ════"),
+        full[0].starts_with("════ rank 0 (")
+            && full[0].ends_with("): the traces are alike, its report stands for all of them ════"),
         "{}",
         full[0]
     );
     assert!(
         shown.contains(
-            "\n  1. ALERT: steady growth at leak_logits_ddp.py:38 in <module> (libc10_cuda.so) \
-             on device 0\n"
+            "\n  1. ALERT: steady growth at ranks_alike.py:47 in <module> (PyTorch tensors) on \
+             device 0\n"
         ),
         "{shown}"
     );
     let (_, rest) = shown
         .split_once("\nThe other traces, like it: one line each (--all prints every report)\n")
         .unwrap_or_else(|| panic!("{shown}"));
-    assert_eq!(rest.lines().count(), 1, "{rest}");
+    let lines: Vec<&str> = rest.lines().collect();
+    assert_eq!(lines.len(), 3, "{rest}");
+    for (line, rank) in lines.iter().zip([1, 2, 3]) {
+        assert!(line.starts_with(&format!("  rank {rank} (pid ")), "{line}");
+        assert!(
+            line.contains(" at ranks_alike.py:47 in <module> (PyTorch tensors), "),
+            "{line}"
+        );
+    }
     // Healthy traces alike are still one line each.
     let dir = tempfile::tempdir().unwrap();
     for name in ["healthy_gpt-traced.vtrace", "healthy_gpt-traced2.vtrace"] {
