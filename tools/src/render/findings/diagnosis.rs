@@ -85,6 +85,10 @@ pub fn verdict(a: &Analysis, gaps: &[String]) -> String {
         return format!("{incomplete}no finding");
     };
     let words = finding_words(a, 1, first, "");
+    let place = match words.place.is_empty() {
+        true => String::new(),
+        false => format!(" {}", words.place),
+    };
     if first.severity == Severity::Note {
         // Notes only (most urgent first): a run with nothing to fix says so first.
         let n = a.diagnosis.len();
@@ -93,19 +97,11 @@ pub fn verdict(a: &Analysis, gaps: &[String]) -> String {
         } else {
             ("s", ", the first")
         };
-        let place = match words.place.is_empty() {
-            true => String::new(),
-            false => format!(" {}", words.place),
-        };
         return format!(
             "{incomplete}no ALERT or warning; {n} note{s}{which}: {}{place}",
             words.class
         );
     }
-    let place = match words.place.is_empty() {
-        true => String::new(),
-        false => format!(" {}", words.place),
-    };
     let rate = match (first.class, first.evidence.rate) {
         (FindingClass::SteadyGrowth, Some(rate)) => {
             format!(", {} {}", signed_bytes(rate), unit(a))
