@@ -160,3 +160,19 @@ fn a_damaged_trace_says_what_it_misses_and_what_it_may_have_freed() {
         "{text}"
     );
 }
+
+/// The teardown-only finding's objects are those of the device memory it counts, as the live
+/// line says them: 80 (it counted the 3 host buffers at the same places too, and said 82 — a
+/// place may hold both, and one of the 3 is at a place without device memory).
+#[test]
+fn a_teardown_counts_the_objects_of_its_bytes() {
+    let text = report(&fixture("healthy_gpt-marks.vtrace"), &[]);
+    assert!(
+        text.contains("  live           at the end: 1.8 GiB device in 80 objects, 12 B host in 3,"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n     evidence  1.8 GiB in 80 objects\n"),
+        "{text}"
+    );
+}
