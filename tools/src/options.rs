@@ -72,7 +72,8 @@ impl RankBy {
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// The trace file to read; several files, or directories of traces (one per rank or
-    /// process), give the rank table and then the report of each trace.
+    /// process), give the rank table and then the report of each trace. Of several, those that
+    /// cannot be read are named first (INCOMPLETE) and the others reported.
     #[arg(value_name = "TRACE", required = true, num_args = 1..)]
     pub traces: Vec<PathBuf>,
     /// Print one JSON document instead of tables (schema: docs/report-json.md).

@@ -22,6 +22,37 @@ use crate::load::{load_with_steps_observing, LoadedTrace, Observer, Progress, Re
 /// of them there. A directory is read one level deep: traces in its subdirectories are named in
 /// a warning (or in the error, when the directory itself holds none), never read unsaid.
 pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let found = expand_readable(inputs)?;
+    match found.unreadable.is_empty() {
+        true => Ok(found.traces),
+        false => Err(cannot_read(&found.unreadable, found.total())),
+    }
+}
+
+/// The traces of several that can be read, and those that cannot, each with why.
+pub struct Readable {
+    pub traces: Vec<PathBuf>,
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A trace that cannot be opened (a rank that died before its tracer wrote, a damaged file).
+#[derive(serde::Serialize, Clone)]
+pub struct Unreadable {
+    pub path: String,
+    pub error: String,
+}
+
+impl Readable {
+    /// How many traces were named, readable or not.
+    pub fn total(&self) -> usize {
+        self.traces.len() + self.unreadable.len()
+    }
+}
+
+/// As [`expand`], but of several traces, those that cannot be opened are handed back beside the
+/// others (a job where one rank crashed is still reported by its other ranks); an error only
+/// when none can be read.
+pub fn expand_readable(inputs: &[PathBuf]) -> Result<Readable> {
     let mut traces = Vec::new();
     for input in inputs {
         if input.is_dir() {
@@ -44,8 +75,11 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
         }
     }
     let traces = one_per_trace(once_each(traces));
-    readable(&traces)?;
-    Ok(traces)
+    let found = readable(traces);
+    if found.traces.is_empty() && found.unreadable.len() > 1 {
+        return Err(cannot_read(&found.unreadable, found.total()));
+    }
+    Ok(found)
 }
 
 /// `paths` with each file once: a file named again (overlapping globs, a directory and a
@@ -78,32 +112,65 @@ fn once_each(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     kept
 }
 
-/// Of several traces, those that cannot be opened, all named at once (a job where one rank
-/// crashed may leave more than one): one is its own error, as reading it would give.
-fn readable(traces: &[PathBuf]) -> Result<()> {
+/// Of several traces, those that cannot be opened, all found at once (a job where one rank
+/// crashed may leave more than one). A single trace is read as given: its own error is the
+/// reader's.
+fn readable(traces: Vec<PathBuf>) -> Readable {
     if traces.len() < 2 {
-        return Ok(());
+        return Readable {
+            traces,
+            unreadable: Vec::new(),
+        };
     }
-    let mut bad: Vec<anyhow::Error> = traces
+    let opened: Vec<Option<String>> = traces
         .par_iter()
-        .filter_map(|t| crate::load::open_series(t).err())
+        .map(|t| crate::load::open_series(t).err().map(|e| e.to_string()))
         .collect();
-    match bad.len() {
-        0 => Ok(()),
-        1 => Err(bad.remove(0)),
-        n => {
-            let shown = 3;
-            let mut list: Vec<String> = bad.iter().take(shown).map(|e| e.to_string()).collect();
-            if n > shown {
-                list.push(format!("and {} more", n - shown));
-            }
-            Err(anyhow!(
-                "{n} of {} traces cannot be read (move them aside to read the others): {}",
-                traces.len(),
-                list.join("; ")
-            ))
+    let mut found = Readable {
+        traces: Vec::new(),
+        unreadable: Vec::new(),
+    };
+    for (path, error) in traces.into_iter().zip(opened) {
+        match error {
+            None => found.traces.push(path),
+            Some(error) => found.unreadable.push(Unreadable {
+                path: path.display().to_string(),
+                error,
+            }),
         }
     }
+    found
+}
+
+/// The error of `unreadable`, of `total` traces: one is its own error, as reading it gives;
+/// more are counted, the first three said.
+fn cannot_read(unreadable: &[Unreadable], total: usize) -> anyhow::Error {
+    if let [one] = unreadable {
+        return anyhow!("{}", one.error);
+    }
+    if unreadable.len() == total {
+        return anyhow!(
+            "none of the {total} traces can be read: {}",
+            unreadable_list(unreadable)
+        );
+    }
+    anyhow!(
+        "{} of {total} traces cannot be read (move them aside to read the others): {}",
+        unreadable.len(),
+        unreadable_list(unreadable)
+    )
+}
+
+/// The errors of `unreadable` in one line: the first three, then how many more.
+pub fn unreadable_list(unreadable: &[Unreadable]) -> String {
+    let shown = 3;
+    let mut list: Vec<String> = (unreadable.iter().take(shown))
+        .map(|u| u.error.clone())
+        .collect();
+    if unreadable.len() > shown {
+        list.push(format!("and {} more", unreadable.len() - shown));
+    }
+    list.join("; ")
 }
 
 /// Every file of the traces at `paths`: a trace cut into segments is all of its segments there,

@@ -6,9 +6,11 @@
 //! all alert (every rank leaking the same way) have the first one's report in full, standing
 //! for all. `--all` prints every report in full. As JSON, one document holding the rows and
 //! every report.
+//!
+//! Traces that cannot be read (a rank that died before its tracer wrote) are named first, as
+//! what the page leaves out: the others are reported all the same, and `--fail-on` cannot pass.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use rayon::prelude::*;
@@ -17,7 +19,7 @@ use vramtrace_collector::analysis::Severity;
 use vramtrace_collector::compare::{rank_rows, RankRow};
 
 use super::{text, Report};
-use crate::load::inputs::load_all;
+use crate::load::inputs::{load_all, unreadable_list, Readable, Unreadable};
 use crate::options::ReportArgs;
 use crate::ranks::{rank_input, render, who};
 use crate::render::units::{bytes, signed_bytes};
@@ -32,11 +34,18 @@ struct Document<'a> {
     ranks: &'a [RankRow],
     /// The report of each trace, in the order of `ranks`.
     reports: Vec<&'a Report<'a>>,
+    /// The traces that could not be read, in none of the above.
+    unreadable: &'a [Unreadable],
 }
 
 /// Reports the traces at `paths`.
-pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<u8> {
-    let runs = load_all(paths, args.window.read_from(), args.analysis.config(), Ok)?;
+pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
+    let runs = load_all(
+        &found.traces,
+        args.window.read_from(),
+        args.analysis.config(),
+        Ok,
+    )?;
     let granularity = args.by.granularity();
     let reports: Vec<Report<'_>> = runs
         .par_iter()
@@ -69,16 +78,24 @@ pub fn run(args: &ReportArgs, paths: &[PathBuf]) -> Result<u8> {
             schema: SCHEMA,
             ranks: &rows,
             reports: in_order.clone(),
+            unreadable: &found.unreadable,
         };
         serde_json::to_writer_pretty(&mut out, &doc)
             .map_err(std::io::Error::from)
             .context("writing the report")?;
         writeln!(out).context("writing the report")?;
     } else {
-        text_reports(&mut out, args, &rows, &in_order).context("writing the report")?;
+        text_reports(&mut out, args, &rows, &in_order, found).context("writing the report")?;
     }
     out.flush().context("writing the report")?;
-    super::fail_on(args, &in_order)
+    let code = super::fail_on(args, &in_order)?;
+    if !args.fail_on.is_empty() && !found.unreadable.is_empty() {
+        let unread: Vec<String> = (found.unreadable.iter())
+            .map(|u| format!("{} cannot be read", u.path))
+            .collect();
+        return Err(crate::limits::could_not_check(&unread));
+    }
+    Ok(code)
 }
 
 fn text_reports(
@@ -86,18 +103,40 @@ fn text_reports(
     args: &ReportArgs,
     rows: &[RankRow],
     reports: &[&Report<'_>],
+    found: &Readable,
 ) -> std::io::Result<()> {
-    writeln!(out, "vramtrace report: {} traces", rows.len())?;
-    render(&mut out, rows)?;
+    if found.unreadable.is_empty() {
+        writeln!(out, "vramtrace report: {} traces", rows.len())?;
+    } else {
+        writeln!(
+            out,
+            "vramtrace report: {} of {} traces\nINCOMPLETE: {} cannot be read and {} not in \
+             this page: {}",
+            rows.len(),
+            found.total(),
+            found.unreadable.len(),
+            if found.unreadable.len() == 1 {
+                "is"
+            } else {
+                "are"
+            },
+            unreadable_list(&found.unreadable)
+        )?;
+    }
+    // One trace left has no others to be compared with: its report alone.
+    let alone = rows.len() == 1;
+    if !alone {
+        render(&mut out, rows)?;
+    }
     // No trace stands out, but they alert alike (every rank of a data-parallel job leaking the
     // same way): the first that alerts is printed in full for all of them, else the page would
     // say the leak only in one-line summaries.
     let alerts =
         |r: &Report<'_>| (r.analysis.diagnosis.iter()).any(|f| f.severity == Severity::Alert);
-    let stands_for_all = (!args.all && !rows.iter().any(|r| r.odd))
+    let stands_for_all = (!args.all && !alone && !rows.iter().any(|r| r.odd))
         .then(|| reports.iter().position(|r| alerts(r)))
         .flatten();
-    let full = |i: usize, r: &RankRow| args.all || r.odd || stands_for_all == Some(i);
+    let full = |i: usize, r: &RankRow| args.all || alone || r.odd || stands_for_all == Some(i);
     for (i, (row, report)) in rows.iter().zip(reports).enumerate() {
         if !full(i, row) {
             continue;

@@ -69,11 +69,11 @@ fn hex<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
 /// Runs `vramtrace report`: of one trace, or of several (see [`many`]); returns the exit code
 /// (1 when a trace exceeds a `--fail-on` limit). `--html` is the HTML page's (`crate::html::run`).
 pub fn run(args: &ReportArgs) -> Result<u8> {
-    let paths = crate::load::inputs::expand(&args.traces)?;
-    if let [one] = &paths[..] {
+    let found = crate::load::inputs::expand_readable(&args.traces)?;
+    if let ([one], []) = (&found.traces[..], &found.unreadable[..]) {
         return report_one(args, one);
     }
-    many::run(args, &paths)
+    many::run(args, &found)
 }
 
 /// With `--fail-on`: measures the limits on each report and prints them on stderr, after the

@@ -122,36 +122,83 @@ fn traces_in_subdirectories_are_named_not_skipped_unsaid() {
     );
 }
 
-/// Of a directory's traces, every one that cannot be opened is named in the one error (a job
-/// where ranks crashed may leave several), not just the first; one alone is its own error.
+/// Of a directory's traces, every one that cannot be opened is named (a job where ranks crashed
+/// may leave several), not just the first: `report` reports the others beneath that line, and
+/// its `--fail-on` cannot pass; a command that needs every trace (the Parquet export) refuses
+/// in one line; none readable is one error.
 #[test]
 fn every_unreadable_trace_of_a_directory_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("job");
     std::fs::create_dir(&job).unwrap();
-    write_workload(&job, "rank0.vtrace");
+    let (good, _) = write_workload(&job, "rank0.vtrace");
     let empty = job.join("rank1.vtrace");
     std::fs::write(&empty, b"").unwrap();
-    assert_eq!(
-        report_error(&job),
-        format!("error: {}: {EMPTY}\n", empty.display())
-    );
     let junk = job.join("rank2.vtrace");
     std::fs::write(&junk, b"not a trace at all, not even close").unwrap();
-    let err = report_error(&job);
+    let empty_says = format!("{}: {EMPTY}", empty.display());
+    let out = vramtrace().arg("report").arg(&job).assert().code(0);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("vramtrace report: 1 of 3 traces"));
+    let incomplete = lines.next().unwrap();
+    assert!(
+        incomplete.starts_with(&format!(
+            "INCOMPLETE: 2 cannot be read and are not in this page: {empty_says}; {}: ",
+            junk.display()
+        )),
+        "{incomplete}"
+    );
+    // The one trace left is reported in full, with no table of one.
+    assert!(
+        text.contains(&format!("vramtrace report: {}\n", good.display())),
+        "{text}"
+    );
+    assert!(!text.contains("Ranks ("), "{text}");
+    let json = vramtrace()
+        .args(["report", "--json"])
+        .arg(&job)
+        .assert()
+        .code(0);
+    let doc: serde_json::Value = serde_json::from_slice(&json.get_output().stdout).unwrap();
+    assert_eq!(doc["reports"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["unreadable"][0]["path"], empty.display().to_string());
+    assert_eq!(doc["unreadable"][0]["error"], empty_says);
+    let gate = vramtrace()
+        .args(["report", "--fail-on", "growth=1GiB"])
+        .arg(&job)
+        .assert()
+        .code(2);
+    assert!(
+        String::from_utf8_lossy(&gate.get_output().stderr).ends_with(&format!(
+            "error: could not check: {} cannot be read; and 1 more (named above)\n",
+            empty.display()
+        ))
+    );
+
+    let parquet = vramtrace()
+        .args(["export", "--format", "parquet", "-o"])
+        .arg(dir.path().join("out"))
+        .arg(&job)
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    let err = String::from_utf8(parquet).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.starts_with(&format!(
-            "error: 2 of 3 traces cannot be read (move them aside to read the others): {}: the \
-             trace is empty (0 bytes): the tracer wrote nothing to it (it had not begun, or \
-             the process was killed first); {}: ",
-            empty.display(),
+            "error: 2 of 3 traces cannot be read (move them aside to read the others): \
+             {empty_says}; {}: ",
             junk.display()
         )),
         "{err}"
     );
 
-    // A link that leads nowhere and a directory named as a trace are named too, not skipped.
+    // A link that leads nowhere and a directory named as a trace are named too, not skipped;
+    // with no trace left to read, the one error says so.
+    std::fs::remove_file(&good).unwrap();
     std::fs::remove_file(&empty).unwrap();
     std::fs::remove_file(&junk).unwrap();
     let link = job.join("rank3.vtrace");
@@ -161,11 +208,16 @@ fn every_unreadable_trace_of_a_directory_is_named() {
     let err = report_error(&job);
     assert!(
         err.starts_with(&format!(
-            "error: 2 of 3 traces cannot be read (move them aside to read the others): {}: ",
+            "error: none of the 2 traces can be read: {}: ",
             link.display()
         )) && err.contains(&format!("; {}: is a directory", nested.display())),
         "{err}"
     );
+    // One alone is its own error.
+    std::fs::remove_file(&link).unwrap();
+    std::fs::remove_dir(&nested).unwrap();
+    std::fs::write(&empty, b"").unwrap();
+    assert_eq!(report_error(&job), format!("error: {empty_says}\n"));
 }
 
 #[test]
