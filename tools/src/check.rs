@@ -105,7 +105,7 @@ impl CheckArgs {
 pub fn run(args: &CheckArgs) -> Result<u8> {
     let ran = crate::run::launch(&args.tracer, &args.command, crate::run::Layers::All)?;
     let limits = args.limits();
-    let mut err = std::io::stderr().lock();
+    let mut err = crate::output::reader_gone::stderr();
     crate::run::say_others(&mut err, &ran).context("writing the verdict")?;
     let mut checked = check_traces(&mut err, &ran.traces, &limits, &args.analysis)?;
     // What no trace shows: processes that ran untraced, traces that are gone.

@@ -7,7 +7,18 @@
 //! program's own code first when it failed); 2 for an error of vramtrace's own (a bad flag, an
 //! unreadable trace, an output that would replace a file) and when a check could not see
 //! everything (a process that ran untraced, a trace cut short or that lost events), reported as
-//! one `error: …` line on stderr.
+//! one `error: …` line on stderr. A reader that leaves early (`| head`) changes no verdict
+//! (`output::reader_gone`).
+
+/// A line on standard error that never panics (`eprintln!` does): a closed or full standard
+/// error (`2>&-`, `2>/dev/full`, `2>&1 | head -1`) loses the line, and the command keeps its
+/// exit code.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 mod check;
 mod cli;
@@ -58,7 +69,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            say!("error: {e:#}");
             ExitCode::from(ERROR_EXIT)
         }
     }
@@ -93,7 +104,7 @@ fn flag_error(e: clap::Error) -> ExitCode {
             first = format!("{first} {next}");
         }
     }
-    eprintln!("{first} (see --help)");
+    say!("{first} (see --help)");
     ExitCode::from(ERROR_EXIT)
 }
 

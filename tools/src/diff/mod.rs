@@ -359,8 +359,7 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
         two_runs(args, growth, &sources, &thresholds)?
     };
     let regression = comparisons.iter().any(|c| c.diff.verdict.regression);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::reader_gone::stdout();
     if args.json {
         if let [one] = &comparisons[..] {
             write_json(&mut out, &one.document(&thresholds, args.top))?;

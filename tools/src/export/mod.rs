@@ -188,14 +188,14 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let output = OutputFile::prepare(&args.output, args.force, &inputs)?;
     let (Written { what, gaps }, size) = output.write(|out| write(args, out))?;
     if !gaps.is_empty() {
-        eprintln!(
+        say!(
             "warning: {} {}: the export holds what could be read",
             args.trace.display(),
             gaps.join(", and ")
         );
     }
     if !output.is_stdout() {
-        eprintln!(
+        say!(
             "wrote {} ({}, {}) in {:.2} s",
             output.path().display(),
             what,

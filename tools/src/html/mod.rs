@@ -65,7 +65,7 @@ fn write_page(args: &ReportArgs, trace: &Path, page: &OutputFile) -> Result<u8> 
     let report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
     let size = write(page, &trace, &report, &timeline, &mut symbols)?;
     if !page.is_stdout() {
-        eprintln!("wrote {} ({})", page.path().display(), bytes(size));
+        say!("wrote {} ({})", page.path().display(), bytes(size));
     }
     crate::report::fail_on(args, &[&report])
 }

@@ -67,7 +67,7 @@ pub fn expand_readable(inputs: &[PathBuf]) -> Result<Readable> {
                 ));
             }
             if let Some(unread) = unread_below(input) {
-                eprintln!("warning: {unread}");
+                say!("warning: {unread}");
             }
             traces.extend(found);
         } else {
@@ -96,9 +96,9 @@ fn once_each(paths: Vec<PathBuf>) -> Vec<PathBuf> {
         let id = (meta.dev(), meta.ino());
         match seen.iter().find(|(s, _)| *s == id) {
             Some((_, first)) if *first == path => {
-                eprintln!("warning: {} given twice: read once", path.display())
+                say!("warning: {} given twice: read once", path.display())
             }
-            Some((_, first)) => eprintln!(
+            Some((_, first)) => say!(
                 "warning: {} is {}, given before: read once",
                 path.display(),
                 first.display()

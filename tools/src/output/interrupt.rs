@@ -72,7 +72,7 @@ fn remove_pending() {
             }
         };
         if let Err(e) = removed {
-            eprintln!("vramtrace: could not remove {}: {e}", path.display());
+            say!("vramtrace: could not remove {}: {e}", path.display());
         }
     }
 }

@@ -11,6 +11,7 @@
 //! (`/dev/null`) is written through, since nothing there is replaced.
 
 pub mod interrupt;
+pub mod reader_gone;
 
 use std::fs::Metadata;
 use std::io::{BufWriter, Write};

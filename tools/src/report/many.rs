@@ -71,8 +71,7 @@ pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
             &reports[found.expect("every row comes from an input")]
         })
         .collect();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::reader_gone::stdout();
     if args.json {
         let doc = Document {
             schema: SCHEMA,

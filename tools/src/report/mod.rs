@@ -83,7 +83,7 @@ pub(crate) fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> 
     if args.fail_on.is_empty() {
         return Ok(0);
     }
-    let mut err = std::io::stderr().lock();
+    let mut err = crate::output::reader_gone::stderr();
     let mut failed = 0;
     let mut unchecked = Vec::new();
     for r in reports {
@@ -125,8 +125,7 @@ fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
     let mut symbols = Symbolizer::from_env();
     let mut report = Report::new(&trace, args.top, args.by.granularity(), &mut symbols);
     report.with_limits(&args.fail_on);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::output::reader_gone::stdout();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)
             .map_err(std::io::Error::from)

@@ -41,7 +41,7 @@ pub fn run(args: &RunArgs) -> Result<u8> {
         // that its own exit code 2 is not taken for vramtrace's.
         Err(e) => match e.downcast_ref::<NotStarted>() {
             Some(n) => {
-                eprintln!("error: {n}");
+                say!("error: {n}");
                 return Ok(n.exit_code());
             }
             None => return Err(e),
@@ -138,7 +138,7 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
         .env("VRAMTRACE_OUTPUT", &output);
     if layers == Layers::All {
         if let Some(set) = std::env::var_os("VRAMTRACE_CAPTURE").filter(|v| v != "all") {
-            eprintln!(
+            say!(
                 "vramtrace: VRAMTRACE_CAPTURE={} left out: the check traces every layer",
                 set.to_string_lossy()
             );
@@ -176,7 +176,7 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
         match python::Bootstrap::write() {
             Ok(b) => Some(b),
             Err(e) => {
-                eprintln!("vramtrace: warning: {e:#}; Python programs run without the hooks");
+                say!("vramtrace: warning: {e:#}; Python programs run without the hooks");
                 None
             }
         }
@@ -195,7 +195,7 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
     if !args.no_nvtx {
         // NVTX loads one injection library; a profiler the user already named keeps its place.
         match std::env::var_os("NVTX_INJECTION64_PATH").filter(|v| !v.is_empty()) {
-            Some(other) if Path::new(&other) != lib => eprintln!(
+            Some(other) if Path::new(&other) != lib => say!(
                 "vramtrace: NVTX_INJECTION64_PATH is already {}; NVTX ranges will not reach the trace",
                 other.to_string_lossy()
             ),
@@ -344,7 +344,7 @@ fn output_setting(flag: Option<&Path>) -> (PathBuf, &'static str) {
     match (flag, env) {
         (Some(flag), Some(env)) => {
             if Path::new(&env) != flag {
-                eprintln!(
+                say!(
                     "vramtrace: -o {} is used, not VRAMTRACE_OUTPUT={} from the environment",
                     flag.display(),
                     Path::new(&env).display()

@@ -1068,3 +1068,78 @@ fn growth_is_not_compared_across_steps_counted_differently() {
     let notes = d["verdict"]["notes"].to_string();
     assert!(notes.contains("growth per step not compared"), "{notes}");
 }
+
+/// The exit code of `vramtrace ARGS` whose standard output (or error, with `stderr`) is a pipe
+/// its reader closed before a word was written, as `| head` does once it has its lines; and
+/// what it wrote on the other stream.
+fn verdict_with_reader_gone(args: &[&str], stderr: bool) -> (i32, String) {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_vramtrace"));
+    cmd.args(args).current_dir(fixtures());
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (closed, mut kept) = match stderr {
+        false => (
+            child.stdout.take().map(|_| ()),
+            Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read>,
+        ),
+        true => (
+            child.stderr.take().map(|_| ()),
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read>,
+        ),
+    };
+    drop(closed);
+    let mut said = String::new();
+    kept.read_to_string(&mut said).unwrap();
+    (child.wait().unwrap().code().unwrap_or(-1), said)
+}
+
+/// A CI log trimmed with `| head` keeps the verdict: the pipe closed early is no reason to exit
+/// 0 on a regression or a limit exceeded (under `set -o pipefail` that passed a known leak),
+/// and a closed standard error is no panic (exit 101).
+#[test]
+fn a_reader_that_leaves_early_keeps_the_verdict() {
+    let diff = [
+        "diff",
+        "healthy_gpt-recorder.vtrace",
+        "gpt_leaky-recorder.vtrace",
+    ];
+    assert_eq!(verdict_with_reader_gone(&diff, false).0, 1);
+    let json = [
+        "diff",
+        "--json",
+        "healthy_gpt-recorder.vtrace",
+        "gpt_leaky-recorder.vtrace",
+    ];
+    assert_eq!(verdict_with_reader_gone(&json, false).0, 1);
+    let (code, limits) = verdict_with_reader_gone(
+        &["report", "--fail-on", "growth", "leak_slow-marks.vtrace"],
+        false,
+    );
+    assert_eq!(code, 1);
+    assert!(
+        limits.contains(
+            "  FAIL  growth (alert)   device 0: +512.0 KiB per step (524288 B) at leak_slow.py:32"
+        ),
+        "{limits}"
+    );
+    let (code, _) = verdict_with_reader_gone(
+        &["report", "--fail-on", "growth", "leak_slow-marks.vtrace"],
+        true,
+    );
+    assert_eq!(code, 1);
+    // A report without limits has no verdict: a closed pipe ends it well.
+    assert_eq!(
+        verdict_with_reader_gone(&["report", "leak_slow-marks.vtrace"], false).0,
+        0
+    );
+    // Errors said on a closed standard error are still errors, not panics.
+    assert_eq!(
+        verdict_with_reader_gone(&["report", "missing.vtrace"], true).0,
+        2
+    );
+}

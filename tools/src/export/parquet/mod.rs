@@ -95,7 +95,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
         .collect::<Result<_>>()?;
     staged.commit()?;
     for warning in rows.iter().flat_map(|r| &r.warnings) {
-        eprintln!("warning: {warning}");
+        say!("warning: {warning}");
     }
     if job.json {
         let written = Written {
@@ -112,7 +112,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&written)?);
     }
     let sum = |f: fn(&Rows) -> u64, noun: &str| count(rows.iter().map(f).sum::<u64>(), noun);
-    eprintln!(
+    say!(
         "wrote {} (run {run}, {}: {} as {} ({} live at the end), {}, {}, {}, {}, {}, {}, {}) in {:.2} s",
         job.output.display(),
         count(rows.len() as u64, "trace"),
