@@ -1082,17 +1082,12 @@ fn verdict_with_reader_gone(args: &[&str], stderr: bool) -> (i32, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (closed, mut kept) = match stderr {
-        false => (
-            child.stdout.take().map(|_| ()),
-            Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read>,
-        ),
-        true => (
-            child.stderr.take().map(|_| ()),
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read>,
-        ),
+    let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    // The closed end is dropped here, before the command has read its trace.
+    let mut kept: Box<dyn Read> = match stderr {
+        false => Box::new(err),
+        true => Box::new(out),
     };
-    drop(closed);
     let mut said = String::new();
     kept.read_to_string(&mut said).unwrap();
     (child.wait().unwrap().code().unwrap_or(-1), said)
