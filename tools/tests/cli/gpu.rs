@@ -1085,8 +1085,14 @@ fn verdict_with_reader_gone(args: &[&str], stderr: bool) -> (i32, String) {
     let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     // The closed end is dropped here, before the command has read its trace.
     let mut kept: Box<dyn Read> = match stderr {
-        false => Box::new(err),
-        true => Box::new(out),
+        false => {
+            drop(out);
+            Box::new(err)
+        }
+        true => {
+            drop(err);
+            Box::new(out)
+        }
     };
     let mut said = String::new();
     kept.read_to_string(&mut said).unwrap();
