@@ -66,8 +66,8 @@ pub struct CheckArgs {
     /// Fail when more than SIZE of device memory is live at the end of a trace (0: any).
     #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub max_leak: Option<u64>,
-    /// Fail when a device grows steadily by more than SIZE per step (per time window when the
-    /// steps cannot be told). Default: fail when the growth verdict alerts (growth above
+    /// Fail when a device grows steadily by more than SIZE per step; a trace without steps (none
+    /// marked, no repeating allocation pattern) cannot be compared with it: exit 2. Default: fail when the growth verdict alerts (growth above
     /// --alert-percent of device memory per step, or the device full within the horizon).
     #[arg(long, value_name = "SIZE/step", value_parser = parse_rate, allow_hyphen_values = true)]
     pub max_growth: Option<u64>,
@@ -175,7 +175,7 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
         return Ok(ran.exit_code);
     }
     if !checked.unchecked.is_empty() {
-        return Err(could_not_check(&checked.unchecked));
+        return Err(could_not_check(&checked.unchecked, checked.failed));
     }
     if checked.failed > 0 {
         return Ok(1);
@@ -299,5 +299,6 @@ fn measure_trace(
              memory calls were not seen"
         ));
     }
-    Ok((measure(&report.analysis, limits), gaps, notes))
+    let measured = measure(&report.analysis, limits, &mut gaps);
+    Ok((measured, gaps, notes))
 }

@@ -9,7 +9,7 @@
 use std::io::{self, Write};
 
 use vramtrace_collector::analysis::{Analysis, FindingClass};
-use vramtrace_collector::live::Holder;
+use vramtrace_collector::live::{Holder, SampleAxis};
 
 use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
@@ -21,8 +21,8 @@ pub enum Limit {
     /// A device whose growth verdict alerts: steady growth above the alert threshold
     /// (`--alert-percent` of device memory per step), or full within the horizon.
     GrowthAlert,
-    /// A device growing steadily by more than these bytes per step (per window, for a trace
-    /// whose steps could not be told).
+    /// A device growing steadily by more than these bytes per step (a trace without steps is
+    /// not compared: its growth is per time window).
     Growth(u64),
     /// More than these bytes of device memory live at the end.
     Leak(u64),
@@ -74,6 +74,11 @@ pub struct Measured {
     pub exceeded: bool,
     /// What was measured, in words, with exact bytes.
     pub found: String,
+    /// What the number rests on, where it is weaker than it reads: steps guessed from the
+    /// allocation pattern, or no steps at all (growth judged per time window).
+    pub note: Option<String>,
+    /// Whether the trace's number could be compared with the limit at all.
+    pub compared: bool,
 }
 
 impl serde::Serialize for Measured {
@@ -83,11 +88,12 @@ impl serde::Serialize for Measured {
             Limit::GrowthAlert => None,
             Limit::Growth(n) | Limit::Leak(n) | Limit::Orphans(n) | Limit::Oom(n) => Some(n),
         };
-        let mut m = s.serialize_struct("Measured", 4)?;
+        let mut m = s.serialize_struct("Measured", 5)?;
         m.serialize_field("limit", self.limit.name())?;
         m.serialize_field("max", &max)?;
         m.serialize_field("exceeded", &self.exceeded)?;
         m.serialize_field("found", &self.found)?;
+        m.serialize_field("note", &self.note)?;
         m.end()
     }
 }
@@ -105,8 +111,8 @@ pub struct Checked {
 
 impl Checked {
     /// `limits` measured on `analysis`, of a trace with `gaps`.
-    pub fn of(analysis: &Analysis, limits: &[Limit], gaps: Vec<String>) -> Checked {
-        let limits = measure(analysis, limits);
+    pub fn of(analysis: &Analysis, limits: &[Limit], mut gaps: Vec<String>) -> Checked {
+        let limits = measure(analysis, limits, &mut gaps);
         let verdict = match (gaps.is_empty(), limits.iter().any(|m| m.exceeded)) {
             (false, _) => "not-checked",
             (true, true) => "failed",
@@ -120,23 +126,37 @@ impl Checked {
     }
 }
 
-/// Measures each limit on `analysis`.
-pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
+/// Measures each limit on `analysis`; a limit the trace cannot be measured against (a size per
+/// step, in a trace without steps) is added to `gaps`, what keeps the trace from being checked.
+pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) -> Vec<Measured> {
+    let per_window = analysis.growth.axis == SampleAxis::Time;
+    let any_device =
+        (analysis.growth.holders.iter()).any(|h| matches!(h.holder, Holder::Device { .. }));
     limits
         .iter()
         .map(|&limit| {
+            let compared = !(per_window && matches!(limit, Limit::Growth(_)));
             let (exceeded, found) = match limit {
                 Limit::GrowthAlert => growth_found(analysis, |h| h.alert, |_| true),
+                // A size per step against a growth per time window (of a length the analysis
+                // chose) would pass or fail by the window's length: not compared.
+                Limit::Growth(max) if per_window => {
+                    let (_, found) = growth_found(analysis, |_| false, |_| false);
+                    gaps.push(format!(
+                        "has no steps (none marked, no repeating allocation pattern): a growth \
+                         limit per step cannot be compared with its growth {} (mark steps, or \
+                         gate on the growth alert)",
+                        unit(analysis)
+                    ));
+                    (
+                        false,
+                        format!("{found}, not comparable with the limit {}", per_step(max)),
+                    )
+                }
                 Limit::Growth(max) => {
                     let (exceeded, found) =
                         growth_found(analysis, |h| h.steady_growth > max as f64, |a| a.rate > max);
-                    // As the flag gives it: a size per step (per window in a trace without
-                    // steps, as the rate found says).
-                    let limit = match max {
-                        0..1024 => format!("{max} B/step"),
-                        _ => format!("{}/step ({max} B)", bytes(max)),
-                    };
-                    (exceeded, format!("{found}, limit {limit}"))
+                    (exceeded, format!("{found}, limit {}", per_step(max)))
                 }
                 Limit::Leak(max) => {
                     let live = analysis.leaks.device;
@@ -166,13 +186,50 @@ pub fn measure(analysis: &Analysis, limits: &[Limit]) -> Vec<Measured> {
                     )
                 }
             };
+            let note = match limit {
+                Limit::GrowthAlert | Limit::Growth(_) if compared && any_device => {
+                    steps_caveat(analysis)
+                }
+                _ => None,
+            };
             Measured {
                 limit,
                 exceeded,
                 found,
+                note,
+                compared,
             }
         })
         .collect()
+}
+
+/// A size per step, as the flag gives it.
+fn per_step(max: u64) -> String {
+    match max {
+        0..1024 => format!("{max} B/step"),
+        _ => format!("{}/step ({max} B)", bytes(max)),
+    }
+}
+
+/// What a growth measured per step rests on, where it is weaker than it reads: steps guessed
+/// from the allocation pattern (one may span several of the program's, its rate with it), or
+/// no steps (growth per time window, where a leak of a few large rises looks like a one-off).
+fn steps_caveat(analysis: &Analysis) -> Option<String> {
+    let every = (analysis.steps.step_ns).map_or(String::new(), |ns| {
+        format!(", one every {}", crate::render::units::duration(ns))
+    });
+    match analysis.steps.source {
+        "pattern" => Some(format!(
+            "steps guessed from the allocation pattern{every}, not marked: one may span several \
+             of the program's steps, and its rate with it (mark steps for exact rates)"
+        )),
+        "none" => Some(format!(
+            "no steps: growth judged {}, where a leak that grew in a few large rises is not told \
+             from a one-off rise (mark steps)",
+            unit(analysis)
+        )),
+        _ => None,
+    }
 }
 
 /// The out-of-memory failures of a trace, in words: how many, and the first (what it asked,
@@ -287,12 +344,20 @@ fn devices_growth(
 }
 
 /// The error (exit 2) of a check that could not look everywhere: the first thing it could not
-/// check, and how many more (each also named above it).
-pub fn could_not_check(unchecked: &[String]) -> anyhow::Error {
+/// check, and how many more (each also named above it); and, since exit 2 wins over 1, how
+/// many traces exceeded a limit in what could be read, so the last line of a log says both.
+pub fn could_not_check(unchecked: &[String], failed: usize) -> anyhow::Error {
+    let exceeded = match failed {
+        0 => String::new(),
+        n => format!(
+            "; limits exceeded in {} that could be read (above)",
+            count(n as u64, "trace")
+        ),
+    };
     match unchecked {
-        [] | [_] => anyhow::anyhow!("could not check: {}", unchecked.join("")),
+        [] | [_] => anyhow::anyhow!("could not check: {}{exceeded}", unchecked.join("")),
         [first, rest @ ..] => anyhow::anyhow!(
-            "could not check: {first}; and {} more (named above)",
+            "could not check: {first}; and {} more (named above){exceeded}",
             rest.len()
         ),
     }
@@ -306,6 +371,7 @@ pub fn render(out: &mut impl Write, measured: &[Measured], gaps: &[String]) -> i
     for m in measured {
         let (verdict, partly) = match (m.exceeded, gaps.is_empty()) {
             (true, _) => ("FAIL", ""),
+            _ if !m.compared => ("--  ", ""),
             (false, true) => ("ok  ", ""),
             (false, false) => ("--  ", ", in what could be read"),
         };
@@ -314,6 +380,9 @@ pub fn render(out: &mut impl Write, measured: &[Measured], gaps: &[String]) -> i
             other => other.name().to_string(),
         };
         writeln!(out, "  {verdict}  {name:<16} {}{partly}", m.found)?;
+        if let Some(note) = &m.note {
+            writeln!(out, "        note: {note}")?;
+        }
     }
     for g in gaps {
         writeln!(out, "  not checked: the trace {g}")?;

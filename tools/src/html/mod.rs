@@ -67,7 +67,7 @@ fn write_page(args: &ReportArgs, trace: &Path, page: &OutputFile) -> Result<u8> 
     if !page.is_stdout() {
         say!("wrote {} ({})", page.path().display(), bytes(size));
     }
-    crate::report::fail_on(args, &[&report])
+    crate::report::fail_on(args, &[&report], Vec::new())
 }
 
 /// Everything the template reads.

@@ -87,14 +87,10 @@ pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
         text_reports(&mut out, args, &rows, &in_order, found).context("writing the report")?;
     }
     out.flush().context("writing the report")?;
-    let code = super::fail_on(args, &in_order)?;
-    if !args.fail_on.is_empty() && !found.unreadable.is_empty() {
-        let unread: Vec<String> = (found.unreadable.iter())
-            .map(|u| format!("{} cannot be read", u.path))
-            .collect();
-        return Err(crate::limits::could_not_check(&unread));
-    }
-    Ok(code)
+    let unread = (found.unreadable.iter())
+        .map(|u| format!("{} cannot be read", u.path))
+        .collect();
+    super::fail_on(args, &in_order, unread)
 }
 
 fn text_reports(

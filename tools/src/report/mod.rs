@@ -79,24 +79,27 @@ pub fn run(args: &ReportArgs) -> Result<u8> {
 /// With `--fail-on`: measures the limits on each report and prints them on stderr, after the
 /// report; returns the exit code: 1 when a trace exceeds a limit, an error (exit 2) when a trace
 /// could not be checked in full (cut short, damaged, events lost), as `check` does.
-pub(crate) fn fail_on(args: &ReportArgs, reports: &[&Report<'_>]) -> Result<u8> {
+pub(crate) fn fail_on(
+    args: &ReportArgs,
+    reports: &[&Report<'_>],
+    mut unchecked: Vec<String>,
+) -> Result<u8> {
     if args.fail_on.is_empty() {
         return Ok(0);
     }
     let mut err = crate::output::reader_gone::stderr();
     let mut failed = 0;
-    let mut unchecked = Vec::new();
     for r in reports {
         writeln!(err, "vramtrace report: limits of {}", r.trace.path)
             .context("writing the limits")?;
-        let measured = crate::limits::measure(&r.analysis, &args.fail_on);
-        let gaps = r.gaps();
+        let mut gaps = r.gaps();
+        let measured = crate::limits::measure(&r.analysis, &args.fail_on, &mut gaps);
         crate::limits::render(&mut err, &measured, &gaps).context("writing the limits")?;
         unchecked.extend(gaps.into_iter().map(|g| format!("{} {g}", r.trace.path)));
         failed += usize::from(measured.iter().any(|m| m.exceeded));
     }
     if !unchecked.is_empty() {
-        return Err(crate::limits::could_not_check(&unchecked));
+        return Err(crate::limits::could_not_check(&unchecked, failed));
     }
     Ok(u8::from(failed > 0))
 }
@@ -135,7 +138,7 @@ fn report_one(args: &ReportArgs, path: &std::path::Path) -> Result<u8> {
         text::render(&mut out, &report, args.by, args.full_stacks).context("writing the report")?;
     }
     out.flush().context("writing the report")?;
-    fail_on(args, &[&report])
+    fail_on(args, &[&report], Vec::new())
 }
 
 /// Everything a report says.

@@ -165,7 +165,7 @@ fn every_unreadable_trace_of_a_directory_is_named() {
     assert_eq!(doc["unreadable"][0]["path"], empty.display().to_string());
     assert_eq!(doc["unreadable"][0]["error"], empty_says);
     let gate = vramtrace()
-        .args(["report", "--fail-on", "growth=1GiB"])
+        .args(["report", "--fail-on", "leak=1GiB"])
         .arg(&job)
         .assert()
         .code(2);

@@ -12,7 +12,7 @@
 //! carry PyTorch's recorder history (`*-recorder*.vtrace`, run 4) are compared tensor by tensor
 //! too, and there the added line is the top difference, with its bytes and rate.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -1142,5 +1142,78 @@ fn a_reader_that_leaves_early_keeps_the_verdict() {
     assert_eq!(
         verdict_with_reader_gone(&["report", "missing.vtrace"], true).0,
         2
+    );
+}
+
+/// The lines `report --fail-on LIMIT TRACE` writes on stderr, and its exit code.
+fn limits_of(limit: &str, trace: &Path) -> (i32, String) {
+    let out = vramtrace()
+        .args(["report", "--fail-on", limit])
+        .arg(trace)
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    (code, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A growth limit says what its steps rest on: steps guessed from the allocation pattern (the
+/// leaky GPT's guessed step spans 8 of its steps: +128 MiB a step where it keeps 16), or none
+/// (growth per time window, where a rank's leak in a few large rises passes the alert); a size
+/// per step against a trace without steps is not compared (exit 2), never an "ok" with two
+/// units side by side. A limit exceeded beside a trace cut short is said in the last line too.
+#[test]
+fn a_growth_limit_says_what_its_steps_rest_on() {
+    let dir = fixtures();
+    let (code, said) = limits_of("growth", &dir.join("gpt_leaky-traced.vtrace"));
+    assert_eq!(code, 1);
+    assert!(said.ends_with(
+        "\n        note: steps guessed from the allocation pattern, one every 144 ms, not marked: \
+         one may span several of the program's steps, and its rate with it (mark steps for \
+         exact rates)\n"
+    ), "{said}");
+    let (code, said) = limits_of("growth", &dir.join("h100/ranks_gloo-rank2-bare.vtrace"));
+    assert_eq!(code, 0);
+    assert!(said.ends_with(
+        "  ok    growth (alert)   device 0: +0 B per 128 ms window (0 B)\n        note: no steps: \
+         growth judged per 128 ms window, where a leak that grew in a few large rises is not \
+         told from a one-off rise (mark steps)\n"
+    ), "{said}");
+    // Marked steps need no note.
+    let (code, said) = limits_of("growth", &dir.join("leak_slow-marks.vtrace"));
+    assert_eq!(code, 1);
+    assert!(!said.contains("note:"), "{said}");
+
+    let trace = dir.join("leak_comm-traced.vtrace");
+    let (code, said) = limits_of("growth=2GiB/step", &trace);
+    assert_eq!(code, 2);
+    let gap = "has no steps (none marked, no repeating allocation pattern): a growth limit per \
+               step cannot be compared with its growth per 128 ms window (mark steps, or gate on \
+               the growth alert)";
+    assert_eq!(
+        said,
+        format!(
+            "vramtrace report: limits of {t}\n  --    growth           device 0: +1.3 GiB per 128 \
+             ms window (1366084813 B) at leak_comm.py:49 in <module> (libnccl.so.2), not \
+             comparable with the limit 2.0 GiB/step (2147483648 B)\n  not checked: the trace \
+             {gap}\nerror: could not check: {t} {gap}\n",
+            t = trace.display()
+        )
+    );
+
+    let job = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        dir.join("leak_slow-marks.vtrace"),
+        job.path().join("a.vtrace"),
+    )
+    .unwrap();
+    let whole = std::fs::read(dir.join("healthy_peak-marks.vtrace")).unwrap();
+    std::fs::write(job.path().join("b.vtrace"), &whole[..5000]).unwrap();
+    let (code, said) = limits_of("growth", job.path());
+    assert_eq!(code, 2);
+    let last = said.lines().last().unwrap();
+    assert!(
+        last.starts_with("error: could not check: ")
+            && last.ends_with("; limits exceeded in 1 trace that could be read (above)"),
+        "{said}"
     );
 }
