@@ -133,7 +133,7 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
     let no_trace = ran.traces.is_empty() && checked.unchecked.is_empty() && unseen.is_empty();
     let made_no_call = ran.reported.as_ref().is_some_and(|r| r.tracing() > 0);
     if no_trace && !made_no_call {
-        unseen.push(crate::run::why_no_trace(ran.reported.as_ref()).to_string());
+        unseen.push(crate::run::why_no_trace(&ran));
     }
     // One thing alone is said once, by the error line below (unless the program's failure
     // takes the exit).
@@ -181,7 +181,7 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
         return Ok(1);
     }
     let verdict = if no_trace {
-        crate::run::why_no_trace(ran.reported.as_ref()).to_string()
+        crate::run::why_no_trace(&ran)
     } else {
         format!("{traces} within the limits")
     };

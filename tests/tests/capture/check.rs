@@ -443,10 +443,26 @@ captest!(check_cannot_pass_a_program_the_tracer_did_not_see, |dir| {
     let line = could_not_check(&out);
     assert_eq!(
         line,
-        "error: could not check: the tracer library was not loaded (no trace written): the \
-         loader ignores LD_PRELOAD for setuid programs and static binaries, and says on stderr \
-         when it cannot load a library"
+        format!(
+            "error: could not check: the tracer library was not loaded (no trace written): {} \
+             is not the tracer (no shared object exporting vramtrace_mark_step): give \
+             libvramtrace.so to --lib",
+            std::fs::canonicalize(&refused).unwrap().display()
+        )
     );
+    // The tracer itself, refused by a static program (ldconfig is one in every glibc system).
+    let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file());
+    if let Some(ldconfig) = ldconfig {
+        let out = check(dir, &[], ldconfig, &["--version"]);
+        assert_eq!(
+            could_not_check(&out),
+            "error: could not check: the tracer library was not loaded (no trace written): the \
+             loader ignores LD_PRELOAD for setuid programs and static binaries, and says on \
+             stderr when it cannot load a library"
+        );
+    }
     let out = check(dir, &["--lib", "/nonexistent/libvramtrace.so"], "true", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(

@@ -106,6 +106,9 @@ pub struct Ran {
     /// Processes the command started that were still running after it exited (and a grace
     /// period): their traces are not whole yet.
     pub left_running: Vec<Leftover>,
+    /// The library preloaded, when it is not the tracer (`--lib` named another file): why no
+    /// process reported in.
+    pub not_tracer: Option<PathBuf>,
 }
 
 /// What a launch must see of the program.
@@ -259,6 +262,7 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
         others,
         reported,
         left_running,
+        not_tracer: (!is_tracer(&lib)).then_some(lib),
     })
 }
 
@@ -323,6 +327,27 @@ fn find_library(flag: Option<&Path>) -> Result<PathBuf> {
             dir.join("../lib").display()
         ),
     }
+}
+
+/// Whether `path` is the tracer: a shared object that exports `vramtrace_mark_step`. Anything
+/// else given as the library is ignored by the loader, or loaded without tracing, and the run
+/// would read as "the tracer was not loaded" for a reason that is not the one.
+fn is_tracer(path: &Path) -> bool {
+    use object::{NameOrOrdinal, Object, ObjectKind};
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let cache = object::read::ReadCache::new(file);
+    let Ok(elf) = object::File::parse(&cache) else {
+        return false;
+    };
+    let Ok(mut exports) = elf.exports() else {
+        return false;
+    };
+    elf.kind() == ObjectKind::Dynamic
+        && exports.any(|e| {
+            e.is_ok_and(|e| matches!(e.name(), NameOrOrdinal::Name(b"vramtrace_mark_step")))
+        })
 }
 
 /// The library's real path, so LD_PRELOAD holds no `..` or relative part: the traced program

@@ -18,7 +18,7 @@ use vramtrace_collector::live::{Accounting, LiveState, StepSource};
 use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
 use vramtrace_collector::units::pattern::NamePattern;
 
-use super::status::{Reported, Unseen};
+use super::status::Unseen;
 use super::Ran;
 use crate::load::{read, Flow, Progress, ReadFrom};
 use crate::render::units::{bytes, count};
@@ -102,7 +102,7 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
     let unseen = unseen(ran);
     let disabled = ran.reported.as_ref().map_or(0, |r| r.disabled().count());
     if ran.traces.is_empty() && unseen.len() == disabled {
-        return writeln!(out, "vramtrace: {}", why_no_trace(ran.reported.as_ref()));
+        return writeln!(out, "vramtrace: {}", why_no_trace(ran));
     }
     // A job of many processes gets the first few and a count, not a screen per process.
     let shown = ran.traces.len().min(SUMMARIZED);
@@ -238,22 +238,32 @@ pub fn unseen(ran: &Ran) -> Vec<String> {
 }
 
 /// Why a run wrote no trace, when every process it saw ran traced.
-pub fn why_no_trace(reported: Option<&Reported>) -> &'static str {
+pub fn why_no_trace(ran: &Ran) -> String {
     const NOT_LOADED: &str = "the tracer library was not loaded (no trace written): the loader \
         ignores LD_PRELOAD for setuid programs and static binaries, and says on stderr when it \
         cannot load a library";
-    match reported {
+    let reported = ran.reported.as_ref();
+    let why = match reported {
         // An image with tracing off says more than one that saw no call before it exec'd.
         Some(r) if r.disabled().next().is_some() => {
             "tracing was off: VRAMTRACE_DISABLE is set (no trace written)"
         }
         Some(r) if r.tracing() > 0 => "the program made no GPU memory call (no trace written)",
+        // No process reported in: a library that is not the tracer is the reason.
+        _ if ran.not_tracer.is_some() => {
+            return format!(
+                "the tracer library was not loaded (no trace written): {} is not the tracer (no \
+                 shared object exporting vramtrace_mark_step): give libvramtrace.so to --lib",
+                ran.not_tracer.as_ref().map_or(String::new(), |l| l.display().to_string())
+            );
+        }
         Some(_) => NOT_LOADED,
         None => {
             "no trace was written: the program made no GPU memory call, or the tracer library \
              was not loaded (setuid programs and static binaries ignore LD_PRELOAD)"
         }
-    }
+    };
+    why.to_string()
 }
 
 fn summarize_live(out: &mut impl Write, state: &LiveState) -> io::Result<()> {

@@ -145,15 +145,17 @@ fn run_script(s: &Setup, script: &str) -> (String, Vec<String>) {
 #[test]
 fn a_run_without_traces_says_whether_the_tracer_was_loaded() {
     let s = setup();
-    // The stand-in library is an empty file: the loader refuses it, so no process reports in.
+    // The stand-in library is an empty file: the loader refuses it, so no process reports in,
+    // and the summary names the file as the reason.
     let (status_dir, summary) = run_script(&s, r#"echo "$VRAMTRACE_RUN_STATUS""#);
     assert_eq!(
         summary,
-        [
-            "vramtrace: the tracer library was not loaded (no trace written): the loader ignores \
-          LD_PRELOAD for setuid programs and static binaries, and says on stderr when it cannot \
-          load a library"
-        ]
+        [format!(
+            "vramtrace: the tracer library was not loaded (no trace written): {} is not the \
+             tracer (no shared object exporting vramtrace_mark_step): give libvramtrace.so to \
+             --lib",
+            s.lib.display()
+        )]
     );
     // The status directory was the run's own: private while it ran, gone after.
     let status_dir = status_dir.trim_end();
