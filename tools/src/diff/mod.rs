@@ -625,6 +625,14 @@ fn against_median(
             headline(&rows)
         ));
     }
+    // A leak every rank shares is no difference from their median: said, with how to see it.
+    if let Some(shared) = crate::ranks::shared_growth(&rows) {
+        diff.verdict.notes.push(format!(
+            "{shared}: a leak they all share is no difference from their median; compare the \
+             job with an earlier run of it (vramtrace diff OLD_DIR NEW_DIR), or read it in \
+             vramtrace report"
+        ));
+    }
     Ok(Comparison {
         diff,
         a: facts,

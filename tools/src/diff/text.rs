@@ -170,9 +170,12 @@ pub fn render(
         }
     };
     let d = &c.diff;
-    writeln!(out, "vramtrace diff")?;
-    writeln!(out, "  A  {}", run_line(&c.a))?;
-    writeln!(out, "  B  {}", run_line(&c.b))?;
+    // One pair alone opens with its verdict, the line a CI log is read for; a pair of several
+    // opens with its runs, the set's verdict being above them all.
+    if in_set {
+        writeln!(out, "vramtrace diff")?;
+        runs(out, c)?;
+    }
     let thresholds = args.thresholds.thresholds();
     let new_growth = (d.verdict.new_growth.iter())
         .filter(|g| g.regression)
@@ -183,17 +186,18 @@ pub fn render(
         .chain(new_growth)
         .collect();
     let gaps = c.gaps();
+    let gap = if in_set { "\n" } else { "" };
     if !gaps.is_empty() {
-        writeln!(out, "\nVERDICT  none{}: {}", exit(2), gaps.join("; "))?;
+        writeln!(out, "{gap}VERDICT  none{}: {}", exit(2), gaps.join("; "))?;
         if !exceeded.is_empty() {
             writeln!(out, "  in what could be read: {}", exceeded.join("; "))?;
         }
     } else if exceeded.is_empty() {
-        writeln!(out, "\nVERDICT  no regression{}", exit(0))?;
+        writeln!(out, "{gap}VERDICT  no regression{}", exit(0))?;
     } else {
         writeln!(
             out,
-            "\nVERDICT  REGRESSION{}: {}",
+            "{gap}VERDICT  REGRESSION{}: {}",
             exit(1),
             exceeded.join("; ")
         )?;
@@ -213,6 +217,9 @@ pub fn render(
     for note in &d.verdict.notes {
         writeln!(out, "  note: {note}")?;
     }
+    if !in_set {
+        runs(out, c)?;
+    }
     // The ranks after the verdict on the one asked for: what a reader acts on comes first.
     if let Some(rows) = &c.ranks {
         ranks::render(out, rows)?;
@@ -229,6 +236,12 @@ pub fn render(
         tensor_lines(out, c, args)?;
     }
     files(out, c)
+}
+
+/// The two runs compared, one line each.
+fn runs(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
+    writeln!(out, "  A  {}", run_line(&c.a))?;
+    writeln!(out, "  B  {}", run_line(&c.b))
 }
 
 /// `new steady growth +1.0 MiB/step at train.py:15 in step (PyTorch tensors): above 64.0 KiB;

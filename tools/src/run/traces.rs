@@ -243,26 +243,27 @@ pub fn why_no_trace(ran: &Ran) -> String {
         ignores LD_PRELOAD for setuid programs and static binaries, and says on stderr when it \
         cannot load a library";
     let reported = ran.reported.as_ref();
-    let why = match reported {
-        // An image with tracing off says more than one that saw no call before it exec'd.
-        Some(r) if r.disabled().next().is_some() => {
-            "tracing was off: VRAMTRACE_DISABLE is set (no trace written)"
-        }
-        Some(r) if r.tracing() > 0 => "the program made no GPU memory call (no trace written)",
-        // No process reported in: a library that is not the tracer is the reason.
-        _ if ran.not_tracer.is_some() => {
-            return format!(
+    let why =
+        match reported {
+            // An image with tracing off says more than one that saw no call before it exec'd.
+            Some(r) if r.disabled().next().is_some() => {
+                "tracing was off: VRAMTRACE_DISABLE is set (no trace written)"
+            }
+            Some(r) if r.tracing() > 0 => "the program made no GPU memory call (no trace written)",
+            // No process reported in: a library that is not the tracer is the reason.
+            _ if ran.not_tracer.is_some() => {
+                return format!(
                 "the tracer library was not loaded (no trace written): {} is not the tracer (no \
                  shared object exporting vramtrace_mark_step): give libvramtrace.so to --lib",
                 ran.not_tracer.as_ref().map_or(String::new(), |l| l.display().to_string())
             );
-        }
-        Some(_) => NOT_LOADED,
-        None => {
-            "no trace was written: the program made no GPU memory call, or the tracer library \
+            }
+            Some(_) => NOT_LOADED,
+            None => {
+                "no trace was written: the program made no GPU memory call, or the tracer library \
              was not loaded (setuid programs and static binaries ignore LD_PRELOAD)"
-        }
-    };
+            }
+        };
     why.to_string()
 }
 

@@ -1217,3 +1217,54 @@ fn a_growth_limit_says_what_its_steps_rest_on() {
         "{said}"
     );
 }
+
+/// `diff` of one pair opens with its verdict (the line a CI log is read for), then the top
+/// difference, then the runs; a rank compared with the median of ranks that all leak alike is
+/// told why that shows nothing, and how to see it.
+#[test]
+fn a_diff_opens_with_its_verdict() {
+    let dir = fixtures();
+    let out = vramtrace()
+        .arg("diff")
+        .arg(dir.join("healthy_gpt-recorder.vtrace"))
+        .arg(dir.join("gpt_leaky-recorder.vtrace"))
+        .assert()
+        .code(1);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let lines: Vec<&str> = text.lines().take(4).collect();
+    assert!(
+        lines[0].starts_with("VERDICT  REGRESSION (exit 1): "),
+        "{text}"
+    );
+    assert_eq!(
+        lines[1],
+        "  top difference, view tensors (PyTorch recorder): gpt_leaky.py:57 in <module> \
+         (PyTorch tensors): new, +1.9 GiB live at end, +16.0 MiB/step"
+    );
+    assert!(
+        lines[2].starts_with("  A  ")
+            && lines[2].ends_with(
+                "healthy_gpt-recorder.vtrace  (pid 701, host vm, 120 steps from step marks)"
+            ),
+        "{text}"
+    );
+    assert!(lines[3].starts_with("  B  "), "{text}");
+
+    let out = vramtrace()
+        .args(["diff", "--rank", "1"])
+        .arg(dir.join("ranks_alike"))
+        .assert()
+        .code(0);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let lines: Vec<&str> = text.lines().take(2).collect();
+    assert_eq!(
+        lines,
+        [
+            "VERDICT  no regression (exit 0)",
+            "  note: all 4 traces alike, each growing: first cause +4.0 MiB/step at \
+             ranks_alike.py:47 in <module> (PyTorch tensors): a leak they all share is no \
+             difference from their median; compare the job with an earlier run of it (vramtrace \
+             diff OLD_DIR NEW_DIR), or read it in vramtrace report"
+        ]
+    );
+}
