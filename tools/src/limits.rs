@@ -186,12 +186,25 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
                     )
                 }
             };
-            let note = match limit {
-                Limit::GrowthAlert | Limit::Growth(_) if compared && any_device => {
-                    steps_caveat(analysis)
-                }
-                _ => None,
-            };
+            let mut notes: Vec<String> = Vec::new();
+            if matches!(limit, Limit::GrowthAlert | Limit::Growth(_)) && compared && any_device {
+                notes.extend(steps_caveat(analysis));
+            }
+            // The tracer's live alert printed above in the same log: a size limit that passes
+            // says it replaced that verdict, or the log contradicts itself.
+            if let (Limit::Growth(_), false, Some(raised)) =
+                (limit, exceeded, analysis.alerts.first())
+            {
+                let a = &raised.alert;
+                notes.push(format!(
+                    "the tracer alerted while the program ran (+{} {}: {}); a size limit \
+                     replaces that verdict",
+                    bytes(a.rate),
+                    crate::render::findings::alert_unit(a),
+                    vramtrace_collector::analysis::Reason::words(a)
+                ));
+            }
+            let note = (!notes.is_empty()).then(|| notes.join("; "));
             Measured {
                 limit,
                 exceeded,

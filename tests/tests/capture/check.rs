@@ -178,8 +178,14 @@ captest!(check_takes_a_growth_limit_per_step, |dir| {
     assert!(
         err.contains(
             "  ok    growth           device 0: +1.0 MiB per step (1048576 B) at main at \
-             wl_train.c:108 → fw_alloc (libtorch_standin.so), limit 2.0 MiB/step (2097152 B)\n"
+             wl_train.c:108 → fw_alloc (libtorch_standin.so), limit 2.0 MiB/step (2097152 B)\n        \
+             note: the tracer alerted while the program ran (+1.0 MiB per step: "
         ),
+        "{err}"
+    );
+    // The alert printed above in the same log is not left unexplained beside "ok".
+    assert!(
+        err.contains("); a size limit replaces that verdict\n"),
         "{err}"
     );
     let out = check(dir, &["--max-growth", "512KiB"], workload("wl_train"), &[]);
@@ -195,6 +201,15 @@ captest!(check_judges_steps_found_in_the_allocation_pattern, |dir| {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B)"),
+        "{err}"
+    );
+    // Its steps are guessed, and the gate says so under the number.
+    assert!(
+        err.contains("\n        note: steps guessed from the allocation pattern, one every ")
+            && err.contains(
+                ", not marked: one may span several of the program's steps, and its rate with it \
+             (mark steps for exact rates)\n"
+            ),
         "{err}"
     );
 });
@@ -628,6 +643,9 @@ captest!(check_gates_out_of_memory_when_asked, |dir| {
             vec![
                 "  ok    growth           device 0: +819.2 KiB per step (838861 B) at \
                  keep_history at wl_soak.c:79 (wl_soak), limit 100.0 MiB/step (104857600 B)"
+                    .to_string(),
+                "        note: the tracer alerted while the program ran (+819.2 KiB per step: it \
+                 ran out of memory); a size limit replaces that verdict"
                     .to_string(),
                 format!("  note: {first}; not a limit of this check (--max-ooms 0 makes it one)"),
             ]

@@ -356,7 +356,10 @@ fn one_rank_against_the_median_of_the_others() {
     );
     let (code, out) = run(&["diff", "--rank", "2", path(dir.path())]);
     assert_eq!(code, 0);
-    assert!(out.starts_with("VERDICT  no regression (exit 0)\n"), "{out}");
+    assert!(
+        out.starts_with("VERDICT  no regression (exit 0)\n"),
+        "{out}"
+    );
     let verdict = 0;
     let table = out.find(&format!("\nRanks (8 traces): {odd}\n")).unwrap();
     assert!(verdict < table, "{out}");

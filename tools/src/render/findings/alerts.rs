@@ -19,11 +19,7 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
         Some(s) => site_label(s),
         None => alert_place(&a.place),
     };
-    let unit = if a.unit == "step" {
-        "per step".to_string()
-    } else {
-        format!("per {} ms window", a.unit_ns / 1_000_000)
-    };
+    let unit = alert_unit(a);
     let steps = a.steps_to_full.map(|n| n as f64);
     let seconds = match (steps, step_ns) {
         (Some(n), Some(ns)) if a.unit == "step" => Some(n * ns as f64 / 1e9),
@@ -46,6 +42,14 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
         signed_bytes(a.rate as f64),
         Reason::words(a)
     )
+}
+
+/// The unit of a live alert's rate: `per step`, `per 128 ms window`.
+pub(crate) fn alert_unit(a: &vramtrace_collector::format::Alert) -> String {
+    match a.unit.as_str() {
+        "step" => "per step".to_string(),
+        _ => format!("per {} ms window", a.unit_ns / 1_000_000),
+    }
 }
 
 /// What the whole run's diagnosis says of a live alert, where it says otherwise: the alert was

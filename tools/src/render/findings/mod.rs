@@ -7,7 +7,7 @@ pub(crate) mod diagnosis;
 mod orphans;
 mod summary;
 
-pub(crate) use alerts::{alert_line, signal_name};
+pub(crate) use alerts::{alert_line, alert_unit, signal_name};
 use orphans::orphan_kinds;
 pub(crate) use orphans::{orphan_size, orphans_line};
 pub(crate) use summary::summary_lines;
