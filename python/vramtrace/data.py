@@ -89,7 +89,10 @@ class Tables:
 
 def _nullable_integers():
     """pyarrow's integer types to pandas' nullable ones, for `to_pandas`'s `types_mapper`."""
-    import pandas as pd
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("Tables.to_pandas() needs pandas: pip install pandas") from None
     import pyarrow as pa
 
     return {

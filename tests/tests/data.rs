@@ -599,7 +599,29 @@ fn bad_input_raises_one_line_errors() {
         message.starts_with(&format!("{}: ", not_a_trace.display())) && !message.contains('\n'),
         "{got}"
     );
+    // Without pandas, to_pandas() says what to install, as load() does without pyarrow.
+    let got = py(WITHOUT_PANDAS, &[&trace]);
+    assert_eq!(
+        got,
+        serde_json::json!([
+            "ImportError",
+            "Tables.to_pandas() needs pandas: pip install pandas"
+        ])
+    );
 }
+
+/// `vramtrace.load(argv[1]).to_pandas()` where pandas cannot be imported.
+const WITHOUT_PANDAS: &str = r#"
+import json, sys
+sys.modules["pandas"] = None
+import vramtrace
+data = vramtrace.load(sys.argv[1])
+try:
+    data.to_pandas()
+    print(json.dumps(None))
+except ImportError as e:
+    print(json.dumps([type(e).__name__, str(e)]))
+"#;
 
 /// `vramtrace.load(argv[1])`'s warnings, and its `traces` table's rotation columns.
 const INCOMPLETE: &str = r#"

@@ -104,6 +104,10 @@ fn flag_error(e: clap::Error) -> ExitCode {
             first = format!("{first} {next}");
         }
     }
+    // The one format asked of `export` that another command makes.
+    if first.starts_with("error: invalid value 'html' for '--format") {
+        first.push_str("; the HTML page is `vramtrace report --html PAGE TRACE`");
+    }
     say!("{first} (see --help)");
     ExitCode::from(ERROR_EXIT)
 }

@@ -392,3 +392,18 @@ fn a_trace_against_itself_is_not_compared() {
         );
     }
 }
+
+/// `export --format html` points at the command that makes the page.
+#[test]
+fn an_html_export_is_pointed_at_the_report() {
+    vramtrace()
+        .args(["export", "--format", "html", "t.vtrace"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(
+            "error: invalid value 'html' for '--format \
+             <perfetto|flamegraph|pytorch|csv-live|csv-events|parquet>'; the HTML page is \
+             `vramtrace report --html PAGE TRACE` (see --help)\n",
+        );
+}
