@@ -144,8 +144,9 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
                     let (_, found) = growth_found(analysis, |_| false, |_| false);
                     gaps.push(format!(
                         "has no steps (none marked, no repeating allocation pattern): a growth \
-                         limit per step cannot be compared with its growth {} (mark steps, or \
-                         gate on the growth alert)",
+                         limit per step cannot be compared with its growth {} (mark steps with \
+                         vramtrace_mark_step(), or name an NVTX range with VRAMTRACE_STEP_RANGE; \
+                         or gate on the growth alert)",
                         unit(analysis)
                     ));
                     (

@@ -413,6 +413,36 @@ captest!(
         )),
             "{text}"
         );
+        // The Perfetto export numbers its steps as the report does, on from the snapshot's,
+        // each as long as it took (the first began at the clock's zero, hours long, before),
+        // and says where it begins.
+        let perfetto = dir.join("rotated.json");
+        let export = vramtrace_tests::traced::vramtrace_command()
+            .args(["export", "--format", "perfetto", "-o"])
+            .arg(&perfetto)
+            .arg(first)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&export.stderr);
+        assert!(export.status.success(), "{said}");
+        assert!(
+            said.starts_with(&format!("note: {}: segments ", first.display()))
+                && said.contains("; the export holds what is on disk\n"),
+            "{said}"
+        );
+        let events: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
+        let steps: Vec<&serde_json::Value> = (events["traceEvents"].as_array().unwrap().iter())
+            .filter(|e| e["cat"] == "step")
+            .collect();
+        let last = json["analysis"]["steps"]["steps"].as_u64().unwrap();
+        assert_eq!(steps.len() as u64, last - from, "steps {from}..{last}");
+        assert_eq!(steps[0]["name"], format!("step {}", from + 1));
+        assert_eq!(steps[steps.len() - 1]["args"]["step"], last);
+        let longest = (steps.iter())
+            .map(|e| e["dur"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!(longest < 1e6, "a step of {longest} µs");
     }
 );
 

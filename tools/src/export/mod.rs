@@ -186,7 +186,14 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let started = std::time::Instant::now();
     let inputs = crate::load::inputs::files_of(std::slice::from_ref(&args.trace));
     let output = OutputFile::prepare(&args.output, args.force, &inputs)?;
-    let (Written { what, gaps }, size) = output.write(|out| write(args, out))?;
+    let (written, size) = output.write(|out| write(args, out))?;
+    let Written { what, gaps, begins } = written;
+    if let Some(segments) = begins {
+        say!(
+            "note: {}: segments {segments}; the export holds what is on disk",
+            args.trace.display()
+        );
+    }
     if !gaps.is_empty() {
         say!(
             "warning: {} {}: the export holds what could be read",
@@ -212,6 +219,9 @@ pub fn run(args: &ExportArgs) -> Result<()> {
 pub struct Written {
     pub what: String,
     pub gaps: Vec<String>,
+    /// Where reading began, for a trace read from a segment's snapshot (rotation deleted the
+    /// segments before it, `--last`, `--since`): not lost, but not in the export either.
+    pub begins: Option<String>,
 }
 
 impl Written {
@@ -220,6 +230,9 @@ impl Written {
         Written {
             what,
             gaps: trace.gaps(),
+            begins: (trace.segments.as_ref())
+                .filter(|s| s.is_cut())
+                .map(|s| s.describe()),
         }
     }
 }

@@ -117,11 +117,13 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     }
 
     // Steps: each from its start to the next one's (the last to the end of the trace), named
-    // as every output counts them: the first mark begins step 1 (step 0 is what came before).
+    // as every output counts them: the first mark begins step 1 (step 0 is what came before);
+    // read from a snapshot, on from the steps it counted (the one under way then is not drawn,
+    // as step 0 is not).
     let steps = &timeline.step_starts;
     for (i, &start) in steps.iter().enumerate() {
         let end = steps.get(i + 1).copied().unwrap_or(timeline.last_ns);
-        let step = i + 1;
+        let step = timeline.first_step + i as u64 + 1;
         w.push(
             &json!({"name": format!("step {step}"), "cat": "step", "ph": "X", "pid": pid,
             "tid": STEPS_TID, "ts": ts(&timeline, start),

@@ -183,8 +183,9 @@
         pos: (us) => interpolate(times, steps, us),
         time: (p) => interpolate(steps, times, p),
         ticks: countTicks(data.steps_total, 10),
-        label: (v) => String(v),
-        at: (us) => `step ${Math.floor(interpolate(times, steps, us))}, ${fmtTime(us)}`,
+        // Read from a snapshot, position 0 is the step under way then, `steps_first`.
+        label: (v) => String(v + data.steps_first),
+        at: (us) => `step ${Math.floor(interpolate(times, steps, us)) + data.steps_first}, ${fmtTime(us)}`,
       };
     }
     const timeTicks = ticks(end, 8, 10);

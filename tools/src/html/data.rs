@@ -36,6 +36,9 @@ pub struct Chart {
     pub steps: Vec<u64>,
     pub steps_every: usize,
     pub steps_total: usize,
+    /// Steps begun before the first event read (a trace read from a snapshot): the axis counts
+    /// on from them.
+    pub steps_first: u64,
     pub ranges: Vec<RangeSpan>,
     pub range_depth: u32,
     pub ranges_omitted: u64,
@@ -156,12 +159,11 @@ fn table_sites(a: &Analysis, top: usize) -> Vec<CallRef> {
 fn sample_us(a: &Analysis, timeline: &Timeline, x: u64) -> u64 {
     let ns = match (a.growth.axis, a.growth.window_ns) {
         (SampleAxis::Time, Some(w)) => x.saturating_mul(w),
-        _ => match x.checked_sub(1) {
-            None => 0,
-            Some(i) => timeline
-                .step_starts
-                .get(i as usize)
-                .map_or(u64::MAX, |&t| timeline.since_start(t)),
+        _ => match timeline.step_start(x) {
+            Some(t) => timeline.since_start(t),
+            // Under way when reading began (step 0, or the steps a snapshot counted).
+            None if x <= timeline.first_step => 0,
+            None => u64::MAX,
         },
     };
     (ns / 1000).min(timeline.since_start(timeline.last_ns) / 1000)
@@ -214,19 +216,8 @@ fn alerts(alerts: &[RaisedAlert], step_ns: Option<u64>, timeline: &Timeline) -> 
         .map(|raised| {
             let a = &raised.alert;
             let first = timeline.first_ns.unwrap_or(0);
-            let start = match a.step.checked_sub(1) {
-                None => first,
-                Some(i) => timeline
-                    .step_starts
-                    .get(i as usize)
-                    .copied()
-                    .unwrap_or(first),
-            };
-            let end = timeline
-                .step_starts
-                .get(a.step as usize)
-                .copied()
-                .unwrap_or(timeline.last_ns);
+            let start = timeline.step_start(a.step).unwrap_or(first);
+            let end = timeline.step_start(a.step + 1).unwrap_or(timeline.last_ns);
             let t = a.time_ns.clamp(start, end.max(start));
             AlertPoint {
                 device: a.device,
@@ -355,6 +346,7 @@ pub fn chart(
             .collect(),
         steps_every: every,
         steps_total: timeline.step_starts.len(),
+        steps_first: timeline.first_step,
         range_depth: timeline
             .ranges
             .iter()

@@ -110,11 +110,19 @@ pub fn render(
     let span = timeline
         .last_ns
         .saturating_sub(timeline.first_ns.unwrap_or(0));
+    let before = match timeline.first_step {
+        0 => "step 0 is the start-up before the first".to_string(),
+        f => format!(
+            "the trace read begins in step {f}, whose start was not read: the steps are {}-{}",
+            f + 1,
+            f + timeline.step_starts.len() as u64
+        ),
+    };
     let steps = match timeline.step_starts.len() {
         0 => "No steps: the x axis is time.".to_string(),
         n => format!(
-            "{n} step{}{}: on the steps axis each step has the same width (step 0 is the \
-             start-up before the first), on the time axis its duration.",
+            "{n} step{}{}: on the steps axis each step has the same width ({before}), on the \
+             time axis its duration.",
             if n == 1 { "" } else { "s" },
             if chart.steps.len() < n {
                 format!(" (a tick every {} steps)", chart.steps_every)

@@ -101,8 +101,13 @@ pub struct Timeline {
     /// Time of the first and last event.
     pub first_ns: Option<u64>,
     pub last_ns: u64,
-    /// Start time of each step, in order (every step the state counted).
+    /// Start time of each step begun in what was read, in order: step `first_step + 1` first
+    /// ([`Timeline::step_start`] finds a step by its number).
     pub step_starts: Vec<u64>,
+    /// Steps begun before the first event read: 0 for a trace read from its start; read from a
+    /// segment's snapshot (rotation deleted the segments before it, `--last`, `--since`), the
+    /// steps the snapshot counted, whose numbers the steps read go on from.
+    pub first_step: u64,
     steps_seen: u64,
     prev_ns: u64,
     pub ranges: Vec<Range>,
@@ -126,6 +131,7 @@ impl Timeline {
             first_ns: None,
             last_ns: 0,
             step_starts: Vec::new(),
+            first_step: 0,
             steps_seen: 0,
             prev_ns: 0,
             ranges: Vec::new(),
@@ -133,6 +139,13 @@ impl Timeline {
             ranges_omitted: 0,
             open_ranges: HashMap::new(),
         }
+    }
+
+    /// When step `step` began (numbered as every output numbers steps: the first mark begins
+    /// step 1); `None` for a step that began before the first event read, or never began.
+    pub fn step_start(&self, step: u64) -> Option<u64> {
+        let i = step.checked_sub(self.first_step + 1)?;
+        self.step_starts.get(usize::try_from(i).ok()?).copied()
     }
 
     /// Events each stretch covers (the last may cover fewer).
@@ -257,7 +270,13 @@ impl Timeline {
 
 impl Observer for Timeline {
     fn event(&mut self, state: &LiveState, e: &Event) {
-        self.first_ns.get_or_insert(e.time_ns);
+        if self.first_ns.is_none() {
+            self.first_ns = Some(e.time_ns);
+            // Read from a snapshot, the state has counted the steps before it.
+            self.first_step = state.steps();
+            self.steps_seen = state.steps();
+            self.prev_ns = e.time_ns;
+        }
         if state.events() > 0 {
             // The state is as the previous event left it.
             if state.steps() > self.steps_seen {

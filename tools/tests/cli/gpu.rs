@@ -1187,7 +1187,8 @@ fn a_growth_limit_says_what_its_steps_rest_on() {
     let (code, said) = limits_of("growth=2GiB/step", &trace);
     assert_eq!(code, 2);
     let gap = "has no steps (none marked, no repeating allocation pattern): a growth limit per \
-               step cannot be compared with its growth per 128 ms window (mark steps, or gate on \
+               step cannot be compared with its growth per 128 ms window (mark steps with \
+               vramtrace_mark_step(), or name an NVTX range with VRAMTRACE_STEP_RANGE; or gate on \
                the growth alert)";
     assert_eq!(
         said,
