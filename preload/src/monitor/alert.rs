@@ -335,6 +335,25 @@ fn write_snapshot(w: &Watch, a: &Alert, trace_path: &str) -> std::io::Result<Str
     Ok(path)
 }
 
+/// Alert `a`'s line as the program's stderr gets it: raised at exit, by a rank, or with the
+/// signal asked for withheld, it says so.
+pub(super) fn said(a: &Alert, settings: &AlertSettings) -> String {
+    let mut said = line(a);
+    if settings.at_exit {
+        said = said.replacen("ALERT at step", "ALERT at exit, step", 1);
+    }
+    if let Some(rank) = settings.rank {
+        said = said.replacen("ALERT at", &format!("ALERT (rank {rank}) at"), 1);
+    }
+    if let Some(sig) = settings.withheld {
+        said.push_str(&format!(
+            "; no {} sent: the process was exiting",
+            signal_name(sig)
+        ));
+    }
+    said
+}
+
 /// Acts on alert `a` as `settings` ask; fills in the signal sent and the snapshot written.
 pub fn act(w: &Watch, a: &mut Alert, settings: &AlertSettings, trace_path: &str, quiet: bool) {
     a.signal = settings.signal.unwrap_or(0);
@@ -348,14 +367,7 @@ pub fn act(w: &Watch, a: &mut Alert, settings: &AlertSettings, trace_path: &str,
         }
     }
     if !quiet {
-        let mut said = line(a);
-        if settings.at_exit {
-            said = said.replacen("ALERT at step", "ALERT at exit, step", 1);
-        }
-        if let Some(rank) = settings.rank {
-            said = said.replacen("ALERT at", &format!("ALERT (rank {rank}) at"), 1);
-        }
-        let text = format!("vramtrace: {said}\n");
+        let text = format!("vramtrace: {}\n", said(a, settings));
         // SAFETY: writes our own buffer to fd 2.
         unsafe { libc::write(2, text.as_ptr() as *const libc::c_void, text.len()) };
     }

@@ -308,7 +308,14 @@ impl Monitor {
     /// gives (a judgement at a step mark among them would otherwise signal a process in its
     /// exit, which then dies of it with another status and no end to its trace).
     pub fn ending(&mut self) {
-        self.settings.signal = None;
+        self.withhold_signal();
+    }
+
+    /// Sends no signal from here on; the alerts raised say they sent none.
+    fn withhold_signal(&mut self) {
+        if let Some(signal) = self.settings.signal.take() {
+            self.settings.withheld = Some(signal);
+        }
     }
 
     /// The tracer lost events (its buffer was full): frees among them leave allocations live in
@@ -340,7 +347,7 @@ impl Monitor {
     /// the program is ending, a handler it had may be gone, and the signal's default action
     /// would end it with another status.
     pub fn finish(&mut self, now_ns: u64, trace_path: &str, dropped: u64) -> Vec<Alert> {
-        self.settings.signal = None;
+        self.withhold_signal();
         let mut alerts = Vec::new();
         if self.judging() && self.guarded(|w, _| w.unjudged()) == Some(true) {
             // Only what this judgement raises is said to be raised at exit.
@@ -576,6 +583,13 @@ mod tests {
         assert_eq!(alerts.len(), 1, "{alerts:?}");
         assert_eq!((alerts[0].signal, alerts[0].device), (0, 0));
         assert!(alerts[0].step < 20, "{:?}", alerts[0]);
+        // Its line says the signal asked for was not sent: a program counting on it to save a
+        // checkpoint would otherwise wait for it.
+        let said = alert::said(&alerts[0], &monitor.settings);
+        assert!(
+            said.ends_with("; no SIGUSR1 sent: the process was exiting"),
+            "{said}"
+        );
     }
 
     // Once the tracer lost events, no alert is raised: the frees among them would read as

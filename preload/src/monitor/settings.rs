@@ -42,6 +42,9 @@ pub struct AlertSettings {
     /// Set when the run ends: an alert raised then says so (`ALERT at exit, step N`), as the
     /// program can no longer act on it.
     pub at_exit: bool,
+    /// The signal asked for but no longer sent, the process having begun to exit: an alert
+    /// raised then says it sent none, where a program counting on it would wait for it.
+    pub withheld: Option<i32>,
 }
 
 /// A threshold of growth per step: bytes, or a share of the device's memory.
@@ -98,6 +101,7 @@ impl Default for AlertSettings {
             snapshot: false,
             rank: None,
             at_exit: false,
+            withheld: None,
         }
     }
 }
