@@ -506,7 +506,7 @@ fn alerts_of(s: &Setup, script: &str, env: &[(&str, &str)]) -> (Vec<String>, Str
     let err = text(&traced.stderr);
     let alerts = err
         .lines()
-        .filter(|l| l.contains("ALERT"))
+        .filter(|l| l.starts_with("vramtrace: ALERT"))
         .map(str::to_string)
         .collect();
     (alerts, err)
@@ -788,7 +788,9 @@ captest!(
             assert_eq!(text(&traced.stdout), text(&plain.stdout));
             if let Some(alerted) = alerted {
                 let err = text(&traced.stderr);
-                let alerts: Vec<&str> = err.lines().filter(|l| l.contains("ALERT")).collect();
+                let alerts: Vec<&str> = (err.lines())
+                    .filter(|l| l.starts_with("vramtrace: ALERT"))
+                    .collect();
                 assert_eq!(alerts.len(), 1, "{err}");
                 assert!(alerts[0].contains(&alerted), "{view}: {}", alerts[0]);
             }

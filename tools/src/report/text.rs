@@ -45,7 +45,7 @@ pub fn render(out: &mut impl Write, r: &Report<'_>, by: RankBy, full: bool) -> i
 fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
     let t = &r.trace;
     writeln!(out, "vramtrace report: {}", t.path)?;
-    let verdict = crate::render::findings::diagnosis::verdict(&r.analysis, &r.gaps());
+    let verdict = crate::render::findings::diagnosis::verdict(&r.analysis, &r.gaps(), true);
     writeln!(out, "  verdict   {verdict}")?;
     let mut process = format!("pid {} (parent {})", t.pid, t.ppid);
     if let Some(parent) = t.forked_from {

@@ -13,15 +13,17 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::format::{trace_of, Series};
-use vramtrace_collector::live::{Accounting, LiveState, StepSource};
-use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Symbolizer};
+use vramtrace_collector::live::{Accounting, LiveState};
+use vramtrace_collector::symbols::{frames_label, Attribution, CallRef, Granularity, Symbolizer};
 use vramtrace_collector::units::pattern::NamePattern;
 
 use super::status::Unseen;
 use super::Ran;
-use crate::load::{read, Flow, Progress, ReadFrom};
+use crate::load::ReadFrom;
 use crate::render::units::{bytes, count};
+use crate::report::Report;
 
 /// Call sites listed per trace in the summary.
 const SUMMARY_SITES: usize = 5;
@@ -106,16 +108,11 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
     }
     // A job of many processes gets the first few and a count, not a screen per process.
     let shown = ran.traces.len().min(SUMMARIZED);
+    let mut signalled = None;
     for path in &ran.traces[..shown] {
-        // The end of a trace cut into segments is its last segment's.
-        let progress = Progress::new(path, "reading");
-        match read(
-            path,
-            ReadFrom::Last(0),
-            StepSource::Marks,
-            &progress,
-            |_, _| Flow::Apply,
-        ) {
+        // The end of a trace cut into segments is its last segment's: only that segment is
+        // read, so the summary comes in about a second however long the run was.
+        match crate::load::load_with_steps(path, ReadFrom::Last(0), GrowthConfig::default()) {
             Ok(trace) => {
                 let state = &trace.state;
                 let events = state
@@ -125,17 +122,22 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
                     0 => String::new(),
                     n => format!(", {n} lost"),
                 };
+                let ended = (state.end()).map_or(String::new(), |e| {
+                    format!(" (the process ended: {})", e.reason)
+                });
                 // Named as the trace: the name every command reads it by, whichever segments
                 // are left.
+                let name = trace_of(path);
                 writeln!(
                     out,
-                    "vramtrace: {}: pid {}, {}{lost}, {}",
-                    trace_of(path).display(),
+                    "vramtrace: {}: pid {}, {}{lost}, {}{ended}",
+                    name.display(),
                     trace.header.pid,
                     count(events, "event"),
                     trace.ending.describe()
                 )?;
-                if let Some(f) = trace.segments.as_ref().filter(|f| f.is_cut()) {
+                let cut = trace.segments.as_ref().filter(|f| f.is_cut());
+                if let Some(f) = cut {
                     let deleted = f.removed.as_ref().map_or(String::new(), |r| {
                         format!(
                             "; rotation (VRAMTRACE_MAX_BYTES) deleted the first {} ({})",
@@ -155,10 +157,42 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
                         "  writing it failed part way (the warning above says why): it stops early"
                     )?;
                 }
+                let mut symbols = Symbolizer::from_env();
+                let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
+                let of = match cut {
+                    Some(f) => format!("(of segment {}, the last) ", f.last_there),
+                    None => String::new(),
+                };
+                writeln!(
+                    out,
+                    "  verdict  {of}{}",
+                    crate::render::findings::diagnosis::verdict(
+                        &report.analysis,
+                        &report.gaps(),
+                        false
+                    )
+                )?;
+                signalled = signalled.or_else(|| {
+                    (report.analysis.alerts.iter())
+                        .map(|r| r.alert.signal)
+                        .find(|&s| s != 0 && i32::from(ran.exit_code) == 128 + s)
+                });
                 summarize_live(out, state)?;
+                writeln!(out, "  next     vramtrace report {}", name.display())?;
             }
             Err(e) => writeln!(out, "vramtrace: {e:#}")?,
         }
+    }
+    // The program died of the signal the tracer sent on its alert: said, since its exit code
+    // alone reads as a crash.
+    if let Some(signal) = signalled {
+        writeln!(
+            out,
+            "vramtrace: the program was ended by {}, which the tracer sent on its alert \
+             (VRAMTRACE_ALERT_SIGNAL) and the program did not handle: give it a handler (to save \
+             a checkpoint), or leave the variable unset",
+            crate::render::findings::signal_name(signal).unwrap_or("its signal")
+        )?;
     }
     if ran.traces.len() > shown {
         let rest = &ran.traces[shown..];

@@ -76,8 +76,16 @@ cp "$1" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; exit 3"#;
     let prefix = format!("vramtrace: {}/t-", s.out.display());
     assert!(head.starts_with(&prefix), "{head}");
     assert!(
-        head.ends_with(".vtrace: pid 4242, 12 events, complete"),
+        head.ends_with(".vtrace: pid 4242, 12 events, complete (the process ended: exit)"),
         "{head}"
+    );
+    // The report's verdict, then what is live, then the command that says more.
+    let verdict = stderr.lines().find(|l| l.starts_with("  verdict  "));
+    assert!(verdict.is_some(), "{stderr}");
+    let name = &head["vramtrace: ".len()..head.find(": pid").unwrap()];
+    assert!(
+        stderr.contains(&format!("\n  next     vramtrace report {name}\n")),
+        "{stderr}"
     );
     assert!(!stderr.contains("t-1.vtrace"), "{stderr}");
     assert!(

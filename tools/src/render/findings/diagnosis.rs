@@ -75,11 +75,17 @@ pub fn words(a: &Analysis, top: usize, when: &str) -> Option<Diagnosis> {
 
 /// The report's answer in one line, for its head: the most urgent finding (with its rate, for
 /// growth), how many others the DIAGNOSIS lists, and whether the trace was read whole. A user
-/// reads this line first.
-pub fn verdict(a: &Analysis, gaps: &[String]) -> String {
-    let incomplete = match gaps.is_empty() {
-        true => "",
-        false => "INCOMPLETE trace (FINDINGS says why); in what could be read: ",
+/// reads this line first. `in_report`: the report's FINDINGS and DIAGNOSIS follow it; else (the
+/// summary after a run) the line points at `vramtrace report` for them.
+pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
+    let incomplete = match (gaps.is_empty(), in_report) {
+        (true, _) => "",
+        (false, true) => "INCOMPLETE trace (FINDINGS says why); in what could be read: ",
+        (false, false) => "INCOMPLETE trace (the report says why); in what could be read: ",
+    };
+    let rest_in = match in_report {
+        true => "DIAGNOSIS below",
+        false => "in vramtrace report",
     };
     let Some(first) = a.diagnosis.first() else {
         return format!("{incomplete}no finding");
@@ -126,7 +132,7 @@ pub fn verdict(a: &Analysis, gaps: &[String]) -> String {
     }
     let more = match more.is_empty() {
         true => String::new(),
-        false => format!("; {} (DIAGNOSIS below)", more.join(", ")),
+        false => format!("; {} ({rest_in})", more.join(", ")),
     };
     format!(
         "{incomplete}{}: {}{place}{rate}{more}",
