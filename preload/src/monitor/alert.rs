@@ -76,11 +76,7 @@ pub fn describe(
 pub fn held_note(w: &Watch, j: &Judgement, device: i32) -> Option<String> {
     let d = j.device(device)?;
     let held = d.held?;
-    let unit = if j.axis == SampleAxis::Steps {
-        "step"
-    } else {
-        "window"
-    };
+    let unit = unit_words(j.axis == SampleAxis::Steps, j.unit_ns.unwrap_or(0));
     let place = d
         .top
         .as_ref()
@@ -236,9 +232,20 @@ fn dladdr_parts(address: u64) -> (String, String) {
     }
 }
 
+/// A rate's unit in words: `step`, or a time window with its length (`128 ms window`), since a
+/// rate per window of unknown length says nothing.
+fn unit_words(steps: bool, unit_ns: u64) -> String {
+    match (steps, unit_ns / 1_000_000) {
+        (true, _) => "step".to_string(),
+        (false, 0) => "window".to_string(),
+        (false, ms) => format!("{ms} ms window"),
+    }
+}
+
 /// The warning line.
 pub fn line(a: &Alert) -> String {
     let why = Reason::words(a);
+    let unit = unit_words(a.unit == "step", a.unit_ns);
     let place = if a.place.is_empty() {
         "an unknown place"
     } else {
@@ -254,9 +261,9 @@ pub fn line(a: &Alert) -> String {
             a.step,
             a.device,
             bytes(a.rate),
-            a.unit,
+            unit,
             bytes(a.place_rate),
-            a.unit,
+            unit,
             bytes(a.live_bytes)
         )
     } else {
@@ -265,7 +272,7 @@ pub fn line(a: &Alert) -> String {
             a.step,
             a.device,
             bytes(a.rate),
-            a.unit,
+            unit,
             bytes(a.live_bytes)
         )
     };
@@ -375,5 +382,38 @@ pub fn act(w: &Watch, a: &mut Alert, settings: &AlertSettings, trace_path: &str,
         // SAFETY: kill has no memory preconditions. The signal is directed at the process: the
         // writer thread blocks asynchronous signals, so one of the program's threads takes it.
         unsafe { libc::kill(libc::getpid(), sig) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A rate per time window says the window's length: "per window" alone says nothing.
+    #[test]
+    fn a_rate_per_window_says_its_length() {
+        let a = Alert {
+            step: 40,
+            device: 0,
+            reason: Reason::Growth.name().to_string(),
+            rate: 1 << 20,
+            unit: "window".to_string(),
+            unit_ns: 128_000_000,
+            threshold: 1 << 19,
+            live_bytes: 64 << 20,
+            place: "train.py:12 in <module>".to_string(),
+            place_rate: 1 << 20,
+            ..Alert::default()
+        };
+        let said = line(&a);
+        assert!(
+            said.starts_with(
+                "ALERT at step 40: device 0 grows steadily, +1.0 MiB per 128 ms window at \
+                 train.py:12 in <module> (above the threshold of 512.0 KiB per 128 ms window)"
+            ),
+            "{said}"
+        );
+        assert_eq!(unit_words(true, 128_000_000), "step");
+        assert_eq!(unit_words(false, 0), "window");
     }
 }

@@ -21,6 +21,20 @@ EXAMPLES:
     See every PyTorch tensor as a driver allocation (the cudaMallocAsync backend):
         vramtrace run --per-tensor -- python train.py
 
+    Be warned while it runs, and save a checkpoint on the warning (a SIGUSR1 handler):
+        VRAMTRACE_ALERT_SIGNAL=USR1 VRAMTRACE_ALERT_SNAPSHOT=1 vramtrace run -- python train.py
+
+    Serve its live numbers to Prometheus on loopback:
+        VRAMTRACE_METRICS_ADDR=127.0.0.1:9400 vramtrace run -- python train.py
+
+LIVE ALERTS:
+    While the program runs, the tracer judges its growth as `vramtrace report` does and prints
+    `vramtrace: ALERT at step N: ...` on its stderr once a device grows steadily past the
+    threshold (0.1% of its memory per step) or is due to be full within the horizon. The
+    VRAMTRACE_ALERT_* variables set the threshold, horizon, confirmation, a signal to send
+    (USR1, USR2) and a live-set snapshot; VRAMTRACE_METRICS_* export the numbers. All of them:
+    docs/live.md.
+
 EXIT STATUS:
     The program's own exit code (128 + the signal that killed it); 127 when the program is not
     found and 126 when it cannot be run, as a shell says it; 2 for vramtrace's own errors.";

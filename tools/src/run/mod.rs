@@ -138,6 +138,9 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
     command
         .args(rest)
         .env("LD_PRELOAD", preload_value(&lib))
+        // The library preloaded, for what in the program asks where it is (the Python
+        // module's `library_path()`, a launcher that preloads it into its own children).
+        .env("VRAMTRACE_LIB", &lib)
         .env("VRAMTRACE_OUTPUT", &output);
     if layers == Layers::All {
         if let Some(set) = std::env::var_os("VRAMTRACE_CAPTURE").filter(|v| v != "all") {

@@ -45,7 +45,7 @@ fn the_program_gets_the_tracer_and_its_settings() {
     std::fs::copy(&s.sample, s.out.join("t-1.vtrace")).unwrap();
     let pattern = s.out.join("t-%p.vtrace");
     let script = r#"echo "$LD_PRELOAD"; echo "$VRAMTRACE_OUTPUT"; echo "$VRAMTRACE_STACK_DEPTH"
-cp "$1" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; exit 3"#;
+echo "$VRAMTRACE_LIB"; cp "$1" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; exit 3"#;
     let assert = vramtrace()
         .env_remove("LD_PRELOAD")
         .arg("run")
@@ -65,7 +65,9 @@ cp "$1" "${VRAMTRACE_OUTPUT%/*}/t-$$.vtrace"; exit 3"#;
         [
             s.lib.display().to_string(),
             pattern.display().to_string(),
-            "24".to_string()
+            "24".to_string(),
+            // The library, for the program to find (the Python module's library_path()).
+            s.lib.display().to_string(),
         ]
     );
     let stderr = text(&out.stderr);
