@@ -201,14 +201,31 @@ captest!(the_run_summary_of_a_rotated_trace_names_the_trace, |dir| {
     let segments = err.lines().nth(at + 1).unwrap();
     let report = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
     let s = &report["reading"]["segments"];
+    let first = &s["first_there"];
     assert_eq!(
         segments,
         format!(
-            "  in segments {}-{} on disk; rotation (VRAMTRACE_MAX_BYTES) deleted the first {} \
+            "  in segments {first}-{} on disk (files from thr.seg{first}.vtrace; every command \
+             reads them by the name above); rotation (VRAMTRACE_MAX_BYTES) deleted the first {} \
              segments ({} events)",
-            s["first_there"], s["last_there"], s["removed"]["segments"], s["removed"]["events"]
+            s["last_there"], s["removed"]["segments"], s["removed"]["events"]
         )
-        .replace("first 1 segments", "first 1 segment"),
+        .replace("first 1 segments", "first segment"),
+        "{err}"
+    );
+    // Judged on the last segment, as it says, with the command that reads them all.
+    assert!(
+        err.contains(&format!(
+            "\n  verdict  (of segment {}, the last) ",
+            s["last_there"]
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "\n  next     vramtrace report {}\n",
+            dir.join("thr.vtrace").display()
+        )),
         "{err}"
     );
 });

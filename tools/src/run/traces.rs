@@ -139,15 +139,22 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
                 let cut = trace.segments.as_ref().filter(|f| f.is_cut());
                 if let Some(f) = cut {
                     let deleted = f.removed.as_ref().map_or(String::new(), |r| {
+                        let first = match r.segments {
+                            1 => "segment".to_string(),
+                            n => format!("{n} segments"),
+                        };
                         format!(
-                            "; rotation (VRAMTRACE_MAX_BYTES) deleted the first {} ({})",
-                            count(u64::from(r.segments), "segment"),
+                            "; rotation (VRAMTRACE_MAX_BYTES) deleted the first {first} ({})",
                             count(r.events, "event")
                         )
                     });
+                    // The trace's own name may be gone with its first segment: the files
+                    // there are named, and the name above still reads them.
+                    let first_file = path.file_name().unwrap_or_default().to_string_lossy();
                     writeln!(
                         out,
-                        "  in segments {}-{} on disk{deleted}",
+                        "  in segments {}-{} on disk (files from {first_file}; every command \
+                         reads them by the name above){deleted}",
                         f.first_there, f.last_there
                     )?;
                 }
