@@ -443,6 +443,14 @@ captest!(
             .map(|e| e["dur"].as_f64().unwrap())
             .fold(0.0, f64::max);
         assert!(longest < 1e6, "a step of {longest} µs");
+        // The alert is an instant where the program was warned, kept with the trace though its
+        // segment is gone.
+        let alerts: Vec<&serde_json::Value> = (events["traceEvents"].as_array().unwrap().iter())
+            .filter(|e| e["cat"] == "alert")
+            .collect();
+        assert_eq!(alerts.len(), 1, "{alerts:?}");
+        assert_eq!(alerts[0]["args"]["step"], alert_step);
+        assert_eq!(alerts[0]["name"], "vramtrace ALERT: device 0");
     }
 );
 

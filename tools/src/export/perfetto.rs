@@ -1,7 +1,7 @@
 //! `export --format perfetto`: the trace as Chrome trace-event JSON (the JSON object format that
 //! Perfetto's UI and chrome://tracing open). Live bytes per device and per top holder are counter
-//! tracks (`"ph": "C"`), steps and NVTX ranges are complete slices (`"X"`), NVTX marks and failed
-//! allocations are instants (`"i"`). Times are microseconds since the trace's first event.
+//! tracks (`"ph": "C"`), steps and NVTX ranges are complete slices (`"X"`), NVTX marks, failed
+//! allocations and the tracer's live alerts are instants (`"i"`). Times are microseconds since the trace's first event.
 //!
 //! Counters follow the timeline's stretches: a trace of fewer events than `--samples` is drawn
 //! exactly, event by event; in a longer one each stretch shows its highest value at its start
@@ -160,6 +160,18 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
         )?;
         failures += 1;
     }
+    // The tracer's live alerts, where the program was warned (each as its stderr line said it).
+    let mut alerts = 0u64;
+    for a in state.alerts() {
+        w.push(
+            &json!({"name": format!("vramtrace ALERT: device {}", a.device), "cat": "alert",
+            "ph": "i", "s": "p", "pid": pid, "tid": STEPS_TID, "ts": ts(&timeline, a.time_ns),
+            "args": {"step": a.step, "device": a.device, "reason": a.reason, "rate": a.rate,
+                "unit": a.unit, "unit_ns": a.unit_ns, "place": a.place,
+                "live_bytes": a.live_bytes, "signal": a.signal}}),
+        )?;
+        alerts += 1;
+    }
     let events = w.count;
     write!(
         out,
@@ -171,13 +183,14 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     .context("writing the trace events")?;
     let n = |n: usize, noun: &str| crate::render::units::count(n as u64, noun);
     let what = format!(
-        "{}: {}, {}, {}, {}, {}",
+        "{}: {}, {}, {}, {}, {}, {}",
         n(events as usize, "trace event"),
         n(counters as usize, "counter sample"),
         n(steps.len(), "step"),
         n(timeline.ranges.len(), "NVTX range"),
         n(timeline.marks.len(), "mark"),
         n(failures as usize, "failure"),
+        n(alerts as usize, "alert"),
     );
     Ok(Written::of(&trace, what))
 }
