@@ -149,7 +149,7 @@ fn perfetto_has_counter_tracks_slices_and_instants() {
     assert_eq!(ranges[0]["tid"], 11);
 
     let instants: Vec<&Value> = events.iter().copied().filter(|e| e["ph"] == "i").collect();
-    assert_eq!(instants.len(), 2, "{instants:?}");
+    assert_eq!(instants.len(), 3, "{instants:?}");
     let oom = instants.iter().find(|e| e["cat"] == "failure").unwrap();
     assert_eq!(oom["name"], "cudaMalloc out of memory");
     assert_eq!(oom["args"]["out_of_memory"], true);
@@ -157,6 +157,11 @@ fn perfetto_has_counter_tracks_slices_and_instants() {
     assert_eq!(oom["args"]["live_device_bytes"], 14 * MIB);
     let mark = instants.iter().find(|e| e["cat"] == "nvtx").unwrap();
     assert_eq!(mark["name"], "checkpoint");
+    // The workload's alert, at step 10, where the tracer raised it.
+    let alert = instants.iter().find(|e| e["cat"] == "alert").unwrap();
+    assert_eq!(alert["name"], "vramtrace ALERT: device 0");
+    assert_eq!(alert["args"]["step"], 10);
+    assert_eq!(alert["args"]["place"], "/work/app/train.py:42 in step");
 }
 
 #[test]
