@@ -613,9 +613,10 @@ fn bad_input_raises_one_line_errors() {
 /// `vramtrace.load(argv[1]).to_pandas()` where pandas cannot be imported.
 const WITHOUT_PANDAS: &str = r#"
 import json, sys
-sys.modules["pandas"] = None
 import vramtrace
 data = vramtrace.load(sys.argv[1])
+# Hidden once pyarrow is loaded (which looks for pandas itself as it loads).
+sys.modules["pandas"] = None
 try:
     data.to_pandas()
     print(json.dumps(None))
