@@ -231,7 +231,7 @@ impl Written {
             what,
             gaps: trace.gaps(),
             begins: (trace.segments.as_ref())
-                .filter(|s| s.is_cut())
+                .filter(|s| s.is_cut() || s.from.is_some())
                 .map(|s| s.describe()),
         }
     }

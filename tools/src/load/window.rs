@@ -102,6 +102,11 @@ pub struct SegmentFacts {
     /// before it, and whether it held the live set.
     pub snapshot_events: Option<u64>,
     pub snapshot_complete: bool,
+    /// Where the first segment read begins: the steps begun before it and nanoseconds from the
+    /// start of the trace (a window asked for is read from the start of the segment it lies
+    /// in, often well before it).
+    pub read_from_step: Option<u64>,
+    pub read_from_ns: Option<u64>,
     /// What is gone from the start of the trace: the segments the tracer deleted to keep its
     /// budget (`VRAMTRACE_MAX_BYTES`), not events it lost.
     pub removed: Option<Removed>,
@@ -126,7 +131,15 @@ impl SegmentFacts {
             text += &format!("; read from segment {}", self.first_read);
         }
         if let Some(from) = &self.from {
-            text += &format!(" ({from})");
+            // Reading starts at a segment's start, before the moment asked for: where, said.
+            let at = match (self.read_from_step, self.read_from_ns) {
+                (Some(step), Some(ns)) => format!(
+                    ": read from the start of the segment it lies in, in step {step} at {}",
+                    duration(ns)
+                ),
+                _ => String::new(),
+            };
+            text += &format!(" ({from}{at})");
         }
         match self.snapshot_events {
             Some(events) if self.snapshot_complete => {
@@ -204,6 +217,10 @@ impl SegmentFacts {
                 }),
             snapshot_events: restored.map(|r| r.events),
             snapshot_complete: restored.is_none_or(|r| r.complete),
+            read_from_step: files[start].info().map(|s| s.steps),
+            read_from_ns: files[start]
+                .info()
+                .map(|s| s.time_ns.saturating_sub(start_ns)),
             removed: gone.map(|g: Gone| Removed {
                 segments: g.segments,
                 events: g.events,

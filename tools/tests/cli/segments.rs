@@ -64,6 +64,22 @@ fn any_segment_read_alone_ends_with_the_whole_traces_live_set() {
     assert_eq!(seg["snapshot_events"], 65);
     assert_eq!(seg["from"], "its last segment");
     assert_eq!(seg["removed"], Value::Null);
+    // Where the segment read begins, said beside the window asked for: in the step the last
+    // segment's snapshot was taken, before its end.
+    let step = seg["read_from_step"].as_u64().unwrap();
+    assert!(step < one["events"]["steps"].as_u64().unwrap(), "{seg}");
+    let out = vramtrace()
+        .args(["report", "--last", "0", t])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "  segments  1-6 on disk; read from segment 6 (its last segment: read from the start \
+             of the segment it lies in, in step {step} at "
+        )),
+        "{text}"
+    );
     assert_eq!(all["reading"]["segments"]["snapshot_events"], Value::Null);
     // Only what the last segment holds was read.
     assert!(last["reading"]["records"].as_u64() < all["reading"]["records"].as_u64());
