@@ -21,6 +21,8 @@ use vramtrace_collector::units::pattern::NamePattern;
 
 use super::status::Unseen;
 use super::Ran;
+use rayon::prelude::*;
+
 use crate::load::ReadFrom;
 use crate::render::units::{bytes, count};
 use crate::report::Report;
@@ -108,87 +110,20 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
     }
     // A job of many processes gets the first few and a count, not a screen per process.
     let shown = ran.traces.len().min(SUMMARIZED);
+    // Read side by side (a job's ranks), said in the run's order.
+    let group = indicatif::MultiProgress::new();
+    let summaries: Vec<(Vec<u8>, Option<i32>)> = ran.traces[..shown]
+        .par_iter()
+        .map(|path| {
+            let mut text = Vec::new();
+            let signal = summarize_one(&mut text, path, ran, &group).unwrap_or(None);
+            (text, signal)
+        })
+        .collect();
     let mut signalled = None;
-    for path in &ran.traces[..shown] {
-        // The end of a trace cut into segments is its last segment's: only that segment is
-        // read, so the summary comes in about a second however long the run was.
-        match crate::load::load_with_steps(path, ReadFrom::Last(0), GrowthConfig::default()) {
-            Ok(trace) => {
-                let state = &trace.state;
-                let events = state
-                    .stats()
-                    .map_or(state.events(), |s| s.events.max(state.events()));
-                let lost = match state.lost_events() {
-                    0 => String::new(),
-                    n => format!(", {n} lost"),
-                };
-                let ended = (state.end()).map_or(String::new(), |e| {
-                    format!(" (the process ended: {})", e.reason)
-                });
-                // Named as the trace: the name every command reads it by, whichever segments
-                // are left.
-                let name = trace_of(path);
-                writeln!(
-                    out,
-                    "vramtrace: {}: pid {}, {}{lost}, {}{ended}",
-                    name.display(),
-                    trace.header.pid,
-                    count(events, "event"),
-                    trace.ending.describe()
-                )?;
-                let cut = trace.segments.as_ref().filter(|f| f.is_cut());
-                if let Some(f) = cut {
-                    let deleted = f.removed.as_ref().map_or(String::new(), |r| {
-                        let first = match r.segments {
-                            1 => "segment".to_string(),
-                            n => format!("{n} segments"),
-                        };
-                        format!(
-                            "; rotation (VRAMTRACE_MAX_BYTES) deleted the first {first} ({})",
-                            count(r.events, "event")
-                        )
-                    });
-                    // The trace's own name may be gone with its first segment: the files
-                    // there are named, and the name above still reads them.
-                    let first_file = path.file_name().unwrap_or_default().to_string_lossy();
-                    writeln!(
-                        out,
-                        "  in segments {}-{} on disk (files from {first_file}; every command \
-                         reads them by the name above){deleted}",
-                        f.first_there, f.last_there
-                    )?;
-                }
-                if ran.reported.as_ref().is_some_and(|r| r.was_cut(path)) {
-                    writeln!(
-                        out,
-                        "  writing it failed part way (the warning above says why): it stops early"
-                    )?;
-                }
-                let mut symbols = Symbolizer::from_env();
-                let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
-                let of = match cut {
-                    Some(f) => format!("(of segment {}, the last) ", f.last_there),
-                    None => String::new(),
-                };
-                writeln!(
-                    out,
-                    "  verdict  {of}{}",
-                    crate::render::findings::diagnosis::verdict(
-                        &report.analysis,
-                        &report.gaps(),
-                        false
-                    )
-                )?;
-                signalled = signalled.or_else(|| {
-                    (report.analysis.alerts.iter())
-                        .map(|r| r.alert.signal)
-                        .find(|&s| s != 0 && i32::from(ran.exit_code) == 128 + s)
-                });
-                summarize_live(out, state)?;
-                writeln!(out, "  next     vramtrace report {}", name.display())?;
-            }
-            Err(e) => writeln!(out, "vramtrace: {e:#}")?,
-        }
+    for (text, signal) in summaries {
+        out.write_all(&text)?;
+        signalled = signalled.or(signal);
     }
     // The program died of the signal the tracer sent on its alert: said, since its exit code
     // alone reads as a crash.
@@ -219,6 +154,100 @@ pub fn summarize(out: &mut impl Write, ran: &Ran) -> io::Result<()> {
         writeln!(out, "vramtrace: {line}")?;
     }
     Ok(())
+}
+
+/// Writes the summary of the trace at `path` (the first lines of its report: how it ended, its
+/// verdict, what it holds, the command that says more); returns the signal of the tracer's
+/// alert that ended the program, when one did.
+fn summarize_one(
+    out: &mut Vec<u8>,
+    path: &Path,
+    ran: &Ran,
+    group: &indicatif::MultiProgress,
+) -> io::Result<Option<i32>> {
+    // The end of a trace cut into segments is its last segment's: only that segment is read,
+    // so the summary comes in a second or so however long the run was.
+    let progress = crate::load::Progress::in_group(group, path, "summarizing");
+    let read = crate::load::load_with_steps_observing(
+        path,
+        ReadFrom::Last(0),
+        GrowthConfig::default(),
+        &progress,
+        |_| (),
+    );
+    drop(progress);
+    let trace = match read {
+        Ok((trace, ())) => trace,
+        Err(e) => {
+            writeln!(out, "vramtrace: {e:#}")?;
+            return Ok(None);
+        }
+    };
+    let state = &trace.state;
+    let events = state
+        .stats()
+        .map_or(state.events(), |s| s.events.max(state.events()));
+    let lost = match state.lost_events() {
+        0 => String::new(),
+        n => format!(", {n} lost"),
+    };
+    let ended = (state.end()).map_or(String::new(), |e| {
+        format!(" (the process ended: {})", e.reason)
+    });
+    // Named as the trace: the name every command reads it by, whichever segments are left.
+    let name = trace_of(path);
+    writeln!(
+        out,
+        "vramtrace: {}: pid {}, {}{lost}, {}{ended}",
+        name.display(),
+        trace.header.pid,
+        count(events, "event"),
+        trace.ending.describe()
+    )?;
+    let cut = trace.segments.as_ref().filter(|f| f.is_cut());
+    if let Some(f) = cut {
+        let deleted = f.removed.as_ref().map_or(String::new(), |r| {
+            let first = match r.segments {
+                1 => "segment".to_string(),
+                n => format!("{n} segments"),
+            };
+            format!(
+                "; rotation (VRAMTRACE_MAX_BYTES) deleted the first {first} ({})",
+                count(r.events, "event")
+            )
+        });
+        // The trace's own name may be gone with its first segment: the files there are named,
+        // and the name above still reads them.
+        let first_file = path.file_name().unwrap_or_default().to_string_lossy();
+        writeln!(
+            out,
+            "  in segments {}-{} on disk (files from {first_file}; every command reads them by \
+             the name above){deleted}",
+            f.first_there, f.last_there
+        )?;
+    }
+    if ran.reported.as_ref().is_some_and(|r| r.was_cut(path)) {
+        writeln!(
+            out,
+            "  writing it failed part way (the warning above says why): it stops early"
+        )?;
+    }
+    let mut symbols = crate::load::thread_symbolizer();
+    let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
+    crate::load::keep_symbolizer(symbols);
+    let of = match cut {
+        Some(f) => format!("(of segment {}, the last) ", f.last_there),
+        None => String::new(),
+    };
+    let verdict =
+        crate::render::findings::diagnosis::verdict(&report.analysis, &report.gaps(), false);
+    writeln!(out, "  verdict  {of}{verdict}")?;
+    let signalled = (report.analysis.alerts.iter())
+        .map(|r| r.alert.signal)
+        .find(|&s| s != 0 && i32::from(ran.exit_code) == 128 + s);
+    summarize_live(out, state)?;
+    writeln!(out, "  next     vramtrace report {}", name.display())?;
+    Ok(signalled)
 }
 
 /// What the run's traces do not show, one line per process: those that ran untraced (their
