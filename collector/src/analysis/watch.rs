@@ -144,11 +144,7 @@ impl Reason {
             // A share of the device's memory (the default) says so.
             let share = crate::units::share_of(a.threshold as f64, a.device_memory)
                 .map_or(String::new(), |s| format!(", {s}"));
-            // A window's length is said: a rate per window of unknown length says nothing.
-            let unit = match (a.unit.as_str(), a.unit_ns / 1_000_000) {
-                ("window", ms) if ms > 0 => format!("{ms} ms window"),
-                (unit, _) => unit.to_string(),
-            };
+            let unit = crate::units::rate_unit(a.unit == "step", a.unit_ns);
             format!(
                 "above the threshold of {} per {unit}{share}",
                 crate::units::bytes(a.threshold)

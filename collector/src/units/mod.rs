@@ -51,7 +51,7 @@ fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), 
     Ok(t.split_at(split))
 }
 pub use duration::{parse_duration, span, when_full};
-pub use rate::parse_rate;
+pub use rate::{parse_rate, rate_unit};
 pub(crate) use size::share_of;
 pub use size::{bytes, parse_size, share};
 pub use switch::parse_switch;

@@ -16,6 +16,17 @@ pub fn parse_rate(text: &str) -> Result<u64, String> {
     parse_size(size)
 }
 
+/// The unit of a growth rate in words: `step`, or a time window with its length (`128 ms
+/// window`; a rate per window of unknown length says nothing). The one wording of the live
+/// alert, its threshold and the reports' alert lines.
+pub fn rate_unit(steps: bool, window_ns: u64) -> String {
+    match (steps, window_ns) {
+        (true, _) => "step".to_string(),
+        (false, 0) => "window".to_string(),
+        (false, ns) => format!("{} window", super::span(ns)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,5 +42,12 @@ mod tests {
             Err("not a growth per step (examples: 1MiB/step, 512KiB)".into())
         );
         assert!(parse_rate("fast/step").is_err());
+    }
+
+    #[test]
+    fn a_rate_per_window_says_its_length() {
+        assert_eq!(rate_unit(true, 128_000_000), "step");
+        assert_eq!(rate_unit(false, 128_000_000), "128 ms window");
+        assert_eq!(rate_unit(false, 0), "window");
     }
 }

@@ -76,7 +76,8 @@ pub fn describe(
 pub fn held_note(w: &Watch, j: &Judgement, device: i32) -> Option<String> {
     let d = j.device(device)?;
     let held = d.held?;
-    let unit = unit_words(j.axis == SampleAxis::Steps, j.unit_ns.unwrap_or(0));
+    let unit =
+        vramtrace_collector::units::rate_unit(j.axis == SampleAxis::Steps, j.unit_ns.unwrap_or(0));
     let place = d
         .top
         .as_ref()
@@ -232,20 +233,10 @@ fn dladdr_parts(address: u64) -> (String, String) {
     }
 }
 
-/// A rate's unit in words: `step`, or a time window with its length (`128 ms window`), since a
-/// rate per window of unknown length says nothing.
-fn unit_words(steps: bool, unit_ns: u64) -> String {
-    match (steps, unit_ns / 1_000_000) {
-        (true, _) => "step".to_string(),
-        (false, 0) => "window".to_string(),
-        (false, ms) => format!("{ms} ms window"),
-    }
-}
-
 /// The warning line.
 pub fn line(a: &Alert) -> String {
     let why = Reason::words(a);
-    let unit = unit_words(a.unit == "step", a.unit_ns);
+    let unit = vramtrace_collector::units::rate_unit(a.unit == "step", a.unit_ns);
     let place = if a.place.is_empty() {
         "an unknown place"
     } else {
@@ -413,7 +404,5 @@ mod tests {
             ),
             "{said}"
         );
-        assert_eq!(unit_words(true, 128_000_000), "step");
-        assert_eq!(unit_words(false, 0), "window");
     }
 }

@@ -18,10 +18,11 @@ pub fn device(d: i32) -> String {
 
 /// What a growth rate is per: `per step`, or `per 64 ms window` for a trace sampled by time.
 pub fn unit(a: &Analysis) -> String {
-    match (a.growth.axis, a.growth.window_ns) {
-        (SampleAxis::Time, Some(w)) => format!("per {} window", duration(w)),
-        _ => "per step".to_string(),
-    }
+    let unit = match (a.growth.axis, a.growth.window_ns) {
+        (SampleAxis::Time, Some(w)) => vramtrace_collector::units::rate_unit(false, w),
+        _ => vramtrace_collector::units::rate_unit(true, 0),
+    };
+    format!("per {unit}")
 }
 
 /// A number of things, the noun in the plural unless there is one: `1 object`, `3 objects`,

@@ -46,10 +46,8 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
 
 /// The unit of a live alert's rate: `per step`, `per 128 ms window`.
 pub(crate) fn alert_unit(a: &vramtrace_collector::format::Alert) -> String {
-    match a.unit.as_str() {
-        "step" => "per step".to_string(),
-        _ => format!("per {} ms window", a.unit_ns / 1_000_000),
-    }
+    let unit = vramtrace_collector::units::rate_unit(a.unit == "step", a.unit_ns);
+    format!("per {unit}")
 }
 
 /// What the whole run's diagnosis says of a live alert, where it says otherwise: the alert was
