@@ -6,7 +6,7 @@
 //! reads half a file), and/or served over HTTP on a loopback address by a thread of its own, as
 //! OpenMetrics; nothing by default.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::OpenOptionsExt;
@@ -40,16 +40,24 @@ pub struct Reading<'a> {
     pub alerts: u64,
 }
 
-/// The exposition text of `r`.
-pub fn render(r: &Reading<'_>) -> String {
+/// The device and kind of each live-bytes series published so far.
+pub type Series = BTreeSet<(i32, &'static str)>;
+
+/// The exposition text of `r`. A live-bytes series once published stays, at 0 once nothing of
+/// its kind is live: a series that vanished reads as "no data" on a dashboard, not as "all
+/// freed" (a healthy run frees everything before it exits). `shown` keeps them from one text to
+/// the next.
+pub fn render(r: &Reading<'_>, shown: &mut Series) -> String {
     let mut registry = Registry::with_prefix("vramtrace");
     let live = Family::<Labels, Gauge>::default();
-    let mut by_kind: BTreeMap<(i32, &'static str), u64> = BTreeMap::new();
+    let mut by_kind: BTreeMap<(i32, &'static str), u64> =
+        shown.iter().map(|&key| (key, 0)).collect();
     for o in r.state.live_objects() {
         if o.category.accounting() == Accounting::Device {
             *by_kind.entry((o.device, o.category.name())).or_default() += o.bytes;
         }
     }
+    shown.extend(by_kind.keys().copied());
     for ((device, kind), bytes) in by_kind {
         live.get_or_create(&vec![
             ("device", device.to_string()),
@@ -300,7 +308,28 @@ fn answer(mut stream: TcpStream, text: &Mutex<String>) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{classic, replaceable, write_atomically};
+    use super::{classic, render, replaceable, write_atomically, Reading, Series};
+    use vramtrace_collector::live::LiveState;
+
+    #[test]
+    fn a_kind_once_live_is_published_at_zero_when_all_of_it_is_freed() {
+        let state = LiveState::new();
+        let reading = Reading {
+            state: &state,
+            steps: 3,
+            judgement: None,
+            dropped: 0,
+            alerts: 0,
+        };
+        let mut shown = Series::new();
+        assert!(!render(&reading, &mut shown).contains("vramtrace_live_bytes{"));
+        shown.insert((0, "async"));
+        let text = render(&reading, &mut shown);
+        assert!(
+            text.contains("\nvramtrace_live_bytes{device=\"0\",kind=\"async\"} 0\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn only_metrics_are_replaced() {

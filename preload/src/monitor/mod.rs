@@ -91,6 +91,8 @@ pub struct Monitor {
     /// Alerts raised so far.
     raised: u64,
     exporter: Option<metrics::Exporter>,
+    /// The live-bytes series the metrics have published.
+    series: metrics::Series,
     /// Whether stderr was told the resolution went down.
     told_coarse: bool,
     /// Alerts waiting for the program's view, and the snapshot of it seen last.
@@ -145,6 +147,7 @@ impl Monitor {
             last: None,
             raised: 0,
             exporter: metrics::Exporter::new(metrics, quiet),
+            series: metrics::Series::new(),
             told_coarse: false,
             pending: Vec::new(),
             snapshot_seen: 0,
@@ -392,16 +395,18 @@ impl Monitor {
 
     fn publish(&mut self, dropped: u64) {
         let (last, raised) = (self.last.take(), self.raised);
+        let mut shown = std::mem::take(&mut self.series);
         let text = self.guarded(|w, _| {
-            metrics::render(&metrics::Reading {
+            let reading = metrics::Reading {
                 state: w.state(),
                 steps: w.steps(),
                 judgement: last.as_ref(),
                 dropped,
                 alerts: raised,
-            })
+            };
+            metrics::render(&reading, &mut shown)
         });
-        self.last = last;
+        (self.last, self.series) = (last, shown);
         if let (Some(text), Some(exporter)) = (text, self.exporter.as_mut()) {
             exporter.publish(text);
         }
