@@ -10,8 +10,8 @@ use crate::render::units::signed_bytes;
 
 /// An alert the tracer raised while the program ran, as the program's stderr said it, but for
 /// its step, counted as the report counts steps, and its time to full, from its steps at the
-/// run's step time (`step_ns`, the report's) when it has one: the tracer timed the steps it had
-/// seen, a warm-up among them.
+/// run's step time (`step_ns`, the report's) when it has one, which the line says: the tracer
+/// timed the steps it had seen, a warm-up among them, and the record keeps whole seconds.
 pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
     let a = &raised.alert;
     // Labelled as every other place; a line PyTorch's tensors named, by its file's base name.
@@ -21,14 +21,21 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
     };
     let unit = alert_unit(a);
     let steps = a.steps_to_full.map(|n| n as f64);
-    let seconds = match (steps, step_ns) {
+    let retimed = match (steps, step_ns) {
         (Some(n), Some(ns)) if a.unit == "step" => Some(n * ns as f64 / 1e9),
-        _ => a.seconds_to_full.map(|t| t as f64),
+        _ => None,
+    };
+    let seconds = retimed.or(a.seconds_to_full.map(|t| t as f64));
+    // The time is not the one stderr said (the steps the tracer had timed then): said so.
+    let retimed = if retimed.is_some() {
+        " at the run's step time"
+    } else {
+        ""
     };
     // A device that ran out of memory is full already: its reason says so.
     let full = when_full(steps, seconds)
         .filter(|_| a.reason != Reason::OutOfMemory.name())
-        .map_or(String::new(), |when| format!("; full in {when}"));
+        .map_or(String::new(), |when| format!("; full in {when}{retimed}"));
     let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
         format!(", {} {unit} of it", signed_bytes(a.place_rate as f64))
     } else {
