@@ -199,7 +199,7 @@ fn differs(r: &RankRow) -> String {
 }
 
 /// The first cause: its own rate (the growth column is the devices' in all) and its place.
-fn first_cause(r: &RankRow) -> String {
+pub(crate) fn first_cause(r: &RankRow) -> String {
     match (&r.growth_at, r.cause_growth) {
         (Some(site), Some(rate)) if !site.is_empty() => {
             format!("{}/{} at {site}", signed_bytes(rate), r.growth_unit.name())

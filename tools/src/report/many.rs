@@ -190,21 +190,25 @@ fn summary_line(r: &RankRow, report: &Report<'_>) -> String {
             format!("{n} finding{} ({})", plural(n), kinds.join(", "))
         }
     };
-    let at = r
-        .growth_at
-        .as_deref()
-        .map_or(String::new(), |s| format!(" at {s}"));
+    // The devices' growth in all, then its first cause at its own rate where that differs (as
+    // the rank table's columns): the place alone beside the devices' rate read as that place's.
+    let growth = format!("{}/{}", signed_bytes(r.growth), r.growth_unit.name());
+    let at = match crate::ranks::first_cause(r) {
+        cause if cause.is_empty() => cause,
+        cause => match cause.strip_prefix(&format!("{growth} ")) {
+            Some(at_site) => format!(" {at_site}"),
+            None => format!(", first cause {cause}"),
+        },
+    };
     let who = match r.rank {
         Some(rank) => format!("rank {rank} (pid {})", r.pid),
         None => format!("pid {}", r.pid),
     };
     format!(
-        "{who}: {} live at end, peak {}, growth {}/{}{at}, {} orphaned, {} failed calls; \
+        "{who}: {} live at end, peak {}, growth {growth}{at}, {} orphaned, {} failed calls; \
          {findings}; {}",
         bytes(r.live_bytes),
         bytes(r.peak_bytes),
-        signed_bytes(r.growth),
-        r.growth_unit.name(),
         bytes(r.orphan_bytes),
         r.failures,
         r.path

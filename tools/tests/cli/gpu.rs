@@ -545,8 +545,12 @@ fn traces_alike_that_all_leak_say_the_leak_in_full() {
     assert_eq!(lines.len(), 3, "{rest}");
     for (line, rank) in lines.iter().zip([1, 2, 3]) {
         assert!(line.starts_with(&format!("  rank {rank} (pid ")), "{line}");
+        // The device's rate, then the line's own: +5.3 MiB beside the line read as its.
         assert!(
-            line.contains(" at ranks_alike.py:47 in <module> (PyTorch tensors), "),
+            line.contains(
+                ", growth +5.3 MiB/step, first cause +4.0 MiB/step at ranks_alike.py:47 in \
+                 <module> (PyTorch tensors), "
+            ),
             "{line}"
         );
     }
