@@ -417,23 +417,31 @@ impl Diff {
     }
 
     /// Adds the per-tensor view of PyTorch's recorder (`a` and `b`, each when its trace carries
-    /// the history; `pa` and `pb` the runs' profiles): compared when both have it, its
-    /// thresholds joined to the verdict, its lines ranked first when they explain the change.
+    /// the history, else why not in words, [`crate::torch::why_no_tensors`]; `pa` and `pb` the
+    /// runs' profiles): compared when both have it, its thresholds joined to the verdict, its
+    /// lines ranked first when they explain the change.
     pub fn with_tensors(
         mut self,
-        (a, pa): (Option<&TensorProfile>, &Profile),
-        (b, pb): (Option<&TensorProfile>, &Profile),
+        (a, pa): (Result<&TensorProfile, &str>, &Profile),
+        (b, pb): (Result<&TensorProfile, &str>, &Profile),
         sources: &SourceSearch,
         thresholds: &Thresholds,
     ) -> Self {
         let (a, b) = match (a, b) {
-            (Some(a), Some(b)) => (a, b),
-            (None, None) => return self,
-            (x, _) => {
-                let lacking = if x.is_none() { "A" } else { "B" };
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(_), Err(_)) => return self,
+            (Err(why), _) | (_, Err(why)) => {
+                let lacking = if a.is_err() { "A" } else { "B" };
+                // Only a run without a recorder is helped by being run again with one.
+                let again = match why {
+                    "no recorder" => {
+                        " (run it with `vramtrace run` and PyTorch's caching allocator)"
+                    }
+                    _ => "",
+                };
                 self.verdict.notes.push(format!(
                     "tensors (PyTorch recorder) not compared: run {lacking} has no recorder \
-                     history (run it with `vramtrace run` and PyTorch's caching allocator)"
+                     history: {why}{again}"
                 ));
                 return self;
             }

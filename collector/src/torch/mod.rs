@@ -89,6 +89,16 @@ pub struct TorchView {
     pub problems: Vec<String>,
 }
 
+/// Why a trace whose recorder was in `state` (`None`: PyTorch said nothing) holds no tensors of
+/// it, in words ([`TorchView::why_no_tensors`]).
+pub fn why_no_tensors(state: Option<&str>) -> String {
+    match state {
+        Some("on") => "the recorder was on, but no snapshot reached the trace".to_string(),
+        Some("") | None => "no recorder".to_string(),
+        Some(state) => format!("recorder {state}"),
+    }
+}
+
 impl TorchView {
     /// Reads the PyTorch payloads of a trace; `fallback` places allocator times on the trace's
     /// clock for a snapshot without its own anchor (the trace header's start times).
@@ -118,6 +128,14 @@ impl TorchView {
         view.snapshot = last;
         view.at_oom = oom;
         view
+    }
+
+    /// Why the trace holds no tensors of PyTorch's recorder, in words, where it holds none:
+    /// the program's recorder was on, but no snapshot reached the trace (cut short, or the
+    /// program ended before its hooks handed one over); its state as the program's PyTorch said
+    /// it (`off`, `failed: …`); or no recorder at all.
+    pub fn why_no_tensors(&self) -> String {
+        why_no_tensors(self.config.as_ref().map(|c| c.recorder.state.as_str()))
     }
 
     /// Whether the trace says anything about PyTorch.

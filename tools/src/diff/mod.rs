@@ -68,6 +68,8 @@ struct Compared {
     profile: Profile,
     /// What PyTorch's recorder saw per line, when the trace carries its history.
     tensors: Option<TensorProfile>,
+    /// Why it carries none, in words (`no recorder`).
+    no_tensors: String,
     /// For the rank table of `--rank`.
     rank_input: vramtrace_collector::compare::RankInput,
     /// What rotation deleted from the start of the trace, in words (`its first 3 segments,
@@ -85,6 +87,7 @@ fn profile_of(run: Run) -> Result<Compared> {
     let profile = Profile::build(&t.state, &run.analysis, &run.tally, &mut symbols);
     crate::load::keep_symbolizer(symbols);
     let tensors = TensorProfile::of(&run.torch, &run.analysis.growth);
+    let no_tensors = run.torch.why_no_tensors();
     let t = &run.trace;
     Ok(Compared {
         facts: RunFacts {
@@ -120,6 +123,7 @@ fn profile_of(run: Run) -> Result<Compared> {
             .collect(),
         profile,
         tensors,
+        no_tensors,
     })
 }
 
@@ -298,8 +302,8 @@ impl Comparison {
 fn compare_runs(a: &Compared, b: &Compared, sources: &SourceSearch, t: &Thresholds) -> Diff {
     let (pa, pb) = (&a.profile, &b.profile);
     let mut diff = Diff::compare(pa, pb, sources, t).with_tensors(
-        (a.tensors.as_ref(), pa),
-        (b.tensors.as_ref(), pb),
+        (a.tensors.as_ref().ok_or(&a.no_tensors), pa),
+        (b.tensors.as_ref().ok_or(&b.no_tensors), pb),
         sources,
         t,
     );
@@ -591,9 +595,19 @@ fn against_median(
             .collect(),
     };
     let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
+    // Of the median, the first trace without the history says why.
+    let median_lacks = (others.iter().find(|c| c.tensors.is_none())).map_or(String::new(), |c| {
+        format!("{} has none ({})", c.facts.path, c.no_tensors)
+    });
     let mut diff = Diff::compare(&median, &target.profile, sources, t).with_tensors(
-        (median_tensors.as_ref(), &median),
-        (target.tensors.as_ref(), &target.profile),
+        (
+            median_tensors.as_ref().ok_or(median_lacks.as_str()),
+            &median,
+        ),
+        (
+            target.tensors.as_ref().ok_or(&target.no_tensors),
+            &target.profile,
+        ),
         sources,
         t,
     );

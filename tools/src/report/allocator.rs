@@ -178,11 +178,8 @@ impl AllocatorFacts {
                 )
             }
             _ => {
-                let why = match self.recorder.as_ref().map(|r| r.state.as_str()) {
-                    Some("on") => "the recorder was on, but no snapshot reached the trace",
-                    Some("") | None => "no recorder",
-                    Some(state) => state,
-                };
+                let state = self.recorder.as_ref().map(|r| r.state.as_str());
+                let why = vramtrace_collector::torch::why_no_tensors(state);
                 format!("tensors: not seen, the driver sees segments only ({why})")
             }
         };

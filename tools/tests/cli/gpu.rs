@@ -726,6 +726,28 @@ fn a_rank_whose_trace_is_cut_is_not_whole_in_the_rank_table() {
         .all(|r| r["gaps"] == serde_json::json!([])));
 }
 
+// Rank 1 against the others with its trace cut short: the recorder was on (`vramtrace run`),
+// but its history, handed over at exit, never reached the trace. The note says so, rather than
+// telling the user to run it again with the recorder (exit 2: a cut trace has no verdict).
+#[test]
+fn a_cut_rank_lacks_its_recorder_history_for_what_it_is() {
+    let dir = ranks_with_rank1_cut();
+    let out = vramtrace()
+        .args(["diff", "--rank", "1"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "\n  note: tensors (PyTorch recorder) not compared: run B has no recorder history: \
+             the recorder was on, but no snapshot reached the trace\n"
+        ),
+        "{text}"
+    );
+}
+
 // A run with step marks against one whose steps are a repeating allocation: the verdict stands,
 // and a note says the per-step figures count different things (gpt_leaky's pattern step spans
 // eight optimizer steps: +128 MiB "per step" for 16 MiB per marked step). Runs that count steps
