@@ -586,6 +586,13 @@ fn the_report_opens_with_its_verdict() {
         "  verdict   ALERT: steady growth at leak_three.py:39 in <module> (PyTorch tensors) on \
          device 0, +8.0 MiB per step; 2 more ALERTs, 1 other finding (DIAGNOSIS below)"
     );
+    // Steps guessed from the allocation pattern: here each is one of the caching allocator's
+    // 2 MiB segments, four of the program's steps of 512 KiB; the unit says it was guessed.
+    assert_eq!(
+        verdict("leak_slow-traced.vtrace"),
+        "  verdict   ALERT: steady growth at leak_slow.py:32 in <module> (libc10_cuda.so) on \
+         device 0, +2.0 MiB per guessed step; 1 more finding (DIAGNOSIS below)"
+    );
     assert_eq!(
         verdict("healthy_gpt-marks.vtrace"),
         "  verdict   no ALERT or warning; 1 note: teardown-only at healthy_gpt.py:51 in <module> \

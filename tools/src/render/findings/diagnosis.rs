@@ -10,6 +10,7 @@ use vramtrace_collector::analysis::DRIVER;
 use vramtrace_collector::analysis::{
     Analysis, Finding, FindingClass, LineMeaning, OwnerKind, Related, Role, Severity,
 };
+use vramtrace_collector::live::SampleAxis;
 use vramtrace_collector::torch::VIEW;
 
 use super::{at_sample, site_label};
@@ -108,9 +109,15 @@ pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
             words.class
         );
     }
+    // A step the analysis guessed from the allocation pattern may span several of the
+    // program's (the FINDINGS' steps line says why): the rate's unit says it was guessed.
+    let unit = match (a.steps.source, a.growth.axis) {
+        ("pattern", SampleAxis::Steps) => "per guessed step".to_string(),
+        _ => unit(a),
+    };
     let rate = match (first.class, first.evidence.rate) {
         (FindingClass::SteadyGrowth, Some(rate)) => {
-            format!(", {} {}", signed_bytes(rate), unit(a))
+            format!(", {} {unit}", signed_bytes(rate))
         }
         _ => String::new(),
     };
