@@ -286,7 +286,7 @@ fn measure_trace(
     if report.analysis.ooms.total > 0 && !limits.iter().any(|l| matches!(l, Limit::Oom(_))) {
         notes.push(format!(
             "{}; not a limit of this check (--max-ooms 0 makes it one)",
-            crate::limits::oom_found(&report.analysis)
+            crate::render::findings::oom_found(&report.analysis)
         ));
     }
     let mut gaps = report.gaps();

@@ -183,7 +183,10 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
                     let ooms = &analysis.ooms;
                     (
                         ooms.total > max,
-                        format!("{}, limit {max}", oom_found(analysis)),
+                        format!(
+                            "{}, limit {max}",
+                            crate::render::findings::oom_found(analysis)
+                        ),
                     )
                 }
             };
@@ -243,24 +246,6 @@ fn steps_caveat(analysis: &Analysis) -> Option<String> {
             unit(analysis)
         )),
         _ => None,
-    }
-}
-
-/// The out-of-memory failures of a trace, in words: how many, and the first (what it asked,
-/// where, with what live), as the report's FINDINGS line says it.
-pub fn oom_found(analysis: &Analysis) -> String {
-    let ooms = &analysis.ooms;
-    let n = count(ooms.total, "out-of-memory failure");
-    match ooms.failures.first() {
-        None => n,
-        Some(f) => format!(
-            "{n} (the first: {} of {} on device {} at step {} with {} live)",
-            f.failure.api.name(),
-            bytes(f.failure.request_bytes),
-            crate::render::units::device(f.failure.device),
-            f.failure.origin.step,
-            bytes(f.live.bytes)
-        ),
     }
 }
 

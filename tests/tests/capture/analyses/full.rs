@@ -69,3 +69,59 @@ captest!(a_run_ended_by_running_out_of_memory_is_full, |dir| {
     let first = &r["analysis"]["diagnosis"][0];
     assert_eq!(first["evidence"]["out_of_memory_at_step"], 52, "{first}");
 });
+
+/// The second line of `report TRACE`: its verdict.
+fn verdict(trace: &std::path::Path) -> String {
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .arg("report")
+        .arg(trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines().nth(1).unwrap_or_default().to_string()
+}
+
+// The verdict says a device ran out of memory, the first thing a post-mortem asks: with the
+// growth's rate where the leak did it; ahead of the findings where no finding did (here 16
+// temporaries of up to 2 MiB live at once on a 12 MiB device: a peak, a note, and no leak).
+captest!(the_verdict_says_the_device_ran_out_of_memory, |dir| {
+    let leak = dir.join("leak");
+    std::fs::create_dir(&leak).unwrap();
+    let trace = Workload::new("wl_soak")
+        .arg("52")
+        .arg("50")
+        .arg("5")
+        .arg((4 * MIB).to_string())
+        .env("STANDIN_DEVICE_MEM", "64M")
+        .run_traced(&leak)
+        .single_trace();
+    let line = line_of(
+        &workload_source("wl_soak.c"),
+        "int rc = cudaMalloc(&p, bytes);",
+    );
+    assert_eq!(
+        verdict(&trace.path),
+        format!(
+            "  verdict   ALERT: steady growth at keep_history at wl_soak.c:{line} (wl_soak) on \
+             device 0, +819.2 KiB per step, out of memory at step 52; 1 more finding (DIAGNOSIS \
+             below)"
+        )
+    );
+    let peak = dir.join("peak");
+    std::fs::create_dir(&peak).unwrap();
+    let run = Workload::new("wl_soak")
+        .arg("50")
+        .arg("10")
+        .arg("0")
+        .env("STANDIN_DEVICE_MEM", "12M")
+        .run_traced(&peak);
+    let temporary = line_of(&workload_source("wl_soak.c"), "failed += cudaMalloc(p, 256");
+    assert_eq!(
+        verdict(&run.single_trace().path),
+        format!(
+            "  verdict   OUT OF MEMORY (125 failures; the first: cudaMalloc of 1.0 MiB on device \
+             0 at step 2 with 11.2 MiB live); no ALERT or warning; 1 note: peak at temporary at \
+             wl_soak.c:{temporary} (wl_soak) on device 0"
+        )
+    );
+});

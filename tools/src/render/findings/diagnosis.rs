@@ -74,9 +74,9 @@ pub fn words(a: &Analysis, top: usize, when: &str) -> Option<Diagnosis> {
     })
 }
 
-/// The report's answer in one line, for its head: the most urgent finding (with its rate, for
-/// growth), how many others the DIAGNOSIS lists, and whether the trace was read whole. A user
-/// reads this line first. `in_report`: the report's FINDINGS and DIAGNOSIS follow it; else (the
+/// The report's answer in one line, for its head: whether the trace was read whole, the
+/// out-of-memory failures, the most urgent finding (with its rate, for growth), how many others
+/// the DIAGNOSIS lists. A user reads this line first. `in_report`: the report's FINDINGS and DIAGNOSIS follow it; else (the
 /// summary after a run) the line points at `vramtrace report` for them.
 pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
     let incomplete = match (gaps.is_empty(), in_report) {
@@ -88,8 +88,16 @@ pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
         true => "DIAGNOSIS below",
         false => "in vramtrace report",
     };
+    // Out-of-memory failures are news whatever the findings, unless the first finding is the
+    // growth that ran its device out (its rate says so below): a peak that did it is a note.
+    let grew_out =
+        (a.diagnosis.first()).is_some_and(|f| f.evidence.out_of_memory_at_step.is_some());
+    let head = match super::oom_headline(a) {
+        Some(oom) if !grew_out => format!("{incomplete}{oom}; "),
+        _ => incomplete.to_string(),
+    };
     let Some(first) = a.diagnosis.first() else {
-        return format!("{incomplete}no finding");
+        return format!("{head}no finding");
     };
     let words = finding_words(a, 1, first, "");
     let place = match words.place.is_empty() {
@@ -105,7 +113,7 @@ pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
             ("s", ", the first")
         };
         return format!(
-            "{incomplete}no ALERT or warning; {n} note{s}{which}: {}{place}",
+            "{head}no ALERT or warning; {n} note{s}{which}: {}{place}",
             words.class
         );
     }
@@ -115,9 +123,13 @@ pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
         ("pattern", SampleAxis::Steps) => "per guessed step".to_string(),
         _ => unit(a),
     };
+    // Growth that ran its device out of memory: the failure is the news, said with the rate.
     let rate = match (first.class, first.evidence.rate) {
         (FindingClass::SteadyGrowth, Some(rate)) => {
-            format!(", {} {unit}", signed_bytes(rate))
+            let oom = (first.evidence.out_of_memory_at_step).map_or(String::new(), |step| {
+                format!(", out of memory at step {step}")
+            });
+            format!(", {} {unit}{oom}", signed_bytes(rate))
         }
         _ => String::new(),
     };
@@ -142,7 +154,7 @@ pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
         false => format!("; {} ({rest_in})", more.join(", ")),
     };
     format!(
-        "{incomplete}{}: {}{place}{rate}{more}",
+        "{head}{}: {}{place}{rate}{more}",
         words.severity, words.class
     )
 }

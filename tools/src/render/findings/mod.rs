@@ -4,10 +4,13 @@
 
 mod alerts;
 pub(crate) mod diagnosis;
+mod ooms;
 mod orphans;
 mod summary;
 
 pub(crate) use alerts::{alert_line, alert_unit, signal_name};
+pub(crate) use ooms::oom_found;
+use ooms::oom_headline;
 use orphans::orphan_kinds;
 pub(crate) use orphans::{orphan_size, orphans_line};
 pub(crate) use summary::summary_lines;

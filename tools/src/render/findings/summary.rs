@@ -123,16 +123,9 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         lines.push(line("alerted", said));
     }
     lines.push(line("steps", steps_line(a)));
-    let oom = match a.ooms.failures.first() {
-        None => "none".to_string(),
-        Some(f) => format!(
-            "{} failure(s); first: {} of {} on device {} with {} live",
-            a.ooms.total,
-            f.failure.api.name(),
-            bytes(f.failure.request_bytes),
-            crate::render::units::device(f.failure.device),
-            bytes(f.live.bytes)
-        ),
+    let oom = match a.ooms.total {
+        0 => "none".to_string(),
+        _ => super::oom_found(a),
     };
     lines.push(line("out of memory", oom));
     let l = &a.leaks;

@@ -1,0 +1,45 @@
+//! A trace's out-of-memory failures in words, the one wording of the report's verdict and
+//! FINDINGS, `check` and `--fail-on oom`: how many, and the first — what it asked, on which
+//! device, at which step, with how much live.
+
+use vramtrace_collector::analysis::Analysis;
+
+use crate::render::units::{bytes, count, device};
+
+/// `3 out-of-memory failures (the first: cudaMalloc of 1.0 MiB on device 0 at step 2 with 11.2
+/// MiB live)`, `1 out-of-memory failure (cudaMalloc of …)`, or `0 out-of-memory failures`.
+pub(crate) fn oom_found(analysis: &Analysis) -> String {
+    let n = count(analysis.ooms.total, "out-of-memory failure");
+    match first_oom(analysis) {
+        None => n,
+        Some(first) => format!("{n} ({first})"),
+    }
+}
+
+/// The verdict's words for them, where they are news: `OUT OF MEMORY (3 failures; the first:
+/// …)`; `None` without any.
+pub(crate) fn oom_headline(analysis: &Analysis) -> Option<String> {
+    let first = first_oom(analysis)?;
+    let n = count(analysis.ooms.total, "failure");
+    let sep = if analysis.ooms.total > 1 { "; " } else { ": " };
+    Some(format!("OUT OF MEMORY ({n}{sep}{first})"))
+}
+
+/// `the first: cudaMalloc of 1.0 MiB on device 0 at step 2 with 11.2 MiB live` (without `the
+/// first: ` when it is the only one).
+fn first_oom(analysis: &Analysis) -> Option<String> {
+    let f = analysis.ooms.failures.first()?;
+    let first = if analysis.ooms.total > 1 {
+        "the first: "
+    } else {
+        ""
+    };
+    Some(format!(
+        "{first}{} of {} on device {} at step {} with {} live",
+        f.failure.api.name(),
+        bytes(f.failure.request_bytes),
+        device(f.failure.device),
+        f.failure.origin.step,
+        bytes(f.live.bytes)
+    ))
+}
