@@ -611,6 +611,28 @@ fn the_report_opens_with_its_verdict() {
     );
 }
 
+/// leak_late runs PyTorch's cudaMallocAsync backend: at the end its pool keeps up to 202 MiB
+/// free for reuse, the leak's memory its teardown freed. That is a cache, not fragmentation:
+/// the FINDINGS line says which it is, and no finding is raised of it.
+#[test]
+fn a_pool_s_reserve_is_not_called_unusable() {
+    let out = vramtrace()
+        .arg("report")
+        .arg(fixtures().join("leak_late-marks.vtrace"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let line = (shown.lines())
+        .find(|l| l.starts_with("  fragmentation  "))
+        .unwrap_or_default();
+    assert_eq!(
+        line,
+        "  fragmentation  up to 202.0 MiB kept by memory pools for reuse (51.1% of the allocated \
+         device memory); 0 B reserved VA, 0 B mapped"
+    );
+    assert!(!shown.contains(": fragmentation"), "{shown}");
+}
+
 /// A time past the end says the trace's span to the millisecond: 4.885 s, not a "4.9 s" that
 /// reads as reaching the 4.89 s asked.
 #[test]

@@ -180,17 +180,31 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         ));
     }
     let f = &a.fragmentation;
-    let held = match f.unusable_share {
-        Some(share) => format!(
-            "{} allocated but unusable ({:.1}% of the allocated device memory)",
-            bytes(f.unusable_bytes),
+    // Physical memory no mapping reaches is lost until freed; a pool's reserve is not (the pool
+    // serves its own allocations from it), and the most it held is only its upper bound.
+    let unmapped = f.physical.unmapped_bytes;
+    let reserve: u64 = f.pools.iter().map(|p| p.free_bytes).sum();
+    let mut parts = Vec::new();
+    if unmapped > 0 {
+        parts.push(format!(
+            "{} of physical memory mapped nowhere: unusable",
+            bytes(unmapped)
+        ));
+    }
+    if reserve > 0 {
+        parts.push(format!(
+            "up to {} kept by memory pools for reuse",
+            bytes(reserve)
+        ));
+    }
+    let held = match (f.unusable_share, parts.is_empty()) {
+        (_, true) => "none".to_string(),
+        (Some(share), false) => format!(
+            "{} ({:.1}% of the allocated device memory)",
+            parts.join("; "),
             share * 100.0
         ),
-        None if f.unusable_bytes > 0 => format!(
-            "none: nothing is live; {} kept for reuse",
-            bytes(f.unusable_bytes)
-        ),
-        None => "none".to_string(),
+        (None, false) => format!("none: nothing is live; {}", parts.join("; ")),
     };
     lines.push(line(
         "fragmentation",
