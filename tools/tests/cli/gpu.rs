@@ -631,6 +631,11 @@ fn a_pool_s_reserve_is_not_called_unusable() {
          device memory); 0 B reserved VA, 0 B mapped"
     );
     assert!(!shown.contains(": fragmentation"), "{shown}");
+    // Its one anomaly is named by its kind, as the Anomalies table below names it.
+    assert!(
+        shown.contains("\n  anomalies      1 (1 address-reused); no event lost\n"),
+        "{shown}"
+    );
 }
 
 /// A time past the end says the trace's span to the millisecond: 4.885 s, not a "4.9 s" that

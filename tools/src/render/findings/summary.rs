@@ -8,7 +8,7 @@ use serde::Serialize;
 use vramtrace_collector::analysis::HolderGrowth;
 use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, Severity};
 use vramtrace_collector::analysis::{CacheUse, OomRelief, OwnerKind};
-use vramtrace_collector::live::{AnomalyKind, Holder};
+use vramtrace_collector::live::Holder;
 use vramtrace_collector::units::when_full;
 
 use super::alerts::{alert_against_diagnosis, alert_line};
@@ -232,16 +232,17 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         }
         (n, _) => format!("{} lost", count(n, "event")),
     };
-    lines.push(line(
-        "anomalies",
-        format!(
-            "{} ({}, {}, {} of unmapped ranges); {lost}",
-            an.total,
-            count(an.count(AnomalyKind::DoubleFree), "double free"),
-            count(an.count(AnomalyKind::UnknownFree), "unknown free"),
-            count(an.count(AnomalyKind::UnmapUnmapped), "unmap")
-        ),
-    ));
+    // Each kind seen, by the name the Anomalies table below and the JSON give it.
+    let seen = match an.total {
+        0 => "none".to_string(),
+        n => {
+            let kinds: Vec<String> = (an.by_kind.iter())
+                .map(|k| format!("{} {}", k.count, k.kind.name()))
+                .collect();
+            format!("{n} ({})", kinds.join(", "))
+        }
+    };
+    lines.push(line("anomalies", format!("{seen}; {lost}")));
     lines.extend(lost_events(a).map(|text| line("lost events", text)));
     lines
 }
