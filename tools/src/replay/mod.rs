@@ -52,7 +52,8 @@ pub struct ReplayArgs {
     /// The trace file to read.
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
-    /// Where to stop: 'step N', 'event N', a time since the first event ('12.5s', '300ms'),
+    /// Where to stop: 'step N' (as it begins: what step N allocates is live at 'step N+1'),
+    /// 'event N', a time since the first event ('12.5s', '300ms'),
     /// 'peak', 'oom' (the first out-of-memory failure), 'oom N' or 'end' (after the last event,
     /// the live set `report` shows). A point past the end of the
     /// trace — a step, event, time or failure it does not reach — is an error that says how far

@@ -28,9 +28,15 @@ pub fn render(
             duration(at.since_first_ns)
         ),
     };
+    // A step is replayed to the moment it begins: what it allocates shows at the next one (a
+    // report's "rise at step 61" is live at step 62).
+    let begins = match at.point.starts_with("step ") {
+        true => " as it begins",
+        false => "",
+    };
     writeln!(
         out,
-        "  at        {}: {moment}, {} begun",
+        "  at        {}{begins}: {moment}, {} begun",
         at.point,
         count(at.step, "step")
     )?;

@@ -45,7 +45,7 @@ fn a_mid_run_replay_is_titled_by_its_moment() {
     // (events count from 1).
     let text = replay_text(&path, &["--at", "step 0"]);
     assert!(
-        text.contains("\n  at        step 0: before the first event, 0 steps begun\n"),
+        text.contains("\n  at        step 0 as it begins: before the first event, 0 steps begun\n"),
         "{text}"
     );
 }
