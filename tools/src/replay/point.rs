@@ -55,10 +55,18 @@ impl Point {
                 n => Ok(Point::Oom(n)),
             },
             "time" => duration(rest).map(Point::Time),
-            _ if t.parse::<f64>().is_ok() => Err(format!(
-                "'{text}': a bare number could be a step, an event or a time: write 'step {t}', \
-                 'event {t}' or '{t}s'"
-            )),
+            // Suggested only as points that parse: events count from 1, steps are whole.
+            _ if t.parse::<f64>().is_ok() => Err(match t.parse::<u64>() {
+                Ok(0) => format!(
+                    "'{text}': a bare number could be a step or a time: write 'step 0' or '0s' \
+                     (events are counted from 1)"
+                ),
+                Ok(_) => format!(
+                    "'{text}': a bare number could be a step, an event or a time: write 'step \
+                     {t}', 'event {t}' or '{t}s'"
+                ),
+                Err(_) => format!("'{text}': a bare number: write '{t}s' for a time"),
+            }),
             _ => duration(&t).map(Point::Time).map_err(|_| {
                 format!(
                     "'{text}' is not a point of a trace (use: step N, event N, 12.5s, 300ms, peak, oom, oom N, end)"
@@ -114,6 +122,20 @@ mod tests {
         assert_eq!(said("12.5s"), "12.5 s after the first event");
         assert_eq!(said("60min"), "60 min after the first event");
         assert_eq!(said("300ms"), "300 ms after the first event");
+    }
+
+    #[test]
+    fn a_bare_number_is_offered_only_points_that_parse() {
+        let zero = "'0': a bare number could be a step or a time: write 'step 0' or '0s' (events \
+                    are counted from 1)";
+        assert_eq!(Point::parse("0"), Err(zero.to_string()));
+        assert_eq!(
+            Point::parse("1.5"),
+            Err("'1.5': a bare number: write '1.5s' for a time".to_string())
+        );
+        for offered in ["step 0", "0s", "1.5s"] {
+            assert!(Point::parse(offered).is_ok(), "{offered}");
+        }
     }
 
     #[test]
