@@ -13,7 +13,7 @@ use super::metrics::{signed, Count, MetricsSides, Rate, SiteMetrics};
 use super::profile::{GrowthUnit, Profile, SiteProfile};
 use super::row::{changed_order, most_changed_first, Row, SiteStatus};
 use super::sources::{LineChangeKind, SourceSearch};
-use super::tensors::{TensorDiff, TensorProfile};
+use super::tensors::{TensorDiff, TensorLineDiff, TensorProfile};
 use super::verdict::view_name;
 use super::verdict::{new_growth, Check, Thresholds, Verdict};
 use crate::analysis::{LineMeaning, Role};
@@ -338,7 +338,10 @@ impl Diff {
             sites.push(Row::of(side(sa), side(sb), pair, SitePlace::of(sa, sb)));
         }
         most_changed_first(&mut sites);
-        let verdict = verdict(a, b, &totals, &sites, thresholds);
+        let mut verdict = verdict(a, b, &totals, &sites, thresholds);
+        verdict
+            .notes
+            .splice(0..0, two_programs(a, b, &matching.files));
         let source_changes = source_changes(a, b, &matching.files);
         let suspects = if verdict.regression {
             suspects(b, &sites, &[], &source_changes)
@@ -449,8 +452,15 @@ impl Diff {
         let tensors = TensorDiff::of((a, pa), (b, pb), sources, thresholds);
         (self.verdict).add_tensors(tensors.checks.clone(), tensors.new_growth.clone());
         self.verdict.notes.extend(tensors.notes.iter().cloned());
-        if tensors.explains || self.top.is_none() {
-            if let Some(first) = tensors.lines.first() {
+        // Of a regression, the top difference is a line that got worse: a leak fixed in the
+        // tensors' view does not explain memory that grew in the driver's.
+        let worse = |l: &&TensorLineDiff| l.change.live_bytes > 0 || l.change.growth > 0.0;
+        let first = match self.verdict.regression {
+            true => tensors.lines.iter().find(worse),
+            false => tensors.lines.first(),
+        };
+        if tensors.explains && first.is_some() || self.top.is_none() {
+            if let Some(first) = first.or(tensors.lines.first()) {
                 let owner = Some(crate::torch::VIEW_NAME.to_string());
                 let top = TopDifference::of(first, tensors.view, owner, LineMeaning::Keeps);
                 self.top = Some(top);
@@ -473,6 +483,21 @@ impl Diff {
 
 /// The rows of one place that grow new in B (`of_place` says which rows are the place's): the
 /// fastest, and the live bytes they changed by together.
+/// Two programs side by side (two jobs' directories, a wrong path) compare what they are, not
+/// what changed: said, whatever the verdict, where the main scripts differ and their code did
+/// not pair them as two versions of one (a renamed script that kept its code did).
+fn two_programs(a: &Profile, b: &Profile, files: &[FilePair]) -> Option<String> {
+    let (ma, mb) = (a.main_script.as_deref()?, b.main_script.as_deref()?);
+    let paired = files.iter().any(|f| f.a == ma && f.b == mb);
+    let (na, nb) = (crate::units::base_name(ma), crate::units::base_name(mb));
+    (ma != mb && !paired).then(|| {
+        format!(
+            "the runs ran different main scripts (A {na}, B {nb}) whose code is not one \
+             program's: two programs, not two runs of one"
+        )
+    })
+}
+
 fn place_rows<M: Measures, P>(
     rows: &[Row<M, P>],
     of_place: impl Fn(&Row<M, P>) -> bool,

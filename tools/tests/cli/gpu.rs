@@ -782,6 +782,28 @@ fn a_cut_rank_lacks_its_recorder_history_for_what_it_is() {
     );
 }
 
+// ranks_alike's ranks each keep 4 MiB a step at line 47; ranks_gloo's keep less at the end but
+// for rank 2. Each pair is a regression (more live at the end): its top difference is a line
+// that grew, not line 47's 160 MiB that went away (the tensors' view ranked it first by size).
+#[test]
+fn the_top_difference_of_a_regression_is_a_line_that_got_worse() {
+    let out = vramtrace()
+        .arg("diff")
+        .arg(fixtures().join("ranks_alike"))
+        .arg(ranks_dir())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let tops: Vec<&str> = (text.lines())
+        .filter(|l| l.starts_with("  top difference, "))
+        .collect();
+    assert_eq!(tops.len(), 4, "{text}");
+    for top in tops {
+        assert!(top.contains(": grew, +"), "{top}");
+    }
+}
+
 // A run with step marks against one whose steps are a repeating allocation: the verdict stands,
 // and a note says the per-step figures count different things (gpt_leaky's pattern step spans
 // eight optimizer steps: +128 MiB "per step" for 16 MiB per marked step). Runs that count steps
@@ -970,6 +992,20 @@ fn two_programs_are_not_two_versions_of_one_script() {
         .collect();
     assert!(!paired.contains(&&Value::from("main-script")), "{paired:?}");
     assert_eq!(d["suspects"], Value::Array(vec![]));
+    // Said first: the regression is a change of program.
+    assert_eq!(
+        d["verdict"]["notes"][0],
+        "the runs ran different main scripts (A healthy_gpt.py, B leak_comm.py) whose code is \
+         not one program's: two programs, not two runs of one"
+    );
+    // A renamed script that kept its code is one program's next version: no such note.
+    let (_, d) = diff(
+        &extra,
+        "healthy_gpt-traced.vtrace",
+        "gpt_leaky-traced.vtrace",
+    );
+    let notes = d["verdict"]["notes"].to_string();
+    assert!(!notes.contains("different main scripts"), "{notes}");
 }
 
 // `h100/` holds traces of four programs, two of them rank 2 of a job: the headline says a rank

@@ -108,7 +108,10 @@ fn a_cut_trace_and_a_window_on_one_file_say_what_they_are() {
         text.contains("\n  lost      no event dropped by the tracer\n"),
         "{text}"
     );
-    assert!(text.contains("); no event lost by the tracer\n"), "{text}");
+    assert!(
+        text.contains("\n  anomalies      none; no event lost by the tracer\n"),
+        "{text}"
+    );
 
     let text = report(&fixture("leak_late-marks.vtrace"), &["--since", "step 50"]);
     assert!(
