@@ -77,20 +77,8 @@ fn metric_name(metric: &str) -> &str {
 /// does not hold its whole run (its numbers are what could be read).
 pub fn headline(rows: &[RankRow]) -> String {
     let mut line = differs_most(rows);
-    // Two traces of one rank: a restarted job, or traces of different jobs side by side.
-    let mut ranks: Vec<i32> = rows.iter().filter_map(|r| r.rank).collect();
-    ranks.sort_unstable();
-    let mut twice: Vec<String> = ranks
-        .windows(2)
-        .filter(|w| w[0] == w[1])
-        .map(|w| w[0].to_string())
-        .collect();
-    twice.dedup();
-    if !twice.is_empty() {
-        line.push_str(&format!(
-            "; rank {} in more than one trace (a restarted job, or traces of several jobs)",
-            twice.join(", ")
-        ));
+    if let Some(twice) = repeated_ranks(rows.iter().filter_map(|r| r.rank)) {
+        line.push_str(&format!("; {twice}"));
     }
     for r in rows.iter().filter(|r| !r.gaps.is_empty()) {
         line.push_str(&format!(
@@ -100,6 +88,26 @@ pub fn headline(rows: &[RankRow]) -> String {
         ));
     }
     line
+}
+
+/// Ranks that more than one trace has: a restarted job, or traces of different jobs side by
+/// side, in words (`rank 0, 2 in more than one trace (…)`); `None` where each rank is one
+/// trace's.
+pub fn repeated_ranks(ranks: impl Iterator<Item = i32>) -> Option<String> {
+    let mut ranks: Vec<i32> = ranks.collect();
+    ranks.sort_unstable();
+    let mut twice: Vec<String> = ranks
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0].to_string())
+        .collect();
+    twice.dedup();
+    (!twice.is_empty()).then(|| {
+        format!(
+            "rank {} in more than one trace (a restarted job, or traces of several jobs)",
+            twice.join(", ")
+        )
+    })
 }
 
 /// Which trace differs most from the others, and in what; where the next is as far from the

@@ -333,7 +333,18 @@ fn a_directory_is_one_run_with_a_partition_per_rank() {
     w.finish().unwrap();
 
     let out = dir.path().join("data");
-    export(&traces, &out, &["--run", "job-7"]).success();
+    let done = export(&traces, &out, &["--run", "job-7"]).success();
+    // Two traces of rank 3 (here two processes; in life a restarted job, or two jobs): a query
+    // by rank would add them up, which the export says.
+    let stderr = String::from_utf8_lossy(&done.get_output().stderr).into_owned();
+    assert!(
+        stderr.contains(
+            "warning: rank 3 in more than one trace (a restarted job, or traces of several \
+             jobs): their rows share the partition rank=N of run job-7, and a query by rank adds \
+             them together (tell them apart by pid, or export each job on its own with --run)\n"
+        ),
+        "{stderr}"
+    );
     let names: Vec<String> = files(&out.join("allocations"))
         .iter()
         .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
@@ -368,7 +379,13 @@ fn json_says_what_each_trace_wrote() {
     let json: serde_json::Value = serde_json::from_slice(&done.get_output().stdout).unwrap();
     assert_eq!(json["output"], out.display().to_string());
     assert_eq!(json["run"], "job");
-    assert_eq!(json["warnings"], serde_json::json!([]));
+    // Both traces are rank 3's.
+    let warnings = json["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        (warnings[0].as_str().unwrap()).starts_with("rank 3 in more than one trace"),
+        "{warnings:?}"
+    );
     let written = json["traces"].as_array().unwrap();
     assert_eq!(written.len(), 2);
     for (w, (trace, file)) in written.iter().zip([(&a, "a"), (&b, "b")]) {
@@ -393,12 +410,12 @@ fn json_says_what_each_trace_wrote() {
     let done = export(&traces, &out, &["--json"]).success();
     let json: serde_json::Value = serde_json::from_slice(&done.get_output().stdout).unwrap();
     assert_eq!(
-        json["warnings"],
-        serde_json::json!([format!(
-            "{}: 1 trace in its subdirectory node1/ is not read (a directory is read one \
-             level deep)",
+        json["warnings"][0],
+        format!(
+            "{}: 1 trace in its subdirectory node1/ is not read (a directory is read one level \
+             deep)",
             traces.display()
-        )])
+        )
     );
     // The other formats write their output, not a summary.
     let trace = &a;

@@ -97,6 +97,16 @@ pub fn run(job: &Job<'_>) -> Result<()> {
     for warning in rows.iter().flat_map(|r| &r.warnings) {
         say!("warning: {warning}");
     }
+    // Two jobs' ranks (or a restarted job's) under one run: a query by rank adds them up.
+    let repeated = crate::ranks::repeated_ranks(rows.iter().filter_map(|r| r.rank)).map(|r| {
+        format!(
+            "{r}: their rows share the partition rank=N of run {run}, and a query by rank adds \
+             them together (tell them apart by pid, or export each job on its own with --run)"
+        )
+    });
+    if let Some(warning) = &repeated {
+        say!("warning: {warning}");
+    }
     if job.json {
         let written = Written {
             output: job.output.display().to_string(),
@@ -106,6 +116,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
                 .then(|| crate::load::inputs::unread_below(job.input))
                 .flatten()
                 .into_iter()
+                .chain(repeated)
                 .collect(),
             traces: &rows,
         };
