@@ -357,23 +357,28 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
     let thresholds = args.thresholds.thresholds();
     let growth = args.analysis.config();
     let sources = SourceSearch::with_env(args.source_dirs.clone());
-    let comparisons = if args.rank.is_some() || args.pid.is_some() {
-        vec![against_median(args, growth, &sources, &thresholds)?]
+    let (comparisons, unpaired) = if args.rank.is_some() || args.pid.is_some() {
+        let one = against_median(args, growth, &sources, &thresholds)?;
+        (vec![one], Vec::new())
     } else {
         two_runs(args, growth, &sources, &thresholds)?
     };
     let regression = comparisons.iter().any(|c| c.diff.verdict.regression);
     let mut out = crate::output::reader_gone::stdout();
     if args.json {
-        if let [one] = &comparisons[..] {
+        if let ([one], []) = (&comparisons[..], &unpaired[..]) {
             write_json(&mut out, &one.document(&thresholds, args.top))?;
         } else {
             #[derive(Serialize)]
             struct Set<'a> {
                 schema: &'static str,
-                /// `null` when a pair could not be compared in full (exit 2).
+                /// `null` when a pair could not be compared in full, or a rank not at all
+                /// (exit 2).
                 regression: Option<bool>,
                 pairs: Vec<DiffDocument<'a>>,
+                /// The ranks only one run has, in words: not compared.
+                #[serde(skip_serializing_if = "<[String]>::is_empty")]
+                unpaired: &'a [String],
             }
             let pairs = (comparisons.iter())
                 .map(|c| c.document(&thresholds, args.top))
@@ -382,26 +387,29 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
                 &mut out,
                 &Set {
                     schema: SET_SCHEMA,
-                    regression: comparisons
-                        .iter()
-                        .all(|c| c.gaps().is_empty())
-                        .then_some(regression),
+                    regression: (comparisons.iter().all(|c| c.gaps().is_empty())
+                        && unpaired.is_empty())
+                    .then_some(regression),
                     pairs,
+                    unpaired: &unpaired,
                 },
             )?;
         }
     } else {
         let w = || "writing the comparison";
-        if comparisons.len() > 1 {
-            text::pairs_summary(&mut out, &comparisons).with_context(w)?;
+        let in_set = comparisons.len() > 1 || !unpaired.is_empty();
+        if in_set {
+            text::pairs_summary(&mut out, &comparisons, &unpaired).with_context(w)?;
         }
-        let in_set = comparisons.len() > 1;
         for c in &comparisons {
             text::render(&mut out, c, args, in_set).with_context(w)?;
         }
     }
-    // A comparison with a trace cut short or damaged has no verdict, whatever it found.
-    let gaps: Vec<String> = comparisons.iter().flat_map(Comparison::gaps).collect();
+    // A comparison with a trace cut short or damaged, or a rank not compared, has no verdict,
+    // whatever it found.
+    let gaps: Vec<String> = (unpaired.iter().cloned())
+        .chain(comparisons.iter().flat_map(Comparison::gaps))
+        .collect();
     if let [first, rest @ ..] = &gaps[..] {
         out.flush().context("writing the comparison")?;
         return Err(match rest.len() {
@@ -425,7 +433,7 @@ fn two_runs(
     growth: GrowthConfig,
     sources: &SourceSearch,
     t: &Thresholds,
-) -> Result<Vec<Comparison>> {
+) -> Result<(Vec<Comparison>, Vec<String>)> {
     let [a, b] = &args.inputs[..] else {
         return Err(anyhow!(
             "diff takes two runs, A and B (traces or directories of traces), or --rank N with \
@@ -441,7 +449,7 @@ fn two_runs(
     let mut compared = load_all(&all, ReadFrom::First, growth, profile_of)?;
     let b_runs = compared.split_off(a_paths.len());
     let a_runs = compared;
-    let pairs = pair_runs(&a_runs, &b_runs)?;
+    let (pairs, unpaired) = pair_runs(&a_runs, &b_runs)?;
     // A trace against itself (a directory holding the file given as the other run, or two
     // segments of one trace, each read as the whole): nothing can differ, and "no regression"
     // would pass a gate that compared nothing. One process wrote both.
@@ -465,7 +473,7 @@ fn two_runs(
             ));
         }
     }
-    Ok(pairs
+    let comparisons = pairs
         .into_iter()
         .map(|(i, j)| {
             let (x, y) = (&a_runs[i], &b_runs[j]);
@@ -476,14 +484,19 @@ fn two_runs(
                 ranks: None,
             }
         })
-        .collect())
+        .collect();
+    Ok((comparisons, unpaired))
 }
 
-/// Pairs the traces of two runs: one each; else by rank when every trace has one and both runs
-/// have the same ranks; else in name order when both have as many traces.
-fn pair_runs(a: &[Compared], b: &[Compared]) -> Result<Vec<(usize, usize)>> {
+/// The traces of two runs paired, and the ranks only one run has, in words: what could not be
+/// compared (a rank that crashed before its tracer wrote, a rank left out).
+type Pairs = (Vec<(usize, usize)>, Vec<String>);
+
+/// Pairs the traces of two runs: one each; else by rank when every trace has one (a rank only
+/// one run has is left unpaired, and said); else in name order when both have as many traces.
+fn pair_runs(a: &[Compared], b: &[Compared]) -> Result<Pairs> {
     if a.len() == 1 && b.len() == 1 {
-        return Ok(vec![(0, 0)]);
+        return Ok((vec![(0, 0)], Vec::new()));
     }
     // A rank in two traces of one run (a restarted job, traces of two jobs): which of them to
     // compare is no guess to make, nor is pairing the rest by their order.
@@ -510,17 +523,36 @@ fn pair_runs(a: &[Compared], b: &[Compared]) -> Result<Vec<(usize, usize)>> {
         (map.len() == runs.len()).then_some(map)
     };
     if let (Some(ra), Some(rb)) = (ranks(a), ranks(b)) {
-        if ra.keys().eq(rb.keys()) {
-            return Ok(ra.iter().map(|(r, &i)| (i, rb[r])).collect());
+        let pairs: Vec<(usize, usize)> = (ra.iter())
+            .filter_map(|(r, &i)| Some((i, *rb.get(r)?)))
+            .collect();
+        if pairs.is_empty() {
+            return Err(anyhow!(
+                "the two runs share no rank (A: {:?}, B: {:?})",
+                ra.keys().collect::<Vec<_>>(),
+                rb.keys().collect::<Vec<_>>()
+            ));
         }
-        return Err(anyhow!(
-            "the two runs have different ranks (A: {:?}, B: {:?})",
-            ra.keys().collect::<Vec<_>>(),
-            rb.keys().collect::<Vec<_>>()
-        ));
+        let only = |name: &str,
+                    mine: &BTreeMap<i32, usize>,
+                    runs: &[Compared],
+                    theirs: &BTreeMap<i32, usize>| {
+            (mine.iter())
+                .filter(|(r, _)| !theirs.contains_key(r))
+                .map(|(r, &i)| {
+                    format!(
+                        "rank {r} is in run {name} only ({}): not compared",
+                        runs[i].facts.path
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut unpaired = only("A", &ra, a, &rb);
+        unpaired.extend(only("B", &rb, b, &ra));
+        return Ok((pairs, unpaired));
     }
     if a.len() == b.len() {
-        return Ok((0..a.len()).map(|i| (i, i)).collect());
+        return Ok(((0..a.len()).map(|i| (i, i)).collect(), Vec::new()));
     }
     Err(anyhow!(
         "cannot pair the traces of the two runs: A has {} and B {}, not all with ranks",

@@ -87,8 +87,12 @@ fn check_line(c: &Check) -> String {
     format!("{name} {change} (limit {limit})")
 }
 
-/// The summary table of a rank-by-rank comparison.
-pub fn pairs_summary(out: &mut impl Write, all: &[Comparison]) -> io::Result<()> {
+/// The summary table of a rank-by-rank comparison; `unpaired`, the ranks only one run has.
+pub fn pairs_summary(
+    out: &mut impl Write,
+    all: &[Comparison],
+    unpaired: &[String],
+) -> io::Result<()> {
     let headers = ["rank", "A", "B", "live at end", "peak", "growth", "verdict"];
     let mut t = table(&headers, &[0, 3, 4, 5]);
     for c in all {
@@ -122,15 +126,26 @@ pub fn pairs_summary(out: &mut impl Write, all: &[Comparison]) -> io::Result<()>
         })
         .collect();
     // The set's own verdict, which the exit code is; each pair's below is that pair's alone.
-    let gaps: Vec<String> = all.iter().flat_map(Comparison::gaps).collect();
+    let gaps: Vec<String> = (unpaired.iter().cloned())
+        .chain(all.iter().flat_map(Comparison::gaps))
+        .collect();
     if let Some(first) = gaps.first() {
         let more = match gaps.len() {
             1 => String::new(),
             n => format!("; and {} more (named below)", n - 1),
         };
+        // What the pairs that could be compared found, which the exit code cannot say.
+        let found = match bad.len() {
+            0 => String::new(),
+            n => format!(
+                "; in what could be compared, REGRESSION in {n} of {} pairs ({})",
+                all.len(),
+                bad.join(", ")
+            ),
+        };
         writeln!(
             out,
-            "VERDICT  none (exit 2): a trace could not be compared in full: {first}{more}"
+            "VERDICT  none (exit 2): a trace could not be compared in full: {first}{more}{found}"
         )?;
     } else if bad.is_empty() {
         writeln!(out, "VERDICT  no regression (exit 0): {} pairs", all.len())?;

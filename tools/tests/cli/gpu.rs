@@ -804,6 +804,53 @@ fn the_top_difference_of_a_regression_is_a_line_that_got_worse() {
     }
 }
 
+// Run A lacks rank 2 (it died before its tracer wrote): the three ranks both runs have are
+// compared and what they found is said, but the set has no verdict (exit 2), since rank 2 was
+// not compared; `--json` names it in `unpaired`.
+#[test]
+fn a_rank_one_run_lacks_is_not_compared_and_said() {
+    let a = tempfile::tempdir().unwrap();
+    for name in [
+        "traced-rank0-2009",
+        "traced-rank1-2010",
+        "traced-rank3-2012",
+    ] {
+        let name = format!("{name}.vtrace");
+        std::fs::copy(Path::new(&ranks_dir()).join(&name), a.path().join(&name)).unwrap();
+    }
+    let b = fixtures().join("ranks_alike");
+    let out = vramtrace()
+        .arg("diff")
+        .arg(a.path())
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let only = format!(
+        "rank 2 is in run B only ({}): not compared",
+        b.join("traced-rank2-797.vtrace").display()
+    );
+    assert_eq!(
+        text.lines().next().unwrap(),
+        format!(
+            "VERDICT  none (exit 2): a trace could not be compared in full: {only}; in what \
+             could be compared, REGRESSION in 3 of 3 pairs (rank 0, rank 1, rank 3)"
+        )
+    );
+    let out = vramtrace()
+        .args(["diff", "--json"])
+        .arg(a.path())
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["regression"], Value::Null);
+    assert_eq!(doc["unpaired"], serde_json::json!([only]));
+    assert_eq!(doc["pairs"].as_array().unwrap().len(), 3);
+}
+
 // A run with step marks against one whose steps are a repeating allocation: the verdict stands,
 // and a note says the per-step figures count different things (gpt_leaky's pattern step spans
 // eight optimizer steps: +128 MiB "per step" for 16 MiB per marked step). Runs that count steps
