@@ -638,6 +638,29 @@ fn a_pool_s_reserve_is_not_called_unusable() {
     );
 }
 
+/// ranks_alike's rank 0 alerted at step 11 with its device growing +19.1 MiB a step over the
+/// steps the tracer had seen (a warm-up among them); the whole run grows +5.3 MiB. The report's
+/// line of that alert says both, as its time to full differs as much.
+#[test]
+fn an_alert_far_from_the_whole_run_s_rate_says_that_rate() {
+    let out = vramtrace()
+        .arg("report")
+        .arg(fixtures().join("ranks_alike/traced-rank0-795.vtrace"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let alerted = (shown.lines())
+        .find(|l| l.starts_with("  alerted  "))
+        .unwrap_or_default();
+    assert!(
+        alerted.ends_with(
+            "(full within the horizon); full in 3,925 steps (3 min) at the run's step time; \
+             over the whole run the device grew +5.3 MiB per step"
+        ),
+        "{alerted}"
+    );
+}
+
 /// A time past the end says the trace's span to the millisecond: 4.885 s, not a "4.9 s" that
 /// reads as reaching the 4.89 s asked.
 #[test]

@@ -89,7 +89,7 @@ pub(super) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
              {step} at {place}"
         );
     }
-    match &finding.site {
+    let mut said = match &finding.site {
         Some(site) if !names_place(raised, site) => {
             format!(
                 "; the whole run's diagnosis names {} for it",
@@ -97,7 +97,24 @@ pub(super) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
             )
         }
         _ => String::new(),
+    };
+    // The device's rate as the tracer had it then (its first steps, a warm-up among them) and
+    // over the whole run, where they are far apart: the time to full differs as much.
+    let whole = (a.growth.holders.iter())
+        .find(|h| Some(h.holder) == device)
+        .map(|h| h.steady_growth);
+    let then = raised.alert.rate as f64;
+    let per_step = raised.alert.unit == "step" && a.growth.axis == SampleAxis::Steps;
+    if let Some(whole) =
+        whole.filter(|&w| per_step && w > 0.0 && (then > 2.0 * w || 2.0 * then < w))
+    {
+        said.push_str(&format!(
+            "; over the whole run the device grew {} {}",
+            signed_bytes(whole),
+            alert_unit(&raised.alert)
+        ));
     }
+    said
 }
 
 /// Whether live alert `raised` names `site`'s place: the same label, whether the alert came with
