@@ -25,6 +25,10 @@
  *                 (+4 MiB per step; 83886080 B at exit; used at exit 109051904).
  *   --fix-leak    LEAK 1 fixed: each history tensor is freed at the end of its step (used at exit
  *                 5242880: the default pool keeps the freed 4 MiB block and one 1 MiB block).
+ *   --checkpoint  the loop as a long job runs it: each step takes 150 ms (3 s in all, long enough
+ *                 for the tracer's live alert to come while it runs), and a SIGUSR1 handler asks
+ *                 for a checkpoint, which the step "saves" as it ends: it prints "checkpoint saved
+ *                 after step N (asked by SIGUSR1)" once.  The same leak.
  *   Anything else: usage on stderr, exit 2.
  * Built twice: wl_train, and wl_train_moved (-DWL_TRAIN_MOVED: the same lines, other addresses).
  */
@@ -32,13 +36,22 @@
 #include "wl_common.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <string.h>
+#include <time.h>
 
 #define MiB (1024ull * 1024ull)
 #define STEPS 20
 #define FN(type, p) ((type)(uintptr_t)(p))
 
 static void *fw;
+static volatile sig_atomic_t checkpoint_asked;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    checkpoint_asked = 1;
+}
 
 #ifdef WL_TRAIN_MOVED
 /* Built a second time as wl_train_moved with this code placed before main: the same source
@@ -64,13 +77,20 @@ static void *sym(const char *name)
 
 int main(int argc, char **argv)
 {
-    int extra_leak = 0, fix_leak = 0;
+    int extra_leak = 0, fix_leak = 0, checkpoint = 0, saved = 0;
     if (argc == 2 && strcmp(argv[1], "--extra-leak") == 0) {
         extra_leak = 1;
     } else if (argc == 2 && strcmp(argv[1], "--fix-leak") == 0) {
         fix_leak = 1;
+    } else if (argc == 2 && strcmp(argv[1], "--checkpoint") == 0) {
+        checkpoint = 1;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_usr1;
+        sigemptyset(&sa.sa_mask);
+        EXPECT(sigaction(SIGUSR1, &sa, NULL), 0);
     } else if (argc != 1) {
-        fprintf(stderr, "usage: wl_train [--extra-leak | --fix-leak]\n");
+        fprintf(stderr, "usage: wl_train [--extra-leak | --fix-leak | --checkpoint]\n");
         return 2;
     }
     fw = dlopen("libtorch_standin.so", RTLD_NOW | RTLD_LOCAL);
@@ -113,6 +133,14 @@ int main(int argc, char **argv)
         }
         if (fix_leak)
             EXPECT(ffree(history[step]), 0);
+        if (checkpoint) {
+            struct timespec step_time = {0, 150 * 1000 * 1000};
+            nanosleep(&step_time, NULL);
+            if (checkpoint_asked && !saved) {
+                out("checkpoint saved after step %d (asked by SIGUSR1)", step + 1);
+                saved = 1;
+            }
+        }
     }
     CALL(0, FN(fw_void_fn, sym("fw_destroy_process_group"))(), "destroy_process_group = %d", RC);
     CALL(0, ffree(regbuf), "free registered buffer = %d (registration kept)", RC);

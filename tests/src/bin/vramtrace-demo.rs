@@ -8,7 +8,9 @@
 //!
 //! `vramtrace-demo --program` runs the training loop alone, untraced, so a user can trace it
 //! with `vramtrace run` as they would their own program (the README's "Tracing a program");
-//! `--program --extra-leak` plants the same regression, `--program --fix-leak` fixes the leak.
+//! `--program --extra-leak` plants the same regression, `--program --fix-leak` fixes the leak,
+//! `--program --checkpoint` runs as a long job does (150 ms a step) and saves a checkpoint when
+//! the tracer's alert signal asks.
 //!
 //! ```text
 //! cargo build --release --workspace && target/release/vramtrace-demo
@@ -30,11 +32,13 @@ const FIRST: &str = "train-";
 const REGRESSED: &str = "regressed-";
 
 const USAGE: &str =
-    "usage: vramtrace-demo [--regression | --program [--extra-leak | --fix-leak] | --help]
+    "usage: vramtrace-demo [--regression | --program [--extra-leak | --fix-leak | --checkpoint] | --help]
   (nothing)        trace the training loop and report it
   --regression     trace it again with a regression planted, and diff the two runs (exit 1)
   --program        run the training loop alone, untraced (to trace with `vramtrace run`);
-                   --extra-leak plants the regression, --fix-leak fixes the leak";
+                   --extra-leak plants the regression, --fix-leak fixes the leak,
+                   --checkpoint takes 150 ms a step and saves a checkpoint on SIGUSR1 (try
+                   VRAMTRACE_ALERT_SIGNAL=USR1 vramtrace run -- vramtrace-demo --program --checkpoint)";
 
 fn sibling(name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
@@ -208,7 +212,9 @@ fn main() -> ExitCode {
         }
         ["--regression"] => regression(),
         ["--program"] => program(None),
-        ["--program", variant @ ("--extra-leak" | "--fix-leak")] => program(Some(variant)),
+        ["--program", variant @ ("--extra-leak" | "--fix-leak" | "--checkpoint")] => {
+            program(Some(variant))
+        }
         _ => Err(format!("unknown arguments '{}'\n{USAGE}", args.join(" "))),
     };
     match result {

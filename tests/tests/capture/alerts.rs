@@ -8,7 +8,8 @@
 use std::os::unix::fs::PermissionsExt;
 
 use serde_json::Value;
-use vramtrace_tests::traced::{untimed, Workload};
+use vramtrace_tests::source::{line_of, workload_source};
+use vramtrace_tests::traced::{text, untimed, Workload};
 
 use crate::MIB;
 
@@ -168,6 +169,45 @@ captest!(
         );
     }
 );
+
+// The bundled demo's loop as a long job runs it (`vramtrace-demo --program --checkpoint`:
+// 150 ms a step, a SIGUSR1 handler that saves a checkpoint as its step ends), with the default
+// judgement interval of a second: the alert comes while it runs, at its leak's line, and the
+// program saves its checkpoint once, at the step the signal reached or after it.
+captest!(the_demo_saves_a_checkpoint_when_the_alert_asks, |dir| {
+    let run = Workload::new("wl_train")
+        .arg("--checkpoint")
+        .env("VRAMTRACE_ALERT_SIGNAL", "USR1")
+        .run_traced(dir);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    let trace = run.single_trace();
+    let a = &trace.state.alerts()[0];
+    assert_eq!(a.signal, SIGUSR1);
+    let line = line_of(&workload_source("wl_train.c"), "history[step] = alloc(");
+    assert_eq!(
+        a.place,
+        format!("main at wl_train.c:{line} → fw_alloc (libtorch_standin.so)")
+    );
+    let stdout = run.stdout();
+    let saved: Vec<&str> = (stdout.lines())
+        .filter(|l| l.starts_with("checkpoint saved after step "))
+        .collect();
+    assert_eq!(saved.len(), 1, "{stdout}");
+    let step: u64 = saved[0]
+        .trim_start_matches("checkpoint saved after step ")
+        .trim_end_matches(" (asked by SIGUSR1)")
+        .parse()
+        .unwrap();
+    assert!(
+        (a.step..=20).contains(&step),
+        "alert at {}: {stdout}",
+        a.step
+    );
+    // Untraced, no signal comes: the loop and its output are the plain demo's.
+    let plain = Workload::new("wl_train").arg("--checkpoint").run_plain();
+    assert_eq!(plain.status.code(), Some(0));
+    assert!(!text(&plain.stdout).contains("checkpoint saved"));
+});
 
 // A judgement the interval put off is made when the run ends: with an hour between judgements
 // the leak's 40 steps are judged once at the start and then only at exit, where it alerts at

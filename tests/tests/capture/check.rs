@@ -67,7 +67,7 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
     assert_eq!(
         lines[0],
         "vramtrace: ALERT at exit, step 20: device 0 grows steadily, +1.0 MiB per step at main \
-         at wl_train.c:108 → fw_alloc (libtorch_standin.so) (full within the horizon); 20.0 MiB \
+         at wl_train.c:128 → fw_alloc (libtorch_standin.so) (full within the horizon); 20.0 MiB \
          live, full in 989 steps",
         "{err}"
     );
@@ -78,7 +78,7 @@ captest!(check_fails_a_leaking_workload_on_each_limit, |dir| {
     assert_eq!(
         &lines[2..],
         [
-            "  FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B) at main at wl_train.c:108 → fw_alloc \
+            "  FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B) at main at wl_train.c:128 → fw_alloc \
              (libtorch_standin.so), full within the horizon, in 989 steps",
             "  FAIL  leak             20.0 MiB live at the end (20971520 B in 20 objects), limit \
              1.0 MiB (1048576 B)",
@@ -178,7 +178,7 @@ captest!(check_takes_a_growth_limit_per_step, |dir| {
     assert!(
         err.contains(
             "  ok    growth           device 0: +1.0 MiB per step (1048576 B) at main at \
-             wl_train.c:108 → fw_alloc (libtorch_standin.so), limit 2.0 MiB/step (2097152 B)\n        \
+             wl_train.c:128 → fw_alloc (libtorch_standin.so), limit 2.0 MiB/step (2097152 B)\n        \
              note: the tracer alerted while the program ran (+1.0 MiB per step: "
         ),
         "{err}"
@@ -282,7 +282,7 @@ captest!(report_fails_on_the_same_limits, |dir| {
         err,
         format!(
             "vramtrace report: limits of {}\n  FAIL  growth (alert)   device 0: +1.0 MiB per \
-             step (1048576 B) at main at wl_train.c:108 → fw_alloc (libtorch_standin.so), full within the horizon, in 989 steps\n  FAIL  \
+             step (1048576 B) at main at wl_train.c:128 → fw_alloc (libtorch_standin.so), full within the horizon, in 989 steps\n  FAIL  \
              leak             20.0 MiB live at the end (20971520 B in 20 objects), limit 1.0 MiB \
              (1048576 B)\n  ok    orphans          1 orphan holding 0 B of device memory, limit \
              1\n",

@@ -378,7 +378,7 @@ captest!(the_demo_diffs_a_planted_regression, |dir| {
         .find(|l| l.starts_with("  top difference, view driver: "))
         .unwrap_or_else(|| panic!("no top difference in: {shown}"));
     assert!(
-        top.contains("fw_alloc") && top.contains("wl_train.c:111") && top.contains("+80.0 MiB"),
+        top.contains("fw_alloc") && top.contains("wl_train.c:131") && top.contains("+80.0 MiB"),
         "{top}"
     );
     // The README shows these lines of it: they must be what the demo prints.

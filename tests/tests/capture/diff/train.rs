@@ -358,7 +358,7 @@ captest!(eight_ranks_name_the_odd_one_first, |dir| {
         assert!(line.starts_with(&format!("  rank {rank} (pid ")), "{line}");
         assert!(line.contains(": 20.0 MiB live at end, peak "), "{line}");
         assert!(
-            line.contains(", growth +1.0 MiB/step at main at wl_train.c:108 → fw_alloc (libtorch_standin.so), "),
+            line.contains(", growth +1.0 MiB/step at main at wl_train.c:128 → fw_alloc (libtorch_standin.so), "),
             "{line}"
         );
     }

@@ -228,7 +228,7 @@ fn the_readme_screenshot_is_made_from_the_current_page_of_the_demo() {
     );
     assert!(
         diagnosis.contains(
-            &"at main at wl_train.c:108 → fw_alloc (libtorch_standin.so) on device 0".to_string()
+            &"at main at wl_train.c:128 → fw_alloc (libtorch_standin.so) on device 0".to_string()
         ),
         "{diagnosis:#?}"
     );
