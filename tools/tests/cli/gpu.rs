@@ -661,6 +661,28 @@ fn an_alert_far_from_the_whole_run_s_rate_says_that_rate() {
     );
 }
 
+/// A trace without steps is judged per time window; a window is said with the time it begins,
+/// counted from the first event as `replay --at` counts time, so that the moment can be
+/// replayed (leak_comm's growth from window 47 of 128 ms: 6 s).
+#[test]
+fn a_window_says_when_it_begins() {
+    let trace = fixtures().join("leak_comm-traced.vtrace");
+    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains(
+            "\n  phases         device 0: steady from window 1 (128 ms), growth from window 47 \
+             (6 s), teardown from window 57 (7.3 s), "
+        ),
+        "{shown}"
+    );
+    vramtrace()
+        .args(["replay", "--at", "6s"])
+        .arg(&trace)
+        .assert()
+        .success();
+}
+
 /// A time past the end says the trace's span to the millisecond: 4.885 s, not a "4.9 s" that
 /// reads as reaching the 4.89 s asked.
 #[test]

@@ -24,7 +24,7 @@ use vramtrace_collector::analysis::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::live::SampleAxis;
 
 use crate::render::tables::{emit, or_unknown, table};
-use crate::render::units::{bytes, count, signed_bytes, unit};
+use crate::render::units::{bytes, count, duration, signed_bytes, unit};
 
 /// The site's label (its Python line or native function, when symbols named it) or its
 /// `module+offset`, with its owner module.
@@ -33,11 +33,13 @@ pub(crate) fn site_label(s: &SiteName) -> String {
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
 }
 
-/// `step 12` or `window 12`.
+/// `step 12`, or `window 12 (1.5 s)`: a time window with the time it begins, counted from the
+/// first event as `replay --at` counts it, so that the moment can be replayed.
 pub(crate) fn at_sample(a: &Analysis, x: u64) -> String {
-    match a.growth.axis {
-        SampleAxis::Steps => format!("step {x}"),
-        SampleAxis::Time => format!("window {x}"),
+    match (a.growth.axis, a.growth.window_ns) {
+        (SampleAxis::Time, Some(w)) => format!("window {x} ({})", duration(x * w)),
+        (SampleAxis::Time, None) => format!("window {x}"),
+        (SampleAxis::Steps, _) => format!("step {x}"),
     }
 }
 
