@@ -19,6 +19,8 @@ What must hold, for the traces of `vramtrace run` (what a PyTorch user gets):
   the allocation pattern); no other steady-growth finding; an alert; the FINDINGS headline (the
   first finding) at a planted line; a live alert, when one was raised, at a planted line;
 - of a leak, the steps counted within 5% (at least 1) of the program's;
+- the report's verdict (its second line) says the run ran out of memory exactly when it did
+  (`"oom": True` in its truth), of every trace, bare ones too;
 - a job of several ranks: the rank table names the leaking rank, its report says the above, the
   other ranks are healthy, and `diff --rank` names the planted line first; where every rank
   leaks alike (`"leaking_rank": "all"`), no rank is odd, each rank's report says the above, and
@@ -49,6 +51,19 @@ def run_json(vt, *args):
     if out.returncode not in (0, 1):
         raise SystemExit(f"error: {vt} {' '.join(args)}: {out.stderr.strip()}")
     return json.loads(out.stdout)
+
+
+def check_verdict(vt, trace, t):
+    """The report's verdict, its second line, says the run ran out of memory exactly when it did
+    (TRUTH "oom"): ahead of the findings, or with the growth that filled the device."""
+    lines = subprocess.run([vt, "report", trace], capture_output=True, text=True).stdout.splitlines()
+    line = lines[1].strip() if len(lines) > 1 else ""
+    said = "OUT OF MEMORY" in line or ", out of memory at step" in line
+    if t.get("oom") and not said:
+        return [f"the verdict does not say it ran out of memory: {line}"]
+    if said and not t.get("oom"):
+        return [f"the verdict says it ran out of memory: {line}"]
+    return []
 
 
 def facts(folder):
@@ -199,7 +214,9 @@ def main():
                     a = run_json(args.vt, "report", "--json", trace)["analysis"]
                     if a["steps"]["steps"] == 0 and not a["diagnosis"] and not a["growth"]["holders"]:
                         continue  # a helper process that made no GPU memory call of note
-                    checked.append(check_analysis(name, a, t, leaks, variant))
+                    said, problems, counts = check_analysis(name, a, t, leaks, variant)
+                    problems += check_verdict(args.vt, trace, t)
+                    checked.append((said, problems, counts))
             if not checked:
                 continue
             said = "; ".join(c[0] for c in checked)
