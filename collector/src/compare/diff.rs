@@ -143,9 +143,10 @@ impl SitePlace {
 /// One call site that changed.
 pub type SiteDiff = Row<SiteMetrics, SitePlace>;
 
-/// The changed call sites of one place — a Python line (or a native function) and the module
-/// that asked, as the verdict and the report name it — taken together: one row per place,
-/// where a line reached by several native paths is several sites.
+/// The call sites of one place that changed — a Python line (or a native function) and the
+/// module that asked, as the verdict and the report name it — taken together with its sites
+/// that did not: one row per place, where a line reached by several native paths is several
+/// sites.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlaceDiff {
     /// Its sites' numbers summed (their peaks too: an upper bound, should its paths peak at
@@ -153,12 +154,14 @@ pub struct PlaceDiff {
     /// most changed site.
     #[serde(flatten)]
     pub row: SiteDiff,
-    /// How many changed sites (native paths to the place) it holds.
+    /// How many sites (native paths to the place) it holds, changed or not.
     pub paths: usize,
 }
 
-/// `sites` (most changed first) grouped by place, most changed place first.
-fn places(sites: &[SiteDiff]) -> Vec<PlaceDiff> {
+/// `sites` (most changed first) grouped by place, most changed place first; `same`, the sites
+/// that did not change, add their numbers to a place that did (its totals are the place's, as
+/// the report's), and make none of their own.
+fn places(sites: &[SiteDiff], same: &[SiteDiff]) -> Vec<PlaceDiff> {
     let mut out: Vec<PlaceDiff> = Vec::new();
     let mut index: BTreeMap<(&str, Option<&str>), usize> = BTreeMap::new();
     let sum = |x: &mut Option<SiteMetrics>, y: &Option<SiteMetrics>| match (x.as_mut(), y) {
@@ -166,6 +169,7 @@ fn places(sites: &[SiteDiff]) -> Vec<PlaceDiff> {
         (None, Some(y)) => *x = Some(*y),
         _ => {}
     };
+    let unpaired = |h: MatchHow| matches!(h, MatchHow::OnlyInA | MatchHow::OnlyInB);
     for s in sites {
         let key = (s.label.as_str(), s.place.module.as_deref());
         match index.get(&key) {
@@ -176,7 +180,6 @@ fn places(sites: &[SiteDiff]) -> Vec<PlaceDiff> {
                 p.paths += 1;
                 // A place one of whose paths is in both runs is paired as that path is, not
                 // "only in B" after its most changed path.
-                let unpaired = |h: MatchHow| matches!(h, MatchHow::OnlyInA | MatchHow::OnlyInB);
                 if unpaired(p.row.how) && !unpaired(s.how) {
                     (p.row.how, p.row.guessed) = (s.how, s.guessed);
                 }
@@ -187,6 +190,18 @@ fn places(sites: &[SiteDiff]) -> Vec<PlaceDiff> {
                     row: s.clone(),
                     paths: 1,
                 });
+            }
+        }
+    }
+    for s in same {
+        if let Some(&i) = index.get(&(s.label.as_str(), s.place.module.as_deref())) {
+            let p = &mut out[i];
+            sum(&mut p.row.a, &s.a);
+            sum(&mut p.row.b, &s.b);
+            p.paths += 1;
+            // In both runs (it did not change): the place is paired as it is.
+            if unpaired(p.row.how) {
+                (p.row.how, p.row.guessed) = (s.how, s.guessed);
             }
         }
     }
@@ -317,7 +332,7 @@ impl Diff {
     pub fn of(a: &Profile, b: &Profile, matching: Matching, thresholds: &Thresholds) -> Self {
         let totals = TotalsDiff::of(a, b);
         let steps = StepAlignment::of(a, b);
-        let mut sites = Vec::new();
+        let (mut sites, mut same) = (Vec::new(), Vec::new());
         let (mut matched, mut guessed, mut only_in_a, mut only_in_b, mut unchanged) =
             (0, 0, 0, 0, 0);
         for pair in &matching.pairs {
@@ -329,6 +344,8 @@ impl Diff {
                     guessed += usize::from(pair.guessed);
                     if x.metrics == y.metrics {
                         unchanged += 1;
+                        // Kept for its place's sums, not listed.
+                        same.push(Row::of(side(sa), side(sb), pair, SitePlace::of(sa, sb)));
                         continue;
                     }
                 }
@@ -363,7 +380,7 @@ impl Diff {
             only_in_a,
             only_in_b,
             unchanged,
-            places: places(&sites),
+            places: places(&sites, &same),
             sites,
             files: matching.files,
             source_changes,

@@ -87,12 +87,19 @@ fn a_place_with_a_paired_path_is_paired() {
     );
     let row = text
         .lines()
-        .find(|l| l.contains("gpt_leaky.py:53 in <module> (libc10_cuda.so, 3 native paths)"))
+        .find(|l| l.contains("gpt_leaky.py:53 in <module> (libc10_cuda.so, 5 native paths)"))
         .unwrap();
     assert!(
         row.contains(" grew ") && row.trim_end().ends_with("native-stack (guess)"),
         "{row}"
     );
+    // Its totals are the place's, its paths that did not change summed in: B's 1.0 GiB in 10
+    // objects, as the report of that trace lists line 53 (the two changed paths alone held 5).
+    assert!(
+        row.contains(" 520.0 MiB     1.0 GiB   +516.0 MiB "),
+        "{row}"
+    );
+    assert!(row.contains(" 6 → 10 "), "{row}");
 }
 
 /// A cut trace: its unread events are the file's loss, not the tracer's; and a window asked of
