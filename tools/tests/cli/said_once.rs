@@ -94,7 +94,7 @@ fn a_place_with_a_paired_path_is_paired() {
         "{row}"
     );
     // Its totals are the place's, its paths that did not change summed in: B's 1.0 GiB in 10
-    // objects, as the report of that trace lists line 53 (the two changed paths alone held 5).
+    // objects, as the report of that trace lists line 53, not its changed paths alone.
     assert!(
         row.contains(" 520.0 MiB     1.0 GiB   +516.0 MiB "),
         "{row}"
