@@ -398,7 +398,7 @@ captest!(replay_times_follow_the_same_rule_as_steps, |dir| {
         &["--at", "3600s"],
         &format!(
             "error: {p}: the trace ends before 60 min after the first event (it has {n} events \
-             over {lasted}, 0 steps and 1 out-of-memory failures)"
+             over {lasted}, 0 steps and 1 out-of-memory failure)"
         ),
     );
     // A time inside the trace is reached as before.

@@ -370,11 +370,21 @@ fn ends(state: &LiveState, point: Point) -> String {
         }
         _ => String::new(),
     };
+    // Steps guessed from the allocation pattern may each span several of the program's: a step
+    // the program reached may be past the last of them.
+    let guessed = match state.step_source() {
+        StepSource::Pattern(_) => {
+            "; its steps are guessed from the allocation pattern, and one \
+                                   may span several of the program's: mark steps for its own"
+        }
+        _ => "",
+    };
+    let count = crate::render::units::count;
     format!(
-        "it has {} events{span}, {} steps and {} out-of-memory failures",
-        state.events(),
-        state.steps(),
-        state.ooms().total()
+        "it has {}{span}, {} and {}{guessed}",
+        count(state.events(), "event"),
+        count(state.steps(), "step"),
+        count(state.ooms().total(), "out-of-memory failure")
     )
 }
 

@@ -683,6 +683,28 @@ fn a_window_says_when_it_begins() {
         .success();
 }
 
+/// leak_slow ran 200 steps; without marks its steps are guessed from the allocation pattern, each
+/// one of the caching allocator's segments, four of the program's: step 100 is past the 50
+/// found, and the error says why a step the program reached may be.
+#[test]
+fn a_step_past_the_guessed_ones_says_they_were_guessed() {
+    let out = vramtrace()
+        .args(["replay", "--at", "step 100"])
+        .arg(fixtures().join("leak_slow-traced.vtrace"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.ends_with(
+            ": the trace ends before step 100 (it has 77 events, 50 steps and 0 out-of-memory \
+             failures; its steps are guessed from the allocation pattern, and one may span \
+             several of the program's: mark steps for its own)\n"
+        ),
+        "{err}"
+    );
+}
+
 /// A time past the end says the trace's span to the millisecond: 4.885 s, not a "4.9 s" that
 /// reads as reaching the 4.89 s asked.
 #[test]
