@@ -184,9 +184,9 @@ pub struct Growth {
     /// The settings every series of the trace was judged with.
     #[serde(skip)]
     config: GrowthConfig,
-    /// Samples added after a pattern's last step to every series of the driver's view.
-    #[serde(skip)]
-    quiet: u64,
+    /// Samples added after a pattern's last step to every series of the driver's view, at its
+    /// last value: the quiet after a pattern that stopped recurring long before the end.
+    pub quiet: u64,
 }
 
 impl Growth {

@@ -705,6 +705,32 @@ fn a_step_past_the_guessed_ones_says_they_were_guessed() {
     );
 }
 
+/// healthy_compile without the hooks: its pattern is torch.compile's warm-up burst (6 steps),
+/// and the 64 quiet samples after it are in every series; the Growth heading says so, or its
+/// "6 samples" and the series' "70 samples" read as two counts of one thing.
+#[test]
+fn the_quiet_after_a_pattern_is_counted_where_samples_are() {
+    let trace = fixtures().join("healthy_compile-bare.vtrace");
+    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains(
+            "\nGrowth (6 samples kept; and 64 at its last value for the quiet after the \
+             allocation pattern's last step)\n  device 0: "
+        ),
+        "{shown}"
+    );
+    assert!(shown.contains(" over 70 samples; "), "{shown}");
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let g = &doc["analysis"]["growth"];
+    assert_eq!((&g["ticks"], &g["quiet"]), (&6.into(), &64.into()));
+}
+
 /// A time past the end says the trace's span to the millisecond: 4.885 s, not a "4.9 s" that
 /// reads as reaching the 4.89 s asked.
 #[test]

@@ -156,9 +156,18 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
     let unit = unit(a);
     // A line through fewer than two samples says nothing.
     if g.holders.iter().any(|h| h.course.samples >= 2) {
+        // The quiet after a pattern that stopped recurring is in every series: said, or the
+        // series' own count reads as another number.
+        let quiet = match g.quiet {
+            0 => String::new(),
+            n => format!(
+                "; and {n} at its last value for the quiet after the allocation pattern's last \
+                 step"
+            ),
+        };
         writeln!(
             out,
-            "\nGrowth ({} kept)",
+            "\nGrowth ({} kept{quiet})",
             count(g.ticks.div_ceil(g.stride), "sample")
         )?;
         for h in g.holders.iter().filter(|h| h.course.samples >= 2) {
