@@ -731,6 +731,25 @@ fn the_quiet_after_a_pattern_is_counted_where_samples_are() {
     assert_eq!((&g["ticks"], &g["quiet"]), (&6.into(), &64.into()));
 }
 
+/// A replay before the first step mark of a trace that marks its steps: no step yet, said of
+/// that point, not "no step marks" of a trace that has 120.
+#[test]
+fn a_replay_before_the_first_mark_says_none_up_to_its_point() {
+    let out = vramtrace()
+        .args(["replay", "--at", "step 0"])
+        .arg(fixtures().join("healthy_peak-marks.vtrace"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains(
+            "\n  steps          no steps up to this point (at step 0: no step mark, no repeating \
+             allocation pattern before it): sampled per time window\n"
+        ),
+        "{shown}"
+    );
+}
+
 /// A time past the end says the trace's span to the millisecond: 4.885 s, not a "4.9 s" that
 /// reads as reaching the 4.89 s asked.
 #[test]

@@ -122,7 +122,7 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         let said = alert_line(alert, a.growth.step_ns) + &alert_against_diagnosis(a, alert);
         lines.push(line("alerted", said));
     }
-    lines.push(line("steps", steps_line(a)));
+    lines.push(line("steps", steps_line(a, when)));
     let oom = match a.ooms.total {
         0 => "none".to_string(),
         _ => super::oom_found(a),
@@ -361,8 +361,9 @@ fn lost_events(a: &Analysis) -> Option<String> {
     ))
 }
 
-/// Where the steps came from, in words.
-fn steps_line(a: &Analysis) -> String {
+/// Where the steps came from, in words; `when`, the moment the analysis is of (`at the end`,
+/// or a replay's point, before which a trace that marks steps may have marked none yet).
+fn steps_line(a: &Analysis, when: &str) -> String {
     let s = &a.steps;
     let every = s
         .step_ns
@@ -412,6 +413,10 @@ fn steps_line(a: &Analysis) -> String {
                 count(s.steps, "step"), recurring(p.in_step, p.kinds)
             )
         }
+        _ if when != "at the end" => format!(
+            "no steps up to this point ({when}: no step mark, no repeating allocation pattern \
+             before it): sampled per time window"
+        ),
         _ => "no steps (no step marks, no repeating allocation pattern): sampled per time window"
             .to_string(),
     }
