@@ -22,6 +22,16 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gpu")
 }
 
+/// What `vramtrace ARGS` printed on stdout, `ARGS` ending with the fixture `name`.
+fn stdout_of(args: &[&str], name: &str) -> String {
+    let out = vramtrace()
+        .args(args)
+        .arg(fixtures().join(name))
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn diff(extra: &[&str], a: &str, b: &str) -> (i32, Value) {
     let dir = fixtures();
     let out = vramtrace()
@@ -616,12 +626,7 @@ fn the_report_opens_with_its_verdict() {
 /// the FINDINGS line says which it is, and no finding is raised of it.
 #[test]
 fn a_pool_s_reserve_is_not_called_unusable() {
-    let out = vramtrace()
-        .arg("report")
-        .arg(fixtures().join("leak_late-marks.vtrace"))
-        .output()
-        .unwrap();
-    let shown = String::from_utf8(out.stdout).unwrap();
+    let shown = stdout_of(&["report"], "leak_late-marks.vtrace");
     let line = (shown.lines())
         .find(|l| l.starts_with("  fragmentation  "))
         .unwrap_or_default();
@@ -643,12 +648,7 @@ fn a_pool_s_reserve_is_not_called_unusable() {
 /// line of that alert says both, as its time to full differs as much.
 #[test]
 fn an_alert_far_from_the_whole_run_s_rate_says_that_rate() {
-    let out = vramtrace()
-        .arg("report")
-        .arg(fixtures().join("ranks_alike/traced-rank0-795.vtrace"))
-        .output()
-        .unwrap();
-    let shown = String::from_utf8(out.stdout).unwrap();
+    let shown = stdout_of(&["report"], "ranks_alike/traced-rank0-795.vtrace");
     let alerted = (shown.lines())
         .find(|l| l.starts_with("  alerted  "))
         .unwrap_or_default();
@@ -735,12 +735,7 @@ fn the_quiet_after_a_pattern_is_counted_where_samples_are() {
 /// that point, not "no step marks" of a trace that has 120.
 #[test]
 fn a_replay_before_the_first_mark_says_none_up_to_its_point() {
-    let out = vramtrace()
-        .args(["replay", "--at", "step 0"])
-        .arg(fixtures().join("healthy_peak-marks.vtrace"))
-        .output()
-        .unwrap();
-    let shown = String::from_utf8(out.stdout).unwrap();
+    let shown = stdout_of(&["replay", "--at", "step 0"], "healthy_peak-marks.vtrace");
     assert!(
         shown.contains(
             "\n  steps          no steps up to this point (at step 0: no step mark, no repeating \
