@@ -33,12 +33,16 @@ impl RuntimeScope {
         let api = Api::ALL
             .get((v & 0xffff).checked_sub(1)? as usize)
             .copied()?;
-        let merged = (v >> 16)
+        let merged = ((v & !MERGED_FAILED) >> 16)
             .checked_sub(1)
             .and_then(|m| Api::ALL.get(m as usize).copied());
         Some(RuntimeScope { api, merged })
     }
 }
+
+/// In a runtime word ([`ThreadState::runtime_word`]): its merged driver call failed, and made
+/// nothing.
+pub const MERGED_FAILED: u32 = 1 << 31;
 
 /// The state, laid over the eight TLS words of `tls.c`.
 #[repr(C)]
@@ -171,7 +175,8 @@ impl ThreadState {
     }
 
     /// The runtime call in progress as one word: `(api + 1) | (merged + 1) << 16`, 0 when none
-    /// (what [`RuntimeScope`] packs), for the hooks' path.
+    /// (what [`RuntimeScope`] packs), for the hooks' path; with [`MERGED_FAILED`] set when the
+    /// merged driver call failed, so that the one the runtime makes again merges too.
     #[inline]
     pub fn runtime_word(&self) -> u32 {
         self.runtime.get()
@@ -279,6 +284,9 @@ mod tests {
             merged: Some(Api::CuMemAlloc),
         };
         assert_eq!(t.replace_runtime(Some(s)), None);
+        assert_eq!(t.runtime(), Some(s));
+        // A merged call that failed keeps its name.
+        t.set_runtime_word(t.runtime_word() | MERGED_FAILED);
         assert_eq!(t.runtime(), Some(s));
         assert_eq!(t.replace_runtime(None), Some(s));
         let other = std::thread::spawn(|| current().runtime()).join().unwrap();

@@ -274,10 +274,12 @@ impl Call {
                 Layer::Driver => {
                     // The runtime call in progress (its index + 1 in the low half, a merged
                     // driver call's in the high half; see `ThreadState::runtime_word`).
+                    // A merged call that failed made nothing: the runtime's next try merges.
                     let word = t.runtime_word();
                     let outer = (word & 0xffff) as usize;
-                    if outer != 0 && word >> 16 == 0 && MERGES[outer - 1].contains(api) {
-                        t.set_runtime_word(word | (api as u32 + 1) << 16);
+                    let free = word >> 16 == 0 || word & thread::MERGED_FAILED != 0;
+                    if outer != 0 && free && MERGES[outer - 1].contains(api) {
+                        t.set_runtime_word(word & 0xffff | (api as u32 + 1) << 16);
                         Mode::Merged
                     } else {
                         call.outer = outer.checked_sub(1).map(|i| Api::ALL[i]);
@@ -312,6 +314,9 @@ impl Call {
     /// arguments and out-parameters (only called for traced calls).
     #[inline]
     pub fn end(self, result: i32, op: impl FnOnce() -> Op) {
+        if self.mode == Mode::Merged && result != 0 {
+            self.unmerge();
+        }
         if self.mode != Mode::Traced && self.mode != Mode::Dropped {
             return;
         }
@@ -369,6 +374,9 @@ impl Call {
             }
             let r = real();
             result = Some(r);
+            if call.mode == Mode::Merged && r != 0 {
+                call.unmerge();
+            }
             if !traced {
                 return;
             }
@@ -389,6 +397,19 @@ impl Call {
         }
     }
 
+    /// A merged driver call that failed made nothing: the runtime call above it keeps its name
+    /// (its event's `inner`) but marks it failed, so that the call it may make again merges too.
+    /// The CUDA runtime was seen to on the GPU: a PyTorch autograd thread's first
+    /// `cudaMallocAsync` asked `cuMemAllocAsync` twice, and the second came as an object of its
+    /// own beside the runtime's, at one address.
+    #[cold]
+    fn unmerge(&self) {
+        // SAFETY: set in `begin` from this thread's thread-local (a merged call always has it),
+        // which lives as long as the thread; a Call never leaves the thread that made it.
+        let t = unsafe { &*self.thread };
+        t.set_runtime_word(t.runtime_word() | thread::MERGED_FAILED);
+    }
+
     #[inline(always)]
     fn end_inner<W: Timer>(mut self, result: i32, op: impl FnOnce() -> Op, w: &mut W) {
         let Some(session) = self.session else { return };
@@ -399,7 +420,7 @@ impl Call {
         let mut inner = None;
         match layer {
             Layer::Runtime => {
-                let word = t.replace_runtime_word(self.saved_runtime);
+                let word = t.replace_runtime_word(self.saved_runtime) & !thread::MERGED_FAILED;
                 inner = (word >> 16).checked_sub(1).map(|i| Api::ALL[i as usize]);
             }
             Layer::Nccl => {

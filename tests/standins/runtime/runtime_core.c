@@ -266,6 +266,18 @@ RT_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *p, struct cudaExtent exte
 /* ------------------------------------------------------------------ stream-ordered and pools */
 RT_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t s)
 {
+    /* On a thread it has not set up, it asks the driver first and again once it has: the first
+     * answer an error, as the real runtime's was on a PyTorch autograd thread's first
+     * stream-ordered allocation (two cuMemAllocAsync beneath one cudaMallocAsync, seen on the
+     * GPU on 2026-12-07). */
+    if (!tls_ready) {
+        cudaError_t e = rt_global();
+        if (e != cudaSuccess)
+            return e;
+        CUresult r = rt_drv.cuMemAllocAsync((CUdeviceptr *)devPtr, size, s);
+        if (r != CUDA_ERROR_INVALID_CONTEXT)
+            return rt_map(r);
+    }
     ENSURE();
     return rt_map(rt_drv.cuMemAllocAsync((CUdeviceptr *)devPtr, size, s));
 }
