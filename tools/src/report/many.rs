@@ -193,12 +193,12 @@ fn summary_line(r: &RankRow, report: &Report<'_>) -> String {
     // The devices' growth in all, then its first cause at its own rate where that differs (as
     // the rank table's columns): the place alone beside the devices' rate read as that place's.
     let growth = format!("{}/{}", signed_bytes(r.growth), r.growth_unit.name());
-    let at = match crate::ranks::first_cause(r) {
-        cause if cause.is_empty() => cause,
-        cause => match cause.strip_prefix(&format!("{growth} ")) {
-            Some(at_site) => format!(" {at_site}"),
-            None => format!(", first cause {cause}"),
-        },
+    let at = match (r.growth_at.as_deref(), r.cause_growth) {
+        (Some(""), _) | (None, _) => String::new(),
+        (Some(_), Some(rate)) if signed_bytes(rate) != signed_bytes(r.growth) => {
+            format!(", first cause {}", crate::ranks::first_cause(r))
+        }
+        (Some(site), _) => format!(" at {site}"),
     };
     let who = match r.rank {
         Some(rank) => format!("rank {rank} (pid {})", r.pid),

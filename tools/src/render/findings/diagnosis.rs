@@ -76,8 +76,9 @@ pub fn words(a: &Analysis, top: usize, when: &str) -> Option<Diagnosis> {
 
 /// The report's answer in one line, for its head: whether the trace was read whole, the
 /// out-of-memory failures, the most urgent finding (with its rate, for growth), how many others
-/// the DIAGNOSIS lists. A user reads this line first. `in_report`: the report's FINDINGS and DIAGNOSIS follow it; else (the
-/// summary after a run) the line points at `vramtrace report` for them.
+/// the DIAGNOSIS lists. A user reads this line first. `in_report`: the report's FINDINGS and
+/// DIAGNOSIS follow it; else (the summary after a run) the line points at `vramtrace report`
+/// for them.
 pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
     let incomplete = match (gaps.is_empty(), in_report) {
         (true, _) => "",
