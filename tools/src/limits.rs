@@ -181,6 +181,15 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
                 }
                 Limit::Oom(max) => {
                     let ooms = &analysis.ooms;
+                    // A segment's snapshot carries the live set, not the failures before it: no
+                    // failure read is no proof that none came before.
+                    if let (false, Some(from)) = (ooms.total > max, analysis.steps.from_step) {
+                        gaps.push(format!(
+                            "is read from a segment's snapshot in step {from} (rotation deleted \
+                             what came before, or --last/--since left it out): out-of-memory \
+                             failures before it are not in the snapshot"
+                        ));
+                    }
                     (
                         ooms.total > max,
                         format!(

@@ -28,6 +28,18 @@ pub(super) fn kept_tensors() -> Advice {
     )
 }
 
+/// A steady growth the tracer alerted on before step `from`, where reading began.
+pub(super) fn alerted_before(from: u64) -> Advice {
+    advice(
+        format!(
+            "steady growth the tracer's live analysis saw in the steps before step {from}, \
+             where reading began: the steps read are too few to show it again"
+        ),
+        "read more of the run for the line and its rate (`report` without --last/--since, or \
+         `replay` from an earlier step); what the alert names is where to look first",
+    )
+}
+
 /// A steady growth of memory `owner` asked for (`module` its file name); `asked`: the line is
 /// where an allocator asked the driver for memory, not necessarily the one that keeps it;
 /// `hooked`: the trace has PyTorch's hooks (their recorder, not its history yet where judged).

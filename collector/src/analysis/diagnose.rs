@@ -15,7 +15,7 @@ use super::oom::OomReport;
 use super::orphans::Orphans;
 use super::owner::OwnerKind;
 use super::site::SiteName;
-use super::Framework;
+use super::{Framework, RaisedAlert};
 use crate::live::{Holder, SampleAxis};
 
 /// A one-off peak smaller than this share of its device's highest point is not worth a note.
@@ -126,6 +126,7 @@ pub(crate) fn diagnose(
     device_peak: Option<u64>,
     at_end: bool,
     framework: &Framework,
+    carried: (&[RaisedAlert], Option<u64>),
 ) -> Vec<Finding> {
     let mut steady: Vec<Finding> = causes::group(&growth.steady)
         .iter()
@@ -139,6 +140,7 @@ pub(crate) fn diagnose(
             .then(rate(b).total_cmp(&rate(a)))
     });
     let mut out = steady;
+    out.extend(alerted_before(carried.0, carried.1, &out));
     for k in &orphans.by_kind {
         let Advice { cause, fix } = advice::orphan(k.kind);
         let example = orphans.objects.iter().find(|o| o.kind == k.kind);
@@ -210,7 +212,11 @@ pub(crate) fn diagnose(
     }
     out.extend(one_off(growth, device_peak));
     let named: Vec<SiteName> = out.iter().filter_map(|f| f.site.clone()).collect();
-    out.extend(teardown_only(growth, leaks, at_end, &named));
+    let alerted: Vec<SiteName> = (out.iter())
+        .filter(|f| f.evidence.alerted_at_step.is_some())
+        .filter_map(|f| f.site.clone())
+        .collect();
+    out.extend(teardown_only(growth, leaks, at_end, &named, &alerted));
     // Stable: steady growth keeps its order within a severity.
     out.sort_by_key(|f| (f.severity, f.class));
     out
@@ -258,6 +264,46 @@ fn one_off(growth: &Growth, device_peak: Option<u64>) -> Option<Finding> {
     })
 }
 
+/// The growth the tracer alerted on before where reading began (a segment's snapshot: rotation
+/// deleted what came before, or `--last`/`--since` left it out), on a device whose samples read
+/// show no alerting growth: the live analysis saw the steps before, which the reading does not,
+/// and a slow leak needs many steps to show. One finding per device, its latest alert: an
+/// alert already raised is never outranked by the few steps read after it.
+fn alerted_before(alerts: &[RaisedAlert], from: Option<u64>, found: &[Finding]) -> Vec<Finding> {
+    let Some(from) = from else {
+        return Vec::new();
+    };
+    let mut out: Vec<Finding> = Vec::new();
+    for raised in alerts.iter().rev() {
+        let a = &raised.alert;
+        let device = Holder::Device { device: a.device };
+        let known = (found.iter().chain(&out))
+            .any(|f| f.severity == Severity::Alert && f.holder == Some(device));
+        if known {
+            continue;
+        }
+        let Advice { cause, fix } = advice::alerted_before(from);
+        out.push(Finding {
+            class: FindingClass::SteadyGrowth,
+            severity: Severity::Alert,
+            holder: Some(device),
+            site: raised.site.clone(),
+            cause,
+            fix,
+            evidence: Evidence {
+                bytes: a.live_bytes,
+                rate: Some(a.rate as f64),
+                steps_to_full: a.steps_to_full.map(|s| s as f64),
+                seconds_to_full: a.seconds_to_full.map(|s| s as f64),
+                alerted_at_step: Some(a.step),
+                ..Evidence::default()
+            },
+            related: Vec::new(),
+        });
+    }
+    out
+}
+
 /// What stays live to the end without growing: released by the exit, not a leak (said only of
 /// the live set at the end of a trace, not where a replay stopped).
 fn teardown_only(
@@ -265,6 +311,7 @@ fn teardown_only(
     leaks: &Leaks,
     at_end: bool,
     named: &[SiteName],
+    alerted: &[SiteName],
 ) -> Option<Finding> {
     // What grows, in any view: a place of a steady row, or its Python line (the recorder's row
     // of a line and the driver's segments asked for there are one cause, not a leak and a
@@ -272,8 +319,10 @@ fn teardown_only(
     let same_line = |a: &SiteName, b: &SiteName| {
         (a.source.as_ref()).is_some_and(|x| b.source.as_ref().is_some_and(|y| x.same_line(y)))
     };
+    // A place the tracer alerted on before where reading began grew too, where not read.
     let growing = |s: &SiteName| {
-        (growth.steady.iter()).any(|g| g.site.place == s.place || same_line(&g.site, s))
+        (growth.steady.iter().map(|g| &g.site).chain(alerted))
+            .any(|g| g.place == s.place || same_line(g, s))
     };
     let held: Vec<_> = leaks
         .sites

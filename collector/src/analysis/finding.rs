@@ -97,6 +97,10 @@ pub struct Evidence {
     /// latest actions): the first sample it holds whole; a growth from there may have begun
     /// earlier.
     pub history_from: Option<u64>,
+    /// For steady growth the samples read do not show: the step at which the tracer's live
+    /// analysis, which saw the run before where reading began, alerted on it (`rate` is the
+    /// alert's, per its unit).
+    pub alerted_at_step: Option<u64>,
 }
 
 /// Another view of the same cause: a row of steady growth that is evidence of the finding's

@@ -168,6 +168,8 @@ pub struct Growth {
     pub alert_fraction: f64,
     pub horizon_steps: u64,
     pub horizon_ns: u64,
+    /// Least samples for a verdict other than flat.
+    pub min_samples: usize,
     /// Whether any holder alerts.
     pub alert: bool,
     /// Every holder.
@@ -296,9 +298,14 @@ fn full_at(
     (at >= config.min_samples).then_some(at)
 }
 
-/// The axis a state's growth is read on: steps when at least two were sampled, else time.
+/// The axis a state's growth is read on: steps when at least two were sampled, else time. A
+/// reading begun at a segment's snapshot in a run with steps stays on steps when it sampled
+/// any: the few milliseconds of the steps read, cut into time windows, would show the
+/// snapshot's objects as a rise and judge the steps of a run by its moments.
 pub(crate) fn axis_of(state: &LiveState) -> SampleAxis {
-    if state.samples(SampleAxis::Steps).0 >= 2 {
+    let sampled = state.samples(SampleAxis::Steps).0;
+    let restored = state.restored().is_some() && state.steps() > 0;
+    if sampled >= 2 || (restored && sampled >= 1) {
         SampleAxis::Steps
     } else {
         SampleAxis::Time
@@ -707,6 +714,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         alert_fraction: config.alert_fraction,
         horizon_steps: config.horizon_steps,
         horizon_ns: config.horizon_ns,
+        min_samples: config.min_samples,
         alert: holders.iter().any(|h| h.alert),
         holders,
         steady,

@@ -236,6 +236,10 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framewo
     fragmentation.oom_relief = framework.oom_relief;
     let ooms = ooms(state, config);
     let device_peak = peaks.highest_device().map(|p| p.peak.bytes);
+    let alerts: Vec<RaisedAlert> = (state.alerts().iter())
+        .map(|a| RaisedAlert::of(state, a))
+        .collect();
+    let steps = step_info(state);
     let diagnosis = diagnose(
         &growth,
         &leaks,
@@ -245,6 +249,7 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framewo
         device_peak,
         state.end().is_some(),
         &framework,
+        (&alerts, steps.from_step),
     );
     let found = row_findings(&growth, &diagnosis);
     for (row, found) in growth.steady.iter_mut().zip(found) {
@@ -258,7 +263,7 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framewo
         None => (1, 0, false),
     });
     Analysis {
-        steps: step_info(state),
+        steps,
         orphans,
         growth,
         leaks,
@@ -267,10 +272,6 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framewo
         fragmentation,
         anomalies: anomalies(state),
         diagnosis,
-        alerts: state
-            .alerts()
-            .iter()
-            .map(|a| RaisedAlert::of(state, a))
-            .collect(),
+        alerts,
     }
 }

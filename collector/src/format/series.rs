@@ -394,15 +394,21 @@ impl SeriesReader {
                 self.current = reader.read_ahead();
                 self.passing = before == self.events;
                 if before != self.events {
+                    let (index, previous) = (next.index(), self.files[self.at - 1].index());
+                    let why = match index.checked_sub(previous + 1) {
+                        Some(0) | None => {
+                            format!("segment {index} does not begin where segment {previous} ended")
+                        }
+                        Some(1) => format!("segment {} is not there", previous + 1),
+                        Some(_) => format!("segments {}-{} are not there", previous + 1, index - 1),
+                    };
                     self.unread.push(Unread {
                         offset: self.done.0,
                         bytes: 0,
                         events: before.checked_sub(self.events),
                         reason: format!(
-                            "{}: segment {} does not begin where the one before ended; reading \
-                             starts again from its snapshot",
+                            "{}: {why}; reading starts again from segment {index}'s snapshot",
                             next.path.display(),
-                            next.index()
                         ),
                         torn: false,
                     });

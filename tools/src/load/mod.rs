@@ -80,6 +80,17 @@ impl LoadedTrace {
             };
             gaps.push(format!("is cut short ({}{lost})", self.ending.describe()));
         }
+        // A segment missing from the middle of the trace (or one cut short before the next
+        // began): no byte is damaged, but the events between the two are not there.
+        for u in damaged.iter().filter(|u| u.bytes == 0) {
+            let events = u.events.map_or("events".to_string(), |n| {
+                crate::render::units::count(n, "event")
+            });
+            gaps.push(format!(
+                "is missing {events} between segments ({})",
+                u.reason
+            ));
+        }
         let unread: u64 = damaged.iter().map(|u| u.bytes).sum();
         if unread > 0 {
             gaps.push(format!(

@@ -95,6 +95,9 @@ pub struct SegmentFacts {
     pub last_there: u32,
     pub first_read: u32,
     pub last_read: u32,
+    /// Segments between the first and the last there whose files are not there: their events
+    /// are not read (the reading starts again from the next one's snapshot).
+    pub missing: Vec<u32>,
     /// Where reading was asked to start (`--last`, `--since`, a replay's point); `null`: the
     /// first segment there.
     pub from: Option<String>,
@@ -123,9 +126,20 @@ impl SegmentFacts {
     pub fn describe(&self) -> String {
         use crate::render::units::{bytes, duration};
         let there = (self.first_there..=self.last_there).count();
-        let mut text = match there {
-            1 => format!("{} on disk", self.first_there),
-            _ => format!("{}-{} on disk", self.first_there, self.last_there),
+        let mut text = match (there, self.missing.as_slice()) {
+            (1, _) => format!("{} on disk", self.first_there),
+            (_, []) => format!("{}-{} on disk", self.first_there, self.last_there),
+            (_, missing) => {
+                let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+                let on_disk: Vec<u32> = (self.first_there..=self.last_there)
+                    .filter(|i| !missing.contains(i))
+                    .collect();
+                format!(
+                    "{} on disk; MISSING: {} (their events are not read)",
+                    list(&on_disk),
+                    list(missing)
+                )
+            }
         };
         if self.first_read > self.first_there {
             text += &format!("; read from segment {}", self.first_read);
@@ -207,6 +221,9 @@ impl SegmentFacts {
             last_there: series.last().index(),
             first_read: files[start].index(),
             last_read: files[(start + read).saturating_sub(1).min(files.len() - 1)].index(),
+            missing: (series.first().index()..series.last().index())
+                .filter(|i| !files.iter().any(|f| f.index() == *i))
+                .collect(),
             from: from
                 .describe()
                 .map(|asked| match start == 0 && removed_point(series, from) {

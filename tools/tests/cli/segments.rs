@@ -372,3 +372,134 @@ fn the_chunk_a_segmented_trace_is_cut_inside_is_the_cut_not_damage() {
     );
     assert!(!incomplete.contains("damaged"), "{incomplete}");
 }
+
+/// A segment missing from the middle of a trace (deleted by hand, or never copied) is a gap:
+/// said in the head of the report, listed in the JSON, and no limit passes it.
+#[test]
+fn a_missing_segment_is_said_and_never_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    std::fs::remove_file(&files[2]).unwrap();
+    let t = files[0].to_str().unwrap();
+    let all = json(&["report", "--json", t]);
+    assert_eq!(
+        all["reading"]["segments"]["missing"],
+        serde_json::json!([3])
+    );
+    let out = vramtrace()
+        .args(["report", "--fail-on", "leak=1GiB", t])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let limits = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    let line = text.lines().find(|l| l.starts_with("  segments")).unwrap();
+    assert!(
+        line.starts_with(
+            "  segments  1, 2, 4, 5, 6 on disk; MISSING: 3 (their events are not read), from"
+        ),
+        "{line}"
+    );
+    let gap = format!(
+        "  not checked: the trace is missing 13 events between segments ({}: segment 3 is not \
+         there; reading starts again from segment 4's snapshot)",
+        files[3].display()
+    );
+    assert!(limits.contains(&gap), "{limits}");
+}
+
+/// A segment's snapshot carries the live set, not the failures before it: in a trace whose
+/// first segments rotation removed, an out-of-memory failure read fails the limit, and none
+/// read passes nothing.
+#[test]
+fn the_oom_limit_of_a_rotated_trace_never_passes_what_it_did_not_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    std::fs::remove_file(&files[0]).unwrap();
+    let t = files[1].to_str().unwrap();
+    let run = |limit: &str| {
+        let out = vramtrace()
+            .args(["report", "--fail-on", limit, t])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, text) = run("oom");
+    eprintln!("{text}");
+    assert_eq!(code, Some(1), "the failure at the end is read: {text}");
+    let (code, text) = run("oom=1");
+    eprintln!("{text}");
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains(
+        "  not checked: the trace is read from a segment's snapshot in step 2 (rotation deleted \
+         what came before, or --last/--since left it out): out-of-memory failures before it \
+         are not in the snapshot"
+    ), "{text}");
+}
+
+/// An answer about the end of a long job reads its last segment, whose few steps cannot show a
+/// slow leak: the alert the tracer raised before is the verdict, at its place, not a
+/// teardown-only note about the same memory.
+#[test]
+fn the_last_segments_verdict_is_the_alert_raised_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    let t = files[0].to_str().unwrap();
+    let out = vramtrace()
+        .args(["report", "--last", "0", t])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |head: &str| {
+        text.lines()
+            .find(|l| l.starts_with(head))
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        line("  verdict"),
+        "  verdict   OUT OF MEMORY (1 failure: cudaMalloc of 64.0 GiB on device 0 at step 12 \
+         with 14.0 MiB live); ALERT: steady growth at train.py:42 in step (libtorch_cuda.so) on \
+         device 0, +1.0 MiB per step; 1 more finding (DIAGNOSIS below)"
+    );
+    assert_eq!(
+        line("  growth "),
+        "  growth         STEADY GROWTH on device 0: +1.0 MiB per step at train.py:42 in step \
+         (libtorch_cuda.so), as the tracer alerted at step 10 (the steps read, from step 11, do \
+         not show it)"
+    );
+    // The memory of the leak is not what the exit releases: the note names the other place.
+    assert_eq!(
+        line("  2. note"),
+        "  2. note: teardown-only at libnccl.so.2+0x500 (libnccl.so.2)"
+    );
+    let last = json(&["report", "--json", "--last", "0", t]);
+    let first = &last["analysis"]["diagnosis"][0];
+    assert_eq!(first["severity"], "alert", "{first}");
+    assert_eq!(first["evidence"]["alerted_at_step"], TRAINING_ALERT_STEP);
+    assert_eq!(first["evidence"]["rate"], 1048576.0);
+    // The whole trace judges the growth itself: no finding rests on the alert there.
+    let all = json(&["report", "--json", t]);
+    let first = &all["analysis"]["diagnosis"][0];
+    assert_eq!(
+        first["evidence"]["alerted_at_step"],
+        serde_json::Value::Null
+    );
+    assert_eq!(first["evidence"]["rises"], 11, "{first}");
+    // A replay reads from the segment its point lies in: a step or two read there are too few
+    // to judge, and are said to be, on the steps of the run (not its milliseconds as windows).
+    let out = vramtrace()
+        .args(["replay", "--at", "step 3", t])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("  growth ")).unwrap();
+    assert_eq!(
+        line,
+        "  growth         not judged: 1 sample read since step 2, where reading began (at least 4 \
+         are needed)"
+    );
+    assert!(!text.contains("window"), "{text}");
+}

@@ -121,6 +121,7 @@ pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
     // A step the analysis guessed from the allocation pattern may span several of the
     // program's (the FINDINGS' steps line says why): the rate's unit says it was guessed.
     let unit = match (a.steps.source, a.growth.axis) {
+        _ if first.evidence.alerted_at_step.is_some() => super::rate_unit(a, first),
         ("pattern", SampleAxis::Steps) => "per guessed step".to_string(),
         _ => unit(a),
     };
@@ -260,6 +261,18 @@ fn allocator_of(owner: OwnerKind) -> &'static str {
 fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
     let e = &f.evidence;
     match f.class {
+        FindingClass::SteadyGrowth if e.alerted_at_step.is_some() => {
+            // The growth the tracer saw before where reading began: its alert is the evidence.
+            match super::alert_of(a, f) {
+                Some(r) => format!(
+                    "the tracer's alert {}; the steps read, from step {}, show no steady growth \
+                     on the device",
+                    super::alert_line(r, a.growth.step_ns),
+                    a.steps.from_step.unwrap_or(0)
+                ),
+                None => format!("{} {}", signed_bytes(e.rate.unwrap_or(0.0)), unit(a)),
+            }
+        }
         FindingClass::SteadyGrowth => {
             let mut parts = vec![format!(
                 "{} {}",

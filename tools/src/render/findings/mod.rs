@@ -19,7 +19,7 @@ use summary::{full_in, summary};
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::{Analysis, Role, Shape, SiteName};
+use vramtrace_collector::analysis::{Analysis, Finding, Role, Shape, SiteName};
 use vramtrace_collector::analysis::{HolderGrowth, SiteGrowth};
 use vramtrace_collector::live::SampleAxis;
 
@@ -31,6 +31,30 @@ use crate::render::units::{bytes, count, duration, signed_bytes, unit};
 pub(crate) fn site_label(s: &SiteName) -> String {
     let place = s.label.as_deref().unwrap_or(&s.site);
     format!("{place} ({})", or_unknown(s.module_name.as_deref()))
+}
+
+/// The tracer's alert a finding rests on, when it rests on one (growth the tracer saw before
+/// where reading began).
+pub(crate) fn alert_of<'a>(
+    a: &'a Analysis,
+    f: &Finding,
+) -> Option<&'a vramtrace_collector::analysis::RaisedAlert> {
+    let step = f.evidence.alerted_at_step?;
+    (a.alerts.iter()).rfind(|r| {
+        r.alert.step == step
+            && f.holder
+                == Some(vramtrace_collector::live::Holder::Device {
+                    device: r.alert.device,
+                })
+    })
+}
+
+/// What a finding's rate is per: the analysis's step or window, or its alert's.
+pub(crate) fn rate_unit(a: &Analysis, f: &Finding) -> String {
+    match alert_of(a, f) {
+        Some(r) => alert_unit(&r.alert),
+        None => unit(a),
+    }
 }
 
 /// `step 12`, or `window 12 (1.5 s)`: a time window with the time it begins, counted from the

@@ -123,8 +123,12 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
         lines.push(line("alerted", said));
     }
     lines.push(line("steps", steps_line(a, when)));
-    let oom = match a.ooms.total {
-        0 => "none".to_string(),
+    let oom = match (a.ooms.total, a.steps.from_step) {
+        (0, None) => "none".to_string(),
+        // A segment's snapshot does not carry the failures before it.
+        (0, Some(from)) => format!(
+            "none since step {from}, where reading began (failures before it are not known)"
+        ),
         _ => super::oom_found(a),
     };
     lines.push(line("out of memory", oom));
@@ -156,8 +160,9 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
     // Read from a segment's snapshot: a higher point before it is not known.
     let since = a.peaks.from_event.map_or(String::new(), |n| {
         format!(
-            "; the highest since event {n}, where reading began (what came before is not read: \
-             rotation deleted it, or --last/--since)"
+            "; the highest since event {n}, where reading began at a segment's snapshot (what \
+             came before is not read: rotation deleted it, or --last, --since or the replay's \
+             point started later)"
         )
     });
     for p in &a.peaks.holders {
@@ -256,7 +261,21 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
         .filter(|f| f.class == FindingClass::SteadyGrowth)
         .collect();
     let Some(top) = causes.first() else {
-        return "no steady growth".to_string();
+        // Reading begun at a segment's snapshot a few samples before: too few to judge.
+        let samples = (a.growth.holders.iter())
+            .filter(|h| matches!(h.holder, Holder::Device { .. }))
+            .map(|h| h.course.samples)
+            .max()
+            .unwrap_or(0);
+        return match a.steps.from_step {
+            Some(from) if samples < a.growth.min_samples => format!(
+                "not judged: {} read since step {from}, where reading began (at least {} are \
+                 needed)",
+                count(samples as u64, "sample"),
+                a.growth.min_samples
+            ),
+            _ => "no steady growth".to_string(),
+        };
     };
     let holder = top.holder.unwrap_or(Holder::Host);
     let h = a.growth.holders.iter().find(|h| h.holder == holder);
@@ -295,6 +314,16 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
         )
     };
     let place = top.site.as_ref().map_or("?".to_string(), site_label);
+    if let Some(raised) = super::alert_of(a, top) {
+        // Growth the steps read do not show: the tracer's alert, said as such.
+        return format!(
+            "{what}: {rate} {} at {place}, as the tracer alerted at step {} (the steps read, \
+             from step {}, do not show it)",
+            super::alert_unit(&raised.alert),
+            raised.alert.step,
+            a.steps.from_step.unwrap_or(0)
+        );
+    }
     format!("{what}: {rate} {unit} at {place}{others}{full}")
 }
 
