@@ -102,10 +102,11 @@ pub struct ThresholdArgs {
     /// Largest increase of the devices' peak.
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
     pub max_peak: u64,
-    /// Largest increase of steady growth per step (1MiB/step; checked when both runs have
-    /// steps).
-    #[arg(long, value_name = "SIZE/step", default_value = "1MiB/step", value_parser = parse_rate)]
-    pub max_growth: u64,
+    /// Largest increase of steady growth per step [default: 1MiB/step]. Compared when both
+    /// runs count steps alike; given here, a pair that cannot compare it (a run without steps)
+    /// gets no verdict (exit 2).
+    #[arg(long, value_name = "SIZE/step", value_parser = parse_rate)]
+    pub max_growth: Option<u64>,
     /// Largest increase of the number of orphans (memory whose owner is gone).
     #[arg(long, value_name = "N", default_value = "0", value_parser = parse_orphans)]
     pub max_orphans: u64,
@@ -126,7 +127,7 @@ impl ThresholdArgs {
         Thresholds {
             live_bytes: self.max_live,
             peak_bytes: self.max_peak,
-            growth_per_step: self.max_growth,
+            growth_per_step: (self.max_growth).unwrap_or(Thresholds::default().growth_per_step),
             orphans: self.max_orphans,
             orphan_bytes: self.max_orphan_bytes,
             failures: self.max_failures,
@@ -164,7 +165,7 @@ mod tests {
         let args = Diff::parse_from(["diff", "a.vtrace", "b.vtrace"]).args;
         assert_eq!(args.thresholds.thresholds(), Thresholds::default());
         let args = Diff::parse_from(["diff", "--max-growth", "2MiB/step", "a", "b"]).args;
-        assert_eq!(args.thresholds.max_growth, 2 << 20);
+        assert_eq!(args.thresholds.max_growth, Some(2 << 20));
         assert_eq!(parse_orphans("3"), Ok(3));
         assert_eq!(
             parse_orphans("1MiB"),

@@ -352,6 +352,26 @@ fn leave_out_rotated(diff: &mut Diff, runs: &[(&str, &Compared)]) {
     }
 }
 
+/// `--max-growth` given, where a pair cannot compare growth per step (a run without steps, or
+/// the two counting steps differently): a limit asked for and not checked is a gap of the pair,
+/// never a pass, as `check --max-growth` and `--fail-on growth=SIZE` have it.
+fn growth_asked_for(c: &mut Comparison) {
+    let why = "--max-growth cannot be compared with its growth (mark steps with \
+               vramtrace_mark_step(), or name an NVTX range with VRAMTRACE_STEP_RANGE)";
+    let (a, b) = (c.a.step_source, c.b.step_source);
+    for run in [&mut c.a, &mut c.b] {
+        if run.step_source == "none" {
+            run.gaps.push(format!("has no steps: {why}"));
+        }
+    }
+    if a != b && a != "none" && b != "none" {
+        c.b.gaps.push(format!(
+            "counts its steps from {b}, and run A from {a}: --max-growth cannot be compared \
+             (mark steps in both runs)"
+        ));
+    }
+}
+
 /// Runs `vramtrace diff`; the exit code is 1 when a comparison found a regression.
 pub fn run(args: &DiffArgs) -> Result<u8> {
     let thresholds = args.thresholds.thresholds();
@@ -363,6 +383,10 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
     } else {
         two_runs(args, growth, &sources, &thresholds)?
     };
+    let mut comparisons = comparisons;
+    if args.thresholds.max_growth.is_some() {
+        comparisons.iter_mut().for_each(growth_asked_for);
+    }
     let regression = comparisons.iter().any(|c| c.diff.verdict.regression);
     let mut out = crate::output::reader_gone::stdout();
     if args.json {

@@ -1027,6 +1027,32 @@ fn a_new_growth_is_judged_when_only_b_counts_steps() {
     assert_eq!(d["verdict"]["new_growth"], Value::Array(vec![]));
 }
 
+// `--max-growth` given is a limit asked for: where B has no steps to compare it on (the bare
+// run of the rank that keeps 8 MiB a step), the pair has no verdict (exit 2), as `check
+// --max-growth` has it; left at its default, the note says growth was not compared.
+#[test]
+fn a_growth_limit_asked_for_and_not_compared_gives_no_verdict() {
+    let pair = (
+        "ranks_gloo/traced-rank0-2009.vtrace",
+        "h100/ranks_gloo-rank2-bare.vtrace",
+    );
+    let wide = ["--max-live", "1GiB", "--max-peak", "1GiB"];
+    let (code, d) = diff(&wide, pair.0, pair.1);
+    assert_eq!(code, 0, "{}", d["verdict"]);
+    let asked = [&wide[..], &["--max-growth", "1MiB/step"]].concat();
+    let (code, d) = diff(&asked, pair.0, pair.1);
+    assert_eq!(code, 2, "{}", d["verdict"]);
+    assert_eq!(d["verdict"]["regression"], Value::Null);
+    let gaps = d["b"]["gaps"].as_array().unwrap();
+    assert_eq!(
+        gaps[..],
+        [Value::from(
+            "has no steps: --max-growth cannot be compared with its growth (mark steps with \
+             vramtrace_mark_step(), or name an NVTX range with VRAMTRACE_STEP_RANGE)"
+        )]
+    );
+}
+
 // Another program against the healthy one: the raw `cudaMalloc` of `leak_extension.py` (3 MiB a
 // step at line 39, libleaky.so) is the verdict's new growth, and the line under the verdict names
 // it too — not the healthy run's loss line, gone from B with more bytes (384 MiB) than the leak
