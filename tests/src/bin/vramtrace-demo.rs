@@ -69,12 +69,16 @@ fn training_loop(variant: Option<&str>) -> Command {
     c
 }
 
-/// `--program [VARIANT]`: the training loop alone, its exit code passed on.
+/// `--program [VARIANT]`: the training loop alone, in place of this process (exec): a signal
+/// sent to the program a user started (`vramtrace run` passing on a CI job's SIGTERM) reaches
+/// the loop, and its exit status is the program's.
 fn program(variant: Option<&str>) -> Result<ExitCode, String> {
-    let status = training_loop(variant)
-        .status()
-        .map_err(|e| format!("cannot run {}: {e}", workload("wl_train").display()))?;
-    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+    use std::os::unix::process::CommandExt;
+    let error = training_loop(variant).exec();
+    Err(format!(
+        "cannot run {}: {error}",
+        workload("wl_train").display()
+    ))
 }
 
 /// The demo's own traces named `prefix<pid>.vtrace` in its directory, newest last: files of
