@@ -30,7 +30,7 @@ use vramtrace_collector::torch::View;
 
 pub use args::{DiffArgs, EXAMPLES};
 
-use crate::load::inputs::{expand, load_all, Run};
+use crate::load::inputs::{expand, expand_readable, load_all, Run};
 use crate::load::ReadFrom;
 use crate::ranks::{headline, rank_input, who};
 
@@ -465,15 +465,33 @@ fn two_runs(
             crate::render::units::count(args.inputs.len() as u64, "input")
         ));
     };
-    let (a_paths, b_paths) = (
-        expand(std::slice::from_ref(a))?,
-        expand(std::slice::from_ref(b))?,
+    // A job where one rank died before its tracer wrote is still compared by its other ranks;
+    // the trace that cannot be read is said, and the comparison has no verdict (exit 2).
+    let (a_found, b_found) = (
+        expand_readable(std::slice::from_ref(a))?,
+        expand_readable(std::slice::from_ref(b))?,
     );
+    let cannot: Vec<String> = [("A", &a_found), ("B", &b_found)]
+        .iter()
+        .flat_map(|(name, found)| {
+            (found.unreadable.iter()).map(move |u| {
+                // The reader's error names the file.
+                let error = match u.error.starts_with(&u.path) {
+                    true => u.error.clone(),
+                    false => format!("{}: {}", u.path, u.error),
+                };
+                format!("a trace of run {name} cannot be read ({error}); not compared")
+            })
+        })
+        .collect();
+    let (a_paths, b_paths) = (a_found.traces, b_found.traces);
     let all: Vec<PathBuf> = a_paths.iter().chain(&b_paths).cloned().collect();
     let mut compared = load_all(&all, ReadFrom::First, growth, profile_of)?;
     let b_runs = compared.split_off(a_paths.len());
     let a_runs = compared;
+    // The unreadable trace first: it is why its rank has no pair.
     let (pairs, unpaired) = pair_runs(&a_runs, &b_runs)?;
+    let unpaired = cannot.into_iter().chain(unpaired).collect();
     // A trace against itself (a directory holding the file given as the other run, or two
     // segments of one trace, each read as the whole): nothing can differ, and "no regression"
     // would pass a gate that compared nothing. One process wrote both.

@@ -956,6 +956,25 @@ fn a_rank_one_run_lacks_is_not_compared_and_said() {
     assert_eq!(doc["regression"], Value::Null);
     assert_eq!(doc["unpaired"], serde_json::json!([only]));
     assert_eq!(doc["pairs"].as_array().unwrap().len(), 3);
+    // Rank 2's trace there but empty (the rank died before its tracer wrote): said first, as
+    // why its rank has no pair, and the other ranks compared all the same.
+    let empty = a.path().join("traced-rank2-2011.vtrace");
+    std::fs::write(&empty, b"").unwrap();
+    let out = vramtrace()
+        .args(["diff", "--json"])
+        .arg(a.path())
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cannot = format!(
+        "a trace of run A cannot be read ({}: the trace is empty (0 bytes): the tracer wrote \
+         nothing to it (it had not begun, or the process was killed first)); not compared",
+        empty.display()
+    );
+    assert_eq!(doc["unpaired"], serde_json::json!([cannot, only]));
+    assert_eq!(doc["pairs"].as_array().unwrap().len(), 3);
 }
 
 // A run with step marks against one whose steps are a repeating allocation: the verdict stands,
