@@ -79,6 +79,9 @@ pub struct Measured {
     pub note: Option<String>,
     /// Whether the trace's number could be compared with the limit at all.
     pub compared: bool,
+    /// Whether the trace was read in full (no gap): a limit not exceeded in part of a trace
+    /// is not checked (`--` in the text), not `ok`.
+    pub whole: bool,
 }
 
 impl serde::Serialize for Measured {
@@ -88,10 +91,16 @@ impl serde::Serialize for Measured {
             Limit::GrowthAlert => None,
             Limit::Growth(n) | Limit::Leak(n) | Limit::Orphans(n) | Limit::Oom(n) => Some(n),
         };
-        let mut m = s.serialize_struct("Measured", 5)?;
+        let mut m = s.serialize_struct("Measured", 6)?;
         m.serialize_field("limit", self.limit.name())?;
         m.serialize_field("max", &max)?;
         m.serialize_field("exceeded", &self.exceeded)?;
+        let verdict = match (self.exceeded, self.whole) {
+            (true, _) => "failed",
+            (false, true) => "ok",
+            (false, false) => "not-checked",
+        };
+        m.serialize_field("verdict", verdict)?;
         m.serialize_field("found", &self.found)?;
         m.serialize_field("note", &self.note)?;
         m.end()
@@ -132,7 +141,7 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
     let per_window = analysis.growth.axis == SampleAxis::Time;
     let any_device =
         (analysis.growth.holders.iter()).any(|h| matches!(h.holder, Holder::Device { .. }));
-    limits
+    let measured = limits
         .iter()
         .map(|&limit| {
             let compared = !(per_window && matches!(limit, Limit::Growth(_)));
@@ -224,8 +233,15 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
                 found,
                 note,
                 compared,
+                whole: true,
             }
         })
+        .collect::<Vec<_>>();
+    // Gaps found measuring one limit (a trace without steps) leave every other unchecked too.
+    let whole = gaps.is_empty();
+    measured
+        .into_iter()
+        .map(|m| Measured { whole, ..m })
         .collect()
 }
 

@@ -36,6 +36,11 @@ struct Document<'a> {
     reports: Vec<&'a Report<'a>>,
     /// The traces that could not be read, in none of the above.
     unreadable: &'a [Unreadable],
+    /// With `--fail-on`: the verdict of every trace together, as the exit code gives it
+    /// (`not-checked`, exit 2, when a trace cannot be read or was not checked in full;
+    /// `failed`, 1; `ok`, 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits_verdict: Option<&'static str>,
 }
 
 /// Reports the traces at `paths`.
@@ -78,6 +83,7 @@ pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
             ranks: &rows,
             reports: in_order.clone(),
             unreadable: &found.unreadable,
+            limits_verdict: limits_verdict(args, &in_order, found),
         };
         serde_json::to_writer_pretty(&mut out, &doc)
             .map_err(std::io::Error::from)
@@ -91,6 +97,29 @@ pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
         .map(|u| format!("{} cannot be read", u.path))
         .collect();
     super::fail_on(args, &in_order, unread)
+}
+
+/// The verdict of `--fail-on` over every trace (`None` without limits).
+fn limits_verdict(
+    args: &ReportArgs,
+    reports: &[&Report<'_>],
+    found: &Readable,
+) -> Option<&'static str> {
+    if args.fail_on.is_empty() {
+        return None;
+    }
+    let verdicts: Vec<&str> = (reports.iter())
+        .filter_map(|r| r.limits.as_ref().map(|c| c.verdict))
+        .collect();
+    Some(
+        if !found.unreadable.is_empty() || verdicts.contains(&"not-checked") {
+            "not-checked"
+        } else if verdicts.contains(&"failed") {
+            "failed"
+        } else {
+            "ok"
+        },
+    )
 }
 
 fn text_reports(

@@ -67,6 +67,7 @@ fn report_json_holds_the_limits_and_their_verdict() {
     assert_eq!(ok["limits"][0]["limit"], "leak");
     assert_eq!(ok["limits"][0]["max"], 1u64 << 30);
     assert_eq!(ok["limits"][0]["exceeded"], false);
+    assert_eq!(ok["limits"][0]["verdict"], "ok");
     assert_eq!(ok["not_checked"], serde_json::json!([]));
     let failed = limits(&whole, "leak", 1);
     assert_eq!(failed["verdict"], "failed");
@@ -77,7 +78,13 @@ fn report_json_holds_the_limits_and_their_verdict() {
         ),
         (Some(0), &serde_json::json!(true))
     );
-    let cut = limits(&cut(dir.path()), "leak", 2);
+    assert_eq!(failed["limits"][0]["verdict"], "failed");
+    let cut = cut(dir.path());
+    // Not exceeded in what could be read is not ok: `--` in the text.
+    let partly = limits(&cut, "leak=1GiB", 2);
+    assert_eq!(partly["limits"][0]["exceeded"], false);
+    assert_eq!(partly["limits"][0]["verdict"], "not-checked");
+    let cut = limits(&cut, "leak", 2);
     assert_eq!(cut["verdict"], "not-checked");
     assert!(
         cut["not_checked"][0]
@@ -94,6 +101,23 @@ fn report_json_holds_the_limits_and_their_verdict() {
         .success();
     let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
     assert!(doc.get("limits").is_none());
+    // A directory's document says the verdict of all its traces together, as the exit code.
+    let job = dir.path().join("job");
+    std::fs::create_dir(&job).unwrap();
+    write_workload(&job, "rank0.vtrace");
+    write_workload(&job, "rank1.vtrace");
+    let of_job = |code: i32| {
+        let out = vramtrace()
+            .args(["report", "--json", "--fail-on", "leak=1GiB"])
+            .arg(&job)
+            .assert()
+            .code(code);
+        let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+        doc["limits_verdict"].clone()
+    };
+    assert_eq!(of_job(0), "ok");
+    std::fs::write(job.join("rank2.vtrace"), b"").unwrap();
+    assert_eq!(of_job(2), "not-checked");
 }
 
 #[test]
