@@ -170,10 +170,9 @@ pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ra
         command.env("VRAMTRACE_SEGMENT_BYTES", bytes.to_string());
     }
     if let Some(ns) = args.segment_time {
-        command.env(
-            "VRAMTRACE_SEGMENT_SECONDS",
-            (ns / 1_000_000_000).to_string(),
-        );
+        // In milliseconds, the grammar's finest unit: whole seconds made `500ms` 0, never.
+        let ms = ns.div_ceil(1_000_000);
+        command.env("VRAMTRACE_SEGMENT_SECONDS", format!("{ms}ms"));
     }
     // Kept until the program has exited: its directory is removed on drop.
     let bootstrap = if args.no_python_hooks {

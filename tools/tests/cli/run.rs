@@ -550,3 +550,24 @@ fn a_run_of_many_processes_summarizes_the_first_and_counts_the_rest() {
         "{summary:?}"
     );
 }
+
+// `--segment-seconds` reaches the tracer as the duration given: whole seconds made `500ms` 0,
+// which the tracer reads as never.
+#[test]
+fn segment_seconds_keep_their_fraction() {
+    let s = setup();
+    for (given, env) in [("500ms", "500ms"), ("1.5s", "1500ms"), ("30m", "1800000ms")] {
+        let out = vramtrace()
+            .env_remove("LD_PRELOAD")
+            .arg("run")
+            .arg("--lib")
+            .arg(&s.lib)
+            .arg("-o")
+            .arg(s.out.join("seg-%p.vtrace"))
+            .args(["--segment-seconds", given, "--", "sh", "-c"])
+            .arg(r#"echo "$VRAMTRACE_SEGMENT_SECONDS""#)
+            .output()
+            .unwrap();
+        assert_eq!(text(&out.stdout).trim(), env, "{given}");
+    }
+}
