@@ -480,3 +480,28 @@ fn a_device_memory_below_what_the_device_held_is_said() {
         "{growth}"
     );
 }
+
+// A one-off peak: the device's rise is said as given back, and the place's height as the
+// highest sample, which the event-by-event peak tables can exceed.
+#[test]
+fn a_one_off_peak_is_said_as_given_back_at_its_highest_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_one_off_peak(dir.path(), "peak.vtrace");
+    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |head: &str| {
+        text.lines()
+            .find(|l| l.starts_with(head))
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        line("  phases"),
+        "  phases         device 0: steady from step 0, a one-off rise at step 5 (+32.0 MiB, \
+         given back later)"
+    );
+    assert_eq!(
+        line("     evidence"),
+        "     evidence  rose to 32.0 MiB and fell back (its highest at a step boundary; within \
+         a step it can hold more)"
+    );
+}

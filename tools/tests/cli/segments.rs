@@ -503,3 +503,29 @@ fn the_last_segments_verdict_is_the_alert_raised_before_it() {
     );
     assert!(!text.contains("window"), "{text}");
 }
+
+/// The page of a rotated trace counts the run's events and says how many of them it read, over
+/// the span it read: not the whole run's count over the span of its last segments.
+#[test]
+fn the_page_of_a_rotated_trace_says_which_events_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::remove_file(&files[1]).unwrap();
+    let html = dir.path().join("page.html");
+    vramtrace()
+        .args(["report", "--html"])
+        .arg(&html)
+        .arg(&files[2])
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        text.contains(&format!(
+            " · {TRAINING_EVENTS} events, the last {} read, over ",
+            TRAINING_EVENTS - 26
+        )),
+        "{}",
+        &text[text.find("class=\"facts\"").unwrap()..][..300]
+    );
+}

@@ -562,3 +562,32 @@ pub fn write_records(dir: &Path, name: &str, records: &[Record]) -> PathBuf {
     w.finish().unwrap();
     path
 }
+
+/// 12 marked steps around a 4 MiB buffer kept throughout, and a temporary of 32 MiB made in
+/// step 4 and freed in step 7: a one-off peak of the device and of its place.
+pub fn write_one_off_peak(dir: &Path, name: &str) -> PathBuf {
+    let mut e = Events { seq: 0 };
+    let mut r = vec![module(2, "/usr/lib/libtorch_cuda.so", TORCH)];
+    r.push(Record::Event(e.malloc(
+        0x7100_0000_0000,
+        4 * MIB,
+        TORCH + 0x10,
+    )));
+    for step in 0..12 {
+        r.push(Record::Event(e.event(
+            Api::TracerMarkStep,
+            Op::MarkStep { step },
+            TORCH + 0x200,
+        )));
+        match step {
+            4 => r.push(Record::Event(e.malloc(
+                0x7200_0000_0000,
+                32 * MIB,
+                TORCH + 0x40,
+            ))),
+            7 => r.push(Record::Event(e.free(0x7200_0000_0000, TORCH + 0x44))),
+            _ => {}
+        }
+    }
+    write_records(dir, name, &r)
+}

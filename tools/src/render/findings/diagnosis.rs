@@ -355,7 +355,20 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
                 at_sample(a, x),
                 bytes(held)
             ),
-            (None, _) => format!("rose to {} and fell back", bytes(e.bytes)),
+            // The highest sample, not the highest moment: the peak tables, taken event by
+            // event, can hold more at the same place.
+            (None, _) => format!(
+                "rose to {} and fell back ({})",
+                bytes(e.bytes),
+                match a.growth.axis {
+                    SampleAxis::Steps => {
+                        "its highest at a step boundary; within a step it can hold more"
+                    }
+                    SampleAxis::Time => {
+                        "its highest at a time window's end; within a window it can hold more"
+                    }
+                }
+            ),
         },
     }
 }

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 use vramtrace_collector::analysis::HolderGrowth;
-use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, Severity};
+use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, Severity, Shape};
 use vramtrace_collector::analysis::{CacheUse, OomRelief, OwnerKind};
 use vramtrace_collector::live::Holder;
 use vramtrace_collector::units::when_full;
@@ -45,8 +45,13 @@ fn phases_lines(a: &Analysis) -> Vec<String> {
                 }
             }
             if let Some((x, rise)) = p.late_rise {
+                // A flat course kept what it rose by; one that peaked gave it back.
+                let kept = match c.shape {
+                    Shape::Flat => "kept",
+                    _ => "given back later",
+                };
                 parts.push(format!(
-                    "a one-off rise at {} ({}, kept)",
+                    "a one-off rise at {} ({}, {kept})",
                     at_sample(a, x),
                     signed_bytes(rise as f64)
                 ));
