@@ -307,9 +307,14 @@ struct Snapshot<'a> {
     live: Leaks,
 }
 
-/// Writes the live set of `w` beside the trace, in a file that did not exist (mode 0600, like
-/// the trace); returns its path.
-fn write_snapshot(w: &Watch, a: &Alert, trace_path: &str) -> std::io::Result<String> {
+/// The file of alert `a`'s live set, beside the trace.
+fn snapshot_path(a: &Alert, trace_path: &str) -> String {
+    format!("{trace_path}.alert-device{}-step{}.json", a.device, a.step)
+}
+
+/// Writes the live set of `w` to `path`, a file that did not exist (mode 0600, like the
+/// trace).
+fn write_snapshot(w: &Watch, a: &Alert, path: &str) -> std::io::Result<()> {
     let mut live = leaks(w.state());
     live.sites.truncate(SNAPSHOT_PLACES);
     for s in &mut live.sites {
@@ -321,16 +326,14 @@ fn write_snapshot(w: &Watch, a: &Alert, trace_path: &str) -> std::io::Result<Str
         alert: a,
         live,
     };
-    let path = format!("{trace_path}.alert-device{}-step{}.json", a.device, a.step);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC)
-        .open(&path)?;
+        .open(path)?;
     serde_json::to_writer_pretty(&mut file, &doc)?;
-    file.write_all(b"\n")?;
-    Ok(path)
+    file.write_all(b"\n")
 }
 
 /// Alert `a`'s line as the program's stderr gets it: raised at exit, by a rank, or with the
@@ -356,11 +359,14 @@ pub(super) fn said(a: &Alert, settings: &AlertSettings) -> String {
 pub fn act(w: &Watch, a: &mut Alert, settings: &AlertSettings, trace_path: &str, quiet: bool) {
     a.signal = settings.signal.unwrap_or(0);
     if settings.snapshot {
-        match write_snapshot(w, a, trace_path) {
-            Ok(path) => a.snapshot = path,
-            Err(e) if !quiet => warn(&format!(
-                "cannot write the alert's live set beside {trace_path}: {e}"
+        let path = snapshot_path(a, trace_path);
+        match write_snapshot(w, a, &path) {
+            Ok(()) => a.snapshot = path,
+            // A file of that name (another run's, a user's) is never replaced.
+            Err(e) if !quiet && e.kind() == std::io::ErrorKind::AlreadyExists => warn(&format!(
+                "the alert's live set is not written: {path} is there already (never replaced)"
             )),
+            Err(e) if !quiet => warn(&format!("cannot write the alert's live set to {path}: {e}")),
             Err(_) => {}
         }
     }

@@ -170,6 +170,31 @@ captest!(
     }
 );
 
+// The live set's file name taken (a file of another run, or the user's): it is never
+// replaced, and the warning names it.
+captest!(
+    an_alert_never_replaces_a_file_of_its_snapshots_name,
+    |dir| {
+        let trace = dir.join("t.vtrace");
+        let taken = format!("{}.alert-device0-step11.json", trace.display());
+        std::fs::write(&taken, "mine\n").unwrap();
+        let run = wl_alert("leak")
+            .env("VRAMTRACE_OUTPUT", &trace)
+            .env("VRAMTRACE_ALERT_SNAPSHOT", "1")
+            .run_traced(dir);
+        assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+        let err = run.stderr();
+        assert!(
+            err.contains(&format!(
+                "the alert's live set is not written: {taken} is there already (never replaced)"
+            )),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&taken).unwrap(), "mine\n");
+        assert_eq!(run.single_trace().state.alerts()[0].snapshot, "");
+    }
+);
+
 // The bundled demo's loop as a long job runs it (`vramtrace-demo --program --checkpoint`:
 // 150 ms a step, a SIGUSR1 handler that saves a checkpoint as its step ends), with the default
 // judgement interval of a second: the alert comes while it runs, at its leak's line, and the

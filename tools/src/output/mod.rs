@@ -96,7 +96,12 @@ impl OutputFile {
                     _ => Path::new("."),
                 };
                 if !dir.is_dir() {
-                    bail!("creating {shown}: no directory {}", dir.display());
+                    bail!(
+                        "creating {shown}: no directory {} (a mistyped path is not made into \
+                         a new tree: create it first, mkdir -p {})",
+                        dir.display(),
+                        dir.display()
+                    );
                 }
                 // A name of the trace being read that no file holds now (a segment rotation
                 // removed) still names that trace.

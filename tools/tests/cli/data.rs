@@ -708,7 +708,8 @@ fn a_failed_export_leaves_nothing_behind() {
     assert_eq!(
         String::from_utf8_lossy(&err.get_output().stderr),
         format!(
-            "error: creating {}: no directory {}\n",
+            "error: creating {}: no directory {1} (a mistyped path is not made into a new \
+             tree: create it first, mkdir -p {1})\n",
             nowhere.display(),
             nowhere.parent().unwrap().display()
         )

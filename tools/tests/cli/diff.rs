@@ -466,7 +466,13 @@ fn every_field_is_documented() {
     assert_eq!(keys(&d["sites"]["list"][0]), documented("### SiteDiff"));
     assert_eq!(keys(&t["tensors"]), documented("### TensorList"));
     // `limits_verdict` comes with --fail-on.
-    let (_, r) = json(&["report", "--json", "--fail-on", "leak=1TiB", path(dir.path())]);
+    let (_, r) = json(&[
+        "report",
+        "--json",
+        "--fail-on",
+        "leak=1TiB",
+        path(dir.path()),
+    ]);
     assert_eq!(keys(&r), documented("## Ranks"));
     assert_eq!(keys(&r["ranks"][0]), documented("### RankRow"));
 }

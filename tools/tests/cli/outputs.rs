@@ -151,7 +151,8 @@ fn outputs_appear_whole_or_not_at_all() {
     assert_eq!(
         stderr(&refused),
         format!(
-            "error: creating {}: no directory {}\n",
+            "error: creating {}: no directory {1} (a mistyped path is not made into a new \
+             tree: create it first, mkdir -p {1})\n",
             nowhere.display(),
             dir.path().join("missing").display()
         )

@@ -182,8 +182,10 @@ impl Staged {
         // error, not a new tree).
         if !parent.is_dir() {
             return Err(anyhow!(
-                "creating {}: no directory {}",
+                "creating {}: no directory {} (a mistyped path is not made into a new tree: \
+                 create it first, mkdir -p {})",
                 target.display(),
+                parent.display(),
                 parent.display()
             ));
         }
