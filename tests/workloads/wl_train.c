@@ -78,21 +78,21 @@ static void *sym(const char *name)
 int main(int argc, char **argv)
 {
     int extra_leak = 0, fix_leak = 0, checkpoint = 0, saved = 0;
-    if (argc == 2 && strcmp(argv[1], "--extra-leak") == 0) {
-        extra_leak = 1;
-    } else if (argc == 2 && strcmp(argv[1], "--fix-leak") == 0) {
-        fix_leak = 1;
-    } else if (argc == 2 && strcmp(argv[1], "--checkpoint") == 0) {
-        checkpoint = 1;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_usr1;
-        sigemptyset(&sa.sa_mask);
-        EXPECT(sigaction(SIGUSR1, &sa, NULL), 0);
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: wl_train [--extra-leak | --fix-leak | --checkpoint]\n");
-        return 2;
+    /* --extra-leak or --fix-leak; --checkpoint alone or with either */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--extra-leak") == 0 && !fix_leak) {
+            extra_leak = 1;
+        } else if (strcmp(argv[i], "--fix-leak") == 0 && !extra_leak) {
+            fix_leak = 1;
+        } else if (strcmp(argv[i], "--checkpoint") == 0) {
+            checkpoint = 1;
+        } else {
+            fprintf(stderr, "usage: wl_train [--extra-leak | --fix-leak] [--checkpoint]\n");
+            return 2;
+        }
     }
+    struct sigaction sa = {.sa_handler = on_usr1}; /* an empty mask, no flags */
+    EXPECT(checkpoint ? sigaction(SIGUSR1, &sa, NULL) : 0, 0);
     fw = dlopen("libtorch_standin.so", RTLD_NOW | RTLD_LOCAL);
     if (!fw) {
         out("dlopen(libtorch_standin.so) failed: %s", dlerror());

@@ -32,12 +32,13 @@ const FIRST: &str = "train-";
 const REGRESSED: &str = "regressed-";
 
 const USAGE: &str =
-    "usage: vramtrace-demo [--regression | --program [--extra-leak | --fix-leak | --checkpoint] | --help]
+    "usage: vramtrace-demo [--regression | --program [--extra-leak | --fix-leak] [--checkpoint] | --help]
   (nothing)        trace the training loop and report it
   --regression     trace it again with a regression planted, and diff the two runs (exit 1)
   --program        run the training loop alone, untraced (to trace with `vramtrace run`);
                    --extra-leak plants the regression, --fix-leak fixes the leak,
-                   --checkpoint takes 150 ms a step and saves a checkpoint on SIGUSR1 (try
+                   --checkpoint (alone, or with either) takes 150 ms a step and saves a
+                   checkpoint on SIGUSR1 (try
                    VRAMTRACE_ALERT_SIGNAL=USR1 vramtrace run -- vramtrace-demo --program --checkpoint)";
 
 fn sibling(name: &str) -> Result<PathBuf, String> {
@@ -55,7 +56,7 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
 }
 
 /// The stand-in training loop, as the demo runs it, with `variant` (`--extra-leak`, ...).
-fn training_loop(variant: Option<&str>) -> Command {
+fn training_loop(variant: &[&str]) -> Command {
     let mut c = Command::new(workload("wl_train"));
     c.args(variant)
         .env("LD_LIBRARY_PATH", standin_ld_library_path())
@@ -72,7 +73,7 @@ fn training_loop(variant: Option<&str>) -> Command {
 /// `--program [VARIANT]`: the training loop alone, in place of this process (exec): a signal
 /// sent to the program a user started (`vramtrace run` passing on a CI job's SIGTERM) reaches
 /// the loop, and its exit status is the program's.
-fn program(variant: Option<&str>) -> Result<ExitCode, String> {
+fn program(variant: &[&str]) -> Result<ExitCode, String> {
     use std::os::unix::process::CommandExt;
     let error = training_loop(variant).exec();
     Err(format!(
@@ -118,7 +119,7 @@ fn of_the_training_loop(path: &Path) -> bool {
 fn traced_run(
     vramtrace: &Path,
     prefix: &str,
-    variant: Option<&str>,
+    variant: &[&str],
     summary: bool,
 ) -> Result<PathBuf, String> {
     // Found first: a build without the tracer leaves no empty directory behind.
@@ -156,7 +157,7 @@ fn run() -> Result<ExitCode, String> {
     println!(
         "== vramtrace run -- wl_train   (a training loop on the CPU stand-ins of CUDA and NCCL)"
     );
-    let trace = traced_run(&vramtrace, FIRST, None, true)?;
+    let trace = traced_run(&vramtrace, FIRST, &[], true)?;
     println!("\n== vramtrace report {}", trace.display());
     let status = Command::new(&vramtrace)
         .arg("report")
@@ -186,11 +187,11 @@ fn regression() -> Result<ExitCode, String> {
         Some(t) => t,
         None => {
             println!("== vramtrace run -- wl_train   (the first run, to compare with)");
-            traced_run(&vramtrace, FIRST, None, false)?
+            traced_run(&vramtrace, FIRST, &[], false)?
         }
     };
     println!("== vramtrace run -- wl_train --extra-leak   (4 MiB more kept every step)");
-    let second = traced_run(&vramtrace, REGRESSED, Some("--extra-leak"), false)?;
+    let second = traced_run(&vramtrace, REGRESSED, &["--extra-leak"], false)?;
     println!(
         "\n== vramtrace diff {} {}",
         first.display(),
@@ -205,6 +206,13 @@ fn regression() -> Result<ExitCode, String> {
     Ok(ExitCode::from(status.code().unwrap_or(2) as u8))
 }
 
+/// `--extra-leak` or `--fix-leak`, with `--checkpoint` or not, or nothing: what `wl_train`
+/// takes.
+fn program_variant(args: &[&str]) -> bool {
+    let (pace, rest): (Vec<&str>, Vec<&str>) = args.iter().partition(|a| **a == "--checkpoint");
+    pace.len() <= 1 && matches!(rest[..], [] | ["--extra-leak" | "--fix-leak"])
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -215,10 +223,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         ["--regression"] => regression(),
-        ["--program"] => program(None),
-        ["--program", variant @ ("--extra-leak" | "--fix-leak" | "--checkpoint")] => {
-            program(Some(variant))
-        }
+        ["--program", ref variant @ ..] if program_variant(variant) => program(variant),
         _ => Err(format!("unknown arguments '{}'\n{USAGE}", args.join(" "))),
     };
     match result {

@@ -234,6 +234,24 @@ captest!(the_demo_saves_a_checkpoint_when_the_alert_asks, |dir| {
     assert!(!text(&plain.stdout).contains("checkpoint saved"));
 });
 
+// The healthy loop at a long job's pace (`--fix-leak --checkpoint`): no alert, no signal, no
+// checkpoint, and its 20 steps of 150 ms judged at the default interval.
+captest!(the_healthy_demo_at_a_long_jobs_pace_never_alerts, |dir| {
+    let run = Workload::new("wl_train")
+        .arg("--fix-leak")
+        .arg("--checkpoint")
+        .env("VRAMTRACE_ALERT_SIGNAL", "USR1")
+        .run_traced(dir);
+    assert_eq!(run.output.status.code(), Some(0), "{}", run.stderr());
+    assert_eq!(run.single_trace().state.alerts(), Vec::new());
+    assert!(
+        !run.stdout().contains("checkpoint saved"),
+        "{}",
+        run.stdout()
+    );
+    assert_eq!(alert_lines(&run.stderr()), Vec::<String>::new());
+});
+
 // A judgement the interval put off is made when the run ends: with an hour between judgements
 // the leak's 40 steps are judged once at the start and then only at exit, where it alerts at
 // step 40, the last, and says so; no signal is sent then (the program is ending), though one was
