@@ -83,6 +83,12 @@ pub fn removed_point(series: &Series, from: ReadFrom) -> bool {
         ReadFrom::Step(n) => n <= info.steps,
         ReadFrom::Event(n) => n <= first.events_before(),
         ReadFrom::Time(ns) => first.header.start_mono_ns.saturating_add(ns) < info.time_ns,
+        // The last hour of a trace whose oldest segment on disk began half an hour ago.
+        ReadFrom::Last(ns) if ns > 0 => {
+            let end = read_tail(&series.last().path).ok().flatten();
+            end.and_then(|t| t.time_ns())
+                .is_some_and(|end| end.saturating_sub(ns) < info.time_ns)
+        }
         ReadFrom::First | ReadFrom::Last(_) => false,
     }
 }
@@ -101,6 +107,9 @@ pub struct SegmentFacts {
     /// Where reading was asked to start (`--last`, `--since`, a replay's point); `null`: the
     /// first segment there.
     pub from: Option<String>,
+    /// That moment lies in segments rotation removed: reading starts at the oldest there.
+    #[serde(skip)]
+    pub from_removed: bool,
     /// The live state reading started from, when it was a segment's snapshot: the events
     /// before it, and whether it held the live set.
     pub snapshot_events: Option<u64>,
@@ -146,11 +155,12 @@ impl SegmentFacts {
         }
         if let Some(from) = &self.from {
             // Reading starts at a segment's start, before the moment asked for: where, said.
-            let at = match (self.read_from_step, self.read_from_ns) {
-                (Some(step), Some(ns)) => format!(
+            let at = match (self.read_from_step, self.read_from_ns, self.from_removed) {
+                (Some(step), Some(ns), false) => format!(
                     ": read from the start of the segment it lies in, in step {step} at {}",
                     duration(ns)
                 ),
+                (Some(step), Some(ns), true) => format!(", in step {step} at {}", duration(ns)),
                 _ => String::new(),
             };
             text += &format!(" ({from}{at})");
@@ -224,9 +234,14 @@ impl SegmentFacts {
             missing: (series.first().index()..series.last().index())
                 .filter(|i| !files.iter().any(|f| f.index() == *i))
                 .collect(),
+            from_removed: start == 0 && from.describe().is_some() && removed_point(series, from),
             from: from
                 .describe()
                 .map(|asked| match start == 0 && removed_point(series, from) {
+                    true if matches!(from, ReadFrom::Last(_)) => format!(
+                        "{asked}, reaching into what rotation removed: read from the oldest \
+                         segment on disk"
+                    ),
                     true => format!(
                         "{asked}, which rotation removed: read from the oldest segment on disk"
                     ),

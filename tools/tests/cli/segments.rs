@@ -118,6 +118,20 @@ fn what_rotation_removed_is_said_and_is_not_lost_events() {
         ),
         "{line}"
     );
+    // The last hour of a trace of milliseconds reaches into what rotation removed: said.
+    let text = vramtrace()
+        .args(["report", "--last", "1h", files[0].to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text.lines().find(|l| l.starts_with("  segments")).unwrap();
+    assert!(
+        line.starts_with(
+            "  segments  3-6 on disk (the last 60 min, reaching into what rotation removed: read \
+             from the oldest segment on disk, in step 5 at "
+        ),
+        "{line}"
+    );
     // A directory of them is one trace.
     let ranks = json(&["report", "--json", dir.path().to_str().unwrap()]);
     assert_eq!(ranks["ranks"].as_array().map(Vec::len), Some(2), "{ranks}");
