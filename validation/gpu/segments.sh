@@ -15,7 +15,10 @@
 #    --per-tensor --segment-bytes 1MiB --max-bytes 3MiB`, the trace directory measured every
 #    0.2 s. Look for: "most" at or below 3145728 bytes; the program's stdout as without the
 #    tracer; the report of the directory and of its last segment (`--last 0`) with the same live
-#    set (`same: true`), the leak at its LEAK-LINE in both, and what rotation removed.
+#    set (`same: true`), the leak at its LEAK-LINE in both, and what rotation removed. Then the
+#    answers read from one segment's snapshot: `replay` two steps after the last segment began
+#    (growth not judged on two steps; the verdict the tracer's alert, at its LEAK-LINE), and
+#    `report --last 0 --fail-on oom` (exit 2: the failures before the segment are not kept).
 #
 # Results: $OUT/segments.txt.
 set -u
@@ -80,4 +83,11 @@ for name, r in (("segments there", whole), ("last segment", last)):
     for f in r["analysis"]["diagnosis"][:3]:
         print(f"  {f['severity']} {f['class']} at {f['site'].get('label')}: {f['evidence'].get('rate')} B per step")
 EOF
+from=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['reading']['segments']['read_from_step'])" "$WORK/last.json")
+first=$(ls "$TRACES"/*.vtrace | head -1)
+"$VT" replay --at "step $((from + 2))" "$first" > "$WORK/replay.txt" 2>&1
+say "replay --at 'step $((from + 2))' (the last segment began in step $from): exit $?"
+grep -E '^  (verdict|growth |alerted)|^  1\. ' "$WORK/replay.txt" | tee -a "$REPORT"
+"$VT" report --last 0 --fail-on oom "$TRACES" > /dev/null 2> "$WORK/oom.err"
+say "report --last 0 --fail-on oom: exit $?: $(grep -E '^  not checked' "$WORK/oom.err")"
 ls -la "$OUTDIR"
