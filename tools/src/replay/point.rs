@@ -38,8 +38,12 @@ impl Point {
             None => (t.as_str(), ""),
         };
         let number = |what: &str| -> Result<u64, String> {
-            rest.parse::<u64>()
-                .map_err(|_| format!("'{text}': {what} needs a whole number, like '{what} 12'"))
+            rest.parse::<u64>().map_err(|e| match e.kind() {
+                std::num::IntErrorKind::PosOverflow => {
+                    format!("'{text}': {what} number too large (at most {})", u64::MAX)
+                }
+                _ => format!("'{text}': {what} needs a whole number, like '{what} 12'"),
+            })
         };
         match word {
             "step" => Ok(Point::Step(number("step")?)),
@@ -163,6 +167,13 @@ mod tests {
         assert_eq!(Point::parse("oom 2"), Ok(Point::Oom(2)));
         assert!(Point::parse("event 0").is_err());
         assert!(Point::parse("step x").is_err());
+        assert_eq!(
+            Point::parse("step 99999999999999999999"),
+            Err(format!(
+                "'step 99999999999999999999': step number too large (at most {})",
+                u64::MAX
+            ))
+        );
         assert!(Point::parse("yesterday").is_err());
         assert!(Point::parse("12").is_err());
         for negative in ["-1s", "step -1", "event=-3", "time -2ms"] {
