@@ -419,6 +419,14 @@ fn output_path(given: &Path, from: &str) -> Result<PathBuf> {
             PLACEHOLDERS.join(", ")
         );
     }
+    // A file where a directory of the path should be: named, not "file exists".
+    if let Some(file) = dir.ancestors().find(|a| a.is_file()) {
+        bail!(
+            "{from} {}: {} is a file, not a directory",
+            given.display(),
+            file.display()
+        );
+    }
     if !dir.is_dir() {
         std::fs::DirBuilder::new()
             .recursive(true)

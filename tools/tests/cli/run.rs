@@ -438,7 +438,7 @@ fn bad_run_requests_are_one_line_errors() {
         .assert()
         .code(2)
         .stderr(format!(
-            "error: -o {}: cannot create directory {}: file exists (os error 17)\n",
+            "error: -o {}: {} is a file, not a directory\n",
             blocked.display(),
             s.sample.display()
         ));
