@@ -44,6 +44,11 @@ impl LiveState {
             Record::PyCode(c) => self.python.add_code(c),
             Record::PyStack(s) => self.python.add_stack(s),
             Record::Attachment(a) => self.attachments.add(a),
+            // A segment begins with the alerts raised before it: one read already (a reading
+            // that found the segment between missing starts again there) is not a second.
+            Record::Alert(a)
+                if (self.notes.alerts.iter())
+                    .any(|k| k.time_ns == a.time_ns && k.after_seq == a.after_seq) => {}
             Record::Alert(a) => {
                 self.notes.alerts_total += 1;
                 if self.notes.alerts.len() < MAX_TRACER_NOTES {
@@ -53,8 +58,12 @@ impl LiveState {
                     // numbered them (as the report does, from the whole trace). Which one is
                     // known only at the end: marks among events lost before it were not counted
                     // here ([`LiveState::alerts`]).
-                    let counted =
-                        (self.marks > 0 || self.iteration_steps > 0).then_some(self.steps);
+                    // An alert that follows events this reading has not applied (raised in a
+                    // segment that is missing, and written again at the next one's start) has
+                    // the tracer's step.
+                    let counted = (self.marks > 0 || self.iteration_steps > 0)
+                        .then_some(self.steps)
+                        .filter(|_| a.after_seq <= self.last_seq);
                     self.notes.alert_steps.push(counted);
                     let a = (**a).clone();
                     self.notes.alerts.push(a);

@@ -729,9 +729,23 @@ captest!(a_leak_rotation_removed_fails_on_the_tracers_alert, |dir| {
         .find(|l| l.starts_with("  alerted "))
         .unwrap_or_else(|| panic!("{report}"));
     assert!(!alerted.contains("not confirmed"), "{alerted}");
+    // The steps on disk do not show the slow leak: the verdict and the growth line rest on the
+    // tracer's alert, at its place, and say so.
+    let line = |head: &str| {
+        (report.lines())
+            .find(|l| l.starts_with(head))
+            .unwrap_or_else(|| panic!("{report}"))
+    };
     assert!(
-        alerted.contains("; the steps read (from step "),
-        "{alerted}"
+        line("  verdict").starts_with(
+            "  verdict   ALERT: steady growth at keep_history at wl_soak.c:79 (wl_soak) on device 0"
+        ),
+        "{report}"
+    );
+    let growth = line("  growth ");
+    assert!(
+        growth.contains(", as the tracer alerted at step ") && growth.ends_with(" do not show it)"),
+        "{growth}"
     );
     let (healthy, out) = rotated("healthy", "0");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -166,7 +166,16 @@ pub fn pairs_summary(
             all.len()
         ),
         &t,
-    )
+    )?;
+    // What is in no pair, each named (the verdict names the first); a pair's own gaps are in
+    // its comparison below.
+    if !unpaired.is_empty() {
+        writeln!(out, "\nNot compared ({})", unpaired.len())?;
+        for u in unpaired {
+            writeln!(out, "  {u}")?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes one comparison; `in_set` when it is one pair of several, whose verdict is not the

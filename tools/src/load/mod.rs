@@ -65,10 +65,20 @@ impl LoadedTrace {
     /// KiB that could not be read (damaged)`, `is missing 3 events the tracer lost`); empty
     /// when the trace is whole. `check`, `report --fail-on` and `diff` refuse a verdict on it.
     pub fn gaps(&self) -> Vec<String> {
+        self.gaps_with(true)
+    }
+
+    /// What keeps the part read before a replay's point from being whole: [`Self::gaps`]
+    /// without the trace's cut, which lies after the point.
+    pub fn gaps_before_stop(&self) -> Vec<String> {
+        self.gaps_with(false)
+    }
+
+    fn gaps_with(&self, with_cut: bool) -> Vec<String> {
         let mut gaps = Vec::new();
         // The chunk the last file ends inside is the cut, not damage.
         let (cut, damaged): (Vec<&Unread>, Vec<&Unread>) = self.unread.iter().partition(|u| u.torn);
-        if !self.ending.is_complete() {
+        if with_cut && !self.ending.is_complete() {
             let lost: u64 = cut.iter().filter_map(|u| u.events).sum();
             let lost = match lost {
                 0 => String::new(),

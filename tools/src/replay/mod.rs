@@ -119,8 +119,9 @@ pub struct ReplayReport {
     /// With `--until`: a snapshot at `--at`, at each step boundary after it, and at `--until`.
     pub snapshots: Vec<Snapshot>,
     pub live: Summary,
-    /// When the replay read to the trace's end: what keeps the trace from holding the whole run
-    /// (a cut trace ends where it was cut, not where the program did), as `report` says it.
+    /// What keeps the trace from holding the whole run up to the point, as `report` says it: a
+    /// segment missing, damage, lost events; and when the replay read to the trace's end, its
+    /// cut (a cut trace ends where it was cut, not where the program did).
     pub gaps: Vec<String>,
     pub analysis: Analysis,
     /// The moment in words for the tables' titles (`at step 12`); not in the JSON document,
@@ -235,6 +236,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         break (trace, snapshots, at_reached);
     };
     drop(progress);
+    for target in std::iter::once(at).chain(until) {
+        if let Some(gap) = jumped_over(&trace, target) {
+            return Err(anyhow!("{}: {gap}", path.display()));
+        }
+    }
     let point = args.until.unwrap_or(args.at);
     if trace.stopped.is_none() && !end.reached_at_end(&trace.state) {
         if let (Point::Oom(_), 0) = (point, trace.state.ooms().total()) {
@@ -311,7 +317,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         live: trace.state.summary(),
         gaps: match trace.stopped {
             None => trace.gaps(),
-            Some(_) => Vec::new(),
+            Some(_) => trace.gaps_before_stop(),
         },
         analysis,
     };
@@ -437,6 +443,27 @@ fn rotated_away(series: &Series, target: Target) -> Option<String> {
         info.steps,
         info.events_before,
         crate::render::units::duration(since_start)
+    ))
+}
+
+/// Why `target` cannot be replayed when it lies in a segment missing from the middle of the
+/// trace: the reading jumped over it to the next segment's snapshot, and the state there is
+/// not known (what the replay would show is a later moment's).
+fn jumped_over(trace: &LoadedTrace, target: Target) -> Option<String> {
+    let gap = (trace.unread.iter()).find(|u| u.bytes == 0 && !u.torn && u.events.is_some())?;
+    let r = trace.state.restored()?;
+    let what = match target {
+        Target::Step(n) if n <= r.steps => format!("step {n}"),
+        Target::Event(n) if n <= r.events => format!("event {n}"),
+        Target::Time(t) if trace.state.trace_start_ns().saturating_add(t) < r.time_ns => {
+            format!("{} after the start", crate::render::units::duration(t))
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "{what} lies in what the trace is missing ({}): the state there is not known; the \
+         trace goes on after event {}, in step {}",
+        gap.reason, r.events, r.steps
     ))
 }
 

@@ -945,6 +945,10 @@ fn a_rank_one_run_lacks_is_not_compared_and_said() {
              could be compared, REGRESSION in 3 of 3 pairs (rank 0, rank 1, rank 3)"
         )
     );
+    assert!(
+        text.contains(&format!("\nNot compared (1)\n  {only}\n")),
+        "{text}"
+    );
     let out = vramtrace()
         .args(["diff", "--json"])
         .arg(a.path())

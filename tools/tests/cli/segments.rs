@@ -420,6 +420,28 @@ fn a_missing_segment_is_said_and_never_passes() {
         files[3].display()
     );
     assert!(limits.contains(&gap), "{limits}");
+    // A point in the missing segment is not known: an error, not the next snapshot's moment.
+    let out = vramtrace()
+        .args(["replay", "--at", "step 6", t])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: {t}: step 6 lies in what the trace is missing ({}: segment 3 is not there; \
+             reading starts again from segment 4's snapshot): the state there is not known; the \
+             trace goes on after event 39, in step 7\n",
+            files[3].display()
+        )
+    );
+    // The alert the tracer raised in step 10, in segment 5, missing too: read from where
+    // segment 6 begins, it keeps its step (not the 8 read before the gap), and counts once.
+    std::fs::remove_file(&files[4]).unwrap();
+    let all = json(&["report", "--json", t]);
+    let alerts = &all["analysis"]["alerts"];
+    assert_eq!(alerts.as_array().map(Vec::len), Some(1), "{alerts}");
+    assert_eq!(alerts[0]["step"], TRAINING_ALERT_STEP, "{alerts}");
 }
 
 /// A segment's snapshot carries the live set, not the failures before it: in a trace whose
