@@ -298,8 +298,9 @@ fn growth_found(
         (false, Some(raised), Some(from)) => (
             true,
             format!(
-                "the tracer alerted {} (the trace on disk begins at step {from}: rotation \
-                 removed the steps before it; what is left shows {found})",
+                "the tracer alerted {} (reading begins at step {from}, at a segment's snapshot: \
+                 rotation removed the steps before it, or --last/--since left them out; the \
+                 steps read show {found})",
                 crate::render::findings::alert_line(raised, analysis.growth.step_ns)
             ),
         ),
@@ -338,8 +339,13 @@ fn devices_growth(
     );
     // The device's first cause, as the report's diagnosis names it: the line that keeps the
     // memory, with its own rate when that is not the device's.
+    // A finding resting on the tracer's alert is not what the steps read show: the alert is
+    // said on its own (`growth_found`).
     let cause = analysis.diagnosis.iter().find(|f| {
-        f.class == FindingClass::SteadyGrowth && f.holder == Some(h.holder) && f.site.is_some()
+        f.class == FindingClass::SteadyGrowth
+            && f.holder == Some(h.holder)
+            && f.site.is_some()
+            && f.evidence.alerted_at_step.is_none()
     });
     if let Some((f, site)) = cause.and_then(|f| Some((f, f.site.as_ref()?))) {
         let place = site.label.as_deref().unwrap_or(&site.site);

@@ -28,12 +28,20 @@ pub(super) fn kept_tensors() -> Advice {
     )
 }
 
-/// A steady growth the tracer alerted on before step `from`, where reading began.
-pub(super) fn alerted_before(from: u64) -> Advice {
+/// A steady growth the tracer alerted on at step `at`, judging steps from before step `from`,
+/// where reading began.
+pub(super) fn alerted_before(from: u64, at: u64) -> Advice {
+    let saw = match at <= from {
+        true => format!("in the steps before step {from}, where reading began"),
+        false => format!(
+            "over the steps up to step {at}, the first of them before step {from}, where \
+             reading began"
+        ),
+    };
     advice(
         format!(
-            "steady growth the tracer's live analysis saw in the steps before step {from}, \
-             where reading began: the steps read are too few to show it again"
+            "steady growth the tracer's live analysis saw {saw}: the steps read are too few to \
+             show it again"
         ),
         "read more of the run for the line and its rate (`report` without --last/--since, or \
          `replay` from an earlier step); what the alert names is where to look first",

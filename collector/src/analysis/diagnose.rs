@@ -282,7 +282,7 @@ fn alerted_before(alerts: &[RaisedAlert], from: Option<u64>, found: &[Finding]) 
         if known {
             continue;
         }
-        let Advice { cause, fix } = advice::alerted_before(from);
+        let Advice { cause, fix } = advice::alerted_before(from, a.step);
         out.push(Finding {
             class: FindingClass::SteadyGrowth,
             severity: Severity::Alert,

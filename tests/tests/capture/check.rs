@@ -714,7 +714,7 @@ captest!(a_leak_rotation_removed_fails_on_the_tracers_alert, |dir| {
     assert!(
         line.contains("the tracer alerted ")
             && line.contains(" B per step at keep_history at wl_soak.c:79 (wl_soak)")
-            && line.contains("(the trace on disk begins at step "),
+            && line.contains("(reading begins at step "),
         "{line}"
     );
     let out = vramtrace_command()

@@ -538,6 +538,19 @@ fn the_last_segments_verdict_is_the_alert_raised_before_it() {
          are needed)"
     );
     assert!(!text.contains("window"), "{text}");
+    // An alert raised inside the steps read judged the steps before them too: said so.
+    let out = vramtrace()
+        .args(["replay", "--at", "step 11", t])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cause = text.lines().find(|l| l.starts_with("     cause")).unwrap();
+    assert_eq!(
+        cause,
+        "     cause     steady growth the tracer's live analysis saw over the steps up to step \
+         10, the first of them before step 9, where reading began: the steps read are too few \
+         to show it again"
+    );
 }
 
 /// The page of a rotated trace counts the run's events and says how many of them it read, over

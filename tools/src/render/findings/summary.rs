@@ -166,8 +166,8 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
     let since = a.peaks.from_event.map_or(String::new(), |n| {
         format!(
             "; the highest since event {n}, where reading began at a segment's snapshot (what \
-             came before is not read: rotation deleted it, or --last, --since or the replay's \
-             point started later)"
+             came before is not read: rotation deleted it, a segment is missing, or --last, \
+             --since or the replay's point started later)"
         )
     });
     for p in &a.peaks.holders {
