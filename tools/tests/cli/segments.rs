@@ -21,6 +21,19 @@ const LIVE_SET: [&str; 10] = [
     "tracer",
 ];
 
+/// What `vramtrace ARGS` prints on standard output.
+fn said(args: &[&str]) -> String {
+    let out = vramtrace().args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The first line of `text` that starts with `head`.
+fn line<'a>(text: &'a str, head: &str) -> &'a str {
+    (text.lines())
+        .find(|l| l.starts_with(head))
+        .unwrap_or_else(|| panic!("no {head:?} in:\n{text}"))
+}
+
 fn json(args: &[&str]) -> Value {
     let out = vramtrace().args(args).assert().success();
     serde_json::from_slice(&out.get_output().stdout).unwrap()
@@ -68,11 +81,7 @@ fn any_segment_read_alone_ends_with_the_whole_traces_live_set() {
     // segment's snapshot was taken, before its end.
     let step = seg["read_from_step"].as_u64().unwrap();
     assert!(step < one["events"]["steps"].as_u64().unwrap(), "{seg}");
-    let out = vramtrace()
-        .args(["report", "--last", "0", t])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = said(&["report", "--last", "0", t]);
     assert!(
         text.contains(&format!(
             "  segments  1-6 on disk; read from segment 6 (its last segment: read from the start \
@@ -105,32 +114,24 @@ fn what_rotation_removed_is_said_and_is_not_lost_events() {
     assert_eq!(removed["steps"], 5);
     assert_eq!(rest["tracer"]["dropped"], 0);
     assert_eq!(rest["reading"]["unread"]["bytes"], 0);
-    let text = vramtrace()
-        .args(["report", files[0].to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&text.stdout);
-    let line = text.lines().find(|l| l.starts_with("  segments")).unwrap();
+    let text = said(&["report", files[0].to_str().unwrap()]);
+    let segments = line(&text, "  segments");
     assert!(
-        line.starts_with(
+        segments.starts_with(
             "  segments  3-6 on disk, from its snapshot after event 26; removed by \
              rotation (VRAMTRACE_MAX_BYTES), not lost: segments 1-2, 26 events, 5 steps,"
         ),
-        "{line}"
+        "{segments}"
     );
     // The last hour of a trace of milliseconds reaches into what rotation removed: said.
-    let text = vramtrace()
-        .args(["report", "--last", "1h", files[0].to_str().unwrap()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&text.stdout);
-    let line = text.lines().find(|l| l.starts_with("  segments")).unwrap();
+    let text = said(&["report", "--last", "1h", files[0].to_str().unwrap()]);
+    let segments = line(&text, "  segments");
     assert!(
-        line.starts_with(
+        segments.starts_with(
             "  segments  3-6 on disk (the last 60 min, reaching into what rotation removed: read \
              from the oldest segment on disk, in step 5 at "
         ),
-        "{line}"
+        "{segments}"
     );
     // A directory of them is one trace.
     let ranks = json(&["report", "--json", dir.path().to_str().unwrap()]);
@@ -407,12 +408,12 @@ fn a_missing_segment_is_said_and_never_passes() {
     let text = String::from_utf8_lossy(&out.stdout);
     let limits = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{text}");
-    let line = text.lines().find(|l| l.starts_with("  segments")).unwrap();
+    let segments = line(&text, "  segments");
     assert!(
-        line.starts_with(
+        segments.starts_with(
             "  segments  1, 2, 4, 5, 6 on disk; MISSING: 3 (their events are not read), from"
         ),
-        "{line}"
+        "{segments}"
     );
     let gap = format!(
         "  not checked: the trace is missing 13 events between segments ({}: segment 3 is not \
@@ -484,31 +485,22 @@ fn the_last_segments_verdict_is_the_alert_raised_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let files = segmented(dir.path());
     let t = files[0].to_str().unwrap();
-    let out = vramtrace()
-        .args(["report", "--last", "0", t])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = |head: &str| {
-        text.lines()
-            .find(|l| l.starts_with(head))
-            .unwrap_or_default()
-    };
+    let text = said(&["report", "--last", "0", t]);
     assert_eq!(
-        line("  verdict"),
+        line(&text, "  verdict"),
         "  verdict   OUT OF MEMORY (1 failure: cudaMalloc of 64.0 GiB on device 0 at step 12 \
          with 14.0 MiB live); ALERT: steady growth at train.py:42 in step (libtorch_cuda.so) on \
          device 0, +1.0 MiB per step; 1 more finding (DIAGNOSIS below)"
     );
     assert_eq!(
-        line("  growth "),
+        line(&text, "  growth "),
         "  growth         STEADY GROWTH on device 0: +1.0 MiB per step at train.py:42 in step \
          (libtorch_cuda.so), as the tracer alerted at step 10 (the steps read, from step 11, do \
          not show it)"
     );
     // The memory of the leak is not what the exit releases: the note names the other place.
     assert_eq!(
-        line("  2. note"),
+        line(&text, "  2. note"),
         "  2. note: teardown-only at libnccl.so.2+0x500 (libnccl.so.2)"
     );
     let last = json(&["report", "--json", "--last", "0", t]);
@@ -526,27 +518,17 @@ fn the_last_segments_verdict_is_the_alert_raised_before_it() {
     assert_eq!(first["evidence"]["rises"], 11, "{first}");
     // A replay reads from the segment its point lies in: a step or two read there are too few
     // to judge, and are said to be, on the steps of the run (not its milliseconds as windows).
-    let out = vramtrace()
-        .args(["replay", "--at", "step 3", t])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.starts_with("  growth ")).unwrap();
+    let text = said(&["replay", "--at", "step 3", t]);
     assert_eq!(
-        line,
+        line(&text, "  growth "),
         "  growth         not judged: 1 sample read since step 2, where reading began (at least 4 \
          are needed)"
     );
     assert!(!text.contains("window"), "{text}");
     // An alert raised inside the steps read judged the steps before them too: said so.
-    let out = vramtrace()
-        .args(["replay", "--at", "step 11", t])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let cause = text.lines().find(|l| l.starts_with("     cause")).unwrap();
+    let text = said(&["replay", "--at", "step 11", t]);
     assert_eq!(
-        cause,
+        line(&text, "     cause"),
         "     cause     steady growth the tracer's live analysis saw over the steps up to step \
          10, the first of them before step 9, where reading began: the steps read are too few \
          to show it again"
