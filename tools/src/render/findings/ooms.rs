@@ -21,6 +21,12 @@ pub(crate) fn oom_found(analysis: &Analysis) -> String {
 pub(crate) fn oom_headline(analysis: &Analysis) -> Option<String> {
     let first = first_oom(analysis)?;
     let n = count(analysis.ooms.total, "failure");
+    // Read from a segment's snapshot, which does not carry the failures before it: the count
+    // and the first are of the steps read.
+    let n = match analysis.steps.from_step {
+        Some(from) => format!("{n} since step {from}, where reading began"),
+        None => n,
+    };
     let sep = if analysis.ooms.total > 1 { "; " } else { ": " };
     Some(format!("OUT OF MEMORY ({n}{sep}{first})"))
 }
