@@ -212,7 +212,10 @@ fn check_traces(
 ) -> Result<Checked> {
     let mut checked = Checked::default();
     for path in traces {
-        let (measured, gaps, notes) = match measure_trace(out, path, limits, analysis) {
+        // Named as every command reads it: a trace cut into segments by its first segment's
+        // name, which rotation may have deleted (`run.vtrace`, not `run.seg6.vtrace`).
+        let named = vramtrace_collector::format::trace_of(path);
+        let (measured, gaps, notes) = match measure_trace(out, path, &named, limits, analysis) {
             Ok(found) => found,
             Err(e) => {
                 checked.unchecked.push(format!("{e:#}"));
@@ -226,25 +229,27 @@ fn check_traces(
         }
         if measured.iter().any(|m| m.exceeded) {
             checked.failed += 1;
-            checked.first_failed.get_or_insert_with(|| path.clone());
+            checked.first_failed.get_or_insert_with(|| named.clone());
         }
         render(out, &measured, &gaps).context("writing the verdict")?;
         for n in notes {
             writeln!(out, "  note: {n}").context("writing the verdict")?;
         }
-        let path = path.display();
+        let named = named.display();
         checked
             .unchecked
-            .extend(gaps.into_iter().map(|g| format!("{path} {g}")));
+            .extend(gaps.into_iter().map(|g| format!("{named} {g}")));
     }
     Ok(checked)
 }
 
-/// Reads the trace at `path` and measures `limits` on it, printing its heading; also returns
-/// what keeps it from being checked in full, and what it found that no limit asked about.
+/// Reads the trace at `path` and measures `limits` on it, printing its heading (naming it
+/// `named`); also returns what keeps it from being checked in full, and what it found that no
+/// limit asked about.
 fn measure_trace(
     out: &mut impl Write,
     path: &Path,
+    named: &Path,
     limits: &[Limit],
     analysis: &AnalysisArgs,
 ) -> Result<(Vec<Measured>, Vec<String>, Vec<String>)> {
@@ -259,7 +264,7 @@ fn measure_trace(
     writeln!(
         out,
         "vramtrace check: {} (pid {}, {}{segments})",
-        path.display(),
+        named.display(),
         trace.header.pid,
         trace.ending.describe()
     )

@@ -707,6 +707,16 @@ captest!(a_leak_rotation_removed_fails_on_the_tracers_alert, |dir| {
     let (leaky, out) = rotated("leaky", "300");
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
+    // Named as every command reads it, by its first segment's name, though rotation deleted
+    // that file: not by the oldest segment left, which rotation deletes next.
+    let heading = (err.lines())
+        .find(|l| l.starts_with("vramtrace check: /"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(!heading.contains(".seg"), "{heading}");
+    assert!(
+        !err.contains(".seg"),
+        "the details line names it so too: {err}"
+    );
     let line = err
         .lines()
         .find(|l| l.starts_with("  FAIL  growth (alert)"))
