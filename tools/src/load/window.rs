@@ -156,6 +156,11 @@ impl SegmentFacts {
         if let Some(from) = &self.from {
             // Reading starts at a segment's start, before the moment asked for: where, said.
             let at = match (self.read_from_step, self.read_from_ns, self.from_removed) {
+                // Segment 1 is the trace's start, whatever the window asked reaches back to (an
+                // hour of a trace of seconds, a step in a missing segment after it).
+                (Some(_), Some(_), false) if self.first_read == 1 => {
+                    ": read from the trace's start".to_string()
+                }
                 (Some(step), Some(ns), false) => format!(
                     ": read from the start of the segment it lies in, in step {step} at {}",
                     duration(ns)

@@ -421,6 +421,16 @@ fn a_missing_segment_is_said_and_never_passes() {
         files[3].display()
     );
     assert!(limits.contains(&gap), "{limits}");
+    // A window reaching back before the trace began reads from its start, and says so (not
+    // "the segment it lies in": it lies in none).
+    let text = said(&["report", "--last", "1h", t]);
+    assert!(
+        line(&text, "  segments").starts_with(
+            "  segments  1, 2, 4, 5, 6 on disk; MISSING: 3 (their events are not read) (the last \
+             60 min: read from the trace's start)"
+        ),
+        "{text}"
+    );
     // A point in the missing segment is not known: an error, not the next snapshot's moment.
     let out = vramtrace()
         .args(["replay", "--at", "step 6", t])
