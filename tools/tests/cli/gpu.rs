@@ -949,14 +949,18 @@ fn a_rank_one_run_lacks_is_not_compared_and_said() {
         text.contains(&format!("\nNot compared (1)\n  {only}\n")),
         "{text}"
     );
-    let out = vramtrace()
-        .args(["diff", "--json"])
-        .arg(a.path())
-        .arg(&b)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The set's document, of a comparison that has no verdict (exit 2).
+    let no_verdict = || {
+        let out = vramtrace()
+            .args(["diff", "--json"])
+            .arg(a.path())
+            .arg(&b)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let doc = no_verdict();
     assert_eq!(doc["regression"], Value::Null);
     assert_eq!(doc["unpaired"], serde_json::json!([only]));
     assert_eq!(doc["pairs"].as_array().unwrap().len(), 3);
@@ -964,14 +968,7 @@ fn a_rank_one_run_lacks_is_not_compared_and_said() {
     // why its rank has no pair, and the other ranks compared all the same.
     let empty = a.path().join("traced-rank2-2011.vtrace");
     std::fs::write(&empty, b"").unwrap();
-    let out = vramtrace()
-        .args(["diff", "--json"])
-        .arg(a.path())
-        .arg(&b)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = no_verdict();
     let cannot = format!(
         "a trace of run A cannot be read ({}: the trace is empty (0 bytes): the tracer wrote \
          nothing to it (it had not begun, or the process was killed first)); not compared",
