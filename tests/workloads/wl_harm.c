@@ -7,7 +7,9 @@
  *
  * Data modes (argv[2] = DATA, a file the program creates):
  *   closefds | spreadfds | lowlimit DATA
- *     lowlimit: RLIMIT_NOFILE soft limit 4 first (only 0, 1, 2 and one more).
+ *     lowlimit: RLIMIT_NOFILE soft limit 4 first (only 0, 1, 2 and one more), and the last one
+ *     held (/dev/null) across the first call and the sleep, so the tracer's file is created
+ *     while the program holds every descriptor; closed after the sleep.
  *     cudaMalloc 1048576 -> 0x700000000000; sleep 300 ms (the tracer has written its file;
  *     lowlimit then waits until it is in VRAMTRACE_OUTPUT's directory: wait_for_trace_file);
  *     closefds/spreadfds: close every descriptor from 3 up to the limit (at most 65536);
@@ -64,8 +66,8 @@ static long open_max(void)
 /* Under the tracer, waits (up to 5 s) until its trace file is in the output directory
  * (VRAMTRACE_OUTPUT's, fresh for each run): the tracer creates it from its own thread once the
  * first GPU call started it, and a program that opens its file at once can take the last
- * descriptor first on a busy machine (the trace is then not written, with a warning: the
- * program runs on). What lowlimit tests is the program's own descriptors under the limit.
+ * descriptor first (the tracer then waits for one, up to 2 s). What lowlimit tests after this
+ * is the program's own descriptors under the limit.
  * Prints nothing: the transcript stays the same. */
 static void wait_for_trace_file(void)
 {
@@ -93,15 +95,20 @@ static void wait_for_trace_file(void)
 
 static int data_program(const char *mode, const char *path)
 {
+    int held = -1;
     if (!strcmp(mode, "lowlimit")) {
         struct rlimit r;
         getrlimit(RLIMIT_NOFILE, &r);
         r.rlim_cur = 4;
         EXPECT(setrlimit(RLIMIT_NOFILE, &r), 0);
+        held = open("/dev/null", O_RDONLY);
+        EXPECT(held, 3);
     }
     void *a = NULL;
     CALL(0, cudaMalloc(&a, 1 << 20), "cudaMalloc(1048576) = %d ptr=0x%llx", RC, P(a));
     sleep_ms(300);
+    if (held >= 0)
+        close(held);
     if (!strcmp(mode, "lowlimit"))
         wait_for_trace_file();
     long limit = open_max();

@@ -15,7 +15,9 @@
 //! - **A descriptor out of the program's way.** The descriptor is moved high (`F_DUPFD_CLOEXEC`
 //!   from near `min(RLIMIT_NOFILE, 1024)` down), so the program's own `open` gets the numbers it
 //!   would get untraced. Under a limit below [`MIN_LIMIT_TO_HOLD`] the tracer holds no descriptor
-//!   between writes and opens the file by path for each one.
+//!   between writes and opens the file by path for each one. A program holding every descriptor
+//!   its limit allows when the trace is created delays the creation (up to [`CREATE_WAIT`]), and
+//!   later writes wait in memory (up to [`MAX_PENDING`]), rather than cost the trace.
 //! - **Never write to a descriptor we do not own.** Before each write the descriptor's device and
 //!   inode are compared with the file created; a program that closed it (a daemon closing every
 //!   descriptor) or got its number back for a file of its own keeps it: the tracer reopens its
@@ -31,6 +33,7 @@ use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use libc::c_int;
 
@@ -43,6 +46,10 @@ const HIGHEST_PLACE: u64 = 1024;
 /// Bytes kept in memory while the file cannot be opened (the program uses every descriptor);
 /// beyond this the trace stops with a warning.
 const MAX_PENDING: usize = 64 << 20;
+/// How long creating the trace waits for a descriptor while the program holds every one its
+/// limit allows: a program that polls a directory, say, holds its last one for a moment. Only
+/// the tracer's thread waits; the program's calls are kept in the ring meanwhile.
+const CREATE_WAIT: Duration = Duration::from_secs(2);
 
 /// The held descriptor and its file's identity, for the fork handler (which must not touch the
 /// writer's state). -1: none.
@@ -135,6 +142,11 @@ fn write_fully(fd: c_int, mut buf: &[u8]) -> io::Result<()> {
         buf = &buf[n as usize..];
     }
     Ok(())
+}
+
+/// The program holds every descriptor its limit allows (or the system every one), for now.
+fn no_descriptor_now(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
 }
 
 fn close(fd: c_int) {
@@ -305,10 +317,10 @@ impl TraceFile {
             return Ok(&self.path);
         };
         let staged = std::mem::take(staged);
-        let mut names = names
+        let names: Vec<PathBuf> = names
             .map(|n| std::path::absolute(&n).unwrap_or(n))
-            .peekable();
-        let Some(first) = names.peek().cloned() else {
+            .collect();
+        let Some(first) = names.first().cloned() else {
             return Err(CreateError::AllTaken(PathBuf::new()));
         };
         refuse_non_regular(&first)?;
@@ -318,11 +330,27 @@ impl TraceFile {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .to_path_buf();
-        let (fd, path) = match Self::create_unnamed(&dir, &staged, &mut names).map_err(io_err)? {
-            Some(made) => made,
-            None => Self::create_named(&staged, &mut names).map_err(io_err)?,
-        }
-        .ok_or_else(|| CreateError::AllTaken(first.clone()))?;
+        let mut pause = Duration::from_millis(5);
+        let mut waited = Duration::ZERO;
+        let made = loop {
+            let mut candidates = names.iter().cloned();
+            let made = match Self::create_unnamed(&dir, &staged, &mut candidates) {
+                Ok(None) => Self::create_named(&staged, &mut candidates),
+                Ok(Some(made)) => Ok(made),
+                Err(e) => Err(e),
+            };
+            match made {
+                Err(e) if no_descriptor_now(&e) && waited < CREATE_WAIT => {
+                    std::thread::sleep(pause);
+                    waited += pause;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                made => break made,
+            }
+        };
+        let (fd, path) = made
+            .map_err(io_err)?
+            .ok_or_else(|| CreateError::AllTaken(first.clone()))?;
         let id = identity(fd).ok_or_else(|| io_err(last_error()))?;
         self.id = id;
         self.path = path;
@@ -437,13 +465,13 @@ impl TraceFile {
         };
         if fd < 0 {
             let e = last_error();
-            return match e.raw_os_error() {
-                Some(libc::EMFILE) | Some(libc::ENFILE) => Ok(None),
-                _ => Err(io::Error::new(
-                    e.kind(),
-                    format!("cannot reopen the trace by its path: {e}"),
-                )),
-            };
+            if no_descriptor_now(&e) {
+                return Ok(None);
+            }
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot reopen the trace by its path: {e}"),
+            ));
         }
         if identity(fd) != Some(self.id) {
             close(fd);

@@ -258,7 +258,9 @@ captest!(
 
 // Defect 7: with `ulimit -n 4` the tracer took the program's only free descriptor and the
 // program could not open its file. Now the program gets descriptor 3 as without the tracer (the
-// tracer opens its file only to write).
+// tracer opens its file only to write). The program holds that descriptor while the trace is
+// created: the tracer waits for it, where it gave up the trace (a flaky failure in CI, when the
+// program's own polling held it at that moment).
 captest!(
     a_program_under_a_limit_of_4_descriptors_opens_its_files,
     |dir| {
