@@ -114,6 +114,9 @@ pub struct SegmentFacts {
     /// before it, and whether it held the live set.
     pub snapshot_events: Option<u64>,
     pub snapshot_complete: bool,
+    /// The segment reading went on from after the last missing one inside the segments read:
+    /// the live state was restored from its snapshot, and the answers start there.
+    pub resumed: Option<u32>,
     /// Where the first segment read begins: the steps begun before it and nanoseconds from the
     /// start of the trace (a window asked for is read from the start of the segment it lies
     /// in, often well before it).
@@ -161,6 +164,11 @@ impl SegmentFacts {
                 (Some(_), Some(_), false) if self.first_read == 1 => {
                     ": read from the trace's start".to_string()
                 }
+                // The moment may lie in the missing segment after it: which one is not known.
+                (Some(step), Some(ns), false) if self.resumed.is_some() => format!(
+                    ": the last segment on disk to begin before it, in step {step} at {}",
+                    duration(ns)
+                ),
                 (Some(step), Some(ns), false) => format!(
                     ": read from the start of the segment it lies in, in step {step} at {}",
                     duration(ns)
@@ -170,14 +178,27 @@ impl SegmentFacts {
             };
             text += &format!(" ({from}{at})");
         }
+        // After a missing segment the live state is the next one's snapshot: the answers start
+        // there, whatever was read before.
+        let start = match self.resumed {
+            Some(segment) => {
+                format!("; the answers start after what is missing, at segment {segment}")
+            }
+            None => String::new(),
+        };
         match self.snapshot_events {
             Some(events) if self.snapshot_complete => {
-                text += &format!(", from its snapshot after event {events}")
+                let its = if self.resumed.is_some() {
+                    "'s"
+                } else {
+                    ", from its"
+                };
+                text += &format!("{start}{its} snapshot after event {events}")
             }
             Some(events) => {
                 text += &format!(
-                    ", from event {events}: the live set before it is NOT KNOWN (the tracer had no \
-                     snapshot to write)"
+                    "{start}, from event {events}: the live set before it is NOT KNOWN (the \
+                     tracer had no snapshot to write)"
                 )
             }
             None => {}
@@ -231,14 +252,21 @@ impl SegmentFacts {
         let restored = state.restored();
         let gone = series.gone();
         let start_ns = series.first().header.start_mono_ns;
+        let first_read = files[start].index();
+        let last_read = files[(start + read).saturating_sub(1).min(files.len() - 1)].index();
+        let missing: Vec<u32> = (series.first().index()..series.last().index())
+            .filter(|i| !files.iter().any(|f| f.index() == *i))
+            .collect();
         Some(SegmentFacts {
             first_there: series.first().index(),
             last_there: series.last().index(),
-            first_read: files[start].index(),
-            last_read: files[(start + read).saturating_sub(1).min(files.len() - 1)].index(),
-            missing: (series.first().index()..series.last().index())
-                .filter(|i| !files.iter().any(|f| f.index() == *i))
-                .collect(),
+            first_read,
+            last_read,
+            missing: missing.clone(),
+            resumed: (missing.iter())
+                .filter(|&&m| first_read < m && m < last_read)
+                .max()
+                .and_then(|&m| files.iter().map(|f| f.index()).find(|&i| i > m)),
             from_removed: start == 0 && from.describe().is_some() && removed_point(series, from),
             from: from
                 .describe()

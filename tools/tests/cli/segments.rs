@@ -411,7 +411,8 @@ fn a_missing_segment_is_said_and_never_passes() {
     let segments = line(&text, "  segments");
     assert!(
         segments.starts_with(
-            "  segments  1, 2, 4, 5, 6 on disk; MISSING: 3 (their events are not read), from"
+            "  segments  1, 2, 4, 5, 6 on disk; MISSING: 3 (their events are not read); the \
+             answers start after what is missing, at segment 4's snapshot after event 39"
         ),
         "{segments}"
     );
@@ -427,9 +428,19 @@ fn a_missing_segment_is_said_and_never_passes() {
     assert!(
         line(&text, "  segments").starts_with(
             "  segments  1, 2, 4, 5, 6 on disk; MISSING: 3 (their events are not read) (the last \
-             60 min: read from the trace's start)"
+             60 min: read from the trace's start); the answers start after what is missing, at \
+             segment 4's snapshot after event 39"
         ),
         "{text}"
+    );
+    // A window from a step that may lie in the missing segment: read from the segment before
+    // it, and the answers start after the gap (not "the segment it lies in").
+    let text = said(&["report", "--since", "step 6", t]);
+    assert_eq!(
+        line(&text, "  segments"),
+        "  segments  1, 2, 4, 5, 6 on disk; MISSING: 3 (their events are not read); read from \
+         segment 2 (since step 6: the last segment on disk to begin before it, in step 2 at 13 \
+         ms); the answers start after what is missing, at segment 4's snapshot after event 39"
     );
     // A point in the missing segment is not known: an error, not the next snapshot's moment.
     let out = vramtrace()
