@@ -96,12 +96,7 @@ impl OutputFile {
                     _ => Path::new("."),
                 };
                 if !dir.is_dir() {
-                    bail!(
-                        "creating {shown}: no directory {} (a mistyped path is not made into \
-                         a new tree: create it first, mkdir -p {})",
-                        dir.display(),
-                        dir.display()
-                    );
+                    return Err(no_directory(path, dir));
                 }
                 // A name of the trace being read that no file holds now (a segment rotation
                 // removed) still names that trace.
@@ -224,6 +219,18 @@ fn temporary_beside(name: &Path, shown: &Path) -> Result<tempfile::NamedTempFile
         .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(dir)
         .map_err(|e| not_created(shown, e))
+}
+
+/// `target` goes in `dir`, which does not exist: an error, as for every output (a mistyped
+/// path is not made into a new tree).
+pub fn no_directory(target: &Path, dir: &Path) -> anyhow::Error {
+    anyhow!(
+        "creating {}: no directory {} (a mistyped path is not made into a new tree: create it \
+         first, mkdir -p {})",
+        target.display(),
+        dir.display(),
+        dir.display()
+    )
 }
 
 /// An output that could not be made beside its name, in the OS's own words, without the

@@ -178,16 +178,8 @@ impl Staged {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        // As every other output: the directory it goes in must exist (a mistyped parent is an
-        // error, not a new tree).
         if !parent.is_dir() {
-            return Err(anyhow!(
-                "creating {}: no directory {} (a mistyped path is not made into a new tree: \
-                 create it first, mkdir -p {})",
-                target.display(),
-                parent.display(),
-                parent.display()
-            ));
+            return Err(crate::output::no_directory(target, parent));
         }
         let (dir, interrupted) = Temporary::make(
             || {
