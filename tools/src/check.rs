@@ -67,7 +67,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size, allow_hyphen_values = true)]
     pub max_leak: Option<u64>,
     /// Fail when a device grows steadily by more than SIZE per step; a trace without steps (none
-    /// marked, no repeating allocation pattern) cannot be compared with it: exit 2. Default: fail when the growth verdict alerts (growth above
+    /// marked, no repeating allocation pattern), or one that grows per step guessed from the
+    /// pattern, cannot be compared with it: exit 2. Default: fail when the growth verdict alerts (growth above
     /// --alert-percent of device memory per step, or the device full within the horizon).
     #[arg(long, value_name = "SIZE/step", value_parser = parse_rate, allow_hyphen_values = true)]
     pub max_growth: Option<u64>,

@@ -139,12 +139,15 @@ impl Checked {
 /// step, in a trace without steps) is added to `gaps`, what keeps the trace from being checked.
 pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) -> Vec<Measured> {
     let per_window = analysis.growth.axis == SampleAxis::Time;
+    // A guessed step may be several of the program's, or a part of one: its rate is no size
+    // per step, except where nothing grows (none is none in any unit).
+    let guessed = analysis.steps.source == "pattern" && grows(analysis);
     let any_device =
         (analysis.growth.holders.iter()).any(|h| matches!(h.holder, Holder::Device { .. }));
     let measured = limits
         .iter()
         .map(|&limit| {
-            let compared = !(per_window && matches!(limit, Limit::Growth(_)));
+            let compared = !((per_window || guessed) && matches!(limit, Limit::Growth(_)));
             let (exceeded, found) = match limit {
                 Limit::GrowthAlert => growth_found(analysis, |h| h.alert, |_| true),
                 // A size per step against a growth per time window (of a length the analysis
@@ -161,6 +164,28 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
                     (
                         false,
                         format!("{found}, not comparable with the limit {}", per_step(max)),
+                    )
+                }
+                Limit::Growth(max) if guessed => {
+                    let (_, found) = growth_found(analysis, |_| false, |_| false);
+                    let every = (analysis.steps.step_ns).map_or(String::new(), |ns| {
+                        format!(", one every {}", crate::render::units::duration(ns))
+                    });
+                    gaps.push(format!(
+                        "has steps guessed from the allocation pattern{every}, not marked: one may \
+                         span several of the program's steps or part of one, so a growth limit \
+                         per step cannot be compared with its growth per guessed step (mark \
+                         steps with vramtrace_mark_step(), as `vramtrace run` does at PyTorch's \
+                         optimizer steps, or name an NVTX range with VRAMTRACE_STEP_RANGE; or \
+                         gate on the growth alert)"
+                    ));
+                    (
+                        false,
+                        format!(
+                            "{}, not comparable with the limit {}",
+                            found.replacen(" per step", " per guessed step", 1),
+                            per_step(max)
+                        ),
                     )
                 }
                 Limit::Growth(max) => {
@@ -243,6 +268,12 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
         .into_iter()
         .map(|m| Measured { whole, ..m })
         .collect()
+}
+
+/// Whether any device grows steadily.
+fn grows(analysis: &Analysis) -> bool {
+    (analysis.growth.holders.iter())
+        .any(|h| matches!(h.holder, Holder::Device { .. }) && h.steady_growth > 0.0)
 }
 
 /// A size per step, as the flag gives it.

@@ -1467,6 +1467,33 @@ fn a_growth_limit_says_what_its_steps_rest_on() {
          one may span several of the program's steps, and its rate with it (mark steps for \
          exact rates)\n"
     ), "{said}");
+    // A size per step against its guessed steps: +128 MiB a guessed step is not 128 of the
+    // program's 16 MiB steps, nor under 20 MiB of them: not checked, where it failed.
+    let trace = dir.join("gpt_leaky-traced.vtrace");
+    let (code, said) = limits_of("growth=20MiB/step", &trace);
+    assert_eq!(code, 2);
+    let gap = "has steps guessed from the allocation pattern, one every 144 ms, not marked: one \
+               may span several of the program's steps or part of one, so a growth limit per \
+               step cannot be compared with its growth per guessed step (mark steps with \
+               vramtrace_mark_step(), as `vramtrace run` does at PyTorch's optimizer steps, or \
+               name an NVTX range with VRAMTRACE_STEP_RANGE; or gate on the growth alert)";
+    assert_eq!(
+        said,
+        format!(
+            "vramtrace report: limits of {t}\n  --    growth           device 0: +128.0 MiB per \
+             guessed step (134217728 B) at gpt_leaky.py:63 in <module> (libc10_cuda.so), not \
+             comparable with the limit 20.0 MiB/step (20971520 B)\n  not checked: the trace \
+             {gap}\nerror: could not check: {t} {gap}\n",
+            t = trace.display()
+        )
+    );
+    // Where nothing grows, none is none per any step: it passes.
+    let (code, said) = limits_of("growth=1MiB/step", &dir.join("healthy_compile-bare.vtrace"));
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("  ok    growth           device 0: +0 B per step (0 B), limit 1.0 MiB/step"),
+        "{said}"
+    );
     let (code, said) = limits_of("growth", &dir.join("h100/ranks_gloo-rank2-bare.vtrace"));
     assert_eq!(code, 0);
     assert!(said.ends_with(
