@@ -115,8 +115,9 @@ pub struct ExportArgs {
     #[arg(long)]
     pub json: bool,
     /// Replace the output if it exists: a file (for parquet too), or for parquet an earlier
-    /// dataset (a directory of the tables' directories and nothing else); never the trace being
-    /// read, and for parquet never a directory holding anything else, nor the working directory.
+    /// dataset (a directory of the tables' directories and nothing else, every Parquet file in
+    /// them written by vramtrace); never the trace being read, and for parquet never a directory
+    /// holding anything else, a symbolic link, nor the working directory.
     #[arg(long)]
     pub force: bool,
     /// Flame graph: the bytes it weighs [default: end].

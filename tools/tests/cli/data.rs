@@ -522,6 +522,27 @@ fn files_named(dir: &Path, ext: &str) -> Vec<PathBuf> {
     found
 }
 
+/// A Parquet file as another tool writes one (one int64 column, no vramtrace metadata).
+fn write_foreign_parquet(path: &Path) {
+    use parquet::data_type::Int64Type;
+    use parquet::file::writer::SerializedFileWriter;
+    let schema = parquet::schema::parser::parse_message_type("message m { required int64 x; }");
+    let mut w = SerializedFileWriter::new(
+        File::create(path).unwrap(),
+        std::sync::Arc::new(schema.unwrap()),
+        Default::default(),
+    )
+    .unwrap();
+    let mut group = w.next_row_group().unwrap();
+    let mut column = group.next_column().unwrap().unwrap();
+    (column.typed::<Int64Type>())
+        .write_batch(&[7], None, None)
+        .unwrap();
+    column.close().unwrap();
+    group.close().unwrap();
+    w.close().unwrap();
+}
+
 /// The rows of `table`'s file of trace `file` in the dataset at `root`.
 fn table_of(root: &Path, table: &str, file: &str) -> usize {
     let path = files(&root.join(table))
@@ -613,6 +634,37 @@ fn an_existing_output_is_replaced_only_when_asked() {
     export(&trace, &out, &["--force"]).code(2);
     assert!(held.exists());
     std::fs::remove_file(&held).unwrap();
+    // Nor a Parquet file of the user's in a partition's place: the footer says whose it is.
+    let theirs = note.with_file_name("important.parquet");
+    write_foreign_parquet(&theirs);
+    let refused = export(&trace, &out, &["--force"]).code(2);
+    let err = String::from_utf8_lossy(&refused.get_output().stderr).into_owned();
+    assert!(
+        err.contains(&format!("holds {}, which is not part", theirs.display())),
+        "{err}"
+    );
+    assert!(theirs.exists());
+    std::fs::remove_file(&theirs).unwrap();
+    // A symbolic link to a dataset is not replaced, nor written through, even with --force.
+    let link = dir.path().join("latest");
+    std::os::unix::fs::symlink(&out, &link).unwrap();
+    for flags in [&[][..], &["--force"]] {
+        let refused = export(&trace, &link, flags).code(2);
+        let err = String::from_utf8_lossy(&refused.get_output().stderr).into_owned();
+        assert_eq!(
+            err,
+            format!(
+                "error: {} is a symbolic link (to {}); name the directory itself\n",
+                link.display(),
+                out.display()
+            )
+        );
+    }
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    std::fs::remove_file(&link).unwrap();
     std::fs::write(&mine, "mine").unwrap();
 
     // It replaces an earlier dataset, and a file.

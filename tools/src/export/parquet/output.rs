@@ -4,8 +4,9 @@
 //! reader never sees half a dataset.
 //!
 //! `--force` replaces an earlier dataset (a directory of the tables' partitions of Parquet files
-//! and nothing else) or a file, never a directory that holds anything else, the working directory or one
-//! above it, or a trace being read: what is not ours is not removed.
+//! this export wrote, and nothing else) or a file, never a directory that holds anything else,
+//! the working directory or one above it, a symbolic link, or a trace being read: what is not
+//! ours is not removed.
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,9 @@ fn not_a_dataset(dir: &Path) -> Result<()> {
                     && (kind.is_dir() || kind.is_file())
                     && fits(depth, n, kind.is_dir())
             });
+            // A Parquet file is ours only where its footer says vramtrace wrote it: the same
+            // `run=…/rank=…` layout is a likely one for a team's own data.
+            let fitting = fitting && (kind.is_dir() || written_by_vramtrace(&entry.path()));
             if !fitting {
                 return Err(anyhow!(
                     "{}: holds {}, which is not part of a vramtrace dataset; --force replaces \
@@ -92,6 +96,25 @@ fn not_a_dataset(dir: &Path) -> Result<()> {
         Ok(())
     }
     walk(dir, dir, 0)
+}
+
+/// Whether the Parquet file at `path` was written by this export: its footer's key-value
+/// metadata names the dataset's schema (`vramtrace.schema`, docs/data.md).
+fn written_by_vramtrace(path: &Path) -> bool {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let Ok(reader) = SerializedFileReader::new(file) else {
+        return false;
+    };
+    let schema = super::traces::SCHEMA;
+    let family = &schema[..=schema.find('/').unwrap_or(0)];
+    (reader.metadata().file_metadata().key_value_metadata()).is_some_and(|kv| {
+        kv.iter().any(|e| {
+            e.key == "vramtrace.schema" && e.value.as_deref().is_some_and(|v| v.starts_with(family))
+        })
+    })
 }
 
 impl Staged {
@@ -134,6 +157,16 @@ impl Staged {
         let existing = match std::fs::symlink_metadata(target) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Existing::Nothing,
             Err(e) => return Err(io_error(target, e)),
+            // Replacing the link would leave what it points to as it was; writing through it,
+            // a dataset where the name does not say: neither, with or without --force.
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(target).unwrap_or_default();
+                return Err(anyhow!(
+                    "{} is a symbolic link (to {}); name the directory itself",
+                    target.display(),
+                    to.display()
+                ));
+            }
             Ok(m) if m.is_dir() => {
                 let mut entries = std::fs::read_dir(target).map_err(|e| io_error(target, e))?;
                 if entries.next().is_none() {
