@@ -94,20 +94,26 @@ pub fn headline(rows: &[RankRow]) -> String {
 /// side, in words (`rank 0, 2 in more than one trace (…)`); `None` where each rank is one
 /// trace's.
 pub fn repeated_ranks(ranks: impl Iterator<Item = i32>) -> Option<String> {
-    let mut ranks: Vec<i32> = ranks.collect();
-    ranks.sort_unstable();
-    let mut twice: Vec<String> = ranks
-        .windows(2)
-        .filter(|w| w[0] == w[1])
-        .map(|w| w[0].to_string())
-        .collect();
-    twice.dedup();
+    let twice = ranks_twice(ranks);
     (!twice.is_empty()).then(|| {
+        let list: Vec<String> = twice.iter().map(i32::to_string).collect();
         format!(
             "rank {} in more than one trace (a restarted job, or traces of several jobs)",
-            twice.join(", ")
+            list.join(", ")
         )
     })
+}
+
+/// The ranks that more than one trace has, in order.
+pub fn ranks_twice(ranks: impl Iterator<Item = i32>) -> Vec<i32> {
+    let mut ranks: Vec<i32> = ranks.collect();
+    ranks.sort_unstable();
+    let mut twice: Vec<i32> = (ranks.windows(2))
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    twice.dedup();
+    twice
 }
 
 /// Which trace differs most from the others, and in what; where the next is as far from the

@@ -340,7 +340,7 @@ fn a_directory_is_one_run_with_a_partition_per_rank() {
     assert!(
         stderr.contains(
             "warning: rank 3 in more than one trace (a restarted job, or traces of several \
-             jobs): their rows share the partition rank=N of run job-7, and a query by rank adds \
+             jobs): their rows share the partition rank=3 of run job-7, and a query by rank adds \
              them together (tell them apart by pid, or export each job on its own with --run)\n"
         ),
         "{stderr}"

@@ -98,10 +98,19 @@ pub fn run(job: &Job<'_>) -> Result<()> {
         say!("warning: {warning}");
     }
     // Two jobs' ranks (or a restarted job's) under one run: a query by rank adds them up.
-    let repeated = crate::ranks::repeated_ranks(rows.iter().filter_map(|r| r.rank)).map(|r| {
+    let ranks = || rows.iter().filter_map(|r| r.rank);
+    let repeated = crate::ranks::repeated_ranks(ranks()).map(|r| {
+        let partitions: Vec<String> = (crate::ranks::ranks_twice(ranks()).iter())
+            .map(|n| format!("rank={n}"))
+            .collect();
+        let share = match partitions.len() {
+            1 => "the partition",
+            _ => "the partitions",
+        };
         format!(
-            "{r}: their rows share the partition rank=N of run {run}, and a query by rank adds \
-             them together (tell them apart by pid, or export each job on its own with --run)"
+            "{r}: their rows share {share} {} of run {run}, and a query by rank adds them \
+             together (tell them apart by pid, or export each job on its own with --run)",
+            partitions.join(", ")
         )
     });
     if let Some(warning) = &repeated {
