@@ -208,7 +208,8 @@ fn the_demos_trace_in_pyarrow_has_the_reports_numbers() {
 
 /// docs/data.md's fleet questions, as Python strings `LINE_SQL` (the line that differs most from
 /// the other ranks) and `ODD_SQL` (the odd rank), asked of DuckDB and of Spark (with `<=>` for
-/// `IS NOT DISTINCT FROM`).
+/// `IS NOT DISTINCT FROM`), and `PEAK_SQL` (the peak of each rank, device and step; DuckDB's
+/// `ASOF` join).
 const FLEET_SQL: &str = r#"
 LINE_SQL = """
 WITH live AS (
@@ -237,6 +238,29 @@ WITH per_rank AS (
     FROM allocations GROUP BY run, rank)
 SELECT rank, live, live - median(live) OVER (PARTITION BY run) AS from_median
 FROM per_rank ORDER BY abs(from_median) DESC, run, rank LIMIT 2"""
+PEAK_SQL = """
+WITH changes AS (
+    SELECT run, rank, pid, device, alloc_seq AS seq, alloc_step AS step, bytes AS delta
+    FROM allocations WHERE accounting = 'device'
+    UNION ALL
+    SELECT run, rank, pid, device, free_seq, free_step, -bytes
+    FROM allocations WHERE accounting = 'device' AND free_seq IS NOT NULL),
+running AS (
+    SELECT run, rank, pid, device, seq, step, sum(delta) OVER (PARTITION BY run, rank, pid,
+        device ORDER BY seq ROWS UNBOUNDED PRECEDING) AS live
+    FROM changes),
+begun AS (
+    SELECT d.run, d.rank, d.pid, d.device, s.step, s.begin_seq
+    FROM (SELECT DISTINCT run, rank, pid, device FROM running) d
+    JOIN steps s ON s.run = d.run AND s.rank IS NOT DISTINCT FROM d.rank AND s.pid = d.pid),
+carried AS (
+    SELECT b.run, b.rank, b.device, b.step, coalesce(r.live, 0) AS live
+    FROM begun b ASOF LEFT JOIN running r
+        ON r.run = b.run AND coalesce(r.rank, -1) = coalesce(b.rank, -1) AND r.pid = b.pid
+        AND r.device = b.device AND r.seq <= b.begin_seq)
+SELECT run, rank, device, step, max(live) AS peak
+FROM (SELECT run, rank, device, step, live FROM running UNION ALL SELECT * FROM carried)
+GROUP BY run, rank, device, step ORDER BY run, rank, device, step"""
 "#;
 
 /// docs/data.md's fleet queries, over the dataset at argv[1]: the line that differs most from
@@ -245,30 +269,18 @@ const FLEET: &str = r#"
 import duckdb
 root = sys.argv[1]
 con = duckdb.connect()
-for t in ["allocations", "sites", "traces", "findings"]:
+for t in ["allocations", "sites", "steps", "traces", "findings"]:
     con.sql(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{root}/{t}/**/*.parquet', "
             "hive_partitioning = true, hive_types = {'run': VARCHAR, 'rank': INTEGER})")
 line = con.sql(LINE_SQL).fetchall()
 odd = con.sql(ODD_SQL).fetchall()
 grow = con.sql(GROW_SQL).fetchall()
-peaks = con.sql("""
-WITH changes AS (
-    SELECT run, rank, pid, device, alloc_seq AS seq, alloc_step AS step, bytes AS delta
-    FROM allocations WHERE accounting = 'device'
-    UNION ALL
-    SELECT run, rank, pid, device, free_seq, free_step, -bytes
-    FROM allocations WHERE accounting = 'device' AND free_seq IS NOT NULL),
-running AS (
-    SELECT run, rank, device, step, sum(delta) OVER (PARTITION BY run, rank, pid, device
-        ORDER BY seq ROWS UNBOUNDED PRECEDING) AS live
-    FROM changes)
-SELECT rank, device, max(live) AS peak FROM running GROUP BY run, rank, device
-ORDER BY run, rank, device""").fetchall()
+peaks = con.sql(PEAK_SQL).fetchall()
 print(json.dumps({
     "line": [[r, i, int(b), float(e)] for r, i, b, e in line],
     "odd": [[r, int(l), float(m)] for r, l, m in odd],
     "grow": [list(g) for g in grow],
-    "peaks": [[r, d, int(p)] for r, d, p in peaks],
+    "peaks": [[r, d, s, int(p)] for _, r, d, s, p in peaks],
 }))
 "#;
 
@@ -322,17 +334,24 @@ fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
 
     let traces = trace_files(&traces);
     assert_eq!(traces.len(), 8);
+    // One row per step of each rank, step 0 (before the first mark) included: a step in which
+    // nothing was allocated or freed has the level it began with. The highest is the report's.
     let peaks = got["peaks"].as_array().unwrap();
-    assert_eq!(peaks.len(), 8);
     for t in traces {
         let r = report(&t);
         let rank = &r["trace"]["rank"];
         let holders = r["analysis"]["peaks"]["holders"].as_array().unwrap();
         let device: Vec<&Value> = holders.iter().filter(|h| h["memory"] == "device").collect();
         assert_eq!(device.len(), 1);
-        let row = peaks.iter().find(|p| &p[0] == rank).unwrap();
-        assert_eq!(row[1], device[0]["device"], "rank {rank}");
-        assert_eq!(row[2], device[0]["peak"]["bytes"], "rank {rank}");
+        let rows: Vec<&Value> = peaks.iter().filter(|p| &p[0] == rank).collect();
+        let steps: Vec<u64> = rows.iter().map(|p| p[2].as_u64().unwrap()).collect();
+        assert_eq!(steps, (0..=20).collect::<Vec<_>>(), "rank {rank}");
+        assert!(
+            rows.iter().all(|p| p[1] == device[0]["device"]),
+            "rank {rank}"
+        );
+        let highest = rows.iter().map(|p| p[3].as_u64().unwrap()).max();
+        assert_eq!(highest, device[0]["peak"]["bytes"].as_u64(), "rank {rank}");
     }
 }
 
