@@ -76,7 +76,8 @@ class Tables:
         """Every table as a pandas DataFrame, by name (needs pandas). Integer columns stay
         integers where they hold nulls (`free_seq`, `rank`: pandas' `Int64` and `Int32`, with
         `<NA>`), where pyarrow's own `to_pandas()` makes them floats, which cannot hold every
-        64-bit address or sequence number. Keyword arguments go to pyarrow's
+        64-bit address or sequence number; lists and structs (a site's `frames`) stay in Arrow
+        (`pandas.ArrowDtype`), the integers in them exact. Keyword arguments go to pyarrow's
         `Table.to_pandas` (`types_mapper=pandas.ArrowDtype`, for one)."""
         if "types_mapper" not in kwargs:
             kwargs["types_mapper"] = _nullable_integers()
@@ -88,14 +89,15 @@ class Tables:
 
 
 def _nullable_integers():
-    """pyarrow's integer types to pandas' nullable ones, for `to_pandas`'s `types_mapper`."""
+    """pyarrow's integer types to pandas' nullable ones, and nested types to pandas'
+    `ArrowDtype`, for `to_pandas`'s `types_mapper`."""
     try:
         import pandas as pd
     except ImportError:
         raise ImportError("Tables.to_pandas() needs pandas: pip install pandas") from None
     import pyarrow as pa
 
-    return {
+    integers = {
         pa.int8(): pd.Int8Dtype(),
         pa.int16(): pd.Int16Dtype(),
         pa.int32(): pd.Int32Dtype(),
@@ -104,7 +106,16 @@ def _nullable_integers():
         pa.uint16(): pd.UInt16Dtype(),
         pa.uint32(): pd.UInt32Dtype(),
         pa.uint64(): pd.UInt64Dtype(),
-    }.get
+    }
+
+    def mapped(t):
+        # A list or struct (a site's frames) stays in Arrow, where pandas would make the
+        # integers inside it floats.
+        if pa.types.is_nested(t):
+            return pd.ArrowDtype(t)
+        return integers.get(t)
+
+    return mapped
 
 
 def _pyarrow():

@@ -501,6 +501,8 @@ print(json.dumps({
     "dtypes": {c: str(frames["allocations"][c].dtype) for c in ("free_seq", "bytes", "rank")},
     "first_free": [None if v is pd.NA else int(v) for v in frames["allocations"]["free_seq"][:1]],
     "arrow_free": data.allocations["free_seq"][:1].to_pylist(),
+    "frame": frames["sites"]["frames"].iloc[0][0],
+    "arrow_frame": data.sites["frames"][0].as_py()[0],
     "attribute": data.allocations.num_rows,
 }))
 "#;
@@ -549,6 +551,9 @@ fn load_returns_the_rows_of_the_parquet() {
         );
         assert!(got["first_free"][0].is_u64(), "{got}");
         assert_eq!(got["first_free"], got["arrow_free"]);
+        // So do the integers inside a site's frames (pandas made them floats).
+        assert_eq!(got["frame"], got["arrow_frame"], "{got}");
+        assert!(got["frame"]["line"].is_u64() || got["frame"]["offset"].is_u64(), "{got}");
     }
 }
 
