@@ -553,7 +553,10 @@ fn load_returns_the_rows_of_the_parquet() {
         assert_eq!(got["first_free"], got["arrow_free"]);
         // So do the integers inside a site's frames (pandas made them floats).
         assert_eq!(got["frame"], got["arrow_frame"], "{got}");
-        assert!(got["frame"]["line"].is_u64() || got["frame"]["offset"].is_u64(), "{got}");
+        assert!(
+            got["frame"]["line"].is_u64() || got["frame"]["offset"].is_u64(),
+            "{got}"
+        );
     }
 }
 

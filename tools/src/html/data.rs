@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramtrace_collector::analysis::{Analysis, RaisedAlert, SiteName};
+use vramtrace_collector::analysis::{Analysis, RaisedAlert, SiteGrowth, SiteName};
 use vramtrace_collector::live::{Holder, SampleAxis};
 use vramtrace_collector::symbols::{collapse, Attribution, CallRef, Granularity, Symbolizer};
 
@@ -135,12 +135,14 @@ fn site_call(s: &SiteName) -> CallRef {
     }
 }
 
-/// Every call site the page's tables name (the first `top` of each list).
-fn table_sites(a: &Analysis, top: usize) -> Vec<CallRef> {
+/// Every call site the page's tables name (the first `top` of each list, and every ALERT).
+fn table_sites<'a>(a: &'a Analysis, top: usize) -> Vec<CallRef> {
     let g = &a.growth;
     let mut sites: Vec<&SiteName> = Vec::new();
-    sites.extend(g.steady.iter().take(top).map(|s| &s.site));
-    sites.extend(g.peaks.iter().take(top).map(|s| &s.site));
+    // The growth tables list every ALERT too, whatever `top` is.
+    let listed = |(i, s): (usize, &'a SiteGrowth)| (i < top || s.alert).then_some(&s.site);
+    sites.extend(g.steady.iter().enumerate().filter_map(listed));
+    sites.extend(g.peaks.iter().enumerate().filter_map(listed));
     sites.extend(a.leaks.sites.iter().take(top).map(|s| &s.site));
     sites.extend(a.orphans.objects.iter().take(top).map(|o| &o.site));
     for p in &a.peaks.holders {

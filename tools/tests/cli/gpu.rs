@@ -785,6 +785,20 @@ fn top_never_hides_an_alert() {
             diagnosis.contains("\n  (1 more in --json)\n"),
             "{diagnosis}"
         );
+        // Nor the growth table's ALERT rows: the three causes and their segments, all six.
+        let table = &shown[shown.find("\nSteady growth by place").unwrap()..];
+        let table = &table[..table[1..].find("\n\n").unwrap()];
+        assert!(
+            table.starts_with("\nSteady growth by place (Python line, else call site; 6 places)"),
+            "{table}"
+        );
+        assert_eq!(
+            (table.lines())
+                .filter(|l| l.trim_end().ends_with(" ALERT"))
+                .count(),
+            6,
+            "{table}"
+        );
     }
 }
 

@@ -142,13 +142,25 @@ fn holder_line(h: &HolderGrowth, unit: &str, fraction: f64) -> String {
     )
 }
 
+/// How many of `list`'s places [`site_rows`] lists: the first `top`, and every ALERT.
+fn places_listed(list: &[SiteGrowth], top: usize) -> String {
+    let listed = (list.iter().enumerate())
+        .filter(|(i, s)| *i < top || s.alert)
+        .count();
+    match listed < list.len() {
+        true => format!("{listed} of {}", count(list.len() as u64, "place")),
+        false => count(list.len() as u64, "place"),
+    }
+}
+
+/// The places of `list`, numbered in its order: the first `top`, and every ALERT after them.
 fn site_rows(list: &[SiteGrowth], top: usize, unit: &str) -> comfy_table::Table {
     let headers = [
         "#", "finding", "rate", "R²", "from", "first", "last", "max", "at end", "samples",
         "holder", "site", "alert",
     ];
     let mut t = table(&headers, &[0, 2, 3, 4, 5, 6, 7, 8, 9]);
-    for (i, s) in list.iter().take(top).enumerate() {
+    for (i, s) in list.iter().enumerate().filter(|(i, s)| *i < top || s.alert) {
         let c = &s.course;
         let finding = s.finding.map_or(String::new(), |f| match f.role {
             Role::Cause => f.number.to_string(),
@@ -214,14 +226,14 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
     if !g.steady.is_empty() {
         let title = format!(
             "Steady growth by place (Python line, else call site; {})",
-            count(g.steady.len() as u64, "place")
+            places_listed(&g.steady, top)
         );
         emit(out, &title, &site_rows(&g.steady, top, &unit))?;
     }
     if !g.peaks.is_empty() {
         let title = format!(
             "One-off peaks by place (rose and fell back; {})",
-            count(g.peaks.len() as u64, "place")
+            places_listed(&g.peaks, top)
         );
         emit(out, &title, &site_rows(&g.peaks, top, &unit))?;
     }
