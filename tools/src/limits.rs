@@ -181,11 +181,7 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
                     ));
                     (
                         false,
-                        format!(
-                            "{}, not comparable with the limit {}",
-                            found.replacen(" per step", " per guessed step", 1),
-                            per_step(max)
-                        ),
+                        format!("{found}, not comparable with the limit {}", per_step(max)),
                     )
                 }
                 Limit::Growth(max) => {

@@ -200,7 +200,7 @@ captest!(check_judges_steps_found_in_the_allocation_pattern, |dir| {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B)"),
+        err.contains("FAIL  growth (alert)   device 0: +1.0 MiB per guessed step (1048576 B)"),
         "{err}"
     );
     // Its steps are guessed, and the gate says so under the number.

@@ -76,6 +76,8 @@ struct Page<'a> {
     title: String,
     report: &'a Report<'a>,
     findings: Vec<SummaryLine>,
+    /// The report's first line, as the text report says it: what a reader acts on.
+    verdict: String,
     diagnosis: Option<Diagnosis>,
     top: usize,
     duration: String,
@@ -146,6 +148,7 @@ pub fn render(
         title: format!("vramtrace: {}", program_name(report.trace.command_line)),
         report,
         findings: crate::render::findings::summary_lines(&report.analysis, when, &report.gaps()),
+        verdict: diagnosis::verdict(&report.analysis, &report.gaps(), true),
         diagnosis: diagnosis::words(&report.analysis, report.top, when),
         top: report.top,
         duration: duration(span),

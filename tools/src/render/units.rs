@@ -16,10 +16,13 @@ pub fn device(d: i32) -> String {
     }
 }
 
-/// What a growth rate is per: `per step`, or `per 64 ms window` for a trace sampled by time.
+/// What a growth rate is per: `per step`, `per guessed step` where the steps are guessed from
+/// the allocation pattern (one may span several of the program's, or part of one), or `per 64
+/// ms window` for a trace sampled by time.
 pub fn unit(a: &Analysis) -> String {
     let unit = match (a.growth.axis, a.growth.window_ns) {
         (SampleAxis::Time, Some(w)) => vramtrace_collector::units::rate_unit(false, w),
+        _ if a.steps.source == "pattern" => "guessed step".to_string(),
         _ => vramtrace_collector::units::rate_unit(true, 0),
     };
     format!("per {unit}")

@@ -262,6 +262,6 @@ captest!(python_growth_is_named_at_the_line_that_keeps, |dir| {
         .output()
         .unwrap();
     let report = text(&out.stdout);
-    let headline = format!("STEADY GROWTH on device 0: +1.0 MiB per step at {kept} (");
+    let headline = format!("STEADY GROWTH on device 0: +1.0 MiB per guessed step at {kept} (");
     assert!(report.contains(&headline), "{report}");
 });

@@ -118,13 +118,7 @@ pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
             words.class
         );
     }
-    // A step the analysis guessed from the allocation pattern may span several of the
-    // program's (the FINDINGS' steps line says why): the rate's unit says it was guessed.
-    let unit = match (a.steps.source, a.growth.axis) {
-        _ if first.evidence.alerted_at_step.is_some() => super::rate_unit(a, first),
-        ("pattern", SampleAxis::Steps) => "per guessed step".to_string(),
-        _ => unit(a),
-    };
+    let unit = super::rate_unit(a, first);
     // Growth that ran its device out of memory: the failure is the news, said with the rate.
     let rate = match (first.class, first.evidence.rate) {
         (FindingClass::SteadyGrowth, Some(rate)) => {
