@@ -1033,6 +1033,17 @@ fn steps_counted_differently_are_said() {
     assert_eq!(code, 1);
     let notes = d["verdict"]["notes"].as_array().unwrap();
     assert!(!notes.iter().any(|n| n == note), "{notes:?}");
+    // Both guessed: compared, and their rates said to be per guessed step.
+    let (_, d) = diff(
+        &[],
+        "leak_slow-traced.vtrace",
+        "leak_extension-traced.vtrace",
+    );
+    let notes = d["verdict"]["notes"].as_array().unwrap();
+    let guessed = "steps guessed from the allocation pattern in both runs, not marked: a rate \
+                   per step is per guessed step, which may span several of the program's steps \
+                   or part of one (mark steps for exact rates)";
+    assert!(notes.iter().any(|n| n == guessed), "{notes:?}");
 }
 
 // A run without steps (A grows nowhere) against one whose steps come from its repeating
