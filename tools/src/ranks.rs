@@ -129,13 +129,17 @@ fn differs_most(rows: &[RankRow]) -> String {
             });
             let metric = r.differs_in.unwrap_or("live_bytes");
             let unit = r.growth_unit.name();
-            // Growth: its devices' in all, then what causes it, as the report's headline says.
-            let at = match (&r.growth_at, r.cause_growth, metric) {
-                (Some(site), Some(rate), "growth") if !site.is_empty() => {
-                    format!("; first cause {} at {site}", amount(metric, rate, unit))
-                }
-                _ => String::new(),
+            // Growth with a cause: the cause first, at its own rate (the line to fix, as the
+            // report's verdict names it), then its devices' in all, which a framework's
+            // allocator reserving ahead can make larger.
+            let cause = match (&r.growth_at, r.cause_growth, metric) {
+                (Some(site), Some(rate), "growth") if !site.is_empty() => Some(format!(
+                    "first cause {} at {site}",
+                    amount(metric, rate, unit)
+                )),
+                _ => None,
             };
+            let at = cause.clone().unwrap_or_default();
             // What it has that the others do not, unless the growth's cause above says it.
             let own = match (r.own_findings.first(), at.is_empty()) {
                 (Some(f), true) => format!("; its own finding: {f}"),
@@ -151,13 +155,22 @@ fn differs_most(rows: &[RankRow]) -> String {
                     amount(metric, n.value, unit),
                     amount(metric, r.median, unit)
                 ),
-                None => format!(
-                    "{} differs most: {} {} against a median of {}{at}{own}",
-                    who(r.rank, r.pid),
-                    metric_name(metric),
-                    amount(metric, r.value, unit),
-                    amount(metric, r.median, unit)
-                ),
+                None => match cause {
+                    Some(cause) => format!(
+                        "{} differs most in growth: {cause}; its devices grow {} against a \
+                         median of {}",
+                        who(r.rank, r.pid),
+                        amount(metric, r.value, unit),
+                        amount(metric, r.median, unit)
+                    ),
+                    None => format!(
+                        "{} differs most: {} {} against a median of {}{own}",
+                        who(r.rank, r.pid),
+                        metric_name(metric),
+                        amount(metric, r.value, unit),
+                        amount(metric, r.median, unit)
+                    ),
+                },
             }
         }
         _ => format!("all {} traces alike", rows.len()),

@@ -458,10 +458,16 @@ fn one_rank_against_the_others_is_named_at_the_line_that_keeps_its_tensors() {
         ),
         "{shown}"
     );
-    assert!(shown.contains(
-        "rank 2 differs most: growth +11.1 MiB per step against a median of +0 B per step; first \
-         cause +8.0 MiB per step at ranks_gloo.py:48 in <module> (PyTorch tensors)"
-    ));
+    // The headline names the cause first, at its own rate (8 MiB a step planted), then the
+    // devices' growth in all (the allocator's segments, reserved ahead).
+    assert!(
+        shown.contains(
+            "rank 2 differs most in growth: first cause +8.0 MiB per step at ranks_gloo.py:48 in \
+             <module> (PyTorch tensors); its devices grow +11.1 MiB per step against a median of \
+             +0 B per step"
+        ),
+        "{shown}"
+    );
     // The growth is the verdict's, in the same words.
     assert!(shown.contains("; growth +11.1 MiB per step (limit 1.0 MiB per step); "));
     let growth = ranks[0]["growth"].as_f64().unwrap();
@@ -854,7 +860,7 @@ fn a_rank_whose_trace_is_cut_is_not_whole_in_the_rank_table() {
     let dir = ranks_with_rank1_cut();
     let (shown, headline) = report_of_ranks(dir.path());
     assert!(
-        headline.contains("(PyTorch tensors); NOT WHOLE: rank 1's trace is cut short (truncated: "),
+        headline.contains("against a median of +0 B per step; NOT WHOLE: rank 1's trace is cut short (truncated: "),
         "{headline}"
     );
     let row = shown.lines().find(|l| l.starts_with(" 3      1 ")).unwrap();

@@ -297,8 +297,21 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
             }
             let full = match e.out_of_memory_at_step {
                 Some(step) => Some(format!("device out of memory at step {step}")),
-                None => when_full(e.steps_to_full, e.seconds_to_full)
-                    .map(|when| format!("device full in {when}")),
+                None => when_full(e.steps_to_full, e.seconds_to_full).map(|when| {
+                    // The time to full is the device's, every cause on it together: said where
+                    // that is not this finding's rate (three leaks name one time).
+                    let device = (a.growth.holders.iter()).find(|h| Some(h.holder) == f.holder);
+                    match (device.map(|h| h.steady_growth), e.rate) {
+                        (Some(all), Some(rate)) if (all - rate).abs() > 0.01 * all.abs() => {
+                            format!(
+                                "device full in {when} at its whole growth ({} {})",
+                                signed_bytes(all),
+                                unit(a)
+                            )
+                        }
+                        _ => format!("device full in {when}"),
+                    }
+                }),
             };
             parts.extend(full);
             match (e.view, e.line_means) {
