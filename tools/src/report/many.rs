@@ -41,6 +41,34 @@ struct Document<'a> {
     /// `failed`, 1; `ok`, 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     limits_verdict: Option<&'static str>,
+    /// The ranks of the job, below the world size its traces name, that no trace here has.
+    missing_ranks: Vec<i32>,
+}
+
+/// The ranks below the world size the traces name (`WORLD_SIZE`) that none of them has: a rank
+/// that died before its tracer wrote a file, or a file not copied. Nothing where the traces name
+/// no world size, or disagree on it (traces of several jobs).
+fn missing_ranks(reports: &[&Report<'_>]) -> Vec<i32> {
+    let mut sizes = reports.iter().filter_map(|r| r.trace.world_size);
+    let Some(world) = sizes.next().filter(|w| sizes.all(|s| s == *w)) else {
+        return Vec::new();
+    };
+    let ranks: Vec<i32> = reports.iter().filter_map(|r| r.trace.rank).collect();
+    (0..world).filter(|r| !ranks.contains(r)).collect()
+}
+
+/// The missing ranks in words: `rank 3 of 4 has no trace here`.
+fn missing_words(missing: &[i32], reports: &[&Report<'_>]) -> Option<String> {
+    let world = reports.iter().find_map(|r| r.trace.world_size)?;
+    let list: Vec<String> = missing.iter().map(i32::to_string).collect();
+    match missing {
+        [] => None,
+        [_] => Some(format!("rank {} of {world} has no trace here", list[0])),
+        _ => Some(format!(
+            "ranks {} of {world} have no trace here",
+            list.join(", ")
+        )),
+    }
 }
 
 /// Reports the traces at `paths`.
@@ -84,6 +112,7 @@ pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
             reports: in_order.clone(),
             unreadable: &found.unreadable,
             limits_verdict: limits_verdict(args, &in_order, found),
+            missing_ranks: missing_ranks(&in_order),
         };
         serde_json::to_writer_pretty(&mut out, &doc)
             .map_err(std::io::Error::from)
@@ -93,8 +122,10 @@ pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
         text_reports(&mut out, args, &rows, &in_order, found).context("writing the report")?;
     }
     out.flush().context("writing the report")?;
+    // A rank the job had and the directory has not was not checked: the gate cannot pass it.
     let unread = (found.unreadable.iter())
         .map(|u| format!("{} cannot be read", u.path))
+        .chain(missing_words(&missing_ranks(&in_order), &in_order))
         .collect();
     super::fail_on(args, &in_order, unread)
 }
@@ -111,15 +142,14 @@ fn limits_verdict(
     let verdicts: Vec<&str> = (reports.iter())
         .filter_map(|r| r.limits.as_ref().map(|c| c.verdict))
         .collect();
-    Some(
-        if !found.unreadable.is_empty() || verdicts.contains(&"not-checked") {
-            "not-checked"
-        } else if verdicts.contains(&"failed") {
-            "failed"
-        } else {
-            "ok"
-        },
-    )
+    let unseen = !found.unreadable.is_empty() || !missing_ranks(reports).is_empty();
+    Some(if unseen || verdicts.contains(&"not-checked") {
+        "not-checked"
+    } else if verdicts.contains(&"failed") {
+        "failed"
+    } else {
+        "ok"
+    })
 }
 
 fn text_reports(
@@ -145,6 +175,13 @@ fn text_reports(
                 "are"
             },
             unreadable_list(&found.unreadable)
+        )?;
+    }
+    if let Some(missing) = missing_words(&missing_ranks(reports), reports) {
+        writeln!(
+            out,
+            "INCOMPLETE: {missing} (a rank that died before its tracer wrote, or a file not \
+             copied): its memory is in no number of this page"
         )?;
     }
     // One trace left has no others to be compared with: its report alone.

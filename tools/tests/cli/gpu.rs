@@ -853,6 +853,55 @@ fn a_run_against_a_copy_of_itself_is_refused() {
     );
 }
 
+// Rank 3's trace not there (a rank that died before its tracer wrote, or a file not copied):
+// the traces name a world of 4, so the page says what it leaves out, and the gate cannot pass.
+#[test]
+fn a_rank_with_no_trace_is_said_and_never_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(ranks_dir()).unwrap() {
+        let e = e.unwrap();
+        if e.file_name() != "traced-rank3-2012.vtrace" {
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+        }
+    }
+    let out = vramtrace()
+        .args(["report", "--fail-on", "leak=100GiB"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        shown.lines().take(2).collect::<Vec<_>>(),
+        [
+            "vramtrace report: 3 traces",
+            "INCOMPLETE: rank 3 of 4 has no trace here (a rank that died before its tracer wrote, \
+             or a file not copied): its memory is in no number of this page"
+        ]
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.ends_with("error: could not check: rank 3 of 4 has no trace here\n"),
+        "{err}"
+    );
+    let out = vramtrace()
+        .args(["report", "--json", "--fail-on", "leak=100GiB"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["missing_ranks"], serde_json::json!([3]));
+    assert_eq!(d["limits_verdict"], "not-checked");
+    // All four there: nothing missing, and the limit passes.
+    let out = vramtrace()
+        .args(["report", "--json", "--fail-on", "leak=100GiB", &ranks_dir()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["missing_ranks"], serde_json::json!([]));
+}
+
 // Rank 1's trace cut short (its first 50,000 bytes): its numbers look like the others', so the
 // table must say it is not whole, in the headline and its row, and print its report in full.
 #[test]
