@@ -282,6 +282,10 @@ pub struct TopDifference {
     pub growth: f64,
     /// Whether its pairing across the runs was a guess.
     pub guessed: bool,
+    /// Where its line is where the allocator asked (`asked`) and only B has PyTorch's recorder:
+    /// the line B's own findings found keeping the tensors, as B's report names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_at: Option<String>,
 }
 
 impl TopDifference {
@@ -301,6 +305,7 @@ impl TopDifference {
             live_bytes: M::live_change(&r.change),
             growth: M::growth_change(&r.change),
             guessed: r.guessed,
+            kept_at: None,
         }
     }
 
@@ -463,6 +468,16 @@ impl Diff {
                     "tensors (PyTorch recorder) not compared: run {lacking} has no recorder \
                      history: {why}{again}"
                 ));
+                // B's own findings still name the line that keeps what its allocator grew for:
+                // the verdict names it, as B's report does.
+                if let (true, Ok(_)) = (a.is_err(), b) {
+                    self.verdict.kept_at(&pb.kept_at);
+                    if let Some(top) = (self.top.as_mut()).filter(|t| t.view == View::Driver) {
+                        let at = (pb.kept_at.iter())
+                            .find(|k| k.segments == (top.label.clone(), top.owner.clone()));
+                        top.kept_at = at.map(|k| k.line.0.clone());
+                    }
+                }
                 return self;
             }
         };

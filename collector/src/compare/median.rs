@@ -88,8 +88,9 @@ impl Profile {
             codes: codes.into_iter().collect(),
             executed,
             main_script,
-            // A median is no run: no device fills at its rates.
+            // A median is no run: no device fills at its rates, and no finding names a line.
             fill: None,
+            kept_at: Vec::new(),
         }
     }
 }

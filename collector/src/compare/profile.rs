@@ -183,6 +183,37 @@ pub struct Profile {
     /// When its device would be full at a growth of its own (`None`: the device's size is not
     /// known, or the profile is a median).
     pub fill: Option<Fill>,
+    /// Where its own findings trace a framework allocator's growing segments to the line whose
+    /// tensors they hold (PyTorch's recorder): what a comparison without the other run's
+    /// recorder can still name.
+    pub kept_at: Vec<KeptAt>,
+}
+
+/// A place of the driver's view (a framework allocator's segments) and the line the run's
+/// findings found keeping the tensors they hold, each as `(label, owner)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeptAt {
+    pub segments: (String, Option<String>),
+    pub line: (String, Option<String>),
+}
+
+/// The [`KeptAt`] pairs of `analysis`'s steady growth findings.
+fn kept_at(analysis: &Analysis) -> Vec<KeptAt> {
+    let named = |s: &crate::analysis::SiteName| Some((s.label.clone()?, s.module_name.clone()));
+    (analysis.diagnosis.iter())
+        .filter(|f| f.class == crate::analysis::FindingClass::SteadyGrowth)
+        .filter_map(|f| Some((f, named(f.site.as_ref()?)?)))
+        .flat_map(|(f, line)| {
+            (f.related.iter())
+                .filter(|r| r.role == crate::analysis::Role::Segments)
+                .filter_map(move |r| {
+                    Some(KeptAt {
+                        segments: named(&r.site)?,
+                        line: line.clone(),
+                    })
+                })
+        })
+        .collect()
 }
 
 /// When a trace's device would be full at a growth of its own, as the report's analysis projects
@@ -319,6 +350,7 @@ impl Profile {
             executed,
             main_script,
             fill: Fill::of(&analysis.growth),
+            kept_at: kept_at(analysis),
         }
     }
 }

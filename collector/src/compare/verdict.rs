@@ -179,6 +179,21 @@ impl Verdict {
         self.add(checks, new_growth);
     }
 
+    /// Names each new growth of the driver's view that is a framework allocator's segments by
+    /// the line B's own findings found keeping their tensors (`kept`), where the runs' tensors
+    /// cannot be compared (A has no recorder): the line to fix, as B's report names it.
+    pub(crate) fn kept_at(&mut self, kept: &[crate::compare::profile::KeptAt]) {
+        for g in (self.new_growth.iter_mut())
+            .filter(|g| g.view == View::Driver && g.line_means == LineMeaning::Asked)
+        {
+            let place = (g.label.clone(), g.owner.clone());
+            if let Some(k) = kept.iter().find(|k| k.segments == place) {
+                (g.label, g.owner) = k.line.clone();
+                g.line_means = LineMeaning::Keeps;
+            }
+        }
+    }
+
     /// Leaves out the checks of `metrics` (numbers one run cannot give whole: its peak, its
     /// failed calls, where rotation deleted its first segments), saying why in `note`.
     pub fn leave_out(&mut self, metrics: &[&str], note: String) {

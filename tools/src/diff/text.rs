@@ -228,8 +228,9 @@ pub fn render(
     }
     if let Some(top) = &d.top {
         // The verdict's own growth is in B's unit, compared or not.
-        let own = (d.verdict.new_growth.iter())
-            .find(|g| g.regression && g.view == top.view && g.label == top.label);
+        let named = |g: &&NewGrowth| g.label == top.label || top.kept_at.as_ref() == Some(&g.label);
+        let own =
+            (d.verdict.new_growth.iter()).find(|g| g.regression && g.view == top.view && named(g));
         let unit = d.totals.growth_unit.or(own.map(|g| g.unit));
         writeln!(
             out,
@@ -317,12 +318,16 @@ fn top_line(t: &TopDifference, driver_unit: Option<GrowthUnit>) -> String {
         .owner
         .as_ref()
         .map_or(String::new(), |o| format!(" ({o})"));
-    let asked = match t.line_means {
-        LineMeaning::Asked => {
-            "; the line where the allocator asked the driver for memory, not necessarily the \
-             one whose tensors keep it (PyTorch's recorder names that line: vramtrace run)"
-        }
-        LineMeaning::Keeps => "",
+    let asked = match (t.line_means, &t.kept_at) {
+        (LineMeaning::Asked, Some(line)) => format!(
+            "; the line where the allocator asked the driver for memory, for the tensors B's \
+             recorder finds kept at {line}"
+        ),
+        (LineMeaning::Asked, None) => "; the line where the allocator asked the driver for \
+                                       memory, not necessarily the one whose tensors keep it \
+                                       (PyTorch's recorder names that line: vramtrace run)"
+            .to_string(),
+        (LineMeaning::Keeps, _) => String::new(),
     };
     format!("{}{owner}: {}{asked}", t.label, parts.join(", "))
 }

@@ -45,16 +45,24 @@ struct Document<'a> {
     missing_ranks: Vec<i32>,
 }
 
-/// The ranks below the world size the traces name (`WORLD_SIZE`) that none of them has: a rank
-/// that died before its tracer wrote a file, or a file not copied. Nothing where the traces name
-/// no world size, or disagree on it (traces of several jobs).
+/// The ranks of the job the traces name that none of them has: a rank that died before its
+/// tracer wrote a file, or a file not copied. Of a job on one machine (each trace's rank its
+/// local rank), every rank below the world size (`WORLD_SIZE`); of a job on several, whose
+/// machines may each keep their own ranks' traces, the ranks between the lowest and the highest
+/// here. Nothing where the traces name no world size, or disagree on it (several jobs).
 fn missing_ranks(reports: &[&Report<'_>]) -> Vec<i32> {
     let mut sizes = reports.iter().filter_map(|r| r.trace.world_size);
     let Some(world) = sizes.next().filter(|w| sizes.all(|s| s == *w)) else {
         return Vec::new();
     };
     let ranks: Vec<i32> = reports.iter().filter_map(|r| r.trace.rank).collect();
-    (0..world).filter(|r| !ranks.contains(r)).collect()
+    let one_machine = reports.iter().all(|r| r.trace.rank == r.trace.local_rank);
+    let span = match (one_machine, ranks.iter().min(), ranks.iter().max()) {
+        (true, _, _) => 0..world,
+        (false, Some(&lo), Some(&hi)) => lo..hi + 1,
+        _ => 0..0,
+    };
+    span.filter(|r| !ranks.contains(r)).collect()
 }
 
 /// The missing ranks in words: `rank 3 of 4 has no trace here`.

@@ -1101,6 +1101,50 @@ fn steps_counted_differently_are_said() {
     assert!(notes.iter().any(|n| n == guessed), "{notes:?}");
 }
 
+// Only B has PyTorch's recorder: the tensors cannot be compared, but B's own findings name the
+// line that keeps what its allocator grew for (57, where the allocator asked at 63), and the
+// verdict names it as B's report does; the top difference, a driver site, says where its
+// tensors are kept, not "run it with the recorder".
+#[test]
+fn a_new_growth_is_named_at_bs_recorders_line_when_a_has_none() {
+    let (code, d) = diff(
+        &[],
+        "healthy_gpt-traced.vtrace",
+        "gpt_leaky-recorder.vtrace",
+    );
+    assert_eq!(code, 1);
+    let g = &d["verdict"]["new_growth"][0];
+    assert_eq!(
+        (&g["label"], &g["owner"], &g["line_means"], &g["regression"]),
+        (
+            &Value::from("gpt_leaky.py:57 in <module>"),
+            &Value::from("PyTorch tensors"),
+            &Value::from("keeps"),
+            &Value::Bool(true)
+        )
+    );
+    assert_eq!(g["rate"], (16 * MIB) as f64);
+    let top = &d["top_difference"];
+    assert_eq!(top["label"], "gpt_leaky.py:63 in <module>");
+    assert_eq!(top["kept_at"], "gpt_leaky.py:57 in <module>");
+    let (_, text) = diff_text(
+        &[],
+        "healthy_gpt-traced.vtrace",
+        "gpt_leaky-recorder.vtrace",
+    );
+    assert!(
+        text.contains(
+            "; the line where the allocator asked the driver for memory, for the tensors B's \
+             recorder finds kept at gpt_leaky.py:57 in <module>\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("PyTorch's recorder names that line"),
+        "{text}"
+    );
+}
+
 // A run without steps (A grows nowhere) against one whose steps come from its repeating
 // allocation: growth in all does not compare, but no growth is none in any unit, so B's new
 // steady growth is still judged. A CI gate passed this leak (exit 0 on the bare runs of the
