@@ -6,7 +6,7 @@
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::LineMeaning;
+use vramtrace_collector::analysis::{LineMeaning, Role};
 use vramtrace_collector::compare::Count;
 use vramtrace_collector::compare::LineChangeKind;
 use vramtrace_collector::compare::{Check, NewGrowth};
@@ -514,8 +514,25 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
     ];
     let mut t = table(&headers, &[0, 2, 3, 4, 5, 6, 7]);
     let shown = &d.places[..d.places.len().min(args.top)];
+    // A place whose new growth is the allocator's segments for the verdict's tensors: its
+    // evidence, as the report's `(segments)` rows are, not a cause of its own.
+    let segments = |label: &str, owner: Option<&String>| {
+        (c.diff.verdict.new_growth.iter()).any(|g| {
+            g.role == Role::Segments
+                && g.view == View::Driver
+                && g.label == label
+                && g.owner.as_ref() == owner
+        })
+    };
+    let mut any_segments = false;
     for (i, p) in shown.iter().enumerate() {
         let s = &p.row;
+        let of_segments = segments(&s.label, s.place.module.as_ref());
+        any_segments |= of_segments;
+        let state = match of_segments {
+            true => format!("{} (segments)", status(s.status)),
+            false => status(s.status).to_string(),
+        };
         let allocs =
             |m: Option<&SiteMetrics>| m.map_or("-".to_string(), |m| m.allocations.to_string());
         let owner = s.place.module.as_ref();
@@ -527,7 +544,7 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
         };
         t.add_row(vec![
             (i + 1).to_string(),
-            status(s.status).to_string(),
+            state,
             held(s.a.as_ref()),
             held(s.b.as_ref()),
             signed(s.change.live_bytes + s.change.host_bytes),
@@ -547,6 +564,14 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
         d.places.len()
     );
     emit(out, &title, &t)?;
+    if any_segments {
+        writeln!(
+            out,
+            "  (segments): where the framework's allocator asked the driver for the memory of the \
+             verdict's tensors (the tensors' view names the line that keeps them): their \
+             evidence, not a growth of its own"
+        )?;
+    }
     writeln!(
         out,
         "\nStacks, innermost frame first (CUDA-library frames collapsed; --full-stacks shows them)"

@@ -1145,6 +1145,35 @@ fn a_new_growth_is_named_at_bs_recorders_line_when_a_has_none() {
     );
 }
 
+// With the recorder in both runs, the verdict names the tensors' line (57); the driver's table
+// lists first the place where the allocator asked for their memory (63), marked as their
+// segments and said to be so, not as a second growth.
+#[test]
+fn the_driver_row_of_the_verdicts_tensors_is_marked_as_their_segments() {
+    let (code, text) = diff_text(
+        &[],
+        "healthy_gpt-recorder.vtrace",
+        "gpt_leaky-recorder.vtrace",
+    );
+    assert_eq!(code, 1);
+    let table = &text[text.find("\nChanged places, view driver").unwrap()..];
+    let first = table.lines().nth(4).unwrap();
+    assert!(
+        first.starts_with(" 1   new (segments) ")
+            && first.contains(" gpt_leaky.py:63 in <module> (libc10_cuda.so) "),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "\n  (segments): where the framework's allocator asked the driver for the memory of \
+             the verdict's tensors (the tensors' view names the line that keeps them): their \
+             evidence, not a growth of its own\n"
+        ),
+        "{table}"
+    );
+    assert_eq!(table.matches("(segments)").count(), 2, "{table}");
+}
+
 // A run without steps (A grows nowhere) against one whose steps come from its repeating
 // allocation: growth in all does not compare, but no growth is none in any unit, so B's new
 // steady growth is still judged. A CI gate passed this leak (exit 0 on the bare runs of the
