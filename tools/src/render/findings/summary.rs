@@ -345,7 +345,8 @@ fn cache_line(c: &CacheUse) -> String {
         None => String::new(),
     };
     format!(
-        "device {} (PyTorch's caching allocator): {} reserved, {} in tensors, {} cached free: {} \
+        "device {} (PyTorch's caching allocator): {} reserved, {} in tensors' blocks (their sizes \
+         rounded up to the allocator's), {} cached free: {} \
          in whole free segments (torch.cuda.empty_cache() returns them), {} split in segments in \
          use{unusable}; largest free block {}",
         c.device,
