@@ -355,6 +355,56 @@ fn duckdb_over_eight_ranks_names_the_rank_and_the_line_that_leak() {
     }
 }
 
+/// docs/data.md's line question over `tensors`, asked of the dataset at argv[1].
+const TENSORS_LINE: &str = r#"
+import duckdb
+root = sys.argv[1]
+con = duckdb.connect()
+for t in ["tensors", "traces"]:
+    con.sql(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{root}/{t}/**/*.parquet', "
+            "hive_partitioning = true, hive_types = {'run': VARCHAR, 'rank': INTEGER})")
+rows = con.sql("""
+WITH live AS (
+    SELECT run, rank, label, sum(bytes) AS bytes FROM tensors
+    WHERE freed_ns IS NULL GROUP BY run, rank, label),
+grid AS (
+    SELECT r.run, r.rank, l.label, coalesce(live.bytes, 0) AS bytes
+    FROM (SELECT DISTINCT run, rank FROM traces) r
+    JOIN (SELECT DISTINCT run, label FROM live) l ON l.run = r.run
+    LEFT JOIN live ON live.run = r.run AND live.rank IS NOT DISTINCT FROM r.rank
+        AND live.label IS NOT DISTINCT FROM l.label),
+typical AS (SELECT run, label, median(bytes) AS median FROM grid GROUP BY run, label)
+SELECT grid.run, rank, grid.label, bytes, bytes - median AS excess
+FROM grid JOIN typical ON typical.run = grid.run AND typical.label IS NOT DISTINCT FROM grid.label
+ORDER BY excess DESC, grid.run, rank LIMIT 5;
+""").fetchall()
+print(json.dumps([[r, l, int(b), float(e)] for _, r, l, b, e in rows]))
+"#;
+
+// The 4 ranks of a real job on the GPU (tests/fixtures/gpu/ranks_gloo, rank 2 keeping 8 MiB of
+// logits a step at line 48 for 40 steps): the line question over `tensors` names rank 2 and line
+// 48 first, 320 MiB above the median, where over `allocations` the caching allocator's line
+// (42) comes first.
+#[test]
+#[ignore = "needs pyarrow and duckdb: VRAMTRACE_DATA_PYTHON (.ci/run makes it)"]
+fn duckdb_names_the_line_that_keeps_the_tensors_of_a_real_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gpu/ranks_gloo");
+    export(&job, &data);
+    let got = py(&format!("{READ}{TENSORS_LINE}"), &[&data]);
+    assert_eq!(
+        got[0],
+        serde_json::json!([
+            2,
+            "ranks_gloo.py:48 in <module>",
+            320 * MIB,
+            (320 * MIB) as f64
+        ])
+    );
+    assert_eq!(got[1][3], 0.0, "{got}");
+}
+
 /// What docs/data.md's growth question (`GROW_SQL`, over `findings`) must answer for
 /// [`eight_ranks`]: the report's findings, rank 5's extra leak first (4 MiB a step from step 0,
 /// all 20 of them live at the end), then the 1 MiB a step every rank keeps in `history`.
