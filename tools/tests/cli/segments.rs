@@ -220,6 +220,24 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("a trace being read"));
     assert!(files[2..].iter().all(|f| f.exists()));
+    // Exported from a later segment, the trace is named by its first segment's name, in the
+    // summary as in `traces.trace`, and so is its run.
+    let data = dir.path().join("data");
+    let out = vramtrace()
+        .args(["export", "--format", "parquet", "--json", "-o"])
+        .arg(&data)
+        .arg(&files[3])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(written["run"], "t");
+    assert_eq!(written["traces"][0]["trace"], first);
     // diff and the HTML page say that the totals cover the segments on disk (against another
     // process's run: diff refuses two traces of one).
     let whole = dir.path().join("one.vtrace");

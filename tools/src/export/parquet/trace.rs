@@ -264,7 +264,10 @@ fn finish(
         tensors: torch.finish(ending())?,
         findings: found.finish(ending())?,
         warnings: Vec::new(),
-        trace: trace.path.display().to_string(),
+        // As `traces.trace` names it: a trace cut into segments by its first segment's name.
+        trace: vramtrace_collector::format::trace_name(&trace.path, &trace.header)
+            .display()
+            .to_string(),
         file: String::new(),
         rank: trace.header.rank,
         pid: trace.header.pid,
