@@ -129,9 +129,9 @@ pub struct ExportArgs {
     #[arg(long, value_name = "N")]
     pub max_entries: Option<usize>,
     /// Perfetto: samples of the counter tracks (each the lowest and highest value of a stretch
-    /// of events; at least 2).
-    #[arg(long, default_value_t = 20_000, value_name = "N", value_parser = parse_samples)]
-    pub samples: usize,
+    /// of events; at least 2) [default: 20000].
+    #[arg(long, value_name = "N", value_parser = parse_samples)]
+    pub samples: Option<usize>,
     #[command(
         flatten,
         next_help_heading = "Growth analysis (flamegraph --at growth, parquet's findings)"
@@ -154,6 +154,12 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             "--max-entries",
             Format::Pytorch,
             "pytorch",
+        ),
+        (
+            args.samples.is_some(),
+            "--samples",
+            Format::Perfetto,
+            "perfetto",
         ),
     ] {
         if given && args.format != format {

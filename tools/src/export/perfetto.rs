@@ -51,7 +51,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
         &args.trace,
         args.window.read_from(),
         args.analysis.config(),
-        args.samples.max(2),
+        args.samples.unwrap_or(20_000).max(2),
         MAX_RANGES,
     )?;
     let state = &trace.state;

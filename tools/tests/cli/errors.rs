@@ -292,6 +292,23 @@ fn bad_flags_exit_2() {
         String::from_utf8_lossy(&out.get_output().stderr),
         "error: --at is an option of --format flamegraph only (see --help)\n"
     );
+    let out = vramtrace()
+        .args([
+            "export",
+            "-f",
+            "parquet",
+            "--samples",
+            "5",
+            "-o",
+            "out",
+            "x.vtrace",
+        ])
+        .assert()
+        .code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&out.get_output().stderr),
+        "error: --samples is an option of --format perfetto only (see --help)\n"
+    );
     // A mistyped option before the program is an option's error, not a program to run.
     for command in ["check", "run"] {
         let out = vramtrace()
