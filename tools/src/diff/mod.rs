@@ -597,8 +597,9 @@ fn pair_runs(a: &[Compared], b: &[Compared]) -> Result<Pairs> {
         return Ok(((0..a.len()).map(|i| (i, i)).collect(), Vec::new()));
     }
     Err(anyhow!(
-        "cannot pair the traces of the two runs: A has {} and B {}, not all with ranks",
-        a.len(),
+        "cannot pair the traces of the two runs: A has {} and B {}, and some have no rank to \
+         pair them by (RANK was not set): give one trace of each run",
+        crate::render::units::count(a.len() as u64, "trace"),
         b.len()
     ))
 }
