@@ -902,6 +902,30 @@ fn a_rank_with_no_trace_is_said_and_never_passes() {
     assert_eq!(d["missing_ranks"], serde_json::json!([]));
 }
 
+// One trace without a rank against a job of four: nothing to pair them by, said with what to
+// give instead.
+#[test]
+fn runs_that_cannot_be_paired_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixtures().join("healthy_gpt-traced.vtrace"),
+        dir.path().join("one.vtrace"),
+    )
+    .unwrap();
+    let out = vramtrace()
+        .arg("diff")
+        .arg(dir.path())
+        .arg(ranks_dir())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: cannot pair the traces of the two runs: A has 1 trace and B 4, and some have no \
+         rank to pair them by (RANK was not set): give one trace of each run\n"
+    );
+}
+
 // Rank 1's trace cut short (its first 50,000 bytes): its numbers look like the others', so the
 // table must say it is not whole, in the headline and its row, and print its report in full.
 #[test]
