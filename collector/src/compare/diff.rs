@@ -641,13 +641,14 @@ fn verdict(
     Verdict::of(checks, found, notes)
 }
 
-/// The lines B added in code it ran, most likely cause of a regression first: a line where B
-/// holds more than A or grows faster (a site's or tensors' line: the trace saw it); then a line
-/// of another changed site or tensor line; then lines in loops (they run every step); then lines
-/// in the functions where changed sites allocated (a caching allocator hands a leaked tensor
-/// memory it already holds and asks the driver for more later, on another line of the same
-/// code, or on another thread); then the rest, in file order. `tensor_lines` are the changed
-/// lines of the per-tensor view, each with whether B holds more there.
+/// The lines B added in code it ran, and the lines in loops of A's code that B removed (a `del`,
+/// an `if` that kept a leak to one rank), most likely cause of a regression
+/// first: a line where B holds more than A or grows faster (a site's or tensors' line: the trace
+/// saw it); then a line of another changed site or tensor line; then lines in loops (they run
+/// every step); then lines in the functions where changed sites allocated (a caching allocator
+/// hands a leaked tensor memory it already holds and asks the driver for more later, on another
+/// line of the same code, or on another thread); then the rest, in file order. `tensor_lines`
+/// are the changed lines of the per-tensor view, each with whether B holds more there.
 fn suspects(
     b: &Profile,
     sites: &[SiteDiff],
@@ -662,6 +663,10 @@ fn suspects(
         .chain(tensor_lines.iter().map(|(l, more)| (l, *more)))
         .collect();
     let rank = |c: &SourceChange| {
+        // A removed line is A's: no line of B's is at it.
+        if c.kind == LineChangeKind::Removed {
+            return 2;
+        }
         let at = |l: &PythonLine| l.file == c.file && l.line == c.line;
         if lines.iter().any(|&(l, more)| more && at(l)) {
             return 0;
@@ -684,7 +689,18 @@ fn suspects(
         }
     };
     let mut s: Vec<SourceChange> = (changes.iter())
-        .filter(|c| c.kind == LineChangeKind::Added && c.executed)
+        .filter(|c| match c.kind {
+            // Ran: its calls' stacks passed it, or the trace saw memory made there (a tensor the
+            // caching allocator served from memory it held, with no call to the driver).
+            LineChangeKind::Added => {
+                c.executed
+                    || lines
+                        .iter()
+                        .any(|(l, _)| l.file == c.file && l.line == c.line)
+            }
+            // What stopped a leak needs not allocate (a `del`, an `if`): a loop's line will do.
+            LineChangeKind::Removed => c.in_loop,
+        })
         .cloned()
         .collect();
     s.sort_by_key(|c| (rank(c), c.file.clone(), c.line));

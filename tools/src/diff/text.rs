@@ -339,15 +339,19 @@ fn suspects(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result
     }
     writeln!(
         out,
-        "\nLikely cause (a guess from the sources: lines B added in code it ran; first those \
-         where B holds more, then lines in loops)"
+        "\nLikely cause (a guess from the sources: lines B added in code it ran, and lines in \
+         loops of A's that B removed; first those where B holds more, then lines in loops)"
     )?;
     let shown = &d.suspects[..d.suspects.len().min(args.top)];
     for s in shown {
         let where_ = if s.in_loop { ", in a loop" } else { "" };
+        let what = match s.kind {
+            LineChangeKind::Added => "added in B",
+            LineChangeKind::Removed => "removed in B, a line of A",
+        };
         writeln!(
             out,
-            "  {}:{}  {}   (added in B{where_})",
+            "  {}:{}  {}   ({what}{where_})",
             base_name(&s.file),
             s.line,
             s.text
@@ -357,7 +361,7 @@ fn suspects(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result
     if more > 0 {
         writeln!(
             out,
-            "  … and {more} more added lines (--top N shows more; --json lists all)"
+            "  … and {more} more lines (--top N shows more; --json lists all)"
         )?;
     }
     Ok(())

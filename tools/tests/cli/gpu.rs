@@ -902,6 +902,49 @@ fn a_rank_with_no_trace_is_said_and_never_passes() {
     assert_eq!(d["missing_ranks"], serde_json::json!([]));
 }
 
+// Rank 0 of the one-rank leak (A) against rank 0 of the every-rank leak (B): the line the
+// verdict names keeps tensors the caching allocator served without asking the driver, so no
+// call's stack passed it; it is the first likely cause all the same, then the guard B removed
+// (`if rank == 2:`, A's line), before the constants B changed.
+#[test]
+fn the_likely_cause_is_the_verdicts_line_and_the_guard_b_removed() {
+    let acceptance = format!(
+        "{}/../validation/gpu/acceptance",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (code, d) = diff(
+        &["--source-dir", &acceptance],
+        "ranks_gloo/traced-rank0-2009.vtrace",
+        "ranks_alike/traced-rank0-795.vtrace",
+    );
+    assert_eq!(code, 1);
+    let said: Vec<(String, u64, String)> = (d["suspects"].as_array().unwrap().iter())
+        .map(|s| {
+            let file = s["file"].as_str().unwrap();
+            let name = file.rsplit('/').next().unwrap().to_string();
+            (
+                name,
+                s["line"].as_u64().unwrap(),
+                s["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let at = |f: &str, l: u64, k: &str| (f.to_string(), l, k.to_string());
+    assert_eq!(
+        said[..3],
+        [
+            at("ranks_alike.py", 47, "added"),
+            at("ranks_gloo.py", 47, "removed"),
+            at("ranks_gloo.py", 48, "removed"),
+        ],
+        "{said:?}"
+    );
+    assert_eq!(
+        d["verdict"]["new_growth"][0]["label"],
+        "ranks_alike.py:47 in <module>"
+    );
+}
+
 // One trace without a rank against a job of four: nothing to pair them by, said with what to
 // give instead.
 #[test]
