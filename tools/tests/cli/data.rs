@@ -648,8 +648,16 @@ fn an_existing_output_is_replaced_only_when_asked() {
     // A symbolic link to a dataset is not replaced, nor written through, even with --force.
     let link = dir.path().join("latest");
     std::os::unix::fs::symlink(&out, &link).unwrap();
-    for flags in [&[][..], &["--force"]] {
-        let refused = export(&trace, &link, flags).code(2);
+    let before = files(&out);
+    // `latest/` names the link's target: refused all the same (it emptied the dataset, then
+    // failed), and the dataset is left whole.
+    let slashed = PathBuf::from(format!("{}/", link.display()));
+    for (flags, named) in [
+        (&[][..], &link),
+        (&["--force"], &link),
+        (&["--force"], &slashed),
+    ] {
+        let refused = export(&trace, named, flags).code(2);
         let err = String::from_utf8_lossy(&refused.get_output().stderr).into_owned();
         assert_eq!(
             err,
@@ -664,6 +672,7 @@ fn an_existing_output_is_replaced_only_when_asked() {
         .unwrap()
         .file_type()
         .is_symlink());
+    assert_eq!(files(&out), before);
     std::fs::remove_file(&link).unwrap();
     std::fs::write(&mine, "mine").unwrap();
 

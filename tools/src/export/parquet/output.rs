@@ -122,6 +122,10 @@ impl Staged {
     /// `force`, and always when it is, or holds, one of `inputs` (the trace files read); creates
     /// a missing parent directory, and makes the temporary directory beside it.
     pub fn claim(target: &Path, force: bool, inputs: &[PathBuf]) -> Result<Staged> {
+        // `link/` names what the link points to, `link` the link: the name without its
+        // trailing slashes is what is checked, replaced and made (`link/` would otherwise pass
+        // the link's refusal and have its target emptied).
+        let target = &target.components().collect::<PathBuf>();
         if target.as_os_str() == "-" {
             return Err(anyhow!(
                 "-o -: a Parquet dataset is a directory of files and cannot go to standard \
