@@ -582,18 +582,19 @@ fn verdict(
             of(sb)
         ));
     }
-    if a.steps.unit == GrowthUnit::Step && (sa, sb) == ("pattern", "pattern") {
+    let guessed = a.steps.unit == GrowthUnit::Step && (sa, sb) == ("pattern", "pattern");
+    if guessed {
         notes.push(
             "steps guessed from the allocation pattern in both runs, not marked: a rate per step \
-             is per guessed step, which may span several of the program's steps or part of one \
-             (mark steps for exact rates)"
+             is per guessed step, which may span several of the program's steps or part of one; \
+             growth per step not compared with its limit (mark steps for exact rates)"
                 .to_string(),
         );
     }
     match (a.steps.unit, b.steps.unit, t.growth) {
         // Steps counted differently count different things (a pattern's step may be two of the
         // program's): their rates are no check, either way (the note above says so).
-        (GrowthUnit::Step, GrowthUnit::Step, Some(g)) if sa == sb => {
+        (GrowthUnit::Step, GrowthUnit::Step, Some(g)) if sa == sb && !guessed => {
             checks.push(check("growth_per_step", g.change, th.growth_per_step));
         }
         (GrowthUnit::Step, GrowthUnit::Step, _) => {}

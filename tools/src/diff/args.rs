@@ -103,8 +103,9 @@ pub struct ThresholdArgs {
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
     pub max_peak: u64,
     /// Largest increase of steady growth per step [default: 1MiB/step]. Compared when both
-    /// runs count steps alike; given here, a pair that cannot compare it (a run without steps)
-    /// gets no verdict (exit 2).
+    /// runs mark their steps alike (steps guessed from the allocation pattern are no size per
+    /// step); given here, a pair that cannot compare it (a run without steps, or with guessed
+    /// steps) gets no verdict (exit 2).
     #[arg(long, value_name = "SIZE/step", value_parser = parse_rate)]
     pub max_growth: Option<u64>,
     /// Largest increase of the number of orphans (memory whose owner is gone).

@@ -369,6 +369,13 @@ fn growth_asked_for(c: &mut Comparison) {
             "counts its steps from {b}, and run A from {a}: --max-growth cannot be compared \
              (mark steps in both runs)"
         ));
+    } else if (a, b) == ("pattern", "pattern") {
+        // A guessed step may be several of the program's, or part of one: no size per step.
+        c.b.gaps.push(
+            "has steps guessed from the allocation pattern, as run A has: --max-growth, a size \
+             per step, cannot be compared with growth per guessed step (mark steps in both runs)"
+                .to_string(),
+        );
     }
 }
 

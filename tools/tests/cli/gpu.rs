@@ -1155,17 +1155,30 @@ fn steps_counted_differently_are_said() {
     assert_eq!(code, 1);
     let notes = d["verdict"]["notes"].as_array().unwrap();
     assert!(!notes.iter().any(|n| n == note), "{notes:?}");
-    // Both guessed: compared, and their rates said to be per guessed step.
-    let (_, d) = diff(
-        &[],
-        "leak_slow-traced.vtrace",
-        "leak_extension-traced.vtrace",
-    );
+    // Both guessed: their rates said to be per guessed step, and growth per step no check
+    // (+126 MiB "per step" failed the 1 MiB limit, where `report --fail-on` does not compare);
+    // --max-growth asked for is a gap of the pair.
+    let (_, d) = diff(&[], "leak_slow-traced.vtrace", "gpt_leaky-traced.vtrace");
     let notes = d["verdict"]["notes"].as_array().unwrap();
     let guessed = "steps guessed from the allocation pattern in both runs, not marked: a rate \
                    per step is per guessed step, which may span several of the program's steps \
-                   or part of one (mark steps for exact rates)";
+                   or part of one; growth per step not compared with its limit (mark steps for \
+                   exact rates)";
     assert!(notes.iter().any(|n| n == guessed), "{notes:?}");
+    assert!(!checked(&d));
+    let (code, d) = diff(
+        &["--max-growth", "1MiB/step"],
+        "leak_slow-traced.vtrace",
+        "gpt_leaky-traced.vtrace",
+    );
+    assert_eq!(code, 2);
+    let gap = "has steps guessed from the allocation pattern, as run A has: --max-growth, a size \
+               per step, cannot be compared with growth per guessed step (mark steps in both runs)";
+    assert!(
+        (d["b"]["gaps"].as_array().unwrap().iter()).any(|g| g == gap),
+        "{}",
+        d["b"]
+    );
 }
 
 // Only B has PyTorch's recorder: the tensors cannot be compared, but B's own findings name the
