@@ -185,11 +185,13 @@ fn text_reports(
             unreadable_list(&found.unreadable)
         )?;
     }
-    if let Some(missing) = missing_words(&missing_ranks(reports), reports) {
+    let absent = missing_ranks(reports);
+    if let Some(missing) = missing_words(&absent, reports) {
+        let its = if absent.len() == 1 { "its" } else { "their" };
         writeln!(
             out,
             "INCOMPLETE: {missing} (a rank that died before its tracer wrote, or a file not \
-             copied): its memory is in no number of this page"
+             copied): {its} memory is in no number of this page"
         )?;
     }
     // One trace left has no others to be compared with: its report alone.
