@@ -38,6 +38,7 @@ pub fn rank_input(run: &Run, analysis: &Analysis) -> RankInput {
         host: t.header.host.clone(),
         pid: t.header.pid,
         unit: growth_unit(&analysis.growth),
+        step_source: analysis.steps.source,
         totals: RunTotals::of(&t.state, analysis, &run.tally),
         first_cause,
         findings,

@@ -39,6 +39,9 @@ pub struct RankInput {
     pub host: String,
     pub pid: u32,
     pub unit: GrowthUnit,
+    /// Where its steps came from (`marks`, `pattern`, `none`): a guessed step may be several
+    /// of another trace's marked ones.
+    pub step_source: &'static str,
     pub totals: RunTotals,
     pub first_cause: Option<RankCause>,
     /// Its findings worth attention (alerts and warnings), each named by its class and place.
@@ -122,8 +125,10 @@ fn own_findings(traces: &[RankInput], i: usize) -> Vec<String> {
 
 /// The rows of `traces`, the one farthest from the median first (then by rank, then pid).
 pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
-    // Growth compares only when every trace measured it in the same unit.
-    let growth = traces.windows(2).all(|w| w[0].unit == w[1].unit);
+    // Growth compares only when every trace measured it in the same unit, its steps counted
+    // alike (a step guessed from the allocation pattern may span several marked ones).
+    let growth =
+        (traces.windows(2)).all(|w| w[0].unit == w[1].unit && w[0].step_source == w[1].step_source);
     let names: Vec<&'static str> = traces
         .first()
         .map(|t| measures(t, growth).iter().map(|m| m.0).collect())
@@ -196,6 +201,7 @@ mod tests {
             host: "h".into(),
             pid: 100 + rank as u32,
             unit: GrowthUnit::Step,
+            step_source: "marks",
             totals: RunTotals {
                 metrics: SiteMetrics {
                     live_bytes: live_mib << 20,

@@ -945,6 +945,23 @@ fn the_likely_cause_is_the_verdicts_line_and_the_guard_b_removed() {
     );
 }
 
+// The same program and leak (512 KiB a step), traced with step marks and without (its steps
+// guessed, one per four of the program's: +2.0 MiB a guessed step): growth is not compared
+// across steps counted differently, so neither is called odd for it.
+#[test]
+fn the_rank_table_compares_growth_only_across_steps_counted_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["leak_slow-traced.vtrace", "leak_slow-marks.vtrace"] {
+        std::fs::copy(fixtures().join(name), dir.path().join(name)).unwrap();
+    }
+    let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains("\nRanks (2 traces): all 2 traces alike, each growing: first cause"),
+        "{shown}"
+    );
+}
+
 // One trace without a rank against a job of four: nothing to pair them by, said with what to
 // give instead.
 #[test]
