@@ -46,6 +46,44 @@ pub fn rank_input(run: &Run, analysis: &Analysis) -> RankInput {
     }
 }
 
+/// A trace's place in its job: `RANK`, `LOCAL_RANK` and `WORLD_SIZE`, as its header has them.
+pub type JobPlace = (Option<i32>, Option<i32>, Option<i32>);
+
+/// The ranks of the job the traces name that none of them has: a rank that died before its
+/// tracer wrote a file, or a file not copied. Of a job on one machine (each trace's rank its
+/// local rank), every rank below the world size (`WORLD_SIZE`); of a job on several, whose
+/// machines may each keep their own ranks' traces, the ranks between the lowest and the highest
+/// here. Nothing where the traces name no world size, or disagree on it (several jobs).
+pub fn missing_ranks(traces: &[JobPlace]) -> Vec<i32> {
+    let mut sizes = traces.iter().filter_map(|t| t.2);
+    let Some(world) = sizes.next().filter(|w| sizes.all(|s| s == *w)) else {
+        return Vec::new();
+    };
+    let ranks: Vec<i32> = traces.iter().filter_map(|t| t.0).collect();
+    let one_machine = traces.iter().all(|t| t.0 == t.1);
+    let span = match (one_machine, ranks.iter().min(), ranks.iter().max()) {
+        (true, _, _) => 0..world,
+        (false, Some(&lo), Some(&hi)) => lo..hi + 1,
+        _ => 0..0,
+    };
+    span.filter(|r| !ranks.contains(r)).collect()
+}
+
+/// The missing ranks in words: `rank 3 of 4 has no trace here`.
+pub fn missing_words(traces: &[JobPlace]) -> Option<String> {
+    let missing = missing_ranks(traces);
+    let world = traces.iter().find_map(|t| t.2)?;
+    let list: Vec<String> = missing.iter().map(i32::to_string).collect();
+    match missing[..] {
+        [] => None,
+        [_] => Some(format!("rank {} of {world} has no trace here", list[0])),
+        _ => Some(format!(
+            "ranks {} of {world} have no trace here",
+            list.join(", ")
+        )),
+    }
+}
+
 /// `rank 3`, or `pid 4242` for a trace without a rank.
 pub fn who(rank: Option<i32>, pid: u32) -> String {
     match rank {

@@ -79,6 +79,8 @@ struct Compared {
     alerts: Vec<(i32, String)>,
     /// The process that wrote it: host, pid and start (the same in every segment of a trace).
     process: (String, u32, u64),
+    /// Where it stands in its job (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`).
+    job: crate::ranks::JobPlace,
 }
 
 fn profile_of(run: Run) -> Result<Compared> {
@@ -115,6 +117,7 @@ fn profile_of(run: Run) -> Result<Compared> {
                 )
             }),
         process: (t.header.host.clone(), t.header.pid, t.header.start_unix_ns),
+        job: (t.header.rank, t.header.local_rank, t.header.world_size),
         alerts: (run.analysis.alerts.iter())
             .map(|r| {
                 let said = crate::render::findings::alert_line(r, run.analysis.growth.step_ns);
@@ -700,6 +703,15 @@ fn against_median(
         .zip(others.iter().copied().chain([target]))
         .collect();
     leave_out_rotated(&mut diff, &rotated);
+    // A rank the job had and the traces given have not: the median is of those here.
+    let places: Vec<crate::ranks::JobPlace> = runs.iter().map(|c| c.job).collect();
+    if let Some(missing) = crate::ranks::missing_words(&places) {
+        diff.verdict.notes.push(format!(
+            "INCOMPLETE: {missing} (a rank that died before its tracer wrote, or a file not \
+             copied): the median is of the {} others here",
+            others.len()
+        ));
+    }
     if others.len() == 1 {
         diff.verdict.notes.push(format!(
             "the median of one trace is that trace: this compares {wanted} with {} alone, and \

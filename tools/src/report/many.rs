@@ -21,7 +21,7 @@ use vramtrace_collector::compare::{rank_rows, RankRow};
 use super::{text, Report};
 use crate::load::inputs::{load_all, unreadable_list, Readable, Unreadable};
 use crate::options::ReportArgs;
-use crate::ranks::{rank_input, render, who};
+use crate::ranks::{missing_ranks, missing_words, rank_input, render, who, JobPlace};
 use crate::render::units::{bytes, signed_bytes};
 
 /// Version of the document's shape.
@@ -45,38 +45,11 @@ struct Document<'a> {
     missing_ranks: Vec<i32>,
 }
 
-/// The ranks of the job the traces name that none of them has: a rank that died before its
-/// tracer wrote a file, or a file not copied. Of a job on one machine (each trace's rank its
-/// local rank), every rank below the world size (`WORLD_SIZE`); of a job on several, whose
-/// machines may each keep their own ranks' traces, the ranks between the lowest and the highest
-/// here. Nothing where the traces name no world size, or disagree on it (several jobs).
-fn missing_ranks(reports: &[&Report<'_>]) -> Vec<i32> {
-    let mut sizes = reports.iter().filter_map(|r| r.trace.world_size);
-    let Some(world) = sizes.next().filter(|w| sizes.all(|s| s == *w)) else {
-        return Vec::new();
-    };
-    let ranks: Vec<i32> = reports.iter().filter_map(|r| r.trace.rank).collect();
-    let one_machine = reports.iter().all(|r| r.trace.rank == r.trace.local_rank);
-    let span = match (one_machine, ranks.iter().min(), ranks.iter().max()) {
-        (true, _, _) => 0..world,
-        (false, Some(&lo), Some(&hi)) => lo..hi + 1,
-        _ => 0..0,
-    };
-    span.filter(|r| !ranks.contains(r)).collect()
-}
-
-/// The missing ranks in words: `rank 3 of 4 has no trace here`.
-fn missing_words(missing: &[i32], reports: &[&Report<'_>]) -> Option<String> {
-    let world = reports.iter().find_map(|r| r.trace.world_size)?;
-    let list: Vec<String> = missing.iter().map(i32::to_string).collect();
-    match missing {
-        [] => None,
-        [_] => Some(format!("rank {} of {world} has no trace here", list[0])),
-        _ => Some(format!(
-            "ranks {} of {world} have no trace here",
-            list.join(", ")
-        )),
-    }
+/// Where each report's trace stands in its job, for [`missing_ranks`].
+fn places(reports: &[&Report<'_>]) -> Vec<JobPlace> {
+    (reports.iter())
+        .map(|r| (r.trace.rank, r.trace.local_rank, r.trace.world_size))
+        .collect()
 }
 
 /// Reports the traces at `paths`.
@@ -120,7 +93,7 @@ pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
             reports: in_order.clone(),
             unreadable: &found.unreadable,
             limits_verdict: limits_verdict(args, &in_order, found),
-            missing_ranks: missing_ranks(&in_order),
+            missing_ranks: missing_ranks(&places(&in_order)),
         };
         serde_json::to_writer_pretty(&mut out, &doc)
             .map_err(std::io::Error::from)
@@ -133,7 +106,7 @@ pub fn run(args: &ReportArgs, found: &Readable) -> Result<u8> {
     // A rank the job had and the directory has not was not checked: the gate cannot pass it.
     let unread = (found.unreadable.iter())
         .map(|u| format!("{} cannot be read", u.path))
-        .chain(missing_words(&missing_ranks(&in_order), &in_order))
+        .chain(missing_words(&places(&in_order)))
         .collect();
     super::fail_on(args, &in_order, unread)
 }
@@ -150,7 +123,7 @@ fn limits_verdict(
     let verdicts: Vec<&str> = (reports.iter())
         .filter_map(|r| r.limits.as_ref().map(|c| c.verdict))
         .collect();
-    let unseen = !found.unreadable.is_empty() || !missing_ranks(reports).is_empty();
+    let unseen = !found.unreadable.is_empty() || !missing_ranks(&places(reports)).is_empty();
     Some(if unseen || verdicts.contains(&"not-checked") {
         "not-checked"
     } else if verdicts.contains(&"failed") {
@@ -185,8 +158,8 @@ fn text_reports(
             unreadable_list(&found.unreadable)
         )?;
     }
-    let absent = missing_ranks(reports);
-    if let Some(missing) = missing_words(&absent, reports) {
+    let absent = missing_ranks(&places(reports));
+    if let Some(missing) = missing_words(&places(reports)) {
         let its = if absent.len() == 1 { "its" } else { "their" };
         writeln!(
             out,

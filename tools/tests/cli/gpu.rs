@@ -892,6 +892,20 @@ fn a_rank_with_no_trace_is_said_and_never_passes() {
     let d: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(d["missing_ranks"], serde_json::json!([3]));
     assert_eq!(d["limits_verdict"], "not-checked");
+    // diff --rank says it too: the median is of the traces there.
+    let out = vramtrace()
+        .args(["diff", "--rank", "2"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains(
+            "\n  note: INCOMPLETE: rank 3 of 4 has no trace here (a rank that died before its \
+             tracer wrote, or a file not copied): the median is of the 2 others here\n"
+        ),
+        "{shown}"
+    );
     // All four there: nothing missing, and the limit passes.
     let out = vramtrace()
         .args(["report", "--json", "--fail-on", "leak=100GiB", &ranks_dir()])
