@@ -384,6 +384,15 @@ fn ranks_dir() -> String {
     fixtures().join("ranks_gloo").display().to_string()
 }
 
+/// A directory holding copies of the fixtures `names`: a job made of them.
+fn job_of(names: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in names {
+        std::fs::copy(fixtures().join(name), dir.path().join(name)).unwrap();
+    }
+    dir
+}
+
 #[test]
 fn one_rank_against_the_others_is_named_at_the_line_that_keeps_its_tensors() {
     let out = vramtrace()
@@ -571,10 +580,7 @@ fn traces_alike_that_all_leak_say_the_leak_in_full() {
         );
     }
     // Healthy traces alike are still one line each.
-    let dir = tempfile::tempdir().unwrap();
-    for name in ["healthy_gpt-traced.vtrace", "healthy_gpt-traced2.vtrace"] {
-        std::fs::copy(fixtures().join(name), dir.path().join(name)).unwrap();
-    }
+    let dir = job_of(&["healthy_gpt-traced.vtrace", "healthy_gpt-traced2.vtrace"]);
     let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
     let shown = String::from_utf8(out.stdout).unwrap();
     assert!(
@@ -964,10 +970,7 @@ fn the_likely_cause_is_the_verdicts_line_and_the_guard_b_removed() {
 // across steps counted differently, so neither is called odd for it.
 #[test]
 fn the_rank_table_compares_growth_only_across_steps_counted_alike() {
-    let dir = tempfile::tempdir().unwrap();
-    for name in ["leak_slow-traced.vtrace", "leak_slow-marks.vtrace"] {
-        std::fs::copy(fixtures().join(name), dir.path().join(name)).unwrap();
-    }
+    let dir = job_of(&["leak_slow-traced.vtrace", "leak_slow-marks.vtrace"]);
     let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
     let shown = String::from_utf8(out.stdout).unwrap();
     assert!(
