@@ -178,12 +178,9 @@ fn differs_most(rows: &[RankRow]) -> String {
                 )),
                 _ => None,
             };
-            let at = cause.clone().unwrap_or_default();
-            // What it has that the others do not, unless the growth's cause above says it.
-            let own = match (r.own_findings.first(), at.is_empty()) {
-                (Some(f), true) => format!("; its own finding: {f}"),
-                _ => String::new(),
-            };
+            // What it has that the others do not, where no growth's cause says it.
+            let own = (r.own_findings.first())
+                .map_or(String::new(), |f| format!("; its own finding: {f}"));
             match alike {
                 Some(n) => format!(
                     "{} and {} differ alike from the median: {} {} and {} against {}",
