@@ -778,6 +778,41 @@ fn a_time_past_the_end_says_the_span_to_the_millisecond() {
     );
 }
 
+/// A finding's time to full is the device's, every cause on it together: said where that is not
+/// the finding's own rate (leak_three's three leaks, +13 MiB a step in all), not where it is
+/// (leak_slow's one). Two figures of live tensors say what each counts.
+#[test]
+fn each_number_says_whose_it_is() {
+    let said = |name: &str| {
+        let out = vramtrace()
+            .arg("report")
+            .arg(fixtures().join(name))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let three = said("leak_three-recorder.vtrace");
+    let whole = "; device full in 10,669 steps (18 s) at its whole growth (+13.0 MiB per step);";
+    assert_eq!(three.matches(whole).count(), 3, "{three}");
+    let one = said("leak_slow-marks.vtrace");
+    assert!(
+        one.contains("; device full in 281,070 steps (8 min); "),
+        "{one}"
+    );
+    assert!(!one.contains("at its whole growth"), "{one}");
+    let healthy = said("healthy_gpt-recorder.vtrace");
+    assert!(
+        healthy.contains("548.0 MiB in 312 tensors live at exit"),
+        "{healthy}"
+    );
+    assert!(
+        healthy.contains(
+            ", 556.5 MiB in tensors' blocks (their sizes rounded up to the allocator's), "
+        ),
+        "{healthy}"
+    );
+}
+
 /// `--top` shortens the lists, never the alerts: three lines leaking are three findings shown.
 #[test]
 fn top_never_hides_an_alert() {
