@@ -846,6 +846,40 @@ fn top_never_hides_an_alert() {
             6,
             "{table}"
         );
+        // The page too, which opens with the text's verdict and has its table's columns.
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join("p.html");
+        vramtrace()
+            .args(["report", "--top", top, "--html"])
+            .arg(&page)
+            .arg(fixtures().join("leak_three-recorder.vtrace"))
+            .assert()
+            .success();
+        let html = std::fs::read_to_string(&page).unwrap();
+        let verdict = shown
+            .lines()
+            .nth(1)
+            .unwrap()
+            .trim_start_matches("  verdict   ");
+        let escaped = verdict.replace('<', "&lt;").replace('>', "&gt;");
+        assert!(
+            html.contains(&format!(
+                "<p class=\"verdict\"><span class=\"label\">verdict</span> {escaped}</p>"
+            )),
+            "{verdict}"
+        );
+        let steady = &html[html.find("<h3>Steady growth by place").unwrap()..];
+        let steady = &steady[..steady.find("</table>").unwrap()];
+        assert_eq!(
+            steady.matches("<tr class=\"alert\">").count(),
+            6,
+            "{steady}"
+        );
+        assert!(
+            steady.contains("<th class=\"num\">from</th>")
+                && steady.contains("<th class=\"num\">at end</th>"),
+            "{steady}"
+        );
     }
 }
 
