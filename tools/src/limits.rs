@@ -391,7 +391,7 @@ fn devices_growth(
     } else if exceeded && h.alert && h.threshold.is_some_and(|t| h.steady_growth <= t) {
         found.push_str(", full within the horizon");
         let when = h.projection.and_then(|p| {
-            vramtrace_collector::units::when_full(p.steps_to_full, p.seconds_to_full)
+            crate::render::units::when_full(analysis, p.steps_to_full, p.seconds_to_full)
         });
         if let Some(when) = when {
             found.push_str(&format!(", in {when}"));

@@ -234,14 +234,24 @@ pub fn shared_growth(rows: &[RankRow]) -> Option<String> {
         return None;
     }
     let site = cause(r).unwrap_or_default();
-    let unit = r.growth_unit.name();
-    let rates = rows.iter().filter_map(|x| x.cause_growth);
-    let (lo, hi) = rates.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let (lo, hi) = (signed_bytes(lo), signed_bytes(hi));
-    let rate = match lo == hi {
-        true => format!("{lo}/{unit}"),
-        false => format!("{lo}/{unit} to {hi}/{unit}"),
-    };
+    // The rates in each unit apart: a guessed step may be four of a marked one.
+    let mut units: Vec<&str> = rows.iter().map(RankRow::per).collect();
+    units.sort_unstable();
+    units.dedup();
+    let rate = units
+        .iter()
+        .map(|&unit| {
+            let rates = rows.iter().filter(|x| x.per() == unit);
+            let rates = rates.filter_map(|x| x.cause_growth);
+            let (lo, hi) = rates.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+            let (lo, hi) = (signed_bytes(lo), signed_bytes(hi));
+            match lo == hi {
+                true => format!("{lo}/{unit}"),
+                false => format!("{lo}/{unit} to {hi}/{unit}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" and ");
     Some(format!(
         "all {} traces alike, each growing: first cause {rate} at {site}",
         rows.len()
@@ -265,7 +275,7 @@ fn differs(r: &RankRow) -> String {
 pub(crate) fn first_cause(r: &RankRow) -> String {
     match (&r.growth_at, r.cause_growth) {
         (Some(site), Some(rate)) if !site.is_empty() => {
-            format!("{}/{} at {site}", signed_bytes(rate), r.growth_unit.name())
+            format!("{}/{} at {site}", signed_bytes(rate), r.per())
         }
         (Some(site), _) => site.clone(),
         _ => String::new(),
@@ -298,7 +308,7 @@ pub fn render(out: &mut impl Write, rows: &[RankRow]) -> io::Result<()> {
             r.pid.to_string(),
             bytes(r.live_bytes),
             bytes(r.peak_bytes),
-            format!("{}/{}", signed_bytes(r.growth), r.growth_unit.name()),
+            format!("{}/{}", signed_bytes(r.growth), r.per()),
             first_cause(r),
             // How many, and the device memory they hold (a registration holds none).
             format!("{} ({})", r.orphans, bytes(r.orphan_bytes)),
@@ -310,11 +320,7 @@ pub fn render(out: &mut impl Write, rows: &[RankRow]) -> io::Result<()> {
     }
     let title = format!("Ranks ({} traces): {}", rows.len(), headline(rows));
     emit(out, &title, &t)?;
-    writeln!(
-        out,
-        "  {}",
-        distance_means(rows.first().map(|r| r.growth_unit.name()))
-    )
+    writeln!(out, "  {}", distance_means(rows.first().map(RankRow::per)))
 }
 
 /// What the distance column is.

@@ -64,6 +64,9 @@ pub struct RankRow {
     /// report's headline call the device's growth); the first cause's own rate is apart.
     pub growth: f64,
     pub growth_unit: GrowthUnit,
+    /// Where its steps came from (`marks`, `pattern`, `none`): a rate per guessed step is
+    /// `pattern`'s.
+    pub step_source: &'static str,
     /// The first cause of steady growth, as the report names it, and its own rate per
     /// `growth_unit` (on its holder: a device, or host memory); `null` without one.
     pub growth_at: Option<String>,
@@ -84,6 +87,17 @@ pub struct RankRow {
     /// Whether the trace differs from the others or cannot be compared whole: a distance of at
     /// least [`ODD_DISTANCE`], a finding of its own, or a gap.
     pub odd: bool,
+}
+
+impl RankRow {
+    /// What its growth is per: `step`, `guessed step` (steps found from the allocation
+    /// pattern: one may be several of the program's) or `second`.
+    pub fn per(&self) -> &'static str {
+        match (self.growth_unit, self.step_source) {
+            (GrowthUnit::Step, "pattern") => "guessed step",
+            (unit, _) => unit.name(),
+        }
+    }
 }
 
 /// The least denominators of a distance: bytes (live, peak, orphaned), bytes per unit of
@@ -158,6 +172,7 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
                 peak_bytes: x.peak_bytes,
                 growth: x.growth,
                 growth_unit: t.unit,
+                step_source: t.step_source,
                 growth_at: t.first_cause.as_ref().map(|c| c.site.clone()),
                 cause_growth: t.first_cause.as_ref().map(|c| c.rate),
                 orphans: x.orphans,

@@ -70,14 +70,21 @@ fn long_duration(seconds: f64) -> String {
 /// `1,930 steps (2.1 h)`: when a projection is full, in steps and in time, or nothing. The
 /// words of the report's findings, `diff`'s and the live alert's.
 pub fn when_full(steps: Option<f64>, seconds: Option<f64>) -> Option<String> {
+    when_full_in(steps, seconds, "step")
+}
+
+/// [`when_full`] counting `step`s of another name: `1,005 guessed steps (2.1 h)` where the
+/// steps are guessed from the allocation pattern (one may be several of the program's).
+pub fn when_full_in(steps: Option<f64>, seconds: Option<f64>, step: &str) -> Option<String> {
     // Less headroom than a step's growth: full within the next step (not "0 steps (0 s)").
+    let under = format!("under a {step}");
     let steps = steps.map(|n| match n.floor() as u64 {
-        0 => "under a step".to_string(),
-        1 => "1 step".to_string(),
-        n => format!("{} steps", super::count::grouped(n)),
+        0 => under.clone(),
+        1 => format!("1 {step}"),
+        n => format!("{} {step}s", super::count::grouped(n)),
     });
     // No room left: "under a step", not "(0 s)".
-    let full_now = steps.as_deref() == Some("under a step") && seconds == Some(0.0);
+    let full_now = steps.as_deref() == Some(under.as_str()) && seconds == Some(0.0);
     let time = seconds.filter(|_| !full_now).map(long_duration);
     match (steps, time) {
         (Some(s), Some(t)) => Some(format!("{s} ({t})")),
@@ -117,6 +124,14 @@ mod tests {
         assert_eq!(
             when_full(Some(1930.7), Some(7560.0)).as_deref(),
             Some("1,930 steps (2.1 h)")
+        );
+        assert_eq!(
+            when_full_in(Some(1005.2), None, "guessed step").as_deref(),
+            Some("1,005 guessed steps")
+        );
+        assert_eq!(
+            when_full_in(Some(0.2), Some(0.0), "guessed step").as_deref(),
+            Some("under a guessed step")
         );
     }
 

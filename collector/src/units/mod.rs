@@ -50,7 +50,7 @@ fn number_and_unit<'a>(text: &'a str, what: &str) -> Result<(&'a str, &'a str), 
         .unwrap_or(t.len());
     Ok(t.split_at(split))
 }
-pub use duration::{parse_duration, span, when_full};
+pub use duration::{parse_duration, span, when_full, when_full_in};
 pub use rate::{parse_rate, rate_unit};
 pub(crate) use size::share_of;
 pub use size::{bytes, parse_size, share};

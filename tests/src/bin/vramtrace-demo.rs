@@ -82,27 +82,69 @@ fn program(variant: &[&str]) -> Result<ExitCode, String> {
     ))
 }
 
-/// The demo's own traces named `prefix<pid>.vtrace` in its directory, newest last: files of
-/// that name that are not a trace of its training loop (a user's copy, another program's trace,
-/// a text) are not its own, and are left alone.
+/// The list of the traces the demo wrote, in its directory: one line each, `NAME DEVICE INODE
+/// BYTES`, oldest first. Only a file listed here, still the same file (its device, inode and
+/// size as written), is the demo's own to replace: a user's trace of `--program` under the
+/// same kind of name, a copy, a text, are not, and are left alone.
+const WRITTEN: &str = "vramtrace-demo/.written";
+
+/// A file's identity: its device, inode and size.
+fn identity(path: &Path) -> Option<(u64, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    m.is_file().then(|| (m.dev(), m.ino(), m.len()))
+}
+
+/// The lines of [`WRITTEN`], as written.
+fn written() -> Vec<(String, (u64, u64, u64))> {
+    let text = std::fs::read_to_string(WRITTEN).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let name = f.next()?.to_string();
+            let mut n = || f.next()?.parse().ok();
+            Some((name, (n()?, n()?, n()?)))
+        })
+        .collect()
+}
+
+fn write_written(list: &[(String, (u64, u64, u64))]) -> Result<(), String> {
+    let text: String = list
+        .iter()
+        .map(|(name, (dev, ino, len))| format!("{name} {dev} {ino} {len}\n"))
+        .collect();
+    std::fs::write(WRITTEN, text).map_err(|e| format!("cannot write {WRITTEN}: {e}"))
+}
+
+/// Whether `name` is a trace name the demo gives under `prefix`: `prefix<pid>.vtrace`.
+fn named_like(name: &str, prefix: &str) -> bool {
+    let pid = name
+        .strip_prefix(prefix)
+        .and_then(|n| n.strip_suffix(".vtrace"));
+    pid.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The demo's own traces named `prefix<pid>.vtrace`, oldest first: those it wrote and that
+/// are still the files it wrote ([`WRITTEN`]).
 fn traces(prefix: &str) -> Vec<PathBuf> {
-    let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(OUT_DIR)
+    written()
+        .into_iter()
+        .filter(|(name, _)| named_like(name, prefix))
+        .map(|(name, id)| (Path::new(OUT_DIR).join(name), id))
+        .filter(|(path, id)| identity(path) == Some(*id))
+        .map(|(path, _)| path)
+        .collect()
+}
+
+/// Names in the demo's directory like `prefix<pid>.vtrace`.
+fn names_like(prefix: &str) -> Vec<String> {
+    std::fs::read_dir(OUT_DIR)
         .into_iter()
         .flatten()
         .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let name = p.file_name().unwrap_or_default().to_string_lossy();
-            let pid = name
-                .strip_prefix(prefix)
-                .and_then(|n| n.strip_suffix(".vtrace"));
-            pid.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .filter(|p| of_the_training_loop(p))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .collect();
-    found.sort();
-    found.into_iter().map(|(_, p)| p).collect()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| named_like(n, prefix))
+        .collect()
 }
 
 /// Whether the file at `path` is a trace of the demo's training loop (its header's command).
@@ -125,11 +167,15 @@ fn traced_run(
     // Found first: a build without the tracer leaves no empty directory behind.
     let lib = sibling("libvramtrace.so")?;
     std::fs::create_dir_all(OUT_DIR).map_err(|e| format!("cannot create {OUT_DIR}: {e}"))?;
+    let mut list = written();
     for old in traces(prefix) {
         if std::fs::remove_file(&old).is_ok() {
             println!("(removed the demo's earlier trace {})", old.display());
         }
     }
+    // What is listed and no longer there (removed now, or by the user) is forgotten.
+    list.retain(|(name, id)| identity(&Path::new(OUT_DIR).join(name)) == Some(*id));
+    let before = names_like(prefix);
     let training = training_loop(variant);
     let status = Command::new(vramtrace)
         .arg("run")
@@ -147,9 +193,18 @@ fn traced_run(
     if !status.success() {
         return Err(format!("the traced program failed: {status}"));
     }
-    traces(prefix)
-        .pop()
-        .ok_or_else(|| "the run wrote no trace".to_string())
+    // The trace this run wrote: a name that was not there before, of the training loop.
+    let name = names_like(prefix)
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .find(|n| of_the_training_loop(&Path::new(OUT_DIR).join(n)))
+        .ok_or_else(|| "the run wrote no trace".to_string())?;
+    let trace = Path::new(OUT_DIR).join(&name);
+    if let Some(id) = identity(&trace) {
+        list.push((name, id));
+        write_written(&list)?;
+    }
+    Ok(trace)
 }
 
 fn run() -> Result<ExitCode, String> {

@@ -409,14 +409,20 @@ captest!(the_demo_diffs_a_planted_regression, |dir| {
     let traces = trace_files(&dir.join("vramtrace-demo"));
     assert_eq!(traces.len(), 2, "{traces:?}");
 
-    // Run again, it replaces its own trace and nothing else named like one: a user's notes and
-    // another program's trace under the demo's names stay as they were.
+    // Run again, it replaces its own trace and nothing else named like one: a user's notes,
+    // another program's trace and a user's own trace of the same loop (here a copy of the
+    // demo's) under the demo's names stay as they were.
     let kept = dir.join("vramtrace-demo");
     std::fs::write(kept.join("train-notes.vtrace"), "notes\n").unwrap();
     std::fs::write(kept.join("train-7.vtrace"), "not a trace\n").unwrap();
     let other =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gpu/healthy_compile-bare.vtrace");
     std::fs::copy(&other, kept.join("train-8.vtrace")).unwrap();
+    let demo_trace = traces
+        .iter()
+        .find(|t| t.to_string_lossy().contains("/train-"));
+    let users = std::fs::read(demo_trace.unwrap()).unwrap();
+    std::fs::write(kept.join("train-9228.vtrace"), &users).unwrap();
     let out = demo().output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
@@ -442,6 +448,10 @@ captest!(the_demo_diffs_a_planted_regression, |dir| {
     assert_eq!(
         std::fs::read(kept.join("train-8.vtrace")).unwrap(),
         std::fs::read(&other).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(kept.join("train-9228.vtrace")).unwrap(),
+        users
     );
 
     let out = demo().args(["--program", "--extra-leek"]).output().unwrap();

@@ -22,10 +22,25 @@ pub fn device(d: i32) -> String {
 pub fn unit(a: &Analysis) -> String {
     let unit = match (a.growth.axis, a.growth.window_ns) {
         (SampleAxis::Time, Some(w)) => vramtrace_collector::units::rate_unit(false, w),
-        _ if a.steps.source == "pattern" => "guessed step".to_string(),
+        _ if a.steps.source == "pattern" => step_noun(a).to_string(),
         _ => vramtrace_collector::units::rate_unit(true, 0),
     };
     format!("per {unit}")
+}
+
+/// What the trace's steps are called: `guessed step` where they are guessed from the
+/// allocation pattern, else `step`; growth rates and times to full count in it alike.
+pub fn step_noun(a: &Analysis) -> &'static str {
+    if a.steps.source == "pattern" {
+        "guessed step"
+    } else {
+        "step"
+    }
+}
+
+/// `1,930 steps (2.1 h)`, in the trace's steps ([`step_noun`]).
+pub fn when_full(a: &Analysis, steps: Option<f64>, seconds: Option<f64>) -> Option<String> {
+    vramtrace_collector::units::when_full_in(steps, seconds, step_noun(a))
 }
 
 /// A number of things, the noun in the plural unless there is one: `1 object`, `3 objects`,

@@ -241,7 +241,7 @@ fn summary_line(r: &RankRow, report: &Report<'_>) -> String {
     };
     // The devices' growth in all, then its first cause at its own rate where that differs (as
     // the rank table's columns): the place alone beside the devices' rate read as that place's.
-    let growth = format!("{}/{}", signed_bytes(r.growth), r.growth_unit.name());
+    let growth = format!("{}/{}", signed_bytes(r.growth), r.per());
     let at = match (r.growth_at.as_deref(), r.cause_growth) {
         (Some(""), _) | (None, _) => String::new(),
         (Some(_), Some(rate)) if signed_bytes(rate) != signed_bytes(r.growth) => {

@@ -1042,10 +1042,20 @@ fn the_rank_table_compares_growth_only_across_steps_counted_alike() {
     let dir = job_of(&["leak_slow-traced.vtrace", "leak_slow-marks.vtrace"]);
     let out = vramtrace().arg("report").arg(dir.path()).output().unwrap();
     let shown = String::from_utf8(out.stdout).unwrap();
+    // Each rate in its own unit, in the headline and the rows.
     assert!(
-        shown.contains("\nRanks (2 traces): all 2 traces alike, each growing: first cause"),
+        shown.contains(
+            "\nRanks (2 traces): all 2 traces alike, each growing: first cause +2.0 \
+             MiB/guessed step and +512.0 KiB/step at leak_slow.py:32 in <module> (libc10_cuda.so)\n"
+        ),
         "{shown}"
     );
+    for row in [
+        "   +2.0 MiB/guessed step   +2.0 MiB/guessed step at leak_slow.py:32",
+        "         +512.0 KiB/step   +512.0 KiB/step at leak_slow.py:32",
+    ] {
+        assert!(shown.contains(row), "{row}\n{shown}");
+    }
 }
 
 // One trace without a rank against a job of four: nothing to pair them by, said with what to

@@ -413,6 +413,22 @@ fn a_native_site_of_several_lines_says_so() {
     );
 }
 
+// gpt_leaky's steps are guessed (one per 8 of the program's): its time to full counts guessed
+// steps, as its rate does, in the headline, the evidence and the device's line.
+#[test]
+fn a_time_to_full_counts_guessed_steps() {
+    let text = fixture_text("gpt_leaky-traced.vtrace");
+    for said in [
+        "+128.0 MiB per guessed step at gpt_leaky.py:63 in <module> (libc10_cuda.so); 125.7 GiB \
+         left, full in 1,005 guessed steps (2 min)\n",
+        "; device full in 1,005 guessed steps (2 min); the line is where",
+        "; 125.7 GiB left, full in 1,005 guessed steps (2 min); live 2.2 GiB -> 3.4 GiB",
+    ] {
+        assert!(text.contains(said), "{said}\n{text}");
+    }
+    assert!(!text.contains("1,005 steps"), "{text}");
+}
+
 // leak_comm's communicators are freed by destroy_process_group: its finding's NCCL site is in
 // no table of what is live at the end, and the stacks listed only those (ten cuBLAS and c10
 // workspaces). The stacks open with each finding's, titled by the finding.

@@ -14,8 +14,7 @@ use vramtrace_collector::live::SampleAxis;
 use vramtrace_collector::torch::VIEW;
 
 use super::{at_sample, site_label};
-use crate::render::units::{bytes, signed_bytes, unit};
-use vramtrace_collector::units::when_full;
+use crate::render::units::{bytes, signed_bytes, unit, when_full};
 
 /// Findings listed in full at most, besides the alerts (`--top` lowers it); the rest are
 /// counted.
@@ -297,7 +296,7 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
             }
             let full = match e.out_of_memory_at_step {
                 Some(step) => Some(format!("device out of memory at step {step}")),
-                None => when_full(e.steps_to_full, e.seconds_to_full).map(|when| {
+                None => when_full(a, e.steps_to_full, e.seconds_to_full).map(|when| {
                     // The time to full is the device's, every cause on it together: said where
                     // that is not this finding's rate (three leaks name one time).
                     let device = (a.growth.holders.iter()).find(|h| Some(h.holder) == f.holder);

@@ -87,7 +87,7 @@ pub fn render(
     fragmentation(out, a, top)
 }
 
-fn holder_line(h: &HolderGrowth, unit: &str, fraction: f64) -> String {
+fn holder_line(a: &Analysis, h: &HolderGrowth, unit: &str, fraction: f64) -> String {
     let c = &h.course;
     // The fit covers the steady state, which may be fewer samples than the course: said where
     // it is under half of them (a start-up that lasted, a trace read from mid-run).
@@ -131,7 +131,7 @@ fn holder_line(h: &HolderGrowth, unit: &str, fraction: f64) -> String {
             false => format!(" (alert above {limit})"),
         }
     });
-    let full = full_in(h).map_or(String::new(), |f| format!("; {f}"));
+    let full = full_in(a, h).map_or(String::new(), |f| format!("; {f}"));
     format!(
         "{}: {} {unit} sustained{threshold}{full}; live {} -> {} over {}{fit}",
         h.holder.name(),
@@ -219,7 +219,7 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
             writeln!(
                 out,
                 "  {mark}{}{shape}",
-                holder_line(h, &unit, a.growth.alert_fraction)
+                holder_line(a, h, &unit, a.growth.alert_fraction)
             )?;
         }
     }
@@ -236,6 +236,19 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
             places_listed(&g.peaks, top)
         );
         emit(out, &title, &site_rows(&g.peaks, top, &unit))?;
+    }
+    if !g.steady.is_empty() || !g.peaks.is_empty() {
+        // A place can hold more at the end than at any sample: the samples are taken as steps
+        // begin, the end after the last one.
+        let when = match g.axis {
+            SampleAxis::Time => "",
+            _ => " (as steps begin)",
+        };
+        writeln!(
+            out,
+            "  first, last, max: live at the place at the samples{when}; at end: when the trace \
+             ended"
+        )?;
     }
     Ok(())
 }

@@ -9,21 +9,20 @@ use vramtrace_collector::analysis::HolderGrowth;
 use vramtrace_collector::analysis::{Analysis, Finding, FindingClass, Severity, Shape};
 use vramtrace_collector::analysis::{CacheUse, OomRelief, OwnerKind};
 use vramtrace_collector::live::Holder;
-use vramtrace_collector::units::when_full;
 
 use super::alerts::{alert_against_diagnosis, alert_line};
 use super::orphans::orphans_line;
 use super::{at_sample, site_label};
-use crate::render::units::{bytes, count, duration, signed_bytes, unit};
+use crate::render::units::{bytes, count, duration, signed_bytes, unit, when_full};
 
 /// `12.0 GiB left, full in 1,930 steps (2.1 h)` for a holder's projection, `out of memory at
 /// step 52` for a device that ran out of memory growing, or nothing.
-pub(super) fn full_in(h: &HolderGrowth) -> Option<String> {
+pub(super) fn full_in(a: &Analysis, h: &HolderGrowth) -> Option<String> {
     let p = h.projection?;
     if let Some(step) = p.out_of_memory_at_step {
         return Some(format!("out of memory at step {step}"));
     }
-    let when = when_full(p.steps_to_full, p.seconds_to_full)?;
+    let when = when_full(a, p.steps_to_full, p.seconds_to_full)?;
     Some(format!("{} left, full in {when}", bytes(p.headroom)))
 }
 
@@ -285,7 +284,7 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
     let holder = top.holder.unwrap_or(Holder::Host);
     let h = a.growth.holders.iter().find(|h| h.holder == holder);
     let mut full = h
-        .and_then(full_in)
+        .and_then(|h| full_in(a, h))
         .map_or(String::new(), |f| format!("; {f}"));
     // A size given on the command line below what the device holds makes every growth full at
     // once: said, not taken as the answer.
