@@ -186,7 +186,7 @@ pub struct WindowArgs {
     /// Read the last TIME of the trace (90s, 30m, 1h; 0 for its last segment).
     #[arg(long, value_name = "TIME", value_parser = parse_nanos, conflicts_with = "since")]
     pub last: Option<u64>,
-    /// Read from this moment on: 'step N', or a time after the trace began (90m, 2h).
+    /// Read from this moment on: 'step N', or a time after the trace's first event (90m, 2h).
     #[arg(long, value_name = "WHEN", value_parser = parse_since)]
     pub since: Option<ReadFrom>,
 }
@@ -202,7 +202,7 @@ impl WindowArgs {
     }
 }
 
-/// Parses `--since`: `step N`, or a time after the trace began.
+/// Parses `--since`: `step N`, or a time after the trace's first event.
 fn parse_since(text: &str) -> Result<ReadFrom, String> {
     let t = text.trim().to_ascii_lowercase();
     if let Some(n) = t

@@ -73,7 +73,8 @@ pub struct SegmentInfo {
     pub events_before: u64,
     /// Sequence number of the last event before it (0: none).
     pub last_seq: u64,
-    /// `CLOCK_MONOTONIC` nanoseconds when the segment began.
+    /// `CLOCK_MONOTONIC` nanoseconds when the segment began: the time of the last event before
+    /// it (tracers before 2026-12-07 wrote the moment of the cut, up to a ring's drain later).
     pub time_ns: u64,
     /// Steps begun before it.
     pub steps: u64,

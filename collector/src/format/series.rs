@@ -92,6 +92,8 @@ pub struct Gone {
 #[derive(Clone, Debug)]
 pub struct Series {
     pub files: Vec<SegmentFile>,
+    /// [`Series::first_event_ns`], once asked.
+    first_event: std::sync::OnceLock<Option<u64>>,
 }
 
 /// `run.seg3.vtrace` → (`run`, `.vtrace`); `run.vtrace` → (`run`, `.vtrace`); a name without
@@ -160,7 +162,7 @@ impl Series {
     /// budget) names the segments that were written after it.
     pub fn find(path: &Path) -> Result<Series, TraceError> {
         let (named, missing) = match SegmentFile::open(path) {
-            Ok(f) if f.info().is_none() => return Ok(Series { files: vec![f] }),
+            Ok(f) if f.info().is_none() => return Ok(Series::of(vec![f])),
             Ok(f) => (Some(f), None),
             Err(e @ TraceError::Io { .. }) if is_not_found(&e) => (None, Some(e)),
             Err(e) => return Err(e),
@@ -210,7 +212,42 @@ impl Series {
         }
         files.sort_by_key(|f| f.index());
         files.dedup_by_key(|f| f.index());
-        Ok(Series { files })
+        Ok(Series::of(files))
+    }
+
+    fn of(files: Vec<SegmentFile>) -> Series {
+        Series {
+            files,
+            first_event: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `CLOCK_MONOTONIC` nanoseconds of the trace's first event: where every time a user gives
+    /// (`--since 3s`, `--at 700ms`) and every time the tools say is counted from, as the replay
+    /// counts. The first file there says it: a later segment in its snapshot, the first in its
+    /// first event. `None` where it says neither (a trace without events, a snapshot written
+    /// without the live state).
+    pub fn first_event_ns(&self) -> Option<u64> {
+        *self.first_event.get_or_init(|| {
+            let file = File::open(&self.first().path).ok()?;
+            let mut reader = TraceReader::new(BufReader::with_capacity(64 << 10, file)).ok()?;
+            while let Some(r) = reader.next_event_or_record() {
+                match r {
+                    RecordRef::Event(e) => return Some(e.time_ns),
+                    RecordRef::Other(Record::Snapshot(s)) => {
+                        return (s.first_time_ns > 0).then_some(s.first_time_ns)
+                    }
+                    RecordRef::Other(_) => {}
+                }
+            }
+            None
+        })
+    }
+
+    /// [`Series::first_event_ns`], else the process's start (the header's): the origin of the
+    /// times said of the trace.
+    pub fn origin_ns(&self) -> u64 {
+        (self.first_event_ns()).unwrap_or(self.first().header.start_mono_ns)
     }
 
     /// The first file there.

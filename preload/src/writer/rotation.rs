@@ -87,14 +87,20 @@ impl Writer {
             return;
         };
         let prelude = self.prelude();
-        let (last_seq, _) = self.last_event;
+        let (last_seq, last_ns) = self.last_event;
         let bytes = self.sink.bytes();
+        // The segment begins where the events before it end: at the last one's time, not the
+        // moment of the cut (the events of the ring still to write, older, go in the new one).
+        let begins_ns = match last_ns {
+            0 => clock::monotonic_ns(),
+            t => t,
+        };
         let header = Header {
             segment: Some(SegmentInfo {
                 index: segments.index() + 1,
                 events_before: self.sink.events,
                 last_seq,
-                time_ns: clock::monotonic_ns(),
+                time_ns: begins_ns,
                 steps: self.live_state().map_or(0, LiveState::marked_steps),
                 bytes_before: segments.bytes_before() + bytes,
             }),

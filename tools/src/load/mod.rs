@@ -466,7 +466,7 @@ fn reaches(path: &Path, state: &LiveState, from: ReadFrom) -> Result<()> {
             state.steps()
         )),
         ReadFrom::Time(t) if lasted < t => Err(anyhow!(
-            "{}: the trace ends before {} after its start (it lasts {})",
+            "{}: the trace ends before {} after its first event (it lasts {})",
             path.display(),
             crate::render::units::duration(t),
             crate::render::units::duration(lasted)

@@ -36,7 +36,7 @@ impl ReadFrom {
             ReadFrom::Last(0) => Some("its last segment".into()),
             ReadFrom::Last(ns) => Some(format!("the last {}", time(ns))),
             ReadFrom::Step(n) => Some(format!("since step {n}")),
-            ReadFrom::Time(ns) => Some(format!("since {} after the start", time(ns))),
+            ReadFrom::Time(ns) => Some(format!("since {} after the first event", time(ns))),
             ReadFrom::Event(n) => Some(format!("event {n}")),
         }
     }
@@ -53,7 +53,7 @@ pub fn choose(series: &Series, from: ReadFrom) -> Result<usize> {
         ReadFrom::Event(n) => last_with(&|i| files[i].events_before() < n),
         ReadFrom::Step(n) => last_with(&|i| info(i).is_none_or(|s| s.steps < n)),
         ReadFrom::Time(ns) => {
-            let at = series.first().header.start_mono_ns.saturating_add(ns);
+            let at = series.origin_ns().saturating_add(ns);
             last_with(&|i| info(i).is_none_or(|s| s.time_ns <= at))
         }
         ReadFrom::Last(ns) => {
@@ -82,7 +82,7 @@ pub fn removed_point(series: &Series, from: ReadFrom) -> bool {
     match from {
         ReadFrom::Step(n) => n <= info.steps,
         ReadFrom::Event(n) => n <= first.events_before(),
-        ReadFrom::Time(ns) => first.header.start_mono_ns.saturating_add(ns) < info.time_ns,
+        ReadFrom::Time(ns) => series.origin_ns().saturating_add(ns) < info.time_ns,
         // The last hour of a trace whose oldest segment on disk began half an hour ago.
         ReadFrom::Last(ns) if ns > 0 => {
             let end = read_tail(&series.last().path).ok().flatten();
@@ -118,7 +118,7 @@ pub struct SegmentFacts {
     /// the live state was restored from its snapshot, and the answers start there.
     pub resumed: Option<u32>,
     /// Where the first segment read begins: the steps begun before it and nanoseconds from the
-    /// start of the trace (a window asked for is read from the start of the segment it lies
+    /// trace's first event (a window asked for is read from the start of the segment it lies
     /// in, often well before it).
     pub read_from_step: Option<u64>,
     pub read_from_ns: Option<u64>,
@@ -228,7 +228,8 @@ pub struct Removed {
     pub events: u64,
     pub steps: u64,
     pub bytes: u64,
-    /// Nanoseconds from the start of the trace to the first segment there.
+    /// Nanoseconds from the trace's first event to the first segment there (the time of the
+    /// last event removed).
     pub span_ns: u64,
 }
 
@@ -251,7 +252,7 @@ impl SegmentFacts {
         let files = &series.files;
         let restored = state.restored();
         let gone = series.gone();
-        let start_ns = series.first().header.start_mono_ns;
+        let start_ns = series.origin_ns();
         let first_read = files[start].index();
         let last_read = files[(start + read).saturating_sub(1).min(files.len() - 1)].index();
         let missing: Vec<u32> = (series.first().index()..series.last().index())

@@ -429,20 +429,22 @@ fn rotated_away(series: &Series, target: Target) -> Option<String> {
     }
     let first = series.first();
     let info = first.info()?;
-    let since_start = info.time_ns.saturating_sub(first.header.start_mono_ns);
+    // To the millisecond, rounded up: the time said is the first a replay can be asked for.
+    let since_start = info.time_ns.saturating_sub(series.origin_ns());
+    let since_start = since_start.div_ceil(1_000_000) * 1_000_000;
     let what = match target {
         Target::Step(n) => format!("step {n}"),
         Target::Event(n) => format!("event {n}"),
-        Target::Time(t) => format!("{} after the start", crate::render::units::duration(t)),
+        Target::Time(t) => format!("{} after the first event", point::as_asked(t)),
         Target::Oom(_) | Target::End => return None,
     };
     Some(format!(
         "{what} was removed by rotation (VRAMTRACE_MAX_BYTES): the trace there begins with \
-         segment {}, after step {} and {} events ({} into the run)",
+         segment {}, after step {} and {} events ({} after the first event)",
         info.index,
         info.steps,
         info.events_before,
-        crate::render::units::duration(since_start)
+        point::as_asked(since_start)
     ))
 }
 
@@ -456,7 +458,10 @@ fn jumped_over(trace: &LoadedTrace, target: Target) -> Option<String> {
         Target::Step(n) if n <= r.steps => format!("step {n}"),
         Target::Event(n) if n <= r.events => format!("event {n}"),
         Target::Time(t) if trace.state.trace_start_ns().saturating_add(t) < r.time_ns => {
-            format!("{} after the start", crate::render::units::duration(t))
+            format!(
+                "{} after the first event",
+                crate::render::units::duration(t)
+            )
         }
         _ => return None,
     };

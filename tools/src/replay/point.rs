@@ -94,8 +94,17 @@ fn duration(text: &str) -> Result<u64, String> {
 }
 
 /// A time as it was asked: from a second to two minutes, to the millisecond (`12.5s` is
-/// `12.5 s`, not the rounded `12 s` of a span); otherwise in the unit that reads best.
+/// `12.5 s`, not the rounded `12 s` of a span), under a second to the microsecond (`24.5 ms`);
+/// otherwise in the unit that reads best.
 pub(super) fn as_asked(ns: u64) -> String {
+    // Under a second, a fraction of a millisecond as given (`24.5 ms`, not `24 ms`).
+    if (1_000_000..1_000_000_000).contains(&ns)
+        && !ns.is_multiple_of(1_000_000)
+        && ns.is_multiple_of(1_000)
+    {
+        let ms = format!("{:.3}", ns as f64 / 1e6);
+        return format!("{} ms", ms.trim_end_matches('0').trim_end_matches('.'));
+    }
     if !(1_000_000_000..120_000_000_000).contains(&ns) || !ns.is_multiple_of(1_000_000) {
         return crate::render::units::duration(ns);
     }
@@ -126,6 +135,7 @@ mod tests {
         assert_eq!(said("12.5s"), "12.5 s after the first event");
         assert_eq!(said("60min"), "60 min after the first event");
         assert_eq!(said("300ms"), "300 ms after the first event");
+        assert_eq!(said("24.5ms"), "24.5 ms after the first event");
     }
 
     #[test]

@@ -197,6 +197,37 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
     );
     let kept = json(&["replay", "--json", "--at", "step 9", first]);
     assert_eq!(kept["at"]["step"], 9);
+    // A time counts from the first event (1 ms), as the replay counts it; segment 3 begins at
+    // its last removed event's, event 26 at 26 ms: 25 ms after the first is on disk, a moment
+    // before it is removed, and the error names the first time there is.
+    let out = vramtrace()
+        .args(["replay", "--at", "24.5ms", first])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "24.5 ms after the first event was removed by rotation (VRAMTRACE_MAX_BYTES): the \
+             trace there begins with segment 3, after step 5 and 26 events (25 ms after the \
+             first event)"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at = json(&["replay", "--json", "--at", "25ms", first]);
+    assert_eq!(
+        (&at["at"]["event"], &at["at"]["since_first_ns"]),
+        (&26.into(), &25_000_000.into())
+    );
+    let since = json(&["report", "--json", "--since", "25ms", first]);
+    assert_eq!(
+        since["reading"]["segments"]["removed"]["span_ns"],
+        25_000_000
+    );
+    assert_eq!(
+        since["reading"]["segments"]["from"],
+        "since 25 ms after the first event"
+    );
     let since = json(&["report", "--json", "--since", "step 2", first]);
     assert_eq!(
         since["reading"]["segments"]["from"],
