@@ -121,6 +121,17 @@ pub struct SiteGrowth {
     pub history_from: Option<u64>,
 }
 
+/// A place whose steady growth lost frees would make ([`Growth::lost_frees`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LostFrees {
+    #[serde(flatten)]
+    pub growth: SiteGrowth,
+    /// Objects its call sites made (or were restored with from a snapshot), and of them those
+    /// live at the end.
+    pub made: u64,
+    pub kept: u64,
+}
+
 /// A row's place in the diagnosis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct FindingRef {
@@ -176,6 +187,11 @@ pub struct Growth {
     pub holders: Vec<HolderGrowth>,
     /// Places growing steadily, fastest first.
     pub steady: Vec<SiteGrowth>,
+    /// Places that grew steadily as lost frees would make them grow, fastest first: events
+    /// were lost, and each place freed all it made but no more than the losses could have
+    /// taken. Left out of `steady`, its alerts and the holders' growth: a lost event never
+    /// becomes a finding.
+    pub lost_frees: Vec<LostFrees>,
     /// Places with a one-off peak, highest first.
     pub peaks: Vec<SiteGrowth>,
     /// Places shrinking steadily, fastest first.
@@ -362,6 +378,15 @@ struct Members {
     sites: Vec<(u64, SiteId)>,
 }
 
+/// Whether a place's steady growth is what lost frees would make: events were lost (`lost`, a
+/// share of all), the place freed what it made but for `live` of `made`, and kept no more
+/// than the share of its frees that the losses would have taken. A temporary whose frees the
+/// tracer dropped grows so; a place that keeps what it makes keeps far more than the share
+/// (never freeing, or freeing less than the losses would explain).
+fn lost_frees(lost: f64, made: u64, live: u64) -> bool {
+    lost > 0.0 && made > live && live as f64 <= lost * made as f64
+}
+
 /// The name of the driver's view: the calls the tracer saw.
 pub const DRIVER: &str = "driver";
 
@@ -374,6 +399,9 @@ struct Row {
     now_bytes: u64,
     points: Vec<(u64, u64)>,
     history_from: Option<u64>,
+    /// Objects its call sites made, and those live (the driver's view; another's: none).
+    made: u64,
+    live: u64,
 }
 
 /// A line reached on several paths of the program is a place per path, so that the path that
@@ -411,6 +439,8 @@ fn one_place_where_every_path_grows(
                 m.sites += r.sites;
                 m.now_bytes += r.now_bytes;
                 m.history_from = m.history_from.max(r.history_from);
+                m.made += r.made;
+                m.live += r.live;
             }
             None => {
                 merged.insert(
@@ -565,6 +595,13 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             .push(with_quiet(in_units(points, window_ns), quiet));
         e.sites.push((peak, site));
     }
+    let turnover: BTreeMap<(Holder, SiteId), (u64, u64)> = (holders.iter())
+        .flat_map(|h| {
+            let holder = h.holder;
+            (state.site_turnover(holder))
+                .map(move |(site, made, live)| ((holder, site), (made, live)))
+        })
+        .collect();
     let now: BTreeMap<(Holder, SiteId), u64> = holders
         .iter()
         .flat_map(|h| {
@@ -582,6 +619,9 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 .iter()
                 .map(|&(_, id)| now.get(&(holder, id)).copied().unwrap_or(0))
                 .sum();
+            let (made, live) = (sites.iter())
+                .filter_map(|&(_, id)| turnover.get(&(holder, id)))
+                .fold((0, 0), |(m, l), &(made, live)| (m + made, l + live));
             // The example: the site holding the most at its highest, then the first seen.
             sites.sort_by_key(|&(peak, id)| (std::cmp::Reverse(peak), id));
             Row {
@@ -592,6 +632,8 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 now_bytes,
                 points: sum(&series),
                 history_from: None,
+                made,
+                live,
             }
         })
         .collect();
@@ -603,13 +645,17 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         sites: 1,
         points: l.points,
         history_from: l.history_from,
+        made: 0,
+        live: 0,
     }));
 
     let judge = |row: &Row| holder_of(row.holder).map(|h| judge_on(h, axis, &row.points, config));
     let rows = one_place_where_every_path_grows(rows, judge);
 
     let (mut steady, mut peaks, mut shrinking) = (Vec::new(), Vec::new(), Vec::new());
-    let mut one_off_rises = Vec::new();
+    let (mut one_off_rises, mut lost) = (Vec::new(), Vec::<LostFrees>::new());
+    let lost_events = state.lost_events();
+    let lost_share = lost_events as f64 / (state.events() + lost_events).max(1) as f64;
     for row in rows {
         let Row {
             site,
@@ -619,6 +665,8 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             now_bytes,
             points,
             history_from,
+            made,
+            live,
         } = row;
         let Some(h) = holder_of(holder) else {
             continue;
@@ -631,6 +679,25 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             && site.owner == OwnerKind::Jax
         {
             course.phases.late_rise = largest_rise(&points);
+        }
+        let growth = |course, alert| SiteGrowth {
+            site: site.clone(),
+            holder,
+            course,
+            sites,
+            now_bytes,
+            view,
+            alert,
+            finding: None,
+            history_from,
+        };
+        if course.shape == Shape::Steady && lost_frees(lost_share, made, live) {
+            lost.push(LostFrees {
+                growth: growth(course, false),
+                made,
+                kept: live,
+            });
+            continue;
         }
         let list = match course.shape {
             Shape::Steady => &mut steady,
@@ -646,17 +713,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                         project(room, course.rate, axis, unit_ns, config).within_horizon
                     })
             });
-        list.push(SiteGrowth {
-            site,
-            holder,
-            course,
-            sites,
-            now_bytes,
-            view,
-            alert,
-            finding: None,
-            history_from,
-        });
+        list.push(growth(course, alert));
     }
     for h in &mut holders {
         // The driver's view measures the device; another view's rows name lines, and would
@@ -700,6 +757,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
     let by_rate =
         |a: &SiteGrowth, b: &SiteGrowth| b.course.slope().abs().total_cmp(&a.course.slope().abs());
     steady.sort_by(by_rate);
+    lost.sort_by(|a, b| by_rate(&a.growth, &b.growth));
     shrinking.sort_by(by_rate);
     peaks.sort_by_key(|s| std::cmp::Reverse(s.course.max_bytes));
     one_off_rises.sort_by_key(|s| std::cmp::Reverse(s.course.phases.late_rise.map(|r| r.1)));
@@ -718,6 +776,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         alert: holders.iter().any(|h| h.alert),
         holders,
         steady,
+        lost_frees: lost,
         peaks,
         shrinking,
         one_off_rises,

@@ -40,7 +40,7 @@ pub(crate) use growth::FindingRef;
 pub use growth::{growth, growth_with, Growth, LineSeries, Role};
 #[cfg(feature = "symbols")]
 pub(crate) use growth::{Headroom, Projection};
-pub use growth::{HolderGrowth, SiteGrowth, DRIVER};
+pub use growth::{HolderGrowth, LostFrees, SiteGrowth, DRIVER};
 pub use integrity::anomalies;
 pub(crate) use integrity::AnomalyReport;
 pub use leaks::{leaks, Leaks};
@@ -161,6 +161,7 @@ impl Analysis {
             .chain(g.peaks.iter_mut())
             .chain(g.shrinking.iter_mut())
             .chain(g.one_off_rises.iter_mut())
+            .chain(g.lost_frees.iter_mut().map(|l| &mut l.growth))
             .map(|s| &mut s.site);
         let leaks = self.leaks.sites.iter_mut().map(|s| &mut s.site);
         let orphans = self.orphans.objects.iter_mut().map(|o| &mut o.site);

@@ -163,6 +163,8 @@ pub(crate) struct Entry {
     pub(crate) holder: Holder,
     pub(crate) bytes: u64,
     pub(crate) count: u64,
+    /// Objects counted live since the ledger began (a restored one's since its snapshot).
+    pub(crate) made: u64,
     /// Event ordinal of the last change.
     last_change: u64,
     /// Bytes and count at the holder's peak, valid when changed since it.
@@ -370,6 +372,7 @@ impl Ledger {
                 holder,
                 bytes: 0,
                 count: 0,
+                made: 0,
                 last_change: 0,
                 at_peak: (0, 0),
                 settled: self.ticks,
@@ -483,6 +486,7 @@ impl Ledger {
             e.settled = self.ticks;
         }
         apply::<ADD>(&mut e.bytes, &mut e.count, bytes);
+        e.made += u64::from(ADD);
         if h.settled != self.ticks {
             settle(
                 &mut h.steps,

@@ -84,6 +84,14 @@ impl LiveState {
         )
     }
 
+    /// For each call site that made objects on `holder`: how many it made (since the trace
+    /// began, or since the snapshot it was restored from) and how many are live.
+    pub fn site_turnover(&self, holder: Holder) -> impl Iterator<Item = (SiteId, u64, u64)> + '_ {
+        (self.ledger.entries.iter())
+            .filter(move |e| e.holder == holder && e.made > 0)
+            .map(|e| (e.site, e.made, e.count))
+    }
+
     /// What each call site held on `holder` at its peak, largest first.
     pub fn peak_holdings(&self, holder: Holder) -> Vec<SiteHolding> {
         sorted(

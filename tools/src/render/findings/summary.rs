@@ -383,9 +383,23 @@ fn lost_events(a: &Analysis) -> Option<String> {
         return None;
     }
     let u = &a.leaks.uncertain;
+    // Places that grew as lost frees make a place grow: said with the first, at its rate.
+    let growth = match a.growth.lost_frees.first() {
+        None => String::new(),
+        Some(s) => format!(
+            ", steady growth at {} ({} {} at {}: it freed all but {} of the {} objects it \
+             made, fewer than the lost events could have freed)",
+            count(a.growth.lost_frees.len() as u64, "place"),
+            signed_bytes(s.growth.course.slope()),
+            unit(a),
+            site_label(&s.growth.site),
+            vramtrace_collector::units::grouped(s.kept),
+            vramtrace_collector::units::grouped(s.made),
+        ),
+    };
     Some(format!(
         "{} lost; left out above because they could explain them: {}, {} ({} device, {} host), \
-         {}",
+         {}{growth}",
         count(lost, "event"),
         count(a.anomalies.uncertain, "anomaly"),
         count(u.count(), "live object"),
