@@ -125,7 +125,7 @@ int main(int argc, char **argv)
         EXPECT(all_reduce(a1, 4096), 0);
         EXPECT(matmul(512, 512, 512), 0);
         EXPECT(ffree(a3) | ffree(a2) | ffree(a1), 0);
-        history[step] = alloc(1 * MiB, FW_MODE_ASYNC);
+        history[step] = alloc(1 * MiB, FW_MODE_ASYNC); // @leak
         out("  history[%d] = 0x%llx", step, P(history[step]));
         if (extra_leak) {
             extra[step] = alloc(4 * MiB, FW_MODE_ASYNC); // @extra_leak

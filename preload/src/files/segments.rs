@@ -120,9 +120,15 @@ impl SegmentSettings {
                 ),
                 false => String::new(),
             };
+            // The segment size the user did not give is said to be the default.
+            let default = match get("VRAMTRACE_SEGMENT_BYTES") {
+                Some(_) => "",
+                None => ", the default",
+            };
             w.push(format!(
-                "VRAMTRACE_MAX_BYTES (--max-bytes) of {} holds fewer than two segments of \
-                 VRAMTRACE_SEGMENT_BYTES (--segment-bytes) of {}; using segments of {} MiB{raised}",
+                "VRAMTRACE_MAX_BYTES (--max-bytes) of {} holds fewer than two segments of {} \
+                 (VRAMTRACE_SEGMENT_BYTES, --segment-bytes{default}); using segments of {} \
+                 MiB{raised}",
                 in_words(s.max_bytes),
                 in_words(s.segment_bytes),
                 half >> 20

@@ -230,6 +230,46 @@ captest!(the_run_summary_of_a_rotated_trace_names_the_trace, |dir| {
     );
 });
 
+// The demo's loop as a long job runs it (150 ms a step), in segments of 300 ms, its live alerts
+// off: the last segment holds two steps, too few to judge growth on. The summary says so and
+// where growth is judged; the report of the trace judges it over every segment on disk.
+captest!(
+    the_run_summary_says_where_growth_is_judged_when_the_last_segment_cannot,
+    |dir| {
+        let out = vramtrace_command()
+            .args(["run", "--segment-seconds", "300ms", "-o"])
+            .arg(dir.join("job.vtrace"))
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_vramtrace-demo"))
+            .args(["--program", "--checkpoint"])
+            .env("VRAMTRACE_ALERT", "0")
+            .output()
+            .expect("running vramtrace");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let report = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
+        let s = &report["reading"]["segments"];
+        let (first, last) = (
+            s["first_there"].as_u64().unwrap(),
+            s["last_there"].as_u64().unwrap(),
+        );
+        assert!(last > 2, "{s}");
+        assert!(
+            err.contains(&format!(
+                "\n  verdict  (of segment {last}, the last: too few steps in it to judge growth, \
+             which `vramtrace report` judges over the {} segments on disk) ",
+                last - first + 1
+            )),
+            "{err}"
+        );
+        let line = wl_train_line("leak");
+        assert_eq!(
+            report["analysis"]["diagnosis"][0]["site"]["label"],
+            format!("main at wl_train.c:{line} → fw_alloc"),
+        );
+    }
+);
+
 /// Chunk start offsets of a trace and the record count of each chunk, from the documented
 /// layout (docs/trace-format.md): the header block twice (magic, version, header length,
 /// header, crc), then chunks with a 40-byte fixed part (sync, packed length, raw length, items,

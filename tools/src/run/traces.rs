@@ -235,7 +235,21 @@ fn summarize_one(
     let mut symbols = crate::load::thread_symbolizer();
     let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
     crate::load::keep_symbolizer(symbols);
+    // Growth over the last segment's few steps is not judged: the verdict may then lack a
+    // growth the whole trace shows, and says where it is judged.
+    let a = &report.analysis;
+    let samples = (a.growth.holders.iter())
+        .filter(|h| matches!(h.holder, vramtrace_collector::live::Holder::Device { .. }))
+        .map(|h| h.course.samples)
+        .max()
+        .unwrap_or(0);
     let of = match cut {
+        Some(f) if a.steps.from_step.is_some() && samples < a.growth.min_samples => format!(
+            "(of segment {}, the last: too few steps in it to judge growth, which `vramtrace \
+             report` judges over the {} segments on disk) ",
+            f.last_there,
+            f.last_there - f.first_there + 1
+        ),
         Some(f) => format!("(of segment {}, the last) ", f.last_there),
         None => String::new(),
     };

@@ -130,9 +130,9 @@ pub(crate) fn summary_lines(a: &Analysis, when: &str, gaps: &[String]) -> Vec<Su
     let oom = match (a.ooms.total, a.steps.from_step) {
         (0, None) => "none".to_string(),
         // A segment's snapshot does not carry the failures before it.
-        (0, Some(from)) => format!(
-            "none since step {from}, where reading began (failures before it are not known)"
-        ),
+        (0, Some(from)) => {
+            format!("none since step {from}, where reading began (failures before it are not read)")
+        }
         _ => super::oom_found(a),
     };
     lines.push(line("out of memory", oom));
@@ -274,7 +274,7 @@ fn growth_headline(a: &Analysis, unit: &str) -> String {
         return match a.steps.from_step {
             Some(from) if samples < a.growth.min_samples => format!(
                 "not judged: {} read since step {from}, where reading began (at least {} are \
-                 needed)",
+                 needed: read from earlier, `report` of every segment on disk or `--since`)",
                 count(samples as u64, "sample"),
                 a.growth.min_samples
             ),
