@@ -225,8 +225,8 @@ impl Series {
     /// `CLOCK_MONOTONIC` nanoseconds of the trace's first event: where every time a user gives
     /// (`--since 3s`, `--at 700ms`) and every time the tools say is counted from, as the replay
     /// counts. The first file there says it: a later segment in its snapshot, the first in its
-    /// first event. `None` where it says neither (a trace without events, a snapshot written
-    /// without the live state).
+    /// first event (or, after a snapshot written without the live state, the segment's own).
+    /// `None` for a file without events.
     pub fn first_event_ns(&self) -> Option<u64> {
         *self.first_event.get_or_init(|| {
             let file = File::open(&self.first().path).ok()?;
@@ -234,8 +234,10 @@ impl Series {
             while let Some(r) = reader.next_event_or_record() {
                 match r {
                     RecordRef::Event(e) => return Some(e.time_ns),
-                    RecordRef::Other(Record::Snapshot(s)) => {
-                        return (s.first_time_ns > 0).then_some(s.first_time_ns)
+                    // A snapshot written without the live state knows no first event: the
+                    // segment's own first event stands for it, as the replay takes it.
+                    RecordRef::Other(Record::Snapshot(s)) if s.first_time_ns > 0 => {
+                        return Some(s.first_time_ns)
                     }
                     RecordRef::Other(_) => {}
                 }

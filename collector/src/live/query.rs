@@ -305,8 +305,9 @@ impl LiveState {
     /// snapshot, of the first event of the trace it was taken from.
     pub fn trace_start_ns(&self) -> u64 {
         match self.restored {
-            Some(r) => r.first_time_ns,
-            None => self.first_time_ns(),
+            Some(r) if r.first_time_ns > 0 => r.first_time_ns,
+            // A snapshot written without the live state knows none: the first event read.
+            _ => self.first_time_ns(),
         }
     }
 }

@@ -392,7 +392,7 @@ fn a_since_past_the_end_is_an_error() {
         ),
         (
             "1h".to_string(),
-            "the trace ends before 60 min after its start (it lasts ".to_string(),
+            "the trace ends before 60 min after its first event (it lasts ".to_string(),
         ),
     ] {
         let out = vramtrace()
@@ -488,7 +488,7 @@ fn a_missing_segment_is_said_and_never_passes() {
     assert_eq!(
         line(&text, "  segments"),
         "  segments  1, 2, 4, 5, 6 on disk; MISSING: 3 (their events are not read); read from \
-         segment 2 (since step 6: the last segment on disk to begin before it, in step 2 at 13 \
+         segment 2 (since step 6: the last segment on disk to begin before it, in step 2 at 12 \
          ms); the answers start after what is missing, at segment 4's snapshot after event 39"
     );
     // A point in the missing segment is not known: an error, not the next snapshot's moment.
@@ -593,7 +593,7 @@ fn the_last_segments_verdict_is_the_alert_raised_before_it() {
     assert_eq!(
         line(&text, "  growth "),
         "  growth         not judged: 1 sample read since step 2, where reading began (at least 4 \
-         are needed)"
+         are needed: read from earlier, `report` of every segment on disk or `--since`)"
     );
     assert!(!text.contains("window"), "{text}");
     // An alert raised inside the steps read judged the steps before them too: said so.

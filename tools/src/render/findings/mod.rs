@@ -80,7 +80,7 @@ pub fn render(
     summary(out, a, when, gaps)?;
     diagnosis::render(out, a, top, when)?;
     orphan_kinds(out, a)?;
-    growth(out, a, top)?;
+    growth(out, a, top, when)?;
     ooms(out, a, top)?;
     leaks(out, a, top, when)?;
     peaks(out, a, top)?;
@@ -187,7 +187,7 @@ fn site_rows(list: &[SiteGrowth], top: usize, unit: &str) -> comfy_table::Table 
     t
 }
 
-fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
+fn growth(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Result<()> {
     let g = &a.growth;
     let unit = unit(a);
     // A line through fewer than two samples says nothing.
@@ -240,14 +240,13 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
     if !g.steady.is_empty() || !g.peaks.is_empty() {
         // A place can hold more at the end than at any sample: the samples are taken as steps
         // begin, the end after the last one.
-        let when = match g.axis {
+        let taken = match g.axis {
             SampleAxis::Time => "",
             _ => " (as steps begin)",
         };
         writeln!(
             out,
-            "  first, last, max: live at the place at the samples{when}; at end: when the trace \
-             ended"
+            "  first, last, max: live at the place at the samples{taken}; at end: live {when}"
         )?;
     }
     Ok(())
