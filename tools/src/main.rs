@@ -116,9 +116,13 @@ fn flag_error(e: clap::Error) -> ExitCode {
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     let broken = |io: &std::io::Error| io.kind() == std::io::ErrorKind::BrokenPipe;
     e.chain().any(|c| {
-        // The CSV writer wraps the error of the stream it writes to.
+        // The CSV and JSON writers wrap the error of the stream they write to.
         let csv = c.downcast_ref::<csv::Error>().map(csv::Error::kind);
+        let json = c
+            .downcast_ref::<serde_json::Error>()
+            .and_then(|j| j.io_error_kind());
         c.downcast_ref::<std::io::Error>().is_some_and(broken)
             || matches!(csv, Some(csv::ErrorKind::Io(io)) if broken(io))
+            || json == Some(std::io::ErrorKind::BrokenPipe)
     })
 }

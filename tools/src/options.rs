@@ -240,6 +240,17 @@ pub struct AnalysisArgs {
     pub horizon: u64,
 }
 
+impl AnalysisArgs {
+    /// Whether any setting differs from its default (one given where nothing judges growth
+    /// would be ignored unsaid).
+    pub fn given(&self) -> bool {
+        self.device_memory.is_some()
+            || self.alert_percent != 0.1
+            || self.horizon_steps != 10_000
+            || self.horizon != 24 * 3600 * 1_000_000_000
+    }
+}
+
 /// `--device-memory`: a size above 0.
 fn parse_device_memory(text: &str) -> Result<u64, String> {
     match parse_size(text)? {

@@ -36,7 +36,8 @@ EXAMPLES:
         vramtrace export --format flamegraph --at peak -o peak.svg run.vtrace
         vramtrace export --format flamegraph --at growth -o growth.svg run.vtrace
 
-    The driver-level view (NCCL, cuBLAS and extensions included) in PyTorch's own viewer:
+    Every pointer allocation (PyTorch's, NCCL's, cuBLAS's, extensions') in PyTorch's own viewer
+    (virtual-memory mappings and arrays are not in it; it says how much they hold):
         vramtrace export --format pytorch -o snapshot.pickle run.vtrace
         python -m torch.cuda._memory_viz trace_plot snapshot.pickle -o snapshot.html
 
@@ -128,8 +129,10 @@ pub struct ExportArgs {
     /// three) [default: 100000].
     #[arg(long, value_name = "N")]
     pub max_entries: Option<usize>,
-    /// Perfetto: samples of the counter tracks (each the lowest and highest value of a stretch
-    /// of events; at least 2) [default: 20000].
+    /// Perfetto: at most this many stretches of events on the counter tracks (each drawn with
+    /// its highest value at its start and its last value at its end, so no peak is lost;
+    /// stretches are a power of two of events long, so there may be up to half as many; at
+    /// least 2) [default: 20000].
     #[arg(long, value_name = "N", value_parser = parse_samples)]
     pub samples: Option<usize>,
     #[command(
@@ -167,6 +170,13 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 "{flag} is an option of --format {name} only (see --help)"
             ));
         }
+    }
+    let judges_growth = args.format == Format::Parquet || args.at == Some(Moment::Growth);
+    if args.analysis.given() && !judges_growth {
+        return Err(anyhow::anyhow!(
+            "--device-memory, --alert-percent, --horizon-steps and --horizon set the growth \
+             analysis of --format flamegraph --at growth and --format parquet's findings only"
+        ));
     }
     if args.format == Format::Parquet {
         if args.window.last.is_some() || args.window.since.is_some() {
@@ -237,8 +247,12 @@ impl Written {
         Written {
             what,
             gaps: trace.gaps(),
+            // Said only where the export lacks a part of the run: segments rotation removed or
+            // missing, or the first ones on disk left unread (`--last`, `--since`).
             begins: (trace.segments.as_ref())
-                .filter(|s| s.is_cut() || s.from.is_some())
+                .filter(|s| {
+                    s.removed.is_some() || !s.missing.is_empty() || s.first_read > s.first_there
+                })
                 .map(|s| s.describe()),
         }
     }

@@ -130,9 +130,14 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
             "dur": end.saturating_sub(start) as f64 / 1000.0, "args": {"step": step}}),
         )?;
     }
+    // A range pushed without a name is still a slice a viewer must be able to name.
+    let named = |name: &str| match name {
+        "" => "(unnamed NVTX range)".to_string(),
+        n => n.to_string(),
+    };
     for r in &timeline.ranges {
         w.push(
-            &json!({"name": r.name, "cat": "nvtx", "ph": "X", "pid": pid, "tid": r.thread,
+            &json!({"name": named(&r.name), "cat": "nvtx", "ph": "X", "pid": pid, "tid": r.thread,
             "ts": ts(&timeline, r.start_ns),
             "dur": r.end_ns.saturating_sub(r.start_ns) as f64 / 1000.0}),
         )?;

@@ -9,8 +9,10 @@
 //! an allocation is `segment_alloc` then `alloc`, a free `free_requested`, `free_completed`,
 //! `segment_free`. Both come from one replay of the allocations and frees in the trace (memory
 //! a context teardown or device reset took away is freed there too), so the viewers can replay
-//! the entries back from the segments, which they do. Memory mapped through the virtual memory
-//! API (`cuMemCreate` + `cuMemMap`) is not in the snapshot.
+//! the entries back from the segments, which they do; read from a segment's snapshot, the
+//! segments live since before it come from the state it restored. Memory mapped through the
+//! virtual memory API (`cuMemCreate` + `cuMemMap`) and arrays are not in the snapshot: their
+//! bytes live at the end are said.
 //!
 //! Each stack's frame list is written once and shared by every entry made there, as in
 //! PyTorch's own snapshots (see [`super::pickle`]).
@@ -21,7 +23,7 @@ use std::rc::Rc;
 
 use anyhow::{Context, Result};
 use vramtrace_collector::event::{Event, Op};
-use vramtrace_collector::live::{LiveState, StepSource};
+use vramtrace_collector::live::{Accounting, Category, LiveState, Origin, StepSource};
 use vramtrace_collector::symbols::{Attribution, CallRef, Symbolizer};
 
 use super::frames::{NamedFrame, Stacks};
@@ -237,7 +239,33 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
         ids: HashMap::new(),
     };
 
-    let live: BTreeMap<u64, Live> = recorder.live.iter().map(|(&a, &l)| (a, l)).collect();
+    let mut live: BTreeMap<u64, Live> = recorder.live.iter().map(|(&a, &l)| (a, l)).collect();
+    // Device memory the snapshot has no segment for (virtual-memory handles, arrays): said.
+    let mut left_out = 0;
+    // Read from a segment's snapshot (rotation, `--last`, `--since`): what was allocated before
+    // it and is still live is in the state the snapshot restored, not among the events read.
+    for o in state.live_objects() {
+        let pointer = matches!(
+            o.category,
+            Category::Device | Category::Async | Category::Managed | Category::Pitched
+        );
+        if !pointer && o.category.accounting() == Accounting::Device {
+            left_out += o.bytes;
+        }
+        if pointer && o.address != 0 && !live.contains_key(&o.address) {
+            let origin: &Origin = &o.origin;
+            live.insert(
+                o.address,
+                Live {
+                    size: o.bytes,
+                    device: o.device,
+                    context: origin.context,
+                    stream: 0,
+                    call: CallRef::from(origin),
+                },
+            );
+        }
+    }
     let devices = live
         .values()
         .map(|l| slot(l.device) + 1)
@@ -309,12 +337,20 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
                     ),
                 ),
                 ("entries_omitted", Value::uint(recorder.omitted)),
+                ("device_bytes_left_out", Value::uint(left_out)),
             ]),
         ),
     ]);
     pickle::write(out, &snapshot).context("writing the snapshot")?;
+    let not_held = match left_out {
+        0 => String::new(),
+        n => format!(
+            "; {} live in virtual-memory handles and arrays is not in it (`report` counts it)",
+            crate::render::units::bytes(n)
+        ),
+    };
     let what = format!(
-        "{} live at the end, {} on {}{}",
+        "{} live at the end, {} on {}{}{not_held}",
         crate::render::units::count(segment_count as u64, "segment"),
         crate::render::units::count(entries as u64, "trace entry"),
         crate::render::units::count(devices as u64, "device"),

@@ -466,6 +466,25 @@ fn export_errors_are_one_line() {
         .clone();
     let err = String::from_utf8(out).unwrap();
     assert!(err.contains("no call site grows steadily"), "{err}");
+    // A growth setting where nothing judges growth would be ignored unsaid: refused.
+    for (format, extra) in [("perfetto", "--alert-percent"), ("flamegraph", "--horizon")] {
+        let value = if extra == "--horizon" { "2h" } else { "5" };
+        let out = vramtrace()
+            .args(["export", "-f", format, extra, value, "-o"])
+            .arg(dir.path().join("n.out"))
+            .arg(&healthy)
+            .assert()
+            .code(2)
+            .get_output()
+            .stderr
+            .clone();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "error: --device-memory, --alert-percent, --horizon-steps and --horizon set the \
+             growth analysis of --format flamegraph --at growth and --format parquet's findings \
+             only\n"
+        );
+    }
 }
 
 // The `step` column of csv-events counts the report's steps: an H100 run whose hooks marked the

@@ -1780,6 +1780,25 @@ fn a_reader_that_leaves_early_keeps_the_verdict() {
         verdict_with_reader_gone(&["report", "leak_slow-marks.vtrace"], false).0,
         0
     );
+    // An export to a pipe its reader closed ends well in every format that streams.
+    for format in [
+        "perfetto",
+        "csv-live",
+        "csv-events",
+        "pytorch",
+        "flamegraph",
+    ] {
+        let args = [
+            "export",
+            "--format",
+            format,
+            "-o",
+            "-",
+            "leak_slow-marks.vtrace",
+        ];
+        let (code, said) = verdict_with_reader_gone(&args, false);
+        assert_eq!(code, 0, "{format}: {said}");
+    }
     // Errors said on a closed standard error are still errors, not panics.
     assert_eq!(
         verdict_with_reader_gone(&["report", "missing.vtrace"], true).0,
@@ -1939,4 +1958,69 @@ fn a_diff_opens_with_its_verdict() {
              diff OLD_DIR NEW_DIR), or read it in vramtrace report"
         ]
     );
+}
+
+// HF Llama under expandable segments (real H200 trace): most of its memory is in virtual-memory
+// handles, which PyTorch's snapshot format has no segment for. The pickle's segments and the
+// bytes it says it left out add up to the report's live device memory, and the export says so.
+#[test]
+fn the_pytorch_snapshot_says_what_it_cannot_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = fixtures().join("healthy_hf_llama-marks.vtrace");
+    let out = dir.path().join("hf.pickle");
+    let run = vramtrace()
+        .args(["export", "--format", "pytorch", "-o"])
+        .arg(&out)
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        said.contains("; 954.0 MiB live in virtual-memory handles and arrays is not in it (`report` counts it)"),
+        "{said}"
+    );
+    let read = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import pickle, sys\ns = pickle.load(open(sys.argv[1], 'rb'))\n\
+             print(sum(x['total_size'] for x in s['segments']), \
+             s['vramtrace']['device_bytes_left_out'])",
+        )
+        .arg(&out)
+        .output()
+        .expect("python3 (required by the tests)");
+    assert_eq!(
+        String::from_utf8_lossy(&read.stdout),
+        "134532616 1000341504\n"
+    );
+    let report = stdout_of(&["report", "--json"], "healthy_hf_llama-marks.vtrace");
+    let report: Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(
+        report["live"]["device_memory"]["bytes"],
+        134_532_616u64 + 1_000_341_504
+    );
+}
+
+// The leaky GPT with the recorder (real H200 trace) pushes 360 NVTX ranges without a name: each
+// is a slice Perfetto can name, none a blank one.
+#[test]
+fn unnamed_nvtx_ranges_have_a_name_in_perfetto() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("g.json");
+    vramtrace()
+        .args(["export", "--format", "perfetto", "-o"])
+        .arg(&out)
+        .arg(fixtures().join("gpt_leaky-recorder.vtrace"))
+        .assert()
+        .success();
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let ranges: Vec<&Value> = (doc["traceEvents"].as_array().unwrap().iter())
+        .filter(|e| e["cat"] == "nvtx" && e["ph"] == "X")
+        .collect();
+    let unnamed = ranges
+        .iter()
+        .filter(|e| e["name"] == "(unnamed NVTX range)");
+    assert_eq!(unnamed.count(), 360);
+    assert!(ranges.iter().all(|e| e["name"] != ""));
 }

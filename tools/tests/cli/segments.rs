@@ -158,6 +158,55 @@ fn a_replay_starts_at_the_nearest_snapshot_and_finds_the_peak_in_the_index() {
     assert_eq!(one["at"]["event"], 72);
 }
 
+/// Bytes of the segments of the PyTorch snapshot at `path`, as Python's pickle reads it.
+fn pickle_segment_bytes(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import pickle, sys\ns = pickle.load(open(sys.argv[1], 'rb'))\n\
+             print(sum(x['total_size'] for x in s['segments']))",
+        )
+        .arg(path)
+        .output()
+        .expect("python3 (required by the tests)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// The PyTorch snapshot of a trace read from a segment's snapshot (its first segments removed,
+/// or `--last 0`) holds what is live at the end, those allocated before the snapshot too.
+#[test]
+fn the_pytorch_snapshot_of_a_segment_holds_the_whole_live_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = segmented(dir.path());
+    let t = files[0].to_str().unwrap();
+    let whole = json(&["report", "--json", t]);
+    let bytes = whole["live"]["device_memory"]["bytes"].as_u64().unwrap();
+    assert!(bytes > 0);
+    let last = dir.path().join("last.pickle");
+    vramtrace()
+        .args(["export", "--format", "pytorch", "--last", "0", "-o"])
+        .arg(&last)
+        .arg(t)
+        .assert()
+        .success();
+    assert_eq!(pickle_segment_bytes(&last), bytes);
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::remove_file(&files[1]).unwrap();
+    let rotated = dir.path().join("rotated.pickle");
+    vramtrace()
+        .args(["export", "--format", "pytorch", "-o"])
+        .arg(&rotated)
+        .arg(t)
+        .assert()
+        .success();
+    assert_eq!(pickle_segment_bytes(&rotated), bytes);
+}
+
 /// What rotation removed cannot be answered from what is left, and is never written over: a
 /// replay of a removed step or event is an error naming the oldest segment on disk; `--since` a
 /// removed step says it read from there; an export refuses the trace's first name (its file
