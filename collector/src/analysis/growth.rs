@@ -303,6 +303,10 @@ fn judge_on(
 /// index of the first sample of the step its first out-of-memory failure came in, when enough
 /// samples come before it to judge. A program that goes on after the failures (its allocations
 /// refused) shows a flat course that says nothing of the growth that filled the device.
+///
+/// A device where a place still grows steadily after the failure was not full (a request
+/// larger than what was free, or than any free piece of it, failed): its course is judged
+/// whole, or the growth that goes on would be passed over.
 fn full_at(
     state: &LiveState,
     device: i32,
@@ -311,7 +315,18 @@ fn full_at(
 ) -> Option<usize> {
     let oom = (state.failures().iter()).find(|f| f.out_of_memory && f.device == device)?;
     let at = points.iter().position(|p| p.0 >= oom.origin.step)?;
-    (at >= config.min_samples).then_some(at)
+    let grows_after = (state.site_series(SampleAxis::Steps))
+        .filter(|(_, holder, _)| *holder == Holder::Device { device })
+        .any(|(_, _, series)| {
+            let after: Vec<(u64, u64)> = (series.into_iter())
+                .filter(|p| p.0 >= oom.origin.step)
+                .collect();
+            after.len() >= config.min_samples && {
+                let c = Course::within(&after, Bounds::default(), config);
+                c.shape == Shape::Steady && c.rate > 0.0
+            }
+        });
+    (at >= config.min_samples && !grows_after).then_some(at)
 }
 
 /// The axis a state's growth is read on: steps when at least two were sampled, else time. A

@@ -608,7 +608,8 @@ fn the_last_segments_verdict_is_the_alert_raised_before_it() {
     assert_eq!(
         line(&text, "  verdict"),
         "  verdict   OUT OF MEMORY (1 failure since step 11, where reading began: cudaMalloc of \
-         64.0 GiB on device 0 at step 12 with 14.0 MiB live); ALERT: steady growth at \
+         64.0 GiB at train.py:42 in step (libtorch_cuda.so) on device 0 at step 12 with 14.0 MiB \
+         live); ALERT: steady growth at \
          train.py:42 in step (libtorch_cuda.so) on device 0, +1.0 MiB per step; 1 more finding \
          (DIAGNOSIS below)"
     );

@@ -1,7 +1,9 @@
 //! wl_soak on a 64 MiB stand-in device: the leak of 4 MiB every 5 steps (keep_history) fills it,
 //! and the program goes on, its allocations refused, for 140 more steps. The growth is judged on
 //! the course before the first out-of-memory failure: a full device cannot grow, and its flat
-//! end said "no steady growth" and "teardown-only: none needed" of the leak that filled it.
+//! end said "no steady growth" and "teardown-only: none needed" of the leak that filled it. A
+//! device where a place goes on growing after a refused request was not full, and is judged
+//! whole.
 
 use vramtrace_tests::source::{line_of, workload_source};
 use vramtrace_tests::traced::Workload;
@@ -119,9 +121,75 @@ captest!(the_verdict_says_the_device_ran_out_of_memory, |dir| {
     assert_eq!(
         verdict(&run.single_trace().path),
         format!(
-            "  verdict   OUT OF MEMORY (125 failures; the first: cudaMalloc of 1.0 MiB on device \
-             0 at step 2 with 11.2 MiB live); no ALERT or warning; 1 note: peak at temporary at \
-             wl_soak.c:{temporary} (wl_soak) on device 0"
+            "  verdict   OUT OF MEMORY (125 failures; the first: cudaMalloc of 1.0 MiB at \
+             temporary at wl_soak.c:{temporary} (wl_soak) on device 0 at step 2 with 11.2 MiB \
+             live, more than all that was free (846.8 KiB)); no ALERT or warning; 1 note: peak at temporary at wl_soak.c:{temporary} \
+             (wl_soak) on device 0"
+        )
+    );
+});
+
+// wl_soak on a 96 MiB device, temporaries of up to 8 MiB: one is refused at step 4 with 22 MiB
+// free (the stand-in's first fit finds no piece that large), and the program goes on, keeping
+// 1 MiB every 2 steps (keep_history) for 56 more steps. The device was not full: its growth is
+// judged on the whole course, the leak named and the gate failed (it said "teardown-only: none
+// needed" and passed).
+captest!(
+    growth_that_goes_on_after_a_refused_request_is_judged,
+    |dir| {
+        let trace = Workload::new("wl_soak")
+            .arg("60")
+            .arg("100")
+            .arg("2")
+            .arg("1048576")
+            .arg("1")
+            .arg("8388608")
+            .env("STANDIN_DEVICE_MEM", "96M")
+            .run_traced(dir)
+            .single_trace();
+        let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), trace.path.as_os_str()]);
+        assert!(r["failures"]["out_of_memory"].as_u64() > Some(0));
+        let line = line_of(
+            &workload_source("wl_soak.c"),
+            "int rc = cudaMalloc(&p, bytes);",
+        );
+        let first = &r["analysis"]["diagnosis"][0];
+        assert_eq!(
+            (&first["class"], &first["site"]["label"]),
+            (
+                &"steady-growth".into(),
+                &format!("keep_history at wl_soak.c:{line}").into()
+            ),
+            "{first}"
+        );
+        assert_eq!(first["evidence"]["rate"], MIB as f64 / 2.0, "{first}");
+        let gate = vramtrace_tests::traced::vramtrace_command()
+            .args(["report", "--fail-on", "growth"])
+            .arg(&trace.path)
+            .output()
+            .unwrap();
+        assert_eq!(gate.status.code(), Some(1));
+    }
+);
+
+// wl_alert's healthy loop on a 64 MiB device: its evaluation every 10 steps asks for 64 MiB,
+// more than the device had free with 16 MiB live. The verdict names the request's line and
+// says it could not fit whatever grew before (nothing did).
+captest!(a_request_larger_than_all_that_was_free_is_said, |dir| {
+    let trace = Workload::new("wl_alert")
+        .arg("healthy")
+        .env("STANDIN_DEVICE_MEM", "64M")
+        .run_traced(dir)
+        .single_trace();
+    let eval = line_of(&workload_source("wl_alert.c"), "/* evaluation */");
+    let cache = line_of(&workload_source("wl_alert.c"), "/* a cache */");
+    assert_eq!(
+        verdict(&trace.path),
+        format!(
+            "  verdict   OUT OF MEMORY (4 failures; the first: cudaMallocAsync of 64.0 MiB at \
+             main at wl_alert.c:{eval} → fw_alloc (libtorch_standin.so) on device 0 at step 10 \
+             with 16.0 MiB live, more than all that was free (48.0 MiB)); no ALERT or warning; 1 \
+             note: teardown-only at main at wl_alert.c:{cache} → fw_alloc (libtorch_standin.so)"
         )
     );
 });

@@ -40,10 +40,25 @@ fn first_oom(analysis: &Analysis) -> Option<String> {
     } else {
         ""
     };
+    // A request larger than all the device had free is a one-off, whatever grew before it:
+    // said where the device's size is known (given, or sampled from the driver).
+    let g = &analysis.growth;
+    let known = matches!(g.device_memory_source, "given" | "sampled");
+    let free = g
+        .device_memory
+        .filter(|_| known)
+        .map(|m| m.saturating_sub(f.live.bytes));
+    let larger = match free {
+        Some(free) if f.failure.request_bytes > free => {
+            format!(", more than all that was free ({})", bytes(free))
+        }
+        _ => String::new(),
+    };
     Some(format!(
-        "{first}{} of {} on device {} at step {} with {} live",
+        "{first}{} of {} at {} on device {} at step {} with {} live{larger}",
         f.failure.api.name(),
         bytes(f.failure.request_bytes),
+        super::site_label(&f.requester),
         device(f.failure.device),
         f.failure.origin.step,
         bytes(f.live.bytes)

@@ -57,8 +57,8 @@ fn phases_lines(a: &Analysis) -> Vec<String> {
             }
             if let Some(x) = p.full_from {
                 parts.push(format!(
-                    "out of memory from {} (the course after it is not judged: a full device \
-                     cannot grow)",
+                    "out of memory from {} (the course after it is not judged: with its \
+                     allocations refused and nothing growing, it says nothing more)",
                     at_sample(a, x)
                 ));
             }
