@@ -169,6 +169,21 @@ captest!(
             .output()
             .unwrap();
         assert_eq!(gate.status.code(), Some(1));
+        // The failure's block says the request fit in what was free: no piece that large.
+        let text = vramtrace_tests::traced::vramtrace_command()
+            .arg("report")
+            .arg(&trace.path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(text.stdout).unwrap();
+        assert!(
+            text.contains(
+                "\n  free then 22.2 MiB of the device's 96.0 MiB (as the trace counts it); the \
+                 request fit in it: the driver had no free piece of 7.2 MiB (fragmented), or \
+                 memory the trace does not see held the rest\n"
+            ),
+            "{text}"
+        );
     }
 );
 

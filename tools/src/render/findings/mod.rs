@@ -279,6 +279,28 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
                 ""
             }
         )?;
+        // What the device had free, where its size is known: a request that fit in it failed
+        // for want of a piece that large (fragmentation), or memory the trace does not see.
+        let g = &a.growth;
+        let known = matches!(g.device_memory_source, "given" | "sampled");
+        if let Some(memory) = g.device_memory.filter(|_| known) {
+            let free = memory.saturating_sub(f.live.bytes);
+            let why = if x.request_bytes > free {
+                "the request alone was more than that".to_string()
+            } else {
+                format!(
+                    "the request fit in it: the driver had no free piece of {} (fragmented), \
+                     or memory the trace does not see held the rest",
+                    bytes(x.request_bytes)
+                )
+            };
+            writeln!(
+                out,
+                "  free then {} of the device's {} (as the trace counts it); {why}",
+                bytes(free),
+                bytes(memory)
+            )?;
+        }
         if let Some(fit) = f.growth.fit {
             // Time samples are in nanoseconds; a rate per second reads better.
             let (slope, per) = if f.growth.series.axis == "steps" {
