@@ -184,6 +184,20 @@ captest!(
             ),
             "{text}"
         );
+        // Its 16 failures explained are one call from one place: one block, the rest counted.
+        let explained = r["analysis"]["ooms"]["failures"].as_array().unwrap().len();
+        assert_eq!(text.matches("\nOut of memory: ").count(), 1, "{text}");
+        let last = r["analysis"]["ooms"]["failures"][explained - 1]["failure"]["origin"]["step"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            text.contains(&format!(
+                "\n  and {} more failures like it, from the same place, in steps 4-{last} (each \
+                 in `--json`'s ooms.failures)\n",
+                explained - 1
+            )),
+            "{text}"
+        );
     }
 );
 

@@ -253,7 +253,26 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Res
 }
 
 fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
-    for f in &a.ooms.failures {
+    // A failure like one shown (the same call from the same place) is counted under it, not
+    // shown again: a program that goes on after a refusal fails the same way step after step.
+    let key = |f: &vramtrace_collector::analysis::OomFailure| {
+        (f.failure.api, f.failure.device, site_label(&f.requester))
+    };
+    let mut shown: Vec<(usize, u64, u64, u64)> = Vec::new();
+    for (i, f) in a.ooms.failures.iter().enumerate() {
+        if let Some(first) = (a.ooms.failures[..i].iter()).position(|g| key(g) == key(f)) {
+            let step = f.failure.origin.step;
+            match shown.iter_mut().find(|s| s.0 == first) {
+                Some(s) => (s.1, s.3) = (s.1 + 1, step),
+                None => shown.push((first, 1, step, step)),
+            }
+        }
+    }
+    for (i, f) in a.ooms.failures.iter().enumerate() {
+        let first = (a.ooms.failures[..i].iter()).position(|g| key(g) == key(f));
+        if first.is_some() {
+            continue;
+        }
         let x = &f.failure;
         writeln!(
             out,
@@ -286,7 +305,7 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
         if let Some(memory) = g.device_memory.filter(|_| known) {
             let free = memory.saturating_sub(f.live.bytes);
             let why = if x.request_bytes > free {
-                "the request alone was more than that".to_string()
+                "the request was more than that".to_string()
             } else {
                 format!(
                     "the request fit in it: the driver had no free piece of {} (fragmented), \
@@ -327,6 +346,18 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
             ]);
         }
         emit(out, "  Live then, by call site", &t)?;
+        if let Some(&(_, n, from, to)) = shown.iter().find(|s| s.0 == i) {
+            let steps = match from == to {
+                true => format!("step {from}"),
+                false => format!("steps {from}-{to}"),
+            };
+            writeln!(
+                out,
+                "  and {} like it, from the same place, in {steps} (each in `--json`'s \
+                 ooms.failures)",
+                count(n, "more failure")
+            )?;
+        }
     }
     if a.ooms.omitted > 0 {
         writeln!(
