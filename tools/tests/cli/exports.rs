@@ -455,22 +455,11 @@ fn export_errors_are_one_line() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     // A flame graph of growth in a trace where nothing grows says so.
     let (healthy, _) = write_workload(dir.path(), "w.vtrace");
-    let out = vramtrace()
-        .args(["export", "-f", "flamegraph", "--at", "growth", "-o"])
-        .arg(dir.path().join("g.svg"))
-        .arg(&healthy)
-        .assert()
-        .code(2)
-        .get_output()
-        .stderr
-        .clone();
-    let err = String::from_utf8(out).unwrap();
-    assert!(err.contains("no call site grows steadily"), "{err}");
-    // A growth setting where nothing judges growth would be ignored unsaid: refused.
-    for (format, extra) in [("perfetto", "--alert-percent"), ("flamegraph", "--horizon")] {
-        let value = if extra == "--horizon" { "2h" } else { "5" };
+    let refused = |args: &[&str]| {
         let out = vramtrace()
-            .args(["export", "-f", format, extra, value, "-o"])
+            .args(["export"])
+            .args(args)
+            .arg("-o")
             .arg(dir.path().join("n.out"))
             .arg(&healthy)
             .assert()
@@ -478,8 +467,17 @@ fn export_errors_are_one_line() {
             .get_output()
             .stderr
             .clone();
+        String::from_utf8(out).unwrap()
+    };
+    let err = refused(&["-f", "flamegraph", "--at", "growth"]);
+    assert!(err.contains("no call site grows steadily"), "{err}");
+    // A growth setting where nothing judges growth would be ignored unsaid: refused.
+    for args in [
+        ["-f", "perfetto", "--alert-percent", "5"],
+        ["-f", "flamegraph", "--horizon", "2h"],
+    ] {
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            refused(&args),
             "error: --device-memory, --alert-percent, --horizon-steps and --horizon set the \
              growth analysis of --format flamegraph --at growth and --format parquet's findings \
              only\n"
