@@ -683,8 +683,15 @@ captest!(check_gates_out_of_memory_when_asked, |dir| {
         "{} 200 50 5 4194304 >/dev/null; exit 0",
         workload("wl_soak").display()
     );
-    let first = "673 out-of-memory failures (the first: cudaMalloc of 1.6 MiB on device 0 at step \
-                 52 with 59.5 MiB live)";
+    let temporary = vramtrace_tests::source::line_of(
+        &vramtrace_tests::source::workload_source("wl_soak.c"),
+        "cudaMalloc(p, 256 *",
+    );
+    let first = format!(
+        "673 out-of-memory failures (the first: cudaMalloc of 1.6 MiB at temporary at \
+         wl_soak.c:{temporary} (wl_soak) on device 0 at step 52 with 59.5 MiB live)"
+    );
+    let first = first.as_str();
     for (flags, code) in [
         (&["--max-growth", "100MiB/step"][..], 0),
         (&["--max-ooms", "0"], 1),
