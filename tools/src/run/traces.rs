@@ -243,16 +243,10 @@ fn summarize_one(
         .map(|h| h.course.samples)
         .max()
         .unwrap_or(0);
-    let grows = (a.diagnosis.iter())
-        .any(|f| f.class == vramtrace_collector::analysis::FindingClass::SteadyGrowth);
-    let judged = match samples < a.growth.min_samples {
-        true => "too few steps in it to judge growth",
-        false => "growth judged on its steps alone",
-    };
     let of = match cut {
-        Some(f) if a.steps.from_step.is_some() && !grows => format!(
-            "(of segment {}, the last: {judged}; `vramtrace report` judges it over the {} \
-             segments on disk) ",
+        Some(f) if a.steps.from_step.is_some() && samples < a.growth.min_samples => format!(
+            "(of segment {}, the last: too few steps in it to judge growth, which `vramtrace \
+             report` judges over the {} segments on disk) ",
             f.last_there,
             f.last_there - f.first_there + 1
         ),
