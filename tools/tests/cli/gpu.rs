@@ -2024,3 +2024,42 @@ fn unnamed_nvtx_ranges_have_a_name_in_perfetto() {
     assert_eq!(unnamed.count(), 360);
     assert!(ranges.iter().all(|e| e["name"] != ""));
 }
+
+/// An out-of-memory post-mortem of a real run says what was free as the trace counts it and as
+/// the driver told PyTorch's recorder, and the difference: memory no hook sees.
+#[test]
+fn a_failure_says_what_was_free_as_the_driver_told_it() {
+    let shown = stdout_of(&["report"], "h100/leak_oom-run.vtrace");
+    let line = |start: &str| {
+        (shown.lines())
+            .find(|l| l.trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no {start} line in\n{shown}"))
+            .to_string()
+    };
+    assert_eq!(
+        line("free then"),
+        "  free then 992.7 MiB of the device's 79.2 GiB as the trace counts it, 372.2 MiB as the \
+         driver told PyTorch (620.6 MiB held by what the trace does not see: the CUDA context, \
+         other processes); the request was more than that"
+    );
+    assert_eq!(
+        line("oom relief"),
+        "  oom relief     device 0: 1.0 GiB requested with 372.2 MiB free on the device (as the \
+         driver told PyTorch), 0 B in whole free segments, 11.0 MiB cached free in all: neither \
+         empty_cache() nor expandable_segments:True would have served it"
+    );
+    assert!(shown.contains(
+        "verdict   ALERT: steady growth at leak_oom.py:49 in <module> (PyTorch tensors) on device \
+         0, +1.0 GiB per step, out of memory at step 79;"
+    ));
+    // A request larger than the whole device: said so at its line, and the run is not a leak.
+    let peak = stdout_of(&["report"], "h100/healthy_oom_peak-run.vtrace");
+    assert_eq!(
+        peak.lines().nth(1).unwrap(),
+        "  verdict   OUT OF MEMORY (2 failures; the first: cudaMalloc of 158.4 GiB at \
+         healthy_oom_peak.py:31 in <module> (libc10_cuda.so) on device 0 at step 31 with 280.3 \
+         MiB live, more than all that was free (78.9 GiB)); no ALERT or warning; 1 note: \
+         teardown-only at healthy_oom_peak.py:24 in <module> (libcublas.so.13)"
+    );
+    assert!(peak.contains("  and 1 more failure like it, from the same place, in step 31"));
+}

@@ -304,18 +304,39 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
         let known = matches!(g.device_memory_source, "given" | "sampled");
         if let Some(memory) = g.device_memory.filter(|_| known) {
             let free = memory.saturating_sub(f.live.bytes);
-            let why = if x.request_bytes > free {
-                "the request was more than that".to_string()
-            } else {
-                format!(
+            // PyTorch's recorder, where it ran, kept what the driver said was free at its first
+            // failure: the difference is memory the trace does not see (the CUDA context, …).
+            let first_here = (a.ooms.failures.iter()).position(|g| g.failure.device == x.device);
+            let driver_free = (a.fragmentation.oom_relief)
+                .filter(|r| r.device == i64::from(x.device) && first_here == Some(i))
+                .map(|r| r.device_free.min(free));
+            let why = match driver_free {
+                _ if x.request_bytes > free => "the request was more than that".to_string(),
+                Some(d) if x.request_bytes > d => "the request was more than the driver had: \
+                     memory the trace does not see held the rest"
+                    .to_string(),
+                Some(_) => format!(
+                    "the request fit in it: the driver had no free piece of {} (fragmented)",
+                    bytes(x.request_bytes)
+                ),
+                None => format!(
                     "the request fit in it: the driver had no free piece of {} (fragmented), \
                      or memory the trace does not see held the rest",
                     bytes(x.request_bytes)
-                )
+                ),
+            };
+            let counted = match driver_free {
+                Some(d) => format!(
+                    "as the trace counts it, {} as the driver told PyTorch ({} held by what the \
+                     trace does not see: the CUDA context, other processes)",
+                    bytes(d),
+                    bytes(free - d)
+                ),
+                None => "(as the trace counts it)".to_string(),
             };
             writeln!(
                 out,
-                "  free then {} of the device's {} (as the trace counts it); {why}",
+                "  free then {} of the device's {} {counted}; {why}",
                 bytes(free),
                 bytes(memory)
             )?;

@@ -366,8 +366,8 @@ fn relief_line(r: &OomRelief) -> String {
         (false, false) => "neither empty_cache() nor expandable_segments:True would have served it",
     };
     format!(
-        "device {}: {} requested with {} free on the device, {} in whole free segments, {} cached \
-         free in all: {verdict}",
+        "device {}: {} requested with {} free on the device (as the driver told PyTorch), {} in \
+         whole free segments, {} cached free in all: {verdict}",
         r.device,
         bytes(r.requested),
         bytes(r.device_free),
