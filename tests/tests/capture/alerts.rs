@@ -87,7 +87,7 @@ captest!(
         assert_eq!(
             alerted,
             [
-                "  alerted        while running, at step 11: device 0 grew steadily, +1.0 MiB per \
+                "  alerted        at step 11: device 0 grew steadily, +1.0 MiB per \
               step at main at wl_alert.c:91 → fw_alloc (libtorch_standin.so) (full within the horizon); full in 1,012 steps at the run's step time"
             ],
             "{text}"

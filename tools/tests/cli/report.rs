@@ -322,7 +322,7 @@ fn a_live_alert_is_said_in_the_report_s_steps_and_time() {
     let text = fixture_text("h100/leak_slow-run.vtrace");
     let alerted = text.lines().find(|l| l.contains("alerted ")).unwrap();
     assert!(
-        alerted.contains("while running, at step 200: "),
+        alerted.contains("alerted        at step 200: "),
         "{alerted}"
     );
     assert!(

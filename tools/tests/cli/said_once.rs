@@ -166,7 +166,7 @@ fn a_damaged_trace_says_what_it_misses_and_what_it_may_have_freed() {
     );
     assert!(text.contains("LIVE AT THE END\n  device memory  334.3 MiB in 52 objects\n"));
     assert!(
-        line("alerted").starts_with("  alerted        while running, at step 201: "),
+        line("alerted").starts_with("  alerted        at step 201: "),
         "{text}"
     );
 }

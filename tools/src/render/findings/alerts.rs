@@ -42,8 +42,10 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
         String::new()
     };
     let signal = signal_name(a.signal).map_or(String::new(), |s| format!("; signal {s} sent"));
+    // Not "while running": the tracer's last judgement is made as the process exits, which
+    // the trace does not record (its stderr said "ALERT at exit").
     format!(
-        "while running, at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}{signal}",
+        "at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}{signal}",
         a.step,
         a.device,
         signed_bytes(a.rate as f64),

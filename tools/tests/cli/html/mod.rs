@@ -180,7 +180,7 @@ fn the_page_says_the_diagnosis_and_the_findings_in_the_text_reports_words() {
         .unwrap();
     assert!(
         alerted.ends_with(
-            "while running, at step 10: device 0 grew steadily, +1.0 MiB per step at \
+            "at step 10: device 0 grew steadily, +1.0 MiB per step at \
              train.py:42 in step (libtorch_cuda.so) (above the threshold of 512.0 KiB per step); full in \
              1,013 steps (6 s) at the run's step time; signal SIGUSR1 \
              sent"
