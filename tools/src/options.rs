@@ -155,7 +155,8 @@ pub struct TracerArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_or_zero, allow_hyphen_values = true)]
     pub segment_bytes: Option<u64>,
     /// Also cut a segment after this long (VRAMTRACE_SEGMENT_SECONDS: 30m, 1h; default never).
-    #[arg(long = "segment-seconds", value_name = "TIME", value_parser = parse_nanos)]
+    #[arg(long = "segment-seconds", value_name = "TIME", value_parser = parse_nanos,
+          allow_hyphen_values = true)]
     pub segment_time: Option<u64>,
     /// Do not make the tracer the NVTX injection library (NVTX_INJECTION64_PATH); ranges and
     /// marks then do not reach the trace.
@@ -184,10 +185,11 @@ pub struct TracerArgs {
 #[derive(Clone, Debug, Default, Args)]
 pub struct WindowArgs {
     /// Read the last TIME of the trace (90s, 30m, 1h; 0 for its last segment).
-    #[arg(long, value_name = "TIME", value_parser = parse_nanos, conflicts_with = "since")]
+    #[arg(long, value_name = "TIME", value_parser = parse_nanos, conflicts_with = "since",
+          allow_hyphen_values = true)]
     pub last: Option<u64>,
     /// Read from this moment on: 'step N', or a time after the trace's first event (90m, 2h).
-    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    #[arg(long, value_name = "WHEN", value_parser = parse_since, allow_hyphen_values = true)]
     pub since: Option<ReadFrom>,
 }
 
@@ -226,17 +228,24 @@ pub struct AnalysisArgs {
     /// Memory of each device (80GiB, 1073741824, ...): steady growth alerts above
     /// --alert-percent of it per step. Default: the driver's total, as the tracer sampled it
     /// (cuMemGetInfo); without samples, the device's highest live point (a lower bound).
-    #[arg(long, value_name = "SIZE", value_parser = parse_device_memory)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_device_memory,
+          allow_hyphen_values = true)]
     pub device_memory: Option<u64>,
     /// Growth per step, in percent of device memory, above which steady growth alerts.
     #[arg(long, default_value_t = 0.1, value_name = "PERCENT", value_parser = parse_percent,
           allow_hyphen_values = true)]
     pub alert_percent: f64,
     /// Steady growth also alerts when at its rate the device is full within this many steps...
-    #[arg(long, default_value_t = 10_000, value_name = "STEPS")]
+    #[arg(
+        long,
+        default_value_t = 10_000,
+        value_name = "STEPS",
+        allow_hyphen_values = true
+    )]
     pub horizon_steps: u64,
     /// ...or within this time (90s, 30m, 24h, 2d).
-    #[arg(long, default_value = "24h", value_name = "TIME", value_parser = parse_nanos)]
+    #[arg(long, default_value = "24h", value_name = "TIME", value_parser = parse_nanos,
+          allow_hyphen_values = true)]
     pub horizon: u64,
 }
 

@@ -13,6 +13,9 @@
 //!   rate is nearest (a segment requested at line 41 for tensors kept at line 42);
 //! - a driver row at the same line, of the same kind of owner, as a cause already found is the
 //!   same cause seen through another native path;
+//! - NCCL's device buffers growing at several places of one device (the call that creates each
+//!   communicator, the first collective that sets up its channels) are the communicators never
+//!   destroyed: one cause, at the fastest place, their rates together;
 //! - a host row at the line of a device cause, or NCCL's host memory beside a cause of NCCL's
 //!   device buffers, mirrors it;
 //! - any other row is a cause of its own.
@@ -85,16 +88,19 @@ pub fn group(steady: &[SiteGrowth]) -> Vec<Cause> {
             };
             at_line.or_else(nearest).map(|k| (k, Role::Segments))
         } else {
-            causes
-                .iter()
-                .position(|c| {
-                    let p = &steady[c.primary];
-                    p.view == DRIVER
-                        && p.holder == s.holder
-                        && p.site.owner == s.site.owner
-                        && same_line(p, s)
-                })
+            let of_driver = |c: &Cause| {
+                let p = &steady[c.primary];
+                p.view == DRIVER && p.holder == s.holder && p.site.owner == s.site.owner
+            };
+            let nccl = s.site.owner == OwnerKind::Nccl;
+            (causes.iter())
+                .position(|c| of_driver(c) && same_line(&steady[c.primary], s))
                 .map(|k| (k, Role::SameLine))
+                .or_else(|| {
+                    (causes.iter().position(of_driver))
+                        .filter(|_| nccl)
+                        .map(|k| (k, Role::Communicators))
+                })
         };
         match target {
             Some((k, role)) => causes[k].related.push((i, role)),

@@ -59,7 +59,17 @@ fn steady_finding(
     };
     let holder = g.holders.iter().find(|h| h.holder == s.holder);
     let projection = holder.and_then(|h| h.projection);
-    let freed = c.last_bytes.saturating_sub(s.now_bytes);
+    // NCCL's buffers of the same communicators made at other places are the cause's memory
+    // too: its rate and bytes are theirs together.
+    let together = || {
+        (cause.related.iter())
+            .filter(|r| r.1 == Role::Communicators)
+            .map(|r| &rows[r.0])
+    };
+    let rate = c.rate + together().map(|x| x.course.rate).sum::<f64>();
+    let bytes = c.last_bytes + together().map(|x| x.course.last_bytes).sum::<u64>();
+    let now_bytes = s.now_bytes + together().map(|x| x.now_bytes).sum::<u64>();
+    let freed = bytes.saturating_sub(now_bytes);
     let alerts = cause.rows().any(|r| rows[r].alert)
         || cause.rows().any(|r| {
             g.holders
@@ -94,13 +104,13 @@ fn steady_finding(
         cause: why,
         fix,
         evidence: Evidence {
-            bytes: c.last_bytes,
-            rate: Some(c.rate),
+            bytes,
+            rate: Some(rate),
             r2: c.fit.map(|f| f.r2),
             rises: Some(c.rises),
             growth_from: c.phases.growth_from,
             axis: Some(g.axis),
-            live_at_end: Some(s.now_bytes),
+            live_at_end: Some(now_bytes),
             freed_at_teardown: (freed > 0).then_some(freed),
             steps_to_full: projection.and_then(|p| p.steps_to_full),
             seconds_to_full: projection.and_then(|p| p.seconds_to_full),

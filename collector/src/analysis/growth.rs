@@ -38,6 +38,8 @@ pub enum Role {
     SameLine,
     /// Host memory growing with the cause's device memory.
     Host,
+    /// NCCL's buffers for the same communicators, made at another place (a collective's).
+    Communicators,
 }
 
 impl Role {
@@ -48,6 +50,7 @@ impl Role {
             Role::Segments => "segments",
             Role::SameLine => "same line",
             Role::Host => "host",
+            Role::Communicators => "communicators",
         }
     }
 }

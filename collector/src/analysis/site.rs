@@ -15,11 +15,19 @@ use crate::units::{base_name, line_label};
 /// program to it, and the module that allocated for it (one line reaches the allocator through
 /// many native paths, and the line is what the user can change; a helper's line called from two
 /// lines of the script is two places, each named with its caller, as PyTorch's recorder lines
-/// are), or the native call site for a call without Python frames.
+/// are); for a call without Python frames into a library, the program's call into it and the
+/// library (the library's own paths from there, NCCL's `cudaMalloc` and its `cuMemCreate` under
+/// one `ncclCommInitRank`, are one place: the program's call is what the user can change); else
+/// the native call site.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Place {
     Line {
         line: ProgramLine,
+        module: Option<u32>,
+    },
+    Call {
+        /// The program's frame: the first outside the libraries.
+        frame: u64,
         module: Option<u32>,
     },
     Site(SiteId),
@@ -52,12 +60,28 @@ pub(crate) fn one_place_per_line<K: Ord>(
 
 /// The place of call site `id`.
 pub fn place(state: &LiveState, id: SiteId) -> Place {
-    match state.site(id) {
-        Some((key, caller)) if key.line.is_some() => Place::Line {
+    let Some((key, caller)) = state.site(id) else {
+        return Place::Site(id);
+    };
+    let owners = state.owners();
+    let module = owners.resolve(caller, key.stack).module;
+    if key.line.is_some() {
+        return Place::Line {
             line: key.line,
-            module: state.owners().resolve(caller, key.stack).module,
-        },
-        _ => Place::Site(id),
+            module,
+        };
+    }
+    let library = |m: Option<u32>| {
+        m.and_then(|m| owners.module_name(m))
+            .is_some_and(is_library_module)
+    };
+    // A library allocated: its place is the program's call into it, where the stack has one.
+    let call = (owners.stack(key.stack).unwrap_or(&[]).iter())
+        .find(|&&f| !library(owners.modules().find(f).map(|m| m.id)))
+        .filter(|_| library(module));
+    match call {
+        Some(&frame) => Place::Call { frame, module },
+        None => Place::Site(id),
     }
 }
 

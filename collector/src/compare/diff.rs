@@ -591,6 +591,14 @@ fn verdict(
                 .to_string(),
         );
     }
+    if b.steps.unit == GrowthUnit::Step && sb == "pattern" && sa != "pattern" && sa != "marks" {
+        notes.push(
+            "run B's steps are guessed from the allocation pattern, not marked: its rates per \
+             step are per guessed step, which may span several of the program's steps or part \
+             of one (mark steps for exact rates)"
+                .to_string(),
+        );
+    }
     match (a.steps.unit, b.steps.unit, t.growth) {
         // Steps counted differently count different things (a pattern's step may be two of the
         // program's): their rates are no check, either way (the note above says so).

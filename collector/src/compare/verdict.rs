@@ -21,7 +21,7 @@ use super::metrics::Measures;
 use super::metrics::Rate;
 use super::profile::{Fill, GrowthUnit};
 use super::row::Row;
-use crate::analysis::{LineMeaning, Role};
+use crate::analysis::{LineMeaning, OwnerKind, Role};
 use crate::torch::View;
 
 /// The words for the recorder's view in tables and JSON (`view_name`).
@@ -254,6 +254,25 @@ pub(crate) fn new_growth<M: Measures, P>(
             {
                 Some(p) => p.3 += rate,
                 None => places.push((r.label.clone(), owner, line_means, rate)),
+            }
+        }
+        // NCCL's buffers at several places are the same communicators never destroyed: one
+        // cause, named by its fastest place, as the report's causes say it.
+        let nccl = |p: &(String, Option<String>, LineMeaning, f64)| {
+            (p.1.as_deref()).is_some_and(|m| OwnerKind::of_module(m) == OwnerKind::Nccl)
+        };
+        if let Some(at) = places.iter().position(nccl) {
+            let together: f64 = places.iter().filter(|p| nccl(p)).map(|p| p.3).sum();
+            let fastest = (places.iter().filter(|p| nccl(p)))
+                .max_by(|a, b| a.3.total_cmp(&b.3))
+                .cloned();
+            if let Some(fastest) = fastest {
+                places[at] = (fastest.0, fastest.1, fastest.2, together);
+                let mut seen = 0;
+                places.retain(|p| {
+                    seen += 1;
+                    seen - 1 == at || !nccl(p)
+                });
             }
         }
         places.retain(|p| total.change >= p.3 / 2.0);

@@ -34,10 +34,19 @@ pub struct SegmentFile {
 impl SegmentFile {
     /// Reads the header of the trace file at `path`.
     pub fn open(path: &Path) -> Result<Self, TraceError> {
-        let file = File::open(path).map_err(|source| TraceError::Io {
+        let io = |source| TraceError::Io {
             path: path.display().to_string(),
             source,
-        })?;
+        };
+        // A FIFO would block the open until a writer came (and a device never end): only a
+        // regular file is a trace's segment.
+        let kind = std::fs::metadata(path).map_err(io)?;
+        if !kind.is_file() && !kind.is_dir() {
+            return Err(io(std::io::Error::other(
+                "not a regular file (a FIFO, device or socket); a trace is a file",
+            )));
+        }
+        let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_or(0, |m| m.len());
         let reader = TraceReader::new(BufReader::with_capacity(64 << 10, file))?;
         Ok(SegmentFile {

@@ -32,7 +32,7 @@ pub use args::{DiffArgs, EXAMPLES};
 
 use crate::load::inputs::{expand, expand_readable, load_all, Run};
 use crate::load::ReadFrom;
-use crate::ranks::{headline, rank_input, who};
+use crate::ranks::{headline, missing_ranks, rank_input, who};
 
 /// Version of the document's shape (one comparison).
 pub const SCHEMA: &str = "vramtrace-diff/1";
@@ -81,6 +81,8 @@ struct Compared {
     process: (String, u32, u64),
     /// Where it stands in its job (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`).
     job: crate::ranks::JobPlace,
+    /// The file name of the program it ran (its command's first word).
+    program: Option<String>,
 }
 
 fn profile_of(run: Run) -> Result<Compared> {
@@ -118,6 +120,8 @@ fn profile_of(run: Run) -> Result<Compared> {
             }),
         process: (t.header.host.clone(), t.header.pid, t.header.start_unix_ns),
         job: (t.header.rank, t.header.local_rank, t.header.world_size),
+        program: (t.header.command_line.first())
+            .map(|p| vramtrace_collector::units::base_name(p).to_string()),
         alerts: (run.analysis.alerts.iter())
             .map(|r| {
                 let said = crate::render::findings::alert_line(r, run.analysis.growth.step_ns);
@@ -230,6 +234,8 @@ pub struct Comparison {
     pub b: RunFacts,
     pub diff: Diff,
     pub ranks: Option<Vec<RankRow>>,
+    /// Of `--rank`: the ranks of the job that no trace given has, in words.
+    pub incomplete: Option<String>,
 }
 
 impl Comparison {
@@ -245,7 +251,8 @@ impl Comparison {
                 .map(|g| format!("{name}{path} {g}"))
                 .collect::<Vec<_>>()
         };
-        let mut gaps = of("A", &self.a);
+        let mut gaps: Vec<String> = self.incomplete.iter().cloned().collect();
+        gaps.extend(of("A", &self.a));
         gaps.extend(of("B", &self.b));
         gaps
     }
@@ -312,6 +319,21 @@ fn compare_runs(a: &Compared, b: &Compared, sources: &SourceSearch, t: &Threshol
     );
     leave_out_rotated(&mut diff, &[("run A's", a), ("run B's", b)]);
     alerts_of_rotated(&mut diff, a, b);
+    // Native programs have no main script to tell two programs apart by (the profiles' own
+    // check): their executables do.
+    if let (None, None, Some(x), Some(y)) =
+        (&pa.main_script, &pb.main_script, &a.program, &b.program)
+    {
+        if x != y {
+            diff.verdict.notes.insert(
+                0,
+                format!(
+                    "the runs ran different programs (A {x}, B {y}): two programs, not two runs \
+                     of one"
+                ),
+            );
+        }
+    }
     diff
 }
 
@@ -534,6 +556,7 @@ fn two_runs(
                 b: y.facts.clone(),
                 diff: compare_runs(x, y, sources, t),
                 ranks: None,
+                incomplete: None,
             }
         })
         .collect();
@@ -601,6 +624,17 @@ fn pair_runs(a: &[Compared], b: &[Compared]) -> Result<Pairs> {
         };
         let mut unpaired = only("A", &ra, a, &rb);
         unpaired.extend(only("B", &rb, b, &ra));
+        // A rank the job had that neither run has a trace of is not compared either.
+        let jobs = |runs: &[Compared]| runs.iter().map(|c| c.job).collect::<Vec<_>>();
+        let (missing_a, missing_b) = (missing_ranks(&jobs(a)), missing_ranks(&jobs(b)));
+        unpaired.extend(
+            (missing_a.iter().filter(|r| missing_b.contains(r))).map(|r| {
+                format!(
+                "rank {r} has no trace in either run (a rank that died before its tracer wrote, \
+                 or a file not copied): not compared"
+            )
+            }),
+        );
         return Ok((pairs, unpaired));
     }
     if a.len() == b.len() {
@@ -662,6 +696,7 @@ fn against_median(
     // The others' tensors, when every one of them has the recorder's history.
     let tensors: Option<Vec<&TensorProfile>> = others.iter().map(|c| c.tensors.as_ref()).collect();
     let median_tensors = tensors.map(|all| TensorProfile::median(&all));
+    let places: Vec<crate::ranks::JobPlace> = runs.iter().map(|c| c.job).collect();
     let facts = RunFacts {
         path: format!(
             "median of {} trace{}",
@@ -679,6 +714,16 @@ fn against_median(
             .flat_map(|c| c.facts.gaps.iter().map(|g| format!("{} {g}", c.facts.path)))
             .collect(),
     };
+    // A rank the job had and the traces given have not (a rank that died before its tracer
+    // wrote, or a file not copied): the median is not the job's, and no verdict is made, as
+    // `report --fail-on` makes none of the job.
+    let incomplete = crate::ranks::missing_words(&places).map(|missing| {
+        format!(
+            "the job is INCOMPLETE: {missing} (a rank that died before its tracer wrote, or a \
+             file not copied): the median is of the {} others here",
+            others.len()
+        )
+    });
     let inputs: Vec<_> = runs.iter().map(|c| c.rank_input.clone()).collect();
     // Of the median, the first trace without the history says why.
     let median_lacks = (others.iter().find(|c| c.tensors.is_none())).map_or(String::new(), |c| {
@@ -703,15 +748,7 @@ fn against_median(
         .zip(others.iter().copied().chain([target]))
         .collect();
     leave_out_rotated(&mut diff, &rotated);
-    // A rank the job had and the traces given have not: the median is of those here.
-    let places: Vec<crate::ranks::JobPlace> = runs.iter().map(|c| c.job).collect();
-    if let Some(missing) = crate::ranks::missing_words(&places) {
-        diff.verdict.notes.push(format!(
-            "INCOMPLETE: {missing} (a rank that died before its tracer wrote, or a file not \
-             copied): the median is of the {} others here",
-            others.len()
-        ));
-    }
+
     if others.len() == 1 {
         diff.verdict.notes.push(format!(
             "the median of one trace is that trace: this compares {wanted} with {} alone, and \
@@ -746,5 +783,6 @@ fn against_median(
         a: facts,
         b: target.facts.clone(),
         ranks: Some(rows),
+        incomplete,
     })
 }

@@ -24,7 +24,7 @@ use super::{Comparison, DiffArgs, RunFacts};
 use crate::ranks;
 use crate::render::tables::{emit, table};
 use crate::render::units::{bytes, signed_bytes};
-use vramtrace_collector::units::when_full;
+use vramtrace_collector::units::when_full_in;
 
 /// Steps shown at most in the aligned-steps table.
 const STEP_ROWS: usize = 12;
@@ -59,6 +59,15 @@ fn signed(n: i64) -> String {
 
 fn growth(g: f64, unit: GrowthUnit) -> String {
     format!("{}/{}", signed_bytes(g), unit.name())
+}
+
+/// B's unit of growth: a step, a guessed step (B's steps come from its allocation pattern: one
+/// may be several of the program's, as the report says), or a second.
+fn b_unit(unit: GrowthUnit, guessed: bool) -> &'static str {
+    match (unit, guessed) {
+        (GrowthUnit::Step, true) => "guessed step",
+        (u, _) => u.name(),
+    }
 }
 
 fn check_line(c: &Check) -> String {
@@ -201,9 +210,10 @@ pub fn render(
         runs(out, c)?;
     }
     let thresholds = args.thresholds.thresholds();
+    let guessed = c.b.step_source == "pattern";
     let new_growth = (d.verdict.new_growth.iter())
         .filter(|g| g.regression)
-        .map(|g| new_growth_line(g, &thresholds));
+        .map(|g| new_growth_line(g, &thresholds, guessed));
     let exceeded: Vec<String> = (d.verdict.checks.iter())
         .filter(|c| c.exceeded && !c.metric.ends_with("new_growth"))
         .map(check_line)
@@ -236,7 +246,7 @@ pub fn render(
             out,
             "  top difference, view {}: {}",
             top.view_name,
-            top_line(top, unit)
+            top_line(top, unit, guessed)
         )?;
     }
     for note in &d.verdict.notes {
@@ -272,14 +282,18 @@ fn runs(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
 /// `new steady growth +1.0 MiB/step at train.py:15 in step (PyTorch tensors): above 64.0 KiB;
 /// device full in 1,200 steps (2 min) at this rate alone, within the horizon` (the device's
 /// whole growth, in the totals, may fill it sooner).
-fn new_growth_line(g: &NewGrowth, t: &Thresholds) -> String {
+fn new_growth_line(g: &NewGrowth, t: &Thresholds, guessed: bool) -> String {
+    let unit = match g.view {
+        View::AllocatorTensors => g.unit.name(),
+        View::Driver => b_unit(g.unit, guessed),
+    };
     let mut why = Vec::new();
     if g.above_floor {
         why.push(format!("above {}", bytes(t.new_growth)));
     }
     if let (true, Some(full)) = (
         g.within_horizon,
-        when_full(g.steps_to_full, g.seconds_to_full),
+        when_full_in(g.steps_to_full, g.seconds_to_full, unit),
     ) {
         why.push(format!(
             "device full in {full} at this rate alone, within the horizon"
@@ -290,25 +304,24 @@ fn new_growth_line(g: &NewGrowth, t: &Thresholds) -> String {
         .as_ref()
         .map_or(String::new(), |o| format!(" ({o})"));
     format!(
-        "new steady growth {}/{} at {}{owner}: {}",
+        "new steady growth {}/{unit} at {}{owner}: {}",
         signed_bytes(g.rate),
-        g.unit.name(),
         g.label,
         why.join("; ")
     )
 }
 
 /// `gpt.py:57 in <module> (PyTorch tensors): new, +1.9 GiB live at end, +16.0 MiB/step`.
-fn top_line(t: &TopDifference, driver_unit: Option<GrowthUnit>) -> String {
+fn top_line(t: &TopDifference, driver_unit: Option<GrowthUnit>, guessed: bool) -> String {
     let mut parts = vec![status(t.status).to_string()];
     parts.push(format!("{} live at end", signed(t.live_bytes)));
     if t.growth != 0.0 {
         let unit = match t.view {
-            View::AllocatorTensors => Some(GrowthUnit::Step),
-            View::Driver => driver_unit,
+            View::AllocatorTensors => Some(GrowthUnit::Step.name()),
+            View::Driver => driver_unit.map(|u| b_unit(u, guessed)),
         };
         if let Some(u) = unit {
-            parts.push(growth(t.growth, u));
+            parts.push(format!("{}/{u}", signed_bytes(t.growth)));
         }
     }
     if t.guessed {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vramtrace_collector::analysis::{Analysis, RaisedAlert, SiteGrowth, SiteName};
+use vramtrace_collector::analysis::{Analysis, SiteGrowth, SiteName};
 use vramtrace_collector::live::{Holder, SampleAxis};
 use vramtrace_collector::symbols::{collapse, Attribution, CallRef, Granularity, Symbolizer};
 
@@ -212,9 +212,8 @@ fn phases(a: &Analysis, timeline: &Timeline) -> Vec<PhaseSpan> {
 
 /// The tracer's alerts, each within the step it was raised at: the tracer judges at a step's
 /// mark, and its clock may read a little later than the events it judged.
-fn alerts(alerts: &[RaisedAlert], step_ns: Option<u64>, timeline: &Timeline) -> Vec<AlertPoint> {
-    alerts
-        .iter()
+fn alerts(analysis: &Analysis, timeline: &Timeline) -> Vec<AlertPoint> {
+    (analysis.alerts.iter())
         .map(|raised| {
             let a = &raised.alert;
             let first = timeline.first_ns.unwrap_or(0);
@@ -225,7 +224,10 @@ fn alerts(alerts: &[RaisedAlert], step_ns: Option<u64>, timeline: &Timeline) -> 
                 device: a.device,
                 step: a.step,
                 t_us: timeline.since_start(t) / 1000,
-                text: findings::alert_line(raised, step_ns),
+                // As the text report's FINDINGS says it: with what the whole run's diagnosis
+                // says of it where it says otherwise (another line keeps the memory).
+                text: findings::alert_line(raised, analysis.growth.step_ns)
+                    + &findings::alert_against_diagnosis(analysis, raised),
                 signal: findings::signal_name(a.signal),
             }
         })
@@ -387,7 +389,7 @@ pub fn chart(
                 t_us: us(f.time_ns),
             })
             .collect(),
-        alerts: alerts(&analysis.alerts, analysis.growth.step_ns, timeline),
+        alerts: alerts(analysis, timeline),
         phases: phases(analysis, timeline),
         stacks,
     }

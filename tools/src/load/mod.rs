@@ -108,6 +108,25 @@ impl LoadedTrace {
                 crate::render::units::bytes(unread)
             ));
         }
+        // A driver function handed out without its wrapper (an ABI version the tracer does not
+        // wrap): the program may have allocated through it unseen.
+        let untraced = self.state.lookups_total();
+        if untraced > 0 {
+            let mut named: Vec<String> = (self.state.lookups().iter())
+                .map(|l| format!("{} of CUDA {}", l.symbol, l.cuda_version))
+                .collect();
+            named.dedup();
+            let more = untraced.saturating_sub(named.len() as u64);
+            let more = match more {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            gaps.push(format!(
+                "handed out {} untraced ({}{more}): calls through them are not in the trace",
+                crate::render::units::count(untraced, "driver entry point"),
+                named.join(", ")
+            ));
+        }
         // A number is missing for an event the tracer dropped, and for one in a part of the file
         // that could not be read: the tracer's counters say how many were its own.
         let lost = self.state.lost_events();

@@ -173,7 +173,7 @@ impl OutputFile {
                     .open(&self.path)
                     .map_err(|e| anyhow!("{shown}: {}", lower_first(e.to_string())))?;
                 let mut out = Counted::new(BufWriter::new(file));
-                let value = write(&mut out)?;
+                let value = write(&mut out).with_context(|| format!("writing {shown}"))?;
                 out.flush().with_context(|| format!("writing {shown}"))?;
                 Ok((value, out.bytes))
             }

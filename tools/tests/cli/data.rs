@@ -442,7 +442,8 @@ fn findings_are_the_reports_diagnosis_on_real_gpu_traces() {
     let mut traces: Vec<PathBuf> = files_named(&fixtures, "vtrace");
     traces.extend(files_named(&fixtures.join("ranks_gloo"), "vtrace"));
     traces.extend(files_named(&fixtures.join("h100"), "vtrace"));
-    assert_eq!(traces.len(), 33);
+    traces.extend(files_named(&fixtures.join("oom"), "vtrace"));
+    assert_eq!(traces.len(), 35);
     let dir = tempfile::tempdir().unwrap();
     let (mut growing, mut by_time) = (0, 0);
     for (i, trace) in traces.iter().enumerate() {
@@ -504,10 +505,10 @@ fn findings_are_the_reports_diagnosis_on_real_gpu_traces() {
             by_time += usize::from(per_window);
         }
     }
-    // The planted leaks, each trace's (leak_three's three lines in both runs, and rank 2's of
-    // the four in both): 22 steady growths; 4 findings of traces without steps are judged
-    // along time.
-    assert_eq!((growing, by_time), (22, 4));
+    // The planted leaks, each trace's (leak_three's three lines in both runs, rank 2's of the
+    // four in both, and leak_oom's until its failure): 23 steady growths; 4 findings of traces
+    // without steps are judged along time.
+    assert_eq!((growing, by_time), (23, 4));
 }
 
 /// The files of `dir` (not below) whose names end in `.ext`, in name order.

@@ -424,3 +424,40 @@ fn an_html_export_is_pointed_at_the_report() {
              `vramtrace report --html PAGE TRACE` (see --help)\n",
         );
 }
+
+// A negative size or duration is a value that is wrong, not a flag that is unknown.
+#[test]
+fn a_negative_value_is_said_to_be_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write_training(dir.path(), "run.vtrace");
+    for (flag, value, said) in [
+        (
+            "--device-memory",
+            "-1",
+            "not a size: sizes are never negative",
+        ),
+        (
+            "--horizon",
+            "-5s",
+            "not a duration: durations are never negative",
+        ),
+        (
+            "--last",
+            "-1h",
+            "not a duration: durations are never negative",
+        ),
+    ] {
+        let out = vramtrace()
+            .args(["report", flag, value])
+            .arg(&trace)
+            .assert()
+            .code(2);
+        let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+        assert!(
+            err.starts_with(&format!("error: invalid value '{value}' for '{flag} "))
+                && err.contains(said)
+                && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+}

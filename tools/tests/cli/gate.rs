@@ -328,3 +328,33 @@ fn disabled_gone_and_cut_traces_are_never_ok() {
         "{err}"
     );
 }
+
+// A driver function the tracer handed out without its wrapper (an ABI version it does not
+// wrap): the program may have allocated through it unseen. The report lists it, and no gate
+// passes the trace.
+#[test]
+fn a_driver_function_handed_out_untraced_is_never_ok() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut records = workload();
+    let end = records.len() - 1;
+    records.insert(end, lookup());
+    let path = write_records(dir.path(), "lookup.vtrace", &records);
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(&path)
+        .assert()
+        .success();
+    let r: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(r["lookups"]["total"], 1);
+    assert_eq!(r["lookups"]["list"][0]["symbol"], "cuMemAlloc");
+    let gate = vramtrace()
+        .args(["report", "--fail-on", "leak=1GiB"])
+        .arg(&path)
+        .assert()
+        .code(2);
+    assert!(stderr(&gate).ends_with(&format!(
+        "error: could not check: {} handed out 1 driver entry point untraced (cuMemAlloc of CUDA \
+         11020): calls through them are not in the trace\n",
+        path.display()
+    )));
+}

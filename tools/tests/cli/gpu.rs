@@ -967,17 +967,43 @@ fn a_rank_with_no_trace_is_said_and_never_passes() {
     let d: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(d["missing_ranks"], serde_json::json!([3]));
     assert_eq!(d["limits_verdict"], "not-checked");
-    // diff --rank says it too: the median is of the traces there.
+    // diff --rank makes no verdict either, whatever it found: the median is not the job's.
     let out = vramtrace()
         .args(["diff", "--rank", "2"])
         .arg(dir.path())
         .output()
         .unwrap();
     let shown = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(
+        shown.starts_with(
+            "VERDICT  none (exit 2): the job is INCOMPLETE: rank 3 of 4 has no trace here (a \
+             rank that died before its tracer wrote, or a file not copied): the median is of the \
+             2 others here\n  in what could be read: "
+        ),
+        "{shown}"
+    );
+    // Nor does diff of two runs that both lack a rank of the job.
+    let other = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(fixtures().join("ranks_alike")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".vtrace") && !name.contains("rank3") {
+            std::fs::copy(&p, other.path().join(&name)).unwrap();
+        }
+    }
+    let out = vramtrace()
+        .arg("diff")
+        .arg(other.path())
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{shown}");
     assert!(
         shown.contains(
-            "\n  note: INCOMPLETE: rank 3 of 4 has no trace here (a rank that died before its \
-             tracer wrote, or a file not copied): the median is of the 2 others here\n"
+            "rank 3 has no trace in either run (a rank that died before its tracer wrote, or a \
+             file not copied): not compared"
         ),
         "{shown}"
     );
@@ -2029,7 +2055,7 @@ fn unnamed_nvtx_ranges_have_a_name_in_perfetto() {
 /// the driver told PyTorch's recorder, and the difference: memory no hook sees.
 #[test]
 fn a_failure_says_what_was_free_as_the_driver_told_it() {
-    let shown = stdout_of(&["report"], "h100/leak_oom-run.vtrace");
+    let shown = stdout_of(&["report"], "oom/leak_oom-run.vtrace");
     let line = |start: &str| {
         (shown.lines())
             .find(|l| l.trim_start().starts_with(start))
@@ -2053,7 +2079,7 @@ fn a_failure_says_what_was_free_as_the_driver_told_it() {
          0, +1.0 GiB per step, out of memory at step 79;"
     ));
     // A request larger than the whole device: said so at its line, and the run is not a leak.
-    let peak = stdout_of(&["report"], "h100/healthy_oom_peak-run.vtrace");
+    let peak = stdout_of(&["report"], "oom/healthy_oom_peak-run.vtrace");
     assert_eq!(
         peak.lines().nth(1).unwrap(),
         "  verdict   OUT OF MEMORY (2 failures; the first: cudaMalloc of 158.4 GiB at \
@@ -2062,4 +2088,37 @@ fn a_failure_says_what_was_free_as_the_driver_told_it() {
          teardown-only at healthy_oom_peak.py:24 in <module> (libcublas.so.13)"
     );
     assert!(peak.contains("  and 1 more failure like it, from the same place, in step 31"));
+}
+
+/// B's steps guessed from its allocation pattern, A without steps: the new growth's rate and
+/// time to full are per guessed step, as the report of B says them, and a note says why.
+#[test]
+fn a_new_growth_over_guessed_steps_says_so() {
+    let dir = fixtures();
+    let out = vramtrace()
+        .arg("diff")
+        .arg("--source-dir")
+        .arg(&dir)
+        .arg(dir.join("healthy_gpt-traced.vtrace"))
+        .arg(dir.join("gpt_leaky-traced.vtrace"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    let verdict = said.lines().next().unwrap();
+    assert!(
+        verdict.contains(
+            "new steady growth +128.0 MiB/guessed step at gpt_leaky.py:63 in <module> \
+             (libc10_cuda.so): above 64.0 KiB; device full in 1,005 guessed steps (2 min)"
+        ),
+        "{verdict}"
+    );
+    assert!(
+        said.contains(
+            "\n  note: run B's steps are guessed from the allocation pattern, not marked: its \
+             rates per step are per guessed step, which may span several of the program's steps \
+             or part of one (mark steps for exact rates)\n"
+        ),
+        "{said}"
+    );
 }

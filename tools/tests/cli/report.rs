@@ -47,7 +47,7 @@ fn json_has_the_exact_live_set() {
     assert_eq!(r["reading"]["complete"], true);
     assert_eq!(r["reading"]["ending"]["kind"], "complete");
     assert_eq!(r["reading"]["end_reason"], "exit");
-    assert_eq!(r["reading"]["records"], 21);
+    assert_eq!(r["reading"]["records"], 20);
     assert_eq!(r["reading"]["skipped_records"], 0);
     assert_eq!(r["tracer"]["recorded"], true);
     assert_eq!(r["tracer"]["dropped"], 0);
@@ -130,8 +130,7 @@ fn json_has_the_exact_live_set() {
     assert_eq!(a["list"][0]["address"], "0x700000200000");
     assert_eq!(a["list"][0]["related_seq"], 4);
 
-    assert_eq!(r["lookups"]["total"], 1);
-    assert_eq!(r["lookups"]["list"][0]["symbol"], "cuMemAlloc");
+    assert_eq!(r["lookups"]["total"], 0);
     assert_eq!(r["warnings"]["total"], 1);
     let malloc = r["calls"]
         .as_array()

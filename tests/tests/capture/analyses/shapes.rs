@@ -116,7 +116,9 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
     let device: Vec<_> = g.steady.iter().filter(|s| s.holder == DEVICE0).collect();
     let rates: Vec<f64> = device.iter().map(|s| s.course.rate).collect();
     let fifth = |bytes: u64| bytes as f64 / 5.0;
-    assert_eq!(rates, [fifth(2 * MIB), fifth(MIB), fifth(8192)]);
+    // The proxy and the channels come from one call of the program's (ncclCommInitRank): one
+    // place; the first all-reduce's buffer from another.
+    assert_eq!(rates, [fifth(2 * MIB + 8192), fifth(MIB)]);
     assert!(device.iter().all(|s| s.course.rises == 6));
     let nccl = standin_source("nccl/nccl.c");
     let lines: Vec<Vec<(String, u32)>> = device
@@ -136,10 +138,6 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
                 "pncclAllReduce",
                 "res = cuda_result(cudaMalloc(&comm->lazy_buf, LAZY_BYTES));"
             ),
-            at(
-                "comm_create",
-                "res = cuda_result(cudaMalloc(&c->channels[i], CHANNEL_BYTES));"
-            ),
         ]
     );
     let holder = g.holders.iter().find(|h| h.holder == DEVICE0).unwrap();
@@ -153,13 +151,18 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
     assert!(first
         .cause
         .starts_with("NCCL communicators created and never destroyed"));
+    // One cause, one finding: the communicators never destroyed, at the call that creates them,
+    // at the rate of all their device buffers (616 KiB a step); the all-reduce's buffers are
+    // its evidence, and no other finding grows.
+    assert_eq!(first.evidence.rate, Some(fifth(3 * MIB + 8192)));
+    let growing = (a.diagnosis.iter()).filter(|f| f.class == FindingClass::SteadyGrowth);
+    assert_eq!(growing.count(), 1);
     // A native program's places are named by its own function and line that made the
     // communicators and the NCCL function it called (`new_comm at wl_shapes.c:113 →
-    // pncclCommInitRank`), not by NCCL's internals;
-    // NCCL's channels and its proxy both come from that call, and are told apart by where their
-    // stacks part. The proxy thread's host buffer has no frame of the program: NCCL's function
-    // names it. Rows come in the diagnosis' order, each finding's cause before the rows backing
-    // it.
+    // pncclCommInitRank`), not by NCCL's internals: its channels and its proxy both come from
+    // that call, one place. The proxy thread's host buffer has no frame of the program: NCCL's
+    // function names it. Rows come in the diagnosis' order, each finding's cause before the
+    // rows backing it.
     let r = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), path.as_os_str()]);
     let rows: Vec<(String, String)> = r["analysis"]["growth"]["steady"]
         .as_array()
@@ -176,17 +179,10 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
     assert_eq!(
         rows,
         [
-            row(
-                "device",
-                "new_comm at wl_shapes.c:113 → pncclCommInitRank via vmm_alloc"
-            ),
+            row("device", "new_comm at wl_shapes.c:113 → pncclCommInitRank"),
+            row("device", "new_comm at wl_shapes.c:114 → pncclAllReduce"),
             row("host", "cudaHostAlloc"),
             row("host", "new_comm at wl_shapes.c:113 → pncclCommInitRank"),
-            row("device", "new_comm at wl_shapes.c:114 → pncclAllReduce"),
-            row(
-                "device",
-                "new_comm at wl_shapes.c:113 → pncclCommInitRank via cudaMalloc"
-            ),
         ]
     );
 });
@@ -256,4 +252,48 @@ captest!(wl_shapes_a_periodic_evaluation_keeps_the_steps, |dir| {
         .diagnosis
         .iter()
         .all(|f| f.class != FindingClass::SteadyGrowth));
+});
+
+// `diff` says the communicators never destroyed as the report does: one new growth, at the call
+// that creates them, at the rate of all their device buffers, per guessed step (both runs'
+// steps come from the allocation pattern). Against another program, it says so.
+captest!(wl_shapes_diff_says_one_cause_once, |dir| {
+    for d in ["s", "e", "t"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let (staircase, _, _) = shape(&dir.join("s"), "staircase");
+    let (eval, _, _) = shape(&dir.join("e"), "eval");
+    let out = vramtrace_command()
+        .arg("diff")
+        .arg(&eval)
+        .arg(&staircase)
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    let verdict = said.lines().next().unwrap();
+    assert!(
+        verdict.starts_with(
+            "VERDICT  REGRESSION (exit 1): new steady growth +616.0 KiB/guessed step at new_comm \
+             at wl_shapes.c:113 → pncclCommInitRank (libnccl.so.2): "
+        ) && verdict.matches("new steady growth").count() == 1,
+        "{said}"
+    );
+    let train = Workload::new("wl_train")
+        .run_traced(&dir.join("t"))
+        .single_trace();
+    let out = vramtrace_command()
+        .arg("diff")
+        .arg(&train.path)
+        .arg(&eval)
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(
+        said.contains(
+            "\n  note: the runs ran different programs (A wl_train, B wl_shapes): two programs, not \
+             two runs of one\n"
+        ),
+        "{said}"
+    );
 });

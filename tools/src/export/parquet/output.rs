@@ -179,7 +179,16 @@ impl Staged {
                     Existing::Directory
                 }
             }
-            Ok(_) => Existing::Other,
+            Ok(m) if m.is_file() => Existing::Other,
+            // A device, FIFO or socket is not a file the export could have written: replacing
+            // it by a directory would remove what is not ours.
+            Ok(_) => {
+                return Err(anyhow!(
+                    "{}: exists and is not a file or directory (a device, FIFO or socket); it is \
+                     never replaced, not even with --force: give a new name",
+                    target.display()
+                ))
+            }
         };
         if force {
             if let Existing::Directory = existing {

@@ -64,7 +64,7 @@ pub(crate) fn alert_unit(a: &vramtrace_collector::format::Alert) -> String {
 /// the finding of that device's growth (the line that asked a caching allocator for segments,
 /// where the finding names the line that keeps the tensors). Empty when they agree: the user
 /// reads one answer, not two.
-pub(super) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> String {
+pub(crate) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> String {
     let device = Some(Holder::Device {
         device: raised.alert.device,
     });

@@ -232,6 +232,9 @@ fn related(a: &Analysis, r: &Related) -> String {
             allocator_of(r.site.owner)
         ),
         Role::Host => format!("host memory grows beside it: {rate} at {place}"),
+        Role::Communicators => {
+            format!("the same communicators' buffers grow at another place: {rate} at {place}")
+        }
         Role::SameLine | Role::Cause if r.view == DRIVER => {
             format!("the driver sees the same line: {rate} at {place}")
         }

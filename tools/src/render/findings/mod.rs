@@ -8,7 +8,7 @@ mod ooms;
 mod orphans;
 mod summary;
 
-pub(crate) use alerts::{alert_line, alert_unit, signal_name};
+pub(crate) use alerts::{alert_against_diagnosis, alert_line, alert_unit, signal_name};
 pub(crate) use ooms::oom_found;
 use ooms::oom_headline;
 use orphans::orphan_kinds;

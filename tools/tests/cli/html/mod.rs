@@ -340,3 +340,29 @@ fn an_alert_under_the_threshold_says_the_horizon() {
         "{row}"
     );
 }
+
+// Rank 2 of the gloo job: the tracer's live alert named the line whose allocator segments grew
+// (42), the whole run's diagnosis the line that keeps the tensors (48). The chart's alert flag
+// says both, as the text report's FINDINGS line does: a teammate reading the picture alone
+// reads the line that keeps the memory.
+#[test]
+fn the_chart_s_alert_says_what_the_diagnosis_says_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu/ranks_gloo/traced-rank2-2011.vtrace");
+    let (_, html) = page_of(dir.path(), &trace);
+    let data = chart_data(&html);
+    let flag = data["alerts"][0]["text"].as_str().unwrap().to_string();
+    let out = vramtrace().arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let alerted = (text.lines())
+        .find(|l| l.starts_with("  alerted "))
+        .unwrap()
+        .trim_start_matches("  alerted")
+        .trim_start();
+    assert_eq!(flag, alerted);
+    assert!(
+        flag.contains("the whole run's diagnosis names ranks_gloo.py:48 in <module>"),
+        "{flag}"
+    );
+}
