@@ -455,7 +455,7 @@ pub fn run(args: &DiffArgs) -> Result<u8> {
         let w = || "writing the comparison";
         let in_set = comparisons.len() > 1 || !unpaired.is_empty();
         if in_set {
-            text::pairs_summary(&mut out, &comparisons, &unpaired).with_context(w)?;
+            text::pairs_summary(&mut out, &comparisons, &unpaired, &thresholds).with_context(w)?;
         }
         for c in &comparisons {
             text::render(&mut out, c, args, in_set).with_context(w)?;

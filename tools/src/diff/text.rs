@@ -97,10 +97,25 @@ fn check_line(c: &Check) -> String {
 }
 
 /// The summary table of a rank-by-rank comparison; `unpaired`, the ranks only one run has.
+/// What made the comparison a regression, each in words: the limits B passed, then its new
+/// growths.
+fn exceeded(c: &Comparison, thresholds: &Thresholds) -> Vec<String> {
+    let guessed = c.b.step_source == "pattern";
+    let new_growth = (c.diff.verdict.new_growth.iter())
+        .filter(|g| g.regression)
+        .map(|g| new_growth_line(g, thresholds, guessed));
+    (c.diff.verdict.checks.iter())
+        .filter(|c| c.exceeded && !c.metric.ends_with("new_growth"))
+        .map(check_line)
+        .chain(new_growth)
+        .collect()
+}
+
 pub fn pairs_summary(
     out: &mut impl Write,
     all: &[Comparison],
     unpaired: &[String],
+    thresholds: &Thresholds,
 ) -> io::Result<()> {
     let headers = ["rank", "A", "B", "live at end", "peak", "growth", "verdict"];
     let mut t = table(&headers, &[0, 3, 4, 5]);
@@ -159,9 +174,17 @@ pub fn pairs_summary(
     } else if bad.is_empty() {
         writeln!(out, "VERDICT  no regression (exit 0): {} pairs", all.len())?;
     } else {
+        // The first regressed pair's reason, its new growth where it has one: the line and
+        // rate a CI log is read for, not only which pair.
+        let first = (all.iter().find(|c| c.diff.verdict.regression)).map(|c| {
+            let reasons = exceeded(c, thresholds);
+            let growth = reasons.iter().find(|r| r.starts_with("new steady growth"));
+            growth.or(reasons.first()).cloned().unwrap_or_default()
+        });
+        let first = first.map_or(String::new(), |r| format!("; {}: {r}", bad[0]));
         writeln!(
             out,
-            "VERDICT  REGRESSION (exit 1): {} of {} pairs ({})",
+            "VERDICT  REGRESSION (exit 1): {} of {} pairs ({}){first}",
             bad.len(),
             all.len(),
             bad.join(", ")
@@ -209,16 +232,8 @@ pub fn render(
         writeln!(out, "vramtrace diff")?;
         runs(out, c)?;
     }
-    let thresholds = args.thresholds.thresholds();
     let guessed = c.b.step_source == "pattern";
-    let new_growth = (d.verdict.new_growth.iter())
-        .filter(|g| g.regression)
-        .map(|g| new_growth_line(g, &thresholds, guessed));
-    let exceeded: Vec<String> = (d.verdict.checks.iter())
-        .filter(|c| c.exceeded && !c.metric.ends_with("new_growth"))
-        .map(check_line)
-        .chain(new_growth)
-        .collect();
+    let exceeded = exceeded(c, &args.thresholds.thresholds());
     let gaps = c.gaps();
     let gap = if in_set { "\n" } else { "" };
     if !gaps.is_empty() {

@@ -399,12 +399,15 @@ fn two_jobs_are_compared_rank_by_rank() {
     );
     let (code, _) = json(&["diff", "--json", path(y.path()), path(x.path())]);
     assert_eq!(code, 1, "the other way round, rank 5 regressed");
-    // The text opens with the set's verdict, the exit code; each pair's verdict below is its
-    // own, without an exit code (the seven pairs that did not regress said "exit 0").
+    // The text opens with the set's verdict, the exit code, and the first regressed pair's
+    // reason (its line and rate); each pair's verdict below is its own, without an exit code (the seven pairs that did not regress said "exit 0").
     let (code, out) = run(&["diff", path(y.path()), path(x.path())]);
     assert_eq!(code, 1);
     assert!(
-        out.starts_with("VERDICT  REGRESSION (exit 1): 1 of 8 pairs (rank 5)\n"),
+        out.starts_with(
+            "VERDICT  REGRESSION (exit 1): 1 of 8 pairs (rank 5); rank 5: new steady growth \
+             +4.0 MiB/step at train.py:13 in Model.step (libtorch_cuda.so): above 64.0 KiB\n"
+        ),
         "{out}"
     );
     assert_eq!(
