@@ -121,9 +121,35 @@ pub enum Layers {
     All,
 }
 
+/// Refuses segment and trace sizes the tracer cannot keep, before the program starts (the
+/// tracer would raise them, and say so only in the program's stderr): a segment holds its
+/// snapshot and some chunks, and the trace the segment being written and the one before.
+fn bounds_fit(args: &TracerArgs) -> Result<()> {
+    const MIN_SEGMENT: u64 = 1 << 20;
+    let size = crate::render::units::bytes;
+    if let Some(b) = args.segment_bytes.filter(|&b| b > 0 && b < MIN_SEGMENT) {
+        return Err(anyhow!(
+            "--segment-bytes {} is below the smallest segment, {}",
+            size(b),
+            size(MIN_SEGMENT)
+        ));
+    }
+    if let Some(b) = args.max_bytes.filter(|&b| b > 0 && b < 2 * MIN_SEGMENT) {
+        return Err(anyhow!(
+            "--max-bytes {} cannot hold two segments of the smallest size ({} each): give at \
+             least {}",
+            size(b),
+            size(MIN_SEGMENT),
+            size(2 * MIN_SEGMENT)
+        ));
+    }
+    Ok(())
+}
+
 /// Runs `argv` (the program and its arguments) with the tracer preloaded as `args` ask, tracing
 /// the `layers` asked, passing signals on, until it exits.
 pub fn launch(args: &TracerArgs, argv: &[OsString], layers: Layers) -> Result<Ran> {
+    bounds_fit(args)?;
     let lib = find_library(args.lib.as_deref())?;
     let (given, from) = output_setting(args.output.as_deref());
     let output = output_path(&given, from)?;

@@ -461,3 +461,34 @@ fn a_negative_value_is_said_to_be_one() {
         );
     }
 }
+
+// Sizes the tracer could not keep are refused before the program starts, not raised by the
+// tracer with a warning in the program's own stderr.
+#[test]
+fn segment_and_trace_sizes_too_small_are_refused_before_the_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    for (command, flag, value, said) in [
+        (
+            "run",
+            "--segment-bytes",
+            "64KiB",
+            "error: --segment-bytes 64.0 KiB is below the smallest segment, 1.0 MiB\n",
+        ),
+        (
+            "check",
+            "--max-bytes",
+            "256KiB",
+            "error: --max-bytes 256.0 KiB cannot hold two segments of the smallest size (1.0 MiB \
+             each): give at least 2.0 MiB\n",
+        ),
+    ] {
+        let out = vramtrace()
+            .args([command, flag, value, "--", "touch"])
+            .arg(&ran)
+            .assert()
+            .code(2);
+        assert_eq!(String::from_utf8_lossy(&out.get_output().stderr), said);
+        assert!(!ran.exists(), "the program did not run");
+    }
+}
