@@ -574,13 +574,14 @@ captest!(torch_steps_settings_and_tensor_history, |dir| {
         ]
     );
     // The payload carries the same marks on torch's clock (the trace's event times come from a
-    // calibrated cycle counter, within a millisecond of them).
+    // calibrated cycle counter, within a millisecond of them on an idle machine; the clocks'
+    // anchor is two readings, which a loaded machine can part by a few milliseconds).
     let steps: Vec<u64> = snapshot.step_marks.iter().map(|m| m.step).collect();
     assert_eq!(steps, [1, 2, 3, 4, 5]);
     let clock = snapshot.clock.unwrap();
     for (m, &trace_ns) in snapshot.step_marks.iter().zip(&marks) {
         let ns = clock.trace_ns(m.time_us);
-        assert!(ns.abs_diff(trace_ns) < 5_000_000, "{ns} vs {trace_ns}");
+        assert!(ns.abs_diff(trace_ns) < 25_000_000, "{ns} vs {trace_ns}");
     }
     // The marks come after each optimizer step: the first iteration's tensor is before the
     // first mark, the next four fall one in each step, the last step (to the end) has none.
