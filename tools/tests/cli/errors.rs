@@ -359,22 +359,25 @@ fn every_subcommand_has_examples_in_its_help() {
     }
 }
 
-// `report` and `replay` on a FIFO blocked, waiting for a writer. A FIFO (or a device) is refused
-// from its metadata before it is opened: exit 2 at once, one line.
+// `report`, `replay` and `export` on a FIFO blocked, waiting for a writer. A FIFO (or a device)
+// is refused from its metadata before it is opened: exit 2 at once, one line.
 #[test]
 fn a_fifo_is_refused_without_blocking() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("run.vtrace");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    mkfifo(&fifo);
     let line = format!(
         "error: {}: not a regular file (a FIFO, device or socket); a trace is a file\n",
         fifo.display()
     );
-    for args in [&["report"][..], &["replay", "--at", "peak"]] {
+    let out = dir.path().join("out").display().to_string();
+    for args in [
+        &["report"][..],
+        &["replay", "--at", "peak"],
+        &["export", "-f", "csv-live", "-o", &out],
+        &["export", "-f", "perfetto", "-o", &out],
+        &["export", "-f", "parquet", "-o", &out],
+    ] {
         vramtrace()
             .args(args)
             .arg(&fifo)

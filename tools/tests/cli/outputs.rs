@@ -209,33 +209,14 @@ fn an_interrupted_export_leaves_nothing_behind() {
     }
 }
 
-/// A FIFO is never read as a trace (it would block until a writer came) and never replaced by
-/// a Parquet dataset, not even with `--force`: it is not a file any command wrote.
+/// A FIFO is never replaced by a Parquet dataset, not even with `--force`: it is not a file any
+/// command wrote.
 #[test]
-fn a_fifo_is_neither_read_nor_replaced() {
+fn a_fifo_is_never_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let trace = write_training(dir.path(), "run.vtrace");
     let fifo = dir.path().join("fifo");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let not_regular = format!(
-        "error: {}: not a regular file (a FIFO, device or socket); a trace is a file\n",
-        fifo.display()
-    );
-    for format in ["csv-live", "perfetto", "parquet"] {
-        let out = dir.path().join(format!("out-{format}"));
-        let refused = vramtrace()
-            .args(["export", "--format", format, "-o"])
-            .arg(&out)
-            .arg(&fifo)
-            .timeout(std::time::Duration::from_secs(20))
-            .assert()
-            .code(2);
-        assert_eq!(stderr(&refused), not_regular, "{format}");
-    }
+    mkfifo(&fifo);
     let refused = vramtrace()
         .args(["export", "--format", "parquet", "--force", "-o"])
         .arg(&fifo)

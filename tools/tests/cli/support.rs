@@ -595,3 +595,12 @@ pub fn lookup() -> Record {
         reason: "ABI version not wrapped".into(),
     })
 }
+
+/// Makes a FIFO at `path`.
+pub fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
