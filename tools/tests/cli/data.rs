@@ -814,3 +814,74 @@ fn a_copy_of_a_trace_is_refused() {
     std::fs::remove_file(&b).unwrap();
     export(&job, &out, &[]).success();
 }
+
+/// The words of a list column's rows.
+fn words(rows: &Rows, name: &str) -> Vec<Vec<String>> {
+    (rows.column(name))
+        .map(|f| match f {
+            Field::ListInternal(list) => (list.elements().iter())
+                .map(|w| match w {
+                    Field::Str(s) => s.clone(),
+                    other => panic!("{name}: {other:?} is no text"),
+                })
+                .collect(),
+            Field::Null => Vec::new(),
+            other => panic!("{name}: {other:?} is no list"),
+        })
+        .collect()
+}
+
+// A trace whose tracer lost events after the last one written: any object still live may have
+// been freed by one of them, as the report says (it leaves them out of the live set it judges).
+// Their rows say so, where `free_seq IS NULL` alone would read as a leak; the whole trace's rows
+// carry no such flag.
+#[test]
+fn a_live_row_whose_free_may_be_lost_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<vramtrace_collector::format::Record> = (workload().into_iter())
+        .map(|r| match r {
+            vramtrace_collector::format::Record::End(mut e) => {
+                e.stats.dropped = 5;
+                vramtrace_collector::format::Record::End(e)
+            }
+            other => other,
+        })
+        .collect();
+    let lossy = write_records(dir.path(), "lossy.vtrace", &records);
+    let (whole, _) = write_workload(dir.path(), "whole.vtrace");
+    for (trace, flagged) in [(&lossy, true), (&whole, false)] {
+        let out = dir.path().join(format!("d-{flagged}"));
+        export(trace, &out, &[]).success();
+        let rows = table(&out, "allocations");
+        let live: Vec<bool> = rows.int("free_seq").iter().map(Option::is_none).collect();
+        let lost: Vec<bool> = (words(&rows, "flags").iter())
+            .map(|w| w.iter().any(|f| f == "free-maybe-lost"))
+            .collect();
+        assert!(live.iter().any(|&l| l));
+        let want: Vec<bool> = live.iter().map(|&l| l && flagged).collect();
+        assert_eq!(lost, want, "{}", trace.display());
+    }
+}
+
+// A job whose rank 3 left no trace: the dataset holds the others, and says which is missing,
+// as the report does.
+#[test]
+fn a_job_missing_a_rank_is_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job");
+    std::fs::create_dir(&job).unwrap();
+    let ranks = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gpu/ranks_gloo");
+    for e in std::fs::read_dir(ranks).unwrap() {
+        let p = e.unwrap().path();
+        if !p.to_string_lossy().contains("rank3") {
+            std::fs::copy(&p, job.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let out = export(&job, &dir.path().join("data"), &["--json"]).success();
+    let said = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    let warning = "INCOMPLETE: rank 3 of 4 has no trace here (a rank that died before its tracer \
+                   wrote, or a file not copied): the dataset holds the others";
+    assert!(said.contains(&format!("warning: {warning}\n")), "{said}");
+    let d: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(d["warnings"], serde_json::json!([warning]));
+}

@@ -86,8 +86,14 @@ pub fn live(
     c.free_time_ns.null();
     c.free_step.null();
     c.free_api.null();
-    named(t, state, names, o)
+    // Made before events the tracer lost: its free may be among them, and the report leaves it
+    // out of the live set it judges (`lost events … left out above`); the row says so.
+    let uncertain = state.lost_after(o.origin.seq);
+    named_flagged(t, state, names, o, uncertain)
 }
+
+/// The flag of a live row whose free may be among the events the tracer lost.
+pub const FREE_MAYBE_LOST: &str = "free-maybe-lost";
 
 /// The columns up to the end columns.
 #[inline]
@@ -120,6 +126,18 @@ fn named(
     names: &mut Names,
     o: &LiveObject<'_>,
 ) -> Result<()> {
+    named_flagged(t, state, names, o, false)
+}
+
+/// [`named`], the row flagged [`FREE_MAYBE_LOST`] where `uncertain`.
+#[inline]
+fn named_flagged(
+    t: &mut TableFile<Allocations>,
+    state: &LiveState,
+    names: &mut Names,
+    o: &LiveObject<'_>,
+    uncertain: bool,
+) -> Result<()> {
     let c = &mut t.rows;
     let site = o.origin.site;
     c.site.int(i64::from(site));
@@ -131,7 +149,10 @@ fn named(
         (Some(id), Some(name)) => c.module.word(u64::from(id), || name),
         _ => c.module.null(),
     }
-    c.flags.words(o.flags.iter().map(|f| (f as u64, f.name())));
+    // The flag of this export's own is keyed past every flag of the live set's.
+    let lost = uncertain.then_some((u64::MAX, FREE_MAYBE_LOST));
+    c.flags
+        .words((o.flags.iter().map(|f| (f as u64, f.name()))).chain(lost));
     t.row_done()
 }
 

@@ -116,6 +116,18 @@ pub fn run(job: &Job<'_>) -> Result<()> {
     if let Some(warning) = &repeated {
         say!("warning: {warning}");
     }
+    // A rank of the job that no trace has: a query over the ranks (a median, the odd rank) is
+    // over those here, as the report says it.
+    let jobs: Vec<crate::ranks::JobPlace> = rows.iter().map(|r| r.job).collect();
+    let missing = crate::ranks::missing_words(&jobs).map(|m| {
+        format!(
+            "INCOMPLETE: {m} (a rank that died before its tracer wrote, or a file not copied): \
+             the dataset holds the others"
+        )
+    });
+    if let Some(warning) = &missing {
+        say!("warning: {warning}");
+    }
     if job.json {
         let written = Written {
             output: job.output.display().to_string(),
@@ -126,6 +138,7 @@ pub fn run(job: &Job<'_>) -> Result<()> {
                 .flatten()
                 .into_iter()
                 .chain(repeated)
+                .chain(missing)
                 .collect(),
             traces: &rows,
         };

@@ -57,6 +57,10 @@ pub struct Rows {
     pub trace: String,
     pub file: String,
     pub rank: Option<i32>,
+    /// Where it stands in its job (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`), for the ranks no trace
+    /// has.
+    #[serde(skip)]
+    pub job: crate::ranks::JobPlace,
     pub pid: u32,
     pub events: u64,
     pub allocations: u64,
@@ -270,6 +274,11 @@ fn finish(
             .to_string(),
         file: String::new(),
         rank: trace.header.rank,
+        job: (
+            trace.header.rank,
+            trace.header.local_rank,
+            trace.header.world_size,
+        ),
         pid: trace.header.pid,
     };
     row.finish(ending())?;
