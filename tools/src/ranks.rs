@@ -6,7 +6,7 @@
 use std::io::{self, Write};
 
 use vramtrace_collector::analysis::{Analysis, FindingClass, Severity};
-use vramtrace_collector::compare::{growth_unit, unit_converter};
+use vramtrace_collector::compare::{growth_unit, main_script, unit_converter};
 use vramtrace_collector::compare::{RankCause, RankInput, RankRow, RunTotals};
 
 use crate::load::inputs::Run;
@@ -43,7 +43,23 @@ pub fn rank_input(run: &Run, analysis: &Analysis) -> RankInput {
         first_cause,
         findings,
         gaps: t.gaps(),
+        program: program_of(
+            &t.header.command_line,
+            main_script(t.state.python_stacks(), &run.tally),
+        ),
     }
+}
+
+/// The program a trace ran, by file name: its Python main script (from its Python stacks, so a
+/// launcher's `runpy` is not it), else the executable of a command that is no Python
+/// interpreter; `None` for a Python program whose stacks the trace lacks.
+pub fn program_of(command_line: &[String], main_script: Option<String>) -> Option<String> {
+    let name = |p: &str| vramtrace_collector::units::base_name(p).to_string();
+    if let Some(script) = main_script {
+        return Some(name(&script));
+    }
+    let first = name(command_line.first()?);
+    (!first.starts_with("python")).then_some(first)
 }
 
 /// A trace's place in its job: `RANK`, `LOCAL_RANK` and `WORLD_SIZE`, as its header has them.
@@ -118,6 +134,17 @@ pub fn headline(rows: &[RankRow]) -> String {
     let mut line = differs_most(rows);
     if let Some(twice) = repeated_ranks(rows.iter().filter_map(|r| r.rank)) {
         line.push_str(&format!("; {twice}"));
+    }
+    // Traces of several programs side by side are no job's ranks: the table compares programs.
+    let mut programs: Vec<&str> = rows.iter().filter_map(|r| r.program.as_deref()).collect();
+    programs.sort_unstable();
+    programs.dedup();
+    if programs.len() > 1 {
+        line.push_str(&format!(
+            "; the traces ran {} programs ({}): the table compares programs, not ranks of one job",
+            programs.len(),
+            programs.join(", ")
+        ));
     }
     for r in rows.iter().filter(|r| !r.gaps.is_empty()) {
         line.push_str(&format!(

@@ -38,7 +38,7 @@ pub use matching::{FilePair, LineMapping, PairedBy};
 pub use matching::{MatchHow, Matching};
 pub use metrics::SiteMetrics;
 pub use metrics::{Count, Rate};
-pub use profile::growth_unit;
+pub use profile::{growth_unit, main_script};
 pub use profile::{GrowthUnit, Profile, RunTotals};
 pub use ranks::{rank_rows, RankCause, RankInput, RankRow};
 pub use ranks::{FAILURES_FLOOR, GROWTH_FLOOR, MEMORY_FLOOR, ODD_DISTANCE};

@@ -714,6 +714,12 @@ pub(crate) fn native_label(frames: &[StackFrame]) -> String {
 }
 
 /// Lines executed per code object, and the main script: the one most stacks run.
+/// The program's main script: the file of the outermost Python frame of its own most calls
+/// had (a launcher's `runpy` frames further out are not it); `None` without Python stacks.
+pub fn main_script(python: &PythonStacks, tally: &CallTally) -> Option<String> {
+    python_facts(python, tally).1
+}
+
 fn python_facts(python: &PythonStacks, tally: &CallTally) -> (ExecutedLines, Option<String>) {
     let mut executed = ExecutedLines::new();
     let mut runs: BTreeMap<String, u64> = BTreeMap::new();

@@ -49,6 +49,8 @@ pub struct RankInput {
     /// What keeps the trace from holding its whole run (`is cut short (…)`), one phrase each:
     /// its numbers are those of what could be read.
     pub gaps: Vec<String>,
+    /// The program it ran (its script, or its executable), by file name.
+    pub program: Option<String>,
 }
 
 /// One row of the rank table.
@@ -84,6 +86,9 @@ pub struct RankRow {
     pub own_findings: Vec<String>,
     /// What keeps the trace from holding its whole run, one phrase each (empty: whole).
     pub gaps: Vec<String>,
+    /// The program it ran (its script, or its executable), by file name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
     /// Whether the trace differs from the others or cannot be compared whole: a distance of at
     /// least [`ODD_DISTANCE`], a finding of its own, or a gap.
     pub odd: bool,
@@ -185,6 +190,7 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
                 odd: distance >= ODD_DISTANCE || !own_findings.is_empty() || !t.gaps.is_empty(),
                 own_findings,
                 gaps: t.gaps.clone(),
+                program: t.program.clone(),
             }
         })
         .collect();
@@ -228,6 +234,7 @@ mod tests {
             first_cause: None,
             findings: Vec::new(),
             gaps: Vec::new(),
+            program: None,
         }
     }
 

@@ -120,8 +120,7 @@ fn profile_of(run: Run) -> Result<Compared> {
             }),
         process: (t.header.host.clone(), t.header.pid, t.header.start_unix_ns),
         job: (t.header.rank, t.header.local_rank, t.header.world_size),
-        program: (t.header.command_line.first())
-            .map(|p| vramtrace_collector::units::base_name(p).to_string()),
+        program: crate::ranks::program_of(&t.header.command_line, profile.main_script.clone()),
         alerts: (run.analysis.alerts.iter())
             .map(|r| {
                 let said = crate::render::findings::alert_line(r, run.analysis.growth.step_ns);

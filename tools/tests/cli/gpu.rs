@@ -1580,14 +1580,17 @@ fn two_programs_are_not_two_versions_of_one_script() {
     assert!(!notes.contains("different main scripts"), "{notes}");
 }
 
-// `h100/` holds traces of four programs, two of them rank 2 of a job: the headline says a rank
-// came twice rather than ranking them silently as one job.
+// `h100/` holds traces of three programs, two of them rank 2 of a job: the headline says a rank
+// came twice, and that the table compares programs, rather than ranking them silently as one
+// job.
 #[test]
 fn a_rank_in_two_traces_is_said() {
     let (_, headline) = report_of_ranks(&fixtures().join("h100"));
     assert!(
         headline.ends_with(
-            "; rank 2 in more than one trace (a restarted job, or traces of several jobs)"
+            "; rank 2 in more than one trace (a restarted job, or traces of several jobs); the \
+             traces ran 3 programs (leak_slow.py, leak_three.py, ranks_gloo.py): the table \
+             compares programs, not ranks of one job"
         ),
         "{headline}"
     );
