@@ -7,7 +7,7 @@
 //! objects that an event the tracer lost after they were made may have freed: those are counted
 //! apart ([`Leaks::uncertain`]), never reported as leaks.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
@@ -82,6 +82,7 @@ pub fn leaks(state: &LiveState) -> Leaks {
     let mut members: BTreeMap<Place, BTreeMap<SiteId, u64>> = BTreeMap::new();
     let (mut device, mut host, mut views) = (Totals::default(), Totals::default(), 0);
     let mut uncertain = UncertainLive::default();
+    let mut places: HashMap<SiteId, Place> = HashMap::new();
     for o in state.live_objects() {
         let origin = o.origin;
         if state.lost_after(origin.seq) {
@@ -92,7 +93,8 @@ pub fn leaks(state: &LiveState) -> Leaks {
             }
             continue;
         }
-        let at = place(state, origin.site);
+        // A place is worked out once per site: the live set holds many objects of each.
+        let at = *(places.entry(origin.site)).or_insert_with(|| place(state, origin.site));
         *members
             .entry(at)
             .or_default()
