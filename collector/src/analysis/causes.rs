@@ -13,9 +13,10 @@
 //!   rate is nearest (a segment requested at line 41 for tensors kept at line 42);
 //! - a driver row at the same line, of the same kind of owner, as a cause already found is the
 //!   same cause seen through another native path;
-//! - NCCL's device buffers growing at several places of one device (the call that creates each
-//!   communicator, the first collective that sets up its channels) are the communicators never
-//!   destroyed: one cause, at the fastest place, their rates together;
+//! - a native program's NCCL device buffers growing at several of its calls on one device (the
+//!   call that creates each communicator, the first collective that sets up its buffers) are
+//!   the communicators never destroyed: one cause, at the fastest place, their rates together
+//!   (a Python program's are at the line that makes its process group: two lines, two groups);
 //! - a host row at the line of a device cause, or NCCL's host memory beside a cause of NCCL's
 //!   device buffers, mirrors it;
 //! - any other row is a cause of its own.
@@ -92,13 +93,18 @@ pub fn group(steady: &[SiteGrowth]) -> Vec<Cause> {
                 let p = &steady[c.primary];
                 p.view == DRIVER && p.holder == s.holder && p.site.owner == s.site.owner
             };
-            let nccl = s.site.owner == OwnerKind::Nccl;
+            // A native program's NCCL rows (no Python line) at several of its calls: its
+            // communicators' creation and their first collective. A Python program's NCCL rows
+            // at two lines stay two causes: two process groups, each made at its line.
+            let native_nccl =
+                |x: &SiteGrowth| x.site.owner == OwnerKind::Nccl && x.site.source.is_none();
             (causes.iter())
                 .position(|c| of_driver(c) && same_line(&steady[c.primary], s))
                 .map(|k| (k, Role::SameLine))
                 .or_else(|| {
-                    (causes.iter().position(of_driver))
-                        .filter(|_| nccl)
+                    (causes.iter())
+                        .position(|c| of_driver(c) && native_nccl(&steady[c.primary]))
+                        .filter(|_| native_nccl(s))
                         .map(|k| (k, Role::Communicators))
                 })
         };

@@ -640,7 +640,8 @@ fn verdict(
     let (new, found) = new_growth(
         (View::Driver, "new_growth"),
         (sites, |s: &SiteDiff| {
-            (s.place.module.clone(), s.place.line_means)
+            let native = s.place.a_python.is_empty() && s.place.b_python.is_empty();
+            (s.place.module.clone(), s.place.line_means, native)
         }),
         total,
         (b.steps.unit, b.fill.as_ref()),

@@ -469,7 +469,7 @@ impl TensorDiff {
         let (check, new_growth) = new_growth(
             (View::AllocatorTensors, "tensor_new_growth"),
             (&lines, |_: &TensorLineDiff| {
-                (Some(VIEW_NAME.to_string()), LineMeaning::Keeps)
+                (Some(VIEW_NAME.to_string()), LineMeaning::Keeps, false)
             }),
             growth,
             (GrowthUnit::Step, pb.fill.as_ref()),

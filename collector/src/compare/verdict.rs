@@ -233,7 +233,9 @@ pub(crate) fn new_growth<M: Measures, P>(
     (view, metric): (View, &'static str),
     (rows, named): (
         &[Row<M, P>],
-        impl Fn(&Row<M, P>) -> (Option<String>, LineMeaning),
+        // Its owner, what its line means, and whether it is a native program's place (no
+        // Python line).
+        impl Fn(&Row<M, P>) -> (Option<String>, LineMeaning, bool),
     ),
     total: Option<Rate>,
     (unit, fill): (GrowthUnit, Option<&Fill>),
@@ -242,32 +244,37 @@ pub(crate) fn new_growth<M: Measures, P>(
     let floor = thresholds.new_growth as f64;
     // One growth per place as the report names it: the native paths of one line (NCCL's buffers
     // of a communicator, made by several functions) are one cause, at their rates together.
-    let mut places: Vec<(String, Option<String>, LineMeaning, f64)> = Vec::new();
+    // Each place: its label, owner, line meaning, rate, and whether it is a native program's
+    // NCCL place.
+    let mut places: Vec<(String, Option<String>, LineMeaning, f64, bool)> = Vec::new();
     if let Some(total) = total {
         for r in rows {
             let rate = r.new_growth();
             if rate <= 0.0 {
                 continue;
             }
-            let (owner, line_means) = named(r);
+            let (owner, line_means, native) = named(r);
             match (places.iter_mut()).find(|p| p.0 == r.label && p.1 == owner && p.2 == line_means)
             {
                 Some(p) => p.3 += rate,
-                None => places.push((r.label.clone(), owner, line_means, rate)),
+                None => {
+                    let nccl = (owner.as_deref())
+                        .is_some_and(|m| OwnerKind::of_module(m) == OwnerKind::Nccl);
+                    places.push((r.label.clone(), owner, line_means, rate, native && nccl));
+                }
             }
         }
-        // NCCL's buffers at several places are the same communicators never destroyed: one
-        // cause, named by its fastest place, as the report's causes say it.
-        let nccl = |p: &(String, Option<String>, LineMeaning, f64)| {
-            (p.1.as_deref()).is_some_and(|m| OwnerKind::of_module(m) == OwnerKind::Nccl)
-        };
+        // A native program's NCCL buffers at several of its calls are the same communicators
+        // never destroyed: one cause, named by its fastest place, as the report's causes say it
+        // (a Python program's at two lines are two process groups).
+        let nccl = |p: &(String, Option<String>, LineMeaning, f64, bool)| p.4;
         if let Some(at) = places.iter().position(nccl) {
             let together: f64 = places.iter().filter(|p| nccl(p)).map(|p| p.3).sum();
             let fastest = (places.iter().filter(|p| nccl(p)))
                 .max_by(|a, b| a.3.total_cmp(&b.3))
                 .cloned();
             if let Some(fastest) = fastest {
-                places[at] = (fastest.0, fastest.1, fastest.2, together);
+                places[at] = (fastest.0, fastest.1, fastest.2, together, true);
                 let mut seen = 0;
                 places.retain(|p| {
                     seen += 1;
@@ -278,7 +285,7 @@ pub(crate) fn new_growth<M: Measures, P>(
         places.retain(|p| total.change >= p.3 / 2.0);
     }
     let found: Vec<NewGrowth> = (places.into_iter())
-        .map(|(label, owner, line_means, rate)| {
+        .map(|(label, owner, line_means, rate, _)| {
             let full = fill.and_then(|f| f.at(rate, unit));
             let within_horizon = full.is_some_and(|p| p.within_horizon);
             let above_floor = rate > floor;
