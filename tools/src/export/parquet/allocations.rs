@@ -69,7 +69,7 @@ pub fn ended(
             c.free_api.null();
         }
     }
-    named(t, state, names, &e.object)
+    named(t, state, names, &e.object, false)
 }
 
 /// A row for an object live at the end of the trace.
@@ -89,7 +89,7 @@ pub fn live(
     // Made before events the tracer lost: its free may be among them, and the report leaves it
     // out of the live set it judges (`lost events … left out above`); the row says so.
     let uncertain = state.lost_after(o.origin.seq);
-    named_flagged(t, state, names, o, uncertain)
+    named(t, state, names, o, uncertain)
 }
 
 /// The flag of a live row whose free may be among the events the tracer lost.
@@ -118,20 +118,10 @@ fn made(c: &mut Allocations, pid: i64, o: &LiveObject<'_>) {
     c.alloc_step.int(bits(origin.step));
 }
 
-/// The columns after the end columns; ends the row.
+/// The columns after the end columns, the row flagged [`FREE_MAYBE_LOST`] where `uncertain`;
+/// ends the row.
 #[inline]
 fn named(
-    t: &mut TableFile<Allocations>,
-    state: &LiveState,
-    names: &mut Names,
-    o: &LiveObject<'_>,
-) -> Result<()> {
-    named_flagged(t, state, names, o, false)
-}
-
-/// [`named`], the row flagged [`FREE_MAYBE_LOST`] where `uncertain`.
-#[inline]
-fn named_flagged(
     t: &mut TableFile<Allocations>,
     state: &LiveState,
     names: &mut Names,
