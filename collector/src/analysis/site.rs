@@ -71,17 +71,11 @@ pub fn place(state: &LiveState, id: SiteId) -> Place {
             module,
         };
     }
-    let library = |m: Option<u32>| {
-        m.and_then(|m| owners.module_name(m))
-            .is_some_and(is_library_module)
-    };
     // A library allocated: its place is the program's call into it, where the stack has one.
-    let call = (owners.stack(key.stack).unwrap_or(&[]).iter())
-        .find(|&&f| !library(owners.modules().find(f).map(|m| m.id)))
-        .filter(|_| library(module));
-    match call {
-        Some(&frame) => Place::Call { frame, module },
-        None => Place::Site(id),
+    let library = (module.and_then(|m| owners.module_name(m))).is_some_and(is_library_module);
+    match program_frame(state, caller, key.stack) {
+        (frame, _) if library && frame != 0 => Place::Call { frame, module },
+        _ => Place::Site(id),
     }
 }
 

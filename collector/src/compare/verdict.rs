@@ -267,19 +267,11 @@ pub(crate) fn new_growth<M: Measures, P>(
         // A native program's NCCL buffers at several of its calls are the same communicators
         // never destroyed: one cause, named by its fastest place, as the report's causes say it
         // (a Python program's at two lines are two process groups).
-        let nccl = |p: &(String, Option<String>, LineMeaning, f64, bool)| p.4;
-        if let Some(at) = places.iter().position(nccl) {
-            let together: f64 = places.iter().filter(|p| nccl(p)).map(|p| p.3).sum();
-            let fastest = (places.iter().filter(|p| nccl(p)))
-                .max_by(|a, b| a.3.total_cmp(&b.3))
-                .cloned();
-            if let Some(fastest) = fastest {
-                places[at] = (fastest.0, fastest.1, fastest.2, together, true);
-                let mut seen = 0;
-                places.retain(|p| {
-                    seen += 1;
-                    seen - 1 == at || !nccl(p)
-                });
+        if let Some(at) = places.iter().position(|p| p.4) {
+            let comms: Vec<_> = places.extract_if(.., |p| p.4).collect();
+            let together: f64 = comms.iter().map(|p| p.3).sum();
+            if let Some(fastest) = comms.into_iter().max_by(|a, b| a.3.total_cmp(&b.3)) {
+                places.insert(at, (fastest.0, fastest.1, fastest.2, together, true));
             }
         }
         places.retain(|p| total.change >= p.3 / 2.0);
