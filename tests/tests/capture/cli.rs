@@ -98,6 +98,27 @@ captest!(run_and_report_wl_train, |dir| {
     assert_eq!(reg["origin"]["communicator"], comms[0]["comm"]);
     assert_eq!(r["failures"]["total"], 0);
     assert_eq!(r["anomalies"]["total"], 0);
+    // The text's orphans table says why in the analysis' words, as its finding does: the
+    // object's flags (`communicator-gone, buffer-gone`) name one flag for several reasons.
+    let out = vramtrace_command()
+        .arg("report")
+        .arg(&traces[0])
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    let row = (report.lines())
+        .skip_while(|l| !l.starts_with("Orphans: live"))
+        .find(|l| l.trim_start().starts_with("registration"))
+        .unwrap_or_else(|| panic!("no registration row in the orphans table:\n{report}"));
+    assert!(
+        row.contains(" registration-buffer-gone, registration-communicator-gone "),
+        "{row}"
+    );
+    let kinds = &r["analysis"]["orphans"]["objects"][0]["kinds"];
+    assert_eq!(
+        *kinds,
+        serde_json::json!(["registration-buffer-gone", "registration-communicator-gone"])
+    );
 });
 
 // A program killed by a signal: `vramtrace run` exits 128 + signal like a shell, and the

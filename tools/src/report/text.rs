@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use vramtrace_collector::live::{CommState, Flags};
+use vramtrace_collector::live::{CommState, LiveObject};
 
 use super::{stacks, Report};
 use crate::options::RankBy;
@@ -11,12 +11,19 @@ use crate::render::units::{bytes, count};
 
 use crate::render::tables::{emit, or_unknown, seq_range, table};
 
-fn flag_list(flags: Flags) -> String {
-    flags
-        .iter()
-        .map(|f| f.name())
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Why the orphan `o` is one, in the analysis' words (`registration-buffer-gone`,
+/// `communicator-aborted`), as its finding and the JSON's `analysis.orphans` say it: not the
+/// object's flags, which one flag says for several reasons.
+fn orphan_why(r: &Report<'_>, o: &LiveObject<'_>) -> String {
+    let found = (r.analysis.orphans.objects.iter())
+        .find(|x| x.seq == o.origin.seq && x.address == o.address);
+    // The report and the analysis list the same orphans (`LiveState::orphans`, those no lost
+    // event may have freed).
+    found.map_or("-".to_string(), |x| {
+        (x.kinds.iter().map(|k| k.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
 }
 
 /// `1 object`, `2 objects`.
@@ -423,7 +430,7 @@ fn orphans(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             format!("{:#x}", o.address),
             bytes(o.bytes),
             crate::render::units::device(o.device),
-            flag_list(o.flags),
+            orphan_why(r, o),
             o.origin
                 .communicator
                 .map_or("-".to_string(), |c| format!("{c:#x}")),
