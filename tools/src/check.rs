@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use serde::Serialize;
 use vramtrace_collector::symbols::{Granularity, Symbolizer};
 use vramtrace_collector::units::{parse_count, parse_rate, parse_size};
 
@@ -24,6 +25,7 @@ use crate::limits::{could_not_check, measure, render, Limit, Measured};
 use crate::load::{load_with_steps, ReadFrom};
 use crate::options::AnalysisArgs;
 use crate::options::TracerArgs;
+use crate::output::OutputFile;
 use crate::render::units::count;
 use crate::report::Report;
 
@@ -55,8 +57,14 @@ EXAMPLES:
     Fail when the device ran out of memory, even where the program caught it and went on:
         vramtrace check --max-ooms 0 -- python train.py --steps 200
 
+    The verdict as JSON for the CI job (what each limit found, what could not be checked):
+        vramtrace check --json check.json -- python train.py --steps 200
+
     The same limits on traces already taken:
         vramtrace report --fail-on growth,orphans=0 traces/";
+
+/// The `schema` of `check --json`.
+const SCHEMA: &str = "vramtrace-check/1";
 
 /// `VRAMTRACE_CAPTURE` in the header of a trace of every layer.
 const ALL_LAYERS: &str = "runtime,driver,nccl,host";
@@ -79,6 +87,15 @@ pub struct CheckArgs {
     /// a smaller batch, goes on and exits 0).
     #[arg(long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub max_ooms: Option<u64>,
+    /// Also write the verdict as one JSON document to PATH, for a CI job to read (schema:
+    /// docs/report-json.md, "check --json"); `-` prints it on standard output after the
+    /// program's own output. A file that exists is left alone, before the program runs, unless
+    /// --force is given.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Replace the --json file if it exists.
+    #[arg(long, requires = "json")]
+    pub force: bool,
     #[command(flatten)]
     pub analysis: AnalysisArgs,
     #[command(flatten)]
@@ -104,11 +121,84 @@ impl CheckArgs {
 
 /// Runs `vramtrace check`; returns the exit code to leave with.
 pub fn run(args: &CheckArgs) -> Result<u8> {
+    // Decided before the program runs: a file that exists is left alone unless asked.
+    let json = (args.json.as_deref())
+        .map(|path| OutputFile::prepare(path, args.force, &[]))
+        .transpose()?;
+    let mut document = Document::default();
+    let exit = judge(args, &mut document);
+    let Some(file) = json else { return exit };
+    document.exit_code = match &exit {
+        Ok(code) => *code,
+        Err(_) => crate::output::ERROR_EXIT,
+    };
+    if let Err(e) = &exit {
+        document.error.get_or_insert_with(|| format!("{e:#}"));
+    }
+    if document.verdict.is_empty() {
+        document.verdict = "not-checked";
+    }
+    let written = file.write(|out| {
+        serde_json::to_writer_pretty(&mut *out, &document)?;
+        writeln!(out)?;
+        Ok(())
+    });
+    // The verdict is the exit code; a JSON file that could not be written is said, and makes
+    // an ok no ok.
+    match (written, exit) {
+        (Ok(_), exit) => exit,
+        (Err(e), Ok(0)) => Err(e),
+        (Err(e), exit) => {
+            say!("error: {e:#}");
+            exit
+        }
+    }
+}
+
+/// The verdict of `vramtrace check --json` (docs/report-json.md, "check --json").
+#[derive(Debug, Default, Serialize)]
+struct Document {
+    schema: &'static str,
+    /// `ok` (exit 0), `failed` (1), `not-checked` (2), or `program-failed` (the program's own
+    /// exit code).
+    verdict: &'static str,
+    exit_code: u8,
+    /// The program's exit code (128 + N when signal N ended it).
+    program_exit_code: Option<u8>,
+    /// Each trace the run's processes wrote, as its lines on standard error say it.
+    traces: Vec<TraceChecked>,
+    /// Everything that keeps the run from being checked in full: each trace's gaps, naming
+    /// it, and what no trace shows (a process run untraced, a trace that is gone).
+    not_checked: Vec<String>,
+    /// Why vramtrace itself could not go on, where it could not (the error line).
+    error: Option<String>,
+}
+
+/// One trace's verdict.
+#[derive(Debug, Serialize)]
+struct TraceChecked {
+    trace: PathBuf,
+    /// `null` for a trace that could not be read.
+    pid: Option<u32>,
+    /// `ok`, `failed`, or `not-checked` (read in part or not at all, whatever it exceeded).
+    verdict: &'static str,
+    limits: Vec<Measured>,
+    not_checked: Vec<String>,
+    /// What it found that no limit asked about.
+    notes: Vec<String>,
+}
+
+/// Runs the program and judges its traces, telling `document` what it found; returns the
+/// exit code, or the error that is exit 2.
+fn judge(args: &CheckArgs, document: &mut Document) -> Result<u8> {
+    document.schema = SCHEMA;
     let ran = crate::run::launch(&args.tracer, &args.command, crate::run::Layers::All)?;
+    document.program_exit_code = Some(ran.exit_code);
     let limits = args.limits();
     let mut err = crate::output::reader_gone::stderr();
     crate::run::say_others(&mut err, &ran).context("writing the verdict")?;
     let mut checked = check_traces(&mut err, &ran.traces, &limits, &args.analysis)?;
+    document.traces = std::mem::take(&mut checked.traces);
     // What no trace shows: processes that ran untraced, traces that are gone.
     let mut unseen = crate::run::unseen(&ran);
     // The check gives its command every layer; a process that traced fewer was given a
@@ -144,6 +234,13 @@ pub fn run(args: &CheckArgs) -> Result<u8> {
         }
     }
     checked.unchecked.extend(unseen);
+    document.not_checked.clone_from(&checked.unchecked);
+    document.verdict = match (ran.exit_code, checked.unchecked.is_empty(), checked.failed) {
+        (1.., _, _) => "program-failed",
+        (0, false, _) => "not-checked",
+        (0, true, 1..) => "failed",
+        (0, true, 0) => "ok",
+    };
     let traces = count(ran.traces.len() as u64, "trace");
     if checked.failed > 0 {
         // Exceeded in what could be read; what could not be read is the error below, which
@@ -201,6 +298,8 @@ struct Checked {
     first_failed: Option<PathBuf>,
     /// What could not be checked in full, each naming its trace or process.
     unchecked: Vec<String>,
+    /// Each trace's verdict, for `--json`.
+    traces: Vec<TraceChecked>,
 }
 
 /// Measures and prints each trace; a trace that cannot be read, or only in part, is named in
@@ -216,44 +315,53 @@ fn check_traces(
         // Named as every command reads it: a trace cut into segments by its first segment's
         // name, which rotation may have deleted (`run.vtrace`, not `run.seg6.vtrace`).
         let named = vramtrace_collector::format::trace_of(path);
-        let (measured, gaps, notes) = match measure_trace(out, path, &named, limits, analysis) {
-            Ok(found) => found,
+        let t = match measure_trace(out, path, &named, limits, analysis) {
+            Ok(t) => t,
             Err(e) => {
                 checked.unchecked.push(format!("{e:#}"));
+                checked.traces.push(TraceChecked {
+                    trace: named,
+                    pid: None,
+                    verdict: "not-checked",
+                    limits: Vec::new(),
+                    not_checked: vec![format!("{e:#}")],
+                    notes: Vec::new(),
+                });
                 continue;
             }
         };
-        for m in measured.iter().filter(|m| m.exceeded) {
+        for m in t.limits.iter().filter(|m| m.exceeded) {
             if !checked.limits.contains(&m.limit.name()) {
                 checked.limits.push(m.limit.name());
             }
         }
-        if measured.iter().any(|m| m.exceeded) {
+        if t.limits.iter().any(|m| m.exceeded) {
             checked.failed += 1;
             checked.first_failed.get_or_insert_with(|| named.clone());
         }
-        render(out, &measured, &gaps).context("writing the verdict")?;
-        for n in notes {
+        render(out, &t.limits, &t.not_checked).context("writing the verdict")?;
+        for n in &t.notes {
             writeln!(out, "  note: {n}").context("writing the verdict")?;
         }
-        let named = named.display();
+        let shown = named.display();
         checked
             .unchecked
-            .extend(gaps.into_iter().map(|g| format!("{named} {g}")));
+            .extend(t.not_checked.iter().map(|g| format!("{shown} {g}")));
+        checked.traces.push(t);
     }
     Ok(checked)
 }
 
 /// Reads the trace at `path` and measures `limits` on it, printing its heading (naming it
-/// `named`); also returns what keeps it from being checked in full, and what it found that no
-/// limit asked about.
+/// `named`); returns its verdict, with what keeps it from being checked in full, and what it
+/// found that no limit asked about.
 fn measure_trace(
     out: &mut impl Write,
     path: &Path,
     named: &Path,
     limits: &[Limit],
     analysis: &AnalysisArgs,
-) -> Result<(Vec<Measured>, Vec<String>, Vec<String>)> {
+) -> Result<TraceChecked> {
     let trace = load_with_steps(path, ReadFrom::First, analysis.config())?;
     let mut symbols = Symbolizer::from_env();
     let report = Report::new(&trace, 1, Granularity::Site, &mut symbols);
@@ -306,5 +414,12 @@ fn measure_trace(
         ));
     }
     let measured = measure(&report.analysis, limits, &mut gaps);
-    Ok((measured, gaps, notes))
+    Ok(TraceChecked {
+        trace: named.to_path_buf(),
+        pid: Some(trace.header.pid),
+        verdict: crate::limits::verdict(&measured, &gaps),
+        limits: measured,
+        not_checked: gaps,
+        notes,
+    })
 }

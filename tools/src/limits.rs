@@ -122,16 +122,21 @@ impl Checked {
     /// `limits` measured on `analysis`, of a trace with `gaps`.
     pub fn of(analysis: &Analysis, limits: &[Limit], mut gaps: Vec<String>) -> Checked {
         let limits = measure(analysis, limits, &mut gaps);
-        let verdict = match (gaps.is_empty(), limits.iter().any(|m| m.exceeded)) {
-            (false, _) => "not-checked",
-            (true, true) => "failed",
-            (true, false) => "ok",
-        };
         Checked {
-            verdict,
+            verdict: verdict(&limits, &gaps),
             limits,
             not_checked: gaps,
         }
+    }
+}
+
+/// A trace's verdict: `not-checked` where it could not be read in full (`gaps`), whatever was
+/// exceeded in what could; `failed` where a limit was exceeded; `ok`.
+pub fn verdict(measured: &[Measured], gaps: &[String]) -> &'static str {
+    match (gaps.is_empty(), measured.iter().any(|m| m.exceeded)) {
+        (false, _) => "not-checked",
+        (true, true) => "failed",
+        (true, false) => "ok",
     }
 }
 

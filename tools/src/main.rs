@@ -42,9 +42,6 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 
-/// The exit code of an error of vramtrace's own (clap uses it for bad flags too).
-const ERROR_EXIT: u8 = 2;
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -70,7 +67,7 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             say!("error: {e:#}");
-            ExitCode::from(ERROR_EXIT)
+            ExitCode::from(output::ERROR_EXIT)
         }
     }
 }
@@ -87,7 +84,7 @@ fn flag_error(e: clap::Error) -> ExitCode {
     ) {
         let _ = e.print();
         return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-            ExitCode::from(ERROR_EXIT)
+            ExitCode::from(output::ERROR_EXIT)
         } else {
             ExitCode::SUCCESS
         };
@@ -109,7 +106,7 @@ fn flag_error(e: clap::Error) -> ExitCode {
         first.push_str("; the HTML page is `vramtrace report --html PAGE TRACE`");
     }
     say!("{first} (see --help)");
-    ExitCode::from(ERROR_EXIT)
+    ExitCode::from(output::ERROR_EXIT)
 }
 
 /// `vramtrace report … | head` closes the pipe early; that is not an error.

@@ -13,6 +13,10 @@
 pub mod interrupt;
 pub mod reader_gone;
 
+/// The exit code of an error of vramtrace's own, the one line `error: …` on stderr (clap uses it
+/// for bad flags too; the gates for what they could not check).
+pub const ERROR_EXIT: u8 = 2;
+
 use std::fs::Metadata;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -2,6 +2,8 @@
 //! workloads with planted leaks: the exact exit codes (the program's own failure first, then 2
 //! for vramtrace's errors, 1 for a limit passed, 0) and the numbers each limit line prints.
 
+mod json;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
