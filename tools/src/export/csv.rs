@@ -19,7 +19,11 @@ fn hex(v: u64) -> String {
 
 /// Writes one row per live object; returns what was written.
 pub fn write_live(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
-    let trace = load_with_steps(&args.trace, args.window.read_from(), args.analysis.config())?;
+    let trace = load_with_steps(
+        args.trace(),
+        args.window.read_from(),
+        args.analysis.config(),
+    )?;
     let state = &trace.state;
     let mut symbols = Symbolizer::from_env();
     let mut naming = Attribution::of_state(state, &mut symbols);
@@ -177,9 +181,9 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     ])?;
     // The `step` column counts the report's steps (`unapplied_steps`, the one rule): which they
     // are, only the whole trace says, so a first pass (a tenth of this export's time) asks it.
-    let progress = Progress::new(&args.trace, "finding the steps");
+    let progress = Progress::new(args.trace(), "finding the steps");
     let from = args.window.read_from();
-    let first = read(&args.trace, from, StepSource::Marks, &progress, |_, _| {
+    let first = read(args.trace(), from, StepSource::Marks, &progress, |_, _| {
         Flow::Apply
     })?;
     let source = first.state.unapplied_steps().unwrap_or(StepSource::Marks);
@@ -187,7 +191,7 @@ pub fn write_events(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     progress.restart("exporting");
     let mut rows = 0u64;
     let mut failed = None;
-    let trace = read(&args.trace, from, source, &progress, |state, e| {
+    let trace = read(args.trace(), from, source, &progress, |state, e| {
         match w.write_record(event_row(e, state.steps())) {
             Ok(()) => {
                 rows += 1;

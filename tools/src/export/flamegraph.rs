@@ -77,7 +77,11 @@ fn weights(
 
 /// Writes the flame graph; returns what it shows.
 pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
-    let trace = load_with_steps(&args.trace, args.window.read_from(), args.analysis.config())?;
+    let trace = load_with_steps(
+        args.trace(),
+        args.window.read_from(),
+        args.analysis.config(),
+    )?;
     let state = &trace.state;
     let (weights, title) = weights(state, args, &trace.growth);
     if weights.values().all(|&b| b == 0) {
@@ -89,7 +93,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
         };
         bail!(
             "{}: nothing to draw ({}{read})",
-            args.trace.display(),
+            args.trace().display(),
             match args.at.unwrap_or(Moment::End) {
                 Moment::End => "no memory is live at the end",
                 Moment::Peak => "no memory was ever live",
@@ -125,7 +129,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     });
     options.subtitle = Some(format!(
         "{} · width is bytes{kept}",
-        args.trace
+        args.trace()
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
     ));

@@ -91,10 +91,10 @@ pub enum Moment {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// The trace file to read; for parquet, a directory of traces too (one per rank or
+    /// The trace file to read; for parquet, several, or directories of traces (one per rank or
     /// process).
-    #[arg(value_name = "TRACE")]
-    pub trace: PathBuf,
+    #[arg(value_name = "TRACE", required = true, num_args = 1..)]
+    pub traces: Vec<PathBuf>,
     /// What to write.
     #[arg(
         short,
@@ -147,6 +147,13 @@ pub struct ExportArgs {
     pub window: WindowArgs,
 }
 
+impl ExportArgs {
+    /// The trace of a format that reads one (every format but parquet).
+    pub fn trace(&self) -> &PathBuf {
+        &self.traces[0]
+    }
+}
+
 /// Runs `vramtrace export`.
 pub fn run(args: &ExportArgs) -> Result<()> {
     // An option of another format would be ignored unsaid.
@@ -186,7 +193,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             ));
         }
         return parquet::run(&parquet::Job {
-            input: &args.trace,
+            inputs: &args.traces,
             output: &args.output,
             run: args.run.as_deref(),
             force: args.force,
@@ -200,21 +207,30 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     if args.run.is_some() {
         return Err(anyhow::anyhow!("--run is an option of --format parquet"));
     }
+    if let [_, more @ ..] = args.traces.as_slice() {
+        if !more.is_empty() || args.trace().is_dir() {
+            return Err(anyhow::anyhow!(
+                "--format {} reads one trace file (--format parquet takes several, or a \
+                 directory)",
+                format_name(args.format)
+            ));
+        }
+    }
     let started = std::time::Instant::now();
-    let inputs = crate::load::inputs::files_of(std::slice::from_ref(&args.trace));
+    let inputs = crate::load::inputs::files_of(&args.traces);
     let output = OutputFile::prepare(&args.output, args.force, &inputs)?;
     let (written, size) = output.write(|out| write(args, out))?;
     let Written { what, gaps, begins } = written;
     if let Some(segments) = begins {
         say!(
             "note: {}: segments {segments}; the export holds what is on disk",
-            args.trace.display()
+            args.trace().display()
         );
     }
     if !gaps.is_empty() {
         say!(
             "warning: {} {}: the export holds what could be read",
-            args.trace.display(),
+            args.trace().display(),
             gaps.join(", and ")
         );
     }
@@ -268,6 +284,13 @@ fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
         Format::CsvEvents => csv::write_events(args, out),
         Format::Parquet => unreachable!("a dataset is a directory, written by parquet::run"),
     }
+}
+
+/// The format as `--format` spells it.
+fn format_name(format: Format) -> String {
+    format
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_string())
 }
 
 /// `--samples`: a whole number, 2 or more (a counter track is drawn from its first and last

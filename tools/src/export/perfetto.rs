@@ -48,7 +48,7 @@ fn ts(timeline: &Timeline, ns: u64) -> f64 {
 /// Writes the trace events; returns what was written.
 pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
     let (trace, timeline) = load_with_timeline(
-        &args.trace,
+        args.trace(),
         args.window.read_from(),
         args.analysis.config(),
         args.samples.unwrap_or(20_000).max(2),

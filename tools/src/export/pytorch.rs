@@ -211,7 +211,7 @@ impl FrameLists<'_, '_, '_> {
 
 /// Writes the snapshot; returns what it holds.
 pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
-    let progress = Progress::new(&args.trace, "reading");
+    let progress = Progress::new(args.trace(), "reading");
     let mut recorder = Recorder {
         live: HashMap::new(),
         ring: VecDeque::new(),
@@ -219,7 +219,7 @@ pub fn write(args: &ExportArgs, out: &mut dyn Write) -> Result<Written> {
         omitted: 0,
     };
     let trace = read(
-        &args.trace,
+        args.trace(),
         args.window.read_from(),
         StepSource::Marks,
         &progress,

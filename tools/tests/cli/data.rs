@@ -365,6 +365,94 @@ fn a_directory_is_one_run_with_a_partition_per_rank() {
     assert_eq!(freed, 12 + 2);
 }
 
+// Traces given one by one (a shell's glob) are one run as their directory is, named after it;
+// traces of several directories need a name; the other formats read one trace.
+#[test]
+fn traces_given_one_by_one_are_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let traces = dir.path().join("job");
+    std::fs::create_dir(&traces).unwrap();
+    let a = write_training(&traces, "a.vtrace");
+    let b = write_six_step_training(&traces, "b.vtrace");
+    let out = dir.path().join("data");
+    vramtrace()
+        .args(["export", "--format", "parquet", "-o"])
+        .arg(&out)
+        .args([&a, &b])
+        .assert()
+        .success();
+    let names: Vec<String> = files(&out.join("allocations"))
+        .iter()
+        .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "allocations/run=job/rank=3/a.parquet",
+            "allocations/run=job/rank=3/b.parquet"
+        ]
+    );
+    assert_eq!(table(&out, "allocations").len(), 25 + 7);
+
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let c = write_six_step_training(&other, "c.vtrace");
+    let out = dir.path().join("data2");
+    let refused = vramtrace()
+        .args(["export", "--format", "parquet", "-o"])
+        .arg(&out)
+        .args([&a, &c])
+        .assert()
+        .code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&refused.get_output().stderr),
+        "error: the traces given are not in one directory: name their run with --run NAME (its \
+         partition, run=NAME/)\n"
+    );
+    assert!(!out.exists());
+    vramtrace()
+        .args(["export", "--format", "parquet", "--run", "both", "-o"])
+        .arg(&out)
+        .args([&a, &c])
+        .assert()
+        .success();
+    assert_eq!(table(&out, "traces").len(), 2);
+
+    let err = vramtrace()
+        .args(["export", "--format", "csv-live", "-o", "-"])
+        .args([&a, &b])
+        .assert()
+        .code(2);
+    assert_eq!(
+        String::from_utf8_lossy(&err.get_output().stderr),
+        "error: --format csv-live reads one trace file (--format parquet takes several, or a \
+         directory)\n"
+    );
+}
+
+// A reader of `--json` that leaves early (`| head -1`; here one that reads nothing) is no failure: the dataset is written, the
+// exit is 0 and nothing panics.
+#[test]
+fn json_read_in_part_is_no_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write_training(dir.path(), "a.vtrace");
+    let out = dir.path().join("data");
+    let script = format!(
+        "set -o pipefail; {} export --format parquet --json -o {} {} | true",
+        assert_cmd::cargo::cargo_bin("vramtrace").display(),
+        out.display(),
+        a.display()
+    );
+    let done = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(table(&out, "allocations").len(), 25);
+}
+
 // `--json`: what was written, per trace, for scripts: the rows of each table as the files hold
 // them, the trace's rank and process, and its warnings.
 #[test]

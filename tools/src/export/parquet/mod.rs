@@ -26,10 +26,11 @@ mod traces;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use indicatif::MultiProgress;
 use rayon::prelude::*;
 use serde::Serialize;
+use std::io::Write;
 use vramtrace_collector::analysis::GrowthConfig;
 use vramtrace_collector::format::{trace_of, SegmentFile};
 
@@ -40,8 +41,8 @@ use crate::render::units::count;
 
 /// What to export, and where.
 pub struct Job<'a> {
-    /// A trace, or a directory of them.
-    pub input: &'a Path,
+    /// Traces, or directories of them.
+    pub inputs: &'a [PathBuf],
     /// The dataset's directory.
     pub output: &'a Path,
     /// The run's name (`--run`).
@@ -69,10 +70,10 @@ struct Written<'a> {
 /// Runs `vramtrace export --format parquet`.
 pub fn run(job: &Job<'_>) -> Result<()> {
     let started = Instant::now();
-    let traces = crate::load::inputs::expand(&[job.input.to_path_buf()])?;
+    let traces = crate::load::inputs::expand(job.inputs)?;
     let run = match job.run {
         Some(name) => partition_value(name)?,
-        None => default_run(job.input),
+        None => default_run(job.inputs)?,
     };
     one_file_per_process(&traces)?;
     let inputs = crate::load::inputs::files_of(&traces);
@@ -133,16 +134,21 @@ pub fn run(job: &Job<'_>) -> Result<()> {
             output: job.output.display().to_string(),
             run: &run,
             seconds: started.elapsed().as_secs_f64(),
-            warnings: (job.input.is_dir())
-                .then(|| crate::load::inputs::unread_below(job.input))
-                .flatten()
-                .into_iter()
+            warnings: (job.inputs.iter())
+                .filter(|i| i.is_dir())
+                .filter_map(|i| crate::load::inputs::unread_below(i))
                 .chain(repeated)
                 .chain(missing)
                 .collect(),
             traces: &rows,
         };
-        println!("{}", serde_json::to_string_pretty(&written)?);
+        // A reader that leaves early (`| head`) is no failure: the dataset is written.
+        let mut out = crate::output::reader_gone::stdout();
+        serde_json::to_writer_pretty(&mut out, &written)
+            .map_err(std::io::Error::from)
+            .context("writing the JSON")?;
+        writeln!(out).context("writing the JSON")?;
+        out.flush().context("writing the JSON")?;
     }
     let sum = |f: fn(&Rows) -> u64, noun: &str| count(rows.iter().map(f).sum::<u64>(), noun);
     say!(
@@ -188,18 +194,37 @@ fn one_file_per_process(traces: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// The run's default name: the directory given, or the trace file's name without `.vtrace`,
-/// with any character a partition value cannot hold as `_`.
-fn default_run(input: &Path) -> String {
-    let name = if input.is_dir() {
-        input
-            .canonicalize()
-            .ok()
+/// The run's default name: the directory given, or the trace file's name without `.vtrace`; of
+/// several, the directory that holds them all. Any character a partition value cannot hold is
+/// `_`.
+fn default_run(inputs: &[PathBuf]) -> Result<String> {
+    let dir_name = |dir: &Path| {
+        (dir.canonicalize().ok())
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-    } else {
-        trace_of(input)
+    };
+    let name = match inputs {
+        [input] if input.is_dir() => dir_name(input),
+        [input] => trace_of(input)
             .file_stem()
-            .map(|n| n.to_string_lossy().into_owned())
+            .map(|n| n.to_string_lossy().into_owned()),
+        _ => {
+            let parent = |p: &PathBuf| match p.is_dir() {
+                true => p.canonicalize().ok(),
+                false => (p.canonicalize().ok()).and_then(|c| c.parent().map(Path::to_path_buf)),
+            };
+            let dirs: Vec<Option<PathBuf>> = inputs.iter().map(parent).collect();
+            match dirs.first() {
+                Some(Some(first)) if dirs.iter().all(|d| d.as_ref() == Some(first)) => {
+                    dir_name(first)
+                }
+                _ => {
+                    return Err(anyhow!(
+                        "the traces given are not in one directory: name their run with --run \
+                         NAME (its partition, run=NAME/)"
+                    ))
+                }
+            }
+        }
     };
     let name: String = name
         .unwrap_or_default()
@@ -207,11 +232,11 @@ fn default_run(input: &Path) -> String {
         .chars()
         .map(|c| if allowed(c) { c } else { '_' })
         .collect();
-    match name.get(..MAX_RUN) {
+    Ok(match name.get(..MAX_RUN) {
         _ if name.is_empty() => "run".to_string(),
         Some(head) => head.to_string(),
         None => name,
-    }
+    })
 }
 
 fn allowed(c: char) -> bool {
