@@ -118,6 +118,7 @@ fn steady_finding(
             view: Some(s.view),
             line_means: Some(means),
             history_from: s.history_from,
+            kept_from: s.kept_from,
             ..Evidence::default()
         },
         related,

@@ -101,6 +101,11 @@ pub struct Evidence {
     /// analysis, which saw the run before where reading began, alerted on it (`rate` is the
     /// alert's, per its unit).
     pub alerted_at_step: Option<u64>,
+    /// For steady growth the samples read do not show, where reading began at a segment's
+    /// snapshot (at this step): judged on what the place still holds at the end, its objects
+    /// summed by the step each was made in over the whole run (`rate`, `rises`, `growth_from`
+    /// are that course's).
+    pub kept_from: Option<u64>,
 }
 
 /// Another view of the same cause: a row of steady growth that is evidence of the finding's

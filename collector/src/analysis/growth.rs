@@ -122,6 +122,12 @@ pub struct SiteGrowth {
     /// As [`LineSeries::history_from`]: the first sample of a view whose history begins late.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history_from: Option<u64>,
+    /// Steady growth judged on what the place still holds at the end, where reading began at a
+    /// segment's snapshot and the samples read do not show it: the first step of the samples
+    /// read (the course is the objects live at the end, summed by the step each was made in,
+    /// over the whole run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_from: Option<u64>,
 }
 
 /// A place whose steady growth lost frees would make ([`Growth::lost_frees`]).
@@ -218,6 +224,24 @@ impl Growth {
     /// so that a growth is the same growth in every output.
     pub fn judge(&self, holder: Holder, points: Vec<(u64, u64)>) -> Course {
         self.judge_in_view(DRIVER, holder, points)
+    }
+
+    /// [`Growth::judge`] for a call site's series, with `kept`, its objects still live at the
+    /// end ([`kept_objects`]): where reading began at a segment's snapshot, growth the samples
+    /// read do not show is judged on them, as the analysis judges its places.
+    pub(crate) fn judge_with_kept(
+        &self,
+        holder: Holder,
+        points: Vec<(u64, u64)>,
+        kept: Option<Vec<(u64, u64)>>,
+    ) -> Course {
+        let course = self.judge(holder, points.clone());
+        match kept {
+            Some(kept) if course.shape != Shape::Steady => {
+                kept_course(&points, kept, &self.config).map_or(course, |(_, c)| c)
+            }
+            _ => course,
+        }
     }
 
     /// [`Growth::judge`] for a series of another view (`view`, as in [`LineSeries`]): its steps
@@ -420,6 +444,9 @@ struct Row {
     /// Objects its call sites made, and those live (the driver's view; another's: none).
     made: u64,
     live: u64,
+    /// In a reading begun at a segment's snapshot: the objects of its sites still live at the
+    /// end, each as (the step it was made in, its bytes), the driver's view only.
+    kept: Vec<(u64, u64)>,
 }
 
 /// A line reached on several paths of the program is a place per path, so that the path that
@@ -459,6 +486,7 @@ fn one_place_where_every_path_grows(
                 m.history_from = m.history_from.max(r.history_from);
                 m.made += r.made;
                 m.live += r.live;
+                m.kept.extend(r.kept);
             }
             None => {
                 merged.insert(
@@ -473,6 +501,69 @@ fn one_place_where_every_path_grows(
     }
     out.extend(merged.into_values());
     out
+}
+
+/// Points of a course over the whole run judged from the objects still live at its end.
+const KEPT_POINTS: u64 = 256;
+
+/// Objects still live at the end by holder and call site, each as (the step it was made in, its
+/// bytes).
+pub(crate) type Kept = BTreeMap<(Holder, SiteId), Vec<(u64, u64)>>;
+
+/// The objects still live at the end of a reading on `axis` begun at a segment's snapshot, in
+/// device memory ([`kept_course`]); none for any other reading.
+pub(crate) fn kept_objects(state: &LiveState, axis: SampleAxis) -> Kept {
+    let mut kept = Kept::new();
+    if state.restored().is_none() || axis != SampleAxis::Steps {
+        return kept;
+    }
+    for o in state.live_objects() {
+        let bytes = o.device_bytes();
+        // One a lost event may have freed is no evidence of what was kept.
+        if bytes == 0 || state.lost_after(o.origin.seq) {
+            continue;
+        }
+        let holder = Holder::Device { device: o.device };
+        (kept.entry((holder, o.origin.site)).or_default()).push((o.origin.step, bytes));
+    }
+    kept
+}
+
+/// The steady growth of a place in a reading begun at a segment's snapshot, which the samples
+/// read (`points`, from the snapshot on) do not show: rotation deleted the steps before, and a
+/// slow leak makes too few rises in what is left. What the place still holds at the end was
+/// made step after step across the deleted part: `kept`, its objects live at the end, summed by
+/// the step each was made in, is a course over the whole run — the least the place held at each
+/// step, temporaries aside — judged as any series. `None` unless objects of the deleted steps
+/// are among them and that course is steady. Returns the first step read, and the course.
+pub(crate) fn kept_course(
+    points: &[(u64, u64)],
+    mut kept: Vec<(u64, u64)>,
+    config: &GrowthConfig,
+) -> Option<(u64, Course)> {
+    let first = points.first()?.0;
+    if !kept.iter().any(|&(step, _)| step < first) {
+        return None;
+    }
+    kept.sort_unstable();
+    let last = points.last()?.0.max(kept.last()?.0);
+    let mut held = 0;
+    let mut next = kept.iter().peekable();
+    let course: Vec<(u64, u64)> = (0..KEPT_POINTS)
+        .map(|k| {
+            let x = last * k / (KEPT_POINTS - 1);
+            while let Some(&&(step, bytes)) = next.peek() {
+                if step > x {
+                    break;
+                }
+                held += bytes;
+                next.next();
+            }
+            (x, held)
+        })
+        .collect();
+    let judged = Course::within(&course, Bounds::default(), config);
+    (judged.shape == Shape::Steady && judged.rate > 0.0).then_some((first, judged))
 }
 
 /// Series summed point by point; a series has no points before it began (it held nothing).
@@ -630,9 +721,14 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 .map(move |s| ((holder, s.site), s.bytes))
         })
         .collect();
+    let mut kept = kept_objects(state, axis);
     let mut rows: Vec<Row> = places
         .into_iter()
         .map(|((holder, _), Members { series, mut sites })| {
+            let kept: Vec<(u64, u64)> = (sites.iter())
+                .filter_map(|&(_, id)| kept.remove(&(holder, id)))
+                .flatten()
+                .collect();
             let now_bytes = sites
                 .iter()
                 .map(|&(_, id)| now.get(&(holder, id)).copied().unwrap_or(0))
@@ -652,6 +748,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
                 history_from: None,
                 made,
                 live,
+                kept,
             }
         })
         .collect();
@@ -665,6 +762,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         history_from: l.history_from,
         made: 0,
         live: 0,
+        kept: Vec::new(),
     }));
 
     let judge = |row: &Row| holder_of(row.holder).map(|h| judge_on(h, axis, &row.points, config));
@@ -685,11 +783,18 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             history_from,
             made,
             live,
+            kept,
         } = row;
         let Some(h) = holder_of(holder) else {
             continue;
         };
         let mut course = judge_on(h, axis, &points, config);
+        let mut kept_from = None;
+        if course.shape != Shape::Steady {
+            if let Some((from, c)) = kept_course(&points, kept, config) {
+                (course, kept_from) = (c, Some(from));
+            }
+        }
         // XLA's pool is taken when JAX starts, inside the warm-up: it is said as the rise that
         // stayed, with JAX's advice, rather than passed over as the warm-up it is.
         if course.shape == Shape::Flat
@@ -708,6 +813,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             alert,
             finding: None,
             history_from,
+            kept_from,
         };
         if course.shape == Shape::Steady && lost_frees(lost_share, made, live) {
             lost.push(LostFrees {

@@ -414,6 +414,7 @@ fn gather(
         }
     }
     let g = &analysis.growth;
+    let mut kept = growth::kept_objects(state, g.axis);
     for (site, holder, points) in state.site_series(g.axis).filter(|s| is_device(s.1)) {
         let Some((caller, stack)) = native(site) else {
             continue;
@@ -422,7 +423,7 @@ fn gather(
         gathered.api = gathered
             .api
             .or_else(|| state.site_api(site).map(|a| a.name()));
-        let course = g.judge(holder, points);
+        let course = g.judge_with_kept(holder, points, kept.remove(&(holder, site)));
         if course.shape == Shape::Steady {
             let rate = per_unit(course.rate);
             let confident = g.confident(&course);

@@ -277,7 +277,14 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
             )];
             if let Some(x) = e.growth_from {
                 parts[0] += &format!(" from {}", at_sample(a, x));
-                if e.history_from == Some(x) {
+                if let Some(read) = e.kept_from {
+                    // Judged on what is still live, made across the steps rotation deleted.
+                    parts[0] += &format!(
+                        ", judged on the objects it still holds at the end, by the step each \
+                         was made in (rotation deleted the samples before step {read}, where \
+                         reading began)"
+                    );
+                } else if e.history_from == Some(x) {
                     // The view's first whole sample: what came before it is not seen.
                     parts[0] += ", the first the recorder's history holds whole (it keeps only \
                                  its latest actions: the growth may have begun earlier)";
