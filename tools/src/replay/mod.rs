@@ -112,6 +112,11 @@ pub struct HolderNow {
 pub struct ReplayReport {
     pub schema: &'static str,
     pub trace: String,
+    /// The process the trace is of: of several whose segments share a name, the one read.
+    pub pid: u32,
+    /// For a trace cut into segments: those on disk, where reading began, and what rotation
+    /// removed, in words as `report` says them (`null` for a trace of one file).
+    pub segments: Option<String>,
     /// Where the replay stopped (the `--until` point when stepping).
     pub at: Moment,
     /// Passes over the file (2 when the moment or the steps had to be found first).
@@ -310,6 +315,10 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let report = ReplayReport {
         schema: SCHEMA,
         trace: path.display().to_string(),
+        pid: trace.header.pid,
+        segments: (trace.segments.as_ref())
+            .filter(|s| s.is_cut())
+            .map(|s| s.describe()),
         when: when(point, &at),
         at,
         passes: passes.max(trace.passes),

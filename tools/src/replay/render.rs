@@ -17,6 +17,11 @@ pub fn render(
     top: usize,
 ) -> io::Result<()> {
     writeln!(out, "vramtrace replay: {}", r.trace)?;
+    writeln!(out, "  process   pid {}, host {}", r.pid, trace.header.host)?;
+    // Where reading began, and what rotation removed: the replay holds only what is on disk.
+    if let Some(segments) = &r.segments {
+        writeln!(out, "  segments  {segments}")?;
+    }
     let at = &r.at;
     // Events are numbered from 1: a moment before the first (step 0 of a trace whose first
     // event begins step 1) is said so, not "after event 0".

@@ -246,6 +246,23 @@ fn a_removed_point_is_an_error_and_the_traces_names_are_never_written() {
     );
     let kept = json(&["replay", "--json", "--at", "step 9", first]);
     assert_eq!(kept["at"]["step"], 9);
+    // The replay says where it read from and what rotation removed, as the report does, and
+    // which process the trace is of.
+    let segments = kept["segments"].as_str().unwrap_or_default();
+    assert!(
+        segments.starts_with("3-") && segments.contains("removed by rotation (VRAMTRACE_MAX_BYTES), not lost: segments 1-2, 26 events, 5 steps"),
+        "{segments}"
+    );
+    assert!(
+        kept["pid"].as_u64().is_some_and(|p| p > 0),
+        "{}",
+        kept["pid"]
+    );
+    let text = said(&["replay", "--at", "step 9", first]);
+    assert!(
+        text.contains(&format!("\n  segments  {segments}\n")),
+        "{text}"
+    );
     // A time counts from the first event (1 ms), as the replay counts it; segment 3 begins at
     // its last removed event's, event 26 at 26 ms: 25 ms after the first is on disk, a moment
     // before it is removed, and the error names the first time there is.
