@@ -46,6 +46,8 @@ pub use record::{
     Alert, Attachment, End, Lookup, Module, PyCode, PyFrame, PyStackDef, Record, Segment,
     SegmentEnd, Snapshot, StackDef, Stats,
 };
-pub use series::{trace_name, trace_of, Gone, SegmentFile, Series, SeriesReader, TraceKey};
+pub use series::{
+    trace_name, trace_of, Gone, OtherTrace, SegmentFile, Series, SeriesReader, TraceKey,
+};
 pub use tail::read_tail;
 pub use writer::TraceWriter;

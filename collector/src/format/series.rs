@@ -101,8 +101,21 @@ pub struct Gone {
 #[derive(Clone, Debug)]
 pub struct Series {
     pub files: Vec<SegmentFile>,
+    /// Other traces whose segments the name given also stands for (its first file deleted by
+    /// rotation, and the name taken again by a later run writing beside the earlier one's
+    /// segments): each one's process and the numbers of its first and last segment there. The
+    /// newest trace is the one read.
+    pub others: Vec<OtherTrace>,
     /// [`Series::first_event_ns`], once asked.
     first_event: std::sync::OnceLock<Option<u64>>,
+}
+
+/// A trace whose segments share a name with the one read ([`Series::others`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OtherTrace {
+    pub pid: u32,
+    pub first: u32,
+    pub last: u32,
 }
 
 /// `run.seg3.vtrace` → (`run`, `.vtrace`); `run.vtrace` → (`run`, `.vtrace`); a name without
@@ -208,6 +221,18 @@ impl Series {
                 }
             },
         };
+        let mut others: Vec<OtherTrace> = Vec::new();
+        for f in files.iter().filter(|f| !f.same_trace(&anchor)) {
+            match others.iter_mut().find(|o| o.pid == f.header.pid) {
+                Some(o) => (o.first, o.last) = (o.first.min(f.index()), o.last.max(f.index())),
+                None => others.push(OtherTrace {
+                    pid: f.header.pid,
+                    first: f.index(),
+                    last: f.index(),
+                }),
+            }
+        }
+        others.sort_by_key(|o| o.first);
         files.retain(|f| f.same_trace(&anchor));
         // A missing segment's name stands for its trace only when rotation can have removed it:
         // a number before the first there, not one the trace never reached.
@@ -221,12 +246,16 @@ impl Series {
         }
         files.sort_by_key(|f| f.index());
         files.dedup_by_key(|f| f.index());
-        Ok(Series::of(files))
+        Ok(Series {
+            others,
+            ..Series::of(files)
+        })
     }
 
     fn of(files: Vec<SegmentFile>) -> Series {
         Series {
             files,
+            others: Vec::new(),
             first_event: std::sync::OnceLock::new(),
         }
     }

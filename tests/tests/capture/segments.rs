@@ -172,3 +172,45 @@ captest!(a_taken_segment_name_is_left_alone, |dir| {
         serde_json::Value::Null
     );
 });
+
+// A second run under the same name once rotation deleted the first's first file: the name is
+// free, so the second run takes it, and its segments sit beside the first run's. The name reads
+// as the newest trace, and every reading of it says which other trace it stands for and how to
+// read that one.
+captest!(a_name_two_runs_share_says_which_it_read, |dir| {
+    let name = dir.join("t.vtrace");
+    for _ in 0..2 {
+        let run = flood(600_000)
+            .env("VRAMTRACE_OUTPUT", &name)
+            .run_traced(dir);
+        assert!(run.output.status.success(), "{}", run.stderr());
+    }
+    assert!(
+        !name.exists(),
+        "rotation deleted the second run's first file too"
+    );
+    let report = vramtrace_json(["report".as_ref(), "--json".as_ref(), name.as_os_str()]);
+    let segments = &report["reading"]["segments"];
+    let others = segments["others"].as_array().unwrap();
+    assert_eq!(others.len(), 1, "{segments}");
+    let other = others[0]["pid"].as_u64().unwrap();
+    assert_ne!(Some(other), report["trace"]["pid"].as_u64());
+    let said = format!(
+        "; NOT READ: the name also stands for the segments of pid {other} (segments {}-{}) \
+         (another run under the same name): name one of its segments to read it",
+        others[0]["first_segment"], others[0]["last_segment"]
+    );
+    let replay = vramtrace_json([
+        "replay".as_ref(),
+        "--json".as_ref(),
+        "--at".as_ref(),
+        "end".as_ref(),
+        name.as_os_str(),
+    ]);
+    assert!(
+        replay["segments"].as_str().unwrap().ends_with(&said),
+        "{}",
+        replay["segments"]
+    );
+    assert_eq!(replay["pid"], report["trace"]["pid"]);
+});

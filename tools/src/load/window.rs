@@ -125,6 +125,17 @@ pub struct SegmentFacts {
     /// What is gone from the start of the trace: the segments the tracer deleted to keep its
     /// budget (`VRAMTRACE_MAX_BYTES`), not events it lost.
     pub removed: Option<Removed>,
+    /// Other traces the name given also stands for (its first file gone, a later run wrote
+    /// under it beside an earlier one's segments): the newest is read, these are not.
+    pub others: Vec<Other>,
+}
+
+/// A trace not read whose segments share the name given.
+#[derive(Clone, Debug, Serialize)]
+pub struct Other {
+    pub pid: u32,
+    pub first_segment: u32,
+    pub last_segment: u32,
 }
 
 impl SegmentFacts {
@@ -217,6 +228,22 @@ impl SegmentFacts {
                 duration(r.span_ns)
             );
         }
+        if !self.others.is_empty() {
+            let list: Vec<String> = (self.others.iter())
+                .map(|o| match o.first_segment == o.last_segment {
+                    true => format!("pid {} (segment {})", o.pid, o.first_segment),
+                    false => format!(
+                        "pid {} (segments {}-{})",
+                        o.pid, o.first_segment, o.last_segment
+                    ),
+                })
+                .collect();
+            text += &format!(
+                "; NOT READ: the name also stands for the segments of {} (another run under \
+                 the same name): name one of its segments to read it",
+                list.join(", ")
+            );
+        }
         text
     }
 }
@@ -294,6 +321,13 @@ impl SegmentFacts {
                 bytes: g.bytes,
                 span_ns: g.until_ns.saturating_sub(start_ns),
             }),
+            others: (series.others.iter())
+                .map(|o| Other {
+                    pid: o.pid,
+                    first_segment: o.first,
+                    last_segment: o.last,
+                })
+                .collect(),
         })
     }
 }
