@@ -228,7 +228,8 @@ fn judge(args: &CheckArgs, document: &mut Document) -> Result<u8> {
     }
     // One thing alone is said once, by the error line below (unless the program's failure
     // takes the exit).
-    if checked.unchecked.len() + unseen.len() > 1 || ran.exit_code != 0 {
+    let listed_above = checked.unchecked.len() + unseen.len() > 1 || ran.exit_code != 0;
+    if listed_above {
         for u in &unseen {
             writeln!(err, "vramtrace check: not checked: {u}").context("writing the verdict")?;
         }
@@ -245,9 +246,11 @@ fn judge(args: &CheckArgs, document: &mut Document) -> Result<u8> {
     if checked.failed > 0 {
         // Exceeded in what could be read; what could not be read is the error below, which
         // sets the exit code.
-        let partly = match checked.unchecked.is_empty() {
-            true => "",
-            false => "; and not everything could be checked (below)",
+        // Where what was not checked is said: the lines above, or the error line below.
+        let partly = match (checked.unchecked.is_empty(), listed_above) {
+            (true, _) => "",
+            (false, true) => "; and not everything could be checked (above)",
+            (false, false) => "; and not everything could be checked (below)",
         };
         let details = match &checked.first_failed {
             Some(trace) if checked.failed == 1 => trace.display().to_string(),
@@ -384,10 +387,20 @@ fn measure_trace(
     // A process a signal ended (a crash, a kill the program's own shell hid): what it held then
     // is what the limits measured; said, since its exit code may not say it.
     if let Some(end) = trace.state.end().filter(|e| e.reason.starts_with("signal")) {
+        // A call the signal cut off is an event lost: what was made before it may have been
+        // freed by it, and is said beside, as the report says it.
+        let leaks = &report.analysis.leaks;
+        let doubtful = match leaks.uncertain.device.bytes {
+            0 => String::new(),
+            n => format!(
+                "; besides, {} a lost event may have freed",
+                crate::render::units::bytes(n)
+            ),
+        };
         notes.push(format!(
-            "the process ended by {} (device memory live then: {})",
+            "the process ended by {} (device memory live then: {}{doubtful})",
             end.reason,
-            crate::render::units::bytes(report.analysis.leaks.device.bytes)
+            crate::render::units::bytes(leaks.device.bytes)
         ));
     }
     let orphans = &report.analysis.orphans;

@@ -412,7 +412,7 @@ pub fn could_not_check(unchecked: &[String], failed: usize) -> anyhow::Error {
     let exceeded = match failed {
         0 => String::new(),
         n => format!(
-            "; limits exceeded in {} that could be read (above)",
+            "; limits exceeded in what was read ({}, above)",
             count(n as u64, "trace")
         ),
     };

@@ -1933,7 +1933,7 @@ fn a_growth_limit_says_what_its_steps_rest_on() {
     let last = said.lines().last().unwrap();
     assert!(
         last.starts_with("error: could not check: ")
-            && last.ends_with("; limits exceeded in 1 trace that could be read (above)"),
+            && last.ends_with("; limits exceeded in what was read (1 trace, above)"),
         "{said}"
     );
 }

@@ -936,3 +936,42 @@ captest!(
     );
     }
 );
+
+// A leak that fails the gate beside a process run untraced: the FAILED line points to where
+// what was not checked is said — the error line below, or the lines above when the program's
+// failure takes the exit code and the error line is not printed.
+captest!(
+    check_points_to_where_what_it_could_not_check_is_said,
+    |dir| {
+        let train = workload("wl_train");
+        let train = train.to_str().unwrap();
+        for (tail, code, place) in [("", 2, "(below)"), ("; exit 3", 3, "(above)")] {
+            let sub = dir.join(format!("exit-{code}"));
+            std::fs::create_dir(&sub).unwrap();
+            let script = format!("{train} >/dev/null; env -u LD_PRELOAD {train} >/dev/null{tail}");
+            let out = check(&sub, &[], "sh", &["-c", &script]);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(code), "{err}");
+            let failed = (err.lines())
+                .find(|l| l.starts_with("vramtrace check: FAILED: "))
+                .unwrap_or_else(|| panic!("{err}"));
+            assert!(
+                failed.ends_with(&format!("; and not everything could be checked {place}")),
+                "{failed}"
+            );
+            let untraced = format!(" ran {train} untraced: the environment it was given");
+            let at = |needle: &str| err.find(needle).unwrap_or_else(|| panic!("{err}"));
+            match place {
+                "(below)" => {
+                    assert!(at(&untraced) > at("vramtrace check: FAILED: "), "{err}");
+                    assert!(
+                        err.trim_end()
+                            .ends_with("; limits exceeded in what was read (1 trace, above)"),
+                        "{err}"
+                    );
+                }
+                _ => assert!(at(&untraced) < at("vramtrace check: FAILED: "), "{err}"),
+            }
+        }
+    }
+);
