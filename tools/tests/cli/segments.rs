@@ -614,27 +614,29 @@ fn the_oom_limit_of_a_rotated_trace_never_passes_what_it_did_not_see() {
 }
 
 /// An answer about the end of a long job reads its last segment, whose few steps cannot show a
-/// slow leak: the alert the tracer raised before is the verdict, at its place, not a
-/// teardown-only note about the same memory.
+/// slow leak: what the leaking line still holds at the end, made step after step before, is its
+/// growth, and the verdict is the whole trace's — not a teardown-only note about the same
+/// memory, nor the tracer's alert alone.
 #[test]
-fn the_last_segments_verdict_is_the_alert_raised_before_it() {
+fn the_last_segments_verdict_is_the_whole_traces() {
     let dir = tempfile::tempdir().unwrap();
     let files = segmented(dir.path());
     let t = files[0].to_str().unwrap();
     let text = said(&["report", "--last", "0", t]);
-    assert_eq!(
-        line(&text, "  verdict"),
-        "  verdict   OUT OF MEMORY (1 failure since step 11, where reading began: cudaMalloc of \
-         64.0 GiB at train.py:42 in step (libtorch_cuda.so) on device 0 at step 12 with 14.0 MiB \
-         live); ALERT: steady growth at \
-         train.py:42 in step (libtorch_cuda.so) on device 0, +1.0 MiB per step; 1 more finding \
-         (DIAGNOSIS below)"
-    );
-    assert_eq!(
-        line(&text, "  growth "),
-        "  growth         STEADY GROWTH on device 0: +1.0 MiB per step at train.py:42 in step \
-         (libtorch_cuda.so), as the tracer alerted at step 10 (the steps read, from step 11, do \
-         not show it)"
+    let whole = said(&["report", t]);
+    let verdict = "  verdict   ALERT: steady growth at train.py:42 in step (libtorch_cuda.so) on \
+                   device 0, +1.0 MiB per step, out of memory at step 12; 1 more finding \
+                   (DIAGNOSIS below)";
+    assert_eq!(line(&text, "  verdict"), verdict);
+    assert_eq!(line(&whole, "  verdict"), verdict);
+    assert_eq!(line(&text, "  growth "), line(&whole, "  growth "));
+    assert!(
+        line(&text, "     evidence").starts_with(
+            "     evidence  +1.0 MiB per step from step 0, judged on the objects it still holds \
+             at the end, by the step each was made in (the samples before step 11, where reading \
+             began at a segment's snapshot, are not read); 12 rises"
+        ),
+        "{text}"
     );
     // The memory of the leak is not what the exit releases: the note names the other place.
     assert_eq!(
@@ -644,14 +646,20 @@ fn the_last_segments_verdict_is_the_alert_raised_before_it() {
     let last = json(&["report", "--json", "--last", "0", t]);
     let first = &last["analysis"]["diagnosis"][0];
     assert_eq!(first["severity"], "alert", "{first}");
-    assert_eq!(first["evidence"]["alerted_at_step"], TRAINING_ALERT_STEP);
-    assert_eq!(first["evidence"]["rate"], 1048576.0);
-    // The whole trace judges the growth itself: no finding rests on the alert there.
+    assert_eq!(first["evidence"]["kept_from"], 11);
+    assert_eq!(first["evidence"]["alerted_at_step"], Value::Null);
+    let rate = first["evidence"]["rate"].as_f64().unwrap();
+    assert!((rate - 1048576.0).abs() < 0.01 * 1048576.0, "{rate}");
+    // The whole trace judges the growth on its samples: no finding rests on the alert or on
+    // what is kept there.
     let all = json(&["report", "--json", t]);
     let first = &all["analysis"]["diagnosis"][0];
     assert_eq!(
-        first["evidence"]["alerted_at_step"],
-        serde_json::Value::Null
+        (
+            &first["evidence"]["alerted_at_step"],
+            &first["evidence"]["kept_from"]
+        ),
+        (&Value::Null, &Value::Null)
     );
     assert_eq!(first["evidence"]["rises"], 11, "{first}");
     // A replay reads from the segment its point lies in: a step or two read there are too few
@@ -663,13 +671,36 @@ fn the_last_segments_verdict_is_the_alert_raised_before_it() {
          are needed: read from earlier, `report` of every segment on disk or `--since`)"
     );
     assert!(!text.contains("window"), "{text}");
-    // An alert raised inside the steps read judged the steps before them too: said so.
+    // A replay at a step is judged on what was live there, as the report at the end is.
     let text = said(&["replay", "--at", "step 11", t]);
+    assert_eq!(line(&text, "     cause"), line(&whole, "     cause"));
+}
+
+/// A leak the program frees at its exit leaves nothing live at the end to judge it on: the last
+/// segment's few steps rest its verdict on the alert the tracer raised before, at its place,
+/// and say so.
+#[test]
+fn a_leak_freed_at_exit_rests_on_the_tracers_alert() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_segments(dir.path(), "t.vtrace", &training_freed_at_exit(), 13);
+    let t = files[0].to_str().unwrap();
+    let text = said(&["report", "--last", "0", t]);
+    assert_eq!(
+        line(&text, "  growth "),
+        "  growth         STEADY GROWTH on device 0: +1.0 MiB per step at train.py:42 in step \
+         (libtorch_cuda.so), as the tracer alerted at step 10 (the steps read, from step 12, do \
+         not show it)"
+    );
+    let last = json(&["report", "--json", "--last", "0", t]);
+    let first = &last["analysis"]["diagnosis"][0];
+    assert_eq!(first["severity"], "alert", "{first}");
+    assert_eq!(first["evidence"]["alerted_at_step"], TRAINING_ALERT_STEP);
+    assert_eq!(first["evidence"]["kept_from"], Value::Null);
+    assert_eq!(first["evidence"]["rate"], 1048576.0);
     assert_eq!(
         line(&text, "     cause"),
-        "     cause     steady growth the tracer's live analysis saw over the steps up to step \
-         10, the first of them before step 9, where reading began: the steps read are too few \
-         to show it again"
+        "     cause     steady growth the tracer's live analysis saw in the steps before step 12, \
+         where reading began: the steps read are too few to show it again"
     );
 }
 

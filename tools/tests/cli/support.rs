@@ -432,6 +432,27 @@ pub fn training() -> Vec<Record> {
     r
 }
 
+/// [`training`], its leak freed at the exit: the twelve 1 MiB buffers of line 42 freed after
+/// the out-of-memory failure, before the end record (nothing of the leak is live at the end).
+pub fn training_freed_at_exit() -> Vec<Record> {
+    let mut r = training();
+    let Some(Record::End(mut end)) = r.pop() else {
+        panic!("training() ends with its end record")
+    };
+    let mut e = Events {
+        seq: TRAINING_EVENTS,
+    };
+    for step in 0..TRAINING_STEPS {
+        let mut free = e.free(0x7300_0000_0000 + step * MIB, TORCH + 0x1300);
+        free.time_ns = 1_000_000 * free.seq;
+        r.push(Record::Event(free));
+    }
+    end.stats.events = e.seq;
+    end.time_ns = (e.seq + 1) * 1_000_000;
+    r.push(Record::End(end));
+    r
+}
+
 /// `records` written as the tracer writes a trace cut into segments: `name` and then
 /// `NAME.segN.vtrace` beside it, a segment cut after every `every` events, each after the first
 /// beginning with the snapshot of the live state the events before it give, each ending with

@@ -73,7 +73,8 @@ captest!(a_leak_rotation_hid_from_the_samples_fails_the_gate, |dir| {
     assert!(
         text.contains(&format!(
             ", judged on the objects it still holds at the end, by the step each was made in \
-             (rotation deleted the samples before step {removed}, where reading began)"
+             (the samples before step {removed}, where reading began at a segment's snapshot, \
+             are not read)"
         )),
         "{text}"
     );

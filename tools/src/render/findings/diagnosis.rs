@@ -281,8 +281,8 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
                     // Judged on what is still live, made across the steps rotation deleted.
                     parts[0] += &format!(
                         ", judged on the objects it still holds at the end, by the step each \
-                         was made in (rotation deleted the samples before step {read}, where \
-                         reading began)"
+                         was made in (the samples before step {read}, where reading began at a \
+                         segment's snapshot, are not read)"
                     );
                 } else if e.history_from == Some(x) {
                     // The view's first whole sample: what came before it is not seen.
