@@ -31,7 +31,8 @@ use crate::report::Report;
 
 pub const EXAMPLES: &str = "\
 EXIT STATUS:
-    the program's own exit code when it failed (128 + N when signal N killed it); else 2 when
+    the program's own exit code when it failed (128 + N when signal N killed it; 127 when it is
+    not found and 126 when it cannot be run, as a shell says it); else 2 when
     vramtrace could not check everything: a bad flag, the tracer library not loaded or disabled
     (VRAMTRACE_DISABLE), a program exec'd with an environment that no longer preloads it (env -i,
     sudo), a process whose trace could not be written (a read-only directory) or given a
@@ -192,7 +193,21 @@ struct TraceChecked {
 /// exit code, or the error that is exit 2.
 fn judge(args: &CheckArgs, document: &mut Document) -> Result<u8> {
     document.schema = SCHEMA;
-    let ran = crate::run::launch(&args.tracer, &args.command, crate::run::Layers::All)?;
+    let ran = match crate::run::launch(&args.tracer, &args.command, crate::run::Layers::All) {
+        Ok(ran) => ran,
+        // As `run` and a shell say it: 127 for a program not found, 126 for one that cannot
+        // run; a failing program's code, not vramtrace's 2.
+        Err(e) => match e.downcast_ref::<crate::run::NotStarted>() {
+            Some(n) => {
+                say!("error: {n}");
+                document.verdict = "program-failed";
+                document.program_exit_code = Some(n.exit_code());
+                document.error = Some(n.to_string());
+                return Ok(n.exit_code());
+            }
+            None => return Err(e),
+        },
+    };
     document.program_exit_code = Some(ran.exit_code);
     let limits = args.limits();
     let mut err = crate::output::reader_gone::stderr();

@@ -63,7 +63,7 @@ pub struct NotStarted {
 
 impl NotStarted {
     /// The exit code a shell gives: 127 not found, 126 found but not runnable.
-    fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> u8 {
         match self.error.kind() {
             std::io::ErrorKind::NotFound => 127,
             _ => 126,

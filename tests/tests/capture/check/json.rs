@@ -139,4 +139,27 @@ captest!(check_json_never_says_ok_for_what_it_did_not_see, |dir| {
         (&d["verdict"], &d["exit_code"], &d["program_exit_code"]),
         (&json!("program-failed"), &json!(3), &json!(3))
     );
+
+    // A program that cannot be started fails as a shell and `run` say it: 127.
+    let json_path = dir.join("missing.json");
+    let missing = dir.join("no-such-program");
+    let out = check(
+        &dir,
+        &["--json", json_path.to_str().unwrap()],
+        &missing,
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "error: cannot run {}: no such file or directory (os error 2)\n",
+            missing.display()
+        )
+    );
+    let d = document(&json_path);
+    assert_eq!(
+        (&d["verdict"], &d["exit_code"], &d["program_exit_code"]),
+        (&json!("program-failed"), &json!(127), &json!(127))
+    );
 });
