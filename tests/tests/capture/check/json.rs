@@ -143,12 +143,7 @@ captest!(check_json_never_says_ok_for_what_it_did_not_see, |dir| {
     // A program that cannot be started fails as a shell and `run` say it: 127.
     let json_path = dir.join("missing.json");
     let missing = dir.join("no-such-program");
-    let out = check(
-        &dir,
-        &["--json", json_path.to_str().unwrap()],
-        &missing,
-        &[],
-    );
+    let out = check(dir, &["--json", json_path.to_str().unwrap()], &missing, &[]);
     assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stderr),
