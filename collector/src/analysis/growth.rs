@@ -229,6 +229,7 @@ impl Growth {
     /// [`Growth::judge`] for a call site's series, with `kept`, its objects still live at the
     /// end ([`kept_objects`]): where reading began at a segment's snapshot, growth the samples
     /// read do not show is judged on them, as the analysis judges its places.
+    #[cfg(feature = "symbols")]
     pub(crate) fn judge_with_kept(
         &self,
         holder: Holder,

@@ -115,8 +115,8 @@ impl SegmentSettings {
             let half = (s.max_bytes / 2).max(MIN_SEGMENT_BYTES);
             let raised = match 2 * half > s.max_bytes {
                 true => format!(
-                    ", and a budget of {} MiB, the least that holds two",
-                    half >> 19
+                    ", and a budget of {}, the least that holds two",
+                    in_words(2 * half)
                 ),
                 false => String::new(),
             };
@@ -127,11 +127,11 @@ impl SegmentSettings {
             };
             w.push(format!(
                 "VRAMTRACE_MAX_BYTES (--max-bytes) of {} holds fewer than two segments of {} \
-                 (VRAMTRACE_SEGMENT_BYTES, --segment-bytes{default}); using segments of {} \
-                 MiB{raised}",
+                 (VRAMTRACE_SEGMENT_BYTES, --segment-bytes{default}); using segments of \
+                 {}{raised}",
                 in_words(s.max_bytes),
                 in_words(s.segment_bytes),
-                half >> 20
+                in_words(half)
             ));
             s.segment_bytes = half;
             s.max_bytes = s.max_bytes.max(2 * half);
@@ -337,6 +337,20 @@ mod tests {
             &mut w,
         );
         (s, w)
+    }
+
+    #[test]
+    fn a_budget_under_two_segments_gets_segments_of_half_of_it() {
+        let (s, w) = settings(&[
+            ("VRAMTRACE_MAX_BYTES", "3MiB"),
+            ("VRAMTRACE_SEGMENT_BYTES", "2MiB"),
+        ]);
+        assert_eq!((s.segment_bytes, s.max_bytes), (3 << 19, 3 << 20));
+        assert_eq!(
+            w,
+            ["VRAMTRACE_MAX_BYTES (--max-bytes) of 3.0 MiB holds fewer than two segments of 2.0 \
+              MiB (VRAMTRACE_SEGMENT_BYTES, --segment-bytes); using segments of 1.5 MiB"]
+        );
     }
 
     #[test]
