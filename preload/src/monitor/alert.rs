@@ -320,10 +320,15 @@ fn write_snapshot(w: &Watch, a: &Alert, path: &str) -> std::io::Result<()> {
     for s in &mut live.sites {
         s.site.label = Some(place_name(w, &s.site));
     }
+    // The alert as the trace records it once this file is written: naming it.
+    let alert = Alert {
+        snapshot: path.to_string(),
+        ..a.clone()
+    };
     let doc = Snapshot {
         schema: "vramtrace-alert-snapshot/1",
         pid: std::process::id(),
-        alert: a,
+        alert: &alert,
         live,
     };
     let mut file = std::fs::OpenOptions::new()

@@ -157,6 +157,7 @@ captest!(
         assert_eq!(doc["schema"], "vramtrace-alert-snapshot/1");
         assert_eq!(doc["pid"], trace.header.pid);
         assert_eq!(doc["alert"]["step"], 11);
+        assert_eq!(doc["alert"]["snapshot"], snapshot.as_str());
         assert_eq!(doc["live"]["device"]["bytes"], 12 * MIB);
         let top = &doc["live"]["sites"][0];
         assert_eq!(
