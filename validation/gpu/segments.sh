@@ -17,8 +17,13 @@
 #    tracer; the report of the directory and of its last segment (`--last 0`) with the same live
 #    set (`same: true`), the leak at its LEAK-LINE in both, and what rotation removed. Then the
 #    answers read from one segment's snapshot: `replay` two steps after the last segment began
-#    (growth not judged on two steps; the verdict the tracer's alert, at its LEAK-LINE), and
-#    `report --last 0 --fail-on oom` (exit 2: the failures before the segment are not kept).
+#    (the leak's tensors live there, made step after step before it: its growth at LEAK-LINE,
+#    `evidence.kept_from`), and `report --last 0 --fail-on oom` (exit 2: the failures before the
+#    segment are not kept).
+# 3. healthy: the same loop without its leak (VT_SEG_LEAK=0, VT_SEG_HEALTHY_STEPS, default
+#    20,000) under the same bounds, its alert off: `report --fail-on growth` of the directory and
+#    of its last segment. Look for: exit 0 and no steady-growth finding in both (what the weights
+#    and optimizer keep was made at the start: no staircase).
 #
 # Results: $OUT/segments.txt.
 set -u
@@ -81,7 +86,7 @@ for name, r in (("segments there", whole), ("last segment", last)):
     seg = r["reading"]["segments"]
     print(f"{name}: segments {seg['first_read']}-{seg['last_read']} read, removed {seg['removed']}, records {r['reading']['records']}")
     for f in r["analysis"]["diagnosis"][:3]:
-        print(f"  {f['severity']} {f['class']} at {f['site'].get('label')}: {f['evidence'].get('rate')} B per step")
+        print(f"  {f['severity']} {f['class']} at {(f['site'] or {}).get('label')}: {f['evidence'].get('rate')} B per step, kept_from {f['evidence'].get('kept_from')}, alerted_at_step {f['evidence'].get('alerted_at_step')}")
 EOF
 from=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['reading']['segments']['read_from_step'])" "$WORK/last.json")
 first=$(ls "$TRACES"/*.vtrace | head -1)
@@ -90,4 +95,28 @@ say "replay --at 'step $((from + 2))' (the last segment began in step $from): ex
 grep -E '^  (verdict|growth |alerted)|^  1\. ' "$WORK/replay.txt" | tee -a "$REPORT"
 "$VT" report --last 0 --fail-on oom "$TRACES" > /dev/null 2> "$WORK/oom.err"
 say "report --last 0 --fail-on oom: exit $?: $(grep -E '^  not checked' "$WORK/oom.err")"
+
+say "== healthy: segments_loop.py without its leak, the same bounds, the live alert off"
+HEALTHY=$WORK/healthy
+mkdir -p "$HEALTHY"
+t0=$(date +%s%N)
+VT_SEG_LEAK=0 VT_SEG_STEPS=${VT_SEG_HEALTHY_STEPS:-20000} VRAMTRACE_ALERT=0 "$VT" run --per-tensor \
+    --segment-bytes 1MiB --max-bytes 3MiB -o "$HEALTHY/" --no-summary \
+    -- python3 "$LOOP" > "$WORK/healthy.out" 2> "$WORK/healthy.err"
+say "traced: rc $?, $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(cat "$WORK/healthy.out"); files: $(ls "$HEALTHY" | tr '\n' ' ')"
+for last in "" "--last 0"; do
+    # shellcheck disable=SC2086
+    "$VT" report --json --fail-on growth $last "$HEALTHY" > "$WORK/h.json" 2> "$WORK/h.err"
+    rc=$?
+    python3 - "$WORK/h.json" "$rc" "${last:-whole}" <<'EOF' | tee -a "$REPORT"
+import json, sys
+r = json.load(open(sys.argv[1]))
+seg = r["reading"]["segments"]
+grows = [f for f in r["analysis"]["diagnosis"] if f["class"] == "steady-growth"]
+print(f"healthy, {sys.argv[3]}: --fail-on growth exit {sys.argv[2]}; removed {seg['removed']}; "
+      f"steady-growth findings {len(grows)}; verdict {r['limits']['verdict']}")
+for f in grows:
+    print(f"  {f['severity']} at {(f['site'] or {}).get('label')}: {f['evidence'].get('rate')} B per step, kept_from {f['evidence'].get('kept_from')}")
+EOF
+done
 ls -la "$OUTDIR"
