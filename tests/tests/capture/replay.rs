@@ -92,7 +92,11 @@ captest!(replay_at_steps_of_wl_train, |dir| {
         assert_eq!(r["schema"], "vramtrace-replay/1");
         assert_eq!(r["trace"], trace.path.display().to_string());
         assert_eq!(r["pid"], trace.header.pid);
-        assert_eq!(r["segments"], serde_json::Value::Null, "a trace of one file");
+        assert_eq!(
+            r["segments"],
+            serde_json::Value::Null,
+            "a trace of one file"
+        );
         assert_eq!(
             r["gaps"],
             serde_json::Value::Array(Vec::new()),

@@ -581,6 +581,9 @@ fn findings_are_the_reports_diagnosis_on_real_gpu_traces() {
             assert_eq!(f.int("freed_at_teardown")[row], freed, "{name}");
             assert_eq!(f.text("view")[row], text(&e["view"]), "{name}");
             assert_eq!(f.text("line_means")[row], text(&e["line_means"]), "{name}");
+            for k in ["kept_from", "alerted_at_step"] {
+                assert_eq!(f.int(k)[row], e[k].as_i64(), "{name} {k}");
+            }
             assert_eq!(f.text("cause")[row], text(&d["cause"]), "{name}");
             let window = analysis["growth"]["window_ns"].as_i64();
             let per_window = e["axis"] == "time";
@@ -972,4 +975,32 @@ fn a_job_missing_a_rank_is_said() {
     assert!(said.contains(&format!("warning: {warning}\n")), "{said}");
     let d: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
     assert_eq!(d["warnings"], serde_json::json!([warning]));
+}
+
+// A trace whose first segments rotation deleted: its last segment's few steps do not show the
+// leak of line 42, what the line still holds at the end does, and the `findings` row says the
+// growth rests on it (`kept_from`, the first step read) as the report does.
+#[test]
+fn a_rotated_traces_findings_say_what_the_growth_rests_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_segments(dir.path(), "t.vtrace", &training(), 13);
+    for f in &files[..files.len() - 1] {
+        std::fs::remove_file(f).unwrap();
+    }
+    let trace = &files[0];
+    let report = vramtrace()
+        .args(["report", "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let e = &report["analysis"]["diagnosis"][0]["evidence"];
+    assert_eq!(e["kept_from"], 11, "{e}");
+    let out = dir.path().join("data");
+    export(trace, &out, &[]).success();
+    let f = table(&out, "findings");
+    assert_eq!(f.text("label")[0].as_deref(), Some("train.py:42 in step"));
+    assert_eq!(f.int("kept_from")[0], Some(11));
+    assert_eq!(f.int("alerted_at_step")[0], None);
+    assert_eq!(f.real("rate")[0], e["rate"].as_f64());
 }

@@ -33,6 +33,8 @@ table! {
         window_ns: "optional int64" => Plain;
         growth_from: "optional int64" => Plain;
         history_from: "optional int64" => Plain;
+        kept_from: "optional int64" => Plain;
+        alerted_at_step: "optional int64" => Plain;
         rises: "optional int64" => Plain;
         r2: "optional double" => Plain;
         objects: "optional int64" => Plain;
@@ -97,6 +99,8 @@ fn row(c: &mut Findings, pid: i64, number: usize, f: &Finding, window_ns: Option
         .opt_int(window_ns.filter(|_| per_window).map(bits));
     c.growth_from.opt_int(e.growth_from.map(bits));
     c.history_from.opt_int(e.history_from.map(bits));
+    c.kept_from.opt_int(e.kept_from.map(bits));
+    c.alerted_at_step.opt_int(e.alerted_at_step.map(bits));
     c.rises.opt_int(e.rises.map(|r| r as i64));
     c.r2.opt_real(e.r2);
     c.objects.opt_int(e.objects.map(bits));
