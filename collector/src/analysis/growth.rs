@@ -234,7 +234,7 @@ impl Growth {
         &self,
         holder: Holder,
         points: Vec<(u64, u64)>,
-        kept: Option<Vec<(u64, u64)>>,
+        kept: Option<KeptAtSite>,
     ) -> Course {
         let course = self.judge(holder, points.clone());
         match kept {
@@ -445,9 +445,9 @@ struct Row {
     /// Objects its call sites made, and those live (the driver's view; another's: none).
     made: u64,
     live: u64,
-    /// In a reading begun at a segment's snapshot: the objects of its sites still live at the
-    /// end, each as (the step it was made in, its bytes), the driver's view only.
-    kept: Vec<(u64, u64)>,
+    /// In a reading begun at a segment's snapshot: what its sites still hold at the end, the
+    /// driver's view only.
+    kept: KeptAtSite,
 }
 
 /// A line reached on several paths of the program is a place per path, so that the path that
@@ -487,7 +487,7 @@ fn one_place_where_every_path_grows(
                 m.history_from = m.history_from.max(r.history_from);
                 m.made += r.made;
                 m.live += r.live;
-                m.kept.extend(r.kept);
+                m.kept = std::mem::take(&mut m.kept).with(r.kept);
             }
             None => {
                 merged.insert(
@@ -507,9 +507,29 @@ fn one_place_where_every_path_grows(
 /// Points of a course over the whole run judged from the objects still live at its end.
 const KEPT_POINTS: u64 = 256;
 
-/// Objects still live at the end by holder and call site, each as (the step it was made in, its
-/// bytes).
-pub(crate) type Kept = BTreeMap<(Holder, SiteId), Vec<(u64, u64)>>;
+/// What a call site on a holder still holds at the end of a reading begun at a segment's
+/// snapshot ([`kept_objects`]).
+#[derive(Debug, Default)]
+pub(crate) struct KeptAtSite {
+    /// Its objects live at the end, each as (the step it was made in, its bytes).
+    objects: Vec<(u64, u64)>,
+    /// Objects it had live at the snapshot, and of them those still live at the end.
+    restored: u64,
+    survivors: u64,
+}
+
+impl KeptAtSite {
+    /// This and `other` together (a place of several call sites).
+    fn with(mut self, other: KeptAtSite) -> KeptAtSite {
+        self.objects.extend(other.objects);
+        self.restored += other.restored;
+        self.survivors += other.survivors;
+        self
+    }
+}
+
+/// [`KeptAtSite`] by holder and call site.
+pub(crate) type Kept = BTreeMap<(Holder, SiteId), KeptAtSite>;
 
 /// The objects still live at the end of a reading on `axis` begun at a segment's snapshot, in
 /// device memory ([`kept_course`]); none for any other reading.
@@ -518,6 +538,9 @@ pub(crate) fn kept_objects(state: &LiveState, axis: SampleAxis) -> Kept {
     if state.restored().is_none() || axis != SampleAxis::Steps {
         return kept;
     }
+    let Some(restored) = state.restored() else {
+        return kept;
+    };
     for o in state.live_objects() {
         let bytes = o.device_bytes();
         // One a lost event may have freed is no evidence of what was kept.
@@ -525,10 +548,22 @@ pub(crate) fn kept_objects(state: &LiveState, axis: SampleAxis) -> Kept {
             continue;
         }
         let holder = Holder::Device { device: o.device };
-        (kept.entry((holder, o.origin.site)).or_default()).push((o.origin.step, bytes));
+        let k = kept.entry((holder, o.origin.site)).or_default();
+        k.objects.push((o.origin.step, bytes));
+        k.survivors += u64::from(o.origin.seq <= restored.last_seq);
+    }
+    for (holder, site, n) in state.site_restored() {
+        if let Some(k) = kept.get_mut(&(holder, site)) {
+            k.restored = n;
+        }
     }
     kept
 }
+
+/// Of what a place had live at the snapshot, the share still live at the end below which what
+/// it holds at the end is no course of the run: a ring of buffers, each made again in turn,
+/// keeps only its latest, made step after step, and never grows.
+const KEPT_SURVIVORS: f64 = 0.9;
 
 /// The steady growth of a place in a reading begun at a segment's snapshot, which the samples
 /// read (`points`, from the snapshot on) do not show: rotation deleted the steps before, and a
@@ -539,10 +574,15 @@ pub(crate) fn kept_objects(state: &LiveState, axis: SampleAxis) -> Kept {
 /// are among them and that course is steady. Returns the first step read, and the course.
 pub(crate) fn kept_course(
     points: &[(u64, u64)],
-    mut kept: Vec<(u64, u64)>,
+    kept: KeptAtSite,
     config: &GrowthConfig,
 ) -> Option<(u64, Course)> {
     let first = points.first()?.0;
+    // What it held at the snapshot went on being held: a leak frees nothing it made.
+    if (kept.survivors as f64) < KEPT_SURVIVORS * kept.restored as f64 {
+        return None;
+    }
+    let mut kept = kept.objects;
     if !kept.iter().any(|&(step, _)| step < first) {
         return None;
     }
@@ -726,10 +766,9 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
     let mut rows: Vec<Row> = places
         .into_iter()
         .map(|((holder, _), Members { series, mut sites })| {
-            let kept: Vec<(u64, u64)> = (sites.iter())
+            let kept = (sites.iter())
                 .filter_map(|&(_, id)| kept.remove(&(holder, id)))
-                .flatten()
-                .collect();
+                .fold(KeptAtSite::default(), KeptAtSite::with);
             let now_bytes = sites
                 .iter()
                 .map(|&(_, id)| now.get(&(holder, id)).copied().unwrap_or(0))
@@ -763,7 +802,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
         history_from: l.history_from,
         made: 0,
         live: 0,
-        kept: Vec::new(),
+        kept: KeptAtSite::default(),
     }));
 
     let judge = |row: &Row| holder_of(row.holder).map(|h| judge_on(h, axis, &row.points, config));

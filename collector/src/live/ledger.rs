@@ -165,6 +165,8 @@ pub(crate) struct Entry {
     pub(crate) count: u64,
     /// Objects counted live since the ledger began (a restored one's since its snapshot).
     pub(crate) made: u64,
+    /// Objects live when the state was restored from a segment's snapshot (0 otherwise).
+    pub(crate) restored: u64,
     /// Event ordinal of the last change.
     last_change: u64,
     /// Bytes and count at the holder's peak, valid when changed since it.
@@ -314,6 +316,13 @@ impl Ledger {
         }
     }
 
+    /// The objects just restored from a snapshot are each entry's `restored`.
+    pub(crate) fn note_restored(&mut self) {
+        for e in &mut self.entries {
+            e.restored = e.count;
+        }
+    }
+
     /// Drops every series' step samples (the steps were those of a pattern that stopped): the
     /// next step boundary is the first sample again. Time-window samples stay.
     pub(crate) fn forget_steps(&mut self) {
@@ -373,6 +382,7 @@ impl Ledger {
                 bytes: 0,
                 count: 0,
                 made: 0,
+                restored: 0,
                 last_change: 0,
                 at_peak: (0, 0),
                 settled: self.ticks,

@@ -92,6 +92,14 @@ impl LiveState {
             .map(|e| (e.site, e.made, e.count))
     }
 
+    /// For each (holder, call site) that had objects live when the state was restored from a
+    /// segment's snapshot: how many.
+    pub(crate) fn site_restored(&self) -> impl Iterator<Item = (Holder, SiteId, u64)> + '_ {
+        (self.ledger.entries.iter())
+            .filter(|e| e.restored > 0)
+            .map(|e| (e.holder, e.site, e.restored))
+    }
+
     /// What each call site held on `holder` at its peak, largest first.
     pub fn peak_holdings(&self, holder: Holder) -> Vec<SiteHolding> {
         sorted(

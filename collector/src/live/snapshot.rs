@@ -433,6 +433,7 @@ impl LiveState {
         if s.events > 0 {
             self.ledger.end_event();
         }
+        self.ledger.note_restored();
         for o in &s.set_aside {
             if let (
                 Some(c),

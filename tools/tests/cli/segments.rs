@@ -729,3 +729,30 @@ fn the_page_of_a_rotated_trace_says_which_events_it_read() {
         &text[text.find("class=\"facts\"").unwrap()..][..300]
     );
 }
+
+/// A ring of buffers, each made again in turn, keeps its latest ones at the end, made one a step:
+/// no growth, whatever part of the run is read. What a place holds at the end is its course
+/// only where what it held at the snapshot is still held (a leak frees nothing it made).
+#[test]
+fn a_ring_of_buffers_read_from_its_last_segment_does_not_grow() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_segments(dir.path(), "t.vtrace", &ring(120, 40), 60);
+    assert!(files.len() >= 4, "{files:?}");
+    let t = files[0].to_str().unwrap();
+    for args in [
+        vec!["report", "--json", t],
+        vec!["report", "--json", "--last", "0", t],
+    ] {
+        let r = json(&args);
+        assert_eq!(
+            r["analysis"]["growth"]["steady"],
+            serde_json::json!([]),
+            "{args:?}"
+        );
+        assert_eq!(r["live"]["device_memory"]["bytes"], 40 * MIB, "{args:?}");
+        let grows = (r["analysis"]["diagnosis"].as_array().unwrap().iter())
+            .filter(|f| f["class"] == "steady-growth")
+            .count();
+        assert_eq!(grows, 0, "{args:?}: {}", r["analysis"]["diagnosis"]);
+    }
+}

@@ -453,6 +453,43 @@ pub fn training_freed_at_exit() -> Vec<Record> {
     r
 }
 
+/// A healthy loop that keeps a ring of `slots` 1 MiB buffers: each of `steps` steps (marked)
+/// frees the oldest and makes a new one at one call site, so the device holds `slots` MiB from
+/// step `slots` on and never grows; the buffers live at the end are the last `slots` made, one a
+/// step.
+pub fn ring(steps: u64, slots: u64) -> Vec<Record> {
+    let mut e = Events { seq: 0 };
+    let time = |ev: &mut Event| ev.time_ns = 1_000_000 * ev.seq;
+    let mut r = vec![
+        module(1, "/opt/app/libtrainer.so", TRAINER),
+        module(2, "/usr/lib/libtorch_cuda.so", TORCH),
+    ];
+    let slot = |step: u64| 0x7400_0000_0000 + (step % slots) * MIB;
+    for step in 0..steps {
+        let mut mark = e.event(Api::TracerMarkStep, Op::MarkStep { step }, TRAINER + 0x200);
+        time(&mut mark);
+        r.push(Record::Event(mark));
+        if step >= slots {
+            let mut free = e.free(slot(step), TORCH + 0x3100);
+            time(&mut free);
+            r.push(Record::Event(free));
+        }
+        let mut made = e.malloc(slot(step), MIB, TORCH + 0x3000);
+        time(&mut made);
+        r.push(Record::Event(made));
+    }
+    let stats = Stats {
+        events: e.seq,
+        ..Stats::default()
+    };
+    r.push(Record::End(End {
+        time_ns: (e.seq + 1) * 1_000_000,
+        stats,
+        reason: "exit".into(),
+    }));
+    r
+}
+
 /// `records` written as the tracer writes a trace cut into segments: `name` and then
 /// `NAME.segN.vtrace` beside it, a segment cut after every `every` events, each after the first
 /// beginning with the snapshot of the live state the events before it give, each ending with
