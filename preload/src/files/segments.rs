@@ -384,7 +384,9 @@ mod tests {
         let (s, w) = settings(&[("VRAMTRACE_MAX_BYTES", "1MiB")]);
         assert_eq!((s.segment_bytes, s.max_bytes), (1 << 20, 2 << 20));
         assert!(
-            w[0].ends_with("segments of 1 MiB, and a budget of 2 MiB, the least that holds two"),
+            w[0].ends_with(
+                "segments of 1.0 MiB, and a budget of 2.0 MiB, the least that holds two"
+            ),
             "{w:?}"
         );
         let (s, w) = settings(&[("VRAMTRACE_SEGMENT_BYTES", "0")]);
