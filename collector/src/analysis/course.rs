@@ -15,7 +15,10 @@
 //! Growth is judged on its *rises*. The growth that is still going on is the chain of rises that
 //! ends at the last one, going back while the gaps between rises stay within twice their usual
 //! spacing (at least [`MIN_GAP_LIMIT`] samples). It is sustained when it has at least
-//! [`MIN_RISES`] rises and the series has not been flat since for longer than such a gap.
+//! [`MIN_RISES`] rises and the series has not been flat since for longer than such a gap and a
+//! quarter of the growth's span ([`STOPPED_SHARE`]): a warm-up stops early and stays flat, while
+//! a leak that ran through most of the run and stopped near its end (an evaluation, the last
+//! steps) is still growth.
 //! Leading rises of the chain far larger than its usual rise (more than [`WARM_UP_FACTOR`] times
 //! the median) are warm-up, not part of it; a chain whose largest rise holds [`ONE_STEP_SHARE`]
 //! of its growth is one step with small rises around it, not growth. The rate is the net change from the chain's first
@@ -63,6 +66,10 @@ impl Default for GrowthConfig {
 
 /// Rises a sustained growth needs.
 pub(crate) const MIN_RISES: usize = 3;
+/// Growth has stopped when the series has been flat since its last rise for longer than this
+/// share of the growth's span, and than a gap between its rises.
+const STOPPED_SHARE: f64 = 4.0;
+
 /// The smallest gap (in samples) between rises of one growth, whatever its usual spacing.
 pub(crate) const MIN_GAP_LIMIT: usize = 4;
 /// A leading rise this many times the median rise of its growth is warm-up.
@@ -202,12 +209,16 @@ fn sustained(y: &[u64]) -> Option<(usize, usize, usize)> {
     recent.sort_unstable();
     let usual = recent.get(recent.len() / 2).copied().unwrap_or(1);
     let limit = (2 * usual).max(MIN_GAP_LIMIT);
-    if y.len() - 1 - last > limit {
-        return None;
-    }
     let mut first = rises.len() - 1;
     while first > 0 && rises[first] - rises[first - 1] <= limit {
         first -= 1;
+    }
+    // Growth stopped when the series has been flat since for longer than a gap and than a
+    // quarter of the growth's span: a warm-up stops early and stays flat; a leak that ran through
+    // most of the run and stopped near its end (an evaluation, the last steps) is still growth.
+    let flat = y.len() - 1 - last;
+    if flat > limit && STOPPED_SHARE * flat as f64 > (last - rises[first]) as f64 {
+        return None;
     }
     let chain = &rises[first..];
     let amount = |i: usize| y[i] - y[i - 1];
@@ -418,6 +429,20 @@ mod tests {
         assert_eq!(c.shape, Shape::Steady);
         assert_eq!(c.rate, (MIB / 2) as f64);
         assert_eq!((c.phases.steady_from, c.phases.growth_from), (1, Some(59)));
+    }
+
+    #[test]
+    fn a_leak_that_stops_near_the_end_is_still_growth() {
+        // Flat for 10 steps, 1 MiB a step for 80, then flat for the last 10: the leak ran
+        // through most of the run.
+        let mut y = vec![0u64; 10];
+        y.extend((1..=80).map(|k| k * MIB));
+        y.extend([80 * MIB; 10]);
+        let c = course(&y);
+        assert_eq!((c.shape, c.rate), (Shape::Steady, MIB as f64));
+        // Flat for longer than a quarter of its span: it stopped.
+        y.extend([80 * MIB; 11]);
+        assert_eq!(course(&y).shape, Shape::Flat);
     }
 
     #[test]
