@@ -10,6 +10,9 @@
  *
  *   leak     each step also keeps a 1 MiB tensor (fw_alloc, FW_MODE_ASYNC: cudaMallocAsync by
  *            libtorch_standin.so) never freed: +1 MiB a step from step 1, 40 MiB live at exit.
+ *   leak-stops  the leak for steps 1 to 24 only, then 16 steps that keep nothing: 24 MiB live
+ *            at exit, made one a step (a history that stopped growing: bounded growth, which
+ *            the live alert sees while it grows).
  *   healthy  steps 1, 2 and 3 fill caches kept to the end (8, 4 and 2 MiB: a warm-up), and every
  *            10th step an evaluation holds 64 MiB into the next step, which frees it (peaks).
  *            Nothing grows after the warm-up.
@@ -47,11 +50,12 @@ int main(int argc, char **argv)
 {
     const char *shape = argc > 1 ? argv[1] : "";
     int unmarked = !strcmp(shape, "leak-unmarked") || !strcmp(shape, "healthy-unmarked");
-    int leak = !strcmp(shape, "leak") || !strcmp(shape, "leak-unmarked");
+    int stops = !strcmp(shape, "leak-stops");
+    int leak = !strcmp(shape, "leak") || !strcmp(shape, "leak-unmarked") || stops;
     int healthy = !strcmp(shape, "healthy") || !strcmp(shape, "healthy-unmarked");
     int wait_signal = argc > 2 && !strcmp(argv[2], "--wait-signal");
     if ((!leak && !healthy) || argc > 3 || (argc == 3 && !wait_signal)) {
-        fprintf(stderr, "usage: wl_alert leak|healthy[-unmarked] [--wait-signal]\n");
+        fprintf(stderr, "usage: wl_alert leak|healthy[-unmarked]|leak-stops [--wait-signal]\n");
         return 2;
     }
     struct sigaction sa;
@@ -88,7 +92,8 @@ int main(int argc, char **argv)
         EXPECT(act != NULL, 1);
         EXPECT(ffree(act), 0);
         if (leak) {
-            EXPECT(alloc(1 * MiB, FW_MODE_ASYNC) != NULL, 1); /* a history tensor, kept */
+            if (!stops || step <= 24)
+                EXPECT(alloc(1 * MiB, FW_MODE_ASYNC) != NULL, 1); /* a history tensor, kept */
         } else {
             if (step <= 3)
                 EXPECT(alloc((8 * MiB) >> (step - 1), FW_MODE_ASYNC) != NULL, 1); /* a cache */

@@ -43,7 +43,7 @@ pub(crate) use growth::{Headroom, Projection};
 pub use growth::{HolderGrowth, LostFrees, SiteGrowth, DRIVER};
 pub use integrity::anomalies;
 pub(crate) use integrity::AnomalyReport;
-pub use leaks::{leaks, Leaks};
+pub use leaks::{leaks, LeakSite, Leaks};
 pub(crate) use oom::OomReport;
 pub use oom::{ooms, OomFailure};
 pub use orphans::Orphan;

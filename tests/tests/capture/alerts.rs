@@ -40,7 +40,7 @@ captest!(
         assert_eq!(
         alert_lines(&err),
         ["vramtrace: ALERT at step 11: device 0 grows steadily, +1.0 MiB per step at main at \
-          wl_alert.c:91 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 MiB live, full in 1,012 steps"]
+          wl_alert.c:96 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 MiB live, full in 1,012 steps"]
     );
         // The stand-in's steps take microseconds: the time to full is in a unit that shows it,
         // never "0 s".
@@ -63,7 +63,7 @@ captest!(
         assert_eq!(a.steps_to_full, Some(1012));
         assert_eq!(
             a.place,
-            "main at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
+            "main at wl_alert.c:96 → fw_alloc (libtorch_standin.so)"
         );
         assert_eq!((a.signal, a.snapshot.as_str()), (0, ""));
         // The alert follows the last event of step 11's mark: the mark itself.
@@ -88,7 +88,7 @@ captest!(
             alerted,
             [
                 "  alerted        at step 11: device 0 grew steadily, +1.0 MiB per \
-              step at main at wl_alert.c:91 → fw_alloc (libtorch_standin.so) (full within the horizon); full in 1,012 steps at the run's step time"
+              step at main at wl_alert.c:96 → fw_alloc (libtorch_standin.so) (full within the horizon); full in 1,012 steps at the run's step time"
             ],
             "{text}"
         );
@@ -109,7 +109,7 @@ captest!(the_threshold_and_the_confirmation_are_settings, |dir| {
         alert_lines(&run.stderr()),
         [
             "vramtrace: ALERT at step 6: device 0 grows steadily, +1.0 MiB per step at main at \
-          wl_alert.c:91 → fw_alloc (libtorch_standin.so) (above the threshold of 512.0 KiB per step); 7.0 MiB live, full \
+          wl_alert.c:96 → fw_alloc (libtorch_standin.so) (above the threshold of 512.0 KiB per step); 7.0 MiB live, full \
           in 1,017 steps"
         ]
     );
@@ -162,7 +162,7 @@ captest!(
         let top = &doc["live"]["sites"][0];
         assert_eq!(
             top["label"],
-            "main at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
+            "main at wl_alert.c:96 → fw_alloc (libtorch_standin.so)"
         );
         assert_eq!(
             (top["bytes"].as_u64(), top["count"].as_u64()),
@@ -273,7 +273,7 @@ captest!(
         assert!(
             lines[0].starts_with(
                 "vramtrace: ALERT at exit, step 40: device 0 grows steadily, +1.0 MiB per step at \
-                 main at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
+                 main at wl_alert.c:96 → fw_alloc (libtorch_standin.so)"
             ),
             "{err}"
         );
@@ -293,7 +293,7 @@ captest!(an_alert_line_names_the_rank, |dir| {
         alert_lines(&err),
         [
             "vramtrace: ALERT (rank 3) at step 11: device 0 grows steadily, +1.0 MiB per step at \
-          main at wl_alert.c:91 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 \
+          main at wl_alert.c:96 → fw_alloc (libtorch_standin.so) (full within the horizon); 12.0 \
           MiB live, full in 1,012 steps"
         ]
     );
@@ -317,14 +317,14 @@ captest!(
         assert_eq!((a.rate, a.place_rate, a.unit.as_str()), (MIB, MIB, "step"));
         assert_eq!(
             a.place,
-            "main at wl_alert.c:91 → fw_alloc (libtorch_standin.so)"
+            "main at wl_alert.c:96 → fw_alloc (libtorch_standin.so)"
         );
         assert!((50..=80).contains(&a.step), "{a:?}");
         assert_eq!(trace.state.marks(), 0);
         let lines = alert_lines(&run.stderr());
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
-            lines[0].contains("+1.0 MiB per step at main at wl_alert.c:91"),
+            lines[0].contains("+1.0 MiB per step at main at wl_alert.c:96"),
             "{lines:?}"
         );
         // At the default 60 s the two-second loop raises none, and the end of the run says why.
@@ -338,7 +338,7 @@ captest!(
             .unwrap_or_else(|| panic!("{err}"));
         assert!(
             note.contains(
-                "it grows steadily, +1.0 MiB per step at main at wl_alert.c:91 → fw_alloc \
+                "it grows steadily, +1.0 MiB per step at main at wl_alert.c:96 → fw_alloc \
                  (libtorch_standin.so), but for "
             ) && note.ends_with(
                 " of the 60 s that VRAMTRACE_ALERT_CONFIRM_PATTERN asks (judged per step of its \
@@ -551,10 +551,37 @@ captest!(
         assert!(
         err.contains(
             "vramtrace: no live alert on device 0: it grows steadily, +1.0 MiB per step at main \
-             at wl_alert.c:91 → fw_alloc (libtorch_standin.so), but for 39 steps of the 50 that \
+             at wl_alert.c:96 → fw_alloc (libtorch_standin.so), but for 39 steps of the 50 that \
              VRAMTRACE_ALERT_CONFIRM asks; `vramtrace report` judges the whole trace\n"
         ),
         "{err}"
     );
     }
 );
+
+// A history that grows for 24 steps and then stops, 16 steps before the end: bounded growth,
+// which the live alert saw while it grew. The report does not call the alert unconfirmed: it
+// says the growth stopped, and what of it is still held.
+captest!(an_alert_on_growth_that_stopped_says_so, |dir| {
+    let run = wl_alert("leak-stops").run_traced(dir);
+    let alerts = alert_lines(&run.stderr());
+    assert_eq!(alerts.len(), 1, "{}", run.stderr());
+    let trace = run.single_trace();
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .arg("report")
+        .arg(&trace.path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let alerted = (report.lines())
+        .find(|l| l.starts_with("  alerted "))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        alerted.ends_with(
+            "; the whole run shows that growth stopped: 24.0 MiB made over steps 1..24 is still \
+             held at the end, flat since (bounded growth, not judged steady)"
+        ),
+        "{alerted}"
+    );
+    assert!(!report.contains("not confirmed"), "{report}");
+});

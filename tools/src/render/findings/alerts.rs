@@ -78,7 +78,18 @@ pub(crate) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
                 "; the steps read (from step {from}: those before are not on disk, or not \
                  asked for) show no steady growth there"
             ),
-            None => "; not confirmed: the whole run shows no steady growth there".to_string(),
+            None => match kept_at_alerts_place(a, raised) {
+                // The place grew for long, then stopped before the end: said as the run shows
+                // it, not as a refutation of what the alert saw.
+                Some(l) => format!(
+                    "; the whole run shows that growth stopped: {} made over steps {}..{} is \
+                     still held at the end, flat since (bounded growth, not judged steady)",
+                    crate::render::units::bytes(l.bytes),
+                    l.first_step,
+                    l.last_step
+                ),
+                None => "; not confirmed: the whole run shows no steady growth there".to_string(),
+            },
         };
     };
     // Raised before the growth the run shows began (a start-up's rise, say): not that growth.
@@ -118,6 +129,23 @@ pub(crate) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
     }
     said
 }
+
+/// The live set's place of the alert, where it holds at the end objects made over many steps
+/// (at least [`MANY_STEPS`] between its oldest and newest): growth the alert saw that stopped.
+fn kept_at_alerts_place<'a>(
+    a: &'a Analysis,
+    raised: &RaisedAlert,
+) -> Option<&'a vramtrace_collector::analysis::LeakSite> {
+    (a.leaks.sites.iter()).find(|l| {
+        l.device_count >= MANY_STEPS
+            && l.last_step.saturating_sub(l.first_step) >= MANY_STEPS
+            && names_place(raised, &l.site)
+    })
+}
+
+/// Steps over which objects still live at the end were made, and how many, from which a place
+/// grew for long (not a warm-up's few rises).
+const MANY_STEPS: u64 = 16;
 
 /// Whether live alert `raised` names `site`'s place: the same label, whether the alert came with
 /// a call site or only with a line of PyTorch's tensors (its path as the process saw it).
