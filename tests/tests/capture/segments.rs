@@ -213,4 +213,18 @@ captest!(a_name_two_runs_share_says_which_it_read, |dir| {
         replay["segments"]
     );
     assert_eq!(replay["pid"], report["trace"]["pid"]);
+    // A gate's log (stderr) says it too, once.
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .args(["report", "--fail-on", "growth"])
+        .arg(&name)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = format!(
+        "warning: {}: the name also stands for the segments of another run (pid {other}), not \
+         read: the newest (pid {}) is\n",
+        name.display(),
+        report["trace"]["pid"]
+    );
+    assert_eq!(err.matches(&warning).count(), 1, "{err}");
 });

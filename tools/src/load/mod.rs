@@ -329,6 +329,17 @@ pub fn open_series(path: &Path) -> Result<Series> {
 /// The series of `path`, the file to start at for `from`, and the bytes from there.
 fn start(path: &Path, from: ReadFrom, progress: &Progress) -> Result<(Series, usize)> {
     let series = open_series(path)?;
+    // Said on stderr too, where a gate's log is read: the segments line says it on stdout.
+    if !series.others.is_empty() {
+        let pids: Vec<String> = series.others.iter().map(|o| o.pid.to_string()).collect();
+        say!(
+            "warning: {}: the name also stands for the segments of another run (pid {}), not \
+             read: the newest (pid {}) is",
+            path.display(),
+            pids.join(", pid "),
+            series.first().header.pid
+        );
+    }
     let start = window::choose(&series, from)?;
     progress.set_len(series.files[start..].iter().map(|f| f.len).sum());
     Ok((series, start))

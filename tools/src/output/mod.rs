@@ -35,8 +35,12 @@ enum Target {
     /// A FIFO, a character device: written through as it is.
     Stream,
     /// A regular file: a temporary file renamed to `name`; `replace` when a file there may be
-    /// replaced (`--force`).
-    File { name: PathBuf, replace: bool },
+    /// replaced (one was there, and `--force` was given); `forced` when `--force` was given.
+    File {
+        name: PathBuf,
+        replace: bool,
+        forced: bool,
+    },
 }
 
 /// A file a command was asked to write.
@@ -114,6 +118,7 @@ impl OutputFile {
                 Target::File {
                     name: path.to_path_buf(),
                     replace: false,
+                    forced: force,
                 }
             }
             Some(meta) => {
@@ -138,6 +143,7 @@ impl OutputFile {
                     Target::File {
                         name,
                         replace: true,
+                        forced: true,
                     }
                 } else {
                     bail!("{shown} already exists and is left alone; --force replaces it");
@@ -181,7 +187,11 @@ impl OutputFile {
                 out.flush().with_context(|| format!("writing {shown}"))?;
                 Ok((value, out.bytes))
             }
-            Target::File { name, replace } => {
+            Target::File {
+                name,
+                replace,
+                forced,
+            } => {
                 let (temp, interrupted) = Temporary::make(
                     || temporary_beside(name, &self.path),
                     |t| t.path().to_path_buf(),
@@ -198,10 +208,16 @@ impl OutputFile {
                         temp.persist_noclobber(name).map(drop)
                     }
                 });
+                // A file that was not there when the command began is another's (a trace the
+                // program wrote, say): left alone, even with --force, which replaces only what
+                // was there to be seen.
+                let advice = match forced {
+                    true => "; choose another name",
+                    false => "; --force replaces it",
+                };
                 persisted.map_err(|e| match e.error.kind() {
                     std::io::ErrorKind::AlreadyExists => anyhow!(
-                        "{shown} appeared while it was being written, and is left alone; \
-                         --force replaces it"
+                        "{shown} appeared while it was being written, and is left alone{advice}"
                     ),
                     _ => anyhow!("writing {shown}: {}", lower_first(e.error.to_string())),
                 })?;

@@ -158,3 +158,41 @@ captest!(check_json_never_says_ok_for_what_it_did_not_see, |dir| {
         (&json!("program-failed"), &json!(127), &json!(127))
     );
 });
+
+// A --json name the program's tracer took while it ran (a segment of its own trace): left
+// alone, even with --force, which replaces only what was there when the check began; the check
+// says so and does not pass.
+captest!(
+    check_json_never_replaces_what_appeared_while_it_ran,
+    |dir| {
+        let segment = dir.join("t.seg2.vtrace");
+        let out = vramtrace_tests::traced::vramtrace_command()
+            .arg("check")
+            .args(["-o", dir.join("t.vtrace").to_str().unwrap()])
+            .args(["--segment-bytes", "1MiB", "--max-bytes", "0"])
+            .args(["--json", segment.to_str().unwrap(), "--force"])
+            .arg("--")
+            .arg(workload("wl_soak"))
+            .args(["2000", "500", "0"])
+            .env(
+                "LD_LIBRARY_PATH",
+                vramtrace_tests::standin_ld_library_path(),
+            )
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.ends_with(&format!(
+                "error: {} appeared while it was being written, and is left alone; choose another \
+             name\n",
+                segment.display()
+            )),
+            "{err}"
+        );
+        // Still the trace's segment.
+        let report =
+            crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), segment.as_os_str()]);
+        assert!(report["reading"]["segments"]["last_there"].as_u64() >= Some(2));
+    }
+);
