@@ -365,15 +365,22 @@ fn a_directory_is_one_run_with_a_partition_per_rank() {
     assert_eq!(freed, 12 + 2);
 }
 
+/// A job's directory `job/` under `dir` with two traces of rank 3: the training loop
+/// (`a.vtrace`) and its six-step run (`b.vtrace`).
+fn two_traces(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let traces = dir.join("job");
+    std::fs::create_dir(&traces).unwrap();
+    let a = write_training(&traces, "a.vtrace");
+    let b = write_six_step_training(&traces, "b.vtrace");
+    (traces, a, b)
+}
+
 // Traces given one by one (a shell's glob) are one run as their directory is, named after it;
 // traces of several directories need a name; the other formats read one trace.
 #[test]
 fn traces_given_one_by_one_are_one_run() {
     let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("job");
-    std::fs::create_dir(&traces).unwrap();
-    let a = write_training(&traces, "a.vtrace");
-    let b = write_six_step_training(&traces, "b.vtrace");
+    let (traces, a, b) = two_traces(dir.path());
     let out = dir.path().join("data");
     vramtrace()
         .args(["export", "--format", "parquet", "-o"])
@@ -458,10 +465,7 @@ fn json_read_in_part_is_no_failure() {
 #[test]
 fn json_says_what_each_trace_wrote() {
     let dir = tempfile::tempdir().unwrap();
-    let traces = dir.path().join("job");
-    std::fs::create_dir(&traces).unwrap();
-    let a = write_training(&traces, "a.vtrace");
-    let b = write_six_step_training(&traces, "b.vtrace");
+    let (traces, a, b) = two_traces(dir.path());
     let out = dir.path().join("data");
     let done = export(&traces, &out, &["--json"]).success();
     let json: serde_json::Value = serde_json::from_slice(&done.get_output().stdout).unwrap();
