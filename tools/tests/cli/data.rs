@@ -380,7 +380,7 @@ fn two_traces(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 #[test]
 fn traces_given_one_by_one_are_one_run() {
     let dir = tempfile::tempdir().unwrap();
-    let (traces, a, b) = two_traces(dir.path());
+    let (_, a, b) = two_traces(dir.path());
     let out = dir.path().join("data");
     vramtrace()
         .args(["export", "--format", "parquet", "-o"])
