@@ -535,10 +535,7 @@ pub(crate) type Kept = BTreeMap<(Holder, SiteId), KeptAtSite>;
 /// device memory ([`kept_course`]); none for any other reading.
 pub(crate) fn kept_objects(state: &LiveState, axis: SampleAxis) -> Kept {
     let mut kept = Kept::new();
-    if state.restored().is_none() || axis != SampleAxis::Steps {
-        return kept;
-    }
-    let Some(restored) = state.restored() else {
+    let Some(restored) = state.restored().filter(|_| axis == SampleAxis::Steps) else {
         return kept;
     };
     for o in state.live_objects() {
