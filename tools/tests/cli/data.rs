@@ -31,6 +31,14 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// Every Parquet file under `dir` within the dataset at `root`, named from `root`, in name
+/// order.
+fn names_in(root: &Path, dir: &Path) -> Vec<String> {
+    (files(dir).iter())
+        .map(|p| p.strip_prefix(root).unwrap().display().to_string())
+        .collect()
+}
+
 /// The rows of `table` in the dataset at `root`, all files together.
 fn table(root: &Path, table: &str) -> Rows {
     let mut rows = Vec::new();
@@ -136,10 +144,7 @@ fn the_training_loop_as_tables() {
     );
 
     // Where docs/data.md puts them: one file per table, under the run and the rank.
-    let names: Vec<String> = files(&out)
-        .iter()
-        .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
-        .collect();
+    let names = names_in(&out, &out);
     let expected: Vec<String> = [
         "allocations",
         "communicators",
@@ -345,10 +350,7 @@ fn a_directory_is_one_run_with_a_partition_per_rank() {
         ),
         "{stderr}"
     );
-    let names: Vec<String> = files(&out.join("allocations"))
-        .iter()
-        .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
-        .collect();
+    let names = names_in(&out, &out.join("allocations"));
     assert_eq!(
         names,
         [
@@ -388,10 +390,7 @@ fn traces_given_one_by_one_are_one_run() {
         .args([&a, &b])
         .assert()
         .success();
-    let names: Vec<String> = files(&out.join("allocations"))
-        .iter()
-        .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
-        .collect();
+    let names = names_in(&out, &out.join("allocations"));
     assert_eq!(
         names,
         [
