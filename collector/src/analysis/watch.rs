@@ -144,7 +144,7 @@ impl Reason {
             // A share of the device's memory (the default) says so.
             let share = crate::units::share_of(a.threshold as f64, a.device_memory)
                 .map_or(String::new(), |s| format!(", {s}"));
-            let unit = crate::units::rate_unit(a.unit == "step", a.unit_ns);
+            let unit = a.unit_name();
             format!(
                 "above the threshold of {} per {unit}{share}",
                 crate::units::bytes(a.threshold)
@@ -198,6 +198,8 @@ pub struct Held {
 pub struct Judgement {
     /// Samples are steps, or time windows of `unit_ns`.
     pub axis: SampleAxis,
+    /// Steps guessed from the allocation pattern (a run without step marks).
+    pub guessed: bool,
     /// Nanoseconds per sample unit, when known (the mean step, or the window).
     pub unit_ns: Option<u64>,
     /// Steps begun.
@@ -488,6 +490,7 @@ impl Watch {
         }
         Judgement {
             axis: g.axis,
+            guessed: g.axis == SampleAxis::Steps && self.state.follows_pattern(),
             unit_ns,
             steps: self.steps(),
             devices,

@@ -132,6 +132,36 @@ pub struct Attachment {
     pub data: Vec<u8>,
 }
 
+impl Alert {
+    /// The unit of a rate judged per step of the program's marks.
+    pub const STEP: &'static str = "step";
+    /// The unit of a rate judged per step of the allocation pattern.
+    pub const GUESSED_STEP: &'static str = "guessed step";
+
+    /// Whether its rate is per step, marked or guessed (else per time window).
+    pub fn per_step(&self) -> bool {
+        self.unit == Self::STEP || self.unit == Self::GUESSED_STEP
+    }
+
+    /// What the steps of its projection are called: `guessed step` where its rate is per
+    /// guessed step, else `step`.
+    pub fn step_name(&self) -> &'static str {
+        match self.unit == Self::GUESSED_STEP {
+            true => Self::GUESSED_STEP,
+            false => Self::STEP,
+        }
+    }
+
+    /// What its rate is per, in words: `step`, `guessed step`, `128 ms window`.
+    pub fn unit_name(&self) -> String {
+        if self.per_step() {
+            self.unit.clone()
+        } else {
+            crate::units::rate_unit(false, self.unit_ns)
+        }
+    }
+}
+
 impl Attachment {
     /// The largest piece written in one record.
     pub const PIECE_BYTES: usize = 1 << 20;
@@ -152,8 +182,10 @@ pub struct Alert {
     pub device: i32,
     /// `growth` (steady growth above the threshold) or `horizon` (full within the horizon).
     pub reason: String,
-    /// The device's steady growth in bytes per sample unit, and the unit: `step`, or a time
-    /// window of `unit_ns` nanoseconds.
+    /// The device's steady growth in bytes per sample unit, and the unit: `step`, `guessed step`
+    /// (steps the live analysis found in the allocation pattern of a run without step marks: one
+    /// may be several of the program's, or part of one), or a time window of `unit_ns`
+    /// nanoseconds.
     pub rate: u64,
     pub unit: String,
     pub unit_ns: u64,

@@ -15,7 +15,7 @@ use vramtrace_collector::analysis::{leaks, Leaks, OwnerKind, SiteName, Watch};
 use vramtrace_collector::analysis::{Judgement, Reason};
 use vramtrace_collector::format::Alert;
 use vramtrace_collector::live::SampleAxis;
-use vramtrace_collector::units::{self, base_name, bytes, span, when_full};
+use vramtrace_collector::units::{self, base_name, bytes, span, when_full_in};
 
 use super::settings::AlertSettings;
 use crate::warn::warn;
@@ -40,7 +40,12 @@ pub fn describe(
         device,
         reason: d.alert?.name().to_string(),
         rate: d.steady_growth.round() as u64,
-        unit: if steps { "step" } else { "window" }.to_string(),
+        unit: match (steps, j.guessed) {
+            (true, false) => Alert::STEP,
+            (true, true) => Alert::GUESSED_STEP,
+            (false, _) => "window",
+        }
+        .to_string(),
         unit_ns: j.unit_ns.unwrap_or(0),
         threshold: d.threshold.round() as u64,
         live_bytes: d.live_bytes,
@@ -76,8 +81,10 @@ pub fn describe(
 pub fn held_note(w: &Watch, j: &Judgement, device: i32) -> Option<String> {
     let d = j.device(device)?;
     let held = d.held?;
-    let unit =
-        vramtrace_collector::units::rate_unit(j.axis == SampleAxis::Steps, j.unit_ns.unwrap_or(0));
+    let unit = match j.guessed {
+        true => Alert::GUESSED_STEP.to_string(),
+        false => units::rate_unit(j.axis == SampleAxis::Steps, j.unit_ns.unwrap_or(0)),
+    };
     let place = d
         .top
         .as_ref()
@@ -236,7 +243,7 @@ fn dladdr_parts(address: u64) -> (String, String) {
 /// The warning line.
 pub fn line(a: &Alert) -> String {
     let why = Reason::words(a);
-    let unit = vramtrace_collector::units::rate_unit(a.unit == "step", a.unit_ns);
+    let unit = a.unit_name();
     let place = if a.place.is_empty() {
         "an unknown place"
     } else {
@@ -270,11 +277,11 @@ pub fn line(a: &Alert) -> String {
     // The time of its steps at the step time it judged with, not the record's whole seconds:
     // a run short of a second from full says how short.
     let seconds = match a.steps_to_full {
-        Some(n) if a.unit == "step" && a.unit_ns > 0 => Some(n as f64 * a.unit_ns as f64 / 1e9),
+        Some(n) if a.per_step() && a.unit_ns > 0 => Some(n as f64 * a.unit_ns as f64 / 1e9),
         _ => a.seconds_to_full.map(|t| t as f64),
     };
     // A device that ran out of memory is full already: its reason says so.
-    let full = when_full(a.steps_to_full.map(|n| n as f64), seconds)
+    let full = when_full_in(a.steps_to_full.map(|n| n as f64), seconds, a.step_name())
         .filter(|_| a.reason != Reason::OutOfMemory.name());
     if let Some(when) = full {
         s.push_str(&format!(", full in {when}"));

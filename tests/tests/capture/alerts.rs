@@ -302,10 +302,10 @@ captest!(an_alert_line_names_the_rank, |dir| {
 // A loop that marks no step (as a CuPy or JAX loop): the watch finds its steps in the
 // allocation pattern once the kept tensor's allocation, once a step, has recurred over a
 // second (25 ms steps: about step 41), and alerts once the growth per step has lasted 10 steps
-// and the 500 ms asked for (60 s by default), per step, at the place: the verdict a marked loop
-// gets, numbered as the report numbers the pattern's steps.
+// and the 500 ms asked for (60 s by default), per guessed step as the report says it, at the
+// place: the verdict a marked loop gets, numbered as the report numbers the pattern's steps.
 captest!(
-    an_unmarked_loop_alerts_per_step_once_its_pattern_shows,
+    an_unmarked_loop_alerts_per_guessed_step_once_its_pattern_shows,
     |dir| {
         let run = wl_alert("leak-unmarked")
             .env("VRAMTRACE_ALERT_CONFIRM_PATTERN", "500ms")
@@ -314,7 +314,10 @@ captest!(
         let alerts = trace.state.alerts();
         assert_eq!(alerts.len(), 1, "{alerts:?}\n{}", run.stderr());
         let a = &alerts[0];
-        assert_eq!((a.rate, a.place_rate, a.unit.as_str()), (MIB, MIB, "step"));
+        assert_eq!(
+            (a.rate, a.place_rate, a.unit.as_str()),
+            (MIB, MIB, "guessed step")
+        );
         assert_eq!(
             a.place,
             "main at wl_alert.c:96 → fw_alloc (libtorch_standin.so)"
@@ -324,7 +327,9 @@ captest!(
         let lines = alert_lines(&run.stderr());
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
-            lines[0].contains("+1.0 MiB per step at main at wl_alert.c:96"),
+            lines[0].contains("+1.0 MiB per guessed step at main at wl_alert.c:96")
+                && lines[0].contains(" live, full in ")
+                && lines[0].ends_with(" guessed steps"),
             "{lines:?}"
         );
         // At the default 60 s the two-second loop raises none, and the end of the run says why.
@@ -338,7 +343,7 @@ captest!(
             .unwrap_or_else(|| panic!("{err}"));
         assert!(
             note.contains(
-                "it grows steadily, +1.0 MiB per step at main at wl_alert.c:96 → fw_alloc \
+                "it grows steadily, +1.0 MiB per guessed step at main at wl_alert.c:96 → fw_alloc \
                  (libtorch_standin.so), but for "
             ) && note.ends_with(
                 " of the 60 s that VRAMTRACE_ALERT_CONFIRM_PATTERN asks (judged per step of its \

@@ -3,7 +3,7 @@
 
 use vramtrace_collector::analysis::{Analysis, FindingClass, RaisedAlert, Reason, SiteName};
 use vramtrace_collector::live::{Holder, SampleAxis};
-use vramtrace_collector::units::{base_name, when_full};
+use vramtrace_collector::units::{base_name, when_full_in};
 
 use super::site_label;
 use crate::render::units::signed_bytes;
@@ -22,7 +22,7 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
     let unit = alert_unit(a);
     let steps = a.steps_to_full.map(|n| n as f64);
     let retimed = match (steps, step_ns) {
-        (Some(n), Some(ns)) if a.unit == "step" => Some(n * ns as f64 / 1e9),
+        (Some(n), Some(ns)) if a.per_step() => Some(n * ns as f64 / 1e9),
         _ => None,
     };
     let seconds = retimed.or(a.seconds_to_full.map(|t| t as f64));
@@ -33,7 +33,7 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
         ""
     };
     // A device that ran out of memory is full already: its reason says so.
-    let full = when_full(steps, seconds)
+    let full = when_full_in(steps, seconds, a.step_name())
         .filter(|_| a.reason != Reason::OutOfMemory.name())
         .map_or(String::new(), |when| format!("; full in {when}{retimed}"));
     let own = if a.place_rate.abs_diff(a.rate) * 10 > a.rate && a.place_rate > 0 {
@@ -55,8 +55,7 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
 
 /// The unit of a live alert's rate: `per step`, `per 128 ms window`.
 pub(crate) fn alert_unit(a: &vramtrace_collector::format::Alert) -> String {
-    let unit = vramtrace_collector::units::rate_unit(a.unit == "step", a.unit_ns);
-    format!("per {unit}")
+    format!("per {}", a.unit_name())
 }
 
 /// What the whole run's diagnosis says of a live alert, where it says otherwise: the alert was
@@ -117,7 +116,7 @@ pub(crate) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
         .find(|h| Some(h.holder) == device)
         .map(|h| h.steady_growth);
     let then = raised.alert.rate as f64;
-    let per_step = raised.alert.unit == "step" && a.growth.axis == SampleAxis::Steps;
+    let per_step = raised.alert.per_step() && a.growth.axis == SampleAxis::Steps;
     if let Some(whole) =
         whole.filter(|&w| per_step && w > 0.0 && (then > 2.0 * w || 2.0 * then < w))
     {
