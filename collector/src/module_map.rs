@@ -14,7 +14,6 @@ const TRACER_PREFIX: &str = "libvramtrace";
 
 /// Whether a module file name is the tracer's: its frames are never part of a stack a report
 /// shows (they are the hooks of an outer intercepted call, between a library and its caller).
-#[cfg(feature = "symbols")]
 pub(crate) fn is_tracer(file_name: &str) -> bool {
     file_name.starts_with(TRACER_PREFIX)
 }

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::owner::{is_library_module, OwnerKind};
 use crate::live::{LiveState, ProgramLine, SiteId};
+use crate::module_map::is_tracer;
 use crate::units::{base_name, line_label};
 
 /// Where the analyses group call sites: the program's own Python line, on one path of the
@@ -266,19 +267,18 @@ fn via(state: &LiveState, id: SiteId) -> Option<SourceLine> {
 }
 
 /// The innermost frame of a site that belongs to the program rather than to a library, and the
-/// frame before it (in the library the program called); 0 for either that is not there.
+/// frame before it (in the library the program called); 0 for either that is not there. The
+/// tracer's own frames are skipped: the program's call to an intercepted function goes through
+/// its hook (`ncclCommInitRank::imp`) into the library's (`pncclCommInitRank`), which the
+/// reports name, as they leave the tracer out of every stack.
 fn program_frame(state: &LiveState, caller: u64, stack: u32) -> (u64, u64) {
     let owners = state.owners();
+    let module = |addr: u64| owners.modules().find(addr);
     let frames: Vec<u64> = std::iter::once(caller)
         .chain(owners.stack(stack).unwrap_or(&[]).iter().copied())
-        .filter(|&a| a != 0)
+        .filter(|&a| a != 0 && !module(a).is_some_and(|m| is_tracer(m.file_name())))
         .collect();
-    let ours = |addr: u64| {
-        owners
-            .modules()
-            .find(addr)
-            .is_some_and(|m| !is_library_module(&m.path))
-    };
+    let ours = |addr: u64| module(addr).is_some_and(|m| !is_library_module(&m.path));
     match frames.iter().position(|&a| ours(a)) {
         Some(k) => (frames[k], k.checked_sub(1).map_or(0, |e| frames[e])),
         None => (0, 0),

@@ -152,6 +152,12 @@ impl Alert {
         }
     }
 
+    /// When it was raised, in steps: `step 11`; `None` for a rate per time window in a run
+    /// that had marked no step (its step count, 0, says nothing).
+    pub fn at_step(&self) -> Option<String> {
+        (self.per_step() || self.step > 0).then(|| format!("step {}", self.step))
+    }
+
     /// What its rate is per, in words: `step`, `guessed step`, `128 ms window`.
     pub fn unit_name(&self) -> String {
         if self.per_step() {

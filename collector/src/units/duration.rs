@@ -89,6 +89,8 @@ pub fn when_full_in(steps: Option<f64>, seconds: Option<f64>, step: &str) -> Opt
     match (steps, time) {
         (Some(s), Some(t)) => Some(format!("{s} ({t})")),
         (Some(s), None) => Some(s),
+        // Seconds alone are whole ones (a live alert's record): none left is under one.
+        (None, Some(_)) if seconds == Some(0.0) => Some("under a second".to_string()),
         (None, Some(t)) => Some(t),
         (None, None) => None,
     }
@@ -119,6 +121,10 @@ mod tests {
             Some("477 steps (6.2 ms)")
         );
         assert_eq!(long_duration(0.0), "0 s");
+        assert_eq!(
+            when_full(None, Some(0.0)).as_deref(),
+            Some("under a second")
+        );
         assert_eq!(long_duration(42.4), "42 s");
         assert_eq!(when_full(Some(1.2), None).as_deref(), Some("1 step"));
         assert_eq!(

@@ -326,3 +326,16 @@ fn an_inlined_call_shows_both_frames() {
         ]
     );
 }
+
+// The library a program called is the one past the tracer's hook: the live alert names a native
+// place by it (`main → cudaMalloc (libcudart.so.13)`), never the hook in libvramtrace.so.
+#[test]
+fn the_library_a_program_called_is_the_one_past_the_tracers_hook() {
+    let f = fixture();
+    let state = state();
+    let name = vramtrace_collector::analysis::site_name(&state, 0);
+    assert_eq!(
+        (name.program_frame, name.entry_frame),
+        (MODEL + f.frame_in("weights", &f.model), CUDART + 0x30)
+    );
+}

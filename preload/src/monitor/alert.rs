@@ -240,8 +240,22 @@ fn dladdr_parts(address: u64) -> (String, String) {
     }
 }
 
+/// When alert `a` was raised, as its line begins: ` (rank 3) at exit, step 11`, ` at step 11`,
+/// or nothing for a rate per time window before any step mark.
+fn when(a: &Alert, settings: &AlertSettings) -> String {
+    let rank = settings
+        .rank
+        .map_or(String::new(), |r| format!(" (rank {r})"));
+    match (settings.at_exit, a.at_step()) {
+        (true, Some(step)) => format!("{rank} at exit, {step}"),
+        (true, None) => format!("{rank} at exit"),
+        (false, Some(step)) => format!("{rank} at {step}"),
+        (false, None) => rank,
+    }
+}
+
 /// The warning line.
-pub fn line(a: &Alert) -> String {
+fn line(a: &Alert, settings: &AlertSettings) -> String {
     let why = Reason::words(a);
     let unit = a.unit_name();
     let place = if a.place.is_empty() {
@@ -254,9 +268,9 @@ pub fn line(a: &Alert) -> String {
     let own = a.place_rate.abs_diff(a.rate) * 10 > a.rate;
     let mut s = if own && a.place_rate > 0 {
         format!(
-            "ALERT at step {}: device {} grows steadily, +{} per {} ({why}); +{} per {} of it \
-             kept at {place}; {} live",
-            a.step,
+            "ALERT{}: device {} grows steadily, +{} per {} ({why}); +{} per {} of it kept at \
+             {place}; {} live",
+            when(a, settings),
             a.device,
             bytes(a.rate),
             unit,
@@ -266,8 +280,8 @@ pub fn line(a: &Alert) -> String {
         )
     } else {
         format!(
-            "ALERT at step {}: device {} grows steadily, +{} per {} at {place} ({why}); {} live",
-            a.step,
+            "ALERT{}: device {} grows steadily, +{} per {} at {place} ({why}); {} live",
+            when(a, settings),
             a.device,
             bytes(a.rate),
             unit,
@@ -351,13 +365,7 @@ fn write_snapshot(w: &Watch, a: &Alert, path: &str) -> std::io::Result<()> {
 /// Alert `a`'s line as the program's stderr gets it: raised at exit, by a rank, or with the
 /// signal asked for withheld, it says so.
 pub(super) fn said(a: &Alert, settings: &AlertSettings) -> String {
-    let mut said = line(a);
-    if settings.at_exit {
-        said = said.replacen("ALERT at step", "ALERT at exit, step", 1);
-    }
-    if let Some(rank) = settings.rank {
-        said = said.replacen("ALERT at", &format!("ALERT (rank {rank}) at"), 1);
-    }
+    let mut said = line(a, settings);
     if let Some(sig) = settings.withheld {
         said.push_str(&format!(
             "; no {} sent: the process was exiting",
@@ -414,13 +422,51 @@ mod tests {
             place_rate: 1 << 20,
             ..Alert::default()
         };
-        let said = line(&a);
+        let said = line(&a, &AlertSettings::default());
         assert!(
             said.starts_with(
                 "ALERT at step 40: device 0 grows steadily, +1.0 MiB per 128 ms window at \
                  train.py:12 in <module> (above the threshold of 512.0 KiB per 128 ms window)"
             ),
             "{said}"
+        );
+    }
+
+    // A program that marks no step raises its alert per time window at step 0: the line gives
+    // no step, and its time to full, recorded in whole seconds, is under one, not "0 s".
+    #[test]
+    fn a_window_alert_before_any_step_names_none() {
+        let a = Alert {
+            step: 0,
+            device: 0,
+            reason: Reason::Growth.name().to_string(),
+            rate: 2 << 20,
+            unit: "window".to_string(),
+            unit_ns: 1_000_000,
+            threshold: 1 << 20,
+            live_bytes: 18 << 20,
+            device_memory: 1 << 30,
+            seconds_to_full: Some(0),
+            place: "new_comm at wl_shapes.c:113".to_string(),
+            place_rate: 2 << 20,
+            ..Alert::default()
+        };
+        let at_exit = AlertSettings {
+            at_exit: true,
+            rank: Some(3),
+            ..AlertSettings::default()
+        };
+        assert_eq!(
+            said(&a, &at_exit),
+            "ALERT (rank 3) at exit: device 0 grows steadily, +2.0 MiB per 1 ms window at new_comm \
+             at wl_shapes.c:113 (above the threshold of 1.0 MiB per 1 ms window); 18.0 MiB live, \
+             full in under a second"
+        );
+        let marked = Alert { step: 12, ..a };
+        assert!(
+            said(&marked, &at_exit).starts_with("ALERT (rank 3) at exit, step 12: device 0 "),
+            "{}",
+            said(&marked, &at_exit)
         );
     }
 }

@@ -44,9 +44,12 @@ pub(crate) fn alert_line(raised: &RaisedAlert, step_ns: Option<u64>) -> String {
     let signal = signal_name(a.signal).map_or(String::new(), |s| format!("; signal {s} sent"));
     // Not "while running": the tracer's last judgement is made as the process exits, which
     // the trace does not record (its stderr said "ALERT at exit").
+    // A rate per time window before any step mark: no step to name.
+    let when = a
+        .at_step()
+        .map_or(String::new(), |step| format!("at {step}: "));
     format!(
-        "at step {}: device {} grew steadily, {} {unit}{own} at {place} ({}){full}{signal}",
-        a.step,
+        "{when}device {} grew steadily, {} {unit}{own} at {place} ({}){full}{signal}",
         a.device,
         signed_bytes(a.rate as f64),
         Reason::words(a)
