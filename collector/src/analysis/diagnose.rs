@@ -10,11 +10,11 @@ use super::finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Seve
 use super::fragmentation::Fragmentation;
 use super::growth::Role;
 use super::growth::{Growth, SiteGrowth, DRIVER};
-use super::leaks::{LeakSite, Leaks};
+use super::leaks::Leaks;
 use super::oom::OomReport;
 use super::orphans::Orphans;
 use super::owner::OwnerKind;
-use super::site::SiteName;
+use super::site::{Place, SiteName};
 use super::{Framework, RaisedAlert};
 use crate::live::{Holder, SampleAxis};
 
@@ -221,7 +221,8 @@ pub(crate) fn diagnose(
             related: Vec::new(),
         });
     }
-    out.extend(one_off(growth, device_peak));
+    let named: Vec<SiteName> = out.iter().filter_map(|f| f.site.clone()).collect();
+    out.extend(one_off(growth, leaks, device_peak, &named));
     let named: Vec<SiteName> = out.iter().filter_map(|f| f.site.clone()).collect();
     let alerted: Vec<SiteName> = (out.iter())
         .filter(|f| f.evidence.alerted_at_step.is_some())
@@ -233,15 +234,27 @@ pub(crate) fn diagnose(
     out
 }
 
-/// The largest one-off: a peak that fell back, or a rise that stayed, when it is at least
-/// [`PEAK_SHARE`] of the device's highest point.
-fn one_off(growth: &Growth, device_peak: Option<u64>) -> Option<Finding> {
+/// The largest one-off at a place no finding in `named` names: a peak that fell back, or a rise
+/// that stayed, when it is at least [`PEAK_SHARE`] of the device's highest point.
+fn one_off(
+    growth: &Growth,
+    leaks: &Leaks,
+    device_peak: Option<u64>,
+    named: &[SiteName],
+) -> Option<Finding> {
     let fell = growth.peaks.iter().map(|s| (s, s.course.max_bytes, false));
     let stayed = growth
         .one_off_rises
         .iter()
         .filter_map(|s| s.course.phases.late_rise.map(|(_, b)| (s, b, true)));
-    let (top, bytes, kept) = fell.chain(stayed).max_by_key(|&(_, bytes, _)| bytes)?;
+    // A place an earlier finding names, or one that holds orphans (nothing can free them, or
+    // only an orphaned mapping reaches them), is told by that finding: its memory is not a
+    // second cause.
+    let orphaned = |p: &Place| (leaks.sites.iter()).any(|l| l.site.place == *p && l.orphans > 0);
+    let (top, bytes, kept) = (fell.chain(stayed))
+        .filter(|(s, _, _)| !named.iter().any(|n| n.place == s.site.place))
+        .filter(|(s, _, _)| !orphaned(&s.site.place))
+        .max_by_key(|&(_, bytes, _)| bytes)?;
     if (bytes as f64) < device_peak? as f64 * PEAK_SHARE {
         return None;
     }
@@ -335,25 +348,50 @@ fn teardown_only(
         (growth.steady.iter().map(|g| &g.site).chain(alerted))
             .any(|g| g.place == s.place || same_line(g, s))
     };
+    // One cause, one finding: a place another finding names (a one-off rise that stayed, an
+    // orphan) is that finding's, and its bytes are not counted again here.
+    let named_elsewhere = |s: &SiteName| named.iter().any(|n| n.place == s.place);
     let held: Vec<_> = leaks
         .sites
         .iter()
-        .filter(|s| s.bytes > 0 && s.orphans == 0 && !growing(&s.site))
+        .filter(|s| s.bytes > 0 && s.orphans == 0)
+        .filter(|s| !growing(&s.site) && !named_elsewhere(&s.site))
         .collect();
-    // Named by its largest place that no other finding names (one place, one finding); by
-    // its largest when every one is.
-    let other = |s: &&&LeakSite| !named.iter().any(|n| n.place == s.site.place);
-    let top = (held.iter().find(other).or(held.first())).filter(|_| at_end)?;
-    // The evidence counts every place held; the finding names one of them, and says which.
-    let (at, which) = match held.len() {
-        1 => (String::new(), ""),
-        n if std::ptr::eq(*top, held[0]) => (
-            format!(" at {n} places"),
-            "; named by the one that holds the most",
+    // A place whose objects were made over many steps grew, then stopped: named first, and
+    // said so (not "without growing").
+    let grew = held.iter().find(|s| s.grew_for_long());
+    let top = grew.or(held.first()).filter(|_| at_end)?;
+    // The evidence counts every place held; the finding names the one holding the most.
+    let at = match held.len() {
+        1 => String::new(),
+        n => format!(" at {n} places"),
+    };
+    let (cause, fix) = match grew {
+        Some(g) => (
+            format!(
+                "held until exit{at}; {}: it grew over steps {}..{} and stopped (bounded \
+                 growth, not judged steady)",
+                match held.len() {
+                    1 => "the place",
+                    _ => "named by the place that grew",
+                },
+                g.first_step,
+                g.last_step,
+            ),
+            "none needed if it fills once (a cache, a warm-up); if a longer run grows there for \
+             longer, it is a leak",
         ),
-        n => (
-            format!(" at {n} places"),
-            "; named by the one holding the most that no other finding names",
+        None => (
+            format!(
+                "held until exit{at} without growing during training{}",
+                if held.len() > 1 {
+                    "; named by the one that holds the most"
+                } else {
+                    ""
+                }
+            ),
+            "none needed: the process's exit releases it; free it first only if the process \
+             lives on",
         ),
     };
     Some(Finding {
@@ -361,10 +399,8 @@ fn teardown_only(
         severity: Severity::Note,
         holder: None,
         site: Some(top.site.clone()),
-        cause: format!("held until exit{at} without growing during training{which}"),
-        fix: "none needed: the process's exit releases it; free it first only if the process \
-              lives on"
-            .to_string(),
+        cause,
+        fix: fix.to_string(),
         evidence: Evidence {
             bytes: held.iter().map(|s| s.bytes).sum(),
             // The objects of the memory counted: host objects at the same places are not it.

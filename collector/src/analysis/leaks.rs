@@ -27,7 +27,8 @@ pub struct LeakSite {
     pub bytes: u64,
     /// Pinned and registered host memory.
     pub host_bytes: u64,
-    /// Objects among them that are orphans.
+    /// Objects among them that are orphans, or physical handles that only an orphaned mapping
+    /// reaches.
     pub orphans: u64,
     /// The oldest and newest of them: sequence number, time, and steps begun before it.
     pub first_seq: u64,
@@ -76,6 +77,19 @@ impl UncertainLive {
     }
 }
 
+/// Steps over which the objects a place holds at the end were made, and how many of them, from
+/// which it grew for long: growth that stopped, not a warm-up's few rises.
+pub const MANY_STEPS: u64 = 16;
+
+impl LeakSite {
+    /// Whether the device objects it holds at the end were made over [`MANY_STEPS`] steps and
+    /// more, at least that many: it grew for long, then stopped (or grows still).
+    pub fn grew_for_long(&self) -> bool {
+        self.device_count >= MANY_STEPS
+            && self.last_step.saturating_sub(self.first_step) >= MANY_STEPS
+    }
+}
+
 /// The live set of `state`, by call site.
 pub fn leaks(state: &LiveState) -> Leaks {
     let mut sites: BTreeMap<Place, LeakSite> = BTreeMap::new();
@@ -83,6 +97,11 @@ pub fn leaks(state: &LiveState) -> Leaks {
     let (mut device, mut host, mut views) = (Totals::default(), Totals::default(), 0);
     let mut uncertain = UncertainLive::default();
     let mut places: HashMap<SiteId, Place> = HashMap::new();
+    // Physical handles by value, with their place and whether they are orphans themselves; and
+    // the handles orphaned mappings map: a handle only a mapping into freed address space
+    // reaches is that orphan's memory, counted among the place's orphans.
+    let mut handles: HashMap<u64, (Place, bool)> = HashMap::new();
+    let mut mapped_by_orphans: Vec<u64> = Vec::new();
     for o in state.live_objects() {
         let origin = o.origin;
         if state.lost_after(origin.seq) {
@@ -129,8 +148,16 @@ pub fn leaks(state: &LiveState) -> Leaks {
             }
             Accounting::VirtualAddress | Accounting::None => views += 1,
         }
-        if o.flags.is_orphan() {
+        let orphan = o.flags.is_orphan();
+        if orphan {
             s.orphans += 1;
+        }
+        match (o.category, o.handle) {
+            (Category::Physical, _) => {
+                handles.insert(o.address, (at, orphan));
+            }
+            (Category::Mapping, Some(handle)) if orphan => mapped_by_orphans.push(handle),
+            _ => {}
         }
         s.first_seq = s.first_seq.min(origin.seq);
         s.last_seq = s.last_seq.max(origin.seq);
@@ -139,6 +166,16 @@ pub fn leaks(state: &LiveState) -> Leaks {
         s.first_step = s.first_step.min(origin.step);
         s.last_step = s.last_step.max(origin.step);
         s.categories.insert(o.category);
+    }
+    for handle in mapped_by_orphans {
+        if let Some((at, orphan)) = handles.get_mut(&handle) {
+            if !*orphan {
+                *orphan = true;
+                if let Some(s) = sites.get_mut(at) {
+                    s.orphans += 1;
+                }
+            }
+        }
     }
     // Each place is named by its site holding the most (the first seen among equals).
     for (at, s) in &mut sites {

@@ -589,4 +589,12 @@ captest!(an_alert_on_growth_that_stopped_says_so, |dir| {
         "{alerted}"
     );
     assert!(!report.contains("not confirmed"), "{report}");
+    // Nor does the note on what is held until exit say it never grew.
+    assert!(
+        report.contains(
+            "\n     cause     held until exit at 2 places; named by the place that grew: it grew \
+             over steps 1..24 and stopped (bounded growth, not judged steady)\n"
+        ) && !report.contains("without growing during training"),
+        "{report}"
+    );
 });

@@ -455,7 +455,8 @@ fn the_stacks_open_with_the_findings() {
 }
 
 // healthy_peak's one pass of 1 GiB at line 30 is its peak finding; the memory held until exit
-// is named by its largest place that no other finding names (it named line 30 twice).
+// is that of the places no other finding names (it named line 30 twice, and counted its bytes
+// in both).
 #[test]
 fn one_place_is_named_by_one_finding() {
     let r = fixture_json("healthy_peak-marks.vtrace");

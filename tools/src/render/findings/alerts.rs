@@ -133,21 +133,13 @@ pub(crate) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
 }
 
 /// The live set's place of the alert, where it holds at the end objects made over many steps
-/// (at least [`MANY_STEPS`] between its oldest and newest): growth the alert saw that stopped.
+/// ([`vramtrace_collector::analysis::LeakSite::grew_for_long`]): growth the alert saw that stopped.
 fn kept_at_alerts_place<'a>(
     a: &'a Analysis,
     raised: &RaisedAlert,
 ) -> Option<&'a vramtrace_collector::analysis::LeakSite> {
-    (a.leaks.sites.iter()).find(|l| {
-        l.device_count >= MANY_STEPS
-            && l.last_step.saturating_sub(l.first_step) >= MANY_STEPS
-            && names_place(raised, &l.site)
-    })
+    (a.leaks.sites.iter()).find(|l| l.grew_for_long() && names_place(raised, &l.site))
 }
-
-/// Steps over which objects still live at the end were made, and how many, from which a place
-/// grew for long (not a warm-up's few rises).
-const MANY_STEPS: u64 = 16;
 
 /// Whether live alert `raised` names `site`'s place: the same label, whether the alert came with
 /// a call site or only with a line of PyTorch's tensors (its path as the process saw it).
