@@ -174,14 +174,35 @@ pub fn pairs_summary(
     } else if bad.is_empty() {
         writeln!(out, "VERDICT  no regression (exit 0): {} pairs", all.len())?;
     } else {
-        // The first regressed pair's reason, its new growth where it has one: the line and
-        // rate a CI log is read for, not only which pair.
-        let first = (all.iter().find(|c| c.diff.verdict.regression)).map(|c| {
+        // The worst regressed pair's reason — the pair whose growth, then memory live at the
+        // end, rose the most — its new growth where it has one: the line and rate a CI log is
+        // read for, not only which pair. Where the pairs differ, the first pair's is not it.
+        let worst = (all.iter().filter(|c| c.diff.verdict.regression)).max_by(|x, y| {
+            let key = |c: &Comparison| {
+                let t = &c.diff.totals;
+                (
+                    t.growth.map_or(0.0, |g| g.change),
+                    t.counts.live_bytes.change,
+                )
+            };
+            let (kx, ky) = (key(x), key(y));
+            (kx.0.total_cmp(&ky.0))
+                .then(kx.1.cmp(&ky.1))
+                // The first pair among equals.
+                .then(std::cmp::Ordering::Greater)
+        });
+        let first = worst.map(|c| {
             let reasons = exceeded(c, thresholds);
             let growth = reasons.iter().find(|r| r.starts_with("new steady growth"));
-            growth.or(reasons.first()).cloned().unwrap_or_default()
+            let reason = growth.or(reasons.first()).cloned().unwrap_or_default();
+            let pair = match c.b.rank {
+                Some(r) => format!("rank {r}"),
+                None => c.b.path.clone(),
+            };
+            let which = if bad.len() > 1 { "worst, " } else { "" };
+            format!("; {which}{pair}: {reason}")
         });
-        let first = first.map_or(String::new(), |r| format!("; {}: {r}", bad[0]));
+        let first = first.unwrap_or_default();
         writeln!(
             out,
             "VERDICT  REGRESSION (exit 1): {} of {} pairs ({}){first}",

@@ -418,3 +418,40 @@ captest!(two_functions_of_one_wrapper_are_not_paired, |dir| {
     );
     assert_eq!(d["top_difference"]["status"], "new");
 });
+
+// Four ranks with the history leak fixed against four with it, rank 2 with the extra leak too:
+// every pair regressed, and the set's verdict names the worst, rank 2's 4 MiB a step at the
+// extra leak's line (it named rank 0's 1 MiB, the first pair's, and rank 2's new cause only
+// further down).
+captest!(a_jobs_verdict_names_its_worst_pair, |dir| {
+    let (a, b) = (subdir(dir, "a"), subdir(dir, "b"));
+    for rank in 0..4 {
+        let env = |w: Workload| w.env("RANK", rank.to_string()).env("WORLD_SIZE", "4");
+        let run = env(Workload::new("wl_train").arg("--fix-leak")).run_traced(&a);
+        assert!(run.output.status.success(), "{}", run.stderr());
+        let mut w = env(Workload::new("wl_train"));
+        if rank == 2 {
+            w = w.arg("--extra-leak");
+        }
+        let run = w.run_traced(&b);
+        assert!(run.output.status.success(), "{}", run.stderr());
+    }
+    let out = vramtrace_command()
+        .arg("diff")
+        .args([&a, &b])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let train = workload_source("wl_train.c");
+    let extra = line_of(&train, "extra[step] = alloc(4 * MiB, FW_MODE_ASYNC);");
+    let shown = text(&out.stdout);
+    let verdict = shown.lines().next().unwrap();
+    assert!(
+        verdict.starts_with(&format!(
+            "VERDICT  REGRESSION (exit 1): 4 of 4 pairs (rank 0, rank 1, rank 2, rank 3); worst, \
+             rank 2: new steady growth +4.0 MiB/step at main at wl_train.c:{extra} → fw_alloc \
+             (libtorch_standin.so): "
+        )),
+        "{shown}"
+    );
+});
