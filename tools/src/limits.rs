@@ -373,22 +373,37 @@ fn devices_growth(
     // memory, with its own rate when that is not the device's.
     // A finding resting on the tracer's alert is not what the steps read show: the alert is
     // said on its own (`growth_found`).
-    let cause = analysis.diagnosis.iter().find(|f| {
+    let mut causes = analysis.diagnosis.iter().filter(|f| {
         f.class == FindingClass::SteadyGrowth
             && f.holder == Some(h.holder)
             && f.site.is_some()
             && f.evidence.alerted_at_step.is_none()
     });
-    if let Some((f, site)) = cause.and_then(|f| Some((f, f.site.as_ref()?))) {
-        let place = site.label.as_deref().unwrap_or(&site.site);
+    let place = |site: &vramtrace_collector::analysis::SiteName| {
         let module = site.module_name.as_deref().unwrap_or("unknown");
+        format!("{} ({module})", site.label.as_deref().unwrap_or(&site.site))
+    };
+    if let Some((f, site)) = causes.next().and_then(|f| Some((f, f.site.as_ref()?))) {
         let rate = f.evidence.rate.unwrap_or(0.0);
         let own = if (rate - h.steady_growth).abs() > 0.1 * h.steady_growth {
             format!(", {} {per} of it", signed_bytes(rate))
         } else {
             String::new()
         };
-        found.push_str(&format!("{own} at {place} ({module})"));
+        found.push_str(&format!("{own} at {}", place(site)));
+        // The device's other causes: fixing the first alone fails the gate again.
+        let more: Vec<_> = causes.filter_map(|f| Some((f, f.site.as_ref()?))).collect();
+        if let Some((next, site)) = more.first() {
+            let rate = signed_bytes(next.evidence.rate.unwrap_or(0.0));
+            found.push_str(&match more.len() {
+                1 => format!("; and 1 more cause: {rate} {per} at {}", place(site)),
+                n => format!(
+                    "; and {n} more causes, the next {rate} {per} at {} (vramtrace report \
+                     lists each)",
+                    place(site)
+                ),
+            });
+        }
     }
     let out_of_memory = h.projection.and_then(|p| p.out_of_memory_at_step);
     if let Some(step) = out_of_memory.filter(|_| exceeded && h.alert) {

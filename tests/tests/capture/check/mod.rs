@@ -168,6 +168,29 @@ captest!(check_passes_the_fixed_workload, |dir| {
     assert!(!text(&out.stderr).contains("  note: "));
 });
 
+// Two leaks on one device: the gate names the faster, and says the other, since fixing the
+// first alone fails it again (it named the first only, and the report said "1 more ALERT").
+captest!(check_names_every_cause_of_the_growth_it_fails, |dir| {
+    let out = check(dir, &[], workload("wl_train"), &["--extra-leak"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let src = vramtrace_tests::source::workload_source("wl_train.c");
+    let line = |text: &str| vramtrace_tests::source::line_of(&src, text);
+    let (extra, history) = (
+        line("extra[step] = alloc(4 * MiB, FW_MODE_ASYNC);"),
+        line("history[step] = alloc(1 * MiB, FW_MODE_ASYNC);"),
+    );
+    assert!(
+        err.contains(&format!(
+            "  FAIL  growth (alert)   device 0: +5.0 MiB per step (5242880 B), +4.0 MiB per step \
+             of it at main at wl_train.c:{extra} → fw_alloc (libtorch_standin.so); and 1 more \
+             cause: +1.0 MiB per step at main at wl_train.c:{history} → fw_alloc \
+             (libtorch_standin.so)\n"
+        )),
+        "{err}"
+    );
+});
+
 // An absolute growth limit replaces the verdict: 1 MiB a step passes 512 KiB, not 2 MiB.
 captest!(check_takes_a_growth_limit_per_step, |dir| {
     let out = check(
