@@ -186,3 +186,27 @@ fn a_teardown_counts_the_objects_of_its_bytes() {
         "{text}"
     );
 }
+
+/// healthy_gpt's host memory rose in a few one-off steps, at other places each time: the total's
+/// line is steady, no place's growth is, and the line says both (it said "+0 B sustained …
+/// [steady]" under "no steady growth").
+#[test]
+fn a_total_that_rose_at_other_places_each_time_says_so() {
+    let text = report(&fixture("healthy_gpt-traced.vtrace"), &[]);
+    assert!(
+        text.contains("\n  growth         no steady growth\n"),
+        "{text}"
+    );
+    let host = (text.lines())
+        .find(|l| l.starts_with("  host: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        host.starts_with(
+            "  host: +0 B per 128 ms window sustained; live 0 B -> 12 B over 47 samples"
+        ) && host.ends_with(
+            " [steady in total, though no place grows steadily: each rise is another \
+                 place's]"
+        ),
+        "{host}"
+    );
+}

@@ -212,6 +212,13 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Res
             // growth, which a line bent by one-off allocations can hide ("flat" beside an alert
             // would contradict it).
             let shape = match h.course.shape {
+                // The total rose steadily, but no place did: each rise is another place's, once
+                // (the sustained growth is 0, the places that rose are one-offs).
+                Shape::Steady if h.steady_growth == 0.0 => {
+                    " [steady in total, though no place grows steadily: each rise is another \
+                     place's]"
+                        .to_string()
+                }
                 Shape::Steady => " [steady]".to_string(),
                 _ if h.alert => String::new(),
                 other => format!(" [{}]", other.name()),
