@@ -334,7 +334,8 @@ fn judge_on(
 ///
 /// A device where a place still grows steadily after the failure was not full (a request
 /// larger than what was free, or than any free piece of it, failed): its course is judged
-/// whole, or the growth that goes on would be passed over.
+/// whole, or the growth that goes on would be passed over. Nor was one whose known size left
+/// less free than the failed request alone asked for: a one-off too large, not a device filled.
 fn full_at(
     state: &LiveState,
     device: i32,
@@ -342,6 +343,13 @@ fn full_at(
     config: &GrowthConfig,
 ) -> Option<usize> {
     let oom = (state.failures().iter()).find(|f| f.out_of_memory && f.device == device)?;
+    // A request larger than all the device had free failed alone, with room left for the
+    // rest (as the report says of it): the device was not full.
+    let (memory, from) = memory_of(state, config, device);
+    let free = memory.saturating_sub(oom.live_device_bytes);
+    if from != "observed-peak" && oom.request_bytes > free {
+        return None;
+    }
     let at = points.iter().position(|p| p.0 >= oom.origin.step)?;
     let grows_after = (state.site_series(SampleAxis::Steps))
         .filter(|(_, holder, _)| *holder == Holder::Device { device })

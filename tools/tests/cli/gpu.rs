@@ -2087,8 +2087,17 @@ fn a_failure_says_what_was_free_as_the_driver_told_it() {
         peak.lines().nth(1).unwrap(),
         "  verdict   OUT OF MEMORY (2 failures; the first: cudaMalloc of 158.4 GiB at \
          healthy_oom_peak.py:31 in <module> (libc10_cuda.so) on device 0 at step 31 with 280.3 \
-         MiB live, more than all that was free (78.9 GiB)); no ALERT or warning; 1 note: \
-         teardown-only at healthy_oom_peak.py:24 in <module> (libcublas.so.13)"
+         MiB live, more than all that was free (78.9 GiB)); no ALERT or warning; 2 notes, the \
+         first: peak at healthy_oom_peak.py:24 in <module> (libc10_cuda.so) on device 0"
+    );
+    // The device was not full: the steps after the failure are judged with those before (it
+    // said "out of memory from step 31 (the course after it is not judged …)").
+    assert!(
+        peak.contains(
+            "\n  phases         device 0: steady from step 0, a one-off rise at step 31 (+4.0 MiB, \
+             kept)\n"
+        ),
+        "{peak}"
     );
     assert!(peak.contains("  and 1 more failure like it, from the same place, in step 31"));
 }
