@@ -222,3 +222,33 @@ captest!(a_request_larger_than_all_that_was_free_is_said, |dir| {
         )
     );
 });
+
+// A healthy loop whose evaluation asks for more than all the device has free (64 MiB of a 70 MiB
+// device holding 16 MiB) fails alone, every tenth step: the device was never full, and its
+// course is judged over every step, not cut at the first failure ("out of memory from step 10
+// (the course after it is not judged …)" had left 30 steps unread).
+captest!(
+    a_request_larger_than_all_that_is_free_does_not_cut_the_course,
+    |dir| {
+        let trace = Workload::new("wl_alert")
+            .arg("healthy")
+            .env("STANDIN_DEVICE_MEM", "70M")
+            .run_traced(dir)
+            .single_trace();
+        let r = vramtrace_json(["report".as_ref(), "--json".as_ref(), trace.path.as_os_str()]);
+        assert_eq!(r["failures"]["out_of_memory"], 4, "{}", r["failures"]);
+        let device = (r["analysis"]["growth"]["holders"]
+            .as_array()
+            .unwrap()
+            .iter())
+        .find(|h| h["memory"] == "device" && h["device"] == 0)
+        .unwrap_or_else(|| panic!("{}", r["analysis"]["growth"]));
+        assert_eq!(
+            device["phases"]["full_from"],
+            serde_json::Value::Null,
+            "{device}"
+        );
+        assert_eq!(device["samples"], 40, "{device}");
+        assert_eq!(device["steady_growth"], 0.0, "{device}");
+    }
+);
