@@ -121,7 +121,13 @@ pub struct Phases {
     /// bytes)`, when it rose again at all (a one-off batch or evaluation, whose memory a caching
     /// allocator keeps); for XLA's pool, taken when JAX starts, its largest rise at all.
     pub late_rise: Option<(u64, u64)>,
+    /// Rises after the warm-up as large as the largest, or nearly ([`LIKE_SHARE`]): 1 for a
+    /// one-off, more for an evaluation every so many steps (0 without a late rise).
+    pub late_rises: u64,
 }
+
+/// The share of the largest late rise from which another rise is one like it.
+const LIKE_SHARE: f64 = 0.9;
 
 /// One series with its phases and verdict.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -258,6 +264,7 @@ fn judge(points: &[(u64, u64)], bounds: Bounds, config: &GrowthConfig) -> Course
         teardown_from: teardown.and_then(|t| points.get(t)).map(|q| q.0),
         full_from: bounds.full.and_then(|t| points.get(t)).map(|q| q.0),
         late_rise: None,
+        late_rises: 0,
     };
     let mut course = Course {
         fit: Fit::of(p),
@@ -308,6 +315,11 @@ fn judge(points: &[(u64, u64)], bounds: Bounds, config: &GrowthConfig) -> Course
         .filter(|&i| y[i] > y[i - 1])
         .max_by_key(|&i| (y[i] - y[i - 1], std::cmp::Reverse(i)))
         .map(|i| (p[i].0, y[i] - y[i - 1]));
+    if let Some((_, largest)) = phases.late_rise {
+        phases.late_rises = (from + 1..y.len())
+            .filter(|&i| y[i] > y[i - 1] && (y[i] - y[i - 1]) as f64 >= LIKE_SHARE * largest as f64)
+            .count() as u64;
+    }
     let steady = &p[from..];
     let fit = Fit::of(steady);
     course.phases = phases;

@@ -847,6 +847,7 @@ pub fn growth_with(state: &LiveState, config: &GrowthConfig, extra: Vec<LineSeri
             && site.owner == OwnerKind::Jax
         {
             course.phases.late_rise = largest_rise(&points);
+            course.phases.late_rises = u64::from(course.phases.late_rise.is_some());
         }
         let growth = |course, alert| SiteGrowth {
             site: site.clone(),

@@ -252,3 +252,25 @@ captest!(
         assert_eq!(device["steady_growth"], 0.0, "{device}");
     }
 );
+
+// The healthy loop's evaluation every ten steps (64 MiB, freed in the next step) rises three
+// times at the step boundaries: recurring, not "a one-off rise at step 10".
+captest!(an_evaluation_every_ten_steps_is_no_one_off, |dir| {
+    let trace = Workload::new("wl_alert")
+        .arg("healthy")
+        .run_traced(dir)
+        .single_trace();
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .arg("report")
+        .arg(&trace.path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "\n  phases         device 0: steady from step 3, 3 rises of up to +64.0 MiB after the \
+             warm-up, the first at step 10 (given back later)\n"
+        ),
+        "{text}"
+    );
+});

@@ -49,11 +49,19 @@ fn phases_lines(a: &Analysis) -> Vec<String> {
                     Shape::Flat => "kept",
                     _ => "given back later",
                 };
-                parts.push(format!(
-                    "a one-off rise at {} ({}, {kept})",
-                    at_sample(a, x),
-                    signed_bytes(rise as f64)
-                ));
+                // An evaluation every so many steps rises as often: not a one-off.
+                parts.push(match p.late_rises {
+                    0 | 1 => format!(
+                        "a one-off rise at {} ({}, {kept})",
+                        at_sample(a, x),
+                        signed_bytes(rise as f64)
+                    ),
+                    n => format!(
+                        "{n} rises of up to {} after the warm-up, the first at {} ({kept})",
+                        signed_bytes(rise as f64),
+                        at_sample(a, x)
+                    ),
+                });
             }
             if let Some(x) = p.full_from {
                 parts.push(format!(
