@@ -187,9 +187,17 @@ fn live(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         "  device memory  {}",
         objects_and_bytes(s.device_memory.count, s.device_memory.bytes)
     )?;
+    // The line counts device memory; an orphan holding none of its own (a registration, a
+    // mapping) is said beside it, or FINDINGS' orphans would not add up here.
+    let views = r.orphans_total.saturating_sub(s.orphaned.count as usize);
+    let views = match views {
+        0 => String::new(),
+        1 => "; and 1 orphan holding no device memory of its own".to_string(),
+        n => format!("; and {n} orphans holding no device memory of their own"),
+    };
     writeln!(
         out,
-        "  orphaned       {}",
+        "  orphaned       {}{views}",
         objects_and_bytes(s.orphaned.count, s.orphaned.bytes)
     )?;
     writeln!(

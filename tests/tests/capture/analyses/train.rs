@@ -334,3 +334,24 @@ captest!(wl_train_peaks_and_the_pools_reserve, |dir| {
         (4 * MIB, Some(4.0 / 24.0))
     );
 });
+
+// The report's totals count orphaned device memory; wl_train's one orphan, a registration, holds
+// none: the totals' line says it is there, as FINDINGS counts it ("orphaned 0 B in 0 objects"
+// beside "1 orphan").
+captest!(the_live_totals_count_every_orphan, |dir| {
+    let trace = Workload::new("wl_train").run_traced(dir).single_trace();
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .arg("report")
+        .arg(&trace.path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\n  orphans        1 orphan, holding 0 B of device memory: ")
+            && text.contains(
+                "\n  orphaned       0 B in 0 objects; and 1 orphan holding no device memory of its \
+                 own\n"
+            ),
+        "{text}"
+    );
+});
