@@ -71,6 +71,7 @@ pub struct CommunicatorTotals {
     pub comm: u64,
     /// `None` for a communicator the trace never showed created.
     pub state: Option<CommState>,
+    /// Its rank and size (`None` where the trace does not say them: a split communicator's).
     pub rank: Option<i32>,
     pub nranks: Option<i32>,
     pub device: Option<i32>,
@@ -231,8 +232,10 @@ impl LiveState {
             state: known
                 .map(|c| c.state)
                 .or(gone.then_some(CommState::Destroyed)),
-            rank: known.map(|c| c.rank),
-            nranks: known.map(|c| c.nranks),
+            // A split communicator's place in its group is not in the call that made it: the
+            // tracer records -1 of 0, which is no rank.
+            rank: known.map(|c| c.rank).filter(|&r| r >= 0),
+            nranks: known.map(|c| c.nranks).filter(|&n| n > 0),
             device: known.map(|c| c.device),
             count: 0,
             bytes: 0,

@@ -235,6 +235,15 @@ captest!(wl_framework_leaked_split_communicator, |dir| {
             (Hex(c.c2), CommState::Aborted),
         ])
     );
+    // ncclCommSplit does not say the new communicator's rank or size: none, not "-1/0".
+    let ranks: Vec<_> = (summary.by_communicator.iter())
+        .map(|t| (Hex(t.comm), t.rank, t.nranks))
+        .collect();
+    assert!(ranks.contains(&(Hex(c.split), None, None)), "{ranks:?}");
+    assert!(
+        ranks.contains(&(Hex(c.main), Some(0), Some(1))),
+        "{ranks:?}"
+    );
 });
 
 /// The orphans of a run with STANDIN_NCCL_LEAK_ON_DESTROY=1, with their communicators.
