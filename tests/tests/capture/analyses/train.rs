@@ -354,4 +354,12 @@ captest!(the_live_totals_count_every_orphan, |dir| {
             ),
         "{text}"
     );
+    // The drop after the last step is net: its history tensor made, the 15 MiB torn down.
+    assert!(
+        text.contains(
+            "\n  phases         device 0: steady from step 1, 14.0 MiB less live at the end than \
+             at the steady state's last sample\n"
+        ),
+        "{text}"
+    );
 });

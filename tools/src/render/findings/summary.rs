@@ -73,9 +73,10 @@ fn phases_lines(a: &Analysis) -> Vec<String> {
             if let Some(t) = p.teardown_from {
                 parts.push(format!("teardown from {}", at_sample(a, t)));
             }
+            // Net: what the last step made, and the teardown freed, are both in it.
             if h.teardown_freed > 0 {
                 parts.push(format!(
-                    "{} freed after the steady state",
+                    "{} less live at the end than at the steady state's last sample",
                     bytes(h.teardown_freed)
                 ));
             }
