@@ -497,7 +497,7 @@ captest!(
         assert!(!alerted[0].contains("not confirmed"), "{}", alerted[0]);
         assert!(
             text.contains(&format!(
-            "+64.0 KiB per step from step {from}, where reading began (what came before is not \
+            "+64.0 KiB per step after step {from}, where reading began (what came before is not \
              read: the growth may have begun earlier)"
         )),
             "{text}"

@@ -116,7 +116,7 @@ pub struct AlertPoint {
 pub struct PhaseSpan {
     pub device: i32,
     pub kind: &'static str,
-    /// `growth from step 3`, in the text report's words.
+    /// `growth after step 3`, in the text report's words.
     pub label: String,
     pub start_us: u64,
     pub end_us: u64,
@@ -199,7 +199,7 @@ fn phases(a: &Analysis, timeline: &Timeline) -> Vec<PhaseSpan> {
         let label = format!("steady from {}", findings::at_sample(a, p.steady_from));
         span("steady", label, steady, teardown.unwrap_or(end));
         if let Some(g) = p.growth_from.filter(|&g| g > p.steady_from) {
-            let label = format!("growth from {}", findings::at_sample(a, g));
+            let label = format!("growth after {}", findings::at_sample(a, g));
             span("growth", label, at(g), at(g));
         }
         if let (Some(t), Some(x)) = (teardown, p.teardown_from) {

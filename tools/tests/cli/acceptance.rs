@@ -359,7 +359,7 @@ fn a_growth_from_where_the_recorder_s_history_begins_says_so() {
     let text = report_text("gpt_leaky-recorder");
     assert!(
         text.contains(
-            "+16.0 MiB per step from step 69, the first the recorder's history holds whole (it \
+            "+16.0 MiB per step after step 69, where the recorder's history begins whole (it \
              keeps only its latest actions: the growth may have begun earlier)"
         ),
         "{text}"

@@ -675,7 +675,7 @@ fn an_alert_far_from_the_whole_run_s_rate_says_that_rate() {
 
 /// A trace without steps is judged per time window; a window is said with the time it begins,
 /// counted from the first event as `replay --at` counts time, so that the moment can be
-/// replayed (leak_comm's growth from window 47 of 128 ms: 6 s).
+/// replayed (leak_comm's growth after window 47 of 128 ms: 6 s).
 #[test]
 fn a_window_says_when_it_begins() {
     let trace = fixtures().join("leak_comm-traced.vtrace");
@@ -683,7 +683,7 @@ fn a_window_says_when_it_begins() {
     let shown = String::from_utf8(out.stdout).unwrap();
     assert!(
         shown.contains(
-            "\n  phases         device 0: steady from window 1 (128 ms), growth from window 47 \
+            "\n  phases         device 0: steady from window 1 (128 ms), growth after window 47 \
              (6 s), teardown from window 57 (7.3 s), "
         ),
         "{shown}"
@@ -876,8 +876,7 @@ fn top_never_hides_an_alert() {
             "{steady}"
         );
         assert!(
-            steady.contains("<th class=\"num\">from</th>")
-                && steady.contains("<th class=\"num\">at end</th>"),
+            steady.contains(">after</th>") && steady.contains("<th class=\"num\">at end</th>"),
             "{steady}"
         );
     }

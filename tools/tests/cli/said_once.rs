@@ -54,7 +54,7 @@ fn an_alert_before_the_growth_began_is_not_that_growth() {
     assert!(
         alerted.contains("(full within the horizon)")
             && alerted.ends_with(
-                "not confirmed: it came before the steady growth the whole run shows, from step \
+                "not confirmed: it came before the steady growth the whole run shows, after step \
                  69 at gpt_leaky.py:57 in <module> (PyTorch tensors)"
             ),
         "{alerted}"

@@ -632,7 +632,7 @@ fn the_last_segments_verdict_is_the_whole_traces() {
     assert_eq!(line(&text, "  growth "), line(&whole, "  growth "));
     assert!(
         line(&text, "     evidence").starts_with(
-            "     evidence  +1.0 MiB per step from step 0, judged on the objects it still holds \
+            "     evidence  +1.0 MiB per step after step 0, judged on the objects it still holds \
              at the end, by the step each was made in (the samples before step 11, where reading \
              began at a segment's snapshot, are not read); 12 rises"
         ),

@@ -100,7 +100,7 @@ pub(crate) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
     if let Some(step) = began.filter(|&step| raised.alert.step < step) {
         let place = finding.site.as_ref().map_or("?".to_string(), site_label);
         return format!(
-            "; not confirmed: it came before the steady growth the whole run shows, from step \
+            "; not confirmed: it came before the steady growth the whole run shows, after step \
              {step} at {place}"
         );
     }

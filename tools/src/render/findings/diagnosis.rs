@@ -276,7 +276,9 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
                 unit(a)
             )];
             if let Some(x) = e.growth_from {
-                parts[0] += &format!(" from {}", at_sample(a, x));
+                // After that sample: the growth's objects are made in the steps that follow it,
+                // as the live table numbers them.
+                parts[0] += &format!(" after {}", at_sample(a, x));
                 if let Some(read) = e.kept_from {
                     // Judged on what is still live, made across the steps rotation deleted.
                     parts[0] += &format!(
@@ -286,8 +288,8 @@ fn evidence(a: &Analysis, f: &Finding, when: &str) -> String {
                     );
                 } else if e.history_from == Some(x) {
                     // The view's first whole sample: what came before it is not seen.
-                    parts[0] += ", the first the recorder's history holds whole (it keeps only \
-                                 its latest actions: the growth may have begun earlier)";
+                    parts[0] += ", where the recorder's history begins whole (it keeps only its \
+                                 latest actions: the growth may have begun earlier)";
                 } else if a.steps.from_step.is_some_and(|from| x <= from) {
                     parts[0] += ", where reading began (what came before is not read: the \
                                  growth may have begun earlier)";

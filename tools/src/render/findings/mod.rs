@@ -156,7 +156,7 @@ fn places_listed(list: &[SiteGrowth], top: usize) -> String {
 /// The places of `list`, numbered in its order: the first `top`, and every ALERT after them.
 fn site_rows(list: &[SiteGrowth], top: usize, unit: &str) -> comfy_table::Table {
     let headers = [
-        "#", "finding", "rate", "R²", "from", "first", "last", "max", "at end", "samples",
+        "#", "finding", "rate", "R²", "after", "first", "last", "max", "at end", "samples",
         "holder", "site", "alert",
     ];
     let mut t = table(&headers, &[0, 2, 3, 4, 5, 6, 7, 8, 9]);
@@ -253,7 +253,9 @@ fn growth(out: &mut impl Write, a: &Analysis, top: usize, when: &str) -> io::Res
         };
         writeln!(
             out,
-            "  first, last, max: live at the place at the samples{taken}; at end: live {when}"
+            "  after: the sample the growth began after (its objects are made in the steps that \
+             follow); first, last, max: live at the place at the samples{taken}; at end: live \
+             {when}"
         )?;
     }
     Ok(())

@@ -40,7 +40,7 @@ fn phases_lines(a: &Analysis) -> Vec<String> {
             parts.push(format!("steady from {}", at_sample(a, p.steady_from)));
             if let Some(g) = p.growth_from {
                 if g > p.steady_from {
-                    parts.push(format!("growth from {}", at_sample(a, g)));
+                    parts.push(format!("growth after {}", at_sample(a, g)));
                 }
             }
             if let Some((x, rise)) = p.late_rise {
