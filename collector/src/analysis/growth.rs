@@ -327,6 +327,10 @@ fn judge_on(
     Course::within(points, bounds, config)
 }
 
+/// The share of a device's memory free at an out-of-memory failure from which the device was
+/// not full: the request was too large for it, not the device filled.
+const NOT_FULL_SHARE: f64 = 0.25;
+
 /// Where `device`'s series `points` (on the steps axis) is cut for running out of memory: the
 /// index of the first sample of the step its first out-of-memory failure came in, when enough
 /// samples come before it to judge. A program that goes on after the failures (its allocations
@@ -334,8 +338,8 @@ fn judge_on(
 ///
 /// A device where a place still grows steadily after the failure was not full (a request
 /// larger than what was free, or than any free piece of it, failed): its course is judged
-/// whole, or the growth that goes on would be passed over. Nor was one whose known size left
-/// less free than the failed request alone asked for: a one-off too large, not a device filled.
+/// whole, or the growth that goes on would be passed over. Nor was one whose known size left a
+/// quarter of it free or more, less than the failed request asked for: a one-off too large.
 fn full_at(
     state: &LiveState,
     device: i32,
@@ -343,11 +347,13 @@ fn full_at(
     config: &GrowthConfig,
 ) -> Option<usize> {
     let oom = (state.failures().iter()).find(|f| f.out_of_memory && f.device == device)?;
-    // A request larger than all the device had free failed alone, with room left for the
-    // rest (as the report says of it): the device was not full.
+    // A request larger than all the device had free, while a good share of it was free
+    // ([`NOT_FULL_SHARE`]), failed alone, with room left for the rest: the device was not full.
+    // A leak that filled it leaves next to nothing free, and its later allocations fail too.
     let (memory, from) = memory_of(state, config, device);
     let free = memory.saturating_sub(oom.live_device_bytes);
-    if from != "observed-peak" && oom.request_bytes > free {
+    let roomy = free as f64 >= NOT_FULL_SHARE * memory as f64;
+    if from != "observed-peak" && oom.request_bytes > free && roomy {
         return None;
     }
     let at = points.iter().position(|p| p.0 >= oom.origin.step)?;

@@ -168,6 +168,25 @@ captest!(check_passes_the_fixed_workload, |dir| {
     assert!(!text(&out.stderr).contains("  note: "));
 });
 
+// A leak that fills a 32 MiB device at step 31, every allocation refused after: the device was
+// full (nothing left free), so its course is cut there and the growth before judged — not passed
+// as growth that stopped (a request larger than what was free is a one-off only while a good
+// share of the device is free).
+captest!(check_fails_a_leak_that_filled_the_device, |dir| {
+    let out = check_command(dir, &[], workload("wl_alert"), &["leak"])
+        .env("STANDIN_DEVICE_MEM", "32M")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "  FAIL  growth (alert)   device 0: +1.0 MiB per step (1048576 B) at main at \
+             wl_alert.c:96 → fw_alloc (libtorch_standin.so), out of memory at step 31\n"
+        ),
+        "{err}"
+    );
+});
+
 // Two leaks on one device: the gate names the faster, and says the other, since fixing the
 // first alone fails it again (it named the first only, and the report said "1 more ALERT").
 captest!(check_names_every_cause_of_the_growth_it_fails, |dir| {
