@@ -352,11 +352,19 @@ fn devices_growth(
         .iter()
         .filter(|h| matches!(h.holder, Holder::Device { .. }));
     let failing = devices.clone().filter(|h| fails(h));
-    let worst = failing
-        .clone()
-        .chain(devices)
-        .max_by(|a, b| a.steady_growth.total_cmp(&b.steady_growth));
-    let exceeded = failing.count() > 0;
+    let exceeded = failing.clone().count() > 0;
+    // Among those failing, else among all; among equals (none grows), the one holding the most
+    // at the end, then the first: the device whose memory the run is about.
+    let pool: Vec<_> = if exceeded {
+        failing.collect()
+    } else {
+        devices.collect()
+    };
+    let worst = pool.into_iter().max_by(|a, b| {
+        (a.steady_growth.total_cmp(&b.steady_growth))
+            .then(a.course.last_bytes.cmp(&b.course.last_bytes))
+            .then(std::cmp::Ordering::Greater)
+    });
     let Some(h) = worst else {
         return (false, "no device memory".to_string());
     };

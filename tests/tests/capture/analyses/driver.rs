@@ -217,3 +217,19 @@ captest!(wl_driver_names_each_byte_in_one_finding, |dir| {
     let held: u64 = found.iter().map(|f| f.2).sum();
     assert_eq!(held + 2 * MIB, LIVE, "{found:?}");
 });
+
+// Nothing grows on either device: the growth gate's line names device 0, whose memory the run
+// is about (8.3 MiB live at exit), not the last device listed (it named device 1).
+captest!(wl_driver_gate_names_the_device_that_holds_memory, |dir| {
+    let trace = Workload::new("wl_driver").run_traced(dir).single_trace();
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .args(["report", "--fail-on", "growth"])
+        .arg(&trace.path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    let line = (text.lines())
+        .find(|l| l.contains(" growth (alert) "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(" growth (alert)   device 0: "), "{line}");
+});
