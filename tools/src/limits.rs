@@ -252,6 +252,22 @@ pub fn measure(analysis: &Analysis, limits: &[Limit], gaps: &mut Vec<String>) ->
                     vramtrace_collector::analysis::Reason::words(a)
                 ));
             }
+            // The alert printed above while the gate passes: the whole run's reading of it, or
+            // the log says ALERT and ok without a word between them.
+            if let (Limit::GrowthAlert, false, Some(raised)) =
+                (limit, exceeded, analysis.alerts.first())
+            {
+                let why = crate::render::findings::alert_against_diagnosis(analysis, raised);
+                let why = match why.is_empty() {
+                    true => "; the whole run does not show steady growth above the threshold"
+                        .to_string(),
+                    false => why,
+                };
+                notes.push(format!(
+                    "the tracer alerted while the program ran ({}){why}",
+                    crate::render::findings::alert_line(raised, analysis.growth.step_ns)
+                ));
+            }
             let note = (!notes.is_empty()).then(|| notes.join("; "));
             Measured {
                 limit,

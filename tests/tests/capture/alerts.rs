@@ -597,4 +597,20 @@ captest!(an_alert_on_growth_that_stopped_says_so, |dir| {
         ) && !report.contains("without growing during training"),
         "{report}"
     );
+    // The gate passes it, and says why beside the alert the log showed above.
+    let gate = vramtrace_tests::traced::vramtrace_command()
+        .args(["report", "--fail-on", "growth"])
+        .arg(&trace.path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&gate.stderr).into_owned();
+    assert_eq!(gate.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("\n        note: the tracer alerted while the program ran (at step 11: ")
+            && err.contains(
+                "); the whole run shows that growth stopped: 24.0 MiB made over steps 1..24 is \
+                 still held at the end, flat since (bounded growth, not judged steady)\n"
+            ),
+        "{err}"
+    );
 });
