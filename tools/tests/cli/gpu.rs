@@ -609,11 +609,14 @@ fn the_report_opens_with_its_verdict() {
          device 0, +8.0 MiB per step; 2 more ALERTs, 1 other finding (DIAGNOSIS below)"
     );
     // Steps guessed from the allocation pattern: here each is one of the caching allocator's
-    // 2 MiB segments, four of the program's steps of 512 KiB; the unit says it was guessed.
+    // 2 MiB segments, four of the program's steps of 512 KiB; the unit says it was guessed. The
+    // line is the one that made the allocator grow (the leak is line 33, which only PyTorch's
+    // recorder names): the verdict says so, not only DIAGNOSIS.
     assert_eq!(
         verdict("leak_slow-traced.vtrace"),
         "  verdict   ALERT: steady growth at leak_slow.py:32 in <module> (libc10_cuda.so) on \
-         device 0, +2.0 MiB per guessed step; 1 more finding (DIAGNOSIS below)"
+         device 0, +2.0 MiB per guessed step (that line is where the allocator asked the driver \
+         for memory: what keeps it may be another); 1 more finding (DIAGNOSIS below)"
     );
     assert_eq!(
         verdict("healthy_gpt-marks.vtrace"),

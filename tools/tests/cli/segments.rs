@@ -625,8 +625,9 @@ fn the_last_segments_verdict_is_the_whole_traces() {
     let text = said(&["report", "--last", "0", t]);
     let whole = said(&["report", t]);
     let verdict = "  verdict   ALERT: steady growth at train.py:42 in step (libtorch_cuda.so) on \
-                   device 0, +1.0 MiB per step, out of memory at step 12; 1 more finding \
-                   (DIAGNOSIS below)";
+                   device 0, +1.0 MiB per step, out of memory at step 12 (that line is where the \
+                   allocator asked the driver for memory: what keeps it may be another); 1 more \
+                   finding (DIAGNOSIS below)";
     assert_eq!(line(&text, "  verdict"), verdict);
     assert_eq!(line(&whole, "  verdict"), verdict);
     assert_eq!(line(&text, "  growth "), line(&whole, "  growth "));

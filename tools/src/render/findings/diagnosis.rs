@@ -148,8 +148,17 @@ pub fn verdict(a: &Analysis, gaps: &[String], in_report: bool) -> String {
         true => String::new(),
         false => format!("; {} ({rest_in})", more.join(", ")),
     };
+    // A line in the driver's view of a caching allocator made it grow: what keeps the memory
+    // may be another line (PyTorch's recorder names it). Said here, where the user reads first.
+    let asked = match (first.class, first.evidence.line_means) {
+        (FindingClass::SteadyGrowth, Some(LineMeaning::Asked)) => {
+            " (that line is where the allocator asked the driver for memory: what keeps it may \
+             be another)"
+        }
+        _ => "",
+    };
     format!(
-        "{head}{}: {}{place}{rate}{more}",
+        "{head}{}: {}{place}{rate}{asked}{more}",
         words.severity, words.class
     )
 }
