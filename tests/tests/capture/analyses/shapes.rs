@@ -185,6 +185,23 @@ captest!(wl_shapes_a_staircase_of_communicators_is_growth, |dir| {
             row("host", "new_comm at wl_shapes.c:113 → pncclCommInitRank"),
         ]
     );
+    // The all-reduce's buffers are said as part of the finding's rate, not beside it: 616.0
+    // KiB in all, 204.8 KiB of it at line 114 (it read as 616 + 204.8).
+    let text = text(
+        &vramtrace_command()
+            .arg("report")
+            .arg(&path)
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        text.contains(
+            "\n     also      of it, the same communicators' buffers at another place: +204.8 KiB \
+             per guessed step at new_comm at wl_shapes.c:114 → pncclAllReduce (libnccl.so.2)\n"
+        ),
+        "{text}"
+    );
 });
 
 // Flat for 20 steps, then 1 MiB a step: the rate is the late growth's, from the sample after

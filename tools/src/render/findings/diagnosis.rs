@@ -241,8 +241,9 @@ fn related(a: &Analysis, r: &Related) -> String {
             allocator_of(r.site.owner)
         ),
         Role::Host => format!("host memory grows beside it: {rate} at {place}"),
+        // Counted in the finding's rate and bytes, which are the communicators' together.
         Role::Communicators => {
-            format!("the same communicators' buffers grow at another place: {rate} at {place}")
+            format!("of it, the same communicators' buffers at another place: {rate} at {place}")
         }
         Role::SameLine | Role::Cause if r.view == DRIVER => {
             format!("the driver sees the same line: {rate} at {place}")
