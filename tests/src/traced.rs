@@ -48,6 +48,16 @@ pub fn vramtrace_command() -> Command {
     clean_command(vramtrace_program())
 }
 
+/// `vramtrace report FLAGS TRACE` run to its end, in the workloads' clean environment.
+pub fn report_of(trace: &Path, flags: &[&str]) -> Output {
+    vramtrace_command()
+        .arg("report")
+        .args(flags)
+        .arg(trace)
+        .output()
+        .expect("running vramtrace report")
+}
+
 /// A `Command` for any program (an installed `vramtrace`, an interpreter) with the same clean
 /// environment as the workloads.
 pub fn clean_command(program: impl AsRef<OsStr>) -> Command {

@@ -73,11 +73,7 @@ captest!(
             "{mark:?}"
         );
         // The report keeps it: a FINDINGS line, and the analysis JSON's `alerts`.
-        let report = vramtrace_tests::traced::vramtrace_command()
-            .arg("report")
-            .arg(&trace.path)
-            .output()
-            .unwrap();
+        let report = vramtrace_tests::traced::report_of(&trace.path, &[]);
         let text = String::from_utf8_lossy(&report.stdout);
         let alerted: Vec<String> = text
             .lines()
@@ -486,11 +482,7 @@ captest!(
             alert_step < from,
             "the alert at step {alert_step}, reading from {from}"
         );
-        let report = vramtrace_tests::traced::vramtrace_command()
-            .arg("report")
-            .arg(first)
-            .output()
-            .unwrap();
+        let report = vramtrace_tests::traced::report_of(first, &[]);
         let text = String::from_utf8_lossy(&report.stdout);
         let alerted: Vec<&str> = text.lines().filter(|l| l.contains("alerted")).collect();
         assert_eq!(alerted.len(), 1, "{text}");
@@ -572,11 +564,7 @@ captest!(an_alert_on_growth_that_stopped_says_so, |dir| {
     let alerts = alert_lines(&run.stderr());
     assert_eq!(alerts.len(), 1, "{}", run.stderr());
     let trace = run.single_trace();
-    let out = vramtrace_tests::traced::vramtrace_command()
-        .arg("report")
-        .arg(&trace.path)
-        .output()
-        .unwrap();
+    let out = vramtrace_tests::traced::report_of(&trace.path, &[]);
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
     let alerted = (report.lines())
         .find(|l| l.starts_with("  alerted "))
@@ -598,11 +586,7 @@ captest!(an_alert_on_growth_that_stopped_says_so, |dir| {
         "{report}"
     );
     // The gate passes it, and says why beside the alert the log showed above.
-    let gate = vramtrace_tests::traced::vramtrace_command()
-        .args(["report", "--fail-on", "growth"])
-        .arg(&trace.path)
-        .output()
-        .unwrap();
+    let gate = vramtrace_tests::traced::report_of(&trace.path, &["--fail-on", "growth"]);
     let err = String::from_utf8_lossy(&gate.stderr).into_owned();
     assert_eq!(gate.status.code(), Some(0), "{err}");
     assert!(

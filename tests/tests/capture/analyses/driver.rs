@@ -222,11 +222,7 @@ captest!(wl_driver_names_each_byte_in_one_finding, |dir| {
 // is about (8.3 MiB live at exit), not the last device listed (it named device 1).
 captest!(wl_driver_gate_names_the_device_that_holds_memory, |dir| {
     let trace = Workload::new("wl_driver").run_traced(dir).single_trace();
-    let out = vramtrace_tests::traced::vramtrace_command()
-        .args(["report", "--fail-on", "growth"])
-        .arg(&trace.path)
-        .output()
-        .unwrap();
+    let out = vramtrace_tests::traced::report_of(&trace.path, &["--fail-on", "growth"]);
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     let line = (text.lines())
         .find(|l| l.contains(" growth (alert) "))

@@ -74,11 +74,7 @@ captest!(a_run_ended_by_running_out_of_memory_is_full, |dir| {
 
 /// The second line of `report TRACE`: its verdict.
 fn verdict(trace: &std::path::Path) -> String {
-    let out = vramtrace_tests::traced::vramtrace_command()
-        .arg("report")
-        .arg(trace)
-        .output()
-        .unwrap();
+    let out = vramtrace_tests::traced::report_of(trace, &[]);
     let text = String::from_utf8(out.stdout).unwrap();
     text.lines().nth(1).unwrap_or_default().to_string()
 }
@@ -163,18 +159,10 @@ captest!(
             "{first}"
         );
         assert_eq!(first["evidence"]["rate"], MIB as f64 / 2.0, "{first}");
-        let gate = vramtrace_tests::traced::vramtrace_command()
-            .args(["report", "--fail-on", "growth"])
-            .arg(&trace.path)
-            .output()
-            .unwrap();
+        let gate = vramtrace_tests::traced::report_of(&trace.path, &["--fail-on", "growth"]);
         assert_eq!(gate.status.code(), Some(1));
         // The failure's block says the request fit in what was free: no piece that large.
-        let text = vramtrace_tests::traced::vramtrace_command()
-            .arg("report")
-            .arg(&trace.path)
-            .output()
-            .unwrap();
+        let text = vramtrace_tests::traced::report_of(&trace.path, &[]);
         let text = String::from_utf8(text.stdout).unwrap();
         assert!(
             text.contains(
@@ -260,11 +248,7 @@ captest!(an_evaluation_every_ten_steps_is_no_one_off, |dir| {
         .arg("healthy")
         .run_traced(dir)
         .single_trace();
-    let out = vramtrace_tests::traced::vramtrace_command()
-        .arg("report")
-        .arg(&trace.path)
-        .output()
-        .unwrap();
+    let out = vramtrace_tests::traced::report_of(&trace.path, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(

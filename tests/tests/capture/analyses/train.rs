@@ -340,11 +340,7 @@ captest!(wl_train_peaks_and_the_pools_reserve, |dir| {
 // beside "1 orphan").
 captest!(the_live_totals_count_every_orphan, |dir| {
     let trace = Workload::new("wl_train").run_traced(dir).single_trace();
-    let out = vramtrace_tests::traced::vramtrace_command()
-        .arg("report")
-        .arg(&trace.path)
-        .output()
-        .unwrap();
+    let out = vramtrace_tests::traced::report_of(&trace.path, &[]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("\n  orphans        1 orphan, holding 0 B of device memory: ")
