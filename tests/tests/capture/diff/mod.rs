@@ -14,6 +14,16 @@ use serde_json::Value;
 use vramtrace_tests::traced::{text, vramtrace_command};
 
 /// Runs `vramtrace diff --json ARGS…`: its exit code and document.
+/// `vramtrace diff A B` as text: its exit code and stdout.
+fn diff_text(a: &Path, b: &Path) -> (Option<i32>, String) {
+    let out = vramtrace_command()
+        .arg("diff")
+        .args([a, b])
+        .output()
+        .expect("running vramtrace");
+    (out.status.code(), text(&out.stdout))
+}
+
 fn diff_json<I, S>(args: I) -> (i32, Value)
 where
     I: IntoIterator<Item = S>,

@@ -11,7 +11,7 @@ use vramtrace_tests::source::{line_of, standin_source, workload_source};
 use vramtrace_tests::trace::Trace;
 use vramtrace_tests::traced::{text, vramtrace_command, Workload};
 
-use super::{diff_json, frames_in, subdir, the_trace};
+use super::{diff_json, diff_text, frames_in, subdir, the_trace};
 use crate::MIB;
 
 /// Runs `w` traced into `dir/name/` and returns its trace.
@@ -273,13 +273,8 @@ captest!(a_new_slow_leak_is_a_regression, |dir| {
         ),
         (&Value::from("grew"), &Value::from(20), &Value::from(20))
     );
-    let out = vramtrace_command()
-        .arg("diff")
-        .args([&a, &b])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let shown = text(&out.stdout);
+    let (code, shown) = diff_text(&a, &b);
+    assert_eq!(code, Some(1));
     let verdict = format!(
         "VERDICT  REGRESSION (exit 1): new steady growth +1.0 MiB/step at main at \
          wl_train.c:{line} → fw_alloc (libtorch_standin.so): above 64.0 KiB"
@@ -436,15 +431,10 @@ captest!(a_jobs_verdict_names_its_worst_pair, |dir| {
         let run = w.run_traced(&b);
         assert!(run.output.status.success(), "{}", run.stderr());
     }
-    let out = vramtrace_command()
-        .arg("diff")
-        .args([&a, &b])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let (code, shown) = diff_text(&a, &b);
+    assert_eq!(code, Some(1));
     let train = workload_source("wl_train.c");
     let extra = line_of(&train, "extra[step] = alloc(4 * MiB, FW_MODE_ASYNC);");
-    let shown = text(&out.stdout);
     let verdict = shown.lines().next().unwrap();
     assert!(
         verdict.starts_with(&format!(
