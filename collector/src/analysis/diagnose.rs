@@ -366,11 +366,29 @@ fn teardown_only(
         1 => String::new(),
         n => format!(" at {n} places"),
     };
+    // NCCL communicators never destroyed are memory the program can release (a process group
+    // made and left behind): said, with their share of the bytes.
+    let comms: std::collections::BTreeSet<u64> = (held.iter())
+        .flat_map(|s| s.communicators.iter().copied())
+        .collect();
+    let comm_bytes: u64 = held.iter().map(|s| s.communicator_bytes).sum();
+    let (of_comms, comm_fix) = match comms.len() {
+        0 => (String::new(), ""),
+        n => (
+            format!(
+                "; of it, {} is the buffers of {n} NCCL communicator{} never destroyed",
+                crate::units::bytes(comm_bytes),
+                if n == 1 { "" } else { "s" }
+            ),
+            "; a communicator made for a new group (new_group, split) is released with \
+             ncclCommDestroy or dist.destroy_process_group(group)",
+        ),
+    };
     let (cause, fix) = match grew {
         Some(g) => (
             format!(
-                "held until exit{at}; {}: it grew over steps {}..{} and stopped (bounded \
-                 growth, not judged steady)",
+                "held until exit{at}{of_comms}; {}: it grew over steps {}..{} and stopped \
+                 (bounded growth, not judged steady)",
                 match held.len() {
                     1 => "the place",
                     _ => "named by the place that grew",
@@ -383,7 +401,7 @@ fn teardown_only(
         ),
         None => (
             format!(
-                "held until exit{at} without growing during training{}",
+                "held until exit{at} without growing during training{of_comms}{}",
                 if held.len() > 1 {
                     "; named by the one that holds the most"
                 } else {
@@ -394,13 +412,14 @@ fn teardown_only(
              lives on",
         ),
     };
+    let fix = format!("{fix}{comm_fix}");
     Some(Finding {
         class: FindingClass::TeardownOnly,
         severity: Severity::Note,
         holder: None,
         site: Some(top.site.clone()),
         cause,
-        fix: fix.to_string(),
+        fix,
         evidence: Evidence {
             bytes: held.iter().map(|s| s.bytes).sum(),
             // The objects of the memory counted: host objects at the same places are not it.

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::Serialize;
 
 use super::site::{name, place, Place, SiteName};
-use crate::live::{Accounting, Category, LiveState, SiteId, Totals};
+use crate::live::{Accounting, Category, CommState, LiveState, SiteId, Totals};
 
 /// What one call site left live.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -40,6 +40,12 @@ pub struct LeakSite {
     pub categories: BTreeSet<Category>,
     /// Call sites merged into this place.
     pub sites: usize,
+    /// NCCL communicators never destroyed that own device memory here, and those bytes: memory
+    /// the exit releases, which the program could release with the communicator.
+    #[serde(skip)]
+    pub communicators: BTreeSet<u64>,
+    #[serde(skip)]
+    pub communicator_bytes: u64,
 }
 
 /// The live set by call site.
@@ -102,6 +108,10 @@ pub fn leaks(state: &LiveState) -> Leaks {
     // reaches is that orphan's memory, counted among the place's orphans.
     let mut handles: HashMap<u64, (Place, bool)> = HashMap::new();
     let mut mapped_by_orphans: Vec<u64> = Vec::new();
+    let live_comms: BTreeSet<u64> = (state.communicators())
+        .filter(|c| matches!(c.state, CommState::Live | CommState::Finalized))
+        .map(|c| c.comm)
+        .collect();
     for o in state.live_objects() {
         let origin = o.origin;
         if state.lost_after(origin.seq) {
@@ -134,6 +144,8 @@ pub fn leaks(state: &LiveState) -> Leaks {
             last_step: 0,
             categories: BTreeSet::new(),
             sites: 0,
+            communicators: BTreeSet::new(),
+            communicator_bytes: 0,
         });
         s.count += 1;
         match o.category.accounting() {
@@ -147,6 +159,12 @@ pub fn leaks(state: &LiveState) -> Leaks {
                 host.add(o.bytes);
             }
             Accounting::VirtualAddress | Accounting::None => views += 1,
+        }
+        if let Some(c) = origin.communicator.filter(|c| live_comms.contains(c)) {
+            if o.category.accounting() == Accounting::Device {
+                s.communicators.insert(c);
+                s.communicator_bytes += o.bytes;
+            }
         }
         let orphan = o.flags.is_orphan();
         if orphan {

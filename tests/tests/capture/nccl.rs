@@ -244,6 +244,25 @@ captest!(wl_framework_leaked_split_communicator, |dir| {
         ranks.contains(&(Hex(c.main), Some(0), Some(1))),
         "{ranks:?}"
     );
+    // The split communicator, never destroyed, is in the note on what is held until exit, with
+    // the device memory of its buffers (it was only among the note's bytes).
+    let a = vramtrace_collector::analysis::analyze(
+        &trace.state,
+        &vramtrace_collector::analysis::GrowthConfig::default(),
+    );
+    let teardown = (a.diagnosis.iter())
+        .find(|f| f.class == vramtrace_collector::analysis::FindingClass::TeardownOnly)
+        .unwrap_or_else(|| panic!("{:#?}", a.diagnosis));
+    assert!(
+        teardown
+            .cause
+            .contains("; of it, 3.0 MiB is the buffers of 1 NCCL communicator never destroyed")
+            && teardown.fix.ends_with(
+                "; a communicator made for a new group (new_group, split) is released with \
+                 ncclCommDestroy or dist.destroy_process_group(group)"
+            ),
+        "{teardown:#?}"
+    );
 });
 
 /// The orphans of a run with STANDIN_NCCL_LEAK_ON_DESTROY=1, with their communicators.
