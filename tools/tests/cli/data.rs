@@ -1006,4 +1006,8 @@ fn a_rotated_traces_findings_say_what_the_growth_rests_on() {
     assert_eq!(f.int("kept_from")[0], Some(11));
     assert_eq!(f.int("alerted_at_step")[0], None);
     assert_eq!(f.real("rate")[0], e["rate"].as_f64());
+    // Step 11 began before the snapshot the reading starts from: no row says it began at the
+    // first event read (it had one, with that event's sequence number, time and bytes).
+    let steps = table(&out, "steps");
+    assert_eq!(steps.int("step"), [Some(12)]);
 }

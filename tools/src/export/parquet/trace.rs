@@ -95,8 +95,9 @@ struct Tables {
     samples: TableFile<Samples>,
     failures: TableFile<Failures>,
     names: Names,
-    /// Steps begun before the event being looked at.
-    steps_before: u64,
+    /// Steps begun before the event being looked at (`None` before the first: then those the
+    /// reading began with, from a segment's snapshot or none).
+    steps_before: Option<u64>,
 }
 
 impl Streaming {
@@ -115,7 +116,7 @@ impl Streaming {
                 samples: TableFile::create(path("samples"), m())?,
                 failures: TableFile::create(path("failures"), m())?,
                 names: Names::new(),
-                steps_before: 0,
+                steps_before: None,
             })
         })();
         match tables {
@@ -162,8 +163,12 @@ impl Tables {
                 steps::sample(&mut self.samples, state, self.pid, e, free, total)?;
             }
         }
-        if state.steps() != self.steps_before {
-            self.steps_before = state.steps();
+        // A step begun before a segment's snapshot, where rotation deleted what came before,
+        // has no beginning read: no row (its first event read is not where it began).
+        let before =
+            *(self.steps_before).get_or_insert_with(|| state.restored().map_or(0, |r| r.steps));
+        if state.steps() != before {
+            self.steps_before = Some(state.steps());
             steps::step(&mut self.steps, state, self.pid, e)?;
         }
         Ok(())
