@@ -265,11 +265,15 @@ impl Written {
             gaps: trace.gaps(),
             // Said only where the export lacks a part of the run: segments rotation removed or
             // missing, or the first ones on disk left unread (`--last`, `--since`).
-            begins: (trace.segments.as_ref())
-                .filter(|s| {
-                    s.removed.is_some() || !s.missing.is_empty() || s.first_read > s.first_there
-                })
-                .map(|s| s.describe()),
+            // Or `--last`/`--since` asked of a trace of one file, read whole.
+            begins: (trace.segments.as_ref()).and_then(|s| {
+                let cut =
+                    s.removed.is_some() || !s.missing.is_empty() || s.first_read > s.first_there;
+                match cut {
+                    true => Some(s.describe()),
+                    false => s.read_whole(),
+                }
+            }),
         }
     }
 }

@@ -145,6 +145,17 @@ impl SegmentFacts {
         self.last_there > 1
     }
 
+    /// Where `--last` or `--since` was asked of a trace of one file, which is read whole, that
+    /// in words (`one, read whole: since step 5 chooses …`): nothing else would say the moment
+    /// asked for was not where reading began.
+    pub fn read_whole(&self) -> Option<String> {
+        let asked = self.from.as_ref().filter(|_| !self.is_cut())?;
+        Some(format!(
+            "one, read whole: {asked} chooses where to start among a trace's segments, and this \
+             trace is one file"
+        ))
+    }
+
     /// The facts in words, for the report's head.
     pub fn describe(&self) -> String {
         use crate::render::units::{bytes, duration};

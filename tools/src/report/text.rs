@@ -93,12 +93,8 @@ fn facts(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
         }
         // --last and --since choose the segment to start from: a trace of one is read whole.
         Some(segments) => {
-            if let Some(asked) = &segments.from {
-                writeln!(
-                    out,
-                    "  segments  one, read whole: {asked} chooses where to start among a trace's \
-                     segments, and this trace is one file"
-                )?;
+            if let Some(whole) = segments.read_whole() {
+                writeln!(out, "  segments  {whole}")?;
             }
         }
         None => {}

@@ -435,7 +435,32 @@ fn a_window_on_a_trace_of_one_file_is_said_to_read_it_whole() {
     );
     let plain = vramtrace().args(["report", t]).assert().success();
     let plain = String::from_utf8_lossy(&plain.get_output().stdout).into_owned();
-    assert!(!plain.contains("  segments  "), "{plain}");
+    assert!(!plain.contains("  segments  "), "{plain}"); // An export too: its CSV starts at the first event, and stderr says why (it said nothing).
+    let out = vramtrace()
+        .args([
+            "export",
+            "--format",
+            "csv-events",
+            "--last",
+            "1ms",
+            "-o",
+            "-",
+            t,
+        ])
+        .assert()
+        .success();
+    let err = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert_eq!(
+        err.lines().next(),
+        Some(
+            format!(
+                "note: {t}: segments one, read whole: the last 1 ms chooses where to start among a \
+                 trace's segments, and this trace is one file; the export holds what is on disk"
+            )
+            .as_str()
+        ),
+        "{err}"
+    );
 }
 
 // A moment past the end of the trace is an error, as in replay: the report would otherwise
