@@ -98,6 +98,10 @@ impl OutputFile {
                     to.display()
                 );
             }
+            // `out/`: a directory that does not exist, not a file to make.
+            None if path.as_os_str().as_encoded_bytes().ends_with(b"/") => {
+                bail!("{shown} names a directory, and no directory is there; name a file")
+            }
             None => {
                 let dir = match path.parent() {
                     Some(p) if !p.as_os_str().is_empty() => p,

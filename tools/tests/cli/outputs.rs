@@ -157,6 +157,18 @@ fn outputs_appear_whole_or_not_at_all() {
             dir.path().join("missing").display()
         )
     );
+    // So is a name of a directory that is not there (it was found only on writing, after a
+    // check's whole program had run).
+    let slash = format!("{}/", dir.path().join("out").display());
+    let refused = vramtrace()
+        .args(["report", "--html", &slash])
+        .arg(&trace)
+        .assert()
+        .code(2);
+    assert_eq!(
+        stderr(&refused),
+        format!("error: {slash} names a directory, and no directory is there; name a file\n")
+    );
 }
 
 /// An export stopped by SIGINT, SIGTERM or SIGHUP (Ctrl-C, a scheduler, a closed terminal)
