@@ -46,6 +46,9 @@ pub struct LeakSite {
     pub communicators: BTreeSet<u64>,
     #[serde(skip)]
     pub communicator_bytes: u64,
+    /// Steps its device objects were made in, up to [`MANY_STEPS`] of them.
+    #[serde(skip)]
+    pub made_in: BTreeSet<u64>,
 }
 
 /// The live set by call site.
@@ -88,11 +91,11 @@ impl UncertainLive {
 pub const MANY_STEPS: u64 = 16;
 
 impl LeakSite {
-    /// Whether the device objects it holds at the end were made over [`MANY_STEPS`] steps and
-    /// more, at least that many: it grew for long, then stopped (or grows still).
+    /// Whether the device objects it holds at the end were made in [`MANY_STEPS`] steps or more:
+    /// it grew for long, then stopped (or grows still). A warm-up's objects, made in a few steps,
+    /// and a cache's segment added now and then, are not.
     pub fn grew_for_long(&self) -> bool {
-        self.device_count >= MANY_STEPS
-            && self.last_step.saturating_sub(self.first_step) >= MANY_STEPS
+        self.made_in.len() as u64 >= MANY_STEPS
     }
 }
 
@@ -146,12 +149,16 @@ pub fn leaks(state: &LiveState) -> Leaks {
             sites: 0,
             communicators: BTreeSet::new(),
             communicator_bytes: 0,
+            made_in: BTreeSet::new(),
         });
         s.count += 1;
         match o.category.accounting() {
             Accounting::Device => {
                 s.bytes += o.bytes;
                 s.device_count += 1;
+                if (s.made_in.len() as u64) < MANY_STEPS {
+                    s.made_in.insert(origin.step);
+                }
                 device.add(o.bytes);
             }
             Accounting::Host => {

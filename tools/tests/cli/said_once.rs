@@ -210,3 +210,17 @@ fn a_total_that_rose_at_other_places_each_time_says_so() {
         "{host}"
     );
 }
+
+/// healthy_hf_llama's line 40 made its segments in its first steps and a pair now and then after
+/// (in 8 steps of 21): a warm-up and a cache, not growth that stopped.
+#[test]
+fn a_warm_up_with_a_segment_now_and_then_did_not_grow() {
+    let text = report(&fixture("healthy_hf_llama-marks.vtrace"), &[]);
+    assert!(
+        text.contains(
+            "\n     cause     held until exit at 5 places without growing during training; named \
+             by the one that holds the most\n"
+        ),
+        "{text}"
+    );
+}
