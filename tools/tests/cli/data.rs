@@ -107,6 +107,16 @@ impl Rows {
     }
 }
 
+/// `vramtrace report --json TRACE`, read.
+fn report_json(trace: &Path) -> serde_json::Value {
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn export(trace: &Path, out: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
     vramtrace()
         .args(["export", "--format", "parquet", "-o"])
@@ -259,12 +269,7 @@ fn the_training_loop_as_tables() {
     }
     // The report's diagnosis, finding by finding: the leak first, at its line and rate.
     let f = table(&out, "findings");
-    let report = vramtrace()
-        .args(["report", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let report = report_json(&trace);
     let diagnosis = report["analysis"]["diagnosis"].as_array().unwrap();
     assert_eq!(f.len(), diagnosis.len());
     let classes: Vec<Option<String>> = diagnosis
@@ -540,12 +545,7 @@ fn findings_are_the_reports_diagnosis_on_real_gpu_traces() {
     for (i, trace) in traces.iter().enumerate() {
         let out = dir.path().join(format!("d{i}"));
         export(trace, &out, &[]).success();
-        let report = vramtrace()
-            .args(["report", "--json"])
-            .arg(trace)
-            .output()
-            .unwrap();
-        let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+        let report = report_json(trace);
         let analysis = &report["analysis"];
         let diagnosis = analysis["diagnosis"].as_array().unwrap();
         let f = table(&out, "findings");
@@ -991,12 +991,7 @@ fn a_rotated_traces_findings_say_what_the_growth_rests_on() {
         std::fs::remove_file(f).unwrap();
     }
     let trace = &files[0];
-    let report = vramtrace()
-        .args(["report", "--json"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let report = report_json(trace);
     let e = &report["analysis"]["diagnosis"][0]["evidence"];
     assert_eq!(e["kept_from"], 11, "{e}");
     let out = dir.path().join("data");
