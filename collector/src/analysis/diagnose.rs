@@ -337,11 +337,13 @@ fn teardown_only(
     named: &[SiteName],
     alerted: &[SiteName],
 ) -> Option<Finding> {
-    // What grows, in any view: a place of a steady row, or its Python line (the recorder's row
-    // of a line and the driver's segments asked for there are one cause, not a leak and a
-    // teardown).
+    // What grows, in any view: a place of a steady row, or its Python line in the same
+    // library (the recorder's row of a line and the driver's segments asked for there are one
+    // cause, not a leak and a teardown; a cuBLAS workspace made at that line is another).
     let same_line = |a: &SiteName, b: &SiteName| {
-        (a.source.as_ref()).is_some_and(|x| b.source.as_ref().is_some_and(|y| x.same_line(y)))
+        a.owner == b.owner
+            && (a.source.as_ref())
+                .is_some_and(|x| b.source.as_ref().is_some_and(|y| x.same_line(y)))
     };
     // A place the tracer alerted on before where reading began grew too, where not read.
     let growing = |s: &SiteName| {
