@@ -67,9 +67,14 @@ pub(crate) fn step_lines(view: &TorchView, state: &LiveState) -> Vec<LineSeries>
                         .map(|(&d, _)| d)
                 })
                 .unwrap_or(0);
-            // Only the marks `state` has applied (step or iteration marks, whichever the
-            // snapshot's are): a replay to step N sees the tensors up to it.
-            let applied = state.marks() + state.iterations();
+            // Only the marks `state` has applied: a replay to step N sees the tensors up to it.
+            // The snapshot's marks are the optimizer's steps once it stepped (the iterations
+            // marked before are dropped, as the trace's steps are its step marks alone), else
+            // the model calls'.
+            let applied = match state.marks() {
+                0 => state.iterations(),
+                marks => marks,
+            };
             let points: Vec<(u64, u64)> = xs
                 .iter()
                 .zip(&l.bytes)

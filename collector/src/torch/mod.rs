@@ -85,6 +85,13 @@ pub struct TorchView {
     /// The snapshot taken at the first out-of-memory error, when a later one followed it (when
     /// the process died of that error, it is [`TorchView::snapshot`], with reason `oom`).
     pub at_oom: Option<AllocatorSnapshot>,
+    /// The last event sequence number when each of the two snapshots reached the tracer.
+    pub snapshot_after_seq: u64,
+    pub at_oom_after_seq: u64,
+    /// Where the reading these payloads serve stopped (the last event applied), for a replay to
+    /// a point: a snapshot handed over after it says nothing of the allocator at the point.
+    /// `None`: read to the end.
+    pub until_seq: Option<u64>,
     /// Payloads that could not be read, one line each.
     pub problems: Vec<String>,
 }
@@ -119,14 +126,15 @@ impl TorchView {
                     None
                 }
             };
-        let last = snapshots.last().and_then(&mut parse);
+        let last = snapshots.last();
         let oom = snapshots
             .iter()
             .take(snapshots.len().saturating_sub(1))
-            .find(|a| snapshot::reason_of(&a.data) == Some("oom"))
-            .and_then(&mut parse);
-        view.snapshot = last;
-        view.at_oom = oom;
+            .find(|a| snapshot::reason_of(&a.data) == Some("oom"));
+        view.snapshot_after_seq = last.map_or(0, |a| a.after_seq);
+        view.at_oom_after_seq = oom.map_or(0, |a| a.after_seq);
+        view.snapshot = last.and_then(&mut parse);
+        view.at_oom = oom.and_then(&mut parse);
         view
     }
 
@@ -150,15 +158,35 @@ impl TorchView {
 
     /// What the analyses take from this view: the tensor bytes per Python line at each step of
     /// `state` (see [`step_lines`]) and the allocator backend.
+    ///
+    /// The cache is the allocator's state when the last snapshot was taken: at a point before
+    /// it (a replay), it is not known and left out. The out-of-memory relief is of the failure
+    /// the hooks' snapshot followed: at a point before that failure, left out too.
     pub fn framework(&self, state: &LiveState) -> Framework {
-        let oom = self
-            .at_oom
+        let reached = |after_seq: u64| self.until_seq.is_none_or(|until| until >= after_seq);
+        let last = self
+            .snapshot
             .as_ref()
-            .or(self.snapshot.as_ref().filter(|s| s.reason == "oom"));
+            .filter(|_| reached(self.snapshot_after_seq));
+        let failed_before = |after_seq: u64| {
+            reached(after_seq)
+                || state
+                    .ooms()
+                    .iter()
+                    .next()
+                    .is_some_and(|o| o.failure.seq <= after_seq)
+        };
+        let oom = match (&self.at_oom, &self.snapshot) {
+            (Some(s), _) => Some(s).filter(|_| failed_before(self.at_oom_after_seq)),
+            (None, Some(s)) if s.reason == "oom" => {
+                Some(s).filter(|_| failed_before(self.snapshot_after_seq))
+            }
+            _ => None,
+        };
         Framework {
             lines: step_lines(self, state),
             torch_backend: self.backend().map(str::to_string),
-            cache: self.snapshot.as_ref().map(cache_use).unwrap_or_default(),
+            cache: last.map(cache_use).unwrap_or_default(),
             oom_relief: oom.and_then(oom_relief),
         }
     }

@@ -185,7 +185,10 @@ impl LoadedTrace {
             unix_ns: self.header.start_unix_ns,
             monotonic_ns: self.header.start_mono_ns,
         };
-        Ok(TorchView::read(&payloads, Some(fallback)))
+        Ok(TorchView {
+            until_seq: Some(self.state.last_seq()),
+            ..TorchView::read(&payloads, Some(fallback))
+        })
     }
 
     /// Every analysis of the trace, with PyTorch's own view of its tensors (`torch`, from

@@ -283,3 +283,51 @@ fn a_hooked_trace_is_not_told_to_use_vramtrace_run() {
         "{fix}"
     );
 }
+
+// PyTorch's view at step N is of the N steps begun: the iteration the hooks marked before the
+// optimizer's first step is no step of the trace, so leak_oom's tensors at step 20 are the 19
+// buffers of 1 GiB its segments hold (one more read the recorder one step ahead). The
+// allocator's cache and its out-of-memory relief are of the snapshots taken at exit and at the
+// failure: at a point before them they are not known, and left out.
+#[test]
+fn pytorchs_view_at_a_step_is_of_that_step() {
+    let fixture = |name: &str| {
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/gpu/oom")
+            .join(name)
+    };
+    let doc = json_of(
+        &["replay", "--at", "step 20"],
+        &fixture("leak_oom-run.vtrace"),
+    );
+    let a = &doc["analysis"];
+    let held: Vec<(&str, u64)> = (a["growth"]["steady"].as_array().unwrap().iter())
+        .map(|s| {
+            (
+                s["view"].as_str().unwrap(),
+                s["last_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(held, [("allocator", 19 << 30), ("driver", 19 << 30)]);
+    assert_eq!(
+        (
+            &a["fragmentation"]["allocator"],
+            &a["fragmentation"]["oom_relief"]
+        ),
+        (&serde_json::Value::Null, &serde_json::Value::Null)
+    );
+
+    let peak = fixture("healthy_oom_peak-run.vtrace");
+    let relief = |at: &str| {
+        json_of(&["replay", "--at", at], &peak)["analysis"]["fragmentation"]["oom_relief"]
+            ["requested"]
+            .clone()
+    };
+    // The request of step 31 is not known at step 5; at the failure, it is.
+    assert_eq!(relief("step 5"), serde_json::Value::Null);
+    assert_eq!(relief("oom"), serde_json::json!(170_034_987_008u64));
+    let text = replay_text(&peak, &["--at", "step 5"]);
+    assert!(!text.contains("\n  oom relief "), "{text}");
+    assert!(!text.contains("\n  cache "), "{text}");
+}
