@@ -282,6 +282,10 @@ pub struct TopDifference {
     pub growth: f64,
     /// Whether its pairing across the runs was a guess.
     pub guessed: bool,
+    /// B's orphans there minus A's, and their device bytes (driver's view; 0 for a line of
+    /// tensors).
+    pub orphans: i64,
+    pub orphan_bytes: i64,
     /// Where its line is where the allocator asked (`asked`) and only B has PyTorch's recorder:
     /// the line B's own findings found keeping the tensors, as B's report names it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -305,13 +309,19 @@ impl TopDifference {
             live_bytes: M::live_change(&r.change),
             growth: M::growth_change(&r.change),
             guessed: r.guessed,
+            orphans: 0,
+            orphan_bytes: 0,
             kept_at: None,
         }
     }
 
     fn of_site(s: &SiteDiff) -> Self {
         let owner = s.place.module.clone();
-        TopDifference::of(s, View::Driver, owner, s.place.line_means)
+        TopDifference {
+            orphans: s.change.orphans,
+            orphan_bytes: s.change.orphan_bytes,
+            ..TopDifference::of(s, View::Driver, owner, s.place.line_means)
+        }
     }
 }
 
@@ -404,6 +414,7 @@ impl Diff {
         let Some(g) =
             (self.verdict.new_growth.iter()).find(|g| g.regression && g.role == Role::Cause)
         else {
+            self.top_of_orphans();
             return;
         };
         // The growth is the place's: its rows (a line's native paths) together.
@@ -416,9 +427,17 @@ impl Diff {
                     return;
                 };
                 self.places[..=i].rotate_right(1);
-                // Its live bytes and status are the place's row's, as the table says them.
+                // Its status is the place's row's, as the table says it; its live bytes those
+                // of every place its rate adds up (one set of communicators at several calls).
                 let place = &self.places[0].row;
-                let live = place.change.live_bytes + place.change.host_bytes;
+                let member = |r: &SiteDiff| {
+                    (g.places.iter())
+                        .any(|(label, owner)| r.label == *label && r.place.module == *owner)
+                };
+                let live = (self.places.iter())
+                    .filter(|p| member(&p.row))
+                    .map(|p| p.row.change.live_bytes + p.row.change.host_bytes)
+                    .sum();
                 let rows = place_rows(&self.sites, of_place);
                 let top = rows.0.map(|r| TopDifference {
                     status: place.status,
@@ -439,6 +458,27 @@ impl Diff {
             top.live_bytes = live_bytes;
             self.top = Some(top);
         }
+    }
+
+    /// When new orphans make B a regression (and no new growth does), the top difference is the
+    /// place with the most new orphans, first in the table of places too: the line under the
+    /// verdict names what the verdict is about.
+    fn top_of_orphans(&mut self) {
+        let orphans = (self.verdict.checks.iter())
+            .any(|c| c.exceeded && matches!(c.metric, "orphans" | "orphan_bytes"));
+        if !orphans {
+            return;
+        }
+        let most = (self.places.iter().enumerate())
+            .filter(|(_, p)| p.row.change.orphans > 0 || p.row.change.orphan_bytes > 0)
+            .max_by_key(|(i, p)| {
+                let c = &p.row.change;
+                (c.orphans, c.orphan_bytes, std::cmp::Reverse(*i))
+            })
+            .map(|(i, _)| i);
+        let Some(i) = most else { return };
+        self.places[..=i].rotate_right(1);
+        self.top = Some(TopDifference::of_site(&self.places[0].row));
     }
 
     /// Adds the per-tensor view of PyTorch's recorder (`a` and `b`, each when its trace carries

@@ -129,6 +129,10 @@ pub struct NewGrowth {
     pub above_floor: bool,
     /// Whether it makes B a regression: a cause, within the horizon or above the floor.
     pub regression: bool,
+    /// The places (label, owner) whose growths it is, together: itself, or a native program's
+    /// NCCL places, one set of communicators never destroyed.
+    #[serde(skip)]
+    pub places: Vec<(String, Option<String>)>,
 }
 
 /// Whether B regressed.
@@ -226,6 +230,17 @@ impl Verdict {
     }
 }
 
+/// One place of a new growth as the report names it: its label, owner and line meaning, its
+/// rate, whether it is a native program's NCCL place, and the places it stands for.
+struct Place {
+    label: String,
+    owner: Option<String>,
+    line_means: LineMeaning,
+    rate: f64,
+    native_nccl: bool,
+    members: Vec<(String, Option<String>)>,
+}
+
 /// The new growths among `rows` of one view (each held by `owner`, its line meaning what
 /// `meaning` says), when its growth in all (`total`, A's and B's per unit) is comparable, and the
 /// check they make (`metric`).
@@ -244,9 +259,7 @@ pub(crate) fn new_growth<M: Measures, P>(
     let floor = thresholds.new_growth as f64;
     // One growth per place as the report names it: the native paths of one line (NCCL's buffers
     // of a communicator, made by several functions) are one cause, at their rates together.
-    // Each place: its label, owner, line meaning, rate, and whether it is a native program's
-    // NCCL place.
-    let mut places: Vec<(String, Option<String>, LineMeaning, f64, bool)> = Vec::new();
+    let mut places: Vec<Place> = Vec::new();
     if let Some(total) = total {
         for r in rows {
             let rate = r.new_growth();
@@ -254,30 +267,56 @@ pub(crate) fn new_growth<M: Measures, P>(
                 continue;
             }
             let (owner, line_means, native) = named(r);
-            match (places.iter_mut()).find(|p| p.0 == r.label && p.1 == owner && p.2 == line_means)
-            {
-                Some(p) => p.3 += rate,
+            let same = |p: &&mut Place| {
+                p.label == r.label && p.owner == owner && p.line_means == line_means
+            };
+            match places.iter_mut().find(same) {
+                Some(p) => p.rate += rate,
                 None => {
                     let nccl = (owner.as_deref())
                         .is_some_and(|m| OwnerKind::of_module(m) == OwnerKind::Nccl);
-                    places.push((r.label.clone(), owner, line_means, rate, native && nccl));
+                    places.push(Place {
+                        members: vec![(r.label.clone(), owner.clone())],
+                        label: r.label.clone(),
+                        owner,
+                        line_means,
+                        rate,
+                        native_nccl: native && nccl,
+                    });
                 }
             }
         }
         // A native program's NCCL buffers at several of its calls are the same communicators
         // never destroyed: one cause, named by its fastest place, as the report's causes say it
         // (a Python program's at two lines are two process groups).
-        if let Some(at) = places.iter().position(|p| p.4) {
-            let comms: Vec<_> = places.extract_if(.., |p| p.4).collect();
-            let together: f64 = comms.iter().map(|p| p.3).sum();
-            if let Some(fastest) = comms.into_iter().max_by(|a, b| a.3.total_cmp(&b.3)) {
-                places.insert(at, (fastest.0, fastest.1, fastest.2, together, true));
+        if let Some(at) = places.iter().position(|p| p.native_nccl) {
+            let comms: Vec<_> = places.extract_if(.., |p| p.native_nccl).collect();
+            let together: f64 = comms.iter().map(|p| p.rate).sum();
+            let members = comms.iter().flat_map(|p| p.members.clone()).collect();
+            if let Some(fastest) = comms.into_iter().max_by(|a, b| a.rate.total_cmp(&b.rate)) {
+                let rate = together;
+                places.insert(
+                    at,
+                    Place {
+                        rate,
+                        members,
+                        ..fastest
+                    },
+                );
             }
         }
-        places.retain(|p| total.change >= p.3 / 2.0);
+        places.retain(|p| total.change >= p.rate / 2.0);
     }
     let found: Vec<NewGrowth> = (places.into_iter())
-        .map(|(label, owner, line_means, rate, _)| {
+        .map(|p| {
+            let Place {
+                label,
+                owner,
+                line_means,
+                rate,
+                members,
+                ..
+            } = p;
             let full = fill.and_then(|f| f.at(rate, unit));
             let within_horizon = full.is_some_and(|p| p.within_horizon);
             let above_floor = rate > floor;
@@ -295,6 +334,7 @@ pub(crate) fn new_growth<M: Measures, P>(
                 within_horizon,
                 above_floor,
                 regression: within_horizon || above_floor,
+                places: members,
             }
         })
         .collect();

@@ -350,6 +350,14 @@ fn new_growth_line(g: &NewGrowth, t: &Thresholds, guessed: bool) -> String {
 /// `gpt.py:57 in <module> (PyTorch tensors): new, +1.9 GiB live at end, +16.0 MiB/step`.
 fn top_line(t: &TopDifference, driver_unit: Option<GrowthUnit>, guessed: bool) -> String {
     let mut parts = vec![status(t.status).to_string()];
+    if t.orphans != 0 {
+        parts.push(format!(
+            "{:+} orphan{} ({} of device memory)",
+            t.orphans,
+            if t.orphans.abs() == 1 { "" } else { "s" },
+            signed(t.orphan_bytes)
+        ));
+    }
     parts.push(format!("{} live at end", signed(t.live_bytes)));
     if t.growth != 0.0 {
         let unit = match t.view {
@@ -418,6 +426,7 @@ fn suspects(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result
 
 fn totals(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
     let t = &c.diff.totals;
+    let (ga, gb) = (c.a.step_source == "pattern", c.b.step_source == "pattern");
     let mut tab = table(&["", "A", "B", "change"], &[1, 2, 3]);
     let b = |x: &Count| vec![bytes(x.a), bytes(x.b), signed(x.change)];
     let n = |x: &Count| vec![x.a.to_string(), x.b.to_string(), format!("{:+}", x.change)];
@@ -432,10 +441,16 @@ fn totals(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
     row("host memory at end", b(&c.host_bytes));
     row("peak", b(&c.peak_bytes));
     match (t.growth, t.growth_unit) {
-        (Some(g), Some(u)) => row(
-            "growth",
-            vec![growth(g.a, u), growth(g.b, u), growth(g.change, u)],
-        ),
+        // Each run's rate in its own unit (a step guessed from its allocation pattern is said
+        // so), the change in B's.
+        (Some(g), Some(u)) => {
+            let in_unit =
+                |rate: f64, guessed: bool| format!("{}/{}", signed_bytes(rate), b_unit(u, guessed));
+            row(
+                "growth",
+                vec![in_unit(g.a, ga), in_unit(g.b, gb), in_unit(g.change, gb)],
+            )
+        }
         _ => row(
             "growth",
             vec!["-".into(), "-".into(), "not comparable".into()],
@@ -551,8 +566,9 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
     if d.places.is_empty() {
         return Ok(());
     }
-    // Growth compares only in one unit (both runs with steps, or both without).
-    let unit = c.diff.totals.growth_unit.map(|u| u.name());
+    // Growth compares only in one unit (both runs with steps, or both without), B's.
+    let guessed = c.b.step_source == "pattern";
+    let unit = (c.diff.totals.growth_unit).map(|u| b_unit(u, guessed));
     let headers = [
         "#",
         "status",
@@ -577,14 +593,27 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
                 && g.owner.as_ref() == owner
         })
     };
+    // A place whose NCCL buffers are the same communicators as a new growth named at another
+    // place: part of that cause, its rate in the growth's, as the report's related rows are.
+    let communicators = |label: &str, owner: Option<&String>| {
+        (c.diff.verdict.new_growth.iter()).find(|g| {
+            g.view == View::Driver
+                && !(g.label == label && g.owner.as_ref() == owner)
+                && (g.places.iter()).any(|(l, o)| l == label && o.as_ref() == owner)
+        })
+    };
     let mut any_segments = false;
+    let mut of_growth: Option<&NewGrowth> = None;
     for (i, p) in shown.iter().enumerate() {
         let s = &p.row;
         let of_segments = segments(&s.label, s.place.module.as_ref());
         any_segments |= of_segments;
-        let state = match of_segments {
-            true => format!("{} (segments)", status(s.status)),
-            false => status(s.status).to_string(),
+        let same_cause = communicators(&s.label, s.place.module.as_ref());
+        of_growth = of_growth.or(same_cause);
+        let state = match (of_segments, same_cause) {
+            (true, _) => format!("{} (segments)", status(s.status)),
+            (false, Some(_)) => format!("{} (communicators)", status(s.status)),
+            (false, None) => status(s.status).to_string(),
         };
         let allocs =
             |m: Option<&SiteMetrics>| m.map_or("-".to_string(), |m| m.allocations.to_string());
@@ -617,6 +646,14 @@ fn sites(out: &mut impl Write, c: &Comparison, args: &DiffArgs) -> io::Result<()
         d.places.len()
     );
     emit(out, &title, &t)?;
+    if let Some(g) = of_growth {
+        writeln!(
+            out,
+            "  (communicators): NCCL's buffers of the same communicators as the new growth at {}: \
+             one cause, its rate theirs together",
+            g.label
+        )?;
+    }
     if any_segments {
         writeln!(
             out,

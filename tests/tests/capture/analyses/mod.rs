@@ -167,3 +167,47 @@ captest!(
         );
     }
 );
+
+// `diff` of wl_framework against its `leak` run fails on the one orphan the leak plants (the
+// registration reg2, never deregistered before its communicator was destroyed) and names that
+// place under the verdict and first in the table, not the NCCL place whose memory changed most
+// (the split communicator's buffers, which the verdict does not count).
+captest!(wl_framework_diff_names_the_new_orphan, |dir| {
+    for d in ["a", "b"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let a = Workload::new("wl_framework")
+        .run_traced(&dir.join("a"))
+        .single_trace();
+    let b = Workload::new("wl_framework")
+        .arg("leak")
+        .run_traced(&dir.join("b"))
+        .single_trace();
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .arg("diff")
+        .arg(&a.path)
+        .arg(&b.path)
+        .output()
+        .unwrap();
+    let said = vramtrace_tests::traced::text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    let src = vramtrace_tests::source::workload_source("wl_framework.c");
+    let line = line_of(&src, "reg(comm, e1, 3 * MiB, &reg2)");
+    let place = format!("main at wl_framework.c:{line} (wl_framework)");
+    assert!(
+        said.starts_with(&format!(
+            "VERDICT  REGRESSION (exit 1): orphans +1 (limit 0)\n  top difference, view driver: \
+             {place}: changed, +1 orphan (+0 B of device memory), +0 B live at end\n"
+        )),
+        "{said}"
+    );
+    let first = (said.lines())
+        .skip_while(|l| !l.starts_with("Changed places"))
+        .nth(3)
+        .unwrap_or_default();
+    assert!(
+        first.starts_with(" 1   changed ")
+            && first.contains(&format!("main at wl_framework.c:{line} ")),
+        "{said}"
+    );
+});

@@ -296,6 +296,34 @@ captest!(wl_shapes_diff_says_one_cause_once, |dir| {
         ) && verdict.matches("new steady growth").count() == 1,
         "{said}"
     );
+    // The line under it gives the memory of all six communicators (3 MiB of buffers each at
+    // line 113, 1 MiB at 114, 8 KiB of host memory), not line 113's alone with their rate; the
+    // table tags line 114 as part of the same cause; every rate is per guessed step.
+    assert!(
+        said.contains(
+            "\n  top difference, view driver: new_comm at wl_shapes.c:113 → pncclCommInitRank \
+             (libnccl.so.2): new, +18.1 MiB live at end, +616.0 KiB/guessed step\n"
+        ),
+        "{said}"
+    );
+    let row = |line: &str| {
+        said.lines()
+            .find(|l| l.contains(line) && l.contains("only-in-b"))
+            .unwrap_or_else(|| panic!("no row of {line}: {said}"))
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(
+        row("wl_shapes.c:114 → pncclAllReduce"),
+        "2 new (communicators)"
+    );
+    assert_eq!(row("wl_shapes.c:113 → pncclCommInitRank"), "1 new -");
+    assert!(
+        said.contains(" growth                +0 B/guessed step   +616.0 KiB/guessed step"),
+        "{said}"
+    );
     let train = Workload::new("wl_train")
         .run_traced(&dir.join("t"))
         .single_trace();
