@@ -91,8 +91,10 @@ static double now_s(void)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 7) {
-        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes] [threads] [largest]\n");
+    /* argv[7] (0: never) is the last step the leak keeps a buffer in: a leak that stops, its
+     * buffers made over steps leak_every..argv[7] and held to the end (bounded growth). */
+    if (argc < 2 || argc > 8) {
+        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes] [threads] [largest] [leak_until]\n");
         return 2;
     }
     char *end = NULL;
@@ -104,9 +106,10 @@ int main(int argc, char **argv)
     long threads = argc > 5 ? strtol(argv[5], NULL, 10) : 1;
     if (argc > 6)
         largest = strtoull(argv[6], NULL, 10);
+    long until_step = argc > 7 ? strtol(argv[7], NULL, 10) : 0;
     if (amount <= 0 || temps < 0 || every < 0 || bytes <= 0 || threads < 1 || threads > 64 ||
-        largest < 256) {
-        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes] [threads] [largest]\n");
+        largest < 256 || until_step < 0) {
+        fprintf(stderr, "usage: wl_soak STEPS|SECONDSs [temporaries] [leak_every] [leak_bytes] [threads] [largest] [leak_until]\n");
         return 2;
     }
     pthread_t others[64];
@@ -124,7 +127,7 @@ int main(int argc, char **argv)
             mark();
         for (long i = 0; i < temps; i++)
             temporary(&mine);
-        if (every > 0 && steps % every == 0)
+        if (every > 0 && steps % every == 0 && (until_step == 0 || steps <= until_step))
             keep_history((size_t)bytes);
     }
     free_temporaries(&mine);
@@ -139,6 +142,7 @@ int main(int argc, char **argv)
             leaked_bytes);
     }
     EXPECT(atomic_load(&failed), 0);
-    EXPECT(leaked, every > 0 ? steps / every : 0);
+    long leaking = until_step > 0 && until_step < steps ? until_step : steps;
+    EXPECT(leaked, every > 0 ? leaking / every : 0);
     return wl_finish();
 }

@@ -341,7 +341,9 @@ fn growth_found(
 ) -> (bool, String) {
     let (exceeded, found) = devices_growth(analysis, fails);
     let rotated = analysis.steps.from_step;
-    let alert = (analysis.alerts.iter()).find(|r| rotated.is_some() && alert_fails(&r.alert));
+    // Not an alert whose growth the live set at the end shows stopped long ago.
+    let alert = (analysis.alerts.iter())
+        .find(|r| rotated.is_some() && !r.growth_stopped && alert_fails(&r.alert));
     match (exceeded, alert, rotated) {
         (false, Some(raised), Some(from)) => (
             true,

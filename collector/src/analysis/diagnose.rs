@@ -303,7 +303,9 @@ fn alerted_before(alerts: &[RaisedAlert], from: Option<u64>, found: &[Finding]) 
         let device = Holder::Device { device: a.device };
         let known = (found.iter().chain(&out))
             .any(|f| f.severity == Severity::Alert && f.holder == Some(device));
-        if known {
+        // Growth the live set shows stopped long ago is no alert now (the teardown note says
+        // it grew, and stopped).
+        if known || raised.growth_stopped {
             continue;
         }
         let Advice { cause, fix } = advice::alerted_before(from, a.step);
@@ -362,7 +364,17 @@ fn teardown_only(
     // A place whose objects were made over many steps grew, then stopped: named first, and
     // said so (not "without growing").
     let grew = held.iter().find(|s| s.grew_for_long());
-    let top = grew.or(held.first()).filter(|_| at_end)?;
+    // Named, among the others, by the largest place not at a growing line (a cuBLAS workspace
+    // made at a leaking line is counted, but a note "none needed" at that line would read as
+    // the leak's).
+    let on_growing_line = |s: &SiteName| {
+        (growth.steady.iter()).any(|g| {
+            (g.site.source.as_ref())
+                .is_some_and(|x| s.source.as_ref().is_some_and(|y| x.same_line(y)))
+        })
+    };
+    let named_by = (held.iter()).find(|s| !on_growing_line(&s.site));
+    let top = grew.or(named_by).or(held.first()).filter(|_| at_end)?;
     // The evidence counts every place held; the finding names the one holding the most.
     let at = match held.len() {
         1 => String::new(),
@@ -404,10 +416,13 @@ fn teardown_only(
         None => (
             format!(
                 "held until exit{at} without growing during training{of_comms}{}",
-                if held.len() > 1 {
-                    "; named by the one that holds the most"
-                } else {
-                    ""
+                match (held.len(), held.first().is_some_and(|h| h.site == top.site)) {
+                    (1, _) => "",
+                    (_, true) => "; named by the one that holds the most",
+                    (_, false) => {
+                        "; named by the one that holds the most among those not at a line \
+                         that grows"
+                    }
                 }
             ),
             "none needed: the process's exit releases it; free it first only if the process \

@@ -97,6 +97,17 @@ impl LeakSite {
     pub fn grew_for_long(&self) -> bool {
         self.made_in.len() as u64 >= MANY_STEPS
     }
+
+    /// Whether it grew for long and then stopped well before `steps` (the steps begun at the
+    /// end): the steps since its newest object are at least [`MANY_STEPS`] and four times the
+    /// mean gap between the steps it was made in (at most its span over `MANY_STEPS - 1`, as
+    /// it was made in that many steps at least), so that a leak that rises now and then is not
+    /// taken for one that stopped between two rises.
+    pub fn stopped_by(&self, steps: u64) -> bool {
+        let since = steps.saturating_sub(self.last_step);
+        let gap = (self.last_step - self.first_step).div_ceil(MANY_STEPS - 1);
+        self.grew_for_long() && since >= MANY_STEPS && since >= 4 * gap
+    }
 }
 
 /// The live set of `state`, by call site.

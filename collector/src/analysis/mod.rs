@@ -91,16 +91,29 @@ pub struct RaisedAlert {
     #[serde(flatten)]
     pub alert: crate::format::Alert,
     pub site: Option<SiteName>,
+    /// The live set at the end shows that the growth at the alert's place stopped: its objects
+    /// were made over many steps ([`LeakSite::grew_for_long`]) and none in the steps since,
+    /// which are at least four times as many as the growth took between two of its steps and
+    /// at least [`leaks::MANY_STEPS`]. Read from a segment's snapshot, the steps before it are
+    /// not on disk, but the objects still live say when they were made.
+    pub growth_stopped: bool,
 }
 
 impl RaisedAlert {
-    fn of(state: &LiveState, alert: &crate::format::Alert) -> Self {
+    fn of(state: &LiveState, alert: &crate::format::Alert, leaks: &Leaks) -> Self {
         let id = (alert.stack != 0 || alert.caller != 0)
             .then(|| state.site_of_call(alert.caller, alert.stack, alert.py_stack))
             .flatten();
+        let site = id.map(|id| site::name(state, id));
+        let growth_stopped = site.as_ref().is_some_and(|s| {
+            (leaks.sites.iter())
+                .find(|l| l.site.place == s.place)
+                .is_some_and(|l| l.stopped_by(state.steps()))
+        });
         RaisedAlert {
             alert: alert.clone(),
-            site: id.map(|id| site::name(state, id)),
+            site,
+            growth_stopped,
         }
     }
 }
@@ -238,7 +251,7 @@ pub fn analyze_with(state: &LiveState, config: &GrowthConfig, framework: Framewo
     let ooms = ooms(state, config);
     let device_peak = peaks.highest_device().map(|p| p.peak.bytes);
     let alerts: Vec<RaisedAlert> = (state.alerts().iter())
-        .map(|a| RaisedAlert::of(state, a))
+        .map(|a| RaisedAlert::of(state, a, &leaks))
         .collect();
     let steps = step_info(state);
     let diagnosis = diagnose(

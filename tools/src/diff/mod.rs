@@ -121,7 +121,9 @@ fn profile_of(run: Run) -> Result<Compared> {
         process: (t.header.host.clone(), t.header.pid, t.header.start_unix_ns),
         job: (t.header.rank, t.header.local_rank, t.header.world_size),
         program: crate::ranks::program_of(&t.header.command_line, profile.main_script.clone()),
+        // Not those whose growth the live set at the end shows stopped long ago.
         alerts: (run.analysis.alerts.iter())
+            .filter(|r| !r.growth_stopped)
             .map(|r| {
                 let said = crate::render::findings::alert_line(r, run.analysis.growth.step_ns);
                 (r.alert.device, said)

@@ -93,3 +93,62 @@ captest!(a_healthy_rotated_trace_still_passes, |dir| {
         serde_json::json!([])
     );
 });
+
+// A leak that stopped long before the end (64 KiB a step for steps 1..300 of 3000) in a trace
+// whose first segments rotation deleted, the tracer's alert raised while it grew (at step 11):
+// the steps read show nothing, and the live set at the end shows its 300 buffers made over
+// steps 1..300 and none since. The gate passes, as it passes the whole run, and says why; the
+// report names no ALERT. The same leak going on to the end fails (the alert stands for the
+// growth the steps read cannot show).
+captest!(
+    a_leak_that_stopped_long_ago_is_no_alert_of_a_rotated_trace,
+    |dir| {
+        let gate = |name: &str, until: &str| {
+            let sub = dir.join(name);
+            std::fs::create_dir(&sub).unwrap();
+            let flags = ["--max-bytes", "3MiB", "--segment-bytes", "1MiB"];
+            let args = ["3000", "500", "1", "65536", "1", "2097152", until];
+            let out = check_command(&sub, &flags, workload("wl_soak"), &args)
+                .env("VRAMTRACE_ALERT_INTERVAL_MS", "0")
+                .output()
+                .unwrap();
+            let report =
+                crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), sub.as_os_str()]);
+            (text(&out.stderr), out.status.code(), report)
+        };
+        let (err, code, report) = gate("stopped", "300");
+        assert_eq!(code, Some(0), "{err}");
+        assert!(report["reading"]["segments"]["removed"]["steps"].as_u64() > Some(300));
+        assert!(
+            err.contains(
+                "; the live set at the end shows that growth stopped: 18.8 MiB made over steps \
+             1..300 is still held, nothing made there since (bounded growth, not judged steady)\n"
+            ),
+            "{err}"
+        );
+        let a = &report["analysis"];
+        assert_eq!(a["alerts"][0]["growth_stopped"], true, "{}", a["alerts"]);
+        let classes: Vec<&str> = (a["diagnosis"].as_array().unwrap().iter())
+            .map(|f| f["class"].as_str().unwrap())
+            .collect();
+        assert!(!classes.contains(&"steady-growth"), "{}", a["diagnosis"]);
+        let note = (a["diagnosis"].as_array().unwrap().iter())
+            .find(|f| f["class"] == "teardown-only")
+            .unwrap();
+        assert_eq!(
+            (&note["site"]["label"], &note["evidence"]["bytes"]),
+            (
+                &"keep_history at wl_soak.c:79".into(),
+                &(300 * 65536).into()
+            )
+        );
+        assert!(
+            (note["cause"].as_str().unwrap()).contains("it grew over steps 1..300 and stopped"),
+            "{note}"
+        );
+
+        let (err, code, report) = gate("going-on", "0");
+        assert_eq!(code, Some(1), "{err}");
+        assert_eq!(report["analysis"]["alerts"][0]["growth_stopped"], false);
+    }
+);

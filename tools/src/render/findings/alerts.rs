@@ -75,12 +75,23 @@ pub(crate) fn alert_against_diagnosis(a: &Analysis, raised: &RaisedAlert) -> Str
     // Where reading began later (segments rotation removed, or `--last`), the steps read are not
     // the whole run the tracer judged: they can neither refute the alert nor date its growth.
     let Some(finding) = growth else {
-        return match a.steps.from_step {
-            Some(from) => format!(
+        let stopped = (raised.growth_stopped)
+            .then(|| kept_at_alerts_place(a, raised))
+            .flatten();
+        return match (a.steps.from_step, stopped) {
+            // Read from a segment's snapshot: the objects still live say when they were made.
+            (Some(_), Some(l)) => format!(
+                "; the live set at the end shows that growth stopped: {} made over steps {}..{} \
+                 is still held, nothing made there since (bounded growth, not judged steady)",
+                crate::render::units::bytes(l.bytes),
+                l.first_step,
+                l.last_step
+            ),
+            (Some(from), None) => format!(
                 "; the steps read (from step {from}: those before are not on disk, or not \
                  asked for) show no steady growth there"
             ),
-            None => match kept_at_alerts_place(a, raised) {
+            (None, _) => match kept_at_alerts_place(a, raised) {
                 // The place grew for long, then stopped before the end: said as the run shows
                 // it, not as a refutation of what the alert saw.
                 Some(l) => format!(
@@ -200,6 +211,7 @@ mod tests {
                 ..Default::default()
             },
             site: None,
+            growth_stopped: false,
         };
         // As the tracer writes it, with the view; and without (older traces).
         for place in [
