@@ -5,7 +5,7 @@
 
 use std::io::{self, Write};
 
-use vramtrace_collector::analysis::{Analysis, FindingClass, Severity};
+use vramtrace_collector::analysis::{Analysis, FindingClass, LineMeaning, Severity};
 use vramtrace_collector::compare::{growth_unit, main_script, unit_converter};
 use vramtrace_collector::compare::{RankCause, RankInput, RankRow, RunTotals};
 
@@ -24,6 +24,7 @@ pub fn rank_input(run: &Run, analysis: &Analysis) -> RankInput {
         .map(|f| RankCause {
             site: f.site.as_ref().map_or_else(String::new, site_label),
             rate: per_unit(f.evidence.rate.unwrap_or(0.0)),
+            line_means: f.evidence.line_means.unwrap_or(LineMeaning::Keeps),
         });
     let findings = (diagnosis.iter())
         .filter(|f| f.severity != Severity::Note)
@@ -188,7 +189,10 @@ fn differs_most(rows: &[RankRow]) -> String {
     if let Some(shared) = shared_growth(rows) {
         return shared;
     }
-    match rows.first() {
+    // What most traces share is said first: a rank that does not leak where the others do is
+    // what differs, not what the job is about.
+    let most = majority_growth(rows).map_or(String::new(), |(said, _)| format!("{said}; "));
+    let odd = match rows.first() {
         Some(r) if r.distance > 0.0 => {
             let alike = rows.get(1).filter(|n| {
                 n.distance == r.distance && n.own_findings.is_empty() == r.own_findings.is_empty()
@@ -200,8 +204,9 @@ fn differs_most(rows: &[RankRow]) -> String {
             // allocator reserving ahead can make larger.
             let cause = match (&r.growth_at, r.cause_growth, metric) {
                 (Some(site), Some(rate), "growth") if !site.is_empty() => Some(format!(
-                    "first cause {} at {site}",
-                    amount(metric, rate, unit)
+                    "first cause {} at {site}{}",
+                    amount(metric, rate, unit),
+                    asked(r)
                 )),
                 _ => None,
             };
@@ -226,6 +231,17 @@ fn differs_most(rows: &[RankRow]) -> String {
                         amount(metric, r.value, unit),
                         amount(metric, r.median, unit)
                     ),
+                    // Odd by a finding of its own alone: that is what differs, not a number
+                    // nearer the median than the table counts.
+                    None if r.distance < vramtrace_collector::compare::ODD_DISTANCE
+                        && !r.own_findings.is_empty() =>
+                    {
+                        format!(
+                            "{} differs most by a finding the others lack: {}",
+                            who(r.rank, r.pid),
+                            r.own_findings.join(", ")
+                        )
+                    }
                     None => format!(
                         "{} differs most: {} {} against a median of {}{own}",
                         who(r.rank, r.pid),
@@ -237,38 +253,28 @@ fn differs_most(rows: &[RankRow]) -> String {
             }
         }
         _ => format!("all {} traces alike", rows.len()),
+    };
+    format!("{most}{odd}")
+}
+
+/// The first cause of steady growth of a trace, where it has one.
+fn cause(r: &RankRow) -> Option<&str> {
+    match (&r.growth_at, r.cause_growth) {
+        (Some(site), Some(_)) if !site.is_empty() => Some(site.as_str()),
+        _ => None,
     }
 }
 
-/// Traces alike, each growing at the same place (every rank of a data-parallel job leaking the
-/// same way): the cause is the answer, said once for all (`all 4 traces alike, each growing:
-/// first cause +4.0 MiB/step at train.py:47 in <module> (PyTorch tensors)`), before which of
-/// them is a little farther from the median. `None` where a trace is odd, or one does not grow
-/// there.
-pub fn shared_growth(rows: &[RankRow]) -> Option<String> {
-    fn cause(r: &RankRow) -> Option<&str> {
-        match (&r.growth_at, r.cause_growth) {
-            (Some(site), Some(_)) if !site.is_empty() => Some(site.as_str()),
-            _ => None,
-        }
-    }
-    let r = rows.first()?;
-    let alike = rows.len() > 1
-        && !rows.iter().any(|x| x.odd)
-        && cause(r).is_some()
-        && rows.iter().all(|x| cause(x) == cause(r));
-    if !alike {
-        return None;
-    }
-    let site = cause(r).unwrap_or_default();
-    // The rates in each unit apart: a guessed step may be four of a marked one.
-    let mut units: Vec<&str> = rows.iter().map(RankRow::per).collect();
+/// The rates of `rows`' first causes, in each unit apart (a guessed step may be four of a
+/// marked one): `+4.0 MiB/step`, or `+3.9 MiB/step to +4.1 MiB/step`.
+fn cause_rates<'a>(rows: impl Iterator<Item = &'a RankRow> + Clone) -> String {
+    let mut units: Vec<&str> = rows.clone().map(RankRow::per).collect();
     units.sort_unstable();
     units.dedup();
-    let rate = units
+    units
         .iter()
         .map(|&unit| {
-            let rates = rows.iter().filter(|x| x.per() == unit);
+            let rates = rows.clone().filter(|x| x.per() == unit);
             let rates = rates.filter_map(|x| x.cause_growth);
             let (lo, hi) = rates.fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
             let (lo, hi) = (signed_bytes(lo), signed_bytes(hi));
@@ -278,10 +284,57 @@ pub fn shared_growth(rows: &[RankRow]) -> Option<String> {
             }
         })
         .collect::<Vec<_>>()
-        .join(" and ");
+        .join(" and ")
+}
+
+/// More than half of the traces growing with the same first cause while one of them differs
+/// (`3 of 4 traces grow alike: first cause +1.0 MiB/step at …`), and that cause's place; `None`
+/// where no cause is most traces'.
+pub fn majority_growth(rows: &[RankRow]) -> Option<(String, String)> {
+    let mut sites: Vec<&str> = rows.iter().filter_map(cause).collect();
+    sites.sort_unstable();
+    let (site, n) = (sites.chunk_by(|a, b| a == b))
+        .map(|g| (g[0], g.len()))
+        .max_by_key(|&(_, n)| n)?;
+    if 2 * n <= rows.len() {
+        return None;
+    }
+    let alike = rows.iter().filter(|r| cause(r) == Some(site));
+    let first = alike.clone().next()?;
+    let who = match n == rows.len() {
+        true => format!("all {n} traces grow"),
+        false => format!("{n} of {} traces grow alike", rows.len()),
+    };
+    Some((
+        format!(
+            "{who}: first cause {} at {site}{}",
+            cause_rates(alike),
+            asked(first)
+        ),
+        site.to_string(),
+    ))
+}
+
+/// Traces alike, each growing at the same place (every rank of a data-parallel job leaking the
+/// same way): the cause is the answer, said once for all (`all 4 traces alike, each growing:
+/// first cause +4.0 MiB/step at train.py:47 in <module> (PyTorch tensors)`), before which of
+/// them is a little farther from the median. `None` where a trace is odd, or one does not grow
+/// there.
+pub fn shared_growth(rows: &[RankRow]) -> Option<String> {
+    let r = rows.first()?;
+    let alike = rows.len() > 1
+        && !rows.iter().any(|x| x.odd)
+        && cause(r).is_some()
+        && rows.iter().all(|x| cause(x) == cause(r));
+    if !alike {
+        return None;
+    }
+    let site = cause(r).unwrap_or_default();
     Some(format!(
-        "all {} traces alike, each growing: first cause {rate} at {site}",
-        rows.len()
+        "all {} traces alike, each growing: first cause {} at {site}{}",
+        rows.len(),
+        cause_rates(rows.iter()),
+        asked(r)
     ))
 }
 
@@ -302,10 +355,19 @@ fn differs(r: &RankRow) -> String {
 pub(crate) fn first_cause(r: &RankRow) -> String {
     match (&r.growth_at, r.cause_growth) {
         (Some(site), Some(rate)) if !site.is_empty() => {
-            format!("{}/{} at {site}", signed_bytes(rate), r.per())
+            format!("{}/{} at {site}{}", signed_bytes(rate), r.per(), asked(r))
         }
         (Some(site), _) => site.clone(),
         _ => String::new(),
+    }
+}
+
+/// Said after a first cause whose line is where a framework's allocator asked the driver for
+/// memory, as the report's verdict says it: what keeps the memory may be another line.
+pub(crate) fn asked(r: &RankRow) -> &'static str {
+    match r.cause_line_means {
+        Some(LineMeaning::Asked) => " (where the allocator asked the driver for memory)",
+        _ => "",
     }
 }
 

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::metrics::median_f64;
 use super::profile::{GrowthUnit, RunTotals};
+use crate::analysis::LineMeaning;
 
 /// A distance from which a trace is odd: one of its numbers is off the median by half of it.
 pub const ODD_DISTANCE: f64 = 0.5;
@@ -29,6 +30,9 @@ pub struct RankCause {
     pub site: String,
     /// Bytes per unit ([`RankInput::unit`]).
     pub rate: f64,
+    /// Whether its line keeps the memory, or is where a framework's allocator asked the driver
+    /// for it (what keeps it may be another line).
+    pub line_means: LineMeaning,
 }
 
 /// One trace of a job, as the rank table needs it.
@@ -73,6 +77,8 @@ pub struct RankRow {
     /// `growth_unit` (on its holder: a device, or host memory); `null` without one.
     pub growth_at: Option<String>,
     pub cause_growth: Option<f64>,
+    /// What the first cause's line is to its memory (`keeps`, `asked`); `null` without one.
+    pub cause_line_means: Option<LineMeaning>,
     pub orphans: u64,
     pub orphan_bytes: u64,
     pub failures: u64,
@@ -180,6 +186,7 @@ pub fn rank_rows(traces: &[RankInput]) -> Vec<RankRow> {
                 step_source: t.step_source,
                 growth_at: t.first_cause.as_ref().map(|c| c.site.clone()),
                 cause_growth: t.first_cause.as_ref().map(|c| c.rate),
+                cause_line_means: t.first_cause.as_ref().map(|c| c.line_means),
                 orphans: x.orphans,
                 orphan_bytes: x.orphan_bytes,
                 failures: x.failures,
@@ -269,6 +276,7 @@ mod tests {
         traces[2].first_cause = Some(RankCause {
             site: "train.py:48 in <module> (PyTorch tensors)".into(),
             rate: 8.0 * MIB,
+            line_means: LineMeaning::Keeps,
         });
         traces[2].totals.metrics.growth = 11.0 * MIB;
         let rows = rank_rows(&traces);

@@ -15,13 +15,14 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde::Serialize;
-use vramtrace_collector::analysis::Severity;
+use vramtrace_collector::analysis::{FindingClass, Severity};
 use vramtrace_collector::compare::{rank_rows, RankRow};
 
 use super::{text, Report};
 use crate::load::inputs::{load_all, unreadable_list, Readable, Unreadable};
 use crate::options::ReportArgs;
 use crate::ranks::{missing_ranks, missing_words, rank_input, render, who, JobPlace};
+use crate::render::findings::site_label;
 use crate::render::units::{bytes, signed_bytes};
 
 /// Version of the document's shape.
@@ -180,14 +181,40 @@ fn text_reports(
     let stands_for_all = (!args.all && !alone && !rows.iter().any(|r| r.odd))
         .then(|| reports.iter().position(|r| alerts(r)))
         .flatten();
-    let full = |i: usize, r: &RankRow| args.all || alone || r.odd || stands_for_all == Some(i);
+    // Where one trace differs from most that grow alike (a healthy rank among leaking ones),
+    // the first of those that alerts is printed in full too: the leak is what the job is
+    // about, not only the trace that differs.
+    let majority = crate::ranks::majority_growth(rows).filter(|_| !args.all && !alone);
+    // Not where each trace printed in full says that growth already (a rank with one more
+    // leak).
+    let says = |report: &Report<'_>, site: &str| {
+        (report.analysis.diagnosis.iter()).any(|f| {
+            f.class == FindingClass::SteadyGrowth
+                && f.site.as_ref().is_some_and(|s| site_label(s) == site)
+        })
+    };
+    let majority = majority.filter(|(_, site)| {
+        (rows.iter().zip(reports))
+            .filter(|(r, _)| r.odd)
+            .any(|(_, report)| !says(report, site))
+    });
+    let stands_for_most = majority.as_ref().and_then(|(_, site)| {
+        (rows.iter().zip(reports).enumerate())
+            .find(|(_, (r, report))| {
+                !r.odd && r.growth_at.as_deref() == Some(site.as_str()) && alerts(report)
+            })
+            .map(|(i, _)| i)
+    });
+    let stands_for = stands_for_all.or(stands_for_most);
+    let full = |i: usize, r: &RankRow| args.all || alone || r.odd || stands_for == Some(i);
     for (i, (row, report)) in rows.iter().zip(reports).enumerate() {
         if !full(i, row) {
             continue;
         }
-        let why = match stands_for_all {
-            Some(_) => ": the traces are alike, its report stands for all of them",
-            None => "",
+        let why = match (stands_for_all, stands_for_most == Some(i)) {
+            (Some(_), _) => ": the traces are alike, its report stands for all of them",
+            (None, true) => ": it grows as most traces do, its report stands for them",
+            (None, false) => "",
         };
         writeln!(
             out,
@@ -205,7 +232,7 @@ fn text_reports(
         return Ok(());
     }
     let odd = rows.iter().filter(|r| r.odd).count();
-    let heading = if stands_for_all.is_some() {
+    let heading = if stands_for.is_some() {
         "The other traces, like it: one line each (--all prints every report)"
     } else if odd == 0 {
         "No trace is odd (none is 50% off the median in a number, none grows steadily where the \

@@ -248,3 +248,50 @@ fn a_warm_up_with_a_segment_now_and_then_did_not_grow() {
         "{text}"
     );
 }
+
+/// The rank table names a first cause as the report's verdict does: leak_slow's line 32 is where
+/// PyTorch's allocator asked the driver for memory (the tensors are kept at line 33), and the
+/// headline, the table and the JSON say so.
+#[test]
+fn the_rank_table_says_a_line_is_where_the_allocator_asked() {
+    let traces = ["leak_slow-marks", "healthy_gpt-marks", "healthy_peak-marks"]
+        .map(|t| fixture(&format!("{t}.vtrace")));
+    let out = vramtrace().arg("report").args(&traces).output().unwrap();
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let headline = shown
+        .lines()
+        .find(|l| l.starts_with("Ranks (3 traces): "))
+        .unwrap();
+    assert!(
+        headline.contains(
+            "first cause +512.0 KiB per step at leak_slow.py:32 in <module> (libc10_cuda.so) \
+             (where the allocator asked the driver for memory); "
+        ),
+        "{headline}"
+    );
+    let row = shown
+        .lines()
+        .find(|l| l.contains("+512.0 KiB/step at leak_slow.py:32"))
+        .unwrap();
+    assert!(
+        row.contains("(libc10_cuda.so) (where the allocator asked the driver for memory)"),
+        "{row}"
+    );
+    let out = vramtrace()
+        .args(["report", "--json"])
+        .args(&traces)
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let means: Vec<&serde_json::Value> = (doc["ranks"].as_array().unwrap().iter())
+        .map(|r| &r["cause_line_means"])
+        .collect();
+    assert_eq!(
+        means,
+        [
+            &"asked".into(),
+            &serde_json::Value::Null,
+            &serde_json::Value::Null
+        ]
+    );
+}

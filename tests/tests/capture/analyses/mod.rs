@@ -211,3 +211,41 @@ captest!(wl_framework_diff_names_the_new_orphan, |dir| {
         "{said}"
     );
 });
+
+// Four ranks of wl_framework, rank 2 with its `leak`: rank 2's live memory is under half again
+// the median's (not what the table counts as differing), and what sets it apart is its orphan.
+// The headline says that, not the number that does not count.
+captest!(a_rank_odd_by_its_own_finding_is_named_by_it, |dir| {
+    for rank in 0..4 {
+        let mut w = Workload::new("wl_framework")
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", "4");
+        if rank == 2 {
+            w = w.arg("leak");
+        }
+        let run = w.run_traced(dir);
+        assert!(run.output.status.success(), "{}", run.stderr());
+    }
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .arg("report")
+        .arg(dir)
+        .output()
+        .unwrap();
+    let shown = vramtrace_tests::traced::text(&out.stdout);
+    let src = vramtrace_tests::source::workload_source("wl_framework.c");
+    let line = line_of(&src, "reg(comm, e1, 3 * MiB, &reg2)");
+    // (Its NCCL host buffers, made within a few 1 ms windows, may read as growth per window
+    // too, a finding of its own as well.)
+    let headline = (shown.lines())
+        .find(|l| l.starts_with("Ranks (4 traces): "))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(
+        headline
+            .starts_with("Ranks (4 traces): rank 2 differs most by a finding the others lack: ")
+            && headline.contains(&format!(
+                "orphan at main at wl_framework.c:{line} (wl_framework)"
+            ))
+            && !headline.contains("against a median"),
+        "{shown}"
+    );
+});

@@ -335,7 +335,11 @@ captest!(eight_ranks_name_the_odd_one_first, |dir| {
     let text_out = vramtrace_command().arg("report").arg(dir).output().unwrap();
     let shown = text(&text_out.stdout);
     assert!(
-        shown.contains("Ranks (8 traces): rank 3 differs most: live at end 100.0 MiB against a median of 20.0 MiB"),
+        shown.contains(
+            "Ranks (8 traces): 7 of 8 traces grow alike: first cause +1.0 MiB/step at main at \
+             wl_train.c:128 → fw_alloc (libtorch_standin.so); rank 3 differs most: live at end \
+             100.0 MiB against a median of 20.0 MiB"
+        ),
         "{shown}"
     );
     let reports: Vec<&str> = shown.lines().filter(|l| l.starts_with("════ ")).collect();
@@ -390,6 +394,55 @@ captest!(eight_ranks_name_the_odd_one_first, |dir| {
     assert_eq!(code, 0, "rank 6 is like the median of the others");
     assert_eq!(d["sites"]["changed"], 0);
 });
+
+// Four ranks, three leaking 1 MiB a step at line 128 and rank 2 with the leak fixed: rank 2 is
+// the one that differs, but the job is about the leak the others share. The headline says that
+// first, and the report of a leaking rank is printed in full beside rank 2's.
+captest!(
+    a_healthy_rank_among_leaking_ones_does_not_hide_the_leak,
+    |dir| {
+        for rank in 0..4 {
+            let mut w = Workload::new("wl_train")
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "4");
+            if rank == 2 {
+                w = w.arg("--fix-leak");
+            }
+            let run = w.run_traced(dir);
+            assert!(run.output.status.success(), "{}", run.stderr());
+        }
+        let out = vramtrace_command().arg("report").arg(dir).output().unwrap();
+        let shown = text(&out.stdout);
+        let line = line_of(
+            &workload_source("wl_train.c"),
+            "history[step] = alloc(1 * MiB, FW_MODE_ASYNC); // @leak",
+        );
+        assert!(
+            shown.contains(&format!(
+            "\nRanks (4 traces): 3 of 4 traces grow alike: first cause +1.0 MiB/step at main at \
+             wl_train.c:{line} → fw_alloc (libtorch_standin.so); rank 2 differs most: live at \
+             end 0 B against a median of 20.0 MiB\n"
+        )),
+            "{shown}"
+        );
+        let reports: Vec<&str> = shown.lines().filter(|l| l.starts_with("════ ")).collect();
+        assert_eq!(reports.len(), 2, "{shown}");
+        assert!(reports[0].starts_with("════ rank 2 ("), "{shown}");
+        assert!(
+            reports[1].starts_with("════ rank 0 (")
+                && reports[1]
+                    .ends_with("): it grows as most traces do, its report stands for them ════"),
+            "{shown}"
+        );
+        assert_eq!(
+            shown
+                .matches("\n  1. ALERT: steady growth at main at wl_train.c:")
+                .count(),
+            1,
+            "{shown}"
+        );
+    }
+);
 
 // Two native functions of one program that call the same allocator wrapper (wl_shapes: a
 // warm-up's buffers at warm_up, a late leak's at keep, both through fw_alloc) share that frame
