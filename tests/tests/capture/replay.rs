@@ -413,3 +413,51 @@ captest!(replay_times_follow_the_same_rule_as_steps, |dir| {
     let half = format!("{}ns", span_ns / 2);
     assert_eq!(replay(&trace.path, &["--at", &half]).status.code(), Some(0));
 });
+
+// Five out-of-memory failures at step 1 of a loop of 20,000 steps, in a trace of 1 MiB
+// segments within 2 MiB: rotation deletes the segment that held them. `replay --at oom` cannot
+// see them, and says so: not "the trace has no out-of-memory failure", which denied them.
+captest!(an_oom_in_deleted_segments_is_not_denied, |dir| {
+    let script = "import ctypes\n\
+        rt = ctypes.CDLL('libcudart.so.13')\n\
+        mark = ctypes.CDLL(None).vramtrace_mark_step\n\
+        p = ctypes.c_void_p()\n\
+        for s in range(1, 20001):\n\
+        \x20   mark()\n\
+        \x20   if s == 1:\n\
+        \x20       for i in range(5):\n\
+        \x20           rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 40))\n\
+        \x20   for i in range(50):\n\
+        \x20       rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(4096 * (1 + i)))\n\
+        \x20       rt.cudaFree(p)\n";
+    let out = vramtrace_tests::traced::traced_program("python3", dir)
+        .env("VRAMTRACE_SEGMENT_BYTES", "1MiB")
+        .env("VRAMTRACE_MAX_BYTES", "2MiB")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let files = vramtrace_tests::traced::trace_files(dir);
+    let trace = files.iter().find(|f| !f.to_string_lossy().contains(".seg"));
+    let name = match trace {
+        Some(t) => t.clone(),
+        // Every file is a segment: the trace's name is that of its first, less `.segN`.
+        None => {
+            let seg = files[0].to_string_lossy().into_owned();
+            let (head, tail) = seg.split_once(".seg").unwrap();
+            let ext = tail.split_once('.').map_or("", |(_, e)| e);
+            std::path::PathBuf::from(format!("{head}.{ext}"))
+        }
+    };
+    let out = replay(&name, &["--at", "oom"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(": no out-of-memory failure since step ")
+            && err.contains(
+                ", where the segments on disk begin (a segment's snapshot: rotation deleted the \
+                 segments before it, and any failure there is not known)"
+            ),
+        "{err}"
+    );
+});

@@ -248,6 +248,19 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     let point = args.until.unwrap_or(args.at);
     if trace.stopped.is_none() && !end.reached_at_end(&trace.state) {
+        if let (Point::Oom(_), 0, Some(from)) = (
+            point,
+            trace.state.ooms().total(),
+            trace.state.restored().map(|r| r.steps),
+        ) {
+            // The segments rotation deleted are not read: their failures are not known.
+            return Err(anyhow!(
+                "{}: no out-of-memory failure since step {from}, where the segments on disk \
+                 begin (a segment's snapshot: rotation deleted the segments before it, and any \
+                 failure there is not known)",
+                path.display()
+            ));
+        }
         if let (Point::Oom(_), 0) = (point, trace.state.ooms().total()) {
             return Err(anyhow!(
                 "{}: the trace has no out-of-memory failure ({})",
