@@ -142,6 +142,28 @@ captest!(
             "{notes}"
         );
         assert_eq!(d["verdict"]["regression"], false);
+        // The text's totals give each run's numbers as on disk, their change not compared.
+        let out = vramtrace_tests::traced::vramtrace_command()
+            .arg("diff")
+            .args([&files[0], &b[0]])
+            .output()
+            .unwrap();
+        let out = vramtrace_tests::traced::text(&out.stdout);
+        for name in [
+            "peak",
+            "allocations",
+            "allocated",
+            "failed calls",
+            "out of memory",
+        ] {
+            let row = (out.lines())
+                .find(|l| l.starts_with(&format!(" {name} ")))
+                .unwrap_or_else(|| panic!("{out}"));
+            assert!(
+                row.matches(" on disk").count() == 2 && row.trim_end().ends_with("not compared"),
+                "{row}"
+            );
+        }
     }
 );
 

@@ -435,11 +435,26 @@ fn totals(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
         r.extend(cells);
         tab.add_row(r);
     };
+    // A run whose first segments rotation deleted: its peak, failures and allocations there are
+    // not known, and not compared (the verdict's note says so for the peak and failures); its
+    // numbers are those of what is on disk.
+    let (cut_a, cut_b) = (c.a.segments.is_some(), c.b.segments.is_some());
+    let partial = |mut cells: Vec<String>| {
+        if cut_a || cut_b {
+            for (cut, cell) in [(cut_a, 0), (cut_b, 1)] {
+                if cut {
+                    cells[cell].push_str(" on disk");
+                }
+            }
+            cells[2] = "not compared".to_string();
+        }
+        cells
+    };
     let c = &t.counts;
     row("live at end", b(&c.live_bytes));
     row("live objects", n(&c.live_count));
     row("host memory at end", b(&c.host_bytes));
-    row("peak", b(&c.peak_bytes));
+    row("peak", partial(b(&c.peak_bytes)));
     match (t.growth, t.growth_unit) {
         // Each run's rate in its own unit (a step guessed from its allocation pattern is said
         // so), the change in B's.
@@ -456,12 +471,12 @@ fn totals(out: &mut impl Write, c: &Comparison) -> io::Result<()> {
             vec!["-".into(), "-".into(), "not comparable".into()],
         ),
     }
-    row("allocations", n(&c.allocations));
-    row("allocated", b(&c.allocated_bytes));
+    row("allocations", partial(n(&c.allocations)));
+    row("allocated", partial(b(&c.allocated_bytes)));
     row("orphans", n(&c.orphans));
     row("orphaned memory", b(&c.orphan_bytes));
-    row("failed calls", n(&c.failures));
-    row("out of memory", n(&c.out_of_memory));
+    row("failed calls", partial(n(&c.failures)));
+    row("out of memory", partial(n(&c.out_of_memory)));
     row("communicators live", n(&t.communicators));
     row("communicator memory", b(&t.communicator_bytes));
     emit(out, "Totals", &tab)
