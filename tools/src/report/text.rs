@@ -505,8 +505,9 @@ fn failures(out: &mut impl Write, r: &Report<'_>) -> io::Result<()> {
             r.place_of(&x.origin),
         ]);
     }
-    // Out-of-memory failures are listed first, where there are any.
-    let title = match f.out_of_memory {
+    // Out-of-memory failures are listed first, where there are any; counted in all (the
+    // failures kept are the first and the latest), as FINDINGS counts them.
+    let title = match r.analysis.ooms.total.max(f.out_of_memory as u64) {
         0 => format!("Failures: {} (none out of memory)", f.total),
         n => format!(
             "Failures: {} ({n} out of memory), out-of-memory first",

@@ -249,3 +249,32 @@ captest!(a_rank_odd_by_its_own_finding_is_named_by_it, |dir| {
         "{shown}"
     );
 });
+
+// wl_soak on a 64 MiB device whose leak of 1 MiB a step fills it: 1376 cudaMalloc calls fail,
+// every one out of memory. The report keeps the first and the latest failures (1100), and the
+// failures table's title counts the out-of-memory ones in all, as FINDINGS does: not "1376
+// (1100 out of memory)", which read as 276 failures of another kind.
+captest!(
+    the_failures_title_counts_every_out_of_memory_failure,
+    |dir| {
+        let run = Workload::new("wl_soak")
+            .arg("100")
+            .arg("50")
+            .arg("1")
+            .arg("1048576")
+            .env("STANDIN_DEVICE_MEM", "64MiB")
+            .run_traced(dir);
+        let trace = run.single_trace();
+        let out = vramtrace_tests::traced::report_of(&trace.path, &[]);
+        let text = vramtrace_tests::traced::text(&out.stdout);
+        assert!(
+            text.contains("\n  out of memory  1376 out-of-memory failures (the first: "),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nFailures: 1376 (1376 out of memory), out-of-memory first\n")
+                && text.contains("\n  276 more failures were counted but not kept\n"),
+            "{text}"
+        );
+    }
+);
