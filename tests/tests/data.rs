@@ -254,13 +254,13 @@ begun AS (
     FROM (SELECT DISTINCT run, rank, pid, device FROM running) d
     JOIN steps s ON s.run = d.run AND s.rank IS NOT DISTINCT FROM d.rank AND s.pid = d.pid),
 carried AS (
-    SELECT b.run, b.rank, b.device, b.step, coalesce(r.live, 0) AS live
+    SELECT b.run, b.rank, b.pid, b.device, b.step, coalesce(r.live, 0) AS live
     FROM begun b ASOF LEFT JOIN running r
         ON r.run = b.run AND coalesce(r.rank, -1) = coalesce(b.rank, -1) AND r.pid = b.pid
         AND r.device = b.device AND r.seq <= b.begin_seq)
-SELECT run, rank, device, step, max(live) AS peak
-FROM (SELECT run, rank, device, step, live FROM running UNION ALL SELECT * FROM carried)
-GROUP BY run, rank, device, step ORDER BY run, rank, device, step"""
+SELECT run, rank, pid, device, step, max(live) AS peak
+FROM (SELECT run, rank, pid, device, step, live FROM running UNION ALL SELECT * FROM carried)
+GROUP BY run, rank, pid, device, step ORDER BY run, rank, pid, device, step"""
 "#;
 
 /// docs/data.md's fleet queries, over the dataset at argv[1]: the line that differs most from
@@ -280,7 +280,7 @@ print(json.dumps({
     "line": [[r, i, int(b), float(e)] for r, i, b, e in line],
     "odd": [[r, int(l), float(m)] for r, l, m in odd],
     "grow": [list(g) for g in grow],
-    "peaks": [[r, d, s, int(p)] for _, r, d, s, p in peaks],
+    "peaks": [[r, d, s, int(p)] for _, r, _, d, s, p in peaks],
 }))
 "#;
 
@@ -414,7 +414,7 @@ con = duckdb.connect()
 for t in ["allocations", "steps"]:
     con.sql(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{root}/{t}/**/*.parquet', "
             "hive_partitioning = true, hive_types = {'run': VARCHAR, 'rank': INTEGER})")
-print(json.dumps([[int(s), int(p)] for _, _, _, s, p in con.sql(PEAK_SQL).fetchall()]))
+print(json.dumps([[int(s), int(p)] for *_, s, p in con.sql(PEAK_SQL).fetchall()]))
 "#;
 
 // Real runs on the GPU: the healthy GPT's caching allocator calls the driver in 3 of its 120
