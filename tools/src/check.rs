@@ -122,6 +122,32 @@ impl CheckArgs {
 
 /// Runs `vramtrace check`; returns the exit code to leave with.
 pub fn run(args: &CheckArgs) -> Result<u8> {
+    // A limit written after the command is the program's argument, and checks nothing: said
+    // before the program runs, so that a gate that passes is not read as having checked it.
+    let limits = [
+        "--max-leak",
+        "--max-growth",
+        "--max-orphans",
+        "--max-ooms",
+        "--json",
+    ];
+    let misplaced: Vec<String> = (args.command.iter().skip(1))
+        .filter_map(|a| a.to_str())
+        .filter(|a| {
+            limits
+                .iter()
+                .any(|l| a == l || a.starts_with(&format!("{l}=")))
+        })
+        .map(str::to_string)
+        .collect();
+    if !misplaced.is_empty() {
+        eprintln!(
+            "vramtrace check: note: {} after the command {} the program's, not check's (check's \
+             flags come before the command): not checked",
+            misplaced.join(", "),
+            if misplaced.len() == 1 { "is" } else { "are" }
+        );
+    }
     // Decided before the program runs: a file that exists is left alone unless asked.
     let json = (args.json.as_deref())
         .map(|path| OutputFile::prepare(path, args.force, &[]))

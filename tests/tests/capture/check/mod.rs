@@ -1017,3 +1017,20 @@ captest!(
         }
     }
 );
+
+// A limit written after the command goes to the program: check says so before it runs, so that
+// its `ok` is not read as having checked that limit.
+captest!(
+    a_limit_after_the_command_is_said_to_be_the_programs,
+    |dir| {
+        let out = check(dir, &[], "sh", &["-c", "exit 0", "sh", "--max-leak", "0"]);
+        let err = text(&out.stderr);
+        assert!(
+        err.starts_with(
+            "vramtrace check: note: --max-leak after the command is the program's, not check's \
+             (check's flags come before the command): not checked\n"
+        ),
+        "{err}"
+    );
+    }
+);
