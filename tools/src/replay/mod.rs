@@ -322,6 +322,23 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
              one is not known)",
             vramtrace_collector::units::grouped(n)
         ),
+        // Failure N itself, which the out-of-memory sections (one per place, its first
+        // failure) may not show.
+        (Point::Oom(n), _) if n > 1 => {
+            let last =
+                (analysis.ooms.failures.iter()).rfind(|f| f.failure.seq <= trace.state.last_seq());
+            match last {
+                Some(f) => format!(
+                    "{point} ({} of {} on device {} at {}, in step {})",
+                    f.failure.api.name(),
+                    crate::render::units::bytes(f.failure.request_bytes),
+                    f.failure.device,
+                    crate::render::findings::site_label(&f.requester),
+                    f.failure.origin.step
+                ),
+                None => point.to_string(),
+            }
+        }
         _ => point.to_string(),
     };
     let at = moment(&trace.state, &said);

@@ -276,5 +276,20 @@ captest!(
                 && text.contains("\n  276 more failures were counted but not kept\n"),
             "{text}"
         );
+        // `replay --at 'oom 500'` names failure 500 itself (a temporary of 1,091,840 B in step
+        // 66), which the out-of-memory section, one per place, does not show.
+        let out = vramtrace_tests::traced::vramtrace_command()
+            .args(["replay", "--at", "oom 500"])
+            .arg(&trace.path)
+            .output()
+            .unwrap();
+        let text = vramtrace_tests::traced::text(&out.stdout);
+        assert!(
+            text.contains(
+                "\n  at        out-of-memory failure 500 (cudaMalloc of 1.0 MiB on device 0 at \
+                 temporary at wl_soak.c:55 (wl_soak), in step 66): after event "
+            ),
+            "{text}"
+        );
     }
 );
