@@ -293,10 +293,17 @@ fn judge(args: &CheckArgs, document: &mut Document) -> Result<u8> {
             (false, true) => "; and not everything could be checked (above)",
             (false, false) => "; and not everything could be checked (below)",
         };
-        let details = match &checked.first_failed {
-            Some(trace) if checked.failed == 1 => trace.display().to_string(),
-            Some(trace) => format!("{}, and the others", trace.display()),
-            None => "TRACE".to_string(),
+        // Several traces in one directory (a job's ranks): the directory, whose report opens
+        // with the rank table and the trace that differs most, not the first that failed.
+        let mut dirs: Vec<&std::path::Path> =
+            (ran.traces.iter()).filter_map(|t| t.parent()).collect();
+        dirs.dedup();
+        let details = match (&checked.first_failed, dirs.as_slice()) {
+            (Some(trace), _) if checked.failed == 1 => trace.display().to_string(),
+            (Some(_), [dir]) if dir.as_os_str().is_empty() => ".".to_string(),
+            (Some(_), [dir]) => dir.display().to_string(),
+            (Some(trace), _) => format!("{}, and the others", trace.display()),
+            (None, _) => "TRACE".to_string(),
         };
         writeln!(
             err,

@@ -1034,3 +1034,22 @@ captest!(
     );
     }
 );
+
+// wl_fork 2: each of the two children keeps 8 KiB to its exit, the parent nothing. Two of the
+// three traces fail `--max-leak 0`, and the details point at their directory, whose report
+// opens with the table of all three, not at the first trace that failed.
+captest!(several_failing_traces_point_at_their_directory, |dir| {
+    let out = check(dir, &["--max-leak", "0"], workload("wl_fork"), &["2"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let verdict = err.lines().last().unwrap();
+    assert_eq!(
+        verdict,
+        format!(
+            "vramtrace check: FAILED: limits exceeded in 2 of 3 traces: leak (details: vramtrace \
+             report {})",
+            dir.display()
+        ),
+        "{err}"
+    );
+});
