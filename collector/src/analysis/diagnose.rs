@@ -10,7 +10,7 @@ use super::finding::{Evidence, Finding, FindingClass, LineMeaning, Related, Seve
 use super::fragmentation::Fragmentation;
 use super::growth::Role;
 use super::growth::{Growth, SiteGrowth, DRIVER};
-use super::leaks::Leaks;
+use super::leaks::{LeakSite, Leaks};
 use super::oom::OomReport;
 use super::orphans::Orphans;
 use super::owner::OwnerKind;
@@ -415,7 +415,8 @@ fn teardown_only(
         ),
         None => (
             format!(
-                "held until exit{at} without growing during training{of_comms}{}",
+                "held until exit{at}{}{of_comms}{}",
+                made_when(&held),
                 match (held.len(), held.first().is_some_and(|h| h.site == top.site)) {
                     (1, _) => "",
                     (_, true) => "; named by the one that holds the most",
@@ -445,6 +446,29 @@ fn teardown_only(
         },
         related: Vec::new(),
     })
+}
+
+/// When the objects held to the end were made, in words: in the first steps (a warm-up, or a
+/// program without steps), or over more of them and none since (growth too short to be judged
+/// steady: not "without growing").
+fn made_when(held: &[&LeakSite]) -> String {
+    // The place whose objects were made in the most steps, past the first two.
+    let spread = (held.iter())
+        .filter(|s| s.last_step >= 2 && s.made_in.len() >= 3)
+        .max_by_key(|s| (s.made_in.len(), s.bytes));
+    match spread {
+        None => " without growing during training".to_string(),
+        Some(s) => format!(
+            "; {} of it made in {} steps of {}..{} at one place (not judged steady)",
+            crate::units::bytes(s.bytes),
+            match s.made_in.len() as u64 {
+                n if n >= super::leaks::MANY_STEPS => format!("{n} or more"),
+                n => n.to_string(),
+            },
+            s.first_step,
+            s.last_step
+        ),
+    }
 }
 
 /// The roles of the rows of `growth.steady` in `findings`: per row, the number (1-based) of the
