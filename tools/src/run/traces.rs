@@ -250,6 +250,13 @@ fn summarize_one(
             f.last_there,
             f.last_there - f.first_there + 1
         ),
+        // The earlier segments on disk may hold what the last does not (a failure, growth
+        // that stopped): said, so that "no finding" is not read as the whole run's.
+        Some(f) if f.last_there > f.first_there => format!(
+            "(of segment {}, the last; `vramtrace report` reads the {} segments on disk) ",
+            f.last_there,
+            f.last_there - f.first_there + 1
+        ),
         Some(f) => format!("(of segment {}, the last) ", f.last_there),
         None => String::new(),
     };
