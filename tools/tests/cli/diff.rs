@@ -325,7 +325,11 @@ fn report_of_a_directory_names_the_odd_rank_first() {
     let (code, out) = run(&["report", path(dir.path())]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("Ranks (8 traces): rank 5 differs most: live at end 50.0 MiB against a median of 10.0 MiB"),
+        out.contains(
+            "Ranks (8 traces): 7 of 8 traces grow alike: first cause +1.0 MiB/step at train.py:12 \
+             in Model.step (libtorch_cuda.so) (where the allocator asked the driver for memory); \
+             rank 5 differs most: live at end 50.0 MiB against a median of 10.0 MiB"
+        ),
         "{out}"
     );
 }
@@ -348,7 +352,9 @@ fn one_rank_against_the_median_of_the_others() {
     assert_eq!(code, 0, "rank 2 is like the others");
     assert_eq!(d["sites"]["changed"], 0);
     // The verdict on rank 2 comes first; the odd rank is named under it, and the table follows.
-    let odd = "rank 5 differs most: live at end 50.0 MiB against a median of 10.0 MiB; its own \
+    let odd = "7 of 8 traces grow alike: first cause +1.0 MiB/step at train.py:12 in Model.step \
+               (libtorch_cuda.so) (where the allocator asked the driver for memory); rank 5 \
+               differs most: live at end 50.0 MiB against a median of 10.0 MiB; its own \
                finding: steady growth at train.py:13 in Model.step (libtorch_cuda.so)";
     assert_eq!(
         d["verdict"]["notes"][0],

@@ -1074,7 +1074,8 @@ fn the_rank_table_compares_growth_only_across_steps_counted_alike() {
     assert!(
         shown.contains(
             "\nRanks (2 traces): all 2 traces alike, each growing: first cause +2.0 \
-             MiB/guessed step and +512.0 KiB/step at leak_slow.py:32 in <module> (libc10_cuda.so)\n"
+             MiB/guessed step and +512.0 KiB/step at leak_slow.py:32 in <module> (libc10_cuda.so) \
+             (where the allocator asked the driver for memory)\n"
         ),
         "{shown}"
     );

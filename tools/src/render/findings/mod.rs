@@ -283,14 +283,18 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
             continue;
         }
         let x = &f.failure;
+        // A trace without steps names no step.
+        let step = match a.steps.source {
+            "none" => String::new(),
+            _ => format!(", step {}", x.origin.step),
+        };
         writeln!(
             out,
-            "\nOut of memory: {} asked for {} on device {} (seq {}, step {}) from {}",
+            "\nOut of memory: {} asked for {} on device {} (seq {}{step}) from {}",
             x.api.name(),
             bytes(x.request_bytes),
             crate::render::units::device(x.device),
             x.seq,
-            x.origin.step,
             site_label(&f.requester)
         )?;
         writeln!(
@@ -350,7 +354,8 @@ fn ooms(out: &mut impl Write, a: &Analysis, top: usize) -> io::Result<()> {
                 bytes(memory)
             )?;
         }
-        if let Some(fit) = f.growth.fit {
+        // A line through two samples is any line: no rate is said on fewer than three.
+        if let Some(fit) = f.growth.fit.filter(|fit| fit.samples >= 3) {
             // Time samples are in nanoseconds; a rate per second reads better.
             let (slope, per) = if f.growth.series.axis == "steps" {
                 (fit.slope, "step")

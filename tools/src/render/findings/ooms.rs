@@ -54,13 +54,17 @@ fn first_oom(analysis: &Analysis) -> Option<String> {
         }
         _ => String::new(),
     };
+    // A trace without steps names no step.
+    let step = match analysis.steps.source {
+        "none" => String::new(),
+        _ => format!(" at step {}", f.failure.origin.step),
+    };
     Some(format!(
-        "{first}{} of {} at {} on device {} at step {} with {} live{larger}",
+        "{first}{} of {} at {} on device {}{step} with {} live{larger}",
         f.failure.api.name(),
         bytes(f.failure.request_bytes),
         super::site_label(&f.requester),
         device(f.failure.device),
-        f.failure.origin.step,
         bytes(f.live.bytes)
     ))
 }
