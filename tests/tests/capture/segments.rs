@@ -249,4 +249,19 @@ captest!(a_name_two_runs_share_says_which_it_read, |dir| {
         report["trace"]["pid"]
     );
     assert_eq!(err.matches(&warning).count(), 1, "{err}");
+    // A segment of the other run, named: that run is read, and said to be the one read.
+    let segment = dir.join(format!("t.seg{}.vtrace", others[0]["first_segment"]));
+    let out = vramtrace_tests::traced::vramtrace_command()
+        .args(["report", "--fail-on", "growth"])
+        .arg(&segment)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = format!(
+        "warning: {}: the name also stands for the segments of another run (pid {}), not \
+         read: the one this file is a segment of (pid {other}) is\n",
+        segment.display(),
+        report["trace"]["pid"]
+    );
+    assert_eq!(err.matches(&warning).count(), 1, "{err}");
 });

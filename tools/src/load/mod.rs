@@ -335,9 +335,15 @@ fn start(path: &Path, from: ReadFrom, progress: &Progress) -> Result<(Series, us
     // Said on stderr too, where a gate's log is read: the segments line says it on stdout.
     if !series.others.is_empty() {
         let pids: Vec<String> = series.others.iter().map(|o| o.pid.to_string()).collect();
+        // A file given by its name is read with its own trace's segments; a name no file has
+        // stands for the newest trace whose segments carry it.
+        let which = match std::fs::symlink_metadata(path).is_ok() {
+            true => "the one this file is a segment of",
+            false => "the newest",
+        };
         say!(
             "warning: {}: the name also stands for the segments of another run (pid {}), not \
-             read: the newest (pid {}) is",
+             read: {which} (pid {}) is",
             path.display(),
             pids.join(", pid "),
             series.first().header.pid
