@@ -95,7 +95,8 @@ pub struct RaisedAlert {
     /// were made over many steps ([`LeakSite::grew_for_long`]) and none in the steps since,
     /// which are at least four times as many as the growth took between two of its steps and
     /// at least [`leaks::MANY_STEPS`]. Read from a segment's snapshot, the steps before it are
-    /// not on disk, but the objects still live say when they were made.
+    /// not on disk, but the objects still live say when they were made. Never where memory ran
+    /// out: growth that refusals ended did not stop.
     pub growth_stopped: bool,
 }
 
@@ -105,11 +106,14 @@ impl RaisedAlert {
             .then(|| state.site_of_call(alert.caller, alert.stack, alert.py_stack))
             .flatten();
         let site = id.map(|id| site::name(state, id));
-        let growth_stopped = site.as_ref().is_some_and(|s| {
-            (leaks.sites.iter())
-                .find(|l| l.site.place == s.place)
-                .is_some_and(|l| l.stopped_by(state.steps()))
-        });
+        // Growth that out-of-memory refusals ended did not stop: it could not go on.
+        let refused = state.ooms().total() > 0;
+        let growth_stopped = !refused
+            && site.as_ref().is_some_and(|s| {
+                (leaks.sites.iter())
+                    .find(|l| l.site.place == s.place)
+                    .is_some_and(|l| l.stopped_by(state.steps()))
+            });
         RaisedAlert {
             alert: alert.clone(),
             site,
