@@ -152,3 +152,22 @@ captest!(
         assert_eq!(report["analysis"]["alerts"][0]["growth_stopped"], false);
     }
 );
+
+// A leak of 1 MiB a step on a 64 MiB device, in a rotated trace: from step 64 every allocation
+// of it is refused. Its place holds what was made up to then and nothing since, but that growth
+// did not stop: memory ran out. The alert is not read as growth that stopped.
+captest!(growth_refused_for_want_of_memory_did_not_stop, |dir| {
+    let flags = ["--max-bytes", "3MiB", "--segment-bytes", "1MiB"];
+    let args = ["3000", "500", "1", "1048576", "1", "4096", "0"];
+    let out = check_command(dir, &flags, workload("wl_soak"), &args)
+        .env("VRAMTRACE_ALERT_INTERVAL_MS", "0")
+        .env("STANDIN_DEVICE_MEM", "64MiB")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    let report = crate::vramtrace_json(["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
+    let a = &report["analysis"];
+    assert!(a["ooms"]["total"].as_u64() > Some(0), "{err}");
+    assert_eq!(a["alerts"][0]["growth_stopped"], false, "{err}");
+    assert!(!err.contains("shows that growth stopped"), "{err}");
+});
